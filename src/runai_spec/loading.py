@@ -1,0 +1,189 @@
+"""The strict YAML loader shared by profiles, presets and manifests."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import InputError
+
+try:  # libyaml is ~8x faster than the pure-Python parser
+    _Loader: type = yaml.CSafeLoader
+except AttributeError:  # pragma: no cover - depends on how PyYAML was built
+    _Loader = yaml.SafeLoader
+
+MAX_BYTES = 1024 * 1024
+MAX_NODES = 100_000
+MAX_DEPTH = 64
+
+# Only JSON-shaped scalars get a non-string type; YAML 1.1 booleans such as `no`/`on`,
+# octal-looking `0777` and sexagesimal `1:30` stay strings instead of silently changing type.
+_INT = re.compile(r"-?(0|[1-9][0-9]*)\Z")
+_FLOAT = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?\Z")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\x80-\x9f]")
+_SECRETISH = re.compile(r"(?i)(token|secret|passw|pwd|api[_-]?key|credential|private[_-]?key)")
+
+
+def _scalar(event: yaml.ScalarEvent) -> Any:
+    value: str = event.value
+    if event.style is not None and event.style != "":
+        # quoted or block scalars are always strings
+        return value
+    if value in ("", "~", "null"):
+        return None
+    if value == "true":
+        return True
+    if value == "false":
+        return False
+    if _INT.match(value):
+        return int(value)
+    if _FLOAT.match(value):
+        return float(value)
+    return value
+
+
+class _Builder:
+    """Builds plain JSON values from the parser's event stream, refusing what JSON lacks."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.nodes = 0
+
+    def fail(self, event: Any, what: str, hint: str | None = None) -> InputError:
+        mark = getattr(event, "start_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else None
+        return InputError(what, file=self.source, field=where, hint=hint)
+
+    def check(self, event: Any) -> None:
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise self.fail(event, f"more than {MAX_NODES} YAML nodes")
+        if isinstance(event, yaml.AliasEvent):
+            raise self.fail(event, "YAML aliases (*name) are not allowed",
+                            "write the value out in full; aliases can expand without bound")
+        anchor = getattr(event, "anchor", None)
+        if anchor is not None:
+            raise self.fail(event, f"YAML anchors (&{anchor}) are not allowed",
+                            "write the value out in full")
+        tag = getattr(event, "tag", None)
+        if tag is not None and tag != "!":
+            raise self.fail(event, f"YAML tags ({tag}) are not allowed",
+                            "remove the tag; only plain JSON-like values are accepted")
+
+    def value(self, events: Any, event: Any, depth: int) -> Any:
+        self.check(event)
+        if depth > MAX_DEPTH:
+            raise self.fail(event, f"nesting deeper than {MAX_DEPTH} levels")
+        if isinstance(event, yaml.ScalarEvent):
+            value = event.value if event.tag == "!" else _scalar(event)
+            if isinstance(value, str) and _CONTROL.search(value):
+                raise self.fail(event, "control characters are not allowed in strings")
+            return value
+        if isinstance(event, yaml.SequenceStartEvent):
+            items = []
+            while True:
+                nxt = next(events)
+                if isinstance(nxt, yaml.SequenceEndEvent):
+                    return items
+                items.append(self.value(events, nxt, depth + 1))
+        if isinstance(event, yaml.MappingStartEvent):
+            mapping: dict[str, Any] = {}
+            while True:
+                key_event = next(events)
+                if isinstance(key_event, yaml.MappingEndEvent):
+                    return mapping
+                key = self.value(events, key_event, depth + 1)
+                if not isinstance(key_event, yaml.ScalarEvent):
+                    raise self.fail(key_event, "mapping keys must be plain strings")
+                if key == "<<" and key_event.style in (None, ""):
+                    raise self.fail(key_event, "YAML merge keys (<<) are not allowed",
+                                    "write the merged keys out in full")
+                if not isinstance(key, str):
+                    key = key_event.value
+                if key in mapping:
+                    raise self.fail(key_event, f"duplicate key {key!r}",
+                                    "each key may appear once; remove one of them")
+                mapping[key] = self.value(events, next(events), depth + 1)
+        raise self.fail(event, f"unexpected YAML event {type(event).__name__}")
+
+
+def parse_documents(text: str, source: str) -> list[Any]:
+    """Parse YAML text into JSON-like values, one per document, refusing unsafe constructs."""
+    builder = _Builder(source)
+    docs: list[Any] = []
+    try:
+        events = iter(yaml.parse(text, Loader=_Loader))
+        for event in events:
+            if isinstance(event, yaml.DocumentStartEvent):
+                docs.append(builder.value(events, next(events), 0))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else None
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise InputError(f"not valid YAML: {problem}", file=source, field=where,
+                         hint="check indentation and quoting near that line") from None
+    return docs
+
+
+def read_text(path: Path, *, max_bytes: int = MAX_BYTES) -> str:
+    """Read a UTF-8 file, refusing missing files, symlink tricks, huge files and bad bytes."""
+    source = str(path)
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise InputError("no such file", file=source,
+                         hint="check the path; profiles are usually <project>/profile.yaml"
+                         ) from None
+    except IsADirectoryError:
+        raise InputError("is a directory, not a file", file=source) from None
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", file=source) from None
+    if len(data) > max_bytes:
+        raise InputError(f"file is larger than {max_bytes} bytes", file=source,
+                         hint="profiles and presets are small; is this the right file?")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not valid UTF-8 (byte {exc.start})", file=source,
+                         hint="save the file as UTF-8") from None
+
+
+def load_mapping_text(text: str, source: str) -> dict[str, Any]:
+    """Parse text that must hold exactly one YAML document whose top level is a mapping."""
+    docs = parse_documents(text, source)
+    if len(docs) != 1:
+        raise InputError(f"expected one YAML document, found {len(docs)}", file=source,
+                         hint="remove the extra '---' separators")
+    doc = docs[0]
+    if not isinstance(doc, dict):
+        kind = "empty" if doc is None else type(doc).__name__
+        raise InputError(f"top level must be a mapping, got {kind}", file=source,
+                         hint="write `key: value` pairs at the top level")
+    return doc
+
+
+def load_mapping(path: Path, *, max_bytes: int = MAX_BYTES) -> dict[str, Any]:
+    """Load a file that must hold exactly one YAML mapping."""
+    return load_mapping_text(read_text(path, max_bytes=max_bytes), str(path))
+
+
+def load_documents(path: Path, *, max_bytes: int = 16 * MAX_BYTES) -> list[dict[str, Any]]:
+    """Load a manifest file: one or more mapping documents (empty documents skipped)."""
+    docs = parse_documents(read_text(path, max_bytes=max_bytes), str(path))
+    out: list[dict[str, Any]] = []
+    for index, doc in enumerate(docs):
+        if doc is None:
+            continue
+        if not isinstance(doc, dict):
+            raise InputError(f"document {index + 1} is not a mapping", file=str(path))
+        out.append(doc)
+    return out
+
+
+def looks_secret(name: str) -> bool:
+    """True for variable names that usually hold credentials."""
+    return bool(_SECRETISH.search(name))
