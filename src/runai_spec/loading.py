@@ -51,6 +51,7 @@ class _Builder:
     def __init__(self, source: str) -> None:
         self.source = source
         self.nodes = 0
+        self.lines: dict[str, int] = {}
 
     def fail(self, event: Any, what: str, hint: str | None = None) -> InputError:
         mark = getattr(event, "start_mark", None)
@@ -73,8 +74,10 @@ class _Builder:
             raise self.fail(event, f"YAML tags ({tag}) are not allowed",
                             "remove the tag; only plain JSON-like values are accepted")
 
-    def value(self, events: Any, event: Any, depth: int) -> Any:
+    def value(self, events: Any, event: Any, depth: int, path: str = "") -> Any:
         self.check(event)
+        if path and path not in self.lines:
+            self.lines[path] = event.start_mark.line + 1
         if depth > MAX_DEPTH:
             raise self.fail(event, f"nesting deeper than {MAX_DEPTH} levels")
         if isinstance(event, yaml.ScalarEvent):
@@ -88,7 +91,7 @@ class _Builder:
                 nxt = next(events)
                 if isinstance(nxt, yaml.SequenceEndEvent):
                     return items
-                items.append(self.value(events, nxt, depth + 1))
+                items.append(self.value(events, nxt, depth + 1, f"{path}[{len(items)}]"))
         if isinstance(event, yaml.MappingStartEvent):
             mapping: dict[str, Any] = {}
             while True:
@@ -96,6 +99,7 @@ class _Builder:
                 if isinstance(key_event, yaml.MappingEndEvent):
                     return mapping
                 key = self.value(events, key_event, depth + 1)
+                self.nodes -= 1
                 if not isinstance(key_event, yaml.ScalarEvent):
                     raise self.fail(key_event, "mapping keys must be plain strings")
                 if key == "<<" and key_event.style in (None, ""):
@@ -106,12 +110,18 @@ class _Builder:
                 if key in mapping:
                     raise self.fail(key_event, f"duplicate key {key!r}",
                                     "each key may appear once; remove one of them")
-                mapping[key] = self.value(events, next(events), depth + 1)
+                child = f"{path}.{key}" if path else str(key)
+                self.lines[child] = key_event.start_mark.line + 1
+                mapping[key] = self.value(events, next(events), depth + 1, child)
         raise self.fail(event, f"unexpected YAML event {type(event).__name__}")
 
 
 def parse_documents(text: str, source: str) -> list[Any]:
     """Parse YAML text into JSON-like values, one per document, refusing unsafe constructs."""
+    return _parse(text, source)[0]
+
+
+def _parse(text: str, source: str) -> tuple[list[Any], dict[str, int]]:
     builder = _Builder(source)
     docs: list[Any] = []
     try:
@@ -125,7 +135,7 @@ def parse_documents(text: str, source: str) -> list[Any]:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise InputError(f"not valid YAML: {problem}", file=source, field=where,
                          hint="check indentation and quoting near that line") from None
-    return docs
+    return docs, builder.lines
 
 
 def read_text(path: Path, *, max_bytes: int = MAX_BYTES) -> str:
@@ -154,7 +164,12 @@ def read_text(path: Path, *, max_bytes: int = MAX_BYTES) -> str:
 
 def load_mapping_text(text: str, source: str) -> dict[str, Any]:
     """Parse text that must hold exactly one YAML document whose top level is a mapping."""
-    docs = parse_documents(text, source)
+    return load_mapping_lines(text, source)[0]
+
+
+def load_mapping_lines(text: str, source: str) -> tuple[dict[str, Any], dict[str, int]]:
+    """Like load_mapping_text, also returning the line of every field path (`a.b[0].c`)."""
+    docs, lines = _parse(text, source)
     if len(docs) != 1:
         raise InputError(f"expected one YAML document, found {len(docs)}", file=source,
                          hint="remove the extra '---' separators")
@@ -163,7 +178,7 @@ def load_mapping_text(text: str, source: str) -> dict[str, Any]:
         kind = "empty" if doc is None else type(doc).__name__
         raise InputError(f"top level must be a mapping, got {kind}", file=source,
                          hint="write `key: value` pairs at the top level")
-    return doc
+    return doc, lines
 
 
 def load_mapping(path: Path, *, max_bytes: int = MAX_BYTES) -> dict[str, Any]:

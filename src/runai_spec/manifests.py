@@ -1,0 +1,117 @@
+"""Manifest values: parse rendered text, check operator rules, one canonical dump."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from .loading import parse_documents
+
+Manifest = dict[str, Any]
+
+DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*$")
+# YAML 1.1 readers (PyYAML, older tools) would turn these plain keys into non-strings.
+_AMBIGUOUS = re.compile(r"^(y|Y|yes|Yes|YES|n|N|no|No|NO|true|True|TRUE|false|False|FALSE|"
+                        r"on|On|ON|off|Off|OFF|null|Null|NULL|~)$")
+# Characters PyYAML's reader refuses even inside quotes must be escaped.
+_UNPRINTABLE = re.compile("[^\x09\x0a\x0d\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def quote(text: str) -> str:
+    """A YAML double-quoted scalar that any YAML 1.1 or 1.2 reader reads back as `text`."""
+    encoded = json.dumps(text, ensure_ascii=False)
+    return _UNPRINTABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", encoded)
+
+
+def scalar(value: Any) -> str:
+    """Encode one value as a YAML scalar; anything but str/int/float/bool/None is a bug."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return quote(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return json.dumps(value)
+    if value is None:
+        return "null"
+    raise TypeError(f"cannot encode {type(value).__name__} as a YAML scalar")
+
+
+def _key(key: str) -> str:
+    return key if _PLAIN_KEY.match(key) and not _AMBIGUOUS.match(key) else quote(key)
+
+
+def _emit(value: Any, indent: int, out: list[str]) -> None:
+    pad = "  " * indent
+    if isinstance(value, dict):
+        for key, child in value.items():
+            if isinstance(child, dict) and child:
+                out.append(f"{pad}{_key(key)}:")
+                _emit(child, indent + 1, out)
+            elif isinstance(child, list) and child:
+                out.append(f"{pad}{_key(key)}:")
+                _emit(child, indent + 1, out)
+            else:
+                out.append(f"{pad}{_key(key)}: {_flow(child)}")
+    elif isinstance(value, list):
+        for item in value:
+            if isinstance(item, (dict, list)) and item:
+                lines: list[str] = []
+                _emit(item, indent + 1, lines)
+                first = lines[0][len(pad) + 2:]
+                out.append(f"{pad}- {first}")
+                out.extend(lines[1:])
+            else:
+                out.append(f"{pad}- {_flow(item)}")
+
+
+def _flow(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{}"
+    if isinstance(value, list):
+        return "[]"
+    return scalar(value)
+
+
+def dump(manifests: list[Manifest]) -> str:
+    """One canonical YAML text: keys in the order given, every string double-quoted."""
+    parts = []
+    for manifest in manifests:
+        lines: list[str] = []
+        _emit(manifest, 0, lines)
+        parts.append("\n".join(lines) + "\n")
+    return "---\n" + "---\n".join(parts) if len(parts) > 1 else "".join(parts)
+
+
+def parse(text: str, source: str) -> list[Manifest]:
+    """Parse rendered or committed manifests with the strict loader."""
+    return [doc for doc in parse_documents(text, source) if doc is not None]
+
+
+def object_key(manifest: Manifest) -> str:
+    """`Kind/namespace/name`, how diff and submit identify an object."""
+    meta = manifest.get("metadata") or {}
+    return f"{manifest.get('kind')}/{meta.get('namespace', '')}/{meta.get('name')}"
+
+
+def operator_problems(job: Manifest) -> list[str]:
+    """The training operator's webhook rules, which the CRD schema does not carry."""
+    problems = []
+    name = str(job.get("metadata", {}).get("name", ""))
+    if not DNS1035.match(name) or len(name) > 63:
+        problems.append(f"metadata.name: {name!r} is not a DNS-1035 label")
+    specs = job.get("spec", {}).get("pytorchReplicaSpecs", {})
+    elastic = "elasticPolicy" in job.get("spec", {})
+    if "Master" in specs:
+        if specs["Master"].get("replicas") != 1:
+            problems.append("spec.pytorchReplicaSpecs.Master.replicas: must be exactly 1")
+    elif not elastic:
+        problems.append("spec.pytorchReplicaSpecs: a Master replica is required")
+    for role, spec in specs.items():
+        containers = spec.get("template", {}).get("spec", {}).get("containers", [])
+        if not any(c.get("name") == "pytorch" for c in containers):
+            problems.append(f"spec.pytorchReplicaSpecs.{role}: no container named 'pytorch'")
+    return problems

@@ -1,0 +1,350 @@
+"""Preset, Site, the approvals ledger and PresetRegistry (fails closed)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import InputError, PresetError
+from .loading import load_mapping_text, read_text
+from .profile import DNS1123, Strategy
+
+LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+SITE_FILE = "site.yaml"
+LEDGER_FILE = "approvals.yaml"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GpuSpec(_Model):
+    """The GPU model a preset's pods get."""
+
+    model: str = Field(description="GPU model, e.g. NVIDIA H200.")
+    memory_gb: float = Field(gt=0, description="Memory per GPU in GB (an H200 has 141).")
+
+
+class Elastic(_Model):
+    """Elasticity bounds (pods), engineer-owned."""
+
+    min: int = Field(ge=1, description="Fewest pods the job runs with.")
+    max: int = Field(ge=1, description="Most pods the job scales to.")
+    max_restarts: int = Field(3, ge=0, description="torchrun restarts before failing.")
+
+
+class Network(_Model):
+    """The approved high-speed network attachment."""
+
+    annotations: dict[str, str] = Field(default_factory=dict, description="Pod annotations.")
+    resources: dict[str, int] = Field(default_factory=dict,
+                                      description="Extended resources per pod (RDMA devices).")
+    capabilities: list[str] = Field(default_factory=list, description="Added capabilities.")
+    env: dict[str, str] = Field(default_factory=dict, description="NCCL settings for this path.")
+
+
+class RunPolicy(_Model):
+    """Restart, backoff and clean-up policy."""
+
+    restart_policy: Literal["Always", "OnFailure", "Never", "ExitCode"] = "OnFailure"
+    backoff_limit: int = Field(3, ge=0)
+    ttl_seconds_after_finished: int | None = Field(86400, ge=0)
+    active_deadline_seconds: int | None = Field(None, gt=0)
+    clean_pod_policy: Literal["All", "Running", "None"] = "Running"
+
+
+class Preset(_Model):
+    """An engineer-approved compute shape: the only source of pods, GPUs and priority."""
+
+    description: str = Field(description="What the preset is for.")
+    layout: Literal["single-gpu", "single-node", "multi-node"]
+    nodes: int = Field(ge=1, description="Pods (master + workers); the master trains too.")
+    gpus_per_pod: int = Field(ge=1)
+    gpu: GpuSpec
+    cpu: str = Field(pattern=r"^[0-9]+(\.[0-9]+)?m?$", description="CPU per pod.")
+    memory: str = Field(pattern=r"^[0-9]+(Ki|Mi|Gi|Ti)$", description="Memory per pod.")
+    shared_memory: str | None = Field(None, pattern=r"^[0-9]+(Ki|Mi|Gi|Ti)$",
+                                      description="Size of /dev/shm (memory emptyDir).")
+    priority: str = Field(pattern=DNS1123, description="Run:ai priority class.")
+    preemptible: bool
+    elastic: Elastic | None = None
+    node_pool: str | None = Field(None, pattern=DNS1123, description="Run:ai node pool.")
+    network: Network = Field(default_factory=Network)
+    strategies: list[Strategy] = Field(min_length=1)
+    min_busbw_gbps: float | None = Field(None, gt=0,
+                                         description="Minimum all-reduce bus bandwidth.")
+    master_port: int = Field(23456, ge=1024, le=65535)
+    run_policy: RunPolicy = Field(default_factory=RunPolicy)
+
+
+class Site(_Model):
+    """Cluster-wide settings, engineer-owned."""
+
+    cluster: str
+    family: Literal["kubeflow", "runai"] = "kubeflow"
+    namespace_pattern: str = "runai-{project}"
+    namespaces: dict[str, str] = Field(default_factory=dict,
+                                       description="Projects mapped to other namespaces.")
+    scheduler_name: str = "runai-scheduler"
+    queue_label: str = "runai/queue"
+    priority_label: str = "priorityClassName"
+    preemptibility_label: str = "kai.scheduler/preemptibility"
+    node_pool_label: str = "runai/node-pool"
+    registries: list[str] = Field(min_length=1)
+    data_sources: list[str] = Field(default_factory=list)
+
+
+class Approval(_Model):
+    """One ledger entry."""
+
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    approved_by: str = Field(min_length=1)
+    approved_at: str = Field(pattern=r"^\d{4}-\d{2}-\d{2}$")
+    expires: str | None = Field(None, pattern=r"^\d{4}-\d{2}-\d{2}$")
+
+
+class Ledger(_Model):
+    """presets/approvals.yaml."""
+
+    approvals: dict[str, Approval]
+
+
+@dataclass(frozen=True)
+class ApprovedPreset:
+    """A preset that passed every ledger check, with its approval record."""
+
+    name: str
+    preset: Preset
+    sha256: str
+    approval: Approval
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """What `presets verify` found: one line per file, problems first."""
+
+    ok: tuple[str, ...]
+    problems: tuple[str, ...]
+
+
+def default_presets_dir() -> Path:
+    """presets/ of a source checkout, else the copy inside the installed wheel."""
+    packaged = Path(str(resources.files("runai_spec"))) / "presets"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parents[2] / "presets"
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _pydantic_error(exc: ValidationError, source: str) -> PresetError:
+    first = exc.errors()[0]
+    path = ".".join(str(p) for p in first["loc"])
+    return PresetError(first["msg"], file=source, field=path or None,
+                       hint="presets are engineer-owned; ask an SCC AI Engineer")
+
+
+class PresetRegistry:
+    """Presets of one folder, accepted only when the approvals ledger vouches for them."""
+
+    def __init__(self, root: Path | None = None, *, today: dt.date | None = None) -> None:
+        self.root = root or default_presets_dir()
+        self.today = today or dt.date.today()
+        self._ledger: Ledger | None = None
+        self._site: Site | None = None
+        self._presets: dict[str, ApprovedPreset] = {}
+
+    # -- ledger ---------------------------------------------------------------
+    @property
+    def ledger_path(self) -> Path:
+        return self.root / LEDGER_FILE
+
+    def ledger(self) -> Ledger:
+        if self._ledger is None:
+            source = str(self.ledger_path)
+            if self.ledger_path.is_symlink():
+                raise PresetError("the approvals ledger is a symlink", file=source)
+            raw = load_mapping_text(read_text(self.ledger_path), source)
+            try:
+                self._ledger = Ledger.model_validate(raw)
+            except ValidationError as exc:
+                raise _pydantic_error(exc, source) from None
+        return self._ledger
+
+    def names(self) -> list[str]:
+        """Preset names stored in the folder (site and ledger excluded), sorted."""
+        return sorted(p.name[:-5] for p in self.root.glob("*.yaml")
+                      if p.name not in (SITE_FILE, LEDGER_FILE))
+
+    def _approved_bytes(self, filename: str, what: str) -> tuple[bytes, Approval]:
+        path = self.root / filename
+        source = str(path)
+        hint_approve = f"an SCC AI Engineer reviews it and runs `runai-spec presets approve {what} --by NAME`"
+        if path.is_symlink():
+            raise PresetError("is a symlink; presets must be plain files", file=source,
+                              hint="replace the link with the reviewed file")
+        if not path.is_file():
+            raise PresetError("no such file", file=source)
+        data = path.read_bytes()
+        entry = self.ledger().approvals.get(filename)
+        if entry is None:
+            raise PresetError("not recorded in the approvals ledger", file=source,
+                              field="approvals", hint=hint_approve)
+        if _sha256(data) != entry.sha256:
+            raise PresetError("edited since it was approved (sha256 differs from the ledger)",
+                              file=source, field="sha256", hint=hint_approve)
+        if entry.expires is not None and dt.date.fromisoformat(entry.expires) < self.today:
+            raise PresetError(f"approval expired on {entry.expires}", file=source,
+                              field="expires", hint=hint_approve)
+        return data, entry
+
+    # -- site and presets -----------------------------------------------------
+    def site(self) -> Site:
+        if self._site is None:
+            data, _ = self._approved_bytes(SITE_FILE, "site")
+            source = str(self.root / SITE_FILE)
+            raw = load_mapping_text(data.decode("utf-8"), source)
+            try:
+                self._site = Site.model_validate(raw)
+            except ValidationError as exc:
+                raise _pydantic_error(exc, source) from None
+        return self._site
+
+    def get(self, name: str) -> ApprovedPreset:
+        """The approved preset NAME, or a PresetError saying exactly why not."""
+        if name in self._presets:
+            return self._presets[name]
+        if not LABEL.match(name) or len(name) > 63 or name in ("site", "approvals"):
+            raise PresetError(f"{name!r} is not a preset name (a plain lowercase label)",
+                              field="preset", hint="run `runai-spec presets list`")
+        filename = f"{name}.yaml"
+        if not (self.root / filename).exists() and not (self.root / filename).is_symlink():
+            close = difflib.get_close_matches(name, self.names(), n=1)
+            hint = f"did you mean {close[0]!r}?" if close else "run `runai-spec presets list`"
+            raise PresetError(f"unknown preset {name!r}", field="preset", hint=hint)
+        data, entry = self._approved_bytes(filename, name)
+        source = str(self.root / filename)
+        raw = load_mapping_text(data.decode("utf-8"), source)
+        try:
+            preset = Preset.model_validate(raw)
+        except ValidationError as exc:
+            raise _pydantic_error(exc, source) from None
+        problem = _preset_consistency(preset)
+        if problem:
+            raise PresetError(problem, file=source)
+        approved = ApprovedPreset(name, preset, entry.sha256, entry)
+        self._presets[name] = approved
+        return approved
+
+    def verify(self) -> VerifyResult:
+        """Check every file in the folder against the ledger (for CI)."""
+        ok: list[str] = []
+        problems: list[str] = []
+        try:
+            ledger = self.ledger()
+        except InputError as exc:
+            return VerifyResult((), (str(exc).splitlines()[0],))
+        files = sorted(p.name for p in self.root.iterdir()
+                       if p.name != LEDGER_FILE and not p.name.startswith("."))
+        for filename in files:
+            if not filename.endswith(".yaml"):
+                problems.append(f"error: {self.root / filename}: not a preset file (*.yaml)")
+                continue
+            try:
+                if filename == SITE_FILE:
+                    self.site()
+                else:
+                    self.get(filename[:-5])
+                ok.append(filename)
+            except InputError as exc:
+                problems.append(exc.lines()[0])
+        for filename in sorted(set(ledger.approvals) - set(files)):
+            problems.append(f"error: {self.ledger_path}: approvals.{filename}: "
+                            "ledger entry for a file that does not exist")
+        return VerifyResult(tuple(ok), tuple(problems))
+
+    def approve(self, name: str, by: str, *, expires: str | None = None) -> Approval:
+        """Record the current bytes of NAME (or `site`) in the ledger."""
+        filename = SITE_FILE if name == "site" else f"{name}.yaml"
+        path = self.root / filename
+        if name != "site" and (not LABEL.match(name) or len(name) > 63):
+            raise PresetError(f"{name!r} is not a preset name", field="preset")
+        if path.is_symlink() or not path.is_file():
+            raise PresetError("no such plain file", file=str(path))
+        text = read_text(path)
+        raw = load_mapping_text(text, str(path))
+        try:
+            if name == "site":
+                Site.model_validate(raw)
+            else:
+                problem = _preset_consistency(Preset.model_validate(raw))
+                if problem:
+                    raise PresetError(problem, file=str(path))
+        except ValidationError as exc:
+            raise _pydantic_error(exc, str(path)) from None
+        if not by.strip():
+            raise InputError("approver must not be empty", field="--by")
+        if expires is not None:
+            try:
+                dt.date.fromisoformat(expires)
+            except ValueError:
+                raise InputError("not a date (YYYY-MM-DD)", field="--expires") from None
+        entry = Approval(sha256=_sha256(path.read_bytes()), approved_by=by.strip(),
+                         approved_at=self.today.isoformat(), expires=expires)
+        current = self.ledger().approvals if self.ledger_path.exists() else {}
+        approvals = dict(current)
+        approvals[filename] = entry
+        write_ledger(self.ledger_path, approvals)
+        self._ledger = None
+        self._presets.pop(name, None)
+        return entry
+
+
+def _preset_consistency(preset: Preset) -> str | None:
+    if preset.layout == "single-gpu" and (preset.nodes != 1 or preset.gpus_per_pod != 1):
+        return "layout single-gpu needs nodes: 1 and gpus_per_pod: 1"
+    if preset.layout == "single-node" and preset.nodes != 1:
+        return "layout single-node needs nodes: 1"
+    if preset.layout == "multi-node" and preset.nodes < 2:
+        return "layout multi-node needs nodes >= 2"
+    if preset.elastic is not None:
+        if preset.layout != "multi-node":
+            return "elastic bounds need layout multi-node"
+        if not preset.elastic.min <= preset.nodes <= preset.elastic.max:
+            return "elastic bounds must satisfy min <= nodes <= max"
+    return None
+
+
+def write_ledger(path: Path, approvals: dict[str, Approval]) -> None:
+    """Write the ledger atomically, sorted, in a fixed plain format."""
+    lines = ["# Approvals ledger: written by `runai-spec presets approve`; reviewed in merge requests.",
+             "approvals:"]
+    for filename in sorted(approvals):
+        entry = approvals[filename]
+        lines.append(f"  {filename}:")
+        lines.append(f"    sha256: \"{entry.sha256}\"")
+        lines.append(f"    approved_by: {json.dumps(entry.approved_by)}")
+        lines.append(f'    approved_at: "{entry.approved_at}"')
+        if entry.expires:
+            lines.append(f'    expires: "{entry.expires}"')
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def preset_summary(approved: ApprovedPreset) -> dict[str, Any]:
+    """A plain mapping of the preset and its approval, for `presets show`."""
+    return {"name": approved.name, "sha256": approved.sha256,
+            "approval": approved.approval.model_dump(exclude_none=True),
+            **approved.preset.model_dump(exclude_none=True)}

@@ -1,0 +1,70 @@
+"""Jinja environment (one safe encoder, StrictUndefined) and render_plan()."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from .errors import InternalError
+from .manifests import Manifest, operator_problems, parse, scalar
+from .plan import Plan
+
+TEMPLATES = {"kubeflow": "pytorchjob.yaml.j2"}
+
+
+def templates_dir() -> Path:
+    """templates/ inside the installed wheel, else the source checkout's."""
+    packaged = Path(str(resources.files("runai_spec"))) / "templates"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parents[2] / "templates"
+
+
+def _finalize(value: Any) -> str:
+    # Every {{ }} ends here: strings become double-quoted YAML scalars, so a value can
+    # never open a mapping, a list or a new document, whatever characters it holds.
+    try:
+        return scalar(value)
+    except TypeError as exc:
+        raise InternalError(f"template produced a non-scalar value: {exc}") from None
+
+
+@lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined,
+        finalize=_finalize,
+        autoescape=False,
+        keep_trailing_newline=True,
+        trim_blocks=False,
+        lstrip_blocks=False,
+    )
+
+
+def render_text(plan: Plan, family: str = "kubeflow") -> str:
+    """The template's raw output for a plan."""
+    try:
+        template = environment().get_template(TEMPLATES[family])
+    except KeyError:
+        raise InternalError(f"no template for manifest family {family!r}") from None
+    try:
+        return template.render(plan=plan)
+    except jinja2.UndefinedError as exc:
+        raise InternalError(f"template uses an undefined value: {exc.message}") from None
+
+
+def render_plan(plan: Plan, family: str = "kubeflow") -> list[Manifest]:
+    """Render, re-parse with the strict loader and check the operator's rules."""
+    text = render_text(plan, family)
+    manifests = parse(text, f"<rendered {plan.name}>")
+    for manifest in manifests:
+        if manifest.get("kind") == "PyTorchJob":
+            problems = operator_problems(manifest)
+            if problems:
+                raise InternalError(f"rendered PyTorchJob breaks an operator rule: {problems[0]}")
+    return manifests

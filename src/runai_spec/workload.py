@@ -1,0 +1,57 @@
+"""prepare_workload(): profile file -> validated, planned, checked and rendered workload."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import InputError
+from .findings import Finding
+from .manifests import Manifest, dump
+from .plan import Plan, plan_workload
+from .policy import Context, check_all
+from .presets import ApprovedPreset, PresetRegistry, Site
+from .profile import LoadedProfile, load_profile
+from .render import render_plan
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One profile carried through the whole pipeline."""
+
+    loaded: LoadedProfile
+    approved: ApprovedPreset
+    site: Site
+    plan: Plan
+    manifests: tuple[Manifest, ...]
+    findings: tuple[Finding, ...]
+
+    @property
+    def path(self) -> str:
+        return self.loaded.path
+
+    @property
+    def errors(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.severity == "error")
+
+    @property
+    def text(self) -> str:
+        return dump(list(self.manifests))
+
+
+def prepare_workload(path: Path, registry: PresetRegistry | None = None) -> Workload:
+    """Load, plan, render and check one profile; raises InputError for bad input."""
+    registry = registry or PresetRegistry()
+    loaded = load_profile(path)
+    try:
+        approved = registry.get(loaded.profile.preset)
+        site = registry.site()
+    except InputError as exc:
+        if exc.file is None:
+            exc.file, exc.field = str(path), exc.field or "preset"
+        raise
+    site_sha = registry.ledger().approvals["site.yaml"].sha256
+    plan = plan_workload(loaded, approved, site, site_sha256=site_sha)
+    manifests = tuple(render_plan(plan, site.family))
+    findings = check_all(Context(loaded, approved, site, plan, manifests))
+    return Workload(loaded, approved, site, plan, manifests, tuple(findings))
