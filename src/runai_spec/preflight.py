@@ -12,7 +12,10 @@ followed by one summary line per rank; the exit status is non-zero when any chec
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
+import importlib
+import importlib.util
 import json
 import os
 import shutil
@@ -36,6 +39,11 @@ if sys.path and os.path.abspath(sys.path[0] or ".") == _HERE and os.path.exists(
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch import nn  # noqa: E402
+from torch.distributed import (  # type: ignore[attr-defined]  # noqa: E402
+    PrefixStore,
+    Store,
+    TCPStore,
+)
 
 PREFIX = "PREFLIGHT"
 CHECKS = (
@@ -212,7 +220,9 @@ class Device:
 
     @property
     def torch_device(self) -> torch.device:
-        return torch.device("cuda", self.index) if self.kind == "cuda" else torch.device("cpu")
+        if self.kind == "cuda" and self.index is not None:
+            return torch.device("cuda", self.index)
+        return torch.device("cpu")
 
 
 def pick_device(launch: Launch, use_cuda: bool, faults: Sequence[str]) -> Device:
@@ -234,28 +244,27 @@ def pick_device(launch: Launch, use_cuda: bool, faults: Sequence[str]) -> Device
     return Device("cpu", None, identity, "cpu", 0, None)
 
 
-def connect_store(launch: Launch, timeout: float) -> dist.Store:
+def connect_store(launch: Launch, timeout: float) -> Store:
     """The same TCPStore that `env://` would make (torchrun's agent store, else rank 0 hosts)."""
     delta = timedelta(seconds=timeout)
     if launch.agent_store:
-        base: dist.Store = dist.TCPStore(launch.master_addr, launch.master_port,
+        base: Store = TCPStore(launch.master_addr, launch.master_port,
                                          launch.world_size, False, delta)
     else:
-        base = dist.TCPStore(launch.master_addr, launch.master_port, launch.world_size,
+        base = TCPStore(launch.master_addr, launch.master_port, launch.world_size,
                              launch.rank == 0, delta, wait_for_workers=False)
-    return dist.PrefixStore(f"preflight/attempt_{launch.restart_count}", base)
+    return PrefixStore(f"preflight/attempt_{launch.restart_count}", base)
 
 
-def exchange(store: dist.Store, rank: int, world: int, info: dict[str, Any],
+def exchange(store: Store, rank: int, world: int, info: dict[str, Any],
              timeout: float) -> tuple[dict[int, dict[str, Any]], list[int], list[int]]:
     """All-gather through the store, before any NCCL call: (infos, missing ranks, duplicates)."""
     store.add(f"claim/{rank}", 1)
     store.set(f"info/{rank}", json.dumps(info))
     keys = [f"info/{r}" for r in range(world)]
-    try:
+    # DistStoreError on timeout: which ranks are absent is what matters, found just below
+    with contextlib.suppress(Exception):
         store.wait(keys, timedelta(seconds=timeout))
-    except Exception:  # DistStoreError on timeout; which ranks are absent is what matters
-        pass
     missing = [r for r in range(world) if not store.check([f"info/{r}"])]
     infos = {r: json.loads(store.get(f"info/{r}")) for r in range(world) if r not in missing}
     duplicates = [r for r in range(world) if r not in missing and store.add(f"claim/{r}", 0) > 1]
@@ -351,11 +360,14 @@ class Checkpointer:
         self.format = fmt
         self.note: str | None = None
         if fmt == "safetensors":
-            try:
-                import safetensors.torch  # noqa: F401
-            except ImportError:
+            if importlib.util.find_spec("safetensors") is None:
                 self.format = "torch"
                 self.note = "safetensors is not installed here: wrote torch.save instead"
+        elif fmt == "dcp" and importlib.util.find_spec("numpy") is None:
+            # its collectives pickle through numpy; torch does not require numpy
+            self.format = "torch"
+            self.note = ("torch.distributed.checkpoint needs numpy, which is not installed "
+                         "here: wrote torch.save instead")
         elif fmt == "deepspeed":
             self.format = "torch"
             self.note = ("a DeepSpeed engine checkpoint needs DeepSpeed and its config: "
@@ -376,14 +388,13 @@ class Checkpointer:
         dist.barrier(group=self.group)
         state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
         if self.format == "dcp":
-            import torch.distributed.checkpoint as dcp
+            from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
-            dcp.save({"model": state}, checkpoint_id=str(tmp), process_group=self.group)
+            dcp_save({"model": state}, checkpoint_id=str(tmp), process_group=self.group)
         elif self.rank == 0:
             if self.format == "safetensors":
-                import safetensors.torch
-
-                safetensors.torch.save_file(state, str(tmp / "model.safetensors"))
+                st = importlib.import_module("safetensors.torch")
+                st.save_file(state, str(tmp / "model.safetensors"))
             else:
                 torch.save({"model": state, "step": step}, tmp / "model.pt")
         dist.barrier(group=self.group)
@@ -404,16 +415,15 @@ class Checkpointer:
     def load(self, model: nn.Module) -> int:
         step = int(json.loads((self.path / "step.json").read_text())["step"])
         if self.format == "dcp":
-            import torch.distributed.checkpoint as dcp
+            from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 
             state = {k: torch.empty_like(v).cpu() for k, v in model.state_dict().items()}
-            wrapped = {"model": state}
-            dcp.load(wrapped, checkpoint_id=str(self.path), process_group=self.group)
+            wrapped: dict[str, Any] = {"model": state}
+            dcp_load(wrapped, checkpoint_id=str(self.path), process_group=self.group)
             model.load_state_dict(wrapped["model"])
         elif self.format == "safetensors":
-            import safetensors.torch
-
-            model.load_state_dict(safetensors.torch.load_file(str(self.path / "model.safetensors")))
+            st = importlib.import_module("safetensors.torch")
+            model.load_state_dict(st.load_file(str(self.path / "model.safetensors")))
         else:
             blob = torch.load(self.path / "model.pt", map_location="cpu", weights_only=True)
             model.load_state_dict(blob["model"])
@@ -471,7 +481,8 @@ def train_and_check(rep: Reporter, opts: argparse.Namespace, launch: Launch, dev
         for micro in range(opts.grad_accum):
             x, y = _batch(launch.rank, step, micro, opts.local_batch, dev)
             last = micro == opts.grad_accum - 1
-            ctx = ddp.no_sync() if (not last and hasattr(ddp, "no_sync")) else nullcontext()
+            no_sync = getattr(ddp, "no_sync", None)
+            ctx = no_sync() if (not last and no_sync is not None) else nullcontext()
             with ctx:
                 loss = loss_fn(ddp(x), y) / opts.grad_accum
                 loss.backward()
@@ -509,7 +520,7 @@ def train_and_check(rep: Reporter, opts: argparse.Namespace, launch: Launch, dev
 class Exchange:
     """All-gather of small JSON values through the c10d store: no NCCL, no pickling, no numpy."""
 
-    def __init__(self, store: dist.Store, rank: int, world: int, timeout: float) -> None:
+    def __init__(self, store: Store, rank: int, world: int, timeout: float) -> None:
         self.store = store
         self.rank = rank
         self.world = world
@@ -672,7 +683,7 @@ def run(opts: argparse.Namespace) -> int:
     pg_backend = backend if device_ok else "gloo"
     if not device_ok and device.kind == "cuda":
         device = Device("cpu", None, device.identity, "cpu", device.visible, device.problem)
-    dist.init_process_group(pg_backend, store=dist.PrefixStore("pg", store), rank=launch.rank,
+    dist.init_process_group(pg_backend, store=PrefixStore("pg", store), rank=launch.rank,
                             world_size=launch.world_size, timeout=timedelta(seconds=opts.timeout))
     cpu_group = dist.new_group(backend="gloo") if pg_backend != "gloo" else dist.group.WORLD
 
