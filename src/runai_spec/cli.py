@@ -6,7 +6,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterable
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, NoReturn, TypeVar
 
@@ -33,7 +33,7 @@ app.add_typer(presets_app, name="presets")
 T = TypeVar("T")
 
 
-class Format(str, Enum):
+class Format(StrEnum):
     text = "text"
     json = "json"
     markdown = "markdown"

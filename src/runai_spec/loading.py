@@ -76,7 +76,7 @@ class _Builder:
 
     def value(self, events: Any, event: Any, depth: int, path: str = "") -> Any:
         self.check(event)
-        if path and path not in self.lines:
+        if path and path not in self.lines and event.start_mark is not None:
             self.lines[path] = event.start_mark.line + 1
         if depth > MAX_DEPTH:
             raise self.fail(event, f"nesting deeper than {MAX_DEPTH} levels")
@@ -86,7 +86,7 @@ class _Builder:
                 raise self.fail(event, "control characters are not allowed in strings")
             return value
         if isinstance(event, yaml.SequenceStartEvent):
-            items = []
+            items: list[Any] = []
             while True:
                 nxt = next(events)
                 if isinstance(nxt, yaml.SequenceEndEvent):
@@ -111,7 +111,8 @@ class _Builder:
                     raise self.fail(key_event, f"duplicate key {key!r}",
                                     "each key may appear once; remove one of them")
                 child = f"{path}.{key}" if path else str(key)
-                self.lines[child] = key_event.start_mark.line + 1
+                if key_event.start_mark is not None:
+                    self.lines[child] = key_event.start_mark.line + 1
                 mapping[key] = self.value(events, next(events), depth + 1, child)
         raise self.fail(event, f"unexpected YAML event {type(event).__name__}")
 
@@ -170,6 +171,8 @@ def load_mapping_text(text: str, source: str) -> dict[str, Any]:
 def load_mapping_lines(text: str, source: str) -> tuple[dict[str, Any], dict[str, int]]:
     """Like load_mapping_text, also returning the line of every field path (`a.b[0].c`)."""
     docs, lines = _parse(text, source)
+    if not docs:
+        docs = [None]
     if len(docs) != 1:
         raise InputError(f"expected one YAML document, found {len(docs)}", file=source,
                          hint="remove the extra '---' separators")

@@ -15,8 +15,10 @@ _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*$")
 # YAML 1.1 readers (PyYAML, older tools) would turn these plain keys into non-strings.
 _AMBIGUOUS = re.compile(r"^(y|Y|yes|Yes|YES|n|N|no|No|NO|true|True|TRUE|false|False|FALSE|"
                         r"on|On|ON|off|Off|OFF|null|Null|NULL|~)$")
-# Characters PyYAML's reader refuses even inside quotes must be escaped.
-_UNPRINTABLE = re.compile("[^\x09\x0a\x0d\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+# Escape what PyYAML's reader refuses even inside quotes, and the YAML 1.1 line breaks
+# (NEL, LS, PS) that a reader would fold into spaces.
+_UNPRINTABLE = re.compile("[^\x09\x0a\x0d\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufffd"
+                          "\U00010000-\U0010ffff]")
 
 
 def quote(text: str) -> str:
@@ -48,10 +50,7 @@ def _emit(value: Any, indent: int, out: list[str]) -> None:
     pad = "  " * indent
     if isinstance(value, dict):
         for key, child in value.items():
-            if isinstance(child, dict) and child:
-                out.append(f"{pad}{_key(key)}:")
-                _emit(child, indent + 1, out)
-            elif isinstance(child, list) and child:
+            if isinstance(child, dict) and child or isinstance(child, list) and child:
                 out.append(f"{pad}{_key(key)}:")
                 _emit(child, indent + 1, out)
             else:

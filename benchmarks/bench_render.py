@@ -1,0 +1,58 @@
+"""Time `runai-spec render` of the multi-node example as a whole process, side by side with
+the import floor and (when installed) torchx's dry run of the same 2x8 job; print medians
+and ratios against the budgets of DESIGN.md section 8."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILE = ROOT / "examples" / "multi-node" / "profile.yaml"
+
+
+def median_seconds(argv: list[str], runs: int) -> float:
+    subprocess.run(argv, check=True, capture_output=True)  # warm the file cache
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run(argv, check=True, capture_output=True)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=15)
+    args = parser.parse_args()
+    exe = Path(sys.executable)
+    floor_argv = [str(exe), "-c", "import typer, pydantic, jinja2, yaml"]
+    render_argv = [str(exe), "-m", "runai_spec", "render", str(PROFILE)]
+    # Interleave by measuring each several times in the same session.
+    floor = median_seconds(floor_argv, args.runs)
+    render = median_seconds(render_argv, args.runs)
+    print(f"import floor      median {floor * 1000:7.1f} ms")
+    print(f"runai-spec render median {render * 1000:7.1f} ms  ratio {render / floor:.2f} x floor "
+          f"(budget <= 1.30)")
+    torchx = shutil.which("torchx")
+    if torchx:
+        tx_argv = [torchx, "run", "--dryrun", "-s", "kubernetes", "dist.ddp", "-j", "2x8",
+                   "--script", "train.py"]
+        try:
+            tx = median_seconds(tx_argv, max(3, args.runs // 3))
+            print(f"torchx --dryrun   median {tx * 1000:7.1f} ms  render/torchx "
+                  f"{render / tx:.2f} (budget <= 0.30)")
+        except subprocess.CalledProcessError as exc:
+            print(f"torchx --dryrun failed (exit {exc.returncode}); not compared")
+    else:
+        print("torchx not installed: `pip install torchx` to compare (budget render <= 0.3 x torchx)")
+    return 0 if render / floor <= 1.3 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

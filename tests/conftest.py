@@ -1,0 +1,86 @@
+"""Shared fixtures: repo paths, a throw-away presets folder, profile writers, the CRD oracle."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+from collections.abc import Callable
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from runai_spec import presets as presets_module
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+CRD = SHARED / "schemas" / "kubeflow.org_pytorchjobs.yaml"
+EXAMPLES = sorted(p.parent.name for p in (ROOT / "examples").glob("*/profile.yaml"))
+DIGEST = "sha256:" + "ab" * 32
+
+BASE_PROFILE: dict[str, Any] = {
+    "name": "demo",
+    "project": "team-a",
+    "preset": "h200-2x8-ib",
+    "image": f"registry.scc.example.org/team-a/train:1.0@{DIGEST}",
+    "command": ["train.py", "--config", "cfg.yaml"],
+    "working_dir": "/workspace",
+    "env": {"MY_FLAG": "1"},
+    "batch": {"local": 4, "grad_accum": 2, "global": 128},
+    "strategy": "ddp",
+    "model": {"parameters": 1_000_000, "precision": "bf16"},
+    "checkpoint": {"dir": "/checkpoints", "pvc": "team-a-ckpt", "format": "dcp",
+                   "resume": "latest"},
+}
+
+
+@pytest.fixture(autouse=True)
+def _no_kubeconfig(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    # Tests never read ~/.kube/config: point KUBECONFIG and HOME's .kube somewhere empty.
+    fake_home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("KUBECONFIG", str(fake_home / "no-kubeconfig"))
+
+
+@pytest.fixture
+def base_profile() -> dict[str, Any]:
+    return copy.deepcopy(BASE_PROFILE)
+
+
+@pytest.fixture
+def write_profile(tmp_path: Path) -> Callable[..., Path]:
+    counter = {"n": 0}
+
+    def write(data: dict[str, Any] | str, name: str | None = None) -> Path:
+        counter["n"] += 1
+        path = tmp_path / (name or f"profile-{counter['n']}.yaml")
+        text = data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False)
+        path.write_text(text, encoding="utf-8")
+        return path
+
+    return write
+
+
+@pytest.fixture
+def presets_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of presets/ that the tool uses instead of the shipped one."""
+    target = tmp_path / "presets"
+    shutil.copytree(ROOT / "presets", target)
+    monkeypatch.setattr(presets_module, "default_presets_dir", lambda: target)
+    return target
+
+
+@lru_cache(maxsize=1)
+def crd_validator() -> Any:
+    import jsonschema
+
+    crd = yaml.load(CRD.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader",
+                                                                      yaml.SafeLoader))
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
+    return jsonschema.Draft7Validator(version["schema"]["openAPIV3Schema"])
+
+
+def schema_errors(manifest: dict[str, Any]) -> list[str]:
+    return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}"
+            for e in crd_validator().iter_errors(manifest)]

@@ -1,0 +1,225 @@
+"""Each bad input: one error line, a hint where useful, the documented exit code, no output."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from runai_spec.cli import app
+
+runner = CliRunner()
+
+
+def run(*args: str) -> Any:
+    return runner.invoke(app, list(args))
+
+
+def assert_refused(result: Any, code: int, *needles: str) -> None:
+    assert result.exit_code == code, result.output
+    assert result.stdout == ""
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) >= 1
+    assert "Traceback" not in result.output
+    for needle in needles:
+        assert needle in result.stderr, result.stderr
+
+
+def test_missing_file_is_bad_input(tmp_path: Path) -> None:
+    result = run("render", str(tmp_path / "nope.yaml"))
+    assert_refused(result, 2, "nope.yaml: no such file", "hint:")
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("- a\n- b\n", "top level must be a mapping"),
+    ("", "top level must be a mapping, got empty"),
+    ("name: a\nname: b\n", "duplicate key 'name'"),
+    ("a: &x [1]\nb: *x\n", "anchors"),
+    ("a: !!python/object/apply:os.system [ls]\n", "tags"),
+    ("<<: {name: x}\n", "merge keys"),
+    ("name: a\n---\nname: b\n", "expected one YAML document, found 2"),
+    ("name: [unclosed\n", "not valid YAML"),
+    ("name: \"bell\\a\"\n", "control characters"),
+])
+def test_malformed_yaml_is_bad_input(write_profile: Callable[..., Path], text: str,
+                                     needle: str) -> None:
+    for command in ("validate", "render"):
+        assert_refused(run(command, str(write_profile(text))), 2, needle)
+
+
+def test_alias_bomb_is_refused_quickly(write_profile: Callable[..., Path]) -> None:
+    lines = ['a0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    lines += [f"a{i}: &a{i} [*a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}, "
+              f"*a{i-1}, *a{i-1}]" for i in range(1, 10)]
+    assert_refused(run("render", str(write_profile("\n".join(lines)))), 2, "anchors")
+
+
+def test_invalid_utf8_is_bad_input(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_bytes(b"name: \xff\xfe\n")
+    assert_refused(run("render", str(path)), 2, "not valid UTF-8")
+
+
+def test_huge_file_is_bad_input(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text("x: " + "a" * (2 * 1024 * 1024), encoding="utf-8")
+    assert_refused(run("render", str(path)), 2, "larger than")
+
+
+def test_unknown_field_is_bad_input(write_profile: Callable[..., Path],
+                                    base_profile: dict[str, Any]) -> None:
+    base_profile["colour"] = "blue"
+    assert_refused(run("render", str(write_profile(base_profile))), 2, "colour: unknown field",
+                   "hint: see `runai-spec schema`")
+
+
+def test_wrong_type_names_the_field(write_profile: Callable[..., Path],
+                                    base_profile: dict[str, Any]) -> None:
+    base_profile["batch"]["local"] = "four"
+    assert_refused(run("validate", str(write_profile(base_profile))), 2, "batch.local")
+
+
+def test_tag_only_image_is_a_finding(write_profile: Callable[..., Path],
+                                     base_profile: dict[str, Any]) -> None:
+    base_profile["image"] = "registry.scc.example.org/team-a/train:latest"
+    result = run("render", str(write_profile(base_profile)))
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert "image: tag-only images are mutable [image-digest]" in result.stderr
+    assert "hint: pin the digest" in result.stderr
+
+
+def test_unapproved_preset_is_bad_input(write_profile: Callable[..., Path],
+                                        base_profile: dict[str, Any], presets_dir: Path) -> None:
+    (presets_dir / "rogue-64gpu.yaml").write_text(
+        (presets_dir / "h200-2x8-ib.yaml").read_text().replace("nodes: 2", "nodes: 8"))
+    base_profile["preset"] = "rogue-64gpu"
+    assert_refused(run("render", str(write_profile(base_profile))), 2,
+                   "not recorded in the approvals ledger", "presets approve")
+
+
+def test_edited_preset_is_bad_input(write_profile: Callable[..., Path],
+                                    base_profile: dict[str, Any], presets_dir: Path) -> None:
+    preset = presets_dir / "h200-2x8-ib.yaml"
+    preset.write_text(preset.read_text().replace("priority: train", "priority: urgent"))
+    assert_refused(run("render", str(write_profile(base_profile))), 2,
+                   "edited since it was approved")
+
+
+def test_unknown_preset_suggests_the_closest(write_profile: Callable[..., Path],
+                                             base_profile: dict[str, Any]) -> None:
+    base_profile["preset"] = "h200-2x8-lb"
+    assert_refused(run("render", str(write_profile(base_profile))), 2,
+                   "unknown preset 'h200-2x8-lb'", "did you mean 'h200-2x8-ib'?")
+
+
+def test_name_too_long_for_worker_pods_is_a_finding(write_profile: Callable[..., Path],
+                                                    base_profile: dict[str, Any]) -> None:
+    base_profile["name"] = "a" * 55  # 55 + len("-worker-0") = 64
+    result = run("render", str(write_profile(base_profile)))
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert "[name-length]" in result.stderr and "shorten name to at most 54" in result.stderr
+
+
+def test_reserved_fields_are_findings_naming_the_rule(write_profile: Callable[..., Path],
+                                                      base_profile: dict[str, Any]) -> None:
+    base_profile.update({"gpus": 8, "workers": 4, "priority": "high", "elastic": True,
+                         "node_pool": "x", "annotations": {"k8s.v1.cni.cncf.io/networks": "ib"}})
+    base_profile["env"] = {"NCCL_SOCKET_IFNAME": "ib0", "NCCL_IB_HCA": "mlx5"}
+    result = run("validate", str(write_profile(base_profile)))
+    assert result.exit_code == 1
+    for field in ("gpus", "workers", "priority", "elastic", "node_pool", "annotations"):
+        assert f": {field}: reserved for the SCC AI Engineers" in result.stderr
+    assert result.stderr.count("[nccl-transport-env]") == 2
+
+
+def test_global_batch_arithmetic_is_checked(write_profile: Callable[..., Path],
+                                            base_profile: dict[str, Any]) -> None:
+    base_profile["batch"] = {"local": 4, "grad_accum": 2, "global": 100}
+    result = run("validate", str(write_profile(base_profile)))
+    assert result.exit_code == 1
+    assert "100 != local 4 x processes 16 x grad_accum 2 = 128 [global-batch]" in result.stderr
+
+
+@pytest.mark.parametrize("change, rule", [
+    ({"strategy": "pipeline"}, "strategy-allowed"),
+    ({"image": f"docker.io/me/train@sha256:{'ab' * 32}"}, "registry"),
+    ({"checkpoint": {"dir": "/ckpt", "format": "torch"}}, "checkpoint-on-pvc"),
+    ({"checkpoint": {"dir": "/ckpt", "source": "my-bucket"}}, "checkpoint-on-pvc"),
+    ({"command": ["torchrun", "--nproc-per-node=8", "train.py"]}, "launcher"),
+    ({"env": {"RANK": "0"}}, "reserved-env"),
+    ({"env": {"NCCL_DEBUG": "INFO"}}, "nccl-debug-temporary"),
+])
+def test_core_rules_fail_on_their_case(write_profile: Callable[..., Path],
+                                       base_profile: dict[str, Any], change: dict[str, Any],
+                                       rule: str) -> None:
+    base_profile.update(change)
+    result = run("validate", str(write_profile(base_profile)))
+    assert result.exit_code == 1, result.output
+    assert f"[{rule}]" in result.stderr
+
+
+def test_clean_profile_passes(write_profile: Callable[..., Path],
+                              base_profile: dict[str, Any]) -> None:
+    result = run("validate", str(write_profile(base_profile)))
+    assert result.exit_code == 0, result.output
+    assert "world size 16" in result.stderr
+
+
+def test_nccl_debug_switch_is_reported_not_refused(write_profile: Callable[..., Path],
+                                                   base_profile: dict[str, Any]) -> None:
+    base_profile["diagnostics"] = {"nccl_debug": True, "reason": "hang in INC-42"}
+    path = write_profile(base_profile)
+    result = run("render", str(path))
+    assert result.exit_code == 0, result.output
+    assert "temporary diagnostic NCCL_DEBUG=INFO is on (hang in INC-42)" in result.stderr
+    job = yaml.safe_load(result.stdout)
+    env = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "NCCL_DEBUG", "value": "INFO"} in env
+    assert job["metadata"]["annotations"]["runai-spec/diagnostics"] == "nccl-debug"
+
+
+def test_one_bad_profile_writes_nothing_for_the_others(write_profile: Callable[..., Path],
+                                                       base_profile: dict[str, Any],
+                                                       tmp_path: Path) -> None:
+    good = write_profile(base_profile)
+    bad = write_profile("name: [\n")
+    out = tmp_path / "out"
+    result = run("render", str(good), str(bad), "-o", str(out))
+    assert result.exit_code == 2
+    assert not out.exists()
+
+
+def test_duplicate_workload_names_are_refused(write_profile: Callable[..., Path],
+                                              base_profile: dict[str, Any], tmp_path: Path) -> None:
+    result = run("render", str(write_profile(base_profile)), str(write_profile(base_profile)),
+                 "-o", str(tmp_path / "out"))
+    assert_refused(result, 2, "two profiles render the workload 'demo'")
+    assert not (tmp_path / "out").exists()
+
+
+def test_findings_from_several_profiles_are_all_reported(write_profile: Callable[..., Path],
+                                                         base_profile: dict[str, Any]) -> None:
+    first = dict(base_profile, image="registry.scc.example.org/a/b:1")
+    second = dict(base_profile, strategy="hybrid", env={"NCCL_NET": "Socket"})
+    result = run("validate", str(write_profile(first)), str(write_profile(second)))
+    assert result.exit_code == 1
+    assert "[image-digest]" in result.stderr
+    assert "[strategy-allowed]" in result.stderr and "[nccl-transport-env]" in result.stderr
+
+
+def test_usage_error_exits_2() -> None:
+    assert runner.invoke(app, ["render"]).exit_code == 2
+
+
+def test_schema_command_prints_field_descriptions() -> None:
+    result = run("schema")
+    assert result.exit_code == 0
+    schema = yaml.safe_load(result.stdout)
+    assert "batch" in schema["properties"]
+    assert schema["$defs"]["Batch"]["properties"]["global"]["description"].startswith("Intended")

@@ -1,0 +1,142 @@
+"""Hostile values round-trip exactly and never change the structure of the output."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import BASE_PROFILE, ROOT
+from runai_spec.loading import parse_documents
+from runai_spec.manifests import dump, parse, quote
+from runai_spec.plan import plan_workload
+from runai_spec.presets import PresetRegistry
+from runai_spec.profile import parse_profile
+from runai_spec.render import render_plan
+
+HOSTILE = [
+    "x\nhostNetwork: true",
+    "{privileged: true}",
+    "---",
+    "--- \nkind: Pod",
+    "{{ 7*7 }}",
+    "{% raw %}",
+    "\"quoted\" 'single'",
+    "a: b",
+    "- item",
+    "&anchor *alias",
+    "!!python/object:os.system",
+    "# comment",
+    "no", "on", "0777", "1e3", "~", "null", "true", "",
+    "\\n\\t backslashes \\",
+    "tab\tand\nnewline\r\n",
+    "unicode \u2028 \u00e9 \U0001f680",
+    "key: [1, 2]\n  nested: {a: 1}",
+    "...",
+]
+
+# Printable text plus the line breaks and tabs the loader accepts in strings.
+TEXT = st.lists(st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters="\ufeff")
+                | st.sampled_from(["\n", "\t", "\r\n", ": ", "{", "}", "[", "]", "- ", "#", "&",
+                                   "*", "!", "|", ">", "'", '"', "%", "@", "`", "{{", "}}", "---",
+                                   "\nhostNetwork: true", "{privileged: true}"]),
+                max_size=30).map("".join)
+
+REGISTRY = PresetRegistry(ROOT / "presets")
+
+
+def render_profile(data: dict[str, Any]) -> list[dict[str, Any]]:
+    text = dump([data])
+    loaded = parse_profile(text, "hostile.yaml")
+    plan = plan_workload(loaded, REGISTRY.get(loaded.profile.preset), REGISTRY.site())
+    return render_plan(plan)
+
+
+def shape(value: Any) -> Any:
+    """The structure with every scalar replaced by its type name."""
+    if isinstance(value, dict):
+        return {k: shape(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [shape(v) for v in value]
+    return type(value).__name__
+
+
+def hostile_profile(value: str) -> dict[str, Any]:
+    data = copy.deepcopy(BASE_PROFILE)
+    data["env"] = {"HOSTILE": value}
+    data["command"] = ["train.py", value or "x", "--flag"]
+    data["working_dir"] = "/" + value.replace("\n", "") if value else "/w"
+    data["checkpoint"]["resume"] = value or "latest"
+    return data
+
+
+BENIGN_SHAPE = shape(render_profile(hostile_profile("benign"))[0])
+
+
+def container(job: dict[str, Any]) -> dict[str, Any]:
+    return job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+
+
+def assert_round_trip(value: str) -> None:
+    (job,) = render_profile(hostile_profile(value))
+    assert shape(job) == BENIGN_SHAPE
+    c = container(job)
+    assert {"name": "HOSTILE", "value": value} in c["env"]
+    assert c["command"][2] == (value or "x")
+    assert "hostNetwork" not in job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    # The canonical dump reads back identically through the strict loader.
+    assert parse(dump([job]), "again") == [job]
+
+
+def test_known_hostile_strings_render_literally() -> None:
+    for value in HOSTILE:
+        assert_round_trip(value)
+
+
+def test_template_syntax_in_a_value_is_not_evaluated() -> None:
+    (job,) = render_profile(hostile_profile("{{ 7*7 }}"))
+    assert container(job)["command"][2] == "{{ 7*7 }}"
+    assert "49" not in str(container(job)["command"])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(TEXT)
+def test_any_string_round_trips_without_changing_structure(value: str) -> None:
+    assert_round_trip(value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=80))
+def test_quote_reads_back_as_the_same_string(value: str) -> None:
+    try:
+        docs = parse_documents(f"k: {quote(value)}\n", "q")
+    except Exception as exc:  # control characters are refused by the loader: a clear error
+        assert "control characters" in str(exc)
+        return
+    assert docs == [{"k": value}]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=10),
+                    lambda children: st.lists(children, max_size=3)
+                    | st.dictionaries(st.text(min_size=1, max_size=8), children, max_size=3),
+                    max_leaves=20))
+def test_hostile_documents_give_a_value_or_a_clear_error(value: Any) -> None:
+    import yaml
+
+    text = yaml.safe_dump({"root": value})
+    try:
+        docs = parse_documents(text, "doc")
+    except Exception as exc:
+        assert type(exc).__name__ == "InputError", exc
+        return
+    assert docs == [{"root": value}] or "control characters" in text
+
+
+def test_injection_attempt_in_profile_file_stays_a_string(tmp_path: Path) -> None:
+    text = dump([hostile_profile("x")]).replace('"x"', '"x\\nhostNetwork: true"', 1)
+    loaded = parse_profile(text, "p.yaml")
+    assert "hostNetwork" not in loaded.profile.model_dump()

@@ -1,0 +1,40 @@
+"""A built wheel carries templates/ and presets/ and renders outside the checkout."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+
+@pytest.mark.slow
+def test_wheel_installs_and_renders_from_anywhere(tmp_path: Path) -> None:
+    dist = tmp_path / "dist"
+    subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir",
+                    str(dist), str(ROOT)], check=True, capture_output=True)
+    (wheel,) = dist.glob("*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "runai_spec/templates/pytorchjob.yaml.j2" in names
+    assert "runai_spec/presets/approvals.yaml" in names
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+                    "--target", str(target), str(wheel)], check=True, capture_output=True)
+    work = tmp_path / "elsewhere"
+    shutil.copytree(ROOT / "examples" / "multi-node", work)
+    env = dict(os.environ, PYTHONPATH=str(target))
+    probe = ("import runai_spec, sys; print(runai_spec.__file__);"
+             "from runai_spec.cli import main; sys.argv=['runai-spec','render','profile.yaml'];"
+             "main()")
+    result = subprocess.run([sys.executable, "-c", probe], cwd=work, env=env,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    first, rest = result.stdout.split("\n", 1)
+    assert first.startswith(str(target))
+    assert rest == (work / "manifest.yaml").read_text()
