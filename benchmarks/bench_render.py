@@ -16,14 +16,26 @@ ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT / "examples" / "multi-node" / "profile.yaml"
 
 
+def once(argv: list[str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
 def median_seconds(argv: list[str], runs: int) -> float:
-    subprocess.run(argv, check=True, capture_output=True)  # warm the file cache
-    times = []
+    once(argv)  # warm the file cache
+    return statistics.median(once(argv) for _ in range(runs))
+
+
+def side_by_side(a: list[str], b: list[str], runs: int) -> tuple[float, float]:
+    """Alternate the two commands so background load hits both alike."""
+    once(a)
+    once(b)
+    times_a, times_b = [], []
     for _ in range(runs):
-        start = time.perf_counter()
-        subprocess.run(argv, check=True, capture_output=True)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        times_a.append(once(a))
+        times_b.append(once(b))
+    return statistics.median(times_a), statistics.median(times_b)
 
 
 def main() -> int:
@@ -33,9 +45,7 @@ def main() -> int:
     exe = Path(sys.executable)
     floor_argv = [str(exe), "-c", "import typer, pydantic, jinja2, yaml"]
     render_argv = [str(exe), "-m", "runai_spec", "render", str(PROFILE)]
-    # Interleave by measuring each several times in the same session.
-    floor = median_seconds(floor_argv, args.runs)
-    render = median_seconds(render_argv, args.runs)
+    floor, render = side_by_side(floor_argv, render_argv, args.runs)
     print(f"import floor      median {floor * 1000:7.1f} ms")
     print(f"runai-spec render median {render * 1000:7.1f} ms  ratio {render / floor:.2f} x floor "
           f"(budget <= 1.30)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import Any
 
 import jinja2
 
+from . import __version__
 from .errors import InternalError
 from .manifests import Manifest, operator_problems, parse, scalar
 from .plan import Plan
@@ -33,9 +35,22 @@ def _finalize(value: Any) -> str:
         raise InternalError(f"template produced a non-scalar value: {exc}") from None
 
 
+def _bytecode_cache() -> jinja2.BytecodeCache | None:
+    # Compiling the template costs ~20 ms per process; Jinja's cache checks the source's
+    # checksum, so an edited template is recompiled. No cache when the folder is unwritable.
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    folder = os.path.join(base, "runai-spec", f"jinja-{__version__}")
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError:
+        return None
+    return jinja2.FileSystemBytecodeCache(folder)
+
+
 @lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
     return jinja2.Environment(
+        bytecode_cache=_bytecode_cache(),
         loader=jinja2.FileSystemLoader(str(templates_dir())),
         undefined=jinja2.StrictUndefined,
         finalize=_finalize,
