@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import lru_cache
 from typing import Any
 
 from .loading import parse_documents
@@ -16,15 +17,23 @@ _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*$")
 _AMBIGUOUS = re.compile(r"^(y|Y|yes|Yes|YES|n|N|no|No|NO|true|True|TRUE|false|False|FALSE|"
                         r"on|On|ON|off|Off|OFF|null|Null|NULL|~)$")
 # Escape what PyYAML's reader refuses even inside quotes, and the YAML 1.1 line breaks
-# (NEL, LS, PS) that a reader would fold into spaces.
-_UNPRINTABLE = re.compile("[^\x09\x0a\x0d\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufffd"
-                          "\U00010000-\U0010ffff]")
+# (NEL, LS, PS) that a reader would fold into spaces. Compiled on first non-ASCII value:
+# the class spans most of Unicode and costs ~9 ms to compile.
+_UNPRINTABLE_CLASS = ("[^\x09\x0a\x0d\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufffd"
+                      "\U00010000-\U0010ffff]")
+
+
+@lru_cache(maxsize=1)
+def _unprintable() -> re.Pattern[str]:
+    return re.compile(_UNPRINTABLE_CLASS)
 
 
 def quote(text: str) -> str:
     """A YAML double-quoted scalar that any YAML 1.1 or 1.2 reader reads back as `text`."""
     encoded = json.dumps(text, ensure_ascii=False)
-    return _UNPRINTABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", encoded)
+    if encoded.isascii() and "\x7f" not in encoded:
+        return encoded  # json already escaped every ASCII control character
+    return _unprintable().sub(lambda m: f"\\u{ord(m.group()):04x}", encoded)
 
 
 def scalar(value: Any) -> str:
