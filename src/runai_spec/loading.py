@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -205,3 +206,12 @@ def load_documents(path: Path, *, max_bytes: int = 16 * MAX_BYTES) -> list[dict[
 def looks_secret(name: str) -> bool:
     """True for variable names that usually hold credentials."""
     return bool(_SECRETISH.search(name))
+
+
+def shipped_dir(name: str) -> Path:
+    """A top-level data folder (templates/, presets/): inside the installed wheel, else the
+    source checkout's."""
+    packaged = Path(str(resources.files("runai_spec"))) / name
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parents[2] / name

@@ -8,14 +8,13 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import InputError, PresetError
-from .loading import load_mapping_text, read_text
+from .loading import load_mapping_text, read_text, shipped_dir
 from .profile import DNS1123, Strategy
 
 LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -137,11 +136,8 @@ class VerifyResult:
 
 
 def default_presets_dir() -> Path:
-    """presets/ of a source checkout, else the copy inside the installed wheel."""
-    packaged = Path(str(resources.files("runai_spec"))) / "presets"
-    if packaged.is_dir():
-        return packaged
-    return Path(__file__).resolve().parents[2] / "presets"
+    """The presets/ shipped with runai-spec (tests replace this function)."""
+    return shipped_dir("presets")
 
 
 def _sha256(data: bytes) -> str:

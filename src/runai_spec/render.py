@@ -4,26 +4,17 @@ from __future__ import annotations
 
 import os
 from functools import lru_cache
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
 import jinja2
 
 from . import __version__
 from .errors import InternalError
+from .loading import shipped_dir
 from .manifests import Manifest, operator_problems, parse, scalar
 from .plan import Plan
 
 TEMPLATES = {"kubeflow": "pytorchjob.yaml.j2"}
-
-
-def templates_dir() -> Path:
-    """templates/ inside the installed wheel, else the source checkout's."""
-    packaged = Path(str(resources.files("runai_spec"))) / "templates"
-    if packaged.is_dir():
-        return packaged
-    return Path(__file__).resolve().parents[2] / "templates"
 
 
 def _finalize(value: Any) -> str:
@@ -51,7 +42,7 @@ def _bytecode_cache() -> jinja2.BytecodeCache | None:
 def environment() -> jinja2.Environment:
     return jinja2.Environment(
         bytecode_cache=_bytecode_cache(),
-        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        loader=jinja2.FileSystemLoader(str(shipped_dir("templates"))),
         undefined=jinja2.StrictUndefined,
         finalize=_finalize,
         autoescape=False,
