@@ -1,0 +1,49 @@
+"""`validate --crd`: the cluster's own CRD, parsed once and cached."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import CRD, ROOT
+from runai_spec.crd import crd_findings, load_crd_schemas
+from runai_spec.errors import InputError
+from runai_spec.manifests import parse
+
+
+@pytest.fixture
+def cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def job(example: str) -> dict[str, object]:
+    (obj,) = parse((ROOT / "examples" / example / "manifest.yaml").read_text(), example)
+    return obj
+
+
+def test_examples_pass_the_upstream_crd_and_the_schema_is_cached(cache_home: Path) -> None:
+    schemas = load_crd_schemas(CRD)
+    assert "v1" in schemas
+    assert len(list(cache_home.rglob("*.json"))) == 1
+    assert load_crd_schemas(CRD) == schemas  # from the cache
+    for example in ("single-gpu", "multi-node", "elastic"):
+        assert crd_findings([job(example)], schemas, "PyTorchJob", example) == []
+
+
+def test_a_violation_becomes_a_finding_with_its_path(cache_home: Path) -> None:
+    obj = job("multi-node")
+    obj["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = "1"  # type: ignore[index]
+    (finding,) = crd_findings([obj], load_crd_schemas(CRD), "PyTorchJob", "p.yaml")
+    assert finding.rule == "crd-schema"
+    assert finding.path == "spec.pytorchReplicaSpecs.Worker.replicas"
+
+
+def test_a_file_that_is_not_a_crd_is_bad_input(tmp_path: Path, cache_home: Path) -> None:
+    path = tmp_path / "crd.yaml"
+    path.write_text("kind: ConfigMap\n")
+    with pytest.raises(InputError, match="not a CustomResourceDefinition"):
+        load_crd_schemas(path)
+    with pytest.raises(InputError, match="no such file"):
+        load_crd_schemas(tmp_path / "missing.yaml")
