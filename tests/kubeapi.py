@@ -1,0 +1,581 @@
+"""A small Kubernetes-API-compatible server for tests (standard library, 127.0.0.1 only).
+
+It serves the part of the API that runai-spec's cluster commands use: discovery,
+PyTorchJobs and ConfigMaps (create, get, list, delete, server-side apply with dryRun,
+force and strict field validation, validated against the upstream CRD), pods, pod logs
+and events; with a bearer-token check, RBAC refusals, injectable faults and a record of
+every request received.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from functools import lru_cache
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import yaml
+
+SCHEMAS = Path(__file__).resolve().parents[2] / "shared" / "schemas"
+CRD_FILE = SCHEMAS / "kubeflow.org_pytorchjobs.yaml"
+KINDS = {"pytorchjobs": ("kubeflow.org/v1", "PyTorchJob"), "configmaps": ("v1", "ConfigMap"),
+         "pods": ("v1", "Pod"), "events": ("v1", "Event")}
+
+
+@lru_cache(maxsize=1)
+def pytorchjob_schema() -> dict[str, Any]:
+    crd = yaml.load(CRD_FILE.read_text(encoding="utf-8"),
+                    Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
+    schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
+    return schema
+
+
+@lru_cache(maxsize=1)
+def pytorchjob_validator() -> Any:
+    import jsonschema
+
+    return jsonschema.Draft7Validator(pytorchjob_schema())
+
+
+@dataclass
+class Fault:
+    """One injected misbehaviour, used by the first matching request."""
+
+    status: int | None = None
+    method: str | None = None
+    path_contains: str | None = None
+    retry_after: str | None = None
+    delay: float = 0.0  # seconds before answering
+    drop: bool = False  # close the connection without an answer
+    commit: bool = False  # perform the request first, then misbehave (the write happened)
+    body: dict[str, Any] | None = None
+
+    def matches(self, method: str, path: str) -> bool:
+        return ((self.method is None or self.method == method)
+                and (self.path_contains is None or self.path_contains in path))
+
+
+@dataclass
+class Received:
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class FakeKube:
+    """The server's state; tests seed and inspect it directly."""
+
+    token: str = "test-token-0123456789abcdef"
+    namespaces: set[str] = field(default_factory=lambda: {"runai-team-a", "runai-nlp-lab",
+                                                          "runai-cv-lab", "default"})
+    crd_installed: bool = True
+    forbidden: set[tuple[str, str]] = field(default_factory=set)  # (verb, plural)
+    objects: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
+    owners: dict[tuple[str, str, str], dict[str, set[tuple[str, ...]]]] = field(default_factory=dict)
+    logs: dict[tuple[str, str, bool], str] = field(default_factory=dict)  # (ns, pod, previous)
+    faults: list[Fault] = field(default_factory=list)
+    requests: list[Received] = field(default_factory=list)
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    stopping: threading.Event = field(default_factory=threading.Event)
+    version: int = 1000
+
+    # -- test helpers -------------------------------------------------------------------
+
+    def inject(self, status: int | None = None, **kwargs: Any) -> Fault:
+        fault = Fault(status=status, **kwargs)
+        with self.lock:
+            self.faults.append(fault)
+        return fault
+
+    def put(self, plural: str, obj: dict[str, Any], manager: str = "kubectl") -> dict[str, Any]:
+        """Store an object as if another client had created it."""
+        meta = obj.setdefault("metadata", {})
+        key = (plural, meta.get("namespace", "default"), meta["name"])
+        api_version, kind = KINDS[plural]
+        obj.setdefault("apiVersion", api_version)
+        obj.setdefault("kind", kind)
+        with self.lock:
+            self._stamp(obj, None)
+            self.objects[key] = obj
+            self.owners[key] = {manager: set(leaves(_content(obj)))}
+        return obj
+
+    def get(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.objects.get((plural, namespace, name))
+
+    def count(self, plural: str) -> int:
+        return sum(1 for key in self.objects if key[0] == plural)
+
+    def writes(self) -> list[Received]:
+        return [r for r in self.requests if r.method in ("POST", "PUT", "PATCH", "DELETE")
+                and "dryRun" not in r.query]
+
+    def add_pod(self, job: str, namespace: str, role: str, index: int, phase: str = "Running",
+                state: dict[str, Any] | None = None, restarts: int = 0,
+                conditions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        name = f"{job}-{role}-{index}"
+        pod = {"metadata": {"name": name, "namespace": namespace, "labels": {
+            "training.kubeflow.org/job-name": job, "training.kubeflow.org/replica-type": role,
+            "training.kubeflow.org/replica-index": str(index),
+            "training.kubeflow.org/operator-name": "pytorchjob-controller"}},
+            "spec": {"nodeName": f"node-{index}" if phase != "Pending" else None},
+            "status": {"phase": phase, "conditions": conditions or [], "containerStatuses": [
+                {"name": "pytorch", "restartCount": restarts,
+                 "state": state or ({"running": {}} if phase == "Running" else
+                                    {"waiting": {"reason": "ContainerCreating"}})}]}}
+        return self.put("pods", pod, manager="kubelet")
+
+    def add_event(self, namespace: str, involved: str, reason: str, message: str,
+                  kind: str = "Pod", type_: str = "Warning") -> None:
+        name = f"{involved}.{uuid.uuid4().hex[:8]}"
+        self.put("events", {"metadata": {"name": name, "namespace": namespace},
+                            "involvedObject": {"kind": kind, "name": involved,
+                                               "namespace": namespace},
+                            "reason": reason, "message": message, "type": type_,
+                            "lastTimestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ")})
+
+    # -- object mechanics ---------------------------------------------------------------
+
+    def _stamp(self, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        self.version += 1
+        meta = obj["metadata"]
+        meta["resourceVersion"] = str(self.version)
+        if old is None:
+            meta["uid"] = str(uuid.uuid4())
+            meta["creationTimestamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ")
+            meta["generation"] = 1
+        else:
+            for key in ("uid", "creationTimestamp"):
+                meta[key] = old["metadata"][key]
+            changed = old.get("spec") != obj.get("spec")
+            meta["generation"] = old["metadata"].get("generation", 1) + (1 if changed else 0)
+            if "status" in old:
+                obj["status"] = old["status"]
+
+
+def _content(obj: dict[str, Any]) -> dict[str, Any]:
+    """What field ownership covers: everything but server-set metadata and status."""
+    out = {k: v for k, v in obj.items() if k not in ("status",)}
+    out["metadata"] = {k: v for k, v in obj.get("metadata", {}).items()
+                       if k in ("name", "namespace", "labels", "annotations")}
+    return out
+
+
+Path_ = tuple[str, ...]
+
+
+def leaves(value: Any, path: Path_ = ()) -> dict[Path_, Any]:
+    """Leaf paths of an object; lists are atomic (as with most fields of a CRD)."""
+    if isinstance(value, dict) and value:
+        out: dict[Path_, Any] = {}
+        for key, child in value.items():
+            out.update(leaves(child, (*path, key)))
+        return out
+    return {path: value}
+
+
+def dotted(path: Path_) -> str:
+    return "." + ".".join(path)
+
+
+def unflatten(flat: dict[Path_, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for parts, value in sorted(flat.items()):
+        node = out
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = copy.deepcopy(value)
+    return out
+
+
+def unknown_fields(value: Any, schema: dict[str, Any], path: str = "") -> list[str]:
+    """Fields the structural schema does not declare (what fieldValidation=Strict rejects)."""
+    if schema.get("x-kubernetes-preserve-unknown-fields"):
+        return []
+    if isinstance(value, dict):
+        props = schema.get("properties")
+        extra = schema.get("additionalProperties")
+        out = []
+        for key, child in value.items():
+            if props is not None and key in props:
+                out += unknown_fields(child, props[key], f"{path}.{key}")
+            elif isinstance(extra, dict):
+                out += unknown_fields(child, extra, f"{path}.{key}")
+            elif props is not None and not (path == "" and key in ("apiVersion", "kind")):
+                out.append(f"{path}.{key}")
+        return out
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [u for i, item in enumerate(value)
+                for u in unknown_fields(item, schema["items"], f"{path}[{i}]")]
+    return []
+
+
+def status_body(code: int, reason: str, message: str, **details: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                            "status": "Failure" if code >= 400 else "Success",
+                            "message": message, "reason": reason, "code": code}
+    if details:
+        body["details"] = details
+    return body
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    timeout = 10  # an idle or stuck client connection ends by itself
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def _serve(self) -> None:
+        kube = self.server.kube
+        split = urlsplit(self.path)
+        path, query = unquote(split.path), parse_qs(split.query)
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        headers = {k: v for k, v in self.headers.items() if k.lower() != "authorization"}
+        with kube.lock:
+            kube.requests.append(Received(self.command, path, query, headers, body))
+            fault = next((f for f in kube.faults if f.matches(self.command, path)), None)
+            if fault:
+                kube.faults.remove(fault)
+        if fault and not fault.commit and self._misbehave(fault):
+            return
+        auth = self.headers.get("Authorization", "")
+        if auth != f"Bearer {kube.token}":
+            code, reply = 401, status_body(401, "Unauthorized", "Unauthorized")
+        else:
+            try:
+                code, reply = route(kube, self.command, path, query, body,
+                                    self.headers.get("Content-Type", ""))
+            except Exception as exc:  # a bug in the fake: answer 500, visibly
+                code, reply = 500, status_body(500, "InternalError", f"fake server bug: {exc!r}")
+        if fault and fault.commit and self._misbehave(fault):
+            return
+        self._send(code, reply)
+
+    def _misbehave(self, fault: Fault) -> bool:
+        """Apply a fault; True when the answer has been given (or withheld)."""
+        if fault.delay:
+            self.server.kube.stopping.wait(fault.delay)
+        if fault.drop:
+            self.close_connection = True
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(socket.SHUT_RDWR)
+            return True
+        if fault.status is None:
+            return False
+        reason = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound",
+                  409: "Conflict", 422: "Invalid", 429: "TooManyRequests",
+                  500: "InternalError", 503: "ServiceUnavailable"}.get(fault.status, "Unknown")
+        extra = {"Retry-After": fault.retry_after} if fault.retry_after is not None else {}
+        self._send(fault.status, fault.body or status_body(fault.status, reason,
+                                                           f"injected {fault.status}"), extra)
+        return True
+
+    def _send(self, code: int, reply: Any, extra: dict[str, str] | None = None) -> None:
+        if isinstance(reply, str):
+            data, ctype = reply.encode(), "text/plain; charset=utf-8"
+        else:
+            data, ctype = json.dumps(reply).encode(), "application/json"
+        try:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            for key, value in (extra or {}).items():
+                self.send_header(key, value)
+            self.end_headers()
+            self.wfile.write(data)
+        except OSError:
+            self.close_connection = True
+
+    do_GET = do_POST = do_PATCH = do_DELETE = do_PUT = _serve
+
+
+def route(kube: FakeKube, method: str, path: str, query: dict[str, list[str]], body: bytes,
+          content_type: str) -> tuple[int, Any]:
+    parts = [p for p in path.split("/") if p]
+    if path == "/version":
+        return 200, {"major": "1", "minor": "30", "gitVersion": "v1.30.0-fake"}
+    if path == "/api":
+        return 200, {"kind": "APIVersions", "versions": ["v1"]}
+    if path == "/apis":
+        groups = [{"name": "kubeflow.org", "versions": [{"groupVersion": "kubeflow.org/v1",
+                                                          "version": "v1"}]}]
+        return 200, {"kind": "APIGroupList", "apiVersion": "v1",
+                     "groups": groups if kube.crd_installed else []}
+    if path == "/api/v1":
+        return 200, resource_list("v1", [("configmaps", "ConfigMap"), ("pods", "Pod"),
+                                         ("pods/log", "Pod"), ("events", "Event"),
+                                         ("namespaces", "Namespace")])
+    if path == "/apis/kubeflow.org/v1":
+        if not kube.crd_installed:
+            return 404, "404 page not found"
+        return 200, resource_list("kubeflow.org/v1", [("pytorchjobs", "PyTorchJob"),
+                                                      ("pytorchjobs/status", "PyTorchJob")])
+    # /api/v1/namespaces/NS/PLURAL[/NAME[/log]]  or  /apis/kubeflow.org/v1/namespaces/...
+    prefix = 2 if parts[:2] == ["api", "v1"] else 3 if parts[:3] == ["apis", "kubeflow.org", "v1"] else 0
+    rest = parts[prefix:]
+    if not prefix or len(rest) < 3 or rest[0] != "namespaces":
+        return 404, "404 page not found"
+    namespace, plural = rest[1], rest[2]
+    if plural not in KINDS or (plural == "pytorchjobs") != (prefix == 3):
+        return 404, "404 page not found"
+    if plural == "pytorchjobs" and not kube.crd_installed:
+        return 404, "404 page not found"
+    name = rest[3] if len(rest) > 3 else None
+    sub = rest[4] if len(rest) > 4 else None
+    verb = {"GET": "get" if name else "list", "POST": "create", "PATCH": "patch",
+            "DELETE": "delete", "PUT": "update"}[method]
+    if (verb, plural) in kube.forbidden:
+        group = "kubeflow.org" if plural == "pytorchjobs" else ""
+        return 403, status_body(403, "Forbidden", f'{plural}.{group} "{name or ""}" is forbidden: User '
+                                f'"alice" cannot {verb} resource "{plural}" in API group "{group}" '
+                                f'in the namespace "{namespace}"', name=name or "", kind=plural)
+    with kube.lock:
+        if sub == "log":
+            return pod_log(kube, namespace, name or "", query)
+        if method == "GET" and name is None:
+            return 200, list_objects(kube, plural, namespace, query)
+        if method == "GET":
+            obj = kube.get(plural, namespace, name or "")
+            return (200, obj) if obj else not_found(plural, name or "")
+        if method == "DELETE":
+            return delete(kube, plural, namespace, name or "", body)
+        if namespace not in kube.namespaces:
+            return 404, status_body(404, "NotFound", f'namespaces "{namespace}" not found',
+                                    name=namespace, kind="namespaces")
+        if method == "PATCH" and content_type.startswith("application/apply-patch+yaml"):
+            return apply(kube, plural, namespace, name or "", query, body)
+        if method == "POST":
+            return create(kube, plural, namespace, query, body)
+    return 405, status_body(405, "MethodNotAllowed", f"{method} is not supported by the fake")
+
+
+def resource_list(group_version: str, items: list[tuple[str, str]]) -> dict[str, Any]:
+    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version,
+            "resources": [{"name": n, "singularName": "", "namespaced": True, "kind": k,
+                           "verbs": ["create", "delete", "get", "list", "patch", "update"]}
+                          for n, k in items]}
+
+
+def not_found(plural: str, name: str) -> tuple[int, Any]:
+    group = "kubeflow.org" if plural == "pytorchjobs" else ""
+    return 404, status_body(404, "NotFound", f'{plural}.{group} "{name}" not found', name=name,
+                            group=group, kind=plural)
+
+
+def list_objects(kube: FakeKube, plural: str, namespace: str,
+                 query: dict[str, list[str]]) -> dict[str, Any]:
+    items = [o for (p, ns, _), o in sorted(kube.objects.items()) if p == plural and ns == namespace]
+    for selector in query.get("labelSelector", []):
+        for term in selector.split(","):
+            key, _, value = term.partition("=")
+            items = [o for o in items if o["metadata"].get("labels", {}).get(key) == value]
+    for selector in query.get("fieldSelector", []):
+        for term in selector.split(","):
+            key, _, value = term.partition("=")
+            def pick(obj: dict[str, Any], dotted: str = key) -> Any:
+                for part in dotted.split("."):
+                    obj = obj.get(part, {}) if isinstance(obj, dict) else {}
+                return obj
+            items = [o for o in items if pick(o) == value]
+    api_version, kind = KINDS[plural]
+    return {"kind": f"{kind}List", "apiVersion": api_version,
+            "metadata": {"resourceVersion": str(kube.version)}, "items": items}
+
+
+def pod_log(kube: FakeKube, namespace: str, name: str,
+            query: dict[str, list[str]]) -> tuple[int, Any]:
+    if kube.get("pods", namespace, name) is None:
+        return not_found("pods", name)
+    previous = query.get("previous", ["false"])[0] == "true"
+    text = kube.logs.get((namespace, name, previous))
+    if text is None:
+        what = "previous terminated container" if previous else "container"
+        return 400, status_body(400, "BadRequest", f'{what} "pytorch" in pod "{name}" not found')
+    return 200, text
+
+
+def validate(kube: FakeKube, plural: str, obj: dict[str, Any], name: str,
+             strict: bool) -> tuple[int, Any] | None:
+    if obj.get("metadata", {}).get("name") != name:
+        return 400, status_body(400, "BadRequest", "the name of the object does not match the URL")
+    if plural != "pytorchjobs":
+        return None
+    if strict:
+        unknown = unknown_fields(obj, pytorchjob_schema())
+        if unknown:
+            return 400, status_body(400, "BadRequest", "failed to create typed patch object "
+                                    f"(/{name}; kubeflow.org/v1, Kind=PyTorchJob): "
+                                    + ", ".join(f"{u}: field not declared in schema" for u in unknown))
+    errors = sorted(pytorchjob_validator().iter_errors(obj), key=lambda e: list(e.absolute_path))
+    if not errors:
+        return None
+    causes = []
+    for error in errors:
+        dotted = ""
+        for part in error.absolute_path:
+            dotted += f"[{part}]" if isinstance(part, int) else f".{part}"
+        causes.append({"reason": "FieldValueInvalid", "message": f"Invalid value: {error.message}",
+                       "field": dotted.lstrip(".")})
+    message = f'PyTorchJob.kubeflow.org "{name}" is invalid: ' + ", ".join(
+        f"{c['field']}: {c['message']}" for c in causes)
+    return 422, status_body(422, "Invalid", message, name=name, group="kubeflow.org",
+                            kind="PyTorchJob", causes=causes)
+
+
+def parse_body(body: bytes) -> dict[str, Any] | None:
+    try:
+        value = yaml.safe_load(body.decode("utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def apply(kube: FakeKube, plural: str, namespace: str, name: str, query: dict[str, list[str]],
+          body: bytes) -> tuple[int, Any]:
+    manager = query.get("fieldManager", [""])[0]
+    if not manager:
+        return 422, status_body(422, "Invalid", "PatchOptions.meta.k8s.io \"\" is invalid: "
+                                "fieldManager: Required value: is required for apply patch")
+    obj = parse_body(body)
+    if obj is None:
+        return 400, status_body(400, "BadRequest", "error decoding YAML: not an object")
+    obj.setdefault("metadata", {}).setdefault("namespace", namespace)
+    if obj["metadata"]["namespace"] != namespace:
+        return 400, status_body(400, "BadRequest", "the namespace of the object does not match")
+    strict = query.get("fieldValidation", ["Warn"])[0] == "Strict"
+    force = query.get("force", ["false"])[0] == "true"
+    dry = query.get("dryRun", [""])[0] == "All"
+    key = (plural, namespace, name)
+    old = kube.objects.get(key)
+    applied = leaves(_content(obj))
+    owners = copy.deepcopy(kube.owners.get(key, {}))
+    if old is not None:
+        current = leaves(_content(old))
+        conflicts = sorted(p for other, paths in owners.items() if other != manager
+                           for p in paths if p in applied and current.get(p) != applied[p])
+        if conflicts and not force:
+            causes = [{"reason": "FieldManagerConflict", "field": dotted(p),
+                       "message": f'conflict with "{next(o for o, ps in owners.items() if p in ps)}": '
+                       f"{dotted(p)}"}
+                      for p in conflicts]
+            return 409, status_body(409, "Conflict", f"Apply failed with {len(causes)} conflicts: "
+                                    + "; ".join(c["message"] for c in causes),
+                                    causes=causes, name=name, kind=plural)
+        for other in owners:
+            if other != manager:
+                owners[other] -= set(applied)
+        kept = {p: v for p, v in current.items()
+                if any(p in ps for o, ps in owners.items() if o != manager)}
+        merged = unflatten({**kept, **applied})
+    else:
+        merged = unflatten(applied)
+    owners[manager] = set(applied)
+    new = {**merged, "apiVersion": obj.get("apiVersion"), "kind": obj.get("kind")}
+    refused = validate(kube, plural, new, name, strict)
+    if refused:
+        return refused
+    kube._stamp(new, old)
+    new["metadata"]["managedFields"] = [{"manager": m, "operation": "Apply", "fieldsType": "FieldsV1",
+                                         "fieldsV1": {dotted(p): {} for p in sorted(ps)}}
+                                        for m, ps in owners.items()]
+    if dry:
+        kube.version -= 1
+        return (200 if old else 201), new
+    kube.objects[key] = new
+    kube.owners[key] = owners
+    return (200 if old else 201), new
+
+
+def create(kube: FakeKube, plural: str, namespace: str, query: dict[str, list[str]],
+           body: bytes) -> tuple[int, Any]:
+    obj = parse_body(body)
+    if obj is None:
+        return 400, status_body(400, "BadRequest", "error decoding the body")
+    name = obj.get("metadata", {}).get("name", "")
+    obj["metadata"].setdefault("namespace", namespace)
+    key = (plural, namespace, name)
+    if key in kube.objects:
+        return 409, status_body(409, "AlreadyExists", f'{plural} "{name}" already exists',
+                                name=name, kind=plural)
+    refused = validate(kube, plural, obj, name, query.get("fieldValidation", [""])[0] == "Strict")
+    if refused:
+        return refused
+    kube._stamp(obj, None)
+    if query.get("dryRun", [""])[0] != "All":
+        kube.objects[key] = obj
+        kube.owners[key] = {query.get("fieldManager", ["unknown"])[0]: set(leaves(_content(obj)))}
+    return 201, obj
+
+
+def delete(kube: FakeKube, plural: str, namespace: str, name: str, body: bytes) -> tuple[int, Any]:
+    key = (plural, namespace, name)
+    obj = kube.objects.get(key)
+    if obj is None:
+        return not_found(plural, name)
+    options = parse_body(body) or {} if body else {}
+    uid = (options.get("preconditions") or {}).get("uid")
+    if uid and uid != obj["metadata"]["uid"]:
+        return 409, status_body(409, "Conflict", f"Precondition failed: UID in precondition: {uid}, "
+                                f"UID in object meta: {obj['metadata']['uid']}", name=name, kind=plural)
+    del kube.objects[key]
+    kube.owners.pop(key, None)
+    if plural == "pytorchjobs":  # the garbage collector removes the job's pods
+        for pod_key in [k for k, o in kube.objects.items() if k[0] == "pods" and k[1] == namespace
+                        and o["metadata"].get("labels", {}).get("training.kubeflow.org/job-name") == name]:
+            del kube.objects[pod_key]
+    return 200, status_body(200, "", "", name=name, kind=plural, uid=obj["metadata"]["uid"]) | {
+        "status": "Success"}
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, kube: FakeKube) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.kube = kube
+
+
+class KubeAPI:
+    """The running server: `url`, `kube` (state), `stop()`."""
+
+    def __init__(self, kube: FakeKube | None = None) -> None:
+        self.kube = kube or FakeKube()
+        self.server = _Server(self.kube)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
+                                       daemon=True, name="fake-kube-api")
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.kube.stopping.set()
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+    def kubeconfig(self, path: Path, token: str | None = None, context: str = "fake") -> Path:
+        """A kubeconfig with token auth pointing at this server."""
+        config = {
+            "apiVersion": "v1", "kind": "Config", "current-context": context,
+            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "users": [{"name": "alice", "user": {"token": token or self.kube.token}}],
+            "contexts": [{"name": context, "context": {"cluster": "fake", "user": "alice"}}],
+        }
+        path.write_text(yaml.safe_dump(config), encoding="utf-8")
+        return path
