@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +54,14 @@ def target(kubeconfig: Path, sleeps: Sleeps) -> Target:
 _RENDERED: dict[str, list[dict[str, Any]]] = {}
 
 
-def rendered(path: Path = EXAMPLE) -> list[dict[str, Any]]:
+def render_example(path: Path = EXAMPLE) -> list[dict[str, Any]]:
     key = str(path)
     if key not in _RENDERED:
         _RENDERED[key] = [dict(m) for m in prepare_workload(path).manifests]
     return copy.deepcopy(_RENDERED[key])
+
+
+@pytest.fixture
+def rendered() -> Callable[..., list[dict[str, Any]]]:
+    """A fresh copy of the multi-node example's manifests on each call."""
+    return render_example
