@@ -739,7 +739,7 @@ _PLAIN_REASONS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"(?i)node.?pool|node affinity|node selector|didn't match"),
      "no node of the requested node pool can take it: the pool is full or matches no node"),
     (re.compile(r"(?i)insufficient nvidia\.com/gpu"), "not enough free GPUs on any node"),
-    (re.compile(r"(?i)insufficient ([\w./-]+)"), "not enough free {0} on any node"),
+    (re.compile(r"(?i)insufficient ([\w/-]+(?:\.[\w/-]+)*)"), "not enough free {0} on any node"),
     (re.compile(r"(?i)taint"), "the nodes carry taints the pod does not tolerate"),
     (re.compile(r"(?i)persistentvolumeclaim|unbound"),
      "a volume claim is missing or not bound: check the profile's checkpoint and data claims"),
