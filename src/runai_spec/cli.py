@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -12,8 +13,16 @@ from typing import Annotated, NoReturn, TypeVar
 
 import typer
 
-from . import __version__
-from .errors import EXIT_FINDINGS, EXIT_INPUT, EXIT_INTERNAL, EXIT_OK, InputError, RunaiSpecError
+from . import __version__, cluster
+from .errors import (
+    EXIT_FINDINGS,
+    EXIT_INPUT,
+    EXIT_INTERNAL,
+    EXIT_OK,
+    ClusterError,
+    InputError,
+    RunaiSpecError,
+)
 from .findings import Finding
 from .presets import PresetRegistry, preset_summary
 from .workload import Workload, prepare_workload
@@ -218,6 +227,128 @@ def presets_verify(directory: PresetsDir = None) -> None:
 
 
 # --- cluster commands (cluster.py) ---
+
+KubeconfigOpt = Annotated[Path | None, typer.Option(
+    "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).")]
+ContextOpt = Annotated[str | None, typer.Option("--context", help="kubeconfig context to use.")]
+DebugOpt = Annotated[bool, typer.Option("--debug", help="Log each API request to stderr "
+                                        "(never headers, tokens or the kubeconfig).")]
+JobArg = Annotated[str, typer.Argument(help="Workload name, or its profile file.", show_default=False)]
+ProjectOpt = Annotated[str | None, typer.Option(
+    "--project", help="Run:ai project of a workload NAME: the site file maps it to the namespace.")]
+
+
+class DryRun(StrEnum):
+    server = "server"
+
+
+def cluster_target(kubeconfig: Path | None, context: str | None, debug: bool) -> cluster.Target:
+    if debug:
+        cluster.enable_debug()
+    return cluster.Target(kubeconfig=kubeconfig, context=context)
+
+
+def checked_workload(path: Path) -> Workload:
+    """Render and check a profile; an error finding stops here, before any request."""
+    workload = guarded(lambda: prepare_workload(path))
+    print_findings(workload.findings)
+    if workload.errors:
+        raise typer.Exit(EXIT_FINDINGS)
+    return workload
+
+
+def job_refs(job: str, project: str | None) -> list[cluster.Ref]:
+    """NAME|PROFILE -> the objects on the cluster; the namespace always comes from the site file."""
+    from .manifests import DNS1035
+    from .plan import namespace_for
+
+    if Path(job).suffix in (".yaml", ".yml") or Path(job).is_file():
+        workload = guarded(lambda: prepare_workload(Path(job)))
+        return guarded(lambda: [cluster.ref_of(m) for m in workload.manifests])
+    if not DNS1035.match(job) or len(job) > 63:
+        fail(InputError(f"{job!r} is neither a profile file nor a workload name", field="NAME"))
+    if project is None:
+        fail(InputError("a workload NAME needs --project (or pass its profile instead)",
+                        field="--project"))
+    site = guarded(lambda: PresetRegistry().site())
+    return [cluster.job_ref(job, namespace_for(site, project))]
+
+
+@app.command()
+def submit(
+    profile: Annotated[Path, typer.Argument(help="Profile file.", show_default=False)],
+    dry_run: Annotated[DryRun | None, typer.Option("--dry-run", help="`server`: the API server "
+                                                   "checks it and shows what it would store.")] = None,
+    replace: Annotated[bool, typer.Option("--replace", help="Delete a different earlier render of "
+                                          "the same name and create this one.")] = False,
+    kubeconfig: KubeconfigOpt = None, context: ContextOpt = None, debug: DebugOpt = False,
+) -> None:
+    """Render, check and send a workload with server-side apply (re-submitting changes nothing)."""
+    workload = checked_workload(profile)
+    target = cluster_target(kubeconfig, context, debug)
+    result = guarded(lambda: cluster.submit_manifests(workload.manifests, target,
+                                                      dry_run=dry_run is not None, replace=replace))
+    err(f"{o.action}: {o.ref}{' (dry run: nothing stored)' if result.dry_run else ''}"
+        for o in result.outcomes)
+    if result.dry_run:
+        from .manifests import dump
+
+        sys.stdout.write(dump([o.stored for o in result.outcomes if o.stored is not None]))
+
+
+@app.command()
+def status(job: JobArg, project: ProjectOpt = None, fmt: FormatOpt = Format.text,
+           kubeconfig: KubeconfigOpt = None, context: ContextOpt = None, debug: DebugOpt = False) -> None:
+    """The job's phase, each pod's state and, when it is pending, why."""
+    ref = job_refs(job, project)[0]
+    result = guarded(lambda: cluster.job_status(ref.name, ref.namespace,
+                                                cluster_target(kubeconfig, context, debug)))
+    if fmt is Format.json:
+        print(json.dumps(dataclasses.asdict(result), indent=2))
+        return
+    print(f"{result.name} ({result.namespace}): {result.phase}"
+          f"{': ' + result.message if result.message else ''}")
+    for p in result.pods:
+        print(f"  {p.name}  {p.role} {p.index}  {p.phase}  {p.state}  restarts {p.restarts}"
+              f"{'  on ' + p.node if p.node else ''}")
+    for reason in result.pending_reasons:
+        print(f"  pending: {reason}")
+
+
+@app.command()
+def logs(job: JobArg, out: Annotated[Path, typer.Option("--out", "-o", help="Folder for one "
+                                                         "<pod>.log per rank.", show_default=False)],
+         previous: Annotated[bool, typer.Option("--previous", help="The restarted containers' "
+                                                "earlier logs.")] = False,
+         project: ProjectOpt = None, kubeconfig: KubeconfigOpt = None, context: ContextOpt = None,
+         debug: DebugOpt = False) -> None:
+    """Save every rank's (pod's) log in its own file, so the logs outlive the pods."""
+    ref = job_refs(job, project)[0]
+    result = guarded(lambda: cluster.save_logs(ref.name, ref.namespace, out, cluster_target(
+        kubeconfig, context, debug), previous=previous))
+    err([f"saved {s.path} ({s.size} bytes)" for s in result.saved])
+    err([f"skipped {pod}: {why}" for pod, why in result.skipped])
+    if not result.saved:
+        fail(ClusterError(f"{ref}: no pod had a log to save", file="cluster",
+                          hint="`runai-spec status` shows the pods' states"))
+
+
+@app.command()
+def delete(job: JobArg, yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask "
+                                                          "(for scripts).")] = False,
+           project: ProjectOpt = None, kubeconfig: KubeconfigOpt = None, context: ContextOpt = None,
+           debug: DebugOpt = False) -> None:
+    """Delete a workload runai-spec created (asks first; its pods and their logs go too)."""
+    refs = job_refs(job, project)
+    if not yes:
+        if not sys.stdin.isatty():
+            fail(InputError("refusing to delete without confirmation", field="--yes",
+                            hint="pass --yes in scripts"))
+        if not typer.confirm(f"delete {', '.join(map(str, refs))} and its pods (save logs first "
+                             "with `runai-spec logs`)?"):
+            raise typer.Exit(EXIT_FINDINGS)
+    result = guarded(lambda: cluster.delete_job(refs, cluster_target(kubeconfig, context, debug)))
+    err(f"deleted: {ref}" for ref in result.deleted)
 
 
 # --- rehearse commands (rehearse.py) ---
