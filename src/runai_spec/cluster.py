@@ -225,13 +225,28 @@ def enable_debug() -> None:
     The kubernetes client's own debug switch (Configuration.debug) turns on http.client's
     header dump, which prints the bearer token: it stays off.
     """
-    handler = logging.StreamHandler()
-    handler.addFilter(RedactFilter())
-    handler.setFormatter(logging.Formatter("debug: %(name)s: %(message)s"))
     for name in ("runai_spec", "urllib3"):
         logger = logging.getLogger(name)
         logger.setLevel(logging.DEBUG)
-        logger.addHandler(handler)
+        if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
+            handler = _StderrHandler()
+            handler.addFilter(RedactFilter())
+            handler.setFormatter(logging.Formatter("debug: %(name)s: %(message)s"))
+            logger.addHandler(handler)
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever sys.stderr is now (tests and runners swap it)."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        import sys
+
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
 
 
 class Session:

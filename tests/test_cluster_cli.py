@@ -1,0 +1,129 @@
+"""The cluster commands end to end: profile -> CLI -> real kubernetes client -> fake API server."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from kubeapi import KubeAPI
+from runai_spec.cli import app
+
+pytest_plugins = ("kube_fixtures",)
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILE = str(ROOT / "examples" / "multi-node" / "profile.yaml")
+NS, NAME = "runai-nlp-lab", "llm-7b-fsdp"
+runner = CliRunner()
+
+
+def run(*args: str) -> Any:
+    return runner.invoke(app, list(args))
+
+
+def test_submit_then_resubmit_then_status_logs_delete(api: KubeAPI, kubeconfig: Path,
+                                                      tmp_path: Path) -> None:
+    first = run("submit", PROFILE, "--kubeconfig", str(kubeconfig))
+    assert first.exit_code == 0, first.output
+    assert f"created: pytorchjobs/{NS}/{NAME}" in first.stderr
+    again = run("submit", PROFILE)  # KUBECONFIG from the environment
+    assert again.exit_code == 0 and f"unchanged: pytorchjobs/{NS}/{NAME}" in again.stderr
+    assert api.kube.count("pytorchjobs") == 1
+
+    api.kube.add_pod(NAME, NS, "master", 0)
+    api.kube.add_pod(NAME, NS, "worker", 0, phase="Pending")
+    api.kube.add_event(NS, f"{NAME}-worker-0", "Unschedulable", "project nlp-lab is over quota")
+    api.kube.logs[(NS, f"{NAME}-master-0", False)] = "epoch 1\n"
+    status = run("status", NAME, "--project", "nlp-lab")
+    assert status.exit_code == 0, status.output
+    assert f"{NAME} ({NS}): Pending" in status.stdout
+    assert "pending: llm-7b-fsdp-worker-0: over the project's GPU quota" in status.stdout
+    as_json = run("status", PROFILE, "--format", "json")
+    assert as_json.exit_code == 0 and '"phase": "Pending"' in as_json.stdout
+
+    saved = run("logs", PROFILE, "--out", str(tmp_path / "logs"))
+    assert saved.exit_code == 0, saved.output
+    assert (tmp_path / "logs" / f"{NAME}-master-0.log").read_text() == "epoch 1\n"
+    assert f"skipped {NAME}-worker-0" in saved.stderr
+
+    refused = run("delete", NAME, "--project", "nlp-lab")  # no TTY, no --yes
+    assert refused.exit_code == 2 and api.kube.count("pytorchjobs") == 1
+    deleted = run("delete", PROFILE, "--yes")
+    assert deleted.exit_code == 0, deleted.output
+    assert f"deleted: pytorchjobs/{NS}/{NAME}" in deleted.stderr
+    assert api.kube.count("pytorchjobs") == 0
+
+
+def test_submit_dry_run_server_prints_what_the_server_would_store(api: KubeAPI, kubeconfig: Path
+                                                                  ) -> None:
+    result = run("submit", PROFILE, "--dry-run", "server")
+    assert result.exit_code == 0, result.output
+    assert "would create" in result.stderr and 'kind: "PyTorchJob"' in result.stdout
+    assert "managedFields" not in result.stdout and api.kube.count("pytorchjobs") == 0
+
+
+@pytest.mark.parametrize("breakage", ["nccl-env", "tag-only-image", "not-yaml", "unknown-preset"])
+def test_submit_of_an_invalid_profile_sends_no_request(
+        api: KubeAPI, kubeconfig: Path, base_profile: dict[str, Any],
+        write_profile: Callable[..., Path], breakage: str) -> None:
+    if breakage == "nccl-env":
+        base_profile["env"] = {"NCCL_SOCKET_IFNAME": "eth0"}
+    elif breakage == "tag-only-image":
+        base_profile["image"] = "registry.scc.example.org/team-a/train:1.0"
+    elif breakage == "unknown-preset":
+        base_profile["preset"] = "h200-64x8-dreams"
+    path = write_profile("name: [unclosed\n" if breakage == "not-yaml" else base_profile)
+    result = run("submit", str(path), "--kubeconfig", str(kubeconfig))
+    assert result.exit_code in (1, 2), result.output
+    assert result.stderr.startswith("error: ")
+    assert api.kube.requests == []
+
+
+def test_cluster_refusals_exit_3_with_one_error_line_and_a_hint(api: KubeAPI, kubeconfig: Path) -> None:
+    api.kube.forbidden.add(("patch", "pytorchjobs"))
+    result = run("submit", PROFILE, "--debug")
+    assert result.exit_code == 3
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [line for line in errors if line.startswith(
+        f"error: cluster: pytorchjobs/{NS}/{NAME}: forbidden: ")] and len(errors) == 1
+    assert "hint: " in result.stderr
+    assert api.kube.token not in result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_name_needs_a_project_and_must_be_a_name(api: KubeAPI, kubeconfig: Path) -> None:
+    assert run("status", NAME).exit_code == 2
+    assert run("status", "Bad/Name", "--project", "nlp-lab").exit_code == 2
+    assert api.kube.requests == []
+
+
+def test_unreachable_cluster_exits_3(tmp_path: Path) -> None:
+    server = KubeAPI()
+    config = server.kubeconfig(tmp_path / "kc")
+    server.stop()
+    result = run("status", NAME, "--project", "nlp-lab", "--kubeconfig", str(config))
+    assert result.exit_code == 3 and "cannot connect to http://127.0.0.1:" in result.stderr
+
+
+PROBE = """
+import sys
+sys.argv = {argv!r}
+from runai_spec.cli import main
+try:
+    main()
+except SystemExit:
+    pass
+print('IMPORTED:' + ','.join(sorted(m for m in sys.modules if m.split('.')[0] == 'kubernetes')))
+"""
+
+
+@pytest.mark.parametrize("command", ["submit", "status", "logs", "delete"])
+def test_cluster_command_help_never_imports_kubernetes(command: str) -> None:
+    out = subprocess.run([sys.executable, "-c", PROBE.format(argv=["runai-spec", command, "--help"])],
+                         capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    assert out.strip().splitlines()[-1] == "IMPORTED:"
