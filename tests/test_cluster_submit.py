@@ -329,3 +329,31 @@ def test_kubeconfig_comes_from_the_environment_when_not_given(api: KubeAPI, kube
         rendered: Render) -> None:
     submit_manifests(rendered(), Target(sleep=sleeps))  # KUBECONFIG set by the fixture
     assert api.kube.count("pytorchjobs") == 1
+
+
+def with_configmap(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    job = manifests[0]
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap",
+                 "metadata": {"name": f"{NAME}-preflight", "namespace": NS,
+                              "labels": dict(job["metadata"]["labels"])},
+                 "data": {"preflight.py": "print('ok')\n"}}
+    return [configmap, job]
+
+
+def test_a_config_map_and_its_job_are_submitted_together_and_idempotently(
+        api: KubeAPI, target: Target, rendered: Render) -> None:
+    result = submit_manifests(with_configmap(rendered()), target)
+    assert [(o.ref, o.action) for o in result.outcomes] == [
+        (f"configmaps/{NS}/{NAME}-preflight", "created"), (f"pytorchjobs/{NS}/{NAME}", "created")]
+    again = submit_manifests(with_configmap(rendered()), target)
+    assert [o.action for o in again.outcomes] == ["unchanged", "unchanged"]
+    assert api.kube.count("configmaps") == 1 and api.kube.count("pytorchjobs") == 1
+
+
+def test_an_invalid_job_leaves_no_config_map_behind(api: KubeAPI, target: Target,
+                                                    rendered: Render) -> None:
+    manifests = with_configmap(rendered())
+    manifests[1]["spec"]["runPolicy"]["backoffLimit"] = "three"
+    with pytest.raises(ClusterError, match="spec.runPolicy.backoffLimit"):
+        submit_manifests(manifests, target)
+    assert api.kube.count("configmaps") == 0 and api.kube.writes() == []

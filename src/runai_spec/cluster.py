@@ -619,7 +619,9 @@ def submit_manifests(manifests: Iterable[Manifest], target: Target, *, dry_run: 
                      replace: bool = False) -> SubmitResult:
     """Send a render with server-side apply: idempotent, never touching foreign objects.
 
-    Every object is checked before anything is written, so a refusal writes nothing.
+    Every object is checked before anything is written (and, when there are several,
+    dry-run applied), so a refusal writes nothing. Names are fixed and apply is keyed by
+    name, so a retried create can never make a second object.
     """
     items = [(ref_of(m), m) for m in manifests]
     with Session(target) as session:
@@ -644,6 +646,12 @@ def submit_manifests(manifests: Iterable[Manifest], target: Target, *, dry_run: 
                                    hint="submit with --replace to delete it and create this one "
                                    "(its pods and logs go: save them with `runai-spec logs`)")
             plans.append((ref, manifest, live, "replace"))
+        writes = [p for p in plans if p[3] != "unchanged"]
+        if len(writes) > 1 and not dry_run:
+            # Let the server validate every object before the first is stored, so that an
+            # invalid job does not leave its config map behind.
+            for ref, manifest, _, action in writes:
+                _apply(session, ref, manifest, dry_run=True, force=action == "replace")
         outcomes = []
         for ref, manifest, live, action in plans:
             if action == "unchanged":
