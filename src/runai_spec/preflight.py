@@ -470,6 +470,8 @@ def train_and_check(rep: Reporter, opts: argparse.Namespace, launch: Launch, dev
     loss_fn = nn.MSELoss()
 
     metrics_path = Path(opts.metrics_file) if opts.metrics_file else None
+    # a restarted pod appends to the same file: count this run's lines only
+    lines_before = _count_lines(metrics_path) if launch.rank == 0 else 0
     emits_metrics = launch.rank == 0 or "metrics" in opts.faults
     metric_lines = 0
     samples_per_step: list[int] = []
@@ -514,7 +516,14 @@ def train_and_check(rep: Reporter, opts: argparse.Namespace, launch: Launch, dev
     if not ckpt_done:
         rep.skipped("checkpoint", f"no step left to train after resuming at step {start}")
     check_global_batch(rep, opts, launch, samples_per_step)
-    check_metrics(rep, opts, launch, xchg, metric_lines, len(steps), metrics_path)
+    check_metrics(rep, opts, launch, xchg, metric_lines, len(steps), metrics_path, lines_before)
+
+
+def _count_lines(path: Path | None) -> int:
+    if path is None or not path.exists():
+        return 0
+    with path.open() as fh:
+        return sum(1 for _ in fh)
 
 
 class Exchange:
@@ -585,12 +594,12 @@ def check_global_batch(rep: Reporter, opts: argparse.Namespace, launch: Launch,
 
 
 def check_metrics(rep: Reporter, opts: argparse.Namespace, launch: Launch, xchg: Exchange,
-                  lines: int, steps: int, path: Path | None) -> None:
+                  lines: int, steps: int, path: Path | None, lines_before: int) -> None:
     counts = xchg.gather(lines)
     emitters = [r for r, c in enumerate(counts) if c]
     in_file = None
     if path is not None and launch.rank == 0 and path.exists():
-        in_file = sum(1 for _ in path.open())
+        in_file = _count_lines(path) - lines_before
     details = {"per_rank": counts, "steps": steps, "emitters": emitters,
                "file": str(path) if path else None, "lines_in_file": in_file}
     if emitters not in ([0], []) or sum(counts) != steps:

@@ -1,0 +1,796 @@
+"""Rehearse a rendered PyTorchJob on this machine: one local process per pod, operator env."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+
+PREFLIGHT_LINE = "PREFLIGHT {"
+# The preflight's checks, in the order a table shows them.
+CHECK_ORDER = (
+    "ranks", "world-size", "device", "global-batch", "resume", "checkpoint", "metrics",
+    "bus-bandwidth", "training", "shutdown",
+)
+# NVLink multicast can put a shared host's GPUs out of service (device README): always off,
+# also where a container's own env would switch it on.
+MULTICAST_OFF = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+DEFAULT_PORT = 23456  # kubeflow.org/v1 PytorchJobDefaultPort
+PORT_NAME = "pytorchjob-port"
+# Set by the operator or by torchrun: never inherited from the shell that runs the rehearsal.
+_OWNED = re.compile(r"^(RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|GROUP_RANK|ROLE_RANK|"
+                    r"ROLE_WORLD_SIZE|GROUP_WORLD_SIZE|MASTER_ADDR|MASTER_PORT|PET_.*|"
+                    r"TORCHELASTIC_.*|PREFLIGHT_.*|CUDA_VISIBLE_DEVICES)$")
+_TORCHRUN_BOOLEAN = {"--standalone", "--no-python", "--no_python", "--run-path", "--run_path",
+                     "-m", "--module"}
+_PYTHON_WITH_VALUE = {"-X", "-W", "-c"}
+SMOKE_MOUNT = "/opt/runai-spec"
+SMOKE_VOLUME = "runai-spec-preflight"
+
+
+@dataclass(frozen=True)
+class PreflightSettings:
+    """What the profile and preset say the run should look like, for preflight.py's checks."""
+
+    local_batch: int = 2
+    grad_accum: int = 1
+    global_batch: int | None = None
+    checkpoint_format: str = "torch"
+    checkpoint_dir: str | None = None
+    min_busbw_gbps: float | None = None
+    steps: int = 4
+    checkpoint_every: int = 2
+    join_timeout_s: float = 60.0
+    collective_timeout_s: float = 120.0
+
+    def args(self, *, world_size: int | None, checkpoint_dir: str | None,
+             metrics_file: str | None, step_sleep: float = 0.0) -> list[str]:
+        """preflight.py's argv (after the script path)."""
+        out = ["--local-batch", str(self.local_batch), "--grad-accum", str(self.grad_accum),
+               "--checkpoint-format", self.checkpoint_format, "--steps", str(self.steps),
+               "--checkpoint-every", str(self.checkpoint_every),
+               "--join-timeout", f"{self.join_timeout_s:g}",
+               "--timeout", f"{self.collective_timeout_s:g}"]
+        if self.global_batch is not None:
+            out += ["--global-batch", str(self.global_batch)]
+        if world_size is not None:
+            out += ["--world-size", str(world_size)]
+        if checkpoint_dir:
+            out += ["--checkpoint-dir", checkpoint_dir]
+        if metrics_file:
+            out += ["--metrics-file", metrics_file]
+        if self.min_busbw_gbps is not None:
+            out += ["--min-busbw", f"{self.min_busbw_gbps:g}"]
+        if step_sleep:
+            out += ["--step-sleep", f"{step_sleep:g}"]
+        return out
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One checklist item over all ranks: pass, fail, skip, or not run."""
+
+    check: str
+    status: str
+    message: str
+    ranks: tuple[int, ...] = ()
+    failed_ranks: tuple[int, ...] = ()
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("pass", "skip")
+
+
+@dataclass(frozen=True)
+class PodOutcome:
+    name: str
+    rank: int
+    exit_code: int | None
+    timed_out: bool
+    killed: bool
+    log: Path
+    attempt: int
+
+
+@dataclass(frozen=True)
+class RehearseResult:
+    """What the rehearsal found: per-check results, per-pod outcomes, where the logs are."""
+
+    ok: bool
+    checks: tuple[CheckResult, ...]
+    pods: tuple[PodOutcome, ...]
+    logs_dir: Path
+    world_size: int
+    backend: str
+    own_script: bool
+
+    def check(self, name: str) -> CheckResult | None:
+        return next((c for c in self.checks if c.check == name), None)
+
+    @property
+    def failed(self) -> tuple[str, ...]:
+        return tuple(c.check for c in self.checks if c.status == "fail")
+
+
+@dataclass(frozen=True)
+class PodPlan:
+    """One pod of the job as the operator would start it, mapped onto this machine."""
+
+    name: str  # short name: master-0, worker-0, ...
+    replica_type: str
+    index: int
+    rank: int
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    cwd: Path
+    log_dir: Path
+
+
+# ---------------------------------------------------------------- manifest reading
+
+
+def find_job(manifests: Iterable[Mapping[str, Any]]) -> Mapping[str, Any]:
+    jobs = [m for m in manifests if m.get("kind") == "PyTorchJob"]
+    if len(jobs) != 1:
+        raise InputError(f"expected one PyTorchJob among the manifests, found {len(jobs)}",
+                         hint="rehearse takes the rendered output of one profile")
+    job = jobs[0]
+    if job.get("apiVersion") != "kubeflow.org/v1":
+        raise InputError(f"PyTorchJob apiVersion {job.get('apiVersion')!r} is not "
+                         "kubeflow.org/v1")
+    return job
+
+
+def _replicas(job: Mapping[str, Any]) -> list[tuple[str, int, Mapping[str, Any]]]:
+    """(type, replicas, spec) for Master then Worker, as the operator numbers them."""
+    specs = job.get("spec", {}).get("pytorchReplicaSpecs") or {}
+    out = []
+    for rtype in ("Master", "Worker"):
+        spec = specs.get(rtype)
+        if spec is not None:
+            out.append((rtype, int(spec.get("replicas", 1)), spec))
+    if not out:
+        raise InputError("the PyTorchJob has no Master or Worker replicas",
+                         field="spec.pytorchReplicaSpecs")
+    return out
+
+
+def _container(spec: Mapping[str, Any], rtype: str) -> Mapping[str, Any]:
+    containers = spec.get("template", {}).get("spec", {}).get("containers") or []
+    for c in containers:
+        if c.get("name") == "pytorch":
+            return dict(c)
+    raise InputError(f"the {rtype} template has no container named 'pytorch'",
+                     field=f"spec.pytorchReplicaSpecs.{rtype}.template.spec.containers")
+
+
+def _port(container: Mapping[str, Any]) -> int:
+    for p in container.get("ports") or []:
+        if p.get("name") == PORT_NAME:
+            return int(p["containerPort"])
+    return DEFAULT_PORT
+
+
+def _nproc_int(job: Mapping[str, Any]) -> int:
+    """getNprocPerNodeInt(): 1 unless spec.nprocPerNode is an integer string."""
+    value = job.get("spec", {}).get("nprocPerNode")
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 1
+
+
+def operator_env(job: Mapping[str, Any], replica_type: str, index: int) -> dict[str, str]:
+    """The variables training-operator v1.9 appends to the pytorch container (envvar.go,
+    master.go, elastic.go), with the cluster's names and ports."""
+    name = job["metadata"]["name"]
+    spec = job.get("spec", {})
+    replicas = _replicas(job)
+    by_type = {rtype: (n, s) for rtype, n, s in replicas}
+    total = sum(n for _, n, _ in replicas)
+    env: dict[str, str] = {"PYTHONUNBUFFERED": "0"}
+    if "Master" in by_type:
+        port = _port(_container(by_type["Master"][1], "Master"))
+        rank = index + 1 if replica_type == "Worker" else index
+        env.update({
+            "MASTER_PORT": str(port), "MASTER_ADDR": f"{name}-master-0",
+            "PET_MASTER_PORT": str(port), "PET_MASTER_ADDR": f"{name}-master-0",
+            "WORLD_SIZE": str(total * _nproc_int(job)), "RANK": str(rank),
+            "PET_NODE_RANK": str(rank),
+        })
+        if spec.get("nprocPerNode") is not None:
+            env["PET_NPROC_PER_NODE"] = str(spec["nprocPerNode"])
+    elastic = spec.get("elasticPolicy")
+    if elastic is not None:
+        worker = by_type.get("Worker")
+        lo, hi = elastic.get("minReplicas"), elastic.get("maxReplicas")
+        if lo is None and hi is None:  # the defaulting webhook's setElasticPolicy
+            lo = hi = worker[0] if worker else None
+        lo, hi = (lo if lo is not None else hi), (hi if hi is not None else lo)
+        host = elastic.get("rdzvHost") or f"{name}-worker-0"
+        port = elastic.get("rdzvPort") or (_port(_container(worker[1], "Worker"))
+                                           if worker else DEFAULT_PORT)
+        env["PET_RDZV_ENDPOINT"] = f"{host}:{port}"
+        env["PET_RDZV_BACKEND"] = str(elastic.get("rdzvBackend") or "c10d")
+        env["PET_NNODES"] = f"{lo}:{hi}"
+        if elastic.get("maxRestarts") is not None:
+            env["PET_MAX_RESTARTS"] = str(elastic["maxRestarts"])
+        if elastic.get("nProcPerNode") is not None:
+            env["PET_NPROC_PER_NODE"] = str(elastic["nProcPerNode"])
+        if elastic.get("rdzvId") is not None:
+            env["PET_RDZV_ID"] = str(elastic["rdzvId"])
+        if elastic.get("rdzvConf"):
+            env["PET_RDZV_CONF"] = ",".join(f"{c['key']}={c['value']}"
+                                            for c in elastic["rdzvConf"])
+        if elastic.get("standalone"):
+            env["PET_STANDALONE"] = ""
+    else:
+        env["PET_NNODES"] = str(total)
+    return env
+
+
+# ---------------------------------------------------------------- argv rewriting
+
+
+@dataclass(frozen=True)
+class Launcher:
+    kind: str  # "python" or "torchrun"
+    head: tuple[str, ...]  # launcher and its flags, before the entry point
+    entry: tuple[str, ...]  # the script (or -m module) and its arguments
+
+
+def split_command(argv: Sequence[str]) -> Launcher:
+    """Split a container argv into launcher flags and the training entry point."""
+    if not argv:
+        raise InputError("the pytorch container has no command", field="command")
+    prog = os.path.basename(argv[0])
+    if prog == "torchrun":
+        kind, i = "torchrun", 1
+    elif re.fullmatch(r"python(3(\.\d+)?)?", prog):
+        if argv[1:3] in (["-m", "torch.distributed.run"], ["-m", "torch.distributed.launch"]):
+            kind, i = "torchrun", 3
+        else:
+            kind, i = "python", 1
+    else:
+        raise InputError(f"the container command starts with {argv[0]!r}, neither python nor "
+                         "torchrun", field="command",
+                         hint="rehearse knows the launchers runai-spec renders")
+    while i < len(argv):
+        arg = argv[i]
+        if not arg.startswith("-") or arg == "-":
+            break
+        if arg in ("-m", "--module") and kind == "python":
+            break  # `python -m pkg`: the module is the entry point
+        if kind == "torchrun":
+            if arg in _TORCHRUN_BOOLEAN or "=" in arg:
+                i += 1
+                continue
+            i += 2
+        else:
+            i += 2 if arg in _PYTHON_WITH_VALUE else 1
+    return Launcher(kind, tuple(argv[:i]), tuple(argv[i:]))
+
+
+def set_nproc(head: Sequence[str], k: int) -> tuple[str, ...]:
+    """Rewrite torchrun's --nproc-per-node (any spelling) to k; leave it absent if absent."""
+    out: list[str] = []
+    skip = False
+    for i, arg in enumerate(head):
+        if skip:
+            skip = False
+            continue
+        m = re.fullmatch(r"(--nproc[-_]per[-_]node)(=.*)?", arg)
+        if m and m.group(2):
+            out.append(f"{m.group(1)}={k}")
+        elif m and i + 1 < len(head):
+            out += [arg, str(k)]
+            skip = True
+        else:
+            out.append(arg)
+    return tuple(out)
+
+
+def _has_flag(head: Sequence[str], *names: str) -> bool:
+    return any(a == n or a.startswith(n + "=") for a in head for n in names)
+
+
+# ---------------------------------------------------------------- the rehearsal
+
+
+def preflight_source() -> str:
+    """The text of preflight.py as shipped in the package (also the ConfigMap's data)."""
+    return resources.files("runai_spec").joinpath("preflight.py").read_text(encoding="utf-8")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def probe_gpus(python: str) -> int:
+    """How many CUDA devices torch sees here (0 on a CPU machine), in a subprocess."""
+    try:
+        done = subprocess.run(
+            [python, "-c", "import torch; print(torch.cuda.device_count())"],
+            capture_output=True, text=True, timeout=120, check=False)
+        return int(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else 0
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        return 0
+
+
+def plan_pods(
+    manifests: Sequence[Mapping[str, Any]],
+    *,
+    settings: PreflightSettings,
+    root: Path,
+    procs_per_pod: int | None = None,
+    own_script: bool = False,
+    gpus: int = 0,
+    python: str = sys.executable,
+    workdir: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    pod_env: Mapping[str, Mapping[str, str]] | None = None,
+    step_sleep: float = 0.0,
+) -> tuple[list[PodPlan], int]:
+    """Every pod's argv, env and folders, and the world size the plan expects."""
+    job = find_job(manifests)
+    declared = _nproc_int(job)
+    nproc = procs_per_pod or declared
+    if procs_per_pod is not None and procs_per_pod < 1:
+        raise InputError("--procs-per-pod must be at least 1")
+    scaled = copy.deepcopy(dict(job))
+    if procs_per_pod is not None:
+        scaled["spec"] = {**scaled.get("spec", {}), "nprocPerNode": str(procs_per_pod)}
+        if (scaled["spec"].get("elasticPolicy") or {}).get("nProcPerNode") is not None:
+            scaled["spec"]["elasticPolicy"] = {**scaled["spec"]["elasticPolicy"],
+                                               "nProcPerNode": procs_per_pod}
+    replicas = _replicas(job)
+    containers = {rtype: _container(rspec, rtype) for rtype, _, rspec in replicas}
+    pods = [(rtype, i) for rtype, n, _ in replicas for i in range(n)]
+    world = len(pods) * nproc
+    if gpus and world > gpus:
+        raise InputError(f"the rehearsal needs {world} GPUs (one per process), {gpus} visible",
+                         hint="scale down with --procs-per-pod, or rehearse on CPU")
+    port = _free_port()
+    shared_ckpt = root / "checkpoints"
+    preflight_dir = root / "preflight"
+    preflight_dir.mkdir(parents=True, exist_ok=True)
+    # a copy, so that the package's siblings never come first on the script's sys.path
+    script = preflight_dir / "preflight.py"
+    script.write_text(preflight_source(), encoding="utf-8")
+    out: list[PodPlan] = []
+    for pod_index, (rtype, i) in enumerate(pods):
+        short = f"{rtype.lower()}-{i}"
+        container = containers[rtype]
+        command = list(container.get("command") or []) + list(container.get("args") or [])
+        launcher = split_command(command)
+        head = list(launcher.head)
+        if launcher.kind == "torchrun":
+            flags = head[1:] if os.path.basename(head[0]) == "torchrun" else head[3:]
+            head = [python, "-m", "torch.distributed.run", *flags]
+            if procs_per_pod is not None:
+                head = list(set_nproc(head, procs_per_pod))
+            if not _has_flag(head, "--log-dir", "--log_dir"):
+                head += ["--log-dir", str(root / short / "ranks"), "--redirects", "3",
+                         "--tee", "3"]
+        else:
+            head = [python, *head[1:]]
+            if nproc > 1:
+                raise InputError(f"{short}: a bare {command[0]!r} starts one process, but the "
+                                 f"job asks for {nproc} per pod", field="command",
+                                 hint="more than one process per pod needs torchrun")
+        pod_dir = root / short
+        pod_dir.mkdir(parents=True, exist_ok=True)
+        if own_script:
+            entry = list(launcher.entry)
+            cwd = workdir or Path.cwd()
+        else:
+            entry = [str(script), *settings.args(
+                world_size=world,
+                checkpoint_dir=str(shared_ckpt) if settings.checkpoint_dir is None
+                else settings.checkpoint_dir,
+                metrics_file=str(pod_dir / "metrics.jsonl"), step_sleep=step_sleep)]
+            cwd = pod_dir
+        penv = {k: v for k, v in os.environ.items() if not _OWNED.match(k)}
+        for item in container.get("env") or []:
+            if "value" in item:
+                penv[str(item["name"])] = str(item["value"])
+        op = operator_env(scaled, rtype, i)
+        # the cluster's names become this machine's loopback and one free port
+        for key in ("MASTER_ADDR", "PET_MASTER_ADDR"):
+            if key in op:
+                op[key] = "127.0.0.1"
+        for key in ("MASTER_PORT", "PET_MASTER_PORT"):
+            if key in op:
+                op[key] = str(port)
+        if "PET_RDZV_ENDPOINT" in op:
+            op["PET_RDZV_ENDPOINT"] = f"127.0.0.1:{port}"
+        penv.update(op)  # appended after the container's own env: the operator's wins
+        penv.update(MULTICAST_OFF)
+        if gpus:
+            first = pod_index * nproc
+            penv["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in range(first, first + nproc))
+        else:
+            penv["CUDA_VISIBLE_DEVICES"] = ""
+        penv.update(env or {})
+        penv.update((pod_env or {}).get(short, {}))
+        penv.update((pod_env or {}).get(f"{job['metadata']['name']}-{short}", {}))
+        rank = int(op.get("RANK", pod_index))
+        out.append(PodPlan(short, rtype, i, rank, tuple(head + entry), penv, cwd, pod_dir))
+    return out, world
+
+
+class _Pod:
+    """A running pod: its process group, a log file, and the PREFLIGHT lines seen so far."""
+
+    def __init__(self, plan: PodPlan, attempt: int, on_line: Any) -> None:
+        self.plan = plan
+        self.attempt = attempt
+        self.log = plan.log_dir / ("pod.log" if attempt == 0 else f"pod.attempt{attempt}.log")
+        self.killed = False
+        self.timed_out = False
+        self._fh = self.log.open("w", encoding="utf-8")
+        self._fh.write(f"# argv: {json.dumps(list(plan.argv))}\n# cwd: {plan.cwd}\n")
+        self._fh.flush()
+        self.proc = subprocess.Popen(
+            list(plan.argv), env=dict(plan.env), cwd=plan.cwd, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, errors="replace",
+            start_new_session=True)  # its own process group, so that kill reaches torchrun's
+        self._reader = threading.Thread(target=self._read, args=(on_line,), daemon=True)
+        self._reader.start()
+
+    def _read(self, on_line: Any) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._fh.write(line)
+            self._fh.flush()
+            if PREFLIGHT_LINE in line:
+                on_line(self, line)
+
+    def signal(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, sig)
+
+    def stop(self, grace: float = 5.0) -> None:
+        if self.proc.poll() is None:
+            self.signal(signal.SIGTERM)
+            try:
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.signal(signal.SIGKILL)
+                self.proc.wait(grace)
+        # torchrun's workers may outlive their agent: the whole group goes
+        self.signal(signal.SIGKILL)
+
+    def finish(self) -> PodOutcome:
+        self._reader.join(10)
+        self._fh.close()
+        return PodOutcome(self.plan.name, self.plan.rank, self.proc.returncode, self.timed_out,
+                          self.killed, self.log, self.attempt)
+
+
+def _run_attempt(plans: Sequence[PodPlan], attempt: int, timeout_s: float,
+                 kill_after_checkpoint: str | None = None,
+                 skip: Sequence[str] = ()) -> tuple[list[PodOutcome], list[dict[str, Any]], int | None]:
+    """Start every pod, wait for all of them (bounded), return outcomes and PREFLIGHT lines."""
+    lines: list[dict[str, Any]] = []
+    lock = threading.Lock()
+    checkpoint_seen = threading.Event()
+    first_step: list[int] = []
+
+    def on_line(pod: _Pod, text: str) -> None:
+        for record in parse_lines(text):
+            with lock:
+                lines.append({**record, "_pod": pod.plan.name})
+                if record.get("event") == "checkpoint-saved" and not checkpoint_seen.is_set():
+                    first_step.append(int(record.get("step", 0)))
+                    checkpoint_seen.set()
+
+    pods = [_Pod(p, attempt, on_line) for p in plans if p.name not in skip]
+    deadline = time.monotonic() + timeout_s
+    victim = next((p for p in reversed(pods) if p.plan.name == kill_after_checkpoint), None)
+    try:
+        while time.monotonic() < deadline and any(p.proc.poll() is None for p in pods):
+            if victim is not None and checkpoint_seen.is_set() and not victim.killed:
+                victim.killed = True
+                victim.signal(signal.SIGKILL)  # a node lost: no goodbye
+            time.sleep(0.1)
+    finally:
+        for p in pods:
+            if p.proc.poll() is None:
+                p.timed_out = True
+            p.stop()
+    outcomes = [p.finish() for p in pods]
+    for name in skip:
+        plan = next(pl for pl in plans if pl.name == name)
+        outcomes.append(PodOutcome(name, plan.rank, None, False, False, plan.log_dir / "pod.log",
+                                   attempt))
+    return outcomes, lines, (first_step[0] if first_step else None)
+
+
+def parse_lines(text: str) -> list[dict[str, Any]]:
+    """Every `PREFLIGHT {...}` record in some output, wherever a prefix left it on the line."""
+    out = []
+    decoder = json.JSONDecoder()
+    start = text.find(PREFLIGHT_LINE)
+    while start != -1:
+        brace = start + len(PREFLIGHT_LINE) - 1
+        try:
+            record, end = decoder.raw_decode(text, brace)
+        except json.JSONDecodeError:
+            end = brace + 1
+        else:
+            if isinstance(record, dict):
+                out.append(record)
+        start = text.find(PREFLIGHT_LINE, end)
+    return out
+
+
+def aggregate(lines: Sequence[Mapping[str, Any]], world: int,
+              outcomes: Sequence[PodOutcome], timeout_s: float,
+              own_script: bool) -> list[CheckResult]:
+    """One result per check over all ranks, plus the rehearsal's own `pods` check."""
+    results: list[CheckResult] = []
+    if not own_script:
+        by_check: dict[str, list[Mapping[str, Any]]] = {}
+        for rec in lines:
+            if "check" in rec:
+                by_check.setdefault(str(rec["check"]), []).append(rec)
+        reported = sorted({int(r["rank"]) for r in lines if "rank" in r})
+        silent = [r for r in range(world) if r not in reported]
+        for name in list(CHECK_ORDER) + sorted(set(by_check) - set(CHECK_ORDER)):
+            recs = by_check.get(name, [])
+            if not recs:
+                if name == "ranks":
+                    results.append(CheckResult("ranks", "fail", _silent_message(
+                        silent, world, outcomes, timeout_s), failed_ranks=tuple(silent)))
+                elif name not in ("training",):
+                    results.append(CheckResult(name, "not run", "no rank reached this check"))
+                continue
+            ranks = tuple(sorted({int(r["rank"]) for r in recs}))
+            failed = tuple(sorted({int(r["rank"]) for r in recs if r.get("status") == "fail"}))
+            statuses = {r.get("status") for r in recs}
+            status = "fail" if failed else "skip" if statuses == {"skip"} else "pass"
+            lead = next((r for r in recs if r.get("status") == "fail"), None) or next(
+                (r for r in recs if r.get("rank") == 0), recs[0])
+            message = str(lead.get("message", ""))
+            details = {k: v for k, v in lead.items()
+                       if k not in ("check", "status", "ok", "rank", "message", "_pod")}
+            if name == "ranks" and status == "pass" and silent:
+                status, message = "fail", _silent_message(silent, world, outcomes, timeout_s)
+                failed = tuple(silent)
+            elif status != "fail" and len(ranks) < world and name != "ranks":
+                missing = [r for r in range(world) if r not in ranks]
+                message += f" (no report from rank(s) {', '.join(map(str, missing))})"
+            results.append(CheckResult(name, status, message, ranks, failed, details))
+    # the profile's own script may train for hours: still running at the deadline is healthy
+    bad = [o for o in outcomes if o.exit_code != 0 and not o.killed
+           and not (own_script and o.timed_out)]
+    if bad:
+        parts = [f"{o.name}: " + ("not started" if o.exit_code is None and not o.timed_out
+                                  else f"timed out after {timeout_s:g} s" if o.timed_out
+                                  else f"exit {o.exit_code}") for o in bad]
+        results.append(CheckResult("pods", "fail", "; ".join(parts),
+                                   details={"logs": {o.name: str(o.log) for o in outcomes}}))
+    else:
+        stopped = [o.name for o in outcomes if o.timed_out]
+        what = (f"{len(outcomes)} pod(s) ran without failing; stopped at the {timeout_s:g} s "
+                f"limit: {', '.join(stopped)}" if stopped else f"{len(outcomes)} pod(s) exited 0")
+        results.append(CheckResult("pods", "pass", what,
+                                   details={"logs": {o.name: str(o.log) for o in outcomes}}))
+    return results
+
+
+def _silent_message(silent: Sequence[int], world: int, outcomes: Sequence[PodOutcome],
+                    timeout_s: float) -> str:
+    not_started = [o.name for o in outcomes if o.exit_code is None and not o.timed_out]
+    waited = [o.name for o in outcomes if o.timed_out]
+    msg = (f"no report from rank(s) {', '.join(map(str, silent))} of {world}"
+           if len(silent) < world else f"none of the {world} ranks reported")
+    if not_started:
+        msg += f"; pod(s) {', '.join(not_started)} never started"
+    if waited:
+        msg += f"; pod(s) {', '.join(waited)} still waiting after {timeout_s:g} s"
+    return msg
+
+
+def rehearse_manifests(
+    manifests: Sequence[Mapping[str, Any]],
+    *,
+    settings: PreflightSettings | None = None,
+    procs_per_pod: int | None = None,
+    own_script: bool = False,
+    restart_after_checkpoint: bool = False,
+    logs_dir: Path | None = None,
+    timeout_s: float = 300.0,
+    device: str = "auto",
+    python: str = sys.executable,
+    workdir: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    pod_env: Mapping[str, Mapping[str, str]] | None = None,
+    skip_pods: Sequence[str] = (),
+) -> RehearseResult:
+    """Run the job's topology here and collect the preflight's checks.
+
+    `env`, `pod_env` (by short pod name, e.g. `worker-0`) and `skip_pods` exist to break the
+    setup on purpose: CI uses them to prove each check fails when it should.
+    """
+    settings = settings or PreflightSettings()
+    if restart_after_checkpoint and own_script:
+        raise InputError("--restart-after-checkpoint needs the preflight, not --own-script")
+    root = Path(logs_dir) if logs_dir else Path(tempfile.mkdtemp(prefix="runai-spec-rehearse-"))
+    root.mkdir(parents=True, exist_ok=True)
+    gpus = 0 if device == "cpu" else probe_gpus(python)
+    if device == "cuda" and not gpus:
+        raise InputError("--device cuda: torch sees no GPU here")
+    backend = "nccl" if gpus else "gloo"
+    if restart_after_checkpoint:
+        settings = _restart_settings(settings)
+    plans, world = plan_pods(
+        manifests, settings=settings, root=root, procs_per_pod=procs_per_pod,
+        own_script=own_script, gpus=gpus, python=python, workdir=workdir, env=env,
+        pod_env=pod_env, step_sleep=1.0 if restart_after_checkpoint else 0.0)
+    _write_plan(root, plans, world, backend)
+    shutil.rmtree(root / "checkpoints", ignore_errors=True)
+
+    victim = plans[-1].name if restart_after_checkpoint else None
+    outcomes, lines, first_ckpt = _run_attempt(plans, 0, timeout_s, victim, skip_pods)
+    extra: list[CheckResult] = []
+    if restart_after_checkpoint:
+        if first_ckpt is None:
+            extra.append(CheckResult("restart", "fail", "no checkpoint was written, so no pod "
+                                     "was killed"))
+        else:
+            # OnFailure: the operator restarts the failed pods with the same command and env;
+            # the survivors' torchrun gives up once its peer is gone, and restarts too.
+            first = outcomes
+            outcomes, lines, _ = _run_attempt(_with_port(plans, _free_port()), 1, timeout_s)
+            extra.append(_restart_check(lines, world, first_ckpt, victim or "", first))
+    checks = aggregate(lines, world, outcomes, timeout_s, own_script) + extra
+    ok = all(c.ok for c in checks if c.status != "not run")
+    result = RehearseResult(ok, tuple(checks), tuple(outcomes), root, world, backend, own_script)
+    (root / "result.json").write_text(json.dumps(result_dict(result), indent=2) + "\n")
+    return result
+
+
+def _with_port(plans: Sequence[PodPlan], port: int) -> list[PodPlan]:
+    """The same pods on a fresh port: the killed store's port may linger in TIME_WAIT."""
+    out = []
+    for p in plans:
+        env = dict(p.env)
+        for key in ("MASTER_PORT", "PET_MASTER_PORT"):
+            if key in env:
+                env[key] = str(port)
+        if "PET_RDZV_ENDPOINT" in env:
+            env["PET_RDZV_ENDPOINT"] = f"127.0.0.1:{port}"
+        out.append(PodPlan(p.name, p.replica_type, p.index, p.rank, p.argv, env, p.cwd,
+                           p.log_dir))
+    return out
+
+
+def _restart_settings(settings: PreflightSettings) -> PreflightSettings:
+    steps = max(settings.steps, 6)
+    every = min(settings.checkpoint_every, 2)
+    return PreflightSettings(**{**settings.__dict__, "steps": steps, "checkpoint_every": every})
+
+
+def _restart_check(lines: Sequence[Mapping[str, Any]], world: int, saved: int, victim: str,
+                   first: Sequence[PodOutcome]) -> CheckResult:
+    resumes = [r for r in lines if r.get("check") == "resume"]
+    ok = [r for r in resumes if r.get("status") == "pass"]
+    steps = sorted({int(r.get("resumed_from", -1)) for r in ok})
+    killed = [o.name for o in first if o.killed]
+    details = {"killed": killed, "first_checkpoint_step": saved, "resumed_from": steps}
+    if len(ok) == world and len(steps) == 1 and steps[0] >= saved:
+        return CheckResult("restart", "pass", f"killed {', '.join(killed) or victim} after the "
+                           f"checkpoint of step {saved}; after the restart all {world} ranks "
+                           f"resumed from step {steps[0]} and continued at {steps[0] + 1}",
+                           tuple(sorted(int(r['rank']) for r in ok)), (), details)
+    why = next((str(r.get("message")) for r in resumes if r.get("status") != "pass"),
+               "no rank reported resuming")
+    return CheckResult("restart", "fail", f"after killing {victim} at step {saved}, the "
+                       f"restarted job did not resume on every rank: {why}", details=details)
+
+
+def _write_plan(root: Path, plans: Sequence[PodPlan], world: int, backend: str) -> None:
+    shown = [{"pod": p.name, "rank": p.rank, "argv": list(p.argv), "cwd": str(p.cwd),
+              "env": {k: v for k, v in sorted(p.env.items())
+                      if k in _ENV_SHOWN or k.startswith(("PET_", "NCCL_", "PREFLIGHT_"))}}
+             for p in plans]
+    (root / "pods.json").write_text(json.dumps({"world_size": world, "backend": backend,
+                                                "pods": shown}, indent=2) + "\n")
+
+
+_ENV_SHOWN = {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "CUDA_VISIBLE_DEVICES",
+              "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS", "PYTHONUNBUFFERED"}
+
+
+def result_dict(result: RehearseResult) -> dict[str, Any]:
+    return {
+        "ok": result.ok, "world_size": result.world_size, "backend": result.backend,
+        "own_script": result.own_script, "logs_dir": str(result.logs_dir),
+        "checks": [{"check": c.check, "status": c.status, "message": c.message,
+                    "ranks": list(c.ranks), "failed_ranks": list(c.failed_ranks),
+                    "details": dict(c.details)} for c in result.checks],
+        "pods": [{"pod": o.name, "rank": o.rank, "exit_code": o.exit_code,
+                  "timed_out": o.timed_out, "killed": o.killed, "log": str(o.log),
+                  "attempt": o.attempt} for o in result.pods],
+    }
+
+
+# ---------------------------------------------------------------- in-cluster smoke test
+
+
+def smoke_manifests(manifests: Sequence[Mapping[str, Any]],
+                    settings: PreflightSettings | None = None,
+                    *, deadline_s: int = 1800) -> list[dict[str, Any]]:
+    """The same workload, short: every pod runs preflight.py from a mounted ConfigMap."""
+    settings = settings or PreflightSettings()
+    out: list[dict[str, Any]] = []
+    job = copy.deepcopy(dict(find_job(manifests)))
+    name = job["metadata"]["name"]
+    meta = job["metadata"]
+    cm_name = f"{name}-preflight"
+    configmap: dict[str, Any] = {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": cm_name, "namespace": meta.get("namespace"),
+                     "labels": dict(meta.get("labels") or {})},
+        "data": {"preflight.py": preflight_source()},
+    }
+    if configmap["metadata"]["namespace"] is None:
+        del configmap["metadata"]["namespace"]
+    meta.setdefault("labels", {})["runai-spec/smoke"] = "true"
+    meta.setdefault("annotations", {})["runai-spec/smoke"] = (
+        "preflight.py checklist in place of the training command")
+    spec = job["spec"]
+    run_policy = spec.setdefault("runPolicy", {})
+    run_policy["backoffLimit"] = 0
+    run_policy["activeDeadlineSeconds"] = deadline_s
+    world = sum(n for _, n, _ in _replicas(job)) * _nproc_int(job)
+    ckpt = settings.checkpoint_dir
+    # pods of one job may start minutes apart in a cluster (image pulls): wait for them longer
+    settings = PreflightSettings(**{**settings.__dict__,
+                                    "join_timeout_s": max(settings.join_timeout_s, 600.0)})
+    for rspec in spec["pytorchReplicaSpecs"].values():
+        pod_spec = rspec["template"]["spec"]
+        container = next(c for c in pod_spec["containers"] if c.get("name") == "pytorch")
+        launcher = split_command(list(container.get("command") or [])
+                                 + list(container.get("args") or []))
+        pf_args = settings.args(
+            world_size=world,
+            checkpoint_dir=f"{ckpt.rstrip('/')}/.runai-spec-preflight" if ckpt else None,
+            metrics_file="/tmp/runai-spec-preflight/metrics.jsonl")
+        container["command"] = [*launcher.head, f"{SMOKE_MOUNT}/preflight.py", *pf_args]
+        container.pop("args", None)
+        container.setdefault("volumeMounts", []).append(
+            {"name": SMOKE_VOLUME, "mountPath": SMOKE_MOUNT, "readOnly": True})
+        pod_spec.setdefault("volumes", []).append(
+            {"name": SMOKE_VOLUME, "configMap": {"name": cm_name}})
+        rspec["restartPolicy"] = "Never"
+    out.append(configmap)
+    out.append(job)
+    out.extend(copy.deepcopy(dict(m)) for m in manifests if m.get("kind") != "PyTorchJob")
+    return out
