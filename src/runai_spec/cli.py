@@ -100,26 +100,33 @@ def print_findings(findings: Iterable[Finding]) -> None:
 
 @app.command()
 def validate(profiles: Profiles, fmt: FormatOpt = Format.text) -> None:
-    """Check profiles against the preset and the site rules; exit 0 clean, 1 findings, 2 bad input."""
+    """Check profiles against the preset and the site rules; exit 0 clean, 1 findings, 2 bad input.
+
+    Text goes to stderr like compiler messages; JSON and Markdown (for a merge-request
+    comment) go to stdout."""
+    from . import report
+
     workloads, bad = prepare_all(profiles)
-    for exc in bad:
-        err(exc.lines())
     if fmt is Format.json:
-        print(json.dumps([finding_dict(f) for w in workloads for f in w.findings], indent=2))
+        print(report.validate_json(workloads, bad))
+    elif fmt is Format.markdown:
+        print(report.validate_markdown(workloads, bad))
     else:
-        for workload in workloads:
-            print_findings(workload.findings)
-            if not workload.errors:
-                p = workload.plan
-                err([f"ok: {workload.path}: {p.name}: {p.layout}, {p.pods} pod(s) x "
-                     f"{p.procs_per_pod} process(es), world size {p.world_size}"])
+        err(report.validate_text(workloads, bad))
     raise typer.Exit(findings_exit(workloads, bad))
 
 
-def finding_dict(finding: Finding) -> dict[str, object]:
-    return {"rule": finding.rule, "severity": finding.severity, "file": finding.file,
-            "line": finding.line, "path": finding.path, "message": finding.message,
-            "hint": finding.hint}
+@app.command()
+def rules(fmt: FormatOpt = Format.text) -> None:
+    """List the site rules (`--format markdown` writes docs/rules.md)."""
+    from . import report
+
+    if fmt is Format.json:
+        print(json.dumps(report.rule_docs(), indent=2))
+    elif fmt is Format.markdown:
+        sys.stdout.write(report.rules_markdown())
+    else:
+        sys.stdout.write(report.rules_text())
 
 
 @app.command()

@@ -73,6 +73,8 @@ class Plan:
     run_policy: tuple[tuple[str, str | int], ...]
     preset_name: str
     diagnostics: tuple[str, ...]
+    # (variable, Secret name, key): rendered as valueFrom.secretKeyRef, never as a value
+    secret_env: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def command(self) -> tuple[str, ...]:
@@ -218,4 +220,5 @@ def plan_workload(loaded: LoadedProfile, approved: ApprovedPreset, site: Site,
         run_policy=tuple(run_policy.items()),
         preset_name=approved.name,
         diagnostics=tuple(diagnostics),
+        secret_env=tuple((name, ref.secret, ref.key) for name, ref in profile.secret_env.items()),
     )

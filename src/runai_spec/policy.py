@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -9,8 +10,8 @@ from dataclasses import dataclass
 from .findings import Finding, Severity
 from .manifests import Manifest
 from .plan import Plan
-from .presets import ApprovedPreset, Site
-from .profile import LoadedProfile
+from .presets import Approval, ApprovedPreset, Site
+from .profile import LoadedProfile, Profile
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,9 @@ class Context:
     site: Site
     plan: Plan
     manifests: tuple[Manifest, ...] = ()
+    # The registry's date, so expiry warnings stay a pure function of the inputs.
+    today: dt.date | None = None
+    site_approval: Approval | None = None
 
 
 RuleFn = Callable[[Context], Iterable[Finding]]
@@ -84,7 +88,7 @@ def check_reserved(ctx: Context) -> Iterator[Finding]:
 @rule("nccl-transport-env", "error", "NCCL interface and transport variables are engineer-owned")
 def check_nccl_transport(ctx: Context) -> Iterator[Finding]:
     """The guide: do not force interface names or transport settings yourself."""
-    for name in ctx.loaded.profile.env:
+    for name in [*ctx.loaded.profile.env, *ctx.loaded.profile.secret_env]:
         if NCCL_TRANSPORT.match(name):
             yield _finding(ctx, "nccl-transport-env", _env_line(name),
                            f"{name} forces a network interface or transport",
@@ -111,7 +115,7 @@ def check_nccl_debug(ctx: Context) -> Iterator[Finding]:
 @rule("reserved-env", "error", "Variables the operator or torchrun inject")
 def check_operator_env(ctx: Context) -> Iterator[Finding]:
     """Rank, world size, master address and device visibility are set per process."""
-    for name in ctx.loaded.profile.env:
+    for name in [*ctx.loaded.profile.env, *ctx.loaded.profile.secret_env]:
         if OPERATOR_ENV.match(name):
             yield _finding(ctx, "reserved-env", _env_line(name),
                            f"{name} is injected by the PyTorch operator or torchrun",
@@ -247,6 +251,292 @@ def check_nproc(ctx: Context) -> Iterator[Finding]:
                 yield _finding(ctx, "nproc-gpus", f"spec.pytorchReplicaSpecs.{role}",
                                f"{gpus} GPUs per pod but nprocPerNode {nproc} / flags {flags}",
                                "this is a runai-spec or preset bug; tell the AI Engineers")
+
+
+# --- preemption, metrics, memory, DeepSpeed, approvals, credentials ------------------
+
+@rule("preemptible-needs-resume", "error",
+      "A preemptible preset needs checkpoints on a PVC and a resume setting")
+def check_preemptible_resume(ctx: Context) -> Iterator[Finding]:
+    """The guide: confirm the framework can restore after a pod restart or preemption. On a
+    preemptible preset that is not optional: the job will be stopped and started again, so it
+    needs `checkpoint.resume`; that checkpoints live on a PVC is `checkpoint-on-pvc`'s check."""
+    if not ctx.approved.preset.preemptible:
+        return
+    ckpt = ctx.loaded.profile.checkpoint
+    if ckpt.resume is None:
+        yield _finding(ctx, "preemptible-needs-resume", "checkpoint.resume",
+                       f"preset {ctx.approved.name} is preemptible but checkpoint.resume is not set",
+                       f"say how the script resumes, e.g. `resume: latest checkpoint in {ckpt.dir}`, "
+                       "and test it in the rehearsal")
+
+
+@rule("rank0-metrics", "error", "Only rank 0 writes shared metrics")
+def check_rank0_metrics(ctx: Context) -> Iterator[Finding]:
+    """The guide: ensure only rank 0 writes shared metrics or non-sharded output. A tool cannot
+    read the script, so the profile declares it (`metrics: {writer: rank0}`): undeclared on
+    more than one process is a warning, `writer: all-ranks` an error."""
+    if ctx.plan.world_size <= 1 and ctx.plan.elastic is None:
+        return
+    metrics = ctx.loaded.profile.metrics
+    if metrics is None:
+        yield _finding(ctx, "rank0-metrics", "metrics",
+                       f"{ctx.plan.world_size} processes and no declaration of who writes metrics",
+                       "guard metric writes with `if int(os.environ['RANK']) == 0` and declare "
+                       "`metrics: {writer: rank0}`", severity="warning")
+    elif metrics.writer == "all-ranks":
+        yield _finding(ctx, "rank0-metrics", "metrics.writer",
+                       f"every one of {ctx.plan.world_size} ranks writes the same metrics "
+                       f"(each value {ctx.plan.world_size} times)",
+                       "write from global rank 0 only (torchrun's per-process RANK), or use "
+                       "`writer: per-rank` with one file per rank")
+
+
+BYTES_PER_VALUE = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+HEADROOM = 0.8  # model state above this share of GPU memory leaves too little for activations
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Model state per GPU (weights, gradients, optimizer), in GB (1e9 bytes)."""
+
+    method: str
+    shards: int
+    weights_gb: float
+    grads_gb: float
+    optimizer_gb: float
+    capacity_gb: float
+
+    @property
+    def total_gb(self) -> float:
+        return self.weights_gb + self.grads_gb + self.optimizer_gb
+
+    @property
+    def share(self) -> float:
+        return self.total_gb / self.capacity_gb
+
+    def describe(self) -> str:
+        return (f"{self.total_gb:.1f} GB per GPU (weights {self.weights_gb:.1f} + gradients "
+                f"{self.grads_gb:.1f} + optimizer {self.optimizer_gb:.1f}, {self.method}) "
+                f"of {self.capacity_gb:g} GB")
+
+
+def state_bytes(profile: Profile) -> tuple[float, float, float]:
+    """Bytes per parameter for weights, gradients and optimizer state (activations excluded).
+
+    Mixed precision keeps an fp32 master copy in the optimizer; Adam adds two fp32 moments,
+    SGD one momentum buffer. bf16 + AdamW is the usual 2 + 2 + 12 = 16 bytes per parameter."""
+    assert profile.model is not None
+    value = BYTES_PER_VALUE[profile.model.precision]
+    master = 4 if value < 4 else 0
+    moments = 4 if profile.model.optimizer == "sgd" else 8
+    return float(value), float(value), float(master + moments)
+
+
+def memory_estimate(profile: Profile, plan: Plan, capacity_gb: float,
+                    strategy: str | None = None, zero_stage: int | None = None
+                    ) -> MemoryEstimate | None:
+    """Per-GPU model state for a strategy; None when the profile declares no model or the
+    strategy's split (tensor, pipeline, hybrid degrees) is not known to the tool."""
+    if profile.model is None:
+        return None
+    strategy = strategy or profile.strategy
+    stage = profile.zero_stage if zero_stage is None else zero_stage
+    # Elastic jobs may run on the fewest pods: size the shards for that worst case.
+    shards = plan.procs_per_pod * (plan.elastic.min_pods if plan.elastic else plan.pods)
+    params = profile.model.parameters / 1e9
+    w, g, o = (params * b for b in state_bytes(profile))
+    if strategy == "ddp" or (strategy == "deepspeed" and not stage):
+        return MemoryEstimate("full replica per GPU (DDP)", 1, w, g, o, capacity_gb)
+    if strategy == "fsdp" or (strategy == "deepspeed" and stage == 3):
+        name = "FSDP full shard" if strategy == "fsdp" else "ZeRO-3"
+        return MemoryEstimate(f"{name} over {shards} GPUs", shards, w / shards, g / shards,
+                              o / shards, capacity_gb)
+    if strategy == "deepspeed" and stage == 1:
+        return MemoryEstimate(f"ZeRO-1 over {shards} GPUs", shards, w, g, o / shards, capacity_gb)
+    if strategy == "deepspeed" and stage == 2:
+        return MemoryEstimate(f"ZeRO-2 over {shards} GPUs", shards, w, g / shards, o / shards,
+                              capacity_gb)
+    return None
+
+
+@rule("ddp-replica-fits", "error", "The model state fits the preset's GPU memory")
+def check_replica_fits(ctx: Context) -> Iterator[Finding]:
+    """The guide: DDP assumes a complete replica fits on every GPU. Estimates weights,
+    gradients and optimizer state (parameters x bytes at the profile's precision); activations
+    need the rest, so more than 80% of GPU memory is a warning, more than 100% an error.
+    For FSDP and ZeRO the per-GPU estimate is reported."""
+    profile = ctx.loaded.profile
+    gpu = ctx.approved.preset.gpu
+    if profile.model is None:
+        if ctx.plan.world_size > 1:
+            yield _finding(ctx, "ddp-replica-fits", "model",
+                           "model size and precision are not declared; the memory check and the "
+                           "review need them",
+                           "add `model: {parameters: N, precision: bf16, sequence_length: N}`",
+                           severity="warning")
+        return
+    estimate = memory_estimate(profile, ctx.plan, gpu.memory_gb)
+    if estimate is None:
+        yield _finding(ctx, "ddp-replica-fits", "strategy",
+                       f"no memory estimate for {profile.strategy}: it depends on the parallel "
+                       "degrees, which are part of the review", "run `runai-spec plan` and "
+                       "agree the topology with your AI Engineer", severity="info")
+        return
+    sharded = estimate.shards > 1
+    where = "strategy" if sharded else "model.parameters"
+    if estimate.share > 1 or (estimate.share > HEADROOM and not sharded):
+        worst = estimate.share > 1
+        message = (f"{'does not fit' if worst else 'leaves under 20% for activations'}: "
+                   f"{estimate.describe()} ({gpu.model})")
+        options = []
+        for strategy, stage in (("fsdp", None), ("deepspeed", 2), ("deepspeed", 3)):
+            alt = memory_estimate(profile, ctx.plan, gpu.memory_gb, strategy, stage)
+            if alt is not None and alt.shards > 1 and strategy in ctx.approved.preset.strategies:
+                options.append(f"{alt.method}: {alt.total_gb:.1f} GB per GPU")
+        hint = ("shard the model state: " + "; ".join(options) if options and not sharded
+                else "a bigger preset or a model-parallel topology; run `runai-spec plan` "
+                     "and ask your AI Engineer")
+        yield _finding(ctx, "ddp-replica-fits", where, message, hint,
+                       severity=None if worst else "warning")
+    elif sharded:
+        yield _finding(ctx, "ddp-replica-fits", "strategy",
+                       f"model state estimate: {estimate.describe()}",
+                       "activations come on top; measure peak memory in the rehearsal",
+                       severity="info")
+
+
+AUTOTUNE = re.compile(r"(?i)autotun")
+MODEL_PARALLEL_FLAG = re.compile(
+    r"(?i)^--?[\w.-]*?(tensor|pipe|pipeline|model|context|sequence|expert)[-_]?(model[-_]?)?"
+    r"parallel(ism)?[-_]?(size|degree|stages?)(=(?P<value>.*))?$"
+    r"|^--(tp|pp|cp|ep)([-_](size|degree))?(=(?P<short>.*))?$"
+    r"|^--(num[-_]stages|pipeline[-_]stages)(=(?P<stages>.*))?$")
+MODEL_PARALLEL_ENV = re.compile(
+    r"(?i)^(TP|PP|CP|EP|TENSOR_PARALLEL|PIPELINE_PARALLEL|MODEL_PARALLEL|PIPE_PARALLEL|"
+    r"CONTEXT_PARALLEL|EXPERT_PARALLEL)(_(SIZE|DEGREE|DIM))?$")
+
+
+def _degree(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+@rule("deepspeed-autotune", "error",
+      "No DeepSpeed autotuning sweep or copied model-parallel configuration")
+def check_deepspeed_autotune(ctx: Context) -> Iterator[Finding]:
+    """The guide: do not start a DeepSpeed autotuning sweep or copy a model-parallel
+    configuration from another cluster; share model size, precision, sequence length,
+    checkpoint format and topology with the AI Engineer first."""
+    profile = ctx.loaded.profile
+    review = ("remove it; `runai-spec plan PROFILE` writes the review request for your SCC AI "
+              "Engineer, who approves a bounded test plan")
+    command = profile.command
+    for index, arg in enumerate(command):
+        if AUTOTUNE.search(arg):
+            yield _finding(ctx, "deepspeed-autotune", f"command[{index}]",
+                           f"{arg!r} requests a DeepSpeed autotuning sweep", review)
+            continue
+        match = MODEL_PARALLEL_FLAG.match(arg)
+        if match:
+            value = match.group("value") or match.group("short") or match.group("stages")
+            if value is None and index + 1 < len(command):
+                value = command[index + 1]
+            if _degree(value) == 1:  # a degree of 1 is no model parallelism at all
+                continue
+            yield _finding(ctx, "deepspeed-autotune", f"command[{index}]",
+                           f"{arg!r} sets a model-parallel degree ({value}) the preset was not "
+                           "reviewed for", review)
+    for name, value in profile.env_strings().items():
+        if AUTOTUNE.search(name) or AUTOTUNE.search(value):
+            yield _finding(ctx, "deepspeed-autotune", _env_line(name),
+                           f"{name} requests DeepSpeed autotuning", review)
+        elif MODEL_PARALLEL_ENV.match(name) and _degree(value) != 1:
+            yield _finding(ctx, "deepspeed-autotune", _env_line(name),
+                           f"{name}={value} sets a model-parallel degree", review)
+
+
+EXPIRY_WARNING_DAYS = 30
+
+
+@rule("preset-expired", "warning", "The preset's approval expires soon")
+def check_preset_expiry(ctx: Context) -> Iterator[Finding]:
+    """An expired approval is refused by the registry; this warns within 30 days of the
+    expiry of the preset's or the site file's approval, so the re-review happens in time."""
+    if ctx.today is None:
+        return
+    for what, approval in ((f"preset {ctx.approved.name}", ctx.approved.approval),
+                           ("the site file", ctx.site_approval)):
+        if approval is None or approval.expires is None:
+            continue
+        days = (dt.date.fromisoformat(approval.expires) - ctx.today).days
+        if 0 <= days <= EXPIRY_WARNING_DAYS:
+            yield _finding(ctx, "preset-expired", "preset",
+                           f"the approval of {what} expires on {approval.expires} "
+                           f"(in {days} day{'s' if days != 1 else ''}); after that it is refused",
+                           "ask your SCC AI Engineers to re-review and re-approve it "
+                           "(`runai-spec presets approve NAME --by WHO --expires DATE`)")
+
+
+SECRET_WORDS = {"TOKEN", "SECRET", "SECRETS", "PASSWORD", "PASSWD", "PASSPHRASE",
+                "APIKEY", "CREDENTIAL", "CREDENTIALS", "PRIVATEKEY", "ACCESSKEY"}
+SECRET_PAIRS = {("API", "KEY"), ("PRIVATE", "KEY"), ("ACCESS", "KEY"), ("SECRET", "KEY"),
+                ("AUTH", "KEY"), ("CLIENT", "SECRET")}
+SECRET_VALUE = re.compile(
+    r"(AKIA|ASIA)[0-9A-Z]{16}"                          # AWS access key id
+    r"|gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,}"  # GitHub
+    r"|glpat-[A-Za-z0-9_-]{20,}"                         # GitLab
+    r"|xox[abposr]-[A-Za-z0-9-]{10,}"                    # Slack
+    r"|\bhf_[A-Za-z0-9]{30,}"                            # Hugging Face
+    r"|\bsk-[A-Za-z0-9_-]{20,}"                          # OpenAI-style API keys
+    r"|eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"  # JWT
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----"
+    r"|[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@")         # URL with user:password
+SECRET_FLAG = re.compile(r"(?i)^--?[\w-]*(token|password|passwd|api[-_]?key|secret)[\w-]*(=.+)?$")
+
+
+def secret_name(name: str) -> bool:
+    """True for variable names that name a credential (`HF_TOKEN`, `WANDB_API_KEY`), not for
+    look-alikes such as `TOKENIZERS_PARALLELISM`, `MAX_NEW_TOKENS` or the shell's `PWD`."""
+    words = [w for w in re.split(r"[^A-Za-z0-9]+|(?<=[a-z])(?=[A-Z])", name) if w]
+    upper = [w.upper() for w in words]
+    return bool(SECRET_WORDS.intersection(upper)) or any(
+        pair in SECRET_PAIRS for pair in zip(upper, upper[1:], strict=False))
+
+
+def secret_value(value: str) -> bool:
+    """True for values shaped like a known token, key or password-bearing URL."""
+    return bool(SECRET_VALUE.search(value))
+
+
+SECRET_HINT = ("put it in a Kubernetes Secret in the project's namespace and reference it: "
+               "`secret_env: {NAME: {secret: SECRET-NAME, key: KEY}}` (rendered as "
+               "valueFrom.secretKeyRef); rotate it if it was ever committed")
+
+
+@rule("secret-env", "error", "Credentials come from a Secret (secretKeyRef), never the profile")
+def check_secret_env(ctx: Context) -> Iterator[Finding]:
+    """Plain values end up in git, in the manifest and in `kubectl get -o yaml`; credentials
+    belong in a Secret, referenced with `secret_env` (valueFrom.secretKeyRef)."""
+    profile = ctx.loaded.profile
+    for name, value in profile.env_strings().items():
+        if secret_name(name):
+            yield _finding(ctx, "secret-env", _env_line(name),
+                           f"{name} looks like a credential written as a plain value", SECRET_HINT)
+        elif secret_value(value):
+            yield _finding(ctx, "secret-env", _env_line(name),
+                           f"the value of {name} looks like a credential", SECRET_HINT)
+    for name in profile.secret_env:
+        if name in profile.env:
+            yield _finding(ctx, "secret-env", f"secret_env.{name}",
+                           f"{name} is set both in env and in secret_env",
+                           "keep only the secret_env entry")
+    for index, arg in enumerate(profile.command):
+        if secret_value(arg) or (SECRET_FLAG.match(arg) and "=" in arg):
+            yield _finding(ctx, "secret-env", f"command[{index}]",
+                           "a command argument looks like a credential", SECRET_HINT)
 
 
 def check_all(ctx: Context) -> list[Finding]:

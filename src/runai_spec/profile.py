@@ -41,6 +41,8 @@ class Model(_Model):
     parameters: int = Field(gt=0, description="Number of model parameters, e.g. 7000000000.")
     precision: Precision = Field(description="Training precision of weights and gradients.")
     sequence_length: int | None = Field(None, gt=0, description="Tokens per sample, if any.")
+    optimizer: Literal["adamw", "adam", "sgd"] = Field(
+        "adamw", description="Optimizer, for the memory estimate (Adam keeps two fp32 moments).")
 
 
 class Checkpoint(_Model):
@@ -74,6 +76,23 @@ class Diagnostics(_Model):
     reason: str | None = Field(None, description="Why the switch is on (ticket, date).")
 
 
+class Metrics(_Model):
+    """How the script writes shared metrics; the site guide: only rank 0 writes them."""
+
+    writer: Literal["rank0", "per-rank", "all-ranks"] = Field(
+        description="`rank0`: only global rank 0 writes; `per-rank`: each rank its own files; "
+                    "`all-ranks`: every rank writes the same metrics (duplicates).")
+    tracker: str | None = Field(None, min_length=1,
+                                description="Metrics tracker, e.g. tensorboard, wandb, mlflow.")
+
+
+class SecretRef(_Model):
+    """A key of a Kubernetes Secret in the project's namespace (valueFrom.secretKeyRef)."""
+
+    secret: str = Field(pattern=DNS1123, max_length=253, description="Secret name.")
+    key: str = Field(pattern=r"^[-._a-zA-Z0-9]+$", max_length=253, description="Key in the Secret.")
+
+
 EnvValue = Annotated[str | int | float | bool, Field(union_mode="left_to_right")]
 
 
@@ -90,12 +109,16 @@ class Profile(_Model):
     working_dir: str | None = Field(None, pattern=r"^/", description="Container working directory.")
     env: dict[Annotated[str, Field(pattern=ENV_NAME)], EnvValue] = Field(
         default_factory=dict, description="Plain environment variables.")
+    secret_env: dict[Annotated[str, Field(pattern=ENV_NAME)], SecretRef] = Field(
+        default_factory=dict,
+        description="Credentials as variables read from a Secret (never written in the profile).")
     batch: Batch = Field(description="Batch arithmetic.")
     strategy: Strategy = Field("ddp", description="Parallelism strategy.")
     zero_stage: int | None = Field(None, ge=0, le=3, description="DeepSpeed ZeRO stage.")
     model: Model | None = Field(None, description="Model size, precision, sequence length.")
     checkpoint: Checkpoint = Field(description="Checkpoint location and format.")
     data: list[DataVolume] = Field(default_factory=list, description="Data volumes to mount.")
+    metrics: Metrics | None = Field(None, description="Who writes shared metrics (rank 0 only).")
     diagnostics: Diagnostics = Field(default_factory=Diagnostics,
                                      description="Temporary diagnostic switches.")
 
@@ -164,20 +187,45 @@ def _validation_error(exc: ValidationError, source: str) -> InputError:
     return InputError(msg, file=source, field=path or None, hint=hint)
 
 
-def _reserved_findings(raw: dict[str, Any], source: str,
-                       lines: dict[str, int]) -> tuple[dict[str, Any], list[Finding]]:
-    findings = []
+_RESERVED_MESSAGE = ("reserved for the SCC AI Engineers (compute preset, workers, priority, "
+                     "elasticity, node pools, network attachment are set by the preset)")
+# Variable names are the researcher's own namespace: `env.GPUS` is a plain variable.
+_FREE_KEYS = ("env", "secret_env")
+
+
+def _strip_reserved(value: Any, path: str, source: str, lines: dict[str, int],
+                    findings: list[Finding]) -> Any:
+    # Nested too: `checkpoint.annotations` or `nvidia.com/rdma_ib` copied from another
+    # project must name the rule, not fail as a generic unknown field.
+    if isinstance(value, list):
+        return [_strip_reserved(item, f"{path}[{i}]", source, lines, findings)
+                for i, item in enumerate(value)]
+    if not isinstance(value, dict):
+        return value
     kept = {}
-    for key, value in raw.items():
-        if key in RESERVED:
+    for key, child in value.items():
+        child_path = f"{path}.{key}" if path else key
+        if key in RESERVED or "/" in key:
+            what = ("extended resources, annotations and InfiniBand devices come from the preset"
+                    if "/" in key else _RESERVED_MESSAGE)
+            if "/" in key:
+                what = f"reserved for the SCC AI Engineers ({what})"
             findings.append(Finding(
-                rule="reserved-field", path=key, file=source, line=lines.get(key),
-                message="reserved for the SCC AI Engineers (compute preset, workers, priority, "
-                        "elasticity, node pools, network attachment are set by the preset)",
+                rule="reserved-field", path=child_path, file=source, line=lines.get(child_path),
+                message=what,
                 hint="remove it; ask your AI Engineer for a preset that has what you need",
             ))
+        elif not path and key in _FREE_KEYS:
+            kept[key] = child
         else:
-            kept[key] = value
+            kept[key] = _strip_reserved(child, child_path, source, lines, findings)
+    return kept
+
+
+def _reserved_findings(raw: dict[str, Any], source: str,
+                       lines: dict[str, int]) -> tuple[dict[str, Any], list[Finding]]:
+    findings: list[Finding] = []
+    kept = _strip_reserved(raw, "", source, lines, findings)
     return kept, findings
 
 

@@ -53,5 +53,6 @@ def prepare_workload(path: Path, registry: PresetRegistry | None = None) -> Work
     site_sha = registry.ledger().approvals["site.yaml"].sha256
     plan = plan_workload(loaded, approved, site, site_sha256=site_sha)
     manifests = tuple(render_plan(plan, site.family))
-    findings = check_all(Context(loaded, approved, site, plan, manifests))
+    findings = check_all(Context(loaded, approved, site, plan, manifests, today=registry.today,
+                                 site_approval=registry.ledger().approvals.get("site.yaml")))
     return Workload(loaded, approved, site, plan, manifests, tuple(findings))
