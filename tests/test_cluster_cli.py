@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 from collections.abc import Callable
@@ -12,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kubeapi import KubeAPI
+from runai_spec import cluster
 from runai_spec.cli import app
 
 pytest_plugins = ("kube_fixtures",)
@@ -102,12 +104,18 @@ def test_a_name_needs_a_project_and_must_be_a_name(api: KubeAPI, kubeconfig: Pat
     assert api.kube.requests == []
 
 
-def test_unreachable_cluster_exits_3(tmp_path: Path) -> None:
+def test_unreachable_cluster_exits_3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    slept: list[float] = []
+    monkeypatch.setattr(cluster, "Target", functools.partial(cluster.Target, sleep=slept.append))
     server = KubeAPI()
     config = server.kubeconfig(tmp_path / "kc")
     server.stop()
     result = run("status", NAME, "--project", "nlp-lab", "--kubeconfig", str(config))
     assert result.exit_code == 3 and "cannot connect to http://127.0.0.1:" in result.stderr
+    # one error line and its hint (debug lines appear when an earlier test enabled --debug)
+    lines = [ln for ln in result.stderr.splitlines() if not ln.startswith("debug: ")]
+    assert len(lines) == 2 and lines[1].startswith("hint: ") and "after 5 attempt(s)" in lines[0]
+    assert slept == [0.5, 1.0, 2.0, 4.0]  # bounded backoff, injected sleep: no real waiting
 
 
 PROBE = """
@@ -122,8 +130,9 @@ print('IMPORTED:' + ','.join(sorted(m for m in sys.modules if m.split('.')[0] ==
 """
 
 
-@pytest.mark.parametrize("command", ["submit", "status", "logs", "delete"])
-def test_cluster_command_help_never_imports_kubernetes(command: str) -> None:
-    out = subprocess.run([sys.executable, "-c", PROBE.format(argv=["runai-spec", command, "--help"])],
-                         capture_output=True, text=True, check=True, cwd=ROOT).stdout
-    assert out.strip().splitlines()[-1] == "IMPORTED:"
+def test_cluster_command_help_never_imports_kubernetes() -> None:
+    for command in ("submit", "status", "logs", "delete"):  # one interpreter per command
+        out = subprocess.run([sys.executable, "-c", PROBE.format(argv=["runai-spec", command,
+                                                                        "--help"])],
+                             capture_output=True, text=True, check=True, cwd=ROOT).stdout
+        assert out.strip().splitlines()[-1] == "IMPORTED:", command
