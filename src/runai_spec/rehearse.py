@@ -65,7 +65,8 @@ class PreflightSettings:
     collective_timeout_s: float = 120.0
 
     def args(self, *, world_size: int | None, checkpoint_dir: str | None,
-             metrics_file: str | None, step_sleep: float = 0.0) -> list[str]:
+             metrics_file: str | None, step_sleep: float = 0.0,
+             plan_world_size: int | None = None) -> list[str]:
         """preflight.py's argv (after the script path)."""
         out = ["--local-batch", str(self.local_batch), "--grad-accum", str(self.grad_accum),
                "--checkpoint-format", self.checkpoint_format, "--steps", str(self.steps),
@@ -76,6 +77,8 @@ class PreflightSettings:
             out += ["--global-batch", str(self.global_batch)]
         if world_size is not None:
             out += ["--world-size", str(world_size)]
+        if plan_world_size is not None and plan_world_size != world_size:
+            out += ["--plan-world-size", str(plan_world_size)]
         if checkpoint_dir:
             out += ["--checkpoint-dir", checkpoint_dir]
         if metrics_file:
@@ -412,7 +415,8 @@ def plan_pods(
                 world_size=world,
                 checkpoint_dir=str(shared_ckpt) if settings.checkpoint_dir is None
                 else settings.checkpoint_dir,
-                metrics_file=str(pod_dir / "metrics.jsonl"), step_sleep=step_sleep)]
+                metrics_file=str(pod_dir / "metrics.jsonl"), step_sleep=step_sleep,
+                plan_world_size=len(pods) * declared)]
             cwd = pod_dir
         penv = {k: v for k, v in os.environ.items() if not _OWNED.match(k)}
         for item in container.get("env") or []:
@@ -443,6 +447,25 @@ def plan_pods(
     return out, world
 
 
+def _descendants(root: int) -> list[int]:
+    """Every live process below `root`, from /proc (Linux); empty where /proc is absent."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = entry.read_text()
+            ppid = int(text.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    out: list[int] = []
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
 class _Pod:
     """A running pod: its process group, a log file, and the PREFLIGHT lines seen so far."""
 
@@ -471,10 +494,16 @@ class _Pod:
                 on_line(self, line)
 
     def signal(self, sig: int) -> None:
+        # torchrun starts each worker in a session of its own: the process group of the pod's
+        # launcher does not reach them, so walk the tree of the processes this pod started
+        for pid in [self.proc.pid, *_descendants(self.proc.pid)]:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, sig)
 
     def stop(self, grace: float = 5.0) -> None:
+        orphans = _descendants(self.proc.pid)
         if self.proc.poll() is None:
             self.signal(signal.SIGTERM)
             try:
@@ -482,8 +511,11 @@ class _Pod:
             except subprocess.TimeoutExpired:
                 self.signal(signal.SIGKILL)
                 self.proc.wait(grace)
-        # torchrun's workers may outlive their agent: the whole group goes
+        # torchrun's workers may outlive their agent: the whole tree goes
         self.signal(signal.SIGKILL)
+        for pid in orphans:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
 
     def finish(self) -> PodOutcome:
         self._reader.join(10)
@@ -702,8 +734,12 @@ def _restart_check(lines: Sequence[Mapping[str, Any]], world: int, saved: int, v
     resumes = [r for r in lines if r.get("check") == "resume"]
     ok = [r for r in resumes if r.get("status") == "pass"]
     steps = sorted({int(r.get("resumed_from", -1)) for r in ok})
-    killed = [o.name for o in first if o.killed]
+    killed = [o.name for o in first if o.killed and o.exit_code != 0]
     details = {"killed": killed, "first_checkpoint_step": saved, "resumed_from": steps}
+    if not killed:
+        return CheckResult("restart", "fail", f"{victim} finished before the kill reached it "
+                           "(its output came too late): the restart was not exercised",
+                           details=details)
     if len(ok) == world and len(steps) == 1 and steps[0] >= saved:
         return CheckResult("restart", "pass", f"killed {', '.join(killed) or victim} after the "
                            f"checkpoint of step {saved}; after the restart all {world} ranks "
