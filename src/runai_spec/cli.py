@@ -130,6 +130,40 @@ def rules(fmt: FormatOpt = Format.text) -> None:
 
 
 @app.command()
+def diff(
+    profiles: Profiles,
+    against: Annotated[Path, typer.Option("--against", help="Folder of committed manifests, "
+                                          "one <name>.yaml per workload.")],
+    fmt: FormatOpt = Format.text,
+) -> None:
+    """What the profiles render now against committed manifests; exit 0 same, 1 changed,
+    2 bad input."""
+    from . import diff as drift
+
+    def run() -> tuple[list[drift.ProfileDiff], list[RunaiSpecError]]:
+        if not sys.stderr.isatty() or len(profiles) < 2:
+            return drift.diff_all(profiles, against)
+        from rich.progress import Progress
+
+        with Progress(transient=True) as progress:
+            task = progress.add_task("diff", total=len(profiles))
+            return drift.diff_all(profiles, against,
+                                  step=lambda: progress.advance(task))
+
+    results, bad = guarded(run)
+    if fmt is Format.json:
+        print(drift.as_json(results, bad))
+    elif fmt is Format.markdown:
+        sys.stdout.write(drift.as_markdown(results, bad))
+    else:
+        err(line for exc in bad for line in exc.lines())
+        sys.stdout.write(drift.as_text(results))
+    if bad:
+        raise typer.Exit(EXIT_INPUT)
+    raise typer.Exit(EXIT_FINDINGS if any(r.changed for r in results) else EXIT_OK)
+
+
+@app.command()
 def render(
     profiles: Profiles,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write one <name>.yaml per "

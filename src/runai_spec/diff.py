@@ -1,0 +1,139 @@
+"""`diff --against DIR`: what profiles render now against committed manifests, for CI."""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError, RunaiSpecError
+from .loading import load_documents, looks_secret
+from .manifests import Manifest, dump, object_key
+from .presets import PresetRegistry
+from .workload import prepare_workload
+
+MASK = "***"
+
+
+def mask(value: Any) -> Any:
+    """A copy with the values of secret-looking variables (`{name, value}` pairs and
+    mapping keys) replaced by `***`."""
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        named = value.get("name")
+        for key, item in value.items():
+            secret_value = key == "value" and isinstance(named, str) and looks_secret(named)
+            secret_key = (isinstance(key, str) and looks_secret(key)
+                          and not isinstance(item, dict | list))
+            out[key] = MASK if secret_value or secret_key else mask(item)
+        return out
+    if isinstance(value, list):
+        return [mask(item) for item in value]
+    return value
+
+
+@dataclass(frozen=True)
+class ObjectDiff:
+    key: str
+    status: str  # added, removed, changed
+    diff: str
+
+
+@dataclass(frozen=True)
+class ProfileDiff:
+    profile: str
+    committed: str
+    objects: tuple[ObjectDiff, ...]
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.objects)
+
+
+def _by_key(manifests: Iterable[Manifest]) -> dict[str, Manifest]:
+    return {object_key(m): m for m in manifests}
+
+
+def compare(rendered: Iterable[Manifest], committed: Iterable[Manifest], *,
+            new_label: str, old_label: str) -> tuple[ObjectDiff, ...]:
+    now, before = _by_key(rendered), _by_key(committed)
+    out: list[ObjectDiff] = []
+    for key in list(before) + [k for k in now if k not in before]:
+        old = dump([mask(before[key])]) if key in before else ""
+        new = dump([mask(now[key])]) if key in now else ""
+        if old == new:
+            continue
+        status = "added" if key not in before else "removed" if key not in now else "changed"
+        text = "".join(difflib.unified_diff(old.splitlines(keepends=True),
+                                            new.splitlines(keepends=True),
+                                            f"{old_label} ({key})", f"{new_label} ({key})"))
+        out.append(ObjectDiff(key, status, text))
+    return tuple(out)
+
+
+def diff_profile(path: Path, against: Path, registry: PresetRegistry) -> ProfileDiff:
+    workload = prepare_workload(path, registry)
+    committed_path = against / f"{workload.plan.name}.yaml"
+    committed = load_documents(committed_path) if committed_path.is_file() else []
+    objects = compare(workload.manifests, committed, new_label=f"render {path}",
+                      old_label=str(committed_path))
+    return ProfileDiff(str(path), str(committed_path), objects)
+
+
+def diff_all(paths: list[Path], against: Path, *, registry: PresetRegistry | None = None,
+             step: Callable[[], None] | None = None
+             ) -> tuple[list[ProfileDiff], list[RunaiSpecError]]:
+    if not against.is_dir():
+        raise InputError(f"{against}: not a folder", hint="pass the folder of committed "
+                         "manifests, one <name>.yaml per workload")
+    registry = registry or PresetRegistry()
+    done: list[ProfileDiff] = []
+    bad: list[RunaiSpecError] = []
+    for path in paths:
+        try:
+            done.append(diff_profile(path, against, registry))
+        except InputError as exc:
+            bad.append(exc)
+        if step is not None:
+            step()
+    return done, bad
+
+
+def summary(results: list[ProfileDiff]) -> tuple[int, int]:
+    changed = sum(1 for r in results if r.changed)
+    return changed, sum(len(r.objects) for r in results)
+
+
+def as_text(results: list[ProfileDiff]) -> str:
+    parts = [o.diff for r in results for o in r.objects]
+    changed, objects = summary(results)
+    parts.append(f"{len(results)} profile(s), {changed} changed, {objects} object(s) differ\n")
+    return "".join(parts)
+
+
+def as_json(results: list[ProfileDiff], bad: list[RunaiSpecError]) -> str:
+    changed, objects = summary(results)
+    return json.dumps({
+        "profiles": len(results), "changed": changed, "objects_differing": objects,
+        "results": [{"profile": r.profile, "committed": r.committed, "changed": r.changed,
+                     "objects": [{"key": o.key, "status": o.status, "diff": o.diff}
+                                 for o in r.objects]} for r in results],
+        "errors": [" ".join(e.lines()) for e in bad],
+    }, indent=2)
+
+
+def as_markdown(results: list[ProfileDiff], bad: list[RunaiSpecError]) -> str:
+    changed, objects = summary(results)
+    lines = ["## runai-spec diff", "",
+             f"{len(results)} profile(s), **{changed} changed**, {objects} object(s) differ.", ""]
+    for e in bad:
+        lines.append(f"- :x: `{' '.join(e.lines())}`")
+    for r in results:
+        for o in r.objects:
+            lines += [f"<details><summary><code>{r.profile}</code>: {o.key} ({o.status})"
+                      "</summary>", "", "```diff", o.diff.rstrip("\n"), "```", "",
+                      "</details>", ""]
+    return "\n".join(lines) + "\n"

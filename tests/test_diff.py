@@ -1,0 +1,101 @@
+"""diff --against DIR: exit codes, masking, added/removed objects; the CI recipes' commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT
+from runai_spec.diff import MASK, compare, mask
+
+LAYOUTS = ["single-gpu", "single-node", "multi-node", "elastic"]
+PROFILES = [str(ROOT / "examples" / e / "profile.yaml") for e in LAYOUTS]
+EXE = str(Path(sys.executable).parent / "runai-spec")
+
+
+def committed(tmp: Path) -> Path:
+    out = tmp / "manifests"
+    out.mkdir()
+    for e in LAYOUTS:
+        name = yaml.safe_load((ROOT / "examples" / e / "profile.yaml").read_text())["name"]
+        shutil.copy(ROOT / "examples" / e / "manifest.yaml", out / f"{name}.yaml")
+    return out
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([EXE, *args], capture_output=True, text=True, cwd=ROOT)
+
+
+def test_no_change_exits_0(tmp_path: Path) -> None:
+    res = run("diff", *PROFILES, "--against", str(committed(tmp_path)))
+    assert res.returncode == 0, res.stderr
+    assert "0 changed" in res.stdout
+
+
+def test_change_and_missing_file_exit_1(tmp_path: Path) -> None:
+    d = committed(tmp_path)
+    first = sorted(d.iterdir())[0]
+    first.unlink()
+    second = sorted(d.iterdir())[0]
+    second.write_text(second.read_text().replace('nprocPerNode: "8"', 'nprocPerNode: "4"')
+                      .replace('"OMP_NUM_THREADS"', '"OMP_NUM_THREADS"'))
+    res = run("diff", *PROFILES, "--against", str(d), "--format", "json")
+    assert res.returncode == 1, res.stderr
+    data = json.loads(res.stdout)
+    statuses = sorted(o["status"] for r in data["results"] for o in r["objects"])
+    assert "added" in statuses
+    assert data["changed"] >= 1
+
+
+def test_bad_input_exits_2(tmp_path: Path) -> None:
+    res = run("diff", str(tmp_path / "nope.yaml"), "--against", str(committed(tmp_path)))
+    assert res.returncode == 2
+    assert res.stderr.startswith("error:")
+    assert run("diff", PROFILES[0], "--against", str(tmp_path / "none")).returncode == 2
+
+
+def test_markdown_is_a_merge_request_comment(tmp_path: Path) -> None:
+    d = tmp_path / "empty"
+    d.mkdir()
+    res = run("diff", PROFILES[0], "--against", str(d), "--format", "markdown")
+    assert res.returncode == 1
+    assert res.stdout.startswith("## runai-spec diff") and "```diff" in res.stdout
+
+
+def test_secret_values_are_masked_and_removed_objects_count() -> None:
+    env = {"kind": "X", "metadata": {"name": "a"},
+           "env": [{"name": "WANDB_API_KEY", "value": "hunter2"}, {"name": "A", "value": "1"}]}
+    assert mask(env)["env"][0]["value"] == MASK and mask(env)["env"][1]["value"] == "1"
+    changed = dict(env, env=[{"name": "WANDB_API_KEY", "value": "other"}])
+    out = compare([changed], [env], new_label="new", old_label="old")
+    assert "hunter2" not in out[0].diff and "other" not in out[0].diff
+    removed = compare([], [env], new_label="new", old_label="old")
+    assert [o.status for o in removed] == ["removed"]
+
+
+def recipe_commands(path: Path) -> list[str]:
+    text = path.read_text()
+    cmds = re.findall(r"^\s*-\s+(?:run:\s+)?(runai-spec [^\n]*)$", text, re.M)
+    assert len(cmds) == 3, cmds
+    return cmds
+
+
+@pytest.mark.parametrize("recipe", ["github-actions.yml", "gitlab-ci.yml"])
+def test_ci_recipe_commands_pass(recipe: str, tmp_path: Path) -> None:
+    yaml.safe_load((ROOT / "examples" / "ci" / recipe).read_text())
+    manifests = committed(tmp_path)
+    for cmd in recipe_commands(ROOT / "examples" / "ci" / recipe):
+        cmd = cmd.split(" > ")[0].replace("manifests/", str(manifests))
+        res = subprocess.run(cmd.replace("runai-spec", shlex.quote(EXE), 1), shell=True,
+                             capture_output=True, text=True, cwd=ROOT,
+                             env=dict(os.environ))
+        assert res.returncode == 0, (cmd, res.stdout, res.stderr)
