@@ -130,6 +130,18 @@ def rules(fmt: FormatOpt = Format.text) -> None:
 
 
 @app.command()
+def plan(profile: Annotated[Path, typer.Argument(help="Profile file (profile.yaml).")],
+         fmt: FormatOpt = Format.markdown) -> None:
+    """The review request for the AI engineer (Markdown, or --format json); paste it into
+    the ticket unchanged."""
+    from . import review
+
+    workload = guarded(lambda: prepare_workload(profile, PresetRegistry()))
+    print(review.review_json(workload) if fmt is Format.json else review.review_markdown(workload),
+          end="" if fmt is not Format.json else "\n")
+
+
+@app.command()
 def diff(
     profiles: Profiles,
     against: Annotated[Path, typer.Option("--against", help="Folder of committed manifests, "
