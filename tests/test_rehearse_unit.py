@@ -1,0 +1,102 @@
+"""rehearse.py without torch: operator env, argv rewriting, smoke manifests vs the CRD."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import yaml
+
+from runai_spec.rehearse import (
+    MULTICAST_OFF,
+    PreflightSettings,
+    operator_env,
+    parse_lines,
+    plan_pods,
+    set_nproc,
+    smoke_manifests,
+    split_command,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+CRD = ROOT.parent / "shared" / "schemas" / "kubeflow.org_pytorchjobs.yaml"
+
+
+def example(name: str) -> dict:
+    return yaml.safe_load((ROOT / "examples" / name / "manifest.yaml").read_text())
+
+
+def test_operator_env_with_master_counts_processes_not_pods() -> None:
+    job = example("multi-node")
+    env = operator_env(job, "Worker", 0)
+    assert env["WORLD_SIZE"] == "16" and env["RANK"] == "1" and env["PET_NODE_RANK"] == "1"
+    assert env["PET_NNODES"] == "2" and env["PET_NPROC_PER_NODE"] == "8"
+    assert env["MASTER_ADDR"] == "llm-7b-fsdp-master-0" and env["MASTER_PORT"] == "23456"
+
+
+def test_operator_env_elastic_worker_only_sets_no_rank() -> None:
+    job = example("elastic")
+    env = operator_env(job, "Worker", 1)
+    assert "RANK" not in env and "MASTER_ADDR" not in env and "WORLD_SIZE" not in env
+    assert env["PET_NNODES"] == "2:4" and env["PET_RDZV_BACKEND"] == "c10d"
+    assert env["PET_RDZV_ENDPOINT"].endswith("-worker-0:23456")
+
+
+def test_split_command_finds_the_entry_point() -> None:
+    t = split_command(["torchrun", "--standalone", "--nnodes=1", "--nproc-per-node=8",
+                       "train.py", "--config", "x"])
+    assert t.kind == "torchrun" and t.entry == ("train.py", "--config", "x")
+    p = split_command(["python", "-u", "train.py", "--lr", "1"])
+    assert p.kind == "python" and p.head == ("python", "-u") and p.entry[0] == "train.py"
+    assert set_nproc(t.head, 2)[-1] == "--nproc-per-node=2"
+
+
+def test_plan_pods_maps_the_cluster_onto_loopback(tmp_path: Path) -> None:
+    pods, world = plan_pods([example("multi-node")], settings=PreflightSettings(),
+                            root=tmp_path, procs_per_pod=2)
+    assert world == 4 and [p.name for p in pods] == ["master-0", "worker-0"]
+    for pod in pods:
+        assert pod.env["MASTER_ADDR"] == "127.0.0.1" == pod.env["PET_MASTER_ADDR"]
+        assert pod.env["PET_NPROC_PER_NODE"] == "2" and pod.env["WORLD_SIZE"] == "4"
+        assert all(pod.env[k] == v for k, v in MULTICAST_OFF.items())
+        assert "--plan-world-size" in pod.argv and "train.py" not in pod.argv
+    assert pods[0].env["MASTER_PORT"] == pods[1].env["MASTER_PORT"]
+
+
+def test_parse_lines_tolerates_prefixes_and_glued_lines() -> None:
+    text = '[default0]:PREFLIGHT {"check": "a", "rank": 0}PREFLIGHT {"check": "b", "rank": 1}\n'
+    assert [r["check"] for r in parse_lines(text)] == ["a", "b"]
+
+
+@pytest.mark.parametrize("name", ["single-gpu", "single-node", "multi-node", "elastic"])
+def test_smoke_manifests_validate_against_the_crd(name: str) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    if not CRD.exists():
+        pytest.skip("upstream CRD not present")
+    crd = yaml.safe_load(CRD.read_text())
+    schema = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")["schema"][
+        "openAPIV3Schema"]
+    out = smoke_manifests([example(name)], PreflightSettings(checkpoint_dir="/checkpoints"))
+    cm, job = out[0], out[1]
+    assert cm["kind"] == "ConfigMap" and cm["metadata"]["name"].endswith("-preflight")
+    assert "def main" in cm["data"]["preflight.py"]
+    jsonschema.Draft7Validator(schema).validate(job)
+    for rspec in job["spec"]["pytorchReplicaSpecs"].values():
+        c = rspec["template"]["spec"]["containers"][0]
+        assert "/opt/runai-spec/preflight.py" in c["command"] and "train.py" not in c["command"]
+        assert any(v.get("configMap", {}).get("name") == cm["metadata"]["name"]
+                   for v in rspec["template"]["spec"]["volumes"])
+
+
+def test_preflight_imports_nothing_from_the_package_and_rehearse_no_torch() -> None:
+    src = ROOT / "src" / "runai_spec"
+    for module, banned in (("preflight.py", ("runai_spec", ".")), ("rehearse.py", ("torch",))):
+        tree = ast.parse((src / module).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                name = ("." * node.level) + (node.module or "")
+                assert not (module == "preflight.py" and node.level), name
+                assert not name.startswith(banned[0]), name
+            elif isinstance(node, ast.Import):
+                assert not any(a.name.startswith(banned[0]) for a in node.names)
