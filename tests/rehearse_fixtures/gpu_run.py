@@ -16,7 +16,7 @@ out = Path(os.environ.get("OUT", "/tmp/out"))
 logs = Path("/tmp/gpu-rehearse")
 summary = {}
 for example, ppp in (("single-gpu", None), ("single-node", 1)):
-    manifests = [yaml.safe_load(open(f"examples/{example}/manifest.yaml"))]
+    manifests = [yaml.safe_load(Path(f"examples/{example}/manifest.yaml").read_text())]
     r = rehearse_manifests(manifests, settings=PreflightSettings(local_batch=4, grad_accum=2),
                            procs_per_pod=ppp, device="cuda", python=sys.executable,
                            logs_dir=logs / example, timeout_s=240)
@@ -32,7 +32,7 @@ shared = subprocess.run(
      "/tmp/shared-ckpt", "--join-timeout", "60"],
     env=env, capture_output=True, text=True, timeout=240)
 print(f"== two ranks on one GPU: exit {shared.returncode}")
-print("\n".join(l for l in shared.stdout.splitlines() if "PREFLIGHT" in l))
+print("\n".join(ln for ln in shared.stdout.splitlines() if "PREFLIGHT" in ln))
 (out / "shared-gpu.log").write_text(shared.stdout + "\n--- stderr ---\n" + shared.stderr)
 (out / "rehearse-results.json").write_text(json.dumps(summary, indent=2, default=str))
 with tarfile.open(out / "rank-logs.tar.gz", "w:gz") as tar:
