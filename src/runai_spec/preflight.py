@@ -83,6 +83,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="the global batch the profile declares")
     p.add_argument("--world-size", type=int, default=_env_int("PREFLIGHT_WORLD_SIZE", None),
                    help="the number of processes the plan expects")
+    p.add_argument("--plan-world-size", type=int,
+                   default=_env_int("PREFLIGHT_PLAN_WORLD_SIZE", None),
+                   help="the real job's process count, when a rehearsal runs fewer per pod "
+                        "(the global batch arithmetic uses it)")
     p.add_argument("--checkpoint-dir", default=_env("PREFLIGHT_CHECKPOINT_DIR", None),
                    help="shared checkpoint directory (default: a folder under /tmp)")
     p.add_argument("--checkpoint-format", choices=FORMATS,
@@ -574,17 +578,22 @@ def check_checkpoint(rep: Reporter, ckpt: Checkpointer, model: nn.Module, step: 
 
 def check_global_batch(rep: Reporter, opts: argparse.Namespace, launch: Launch,
                        samples: list[int]) -> None:
-    computed = opts.local_batch * launch.world_size * opts.grad_accum
+    here = opts.local_batch * launch.world_size * opts.grad_accum
+    plan_world = opts.plan_world_size or launch.world_size
+    planned = opts.local_batch * plan_world * opts.grad_accum
     measured = sorted(set(samples))
     details = {"local": opts.local_batch, "processes": launch.world_size,
-               "grad_accum": opts.grad_accum, "computed": computed,
-               "declared": opts.global_batch, "measured_per_step": measured}
-    formula = (f"{opts.local_batch} local x {launch.world_size} processes x "
-               f"{opts.grad_accum} accumulation = {computed}")
-    if measured and measured != [computed]:
-        rep.failed("global-batch", f"the loop saw {measured} samples per step, not {formula}",
-                   **details)
-    elif opts.global_batch is not None and opts.global_batch != computed:
+               "planned_processes": plan_world, "grad_accum": opts.grad_accum,
+               "computed": planned, "declared": opts.global_batch,
+               "measured_per_step": measured, "expected_here": here}
+    formula = (f"{opts.local_batch} local x {plan_world} processes x "
+               f"{opts.grad_accum} accumulation = {planned}")
+    if plan_world != launch.world_size:
+        formula += f" (this run: {launch.world_size} processes, {here} per step)"
+    if measured and measured != [here]:
+        rep.failed("global-batch", f"the loop saw {measured} samples per step, not {here}; "
+                   f"{formula}", **details)
+    elif opts.global_batch is not None and opts.global_batch != planned:
         rep.failed("global-batch", f"the profile declares a global batch of {opts.global_batch}"
                    f" but {formula}", **details)
     elif opts.global_batch is None:
