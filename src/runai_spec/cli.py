@@ -407,6 +407,48 @@ def delete(job: JobArg, yes: Annotated[bool, typer.Option("--yes", "-y", help="D
 # --- rehearse commands (rehearse.py) ---
 
 
+@app.command()
+def rehearse(
+    profile: Annotated[Path, typer.Argument(help="Profile file (profile.yaml).")],
+    procs_per_pod: Annotated[int | None, typer.Option(
+        "--procs-per-pod", help="Processes per pod here (scale down on a CPU machine).")] = None,
+    own_script: Annotated[bool, typer.Option(
+        "--own-script", help="Run the profile's own command instead of preflight.py.")] = False,
+    restart_after_checkpoint: Annotated[bool, typer.Option(
+        "--restart-after-checkpoint",
+        help="Kill one pod after the first checkpoint, restart, check the resume.")] = False,
+    logs: Annotated[Path | None, typer.Option("--logs", help="Folder for per-pod and per-rank "
+                                              "logs (default: a new temporary folder).")] = None,
+) -> None:
+    """Rehearse the rendered workload here: one process per pod, the operator's environment."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from .rehearse import PreflightSettings, rehearse_manifests
+
+    workload = guarded(lambda: prepare_workload(profile))
+    print_findings(workload.findings)
+    p = workload.loaded.profile
+    settings = PreflightSettings(
+        local_batch=p.batch.local, grad_accum=p.batch.grad_accum, global_batch=p.batch.global_,
+        checkpoint_format=str(p.checkpoint.format),
+        min_busbw_gbps=workload.approved.preset.min_busbw_gbps)
+    result = guarded(lambda: rehearse_manifests(
+        list(workload.manifests), settings=settings, procs_per_pod=procs_per_pod,
+        own_script=own_script, restart_after_checkpoint=restart_after_checkpoint,
+        logs_dir=logs))
+    table = Table(title=f"rehearse {workload.plan.name}: world {result.world_size}, "
+                        f"{result.backend}")
+    for column in ("check", "status", "message"):
+        table.add_column(column)
+    for c in result.checks:
+        table.add_row(c.check, c.status, c.message)
+    console = Console(stderr=True)
+    console.print(table)
+    console.print(f"logs: {result.logs_dir}")
+    raise typer.Exit(EXIT_OK if result.ok else EXIT_FINDINGS)
+
+
 def main() -> None:
     """Console entry point: no traceback ever reaches a user for their own mistakes."""
     try:
