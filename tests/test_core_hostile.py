@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 
 from conftest import BASE_PROFILE, ROOT
 from runai_spec.loading import parse_documents
-from runai_spec.manifests import dump, parse, quote
+from runai_spec.manifests import dump, parse, parse_rendered, quote
 from runai_spec.plan import plan_workload
 from runai_spec.presets import PresetRegistry
 from runai_spec.profile import parse_profile
-from runai_spec.render import render_plan
+from runai_spec.render import render_plan, render_text
 
 HOSTILE = [
     "x\nhostNetwork: true",
@@ -52,7 +52,10 @@ def render_profile(data: dict[str, Any]) -> list[dict[str, Any]]:
     text = dump([data])
     loaded = parse_profile(text, "hostile.yaml")
     plan = plan_workload(loaded, REGISTRY.get(loaded.profile.preset), REGISTRY.site())
-    return render_plan(plan)
+    manifests = render_plan(plan)
+    # The template's JSON output is YAML too: the strict YAML loader reads the same objects.
+    assert parse_documents(render_text(plan), "rendered") == manifests
+    return manifests
 
 
 def shape(value: Any) -> Any:
@@ -140,3 +143,13 @@ def test_injection_attempt_in_profile_file_stays_a_string(tmp_path: Path) -> Non
     text = dump([hostile_profile("x")]).replace('"x"', '"x\\nhostNetwork: true"', 1)
     loaded = parse_profile(text, "p.yaml")
     assert "hostNetwork" not in loaded.profile.model_dump()
+
+
+def test_rendered_text_with_a_duplicate_key_or_nan_is_refused() -> None:
+    import pytest
+
+    assert parse_rendered('{"a": {"b": 1, "c": 2}}') == {"a": {"b": 1, "c": 2}}
+    for text, why in [('{"a": 1, "a": 2}', "duplicate key 'a'"), ('{"a": NaN}', "NaN"),
+                      ('["a"]', "not a mapping"), ('{"a": 1} {"b": 2}', "Extra data")]:
+        with pytest.raises(ValueError, match=why):
+            parse_rendered(text)

@@ -21,7 +21,7 @@ def test_wheel_installs_and_renders_from_anywhere(tmp_path: Path) -> None:
                     str(dist), str(ROOT)], check=True, capture_output=True)
     (wheel,) = dist.glob("*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "runai_spec/templates/pytorchjob.yaml.j2" in names
+    assert "runai_spec/templates/pytorchjob.json.j2" in names
     assert "runai_spec/presets/approvals.yaml" in names
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",

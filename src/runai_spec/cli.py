@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Iterable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, NoReturn, TypeVar
 
 import typer
 
@@ -26,6 +26,9 @@ from .errors import (
 from .findings import Finding
 from .presets import PresetRegistry, preset_summary
 from .workload import Workload, prepare_workload
+
+if TYPE_CHECKING:
+    from .diff import ProfileDiff
 
 app = typer.Typer(
     name="runai-spec",
@@ -144,15 +147,29 @@ def plan(profile: Annotated[Path, typer.Argument(help="Profile file (profile.yam
 @app.command()
 def diff(
     profiles: Profiles,
-    against: Annotated[Path, typer.Option("--against", help="Folder of committed manifests, "
-                                          "one <name>.yaml per workload.")],
+    against: Annotated[Path | None, typer.Option("--against", help="Folder of committed manifests, "
+                                                 "one <name>.yaml per workload.")] = None,
+    live: Annotated[bool, typer.Option("--live", help="Compare with the cluster instead: a "
+                                       "server-side dry-run apply (stores nothing) against the "
+                                       "live objects.")] = False,
     fmt: FormatOpt = Format.text,
+    kubeconfig: KubeconfigOpt = None, context: ContextOpt = None, debug: DebugOpt = False,
 ) -> None:
-    """What the profiles render now against committed manifests; exit 0 same, 1 changed,
-    2 bad input."""
+    """What the profiles render now against committed manifests (--against DIR) or the
+    cluster (--live); exit 0 same, 1 changed, 2 bad input, 3 cluster error."""
     from . import diff as drift
 
+    if (against is None) != live:
+        fail(InputError("pass --against DIR or --live, not both" if live else
+                        "say what to compare with: --against DIR or --live",
+                        field="--against/--live", hint="--against DIR compares with committed "
+                        "manifests (CI); --live with what is on the cluster"))
+    if against is not None and (kubeconfig or context or debug):
+        fail(InputError("--kubeconfig, --context and --debug go with --live",
+                        field="--against", hint="drop them, or use --live instead of --against"))
+
     def run() -> tuple[list[drift.ProfileDiff], list[RunaiSpecError]]:
+        assert against is not None
         if not sys.stderr.isatty() or len(profiles) < 2:
             return drift.diff_all(profiles, against)
         from rich.progress import Progress
@@ -162,7 +179,11 @@ def diff(
             return drift.diff_all(profiles, against,
                                   step=lambda: progress.advance(task))
 
-    results, bad = guarded(run)
+    bad: list[RunaiSpecError] = []  # --live stops on bad input before any request
+    if live:
+        results = diff_live_all(profiles, cluster_target(kubeconfig, context, debug))
+    else:
+        results, bad = guarded(run)
     if fmt is Format.json:
         print(drift.as_json(results, bad))
     elif fmt is Format.markdown:
@@ -173,6 +194,27 @@ def diff(
     if bad:
         raise typer.Exit(EXIT_INPUT)
     raise typer.Exit(EXIT_FINDINGS if any(r.changed for r in results) else EXIT_OK)
+
+
+def diff_live_all(profiles: list[Path], target: cluster.Target) -> list[ProfileDiff]:
+    """diff --live: check every profile first (bad input or an error finding sends nothing),
+    then one session for all of them."""
+    from . import diff as drift
+
+    workloads, bad = prepare_all(profiles)
+    for exc in bad:
+        err(exc.lines())
+    for workload in workloads:
+        print_findings(workload.errors)
+    code = findings_exit(workloads, bad)
+    if code != EXIT_OK:
+        raise typer.Exit(code)
+    live = guarded(lambda: cluster.live_objects_all([w.manifests for w in workloads], target))
+    for objects in live:
+        err(f"note: {o.ref}: exists and was not created by runai-spec; submit will not touch it"
+            for o in objects if o.live is not None and not cluster.managed_by_us(o.live))
+    return [drift.diff_live(w.path, w.manifests, [(o.live, o.applied) for o in objects])
+            for w, objects in zip(workloads, live, strict=True)]
 
 
 @app.command()
@@ -217,6 +259,27 @@ def write_files(folder: Path, files: dict[str, str]) -> None:
         for tmp in folder.glob(f".*.tmp-{os.getpid()}"):
             tmp.unlink(missing_ok=True)
         raise InputError(f"cannot write: {exc.strerror}", file=str(folder)) from None
+
+
+@app.command()
+def explain(profile: Annotated[Path, typer.Argument(help="Profile file (profile.yaml).")],
+            fmt: FormatOpt = Format.text) -> None:
+    """Where every field of the rendered manifest came from: profile (with its line), preset,
+    site file, approvals ledger, a derived rule or the template (`render --explain` too)."""
+    from .provenance import explain_workload
+
+    workload = guarded(lambda: prepare_workload(profile))
+    print_findings(workload.findings)
+    result = explain_workload(workload)
+    if fmt is Format.json:
+        print(json.dumps({"profile": result.profile,
+                          "fields": [f.as_dict() for f in result.fields]}, indent=2))
+    elif fmt is Format.markdown:
+        fail(InputError("explain has no Markdown format", field="--format",
+                        hint="use --format text (annotated YAML) or json"))
+    else:
+        sys.stdout.write(result.annotated())
+    raise typer.Exit(EXIT_FINDINGS if workload.errors else EXIT_OK)
 
 
 @app.command()

@@ -673,14 +673,26 @@ def submit_manifests(manifests: Iterable[Manifest], target: Target, *, dry_run: 
 
 def live_objects(manifests: Iterable[Manifest], target: Target) -> tuple[LiveObject, ...]:
     """Each object as it is live and as a server-side dry-run apply would store it."""
-    out = []
     with Session(target) as session:
-        for manifest in manifests:
-            ref = ref_of(manifest)
-            live = get_object(session, ref)
-            _, applied = _apply(session, ref, manifest, dry_run=True, force=True)
-            out.append(LiveObject(str(ref), strip_server_fields(live) if live else None,
-                                  strip_server_fields(applied)))
+        return _live_objects(session, manifests)
+
+
+def live_objects_all(renders: Iterable[Iterable[Manifest]], target: Target
+                     ) -> list[tuple[LiveObject, ...]]:
+    """live_objects for several renders (one per profile) over one session."""
+    with Session(target) as session:
+        return [_live_objects(session, manifests) for manifests in renders]
+
+
+def _live_objects(session: Session, manifests: Iterable[Manifest]) -> tuple[LiveObject, ...]:
+    out = []
+    for manifest in manifests:
+        ref = ref_of(manifest)
+        live = get_object(session, ref)
+        # force: the preview of taking the fields over; dryRun=All: nothing is stored
+        _, applied = _apply(session, ref, manifest, dry_run=True, force=True)
+        out.append(LiveObject(str(ref), strip_server_fields(live) if live else None,
+                              strip_server_fields(applied)))
     return tuple(out)
 
 

@@ -108,6 +108,47 @@ def diff_all(paths: list[Path], against: Path, *, registry: PresetRegistry | Non
     return done, bad
 
 
+LIVE = "live"
+
+
+def ordered_like(value: Any, like: Any) -> Any:
+    """`value` with its keys in `like`'s order, then the others sorted.
+
+    The canonical dump keeps key order, and a server's key order is its own: two objects
+    that hold the same must dump to the same text whatever order they arrived in.
+    """
+    if isinstance(value, dict):
+        template = like if isinstance(like, dict) else {}
+        keys = [k for k in template if k in value] + sorted((k for k in value if k not in template),
+                                                            key=str)
+        return {k: ordered_like(value[k], template.get(k)) for k in keys}
+    if isinstance(value, list):
+        items = like if isinstance(like, list) else []
+        return [ordered_like(item, items[i] if i < len(items) else None)
+                for i, item in enumerate(value)]
+    return value
+
+
+def diff_live(profile: str, rendered: Iterable[Manifest],
+              objects: Iterable[tuple[Manifest | None, Manifest]]) -> ProfileDiff:
+    """`diff --live`: each object as it is live (old; None when absent, so `added`) against
+    what a server-side dry-run apply would store (new).
+
+    Both sides come from the server with its managed fields stripped, so defaults the server
+    fills in are on both sides and only what submitting would change shows.
+    """
+    order = _by_key(rendered)
+    live: list[Manifest] = []
+    applied: list[Manifest] = []
+    for before, after in objects:
+        like = order.get(object_key(after), after)
+        applied.append(ordered_like(after, like))
+        if before is not None:
+            live.append(ordered_like(before, like))
+    return ProfileDiff(profile, LIVE, compare(applied, live, new_label=f"dry-run apply {profile}",
+                                              old_label=LIVE))
+
+
 def summary(results: list[ProfileDiff]) -> tuple[int, int]:
     changed = sum(1 for r in results if r.changed)
     return changed, sum(len(r.objects) for r in results)

@@ -49,9 +49,11 @@ def _scalar(event: yaml.ScalarEvent) -> Any:
 class _Builder:
     """Builds plain JSON values from the parser's event stream, refusing what JSON lacks."""
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, get_event: Any, *, track_lines: bool = True) -> None:
         self.source = source
+        self.get_event = get_event
         self.nodes = 0
+        self.track_lines = track_lines
         self.lines: dict[str, int] = {}
 
     def fail(self, event: Any, what: str, hint: str | None = None) -> InputError:
@@ -63,7 +65,7 @@ class _Builder:
         self.nodes += 1
         if self.nodes > MAX_NODES:
             raise self.fail(event, f"more than {MAX_NODES} YAML nodes")
-        if isinstance(event, yaml.AliasEvent):
+        if type(event) is yaml.AliasEvent:
             raise self.fail(event, "YAML aliases (*name) are not allowed",
                             "write the value out in full; aliases can expand without bound")
         anchor = getattr(event, "anchor", None)
@@ -75,68 +77,80 @@ class _Builder:
             raise self.fail(event, f"YAML tags ({tag}) are not allowed",
                             "remove the tag; only plain JSON-like values are accepted")
 
-    def value(self, events: Any, event: Any, depth: int, path: str = "") -> Any:
+    # One hot loop (every node of every profile and manifest passes here): type() checks
+    # and the C parser's get_event instead of isinstance() and a Python generator.
+    def value(self, event: Any, depth: int, path: str = "") -> Any:
         self.check(event)
-        if path and path not in self.lines and event.start_mark is not None:
+        track = self.track_lines
+        if track and path and path not in self.lines and event.start_mark is not None:
             self.lines[path] = event.start_mark.line + 1
         if depth > MAX_DEPTH:
             raise self.fail(event, f"nesting deeper than {MAX_DEPTH} levels")
-        if isinstance(event, yaml.ScalarEvent):
+        kind = type(event)
+        if kind is yaml.ScalarEvent:
             value = event.value if event.tag == "!" else _scalar(event)
-            if isinstance(value, str) and _CONTROL.search(value):
+            if type(value) is str and _CONTROL.search(value):
                 raise self.fail(event, "control characters are not allowed in strings")
             return value
-        if isinstance(event, yaml.SequenceStartEvent):
+        get_event = self.get_event
+        if kind is yaml.SequenceStartEvent:
             items: list[Any] = []
             while True:
-                nxt = next(events)
-                if isinstance(nxt, yaml.SequenceEndEvent):
+                nxt = get_event()
+                if type(nxt) is yaml.SequenceEndEvent:
                     return items
-                items.append(self.value(events, nxt, depth + 1, f"{path}[{len(items)}]"))
-        if isinstance(event, yaml.MappingStartEvent):
+                items.append(self.value(nxt, depth + 1,
+                                        f"{path}[{len(items)}]" if track else ""))
+        if kind is yaml.MappingStartEvent:
             mapping: dict[str, Any] = {}
             while True:
-                key_event = next(events)
-                if isinstance(key_event, yaml.MappingEndEvent):
+                key_event = get_event()
+                if type(key_event) is yaml.MappingEndEvent:
                     return mapping
-                key = self.value(events, key_event, depth + 1)
+                key = self.value(key_event, depth + 1)
                 self.nodes -= 1
-                if not isinstance(key_event, yaml.ScalarEvent):
+                if type(key_event) is not yaml.ScalarEvent:
                     raise self.fail(key_event, "mapping keys must be plain strings")
                 if key == "<<" and key_event.style in (None, ""):
                     raise self.fail(key_event, "YAML merge keys (<<) are not allowed",
                                     "write the merged keys out in full")
-                if not isinstance(key, str):
+                if type(key) is not str:
                     key = key_event.value
                 if key in mapping:
                     raise self.fail(key_event, f"duplicate key {key!r}",
                                     "each key may appear once; remove one of them")
-                child = f"{path}.{key}" if path else str(key)
-                if key_event.start_mark is not None:
-                    self.lines[child] = key_event.start_mark.line + 1
-                mapping[key] = self.value(events, next(events), depth + 1, child)
-        raise self.fail(event, f"unexpected YAML event {type(event).__name__}")
+                child = ""
+                if track:
+                    child = f"{path}.{key}" if path else str(key)
+                    if key_event.start_mark is not None:
+                        self.lines[child] = key_event.start_mark.line + 1
+                mapping[key] = self.value(get_event(), depth + 1, child)
+        raise self.fail(event, f"unexpected YAML event {kind.__name__}")
 
 
 def parse_documents(text: str, source: str) -> list[Any]:
     """Parse YAML text into JSON-like values, one per document, refusing unsafe constructs."""
-    return _parse(text, source)[0]
+    return _parse(text, source, track_lines=False)[0]
 
 
-def _parse(text: str, source: str) -> tuple[list[Any], dict[str, int]]:
-    builder = _Builder(source)
+def _parse(text: str, source: str, *, track_lines: bool = True
+           ) -> tuple[list[Any], dict[str, int]]:
     docs: list[Any] = []
+    loader = _Loader(text)
+    builder = _Builder(source, loader.get_event, track_lines=track_lines)
     try:
-        events = iter(yaml.parse(text, Loader=_Loader))
-        for event in events:
-            if isinstance(event, yaml.DocumentStartEvent):
-                docs.append(builder.value(events, next(events), 0))
+        while loader.check_event():
+            event = loader.get_event()
+            if type(event) is yaml.DocumentStartEvent:
+                docs.append(builder.value(loader.get_event(), 0))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else None
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise InputError(f"not valid YAML: {problem}", file=source, field=where,
                          hint="check indentation and quoting near that line") from None
+    finally:
+        loader.dispose()
     return docs, builder.lines
 
 

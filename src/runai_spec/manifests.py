@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from functools import lru_cache
+from json.encoder import encode_basestring
 from typing import Any
 
 from .loading import parse_documents
@@ -28,9 +29,12 @@ def _unprintable() -> re.Pattern[str]:
     return re.compile(_UNPRINTABLE_CLASS)
 
 
+@lru_cache(maxsize=8192)
 def quote(text: str) -> str:
     """A YAML double-quoted scalar that any YAML 1.1 or 1.2 reader reads back as `text`."""
-    encoded = json.dumps(text, ensure_ascii=False)
+    # json.dumps(text, ensure_ascii=False) without its per-call overhead (libjson's C encoder);
+    # cached because labels, keys and image names repeat across the objects of a batch.
+    encoded: str = encode_basestring(text)
     if encoded.isascii() and "\x7f" not in encoded:
         return encoded  # json already escaped every ASCII control character
     return _unprintable().sub(lambda m: f"\\u{ord(m.group()):04x}", encoded)
@@ -51,29 +55,40 @@ def scalar(value: Any) -> str:
     raise TypeError(f"cannot encode {type(value).__name__} as a YAML scalar")
 
 
+@lru_cache(maxsize=4096)
 def _key(key: str) -> str:
     return key if _PLAIN_KEY.match(key) and not _AMBIGUOUS.match(key) else quote(key)
 
 
-def _emit(value: Any, indent: int, out: list[str]) -> None:
+def _emit(value: Any, indent: int, out: list[str],
+          comments: dict[str, str] | None = None, path: str = "") -> None:
+    # comments (path -> text) is for `render --explain`; None keeps the hot path lean.
     pad = "  " * indent
     if isinstance(value, dict):
         for key, child in value.items():
+            sub = (f"{path}.{key}" if path else key) if comments is not None else ""
             if isinstance(child, dict) and child or isinstance(child, list) and child:
                 out.append(f"{pad}{_key(key)}:")
-                _emit(child, indent + 1, out)
+                _emit(child, indent + 1, out, comments, sub)
             else:
-                out.append(f"{pad}{_key(key)}: {_flow(child)}")
+                out.append(_commented(f"{pad}{_key(key)}: {_flow(child)}", comments, sub))
     elif isinstance(value, list):
-        for item in value:
+        for index, item in enumerate(value):
+            sub = f"{path}[{index}]" if comments is not None else ""
             if isinstance(item, (dict, list)) and item:
                 lines: list[str] = []
-                _emit(item, indent + 1, lines)
+                _emit(item, indent + 1, lines, comments, sub)
                 first = lines[0][len(pad) + 2:]
                 out.append(f"{pad}- {first}")
                 out.extend(lines[1:])
             else:
-                out.append(f"{pad}- {_flow(item)}")
+                out.append(_commented(f"{pad}- {_flow(item)}", comments, sub))
+
+
+def _commented(line: str, comments: dict[str, str] | None, path: str) -> str:
+    if not comments or path not in comments:
+        return line
+    return f"{line.ljust(72)}  # {comments[path]}"
 
 
 def _flow(value: Any) -> str:
@@ -84,12 +99,13 @@ def _flow(value: Any) -> str:
     return scalar(value)
 
 
-def dump(manifests: list[Manifest]) -> str:
-    """One canonical YAML text: keys in the order given, every string double-quoted."""
+def dump(manifests: list[Manifest], *, comments: dict[str, str] | None = None) -> str:
+    """One canonical YAML text: keys in the order given, every string double-quoted.
+    With comments ({field path: text}), each such value's line ends in `# text`."""
     parts = []
     for manifest in manifests:
         lines: list[str] = []
-        _emit(manifest, 0, lines)
+        _emit(manifest, 0, lines, comments)
         parts.append("\n".join(lines) + "\n")
     return "---\n" + "---\n".join(parts) if len(parts) > 1 else "".join(parts)
 
@@ -97,6 +113,28 @@ def dump(manifests: list[Manifest]) -> str:
 def parse(text: str, source: str) -> list[Manifest]:
     """Parse rendered or committed manifests with the strict loader."""
     return [doc for doc in parse_documents(text, source) if doc is not None]
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen = [k for i, (k, _) in enumerate(pairs) if k in dict(pairs[:i])]
+        raise ValueError(f"duplicate key {seen[0]!r}")
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def parse_rendered(text: str) -> Manifest:
+    """Parse one rendered template (JSON, a subset of YAML 1.2) strictly: duplicate keys,
+    NaN/Infinity and a top level that is not a mapping are refused, so a value that could
+    change the structure shows up as an error here instead of in the cluster."""
+    value = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+    if not isinstance(value, dict):
+        raise ValueError(f"top level is {type(value).__name__}, not a mapping")
+    return value
 
 
 def object_key(manifest: Manifest) -> str:

@@ -11,10 +11,10 @@ import jinja2
 from . import __version__
 from .errors import InternalError
 from .loading import shipped_dir
-from .manifests import Manifest, operator_problems, parse, scalar
+from .manifests import Manifest, operator_problems, parse_rendered, scalar
 from .plan import Plan
 
-TEMPLATES = {"kubeflow": "pytorchjob.yaml.j2"}
+TEMPLATES = {"kubeflow": "pytorchjob.json.j2"}
 
 
 def _finalize(value: Any) -> str:
@@ -65,9 +65,12 @@ def render_text(plan: Plan, family: str = "kubeflow") -> str:
 
 
 def render_plan(plan: Plan, family: str = "kubeflow") -> list[Manifest]:
-    """Render, re-parse with the strict loader and check the operator's rules."""
+    """Render, re-parse strictly and check the operator's rules."""
     text = render_text(plan, family)
-    manifests = parse(text, f"<rendered {plan.name}>")
+    try:
+        manifests = [parse_rendered(text)]
+    except ValueError as exc:  # JSONDecodeError included: the template or encoder has a bug
+        raise InternalError(f"rendered {plan.name} is not a valid manifest: {exc}") from None
     for manifest in manifests:
         if manifest.get("kind") == "PyTorchJob":
             problems = operator_problems(manifest)
