@@ -82,6 +82,13 @@ def test_secret_values_are_masked_and_removed_objects_count() -> None:
     assert [o.status for o in removed] == ["removed"]
 
 
+def test_look_alike_names_are_not_masked_so_their_changes_stay_visible() -> None:
+    env = [{"name": n, "value": "v"} for n in
+           ("TOKENIZERS_PARALLELISM", "MAX_NEW_TOKENS", "PWD", "HF_TOKEN", "dbPassword")]
+    masked = [e["value"] for e in mask({"env": env})["env"]]
+    assert masked == ["v", "v", "v", MASK, MASK]
+
+
 def recipe_commands(path: Path) -> list[str]:
     text = path.read_text()
     cmds = re.findall(r"^\s*-\s+(?:run:\s+)?(runai-spec [^\n]*)$", text, re.M)

@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from conftest import schema_errors
 from runai_spec.cli import app
-from runai_spec.policy import secret_name, secret_value
+from runai_spec.loading import looks_secret as secret_name
+from runai_spec.policy import secret_value
 from runai_spec.workload import prepare_workload
 
 runner = CliRunner()

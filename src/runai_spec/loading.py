@@ -25,7 +25,11 @@ MAX_DEPTH = 64
 _INT = re.compile(r"-?(0|[1-9][0-9]*)\Z")
 _FLOAT = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?\Z")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\x80-\x9f]")
-_SECRETISH = re.compile(r"(?i)(token|secret|passw|pwd|api[_-]?key|credential|private[_-]?key)")
+SECRET_WORDS = {"TOKEN", "SECRET", "SECRETS", "PASSWORD", "PASSWD", "PASSPHRASE",
+                "APIKEY", "CREDENTIAL", "CREDENTIALS", "PRIVATEKEY", "ACCESSKEY"}
+SECRET_PAIRS = {("API", "KEY"), ("PRIVATE", "KEY"), ("ACCESS", "KEY"), ("SECRET", "KEY"),
+                ("AUTH", "KEY"), ("CLIENT", "SECRET")}
+_WORD = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z])(?=[A-Z])")
 
 
 def _scalar(event: yaml.ScalarEvent) -> Any:
@@ -218,8 +222,11 @@ def load_documents(path: Path, *, max_bytes: int = 16 * MAX_BYTES) -> list[dict[
 
 
 def looks_secret(name: str) -> bool:
-    """True for variable names that usually hold credentials."""
-    return bool(_SECRETISH.search(name))
+    """True for variable names that name a credential (`HF_TOKEN`, `WANDB_API_KEY`), not for
+    look-alikes such as `TOKENIZERS_PARALLELISM`, `MAX_NEW_TOKENS` or the shell's `PWD`."""
+    upper = [w.upper() for w in _WORD.split(name) if w]
+    return bool(SECRET_WORDS.intersection(upper)) or any(
+        pair in SECRET_PAIRS for pair in zip(upper, upper[1:], strict=False))
 
 
 def shipped_dir(name: str) -> Path:

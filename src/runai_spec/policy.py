@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from .findings import Finding, Severity
+from .loading import looks_secret
 from .manifests import Manifest
 from .plan import Plan
 from .presets import Approval, ApprovedPreset, Site
@@ -480,10 +481,6 @@ def check_preset_expiry(ctx: Context) -> Iterator[Finding]:
                            "(`runai-spec presets approve NAME --by WHO --expires DATE`)")
 
 
-SECRET_WORDS = {"TOKEN", "SECRET", "SECRETS", "PASSWORD", "PASSWD", "PASSPHRASE",
-                "APIKEY", "CREDENTIAL", "CREDENTIALS", "PRIVATEKEY", "ACCESSKEY"}
-SECRET_PAIRS = {("API", "KEY"), ("PRIVATE", "KEY"), ("ACCESS", "KEY"), ("SECRET", "KEY"),
-                ("AUTH", "KEY"), ("CLIENT", "SECRET")}
 SECRET_VALUE = re.compile(
     r"(AKIA|ASIA)[0-9A-Z]{16}"                          # AWS access key id
     r"|gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,}"  # GitHub
@@ -495,15 +492,6 @@ SECRET_VALUE = re.compile(
     r"|-----BEGIN [A-Z ]*PRIVATE KEY-----"
     r"|[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@")         # URL with user:password
 SECRET_FLAG = re.compile(r"(?i)^--?[\w-]*(token|password|passwd|api[-_]?key|secret)[\w-]*(=.+)?$")
-
-
-def secret_name(name: str) -> bool:
-    """True for variable names that name a credential (`HF_TOKEN`, `WANDB_API_KEY`), not for
-    look-alikes such as `TOKENIZERS_PARALLELISM`, `MAX_NEW_TOKENS` or the shell's `PWD`."""
-    words = [w for w in re.split(r"[^A-Za-z0-9]+|(?<=[a-z])(?=[A-Z])", name) if w]
-    upper = [w.upper() for w in words]
-    return bool(SECRET_WORDS.intersection(upper)) or any(
-        pair in SECRET_PAIRS for pair in zip(upper, upper[1:], strict=False))
 
 
 def secret_value(value: str) -> bool:
@@ -522,7 +510,7 @@ def check_secret_env(ctx: Context) -> Iterator[Finding]:
     belong in a Secret, referenced with `secret_env` (valueFrom.secretKeyRef)."""
     profile = ctx.loaded.profile
     for name, value in profile.env_strings().items():
-        if secret_name(name):
+        if looks_secret(name):
             yield _finding(ctx, "secret-env", _env_line(name),
                            f"{name} looks like a credential written as a plain value", SECRET_HINT)
         elif secret_value(value):
