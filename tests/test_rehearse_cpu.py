@@ -96,3 +96,46 @@ def test_preflight_alone_names_the_rank_that_never_joined(tmp_path: Path) -> Non
     assert done.returncode == 1
     assert '"check": "ranks", "status": "fail"' in done.stdout
     assert "rank(s) 1 of 2 did not join" in done.stdout
+
+
+def test_a_pod_killed_after_the_first_checkpoint_restarts_and_resumes(tmp_path: Path) -> None:
+    r = rehearse(tmp_path, restart_after_checkpoint=True)
+    assert r.ok, [(c.attempt, c.check, c.status, c.message) for c in r.checks]
+    restart = r.check("restart")
+    assert restart is not None and restart.status == "pass", restart
+    assert restart.details["killed"] == "worker-0" and restart.details["killed_ranks"] == [2, 3]
+    step = restart.details["first_checkpoint_step"]
+    # the kill lands right after the first checkpoint: nothing trains past it
+    first_ckpt = r.check("checkpoint", attempt=0)
+    assert first_ckpt is not None and first_ckpt.status == "pass"
+    assert first_ckpt.details["saved_step"] == step == SETTINGS.checkpoint_every
+    # the survivor's torchrun gives up on its own once its peer is gone, as in the cluster
+    survivor = restart.details["survivors"]["master-0"]
+    assert survivor["exit_code"] not in (0, None) and not survivor["timed_out"]
+    assert "closed" in survivor["first_failure"].lower()
+    killed = [(o.name, o.attempt) for o in r.pods if o.killed]
+    assert killed == [("worker-0", 0)]
+    # the restarted job resumes from that checkpoint on every rank, then trains on: it
+    # writes and reloads a checkpoint and emits metrics from rank 0 itself
+    first_resume, resume = r.check("resume", attempt=0), r.check("resume", attempt=1)
+    assert first_resume is not None and first_resume.status == "skip"
+    assert resume is not None and resume.status == "pass" and resume.ranks == (0, 1, 2, 3)
+    assert resume.details["resumed_from"] == step > 0 and resume.details["next_step"] == step + 1
+    assert resume.details["digest"] == first_ckpt.details["digest"]
+    ckpt = r.check("checkpoint", attempt=1)
+    assert ckpt is not None and ckpt.status == "pass" and ckpt.details["saved_step"] > step
+    metrics = r.check("metrics", attempt=1)
+    assert metrics is not None and metrics.status == "pass"
+    assert metrics.details["emitters"] == [0] and metrics.details["steps"] >= 1
+    pods = r.check("pods", attempt=1)
+    assert pods is not None and pods.status == "pass"
+
+
+def test_a_restarted_job_that_does_not_resume_fails_the_restart_check(tmp_path: Path) -> None:
+    r = rehearse(tmp_path, restart_after_checkpoint=True, env={"PREFLIGHT_BREAK": "resume"})
+    restart = r.check("restart")
+    assert restart is not None and restart.status == "fail"
+    assert "did not resume from the checkpoint of step 2" in restart.message
+    assert "rank(s) 0, 1, 2 and 3 started over at step 1" in restart.message
+    assert restart.failed_ranks == (0, 1, 2, 3)
+    assert not r.ok and "restart" in r.failed

@@ -10,7 +10,9 @@ import yaml
 
 from runai_spec.rehearse import (
     MULTICAST_OFF,
+    PodOutcome,
     PreflightSettings,
+    _operator_verdict,
     operator_env,
     parse_lines,
     plan_pods,
@@ -100,3 +102,21 @@ def test_preflight_imports_nothing_from_the_package_and_rehearse_no_torch() -> N
                 assert not name.startswith(banned[0]), name
             elif isinstance(node, ast.Import):
                 assert not any(a.name.startswith(banned[0]) for a in node.names)
+
+
+@pytest.mark.parametrize(("policy", "backoff", "refused"), [
+    ("OnFailure", 3, None),
+    ("OnFailure", 2, "reach the backoffLimit of 2"),
+    ("Never", 3, "restartPolicy Never on master-0, worker-0"),
+    ("ExitCode", 3, "treats master-0 (exit 1) as a permanent error"),
+])
+def test_the_restart_follows_the_operators_restart_policy(
+        policy: str, backoff: int, refused: str | None) -> None:
+    job = example("multi-node")
+    job["spec"]["runPolicy"]["backoffLimit"] = backoff
+    for rspec in job["spec"]["pytorchReplicaSpecs"].values():
+        rspec["restartPolicy"] = policy
+    failed = [PodOutcome("master-0", 0, 1, False, False, Path("m.log"), 0),  # torchrun gave up
+              PodOutcome("worker-0", 1, -9, False, True, Path("w.log"), 0)]  # SIGKILL: 137
+    why, _ = _operator_verdict(job, {"master-0": "Master", "worker-0": "Worker"}, failed)
+    assert (why is None) if refused is None else (why is not None and refused in why)

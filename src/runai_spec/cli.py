@@ -29,6 +29,7 @@ from .workload import Workload, prepare_workload
 
 if TYPE_CHECKING:
     from .diff import ProfileDiff
+    from .manifests import Manifest
 
 app = typer.Typer(
     name="runai-spec",
@@ -222,6 +223,9 @@ def render(
     profiles: Profiles,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write one <name>.yaml per "
                                              "workload into this folder instead of stdout.")] = None,
+    smoke: Annotated[bool, typer.Option("--smoke", help="The in-cluster smoke test instead: the "
+                                        "same workload as <name>-smoke, short, every pod running "
+                                        "preflight.py from a ConfigMap.")] = False,
 ) -> None:
     """Render profiles to manifests (stdout, or one file per workload with -o)."""
     workloads, bad = prepare_all(profiles)
@@ -237,11 +241,42 @@ def render(
     if duplicate:
         fail(InputError(f"two profiles render the workload {duplicate!r}", field="name",
                         hint="workload names must be unique within one call"))
+    if smoke:
+        from .manifests import dump
+
+        smoked = smoke_all(workloads)
+        files = {f"{name}.yaml": dump(manifests) for name, manifests in smoked.items()}
+        # one stream: the ConfigMap and job of every profile, no empty document in between
+        text = dump([m for manifests in smoked.values() for m in manifests])
+    else:
+        files = {f"{w.plan.name}.yaml": w.text for w in workloads}
+        text = "---\n".join(files.values())
     if out is None:
-        sys.stdout.write("---\n".join(w.text for w in workloads))
+        sys.stdout.write(text)
         return
-    guarded(lambda: write_files(out, {f"{w.plan.name}.yaml": w.text for w in workloads}))
-    err([f"wrote {out / name}.yaml" for name in names])
+    guarded(lambda: write_files(out, files))
+    err([f"wrote {out / name}" for name in files])
+
+
+def smoke_all(workloads: list[Workload]) -> dict[str, list[Manifest]]:
+    """Each workload's smoke test (ConfigMap + job) by the smoke job's name; a workload it
+    cannot be made for (a name too long for `-smoke`) is bad input, all reported at once."""
+    from .rehearse import smoke_names, smoke_workload
+
+    done: dict[str, list[Manifest]] = {}
+    bad: list[RunaiSpecError] = []
+    for workload in workloads:
+        try:
+            manifests = smoke_workload(workload)
+        except InputError as exc:
+            bad.append(exc)
+            continue
+        done[smoke_names(workload.plan.name)[0]] = manifests
+    for problem in bad:
+        err(problem.lines())
+    if bad:
+        raise typer.Exit(EXIT_INPUT)
+    return done
 
 
 def write_files(folder: Path, files: dict[str, str]) -> None:
@@ -373,13 +408,16 @@ def checked_workload(path: Path) -> Workload:
     return workload
 
 
-def job_refs(job: str, project: str | None) -> list[cluster.Ref]:
-    """NAME|PROFILE -> the objects on the cluster; the namespace always comes from the site file."""
+def job_refs(job: str, project: str | None, smoke: bool = False) -> list[cluster.Ref]:
+    """NAME|PROFILE -> the objects on the cluster; the namespace always comes from the site file.
+    With smoke: the workload's smoke test, its job and its ConfigMap."""
     from .manifests import DNS1035
     from .plan import namespace_for
 
     if Path(job).suffix in (".yaml", ".yml") or Path(job).is_file():
         workload = guarded(lambda: prepare_workload(Path(job)))
+        if smoke:
+            return smoke_refs(workload.plan.name, workload.plan.namespace)
         return guarded(lambda: [cluster.ref_of(m) for m in workload.manifests])
     if not DNS1035.match(job) or len(job) > 63:
         fail(InputError(f"{job!r} is neither a profile file nor a workload name", field="NAME"))
@@ -387,7 +425,20 @@ def job_refs(job: str, project: str | None) -> list[cluster.Ref]:
         fail(InputError("a workload NAME needs --project (or pass its profile instead)",
                         field="--project"))
     site = guarded(lambda: PresetRegistry().site())
-    return [cluster.job_ref(job, namespace_for(site, project))]
+    namespace = namespace_for(site, project)
+    return smoke_refs(job, namespace) if smoke else [cluster.job_ref(job, namespace)]
+
+
+def smoke_refs(name: str, namespace: str) -> list[cluster.Ref]:
+    """A workload's smoke test on the cluster: the job first, then the ConfigMap its pods mount."""
+    from .rehearse import smoke_names
+
+    job, configmap = smoke_names(name)
+    return [cluster.job_ref(job, namespace), cluster.Ref(cluster.CONFIGMAP, namespace, configmap)]
+
+
+SmokeOpt = Annotated[bool, typer.Option("--smoke", help="The workload's in-cluster smoke test "
+                                        "(`render --smoke`): job <name>-smoke and its ConfigMap.")]
 
 
 @app.command()
@@ -397,12 +448,17 @@ def submit(
                                                    "checks it and shows what it would store.")] = None,
     replace: Annotated[bool, typer.Option("--replace", help="Delete a different earlier render of "
                                           "the same name and create this one.")] = False,
+    smoke: SmokeOpt = False,
     kubeconfig: KubeconfigOpt = None, context: ContextOpt = None, debug: DebugOpt = False,
 ) -> None:
-    """Render, check and send a workload with server-side apply (re-submitting changes nothing)."""
+    """Render, check and send a workload with server-side apply (re-submitting changes nothing);
+    --smoke sends its smoke test instead (a ConfigMap with preflight.py and job <name>-smoke)."""
     workload = checked_workload(profile)
+    manifests = list(workload.manifests)
+    if smoke:
+        (manifests,) = smoke_all([workload]).values()
     target = cluster_target(kubeconfig, context, debug)
-    result = guarded(lambda: cluster.submit_manifests(workload.manifests, target,
+    result = guarded(lambda: cluster.submit_manifests(manifests, target,
                                                       dry_run=dry_run is not None, replace=replace))
     err(f"{o.action}: {o.ref}{' (dry run: nothing stored)' if result.dry_run else ''}"
         for o in result.outcomes)
@@ -410,6 +466,11 @@ def submit(
         from .manifests import dump
 
         sys.stdout.write(dump([o.stored for o in result.outcomes if o.stored is not None]))
+    elif smoke:
+        job = smoke_refs(workload.plan.name, workload.plan.namespace)[0].name
+        err([f"note: every pod runs preflight.py: `runai-spec logs {job} --project "
+             f"{workload.plan.project} -o DIR` saves each rank's checks; `runai-spec delete "
+             f"{profile} --smoke` removes the job and its ConfigMap"])
 
 
 @app.command()
@@ -452,10 +513,11 @@ def logs(job: JobArg, out: Annotated[Path, typer.Option("--out", "-o", help="Fol
 @app.command()
 def delete(job: JobArg, yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask "
                                                           "(for scripts).")] = False,
-           project: ProjectOpt = None, kubeconfig: KubeconfigOpt = None, context: ContextOpt = None,
-           debug: DebugOpt = False) -> None:
-    """Delete a workload runai-spec created (asks first; its pods and their logs go too)."""
-    refs = job_refs(job, project)
+           project: ProjectOpt = None, smoke: SmokeOpt = False, kubeconfig: KubeconfigOpt = None,
+           context: ContextOpt = None, debug: DebugOpt = False) -> None:
+    """Delete a workload runai-spec created (asks first; its pods and their logs go too);
+    --smoke deletes its smoke test, job and ConfigMap (either may already be gone)."""
+    refs = job_refs(job, project, smoke=smoke)
     if not yes:
         if not sys.stdin.isatty():
             fail(InputError("refusing to delete without confirmation", field="--yes",
@@ -463,8 +525,10 @@ def delete(job: JobArg, yes: Annotated[bool, typer.Option("--yes", "-y", help="D
         if not typer.confirm(f"delete {', '.join(map(str, refs))} and its pods (save logs first "
                              "with `runai-spec logs`)?"):
             raise typer.Exit(EXIT_FINDINGS)
-    result = guarded(lambda: cluster.delete_job(refs, cluster_target(kubeconfig, context, debug)))
+    result = guarded(lambda: cluster.delete_job(refs, cluster_target(kubeconfig, context, debug),
+                                                missing_ok=smoke))
     err(f"deleted: {ref}" for ref in result.deleted)
+    err(f"already gone: {ref}" for ref in result.missing)
 
 
 # --- rehearse commands (rehearse.py) ---
@@ -487,25 +551,30 @@ def rehearse(
     from rich.console import Console
     from rich.table import Table
 
-    from .rehearse import PreflightSettings, rehearse_manifests
+    from .rehearse import RESTART_OWN_SCRIPT, preflight_settings, rehearse_manifests
 
+    if restart_after_checkpoint and own_script:
+        fail(InputError(RESTART_OWN_SCRIPT))
     workload = guarded(lambda: prepare_workload(profile))
     print_findings(workload.findings)
-    p = workload.loaded.profile
-    settings = PreflightSettings(
-        local_batch=p.batch.local, grad_accum=p.batch.grad_accum, global_batch=p.batch.global_,
-        checkpoint_format=str(p.checkpoint.format),
-        min_busbw_gbps=workload.approved.preset.min_busbw_gbps)
     result = guarded(lambda: rehearse_manifests(
-        list(workload.manifests), settings=settings, procs_per_pod=procs_per_pod,
-        own_script=own_script, restart_after_checkpoint=restart_after_checkpoint,
-        logs_dir=logs))
+        list(workload.manifests), settings=preflight_settings(workload),
+        procs_per_pod=procs_per_pod, own_script=own_script,
+        restart_after_checkpoint=restart_after_checkpoint, logs_dir=logs))
+    restarted = any(c.attempt is not None for c in result.checks)
     table = Table(title=f"rehearse {workload.plan.name}: world {result.world_size}, "
-                        f"{result.backend}")
-    for column in ("check", "status", "message"):
+                        f"{result.backend}",
+                  caption="attempt 1: the job until one pod was killed after the first "
+                          "checkpoint; 2: the job restarted; 1→2: the restart itself"
+                  if restarted else None)
+    for column in ("attempt",) * restarted + ("check", "status", "message"):
         table.add_column(column)
-    for c in result.checks:
-        table.add_row(c.check, c.status, c.message)
+    for i, c in enumerate(result.checks):
+        row: tuple[str, ...] = (c.check, c.status, c.message)
+        if restarted:
+            row = ("1→2" if c.attempt is None else str(c.attempt + 1), *row)
+        after = result.checks[i + 1].attempt if i + 1 < len(result.checks) else c.attempt
+        table.add_row(*row, end_section=after != c.attempt)
     console = Console(stderr=True)
     console.print(table)
     console.print(f"logs: {result.logs_dir}")

@@ -166,6 +166,7 @@ class LogsResult:
 @dataclass(frozen=True)
 class DeleteResult:
     deleted: tuple[str, ...]
+    missing: tuple[str, ...] = ()  # with missing_ok: already gone, skipped
 
 
 # --- transport -------------------------------------------------------------------------
@@ -742,23 +743,30 @@ def _wait_deleted(session: Session, ref: Ref, live: Manifest) -> None:
         session.target.sleep(1.0)
 
 
-def delete_job(refs: Iterable[Ref], target: Target) -> DeleteResult:
-    """Delete runai-spec's objects (checked first); anything else is refused untouched."""
+def delete_job(refs: Iterable[Ref], target: Target, *, missing_ok: bool = False) -> DeleteResult:
+    """Delete runai-spec's objects (checked first); anything else is refused untouched.
+
+    missing_ok: objects already gone are skipped, as long as one of them is there (a smoke
+    test whose job was deleted by name still has its ConfigMap to clean up)."""
     refs = list(refs)
     with Session(target) as session:
         found = []
+        missing = []
         for ref in refs:
             live = get_object(session, ref)
             if live is None:
-                raise ClusterError(f"{ref}: not found", file="cluster",
-                                   hint="check the name and the project; nothing was deleted")
+                missing.append(ref)
+                continue
             if not managed_by_us(live):
                 raise ClusterError(f"{ref}: was not created by runai-spec; not touched",
                                    file="cluster", hint="delete it with the tool that created it")
             found.append((ref, live))
+        if missing and not (missing_ok and found):
+            raise ClusterError(f"{', '.join(map(str, missing))}: not found", file="cluster",
+                               hint="check the name and the project; nothing was deleted")
         for ref, live in found:
             _delete(session, ref, live)
-    return DeleteResult(tuple(str(r) for r, _ in found))
+    return DeleteResult(tuple(str(r) for r, _ in found), tuple(str(r) for r in missing))
 
 
 def job_ref(name: str, namespace: str) -> Ref:

@@ -50,7 +50,7 @@ CHECKS = (
     "ranks", "world-size", "device", "global-batch", "resume", "checkpoint", "metrics",
     "bus-bandwidth", "shutdown",
 )
-BREAKS = ("checkpoint", "shared-device", "metrics", "missing-rank")
+BREAKS = ("checkpoint", "shared-device", "metrics", "missing-rank", "resume")
 FORMATS = ("dcp", "torch", "safetensors", "deepspeed")
 GPU_BUSBW_BYTES = 256 * 1024 * 1024
 CPU_BUSBW_BYTES = 16 * 1024 * 1024  # gloo on CPU: 256 MiB would take most of a CI minute
@@ -100,8 +100,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=_env_int("PREFLIGHT_STEPS", 4))
     p.add_argument("--checkpoint-every", type=int,
                    default=_env_int("PREFLIGHT_CHECKPOINT_EVERY", 2))
-    p.add_argument("--step-sleep", type=float, default=_env_float("PREFLIGHT_STEP_SLEEP", 0.0),
-                   help="seconds to sleep per step (lets a rehearsal kill a pod mid-run)")
+    p.add_argument("--hold-after-checkpoint", metavar="DIR",
+                   default=_env("PREFLIGHT_HOLD_AFTER_CHECKPOINT", None),
+                   help="after the first checkpoint, leave DIR/holding.<rank> and wait (at "
+                        "most --timeout) for DIR/release: lets a rehearsal kill a pod at "
+                        "exactly that point; no wait once DIR/release exists")
     p.add_argument("--backend", choices=("auto", "nccl", "gloo"),
                    default=_env("PREFLIGHT_BACKEND", "auto"))
     p.add_argument("--join-timeout", type=float,
@@ -446,7 +449,11 @@ def train_and_check(rep: Reporter, opts: argparse.Namespace, launch: Launch, dev
     fmt_note = {"format": opts.checkpoint_format, "written_as": ckpt.format, "note": ckpt.note}
 
     start = 1
-    if ckpt.exists():
+    if ckpt.exists() and "resume" in opts.faults:
+        # a script that never looks for its checkpoint: only a restart rehearsal notices
+        rep.skipped("resume", f"fault injection: ignored the checkpoint at {ckpt.path}; "
+                    "fresh start at step 1", path=str(ckpt.path), ignored=True)
+    elif ckpt.exists():
         try:
             saved = ckpt.load(model)
             digest = _digest(model)
@@ -514,13 +521,32 @@ def train_and_check(rep: Reporter, opts: argparse.Namespace, launch: Launch, dev
             if not ckpt_done:
                 ckpt_done = True
                 check_checkpoint(rep, ckpt, model, step, before, opts, fmt_note, xchg)
-        if opts.step_sleep:
-            time.sleep(opts.step_sleep)
+                if opts.hold_after_checkpoint:
+                    hold(rep, Path(opts.hold_after_checkpoint), step, opts.timeout)
 
     if not ckpt_done:
         rep.skipped("checkpoint", f"no step left to train after resuming at step {start}")
     check_global_batch(rep, opts, launch, samples_per_step)
     check_metrics(rep, opts, launch, xchg, metric_lines, len(steps), metrics_path, lines_before)
+
+
+def hold(rep: Reporter, folder: Path, step: int, timeout: float) -> None:
+    """Wait where a rehearsal wants to kill a pod: right after the first checkpoint.
+
+    The marker is a file, not a line on stdout: torchrun's tee of a rank's output reaches the
+    pod's log only when the launcher flushes it (PYTHONUNBUFFERED=0 leaves it buffered)."""
+    release = folder / "release"
+    if release.exists():  # the restarted run: nothing to wait for
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    rep.event("holding", step=step)
+    tmp = folder / f".holding.{rep.rank}.{os.getpid()}"
+    tmp.write_text(json.dumps({"rank": rep.rank, "step": step, "pid": os.getpid()}))
+    tmp.replace(folder / f"holding.{rep.rank}")
+    deadline = time.monotonic() + timeout
+    while not release.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    rep.event("released", step=step, released=release.exists())
 
 
 def _count_lines(path: Path | None) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import json
 import os
 import re
@@ -16,12 +17,15 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import InputError
+
+if TYPE_CHECKING:
+    from .workload import Workload
 
 PREFLIGHT_LINE = "PREFLIGHT {"
 # The preflight's checks, in the order a table shows them.
@@ -65,7 +69,7 @@ class PreflightSettings:
     collective_timeout_s: float = 120.0
 
     def args(self, *, world_size: int | None, checkpoint_dir: str | None,
-             metrics_file: str | None, step_sleep: float = 0.0,
+             metrics_file: str | None, hold_dir: str | None = None,
              plan_world_size: int | None = None) -> list[str]:
         """preflight.py's argv (after the script path)."""
         out = ["--local-batch", str(self.local_batch), "--grad-accum", str(self.grad_accum),
@@ -85,14 +89,18 @@ class PreflightSettings:
             out += ["--metrics-file", metrics_file]
         if self.min_busbw_gbps is not None:
             out += ["--min-busbw", f"{self.min_busbw_gbps:g}"]
-        if step_sleep:
-            out += ["--step-sleep", f"{step_sleep:g}"]
+        if hold_dir:
+            out += ["--hold-after-checkpoint", hold_dir]
         return out
 
 
 @dataclass(frozen=True)
 class CheckResult:
-    """One checklist item over all ranks: pass, fail, skip, or not run."""
+    """One checklist item over all ranks: pass, fail, skip, or not run.
+
+    `attempt` says which run of the job it comes from when the rehearsal restarted it
+    (0: the run a pod was killed in, 1: the restarted run; None: the restart itself, or a
+    rehearsal without a restart)."""
 
     check: str
     status: str
@@ -100,6 +108,7 @@ class CheckResult:
     ranks: tuple[int, ...] = ()
     failed_ranks: tuple[int, ...] = ()
     details: Mapping[str, Any] = field(default_factory=dict)
+    attempt: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -129,8 +138,12 @@ class RehearseResult:
     backend: str
     own_script: bool
 
-    def check(self, name: str) -> CheckResult | None:
-        return next((c for c in self.checks if c.check == name), None)
+    def check(self, name: str, attempt: int | None = None) -> CheckResult | None:
+        """The result of one check: from the given attempt, else from the last one to report
+        it (after a restart, the restarted run's)."""
+        found = [c for c in self.checks if c.check == name
+                 and (attempt is None or c.attempt == attempt)]
+        return found[-1] if found else None
 
     @property
     def failed(self) -> tuple[str, ...]:
@@ -356,7 +369,7 @@ def plan_pods(
     workdir: Path | None = None,
     env: Mapping[str, str] | None = None,
     pod_env: Mapping[str, Mapping[str, str]] | None = None,
-    step_sleep: float = 0.0,
+    hold_dir: Path | None = None,
 ) -> tuple[list[PodPlan], int]:
     """Every pod's argv, env and folders, and the world size the plan expects."""
     job = find_job(manifests)
@@ -415,7 +428,8 @@ def plan_pods(
                 world_size=world,
                 checkpoint_dir=str(shared_ckpt) if settings.checkpoint_dir is None
                 else settings.checkpoint_dir,
-                metrics_file=str(pod_dir / "metrics.jsonl"), step_sleep=step_sleep,
+                metrics_file=str(pod_dir / "metrics.jsonl"),
+                hold_dir=str(hold_dir) if hold_dir else None,
                 plan_world_size=len(pods) * declared)]
             cwd = pod_dir
         penv = {k: v for k, v in os.environ.items() if not _OWNED.match(k)}
@@ -466,15 +480,47 @@ def _descendants(root: int) -> list[int]:
     return out
 
 
+def _rank_log_root(plan: PodPlan) -> Path | None:
+    """torchrun's --log-dir in the pod's launcher flags: each rank's own stdout lands there."""
+    try:
+        head = split_command(list(plan.argv)).head
+    except InputError:
+        return None
+    for i, arg in enumerate(head):
+        for name in ("--log-dir", "--log_dir"):
+            if arg == name and i + 1 < len(head):
+                return plan.cwd / head[i + 1]
+            if arg.startswith(name + "="):
+                return plan.cwd / arg.split("=", 1)[1]
+    return None
+
+
+def _gone(pids: Sequence[int]) -> bool:
+    """True when none of these processes is alive any more (a zombie counts as gone)."""
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z":
+            return False
+    return True
+
+
 class _Pod:
     """A running pod: its process group, a log file, and the PREFLIGHT lines seen so far."""
 
-    def __init__(self, plan: PodPlan, attempt: int, on_line: Any) -> None:
+    def __init__(self, plan: PodPlan, attempt: int) -> None:
         self.plan = plan
         self.attempt = attempt
         self.log = plan.log_dir / ("pod.log" if attempt == 0 else f"pod.attempt{attempt}.log")
         self.killed = False
         self.timed_out = False
+        self.records: list[dict[str, Any]] = []
+        self._rank_root = _rank_log_root(plan)
+        # torchrun names each launch's folder at random: the ones already there are older runs
+        self._earlier = (set(self._rank_root.iterdir())
+                         if self._rank_root is not None and self._rank_root.is_dir() else set())
         self._fh = self.log.open("w", encoding="utf-8")
         self._fh.write(f"# argv: {json.dumps(list(plan.argv))}\n# cwd: {plan.cwd}\n")
         self._fh.flush()
@@ -482,16 +528,16 @@ class _Pod:
             list(plan.argv), env=dict(plan.env), cwd=plan.cwd, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, errors="replace",
             start_new_session=True)  # its own process group, so that kill reaches torchrun's
-        self._reader = threading.Thread(target=self._read, args=(on_line,), daemon=True)
+        self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
-    def _read(self, on_line: Any) -> None:
+    def _read(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             self._fh.write(line)
             self._fh.flush()
             if PREFLIGHT_LINE in line:
-                on_line(self, line)
+                self.records.extend(parse_lines(line))
 
     def signal(self, sig: int) -> None:
         # torchrun starts each worker in a session of its own: the process group of the pod's
@@ -501,6 +547,18 @@ class _Pod:
                 os.kill(pid, sig)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, sig)
+
+    def kill(self, grace: float = 10.0) -> None:
+        """A node lost: SIGKILL to the launcher and every rank, no goodbye; returns once all of
+        them are gone, so that the survivors' next collective meets closed connections."""
+        tree = [self.proc.pid, *_descendants(self.proc.pid)]
+        self.killed = True
+        self.signal(signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(grace)
+        deadline = time.monotonic() + grace
+        while not _gone(tree) and time.monotonic() < deadline:
+            time.sleep(0.02)
 
     def stop(self, grace: float = 5.0) -> None:
         orphans = _descendants(self.proc.pid)
@@ -523,34 +581,63 @@ class _Pod:
         return PodOutcome(self.plan.name, self.plan.rank, self.proc.returncode, self.timed_out,
                           self.killed, self.log, self.attempt)
 
+    def lines(self) -> list[dict[str, Any]]:
+        """This attempt's PREFLIGHT records, in each rank's order. Taken from the ranks' own
+        log files where torchrun wrote them: the launcher's copy on stdout is buffered
+        (PYTHONUNBUFFERED=0) and lost when the launcher is killed."""
+        files: list[Path] = []
+        if self._rank_root is not None and self._rank_root.is_dir():
+            runs = sorted(d for d in self._rank_root.iterdir() if d not in self._earlier)
+            files = sorted(f for d in runs for f in d.glob("attempt_*/*/stdout.log"))
+        records = ([r for f in files for r in parse_lines(f.read_text(errors="replace"))]
+                   if files else self.records)
+        return [{**r, "_pod": self.plan.name} for r in records]
 
-def _run_attempt(plans: Sequence[PodPlan], attempt: int, timeout_s: float,
-                 kill_after_checkpoint: str | None = None,
-                 skip: Sequence[str] = ()) -> tuple[list[PodOutcome], list[dict[str, Any]], int | None]:
-    """Start every pod, wait for all of them (bounded), return outcomes and PREFLIGHT lines."""
-    lines: list[dict[str, Any]] = []
-    lock = threading.Lock()
-    checkpoint_seen = threading.Event()
-    first_step: list[int] = []
 
-    def on_line(pod: _Pod, text: str) -> None:
-        for record in parse_lines(text):
-            with lock:
-                lines.append({**record, "_pod": pod.plan.name})
-                if record.get("event") == "checkpoint-saved" and not checkpoint_seen.is_set():
-                    first_step.append(int(record.get("step", 0)))
-                    checkpoint_seen.set()
+@dataclass(frozen=True)
+class _Attempt:
+    """One run of the whole job: how each pod ended, the ranks' records, and the kill."""
 
-    pods = [_Pod(p, attempt, on_line) for p in plans if p.name not in skip]
+    outcomes: list[PodOutcome]
+    lines: list[dict[str, Any]]
+    held: dict[int, int]  # rank -> step of the first checkpoint it held at
+    killed: str | None  # the pod killed there, if it was
+
+
+def _held(hold_dir: Path | None) -> dict[int, int]:
+    out: dict[int, int] = {}
+    if hold_dir is None or not hold_dir.is_dir():
+        return out
+    for marker in hold_dir.glob("holding.*"):
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            record = json.loads(marker.read_text())
+            out[int(record["rank"])] = int(record["step"])
+    return out
+
+
+def _run_attempt(plans: Sequence[PodPlan], attempt: int, timeout_s: float, *,
+                 skip: Sequence[str] = (), victim: str | None = None,
+                 hold_dir: Path | None = None, world: int = 0,
+                 settle_s: float = 60.0) -> _Attempt:
+    """Start every pod, wait for all of them (bounded), return outcomes and PREFLIGHT lines.
+
+    With `victim`, the ranks hold after their first checkpoint (preflight.py's
+    --hold-after-checkpoint DIR); once all `world` of them hold, the victim pod is killed and
+    the others are released: they must then find out on their own, within `settle_s`."""
+    pods = [_Pod(p, attempt) for p in plans if p.name not in skip]
     deadline = time.monotonic() + timeout_s
-    victim = next((p for p in reversed(pods) if p.plan.name == kill_after_checkpoint), None)
+    target = next((p for p in pods if p.plan.name == victim), None)
     try:
         while time.monotonic() < deadline and any(p.proc.poll() is None for p in pods):
-            if victim is not None and checkpoint_seen.is_set() and not victim.killed:
-                victim.killed = True
-                victim.signal(signal.SIGKILL)  # a node lost: no goodbye
-            time.sleep(0.1)
+            if (target is not None and not target.killed and hold_dir is not None
+                    and target.proc.poll() is None and len(_held(hold_dir)) >= world):
+                target.kill()
+                (hold_dir / "release").touch()
+                deadline = min(deadline, time.monotonic() + settle_s)
+            time.sleep(0.05)
     finally:
+        if hold_dir is not None and hold_dir.is_dir():
+            (hold_dir / "release").touch()  # nobody waits for a kill that will not come
         for p in pods:
             if p.proc.poll() is None:
                 p.timed_out = True
@@ -560,7 +647,9 @@ def _run_attempt(plans: Sequence[PodPlan], attempt: int, timeout_s: float,
         plan = next(pl for pl in plans if pl.name == name)
         outcomes.append(PodOutcome(name, plan.rank, None, False, False, plan.log_dir / "pod.log",
                                    attempt))
-    return outcomes, lines, (first_step[0] if first_step else None)
+    lines = [r for p in pods for r in p.lines()]
+    killed = target.plan.name if target is not None and target.killed else None
+    return _Attempt(outcomes, lines, _held(hold_dir), killed)
 
 
 def parse_lines(text: str) -> list[dict[str, Any]]:
@@ -583,8 +672,9 @@ def parse_lines(text: str) -> list[dict[str, Any]]:
 
 def aggregate(lines: Sequence[Mapping[str, Any]], world: int,
               outcomes: Sequence[PodOutcome], timeout_s: float,
-              own_script: bool) -> list[CheckResult]:
-    """One result per check over all ranks, plus the rehearsal's own `pods` check."""
+              own_script: bool, attempt: int | None = None) -> list[CheckResult]:
+    """One result per check over all ranks, plus the rehearsal's own `pods` check, each
+    marked with `attempt`."""
     results: list[CheckResult] = []
     if not own_script:
         by_check: dict[str, list[Mapping[str, Any]]] = {}
@@ -633,7 +723,7 @@ def aggregate(lines: Sequence[Mapping[str, Any]], world: int,
                 f"limit: {', '.join(stopped)}" if stopped else f"{len(outcomes)} pod(s) exited 0")
         results.append(CheckResult("pods", "pass", what,
                                    details={"logs": {o.name: str(o.log) for o in outcomes}}))
-    return results
+    return [replace(c, attempt=attempt) for c in results]
 
 
 def _silent_message(silent: Sequence[int], world: int, outcomes: Sequence[PodOutcome],
@@ -672,7 +762,14 @@ def rehearse_manifests(
     """
     settings = settings or PreflightSettings()
     if restart_after_checkpoint and own_script:
-        raise InputError("--restart-after-checkpoint needs the preflight, not --own-script")
+        raise InputError(RESTART_OWN_SCRIPT)
+    job = find_job(manifests)
+    if restart_after_checkpoint and (job.get("spec") or {}).get("elasticPolicy") is not None:
+        raise InputError("--restart-after-checkpoint rehearses a job of fixed size; this one is "
+                         "elastic, and there torchrun restarts its own workers after a peer is "
+                         "lost, which the rehearsal does not model",
+                         field="spec.elasticPolicy",
+                         hint="rehearse it without --restart-after-checkpoint")
     root = Path(logs_dir) if logs_dir else Path(tempfile.mkdtemp(prefix="runai-spec-rehearse-"))
     root.mkdir(parents=True, exist_ok=True)
     gpus = 0 if device == "cpu" else probe_gpus(python)
@@ -682,37 +779,86 @@ def rehearse_manifests(
     if not gpus and settings.min_busbw_gbps is not None:
         # gloo over loopback says nothing about the cluster's fabric: measure, do not judge
         settings = PreflightSettings(**{**settings.__dict__, "min_busbw_gbps": None})
+    hold_dir = root / "restart" if restart_after_checkpoint else None
     if restart_after_checkpoint:
         settings = _restart_settings(settings)
     plans, world = plan_pods(
         manifests, settings=settings, root=root, procs_per_pod=procs_per_pod,
         own_script=own_script, gpus=gpus, python=python, workdir=workdir, env=env,
-        pod_env=pod_env, step_sleep=1.0 if restart_after_checkpoint else 0.0)
+        pod_env=pod_env, hold_dir=hold_dir)
     _write_plan(root, plans, world, backend)
     shutil.rmtree(root / "checkpoints", ignore_errors=True)
 
-    victim = plans[-1].name if restart_after_checkpoint else None
-    outcomes, lines, first_ckpt = _run_attempt(plans, 0, timeout_s, victim, skip_pods)
-    extra: list[CheckResult] = []
-    if restart_after_checkpoint:
-        if first_ckpt is None:
-            extra.append(CheckResult("restart", "fail", "no checkpoint was written, so no pod "
-                                     "was killed"))
-        else:
-            # OnFailure: the operator restarts the failed pods with the same command and env;
-            # the survivors' torchrun gives up once its peer is gone, and restarts too.
-            first = outcomes
-            outcomes, lines, _ = _run_attempt(_with_port(plans, _free_port()), 1, timeout_s)
-            extra.append(_restart_check(lines, world, first_ckpt, victim or "", first))
-    checks = aggregate(lines, world, outcomes, timeout_s, own_script) + extra
+    if hold_dir is None:
+        run = _run_attempt(plans, 0, timeout_s, skip=skip_pods)
+        checks = aggregate(run.lines, world, run.outcomes, timeout_s, own_script)
+        outcomes = run.outcomes
+    else:
+        shutil.rmtree(hold_dir, ignore_errors=True)
+        checks, outcomes = _rehearse_restart(job, plans, world, settings, timeout_s, skip_pods,
+                                             hold_dir)
     ok = all(c.ok for c in checks if c.status != "not run")
     result = RehearseResult(ok, tuple(checks), tuple(outcomes), root, world, backend, own_script)
     (root / "result.json").write_text(json.dumps(result_dict(result), indent=2) + "\n")
     return result
 
 
+RESTART_OWN_SCRIPT = ("--restart-after-checkpoint needs the preflight's checkpoint; it does "
+                      "not combine with --own-script")
+
+
+def _rehearse_restart(job: Mapping[str, Any], plans: Sequence[PodPlan], world: int,
+                      settings: PreflightSettings, timeout_s: float, skip: Sequence[str],
+                      hold_dir: Path) -> tuple[list[CheckResult], list[PodOutcome]]:
+    """Kill the last pod right after the first checkpoint, let the others fail as they would,
+    restart every pod as the operator would, and check the resume.
+
+    In the cluster the killed pod's peers find out at their next collective and their
+    torchrun exits non-zero (a fixed-size job has no torchrun restarts); under `OnFailure`
+    each failed pod's container is restarted with the same command and environment. The
+    pods come back at different moments there; here they all start again once every pod of
+    the first run has ended, which is where the cluster settles."""
+    live = [p for p in plans if p.name not in skip]
+    victim = live[-1].name if live else None
+    # NCCL may only notice a dead peer at its collective timeout: give the survivors that long
+    settle_s = settings.collective_timeout_s + 30.0
+    first = _run_attempt(plans, 0, timeout_s, skip=skip, victim=victim, hold_dir=hold_dir,
+                         world=world, settle_s=settle_s)
+    if first.killed is None:
+        checks = aggregate(first.lines, world, first.outcomes, timeout_s, False, attempt=0)
+        return checks + [_no_kill(first, world, victim)], list(first.outcomes)
+    before, after = _split_at_hold(first.lines)
+    # the first run's checks up to the kill; what the kill cut short is the restart's story
+    shown = [c for c in aggregate(before, world, first.outcomes, timeout_s, False, attempt=0)
+             if c.check != "pods" and c.status != "not run"]
+    # a fresh port: the first run's store port may still be in TIME_WAIT here
+    second = _run_attempt(_with_port(plans, _free_port()), 1, timeout_s, skip=skip)
+    checks = shown + aggregate(second.lines, world, second.outcomes, timeout_s, False,
+                               attempt=1)
+    replica_types = {p.name: p.replica_type for p in plans}
+    checks.append(_restart_check(job, replica_types, first, before, after, second, world,
+                                 settle_s))
+    return checks, [*first.outcomes, *second.outcomes]
+
+
+def _split_at_hold(lines: Sequence[Mapping[str, Any]]
+                   ) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+    """Each rank's records before it held at the first checkpoint, and those after."""
+    before: list[Mapping[str, Any]] = []
+    after: list[Mapping[str, Any]] = []
+    held: set[Any] = set()
+    for rec in lines:
+        if rec.get("event") == "holding":
+            held.add(rec.get("rank"))
+        elif rec.get("rank") in held:
+            after.append(rec)
+        else:
+            before.append(rec)
+    return before, after
+
+
 def _with_port(plans: Sequence[PodPlan], port: int) -> list[PodPlan]:
-    """The same pods on a fresh port: the killed store's port may linger in TIME_WAIT."""
+    """The same pods on a fresh port."""
     out = []
     for p in plans:
         env = dict(p.env)
@@ -727,31 +873,156 @@ def _with_port(plans: Sequence[PodPlan], port: int) -> list[PodPlan]:
 
 
 def _restart_settings(settings: PreflightSettings) -> PreflightSettings:
-    steps = max(settings.steps, 6)
+    """A first checkpoint early, and steps enough after it for a second one: the restarted
+    run then trains, writes, reloads and reports metrics like the first."""
     every = min(settings.checkpoint_every, 2)
+    steps = max(settings.steps, 2 * every)
     return PreflightSettings(**{**settings.__dict__, "steps": steps, "checkpoint_every": every})
 
 
-def _restart_check(lines: Sequence[Mapping[str, Any]], world: int, saved: int, victim: str,
-                   first: Sequence[PodOutcome]) -> CheckResult:
-    resumes = [r for r in lines if r.get("check") == "resume"]
-    ok = [r for r in resumes if r.get("status") == "pass"]
-    steps = sorted({int(r.get("resumed_from", -1)) for r in ok})
-    killed = [o.name for o in first if o.killed and o.exit_code != 0]
-    details = {"killed": killed, "first_checkpoint_step": saved, "resumed_from": steps}
-    if not killed:
-        return CheckResult("restart", "fail", f"{victim} finished before the kill reached it "
-                           "(its output came too late): the restart was not exercised",
-                           details=details)
-    if len(ok) == world and len(steps) == 1 and steps[0] >= saved:
-        return CheckResult("restart", "pass", f"killed {', '.join(killed) or victim} after the "
-                           f"checkpoint of step {saved}; after the restart all {world} ranks "
-                           f"resumed from step {steps[0]} and continued at {steps[0] + 1}",
-                           tuple(sorted(int(r['rank']) for r in ok)), (), details)
-    why = next((str(r.get("message")) for r in resumes if r.get("status") != "pass"),
-               "no rank reported resuming")
-    return CheckResult("restart", "fail", f"after killing {victim} at step {saved}, the "
-                       f"restarted job did not resume on every rank: {why}", details=details)
+def _ranks(items: Iterable[int]) -> str:
+    words = [str(i) for i in sorted(items)]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def _no_kill(first: _Attempt, world: int, victim: str | None) -> CheckResult:
+    held = sorted(first.held)
+    if victim is None:
+        why = "no pod was started"
+    elif not held:
+        why = f"no rank reached its first checkpoint, so {victim} was not killed"
+    elif len(held) < world:
+        missing = [r for r in range(world) if r not in first.held]
+        why = (f"rank(s) {_ranks(missing)} never reached the first checkpoint (rank(s) "
+               f"{_ranks(held)} did), so {victim} was not killed")
+    else:
+        why = f"{victim} ended before it could be killed"
+    return CheckResult("restart", "fail", f"{why}: the restart was not exercised",
+                       details={"held": {str(r): s for r, s in first.held.items()}})
+
+
+def _exit_status(code: int | None) -> int | None:
+    """The container's exit code as Kubernetes reports it (128 + signal when killed)."""
+    return None if code is None else 128 - code if code < 0 else code
+
+
+def _operator_verdict(job: Mapping[str, Any], replica_types: Mapping[str, str],
+                      failed: Sequence[PodOutcome]) -> tuple[str | None, str]:
+    """(why the operator would not restart these failed pods, or None; what it would do)."""
+    spec = job.get("spec") or {}
+    replicas = spec.get("pytorchReplicaSpecs") or {}
+    # the operator's defaulting webhook sets OnFailure where the manifest says nothing
+    policy = {o.name: str((replicas.get(replica_types.get(o.name, "")) or {}).get(
+        "restartPolicy") or "OnFailure") for o in failed}
+    never = [o.name for o in failed if policy[o.name] == "Never"]
+    if never:
+        return (f"restartPolicy Never on {', '.join(never)}: the operator marks the job Failed "
+                "instead of restarting it"), "no restart"
+    # ExitCode: exit codes up to 127 are permanent, from 128 (signals) retryable
+    permanent = [f"{o.name} (exit {_exit_status(o.exit_code)})" for o in failed
+                 if policy[o.name] == "ExitCode" and (_exit_status(o.exit_code) or 0) < 128]
+    if permanent:
+        return (f"restartPolicy ExitCode treats {', '.join(permanent)} as a permanent error: "
+                "the operator marks the job Failed instead of restarting it"), "no restart"
+    counted = [o for o in failed if policy[o.name] in ("OnFailure", "Always")]
+    limit = (spec.get("runPolicy") or {}).get("backoffLimit")
+    used = len(counted)
+    what = ", ".join(sorted({policy[o.name] for o in failed}))
+    note = f"{what} restarts {'the pod' if len(failed) == 1 else f'all {len(failed)} pods'}"
+    if limit is None:
+        return None, note
+    note += f" ({used} restart(s), backoffLimit {limit})"
+    if (limit == 0 and used > 0) or (limit > 0 and used >= limit):
+        return (f"{used} container restart(s) reach the backoffLimit of {limit}: the operator "
+                "marks the job Failed after losing one pod"), note
+    return None, note
+
+
+def _restart_check(job: Mapping[str, Any], replica_types: Mapping[str, str], first: _Attempt,
+                   before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]],
+                   second: _Attempt, world: int, settle_s: float) -> CheckResult:
+    victim = first.killed or ""
+    step = min(first.held.values())
+    victim_ranks = sorted({int(r["rank"]) for r in before
+                           if r.get("_pod") == victim and "rank" in r})
+    problems: list[str] = []
+
+    # the survivors: their torchrun must give up on its own once a peer is gone
+    survivors = [o for o in first.outcomes if o.name != victim
+                 and not (o.exit_code is None and not o.timed_out)]
+    reasons = {o.name: next((f"rank {r['rank']}: {r['check']}: {r.get('message', '')}"
+                             for r in after if r.get("_pod") == o.name
+                             and r.get("status") == "fail"), None) for o in survivors}
+    hung = [o.name for o in survivors if o.timed_out]
+    clean = [o.name for o in survivors if not o.timed_out and o.exit_code == 0]
+    if hung:
+        problems.append(f"{', '.join(hung)} still ran {settle_s:g} s after {victim} died (a "
+                        "hang: in the cluster it holds its GPUs until a timeout fires)")
+    if clean:
+        problems.append(f"{', '.join(clean)} exited 0 although {victim} was gone")
+    gave_up = [o for o in survivors if not o.timed_out and o.exit_code != 0]
+    codes = sorted({str(_exit_status(o.exit_code)) for o in gave_up})
+    peers = (f"{', '.join(o.name for o in gave_up)} then exited {'/'.join(codes)} on "
+             f"{'its' if len(gave_up) == 1 else 'their'} own" if gave_up
+             else "no other pod was running")
+
+    failed = [o for o in first.outcomes if o.exit_code not in (0, None) or o.killed]
+    refusal, operator = _operator_verdict(job, replica_types, failed)
+    if refusal:
+        problems.append(refusal)
+
+    # the resume: every rank, from the checkpoint written before the kill, with its weights
+    saved = next((r for r in before if r.get("check") == "checkpoint"
+                  and r.get("status") == "pass" and r.get("rank") == 0), None)
+    digest = saved.get("digest") if saved else None
+    resumes = {int(r["rank"]): r for r in second.lines if r.get("check") == "resume"}
+    resumed = {r: rec for r, rec in resumes.items() if rec.get("status") == "pass"}
+    fresh = sorted(r for r, rec in resumes.items() if rec.get("status") == "skip")
+    broken = sorted(r for r, rec in resumes.items() if rec.get("status") == "fail")
+    silent = [r for r in range(world) if r not in resumes]
+    wrong_step = sorted(r for r, rec in resumed.items()
+                        if int(rec.get("resumed_from", -1)) != step)
+    wrong_weights = sorted(r for r, rec in resumed.items()
+                           if r not in wrong_step and digest and rec.get("digest") != digest)
+    lead = f"the restarted job did not resume from the checkpoint of step {step}"
+    if fresh:
+        problems.append(f"{lead}: rank(s) {_ranks(fresh)} started over at step 1 "
+                        f"({resumes[fresh[0]].get('message', '')})")
+    if broken:
+        problems.append(f"{lead}: rank(s) {_ranks(broken)} could not load it "
+                        f"({resumes[broken[0]].get('message', '')})")
+    if wrong_step:
+        found = sorted({int(resumed[r].get("resumed_from", -1)) for r in wrong_step})
+        problems.append(f"{lead}: rank(s) {_ranks(wrong_step)} resumed from step(s) "
+                        f"{_ranks(found)}")
+    if wrong_weights:
+        problems.append(f"rank(s) {_ranks(wrong_weights)} resumed other weights than those "
+                        f"saved at step {step}")
+    if silent:
+        problems.append(f"rank(s) {_ranks(silent)} of the restarted job never reported a "
+                        "resume")
+
+    details = {
+        "killed": victim, "killed_ranks": victim_ranks, "first_checkpoint_step": step,
+        "survivors": {o.name: {"exit_code": _exit_status(o.exit_code),
+                               "timed_out": o.timed_out, "first_failure": reasons[o.name]}
+                      for o in survivors},
+        "operator": operator,
+        "resumed_from": {str(r): rec.get("resumed_from") for r, rec in sorted(resumes.items())},
+        "saved_digest": digest,
+        "resumed_digests": sorted({str(rec.get("digest")) for rec in resumed.values()}),
+    }
+    head = (f"killed {victim} (rank(s) {_ranks(victim_ranks) if victim_ranks else '?'}) right "
+            f"after the checkpoint of step {step}")
+    if problems:
+        return CheckResult("restart", "fail", f"{head}; " + "; ".join(problems),
+                           tuple(sorted(resumes)), tuple(sorted(set(fresh + broken + silent
+                                                                    + wrong_step
+                                                                    + wrong_weights))),
+                           details)
+    return CheckResult("restart", "pass", f"{head}; {peers}; {operator}; all {world} ranks "
+                       f"resumed the step-{step} weights and went on at step {step + 1}",
+                       tuple(sorted(resumed)), (), details)
 
 
 def _write_plan(root: Path, plans: Sequence[PodPlan], world: int, backend: str) -> None:
@@ -773,7 +1044,8 @@ def result_dict(result: RehearseResult) -> dict[str, Any]:
         "own_script": result.own_script, "logs_dir": str(result.logs_dir),
         "checks": [{"check": c.check, "status": c.status, "message": c.message,
                     "ranks": list(c.ranks), "failed_ranks": list(c.failed_ranks),
-                    "details": dict(c.details)} for c in result.checks],
+                    "details": dict(c.details), "attempt": c.attempt}
+                   for c in result.checks],
         "pods": [{"pod": o.name, "rank": o.rank, "exit_code": o.exit_code,
                   "timed_out": o.timed_out, "killed": o.killed, "log": str(o.log),
                   "attempt": o.attempt} for o in result.pods],
@@ -782,28 +1054,80 @@ def result_dict(result: RehearseResult) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- in-cluster smoke test
 
+SMOKE_SUFFIX = "-smoke"
+SMOKE_LABEL = "runai-spec/smoke"
+PREFLIGHT_SHA_ANNOTATION = "runai-spec/preflight-sha256"
+
+
+def preflight_settings(workload: Workload, *, in_cluster: bool = False) -> PreflightSettings:
+    """What the real job should look like to preflight.py: the profile's batch arithmetic and
+    checkpoint format, the preset's bandwidth minimum. In the cluster the checkpoint goes to
+    the profile's checkpoint volume; a local rehearsal keeps it in its own folder."""
+    p = workload.loaded.profile
+    return PreflightSettings(
+        local_batch=p.batch.local, grad_accum=p.batch.grad_accum, global_batch=p.batch.global_,
+        checkpoint_format=str(p.checkpoint.format),
+        checkpoint_dir=p.checkpoint.dir if in_cluster else None,
+        min_busbw_gbps=workload.approved.preset.min_busbw_gbps)
+
+
+def smoke_names(name: str) -> tuple[str, str]:
+    """(PyTorchJob, ConfigMap) names of a workload's smoke test: beside the real job, so a
+    smoke test can run (and be deleted) while the real job exists."""
+    job = f"{name}{SMOKE_SUFFIX}"
+    return job, f"{job}-preflight"
+
+
+def _longest_pod_name(job: Mapping[str, Any]) -> str:
+    """`<job>-<replica type>-<N>` of the last pod, an elastic job at its maximum size."""
+    name = job["metadata"]["name"]
+    max_workers = (job.get("spec", {}).get("elasticPolicy") or {}).get("maxReplicas")
+    names = []
+    for rtype, n, _ in _replicas(job):
+        if rtype == "Worker" and max_workers:
+            n = max(n, int(max_workers))
+        names.append(f"{name}-{rtype.lower()}-{max(n, 1) - 1}")
+    return max(names, key=len)
+
 
 def smoke_manifests(manifests: Sequence[Mapping[str, Any]],
                     settings: PreflightSettings | None = None,
                     *, deadline_s: int = 1800) -> list[dict[str, Any]]:
-    """The same workload, short: every pod runs preflight.py from a mounted ConfigMap."""
+    """The same workload, short: every pod runs preflight.py from a mounted ConfigMap.
+
+    The job is renamed `<name>-smoke` (its pod names must stay DNS labels); the world size,
+    batch arithmetic and bandwidth minimum the preflight checks are the real job's."""
     settings = settings or PreflightSettings()
     out: list[dict[str, Any]] = []
     job = copy.deepcopy(dict(find_job(manifests)))
-    name = job["metadata"]["name"]
     meta = job["metadata"]
-    cm_name = f"{name}-preflight"
+    real = meta["name"]
+    name, cm_name = smoke_names(real)
+    meta["name"] = name
+    longest = _longest_pod_name(job)
+    if len(longest) > 63:
+        room = 63 - (len(longest) - len(real))
+        raise InputError(f"the smoke test's pod name {longest!r} has {len(longest)} characters "
+                         "(limit 63)", field="name",
+                         hint=f"shorten name to at most {room} characters to run the smoke test")
+    source = preflight_source()
+    notes = {k: v for k, v in (meta.get("annotations") or {}).items()
+             if k.startswith("runai-spec/")}
+    notes[SMOKE_LABEL] = "preflight.py checklist in place of the training command"
+    # a changed preflight.py is a different render of both objects: resubmit says so
+    notes[PREFLIGHT_SHA_ANNOTATION] = hashlib.sha256(source.encode("utf-8")).hexdigest()
+    meta.setdefault("labels", {})[SMOKE_LABEL] = "true"
+    meta["annotations"] = {**(meta.get("annotations") or {}), **notes}
+    # the job's labels carry runai-spec's managed-by label: submit and delete treat the
+    # ConfigMap as runai-spec's own, like the job
     configmap: dict[str, Any] = {
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": cm_name, "namespace": meta.get("namespace"),
-                     "labels": dict(meta.get("labels") or {})},
-        "data": {"preflight.py": preflight_source()},
+                     "labels": dict(meta["labels"]), "annotations": dict(notes)},
+        "data": {"preflight.py": source},
     }
     if configmap["metadata"]["namespace"] is None:
         del configmap["metadata"]["namespace"]
-    meta.setdefault("labels", {})["runai-spec/smoke"] = "true"
-    meta.setdefault("annotations", {})["runai-spec/smoke"] = (
-        "preflight.py checklist in place of the training command")
     spec = job["spec"]
     run_policy = spec.setdefault("runPolicy", {})
     run_policy["backoffLimit"] = 0
@@ -833,3 +1157,13 @@ def smoke_manifests(manifests: Sequence[Mapping[str, Any]],
     out.append(job)
     out.extend(copy.deepcopy(dict(m)) for m in manifests if m.get("kind") != "PyTorchJob")
     return out
+
+
+def smoke_workload(workload: Workload, *, deadline_s: int = 1800) -> list[dict[str, Any]]:
+    """`render --smoke`: the workload's smoke test, expecting what the real job declares."""
+    try:
+        return smoke_manifests(workload.manifests, preflight_settings(workload, in_cluster=True),
+                               deadline_s=deadline_s)
+    except InputError as exc:
+        exc.file = exc.file or workload.path
+        raise

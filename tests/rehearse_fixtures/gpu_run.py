@@ -1,5 +1,8 @@
-"""Driver for the device machine: rehearse single-gpu and single-node with NCCL, then two
-preflight ranks forced onto one GPU. Writes JSON results and logs under $OUT."""
+"""Driver for the device machine (one H200): the real `runai-spec rehearse` command with NCCL
+for the single-gpu and single-node examples, a restart after the checkpoint on the GPU, then
+two preflight ranks forced onto one GPU. Writes the transcript, results and logs under $OUT.
+
+Run there with the project's dependencies on PYTHONPATH (docs/gpu-runs/README.md)."""
 
 import json
 import os
@@ -8,32 +11,43 @@ import sys
 import tarfile
 from pathlib import Path
 
-import yaml
-
-from runai_spec.rehearse import PreflightSettings, rehearse_manifests, result_dict
-
 out = Path(os.environ.get("OUT", "/tmp/out"))
 logs = Path("/tmp/gpu-rehearse")
-summary = {}
-for example, ppp in (("single-gpu", None), ("single-node", 1)):
-    manifests = [yaml.safe_load(Path(f"examples/{example}/manifest.yaml").read_text())]
-    r = rehearse_manifests(manifests, settings=PreflightSettings(local_batch=4, grad_accum=2),
-                           procs_per_pod=ppp, device="cuda", python=sys.executable,
-                           logs_dir=logs / example, timeout_s=240)
-    summary[example] = result_dict(r)
-    print(f"== rehearse {example} (procs_per_pod={ppp}) backend={r.backend} ok={r.ok}")
-    for c in r.checks:
-        print(f"  {c.check:14} {c.status:7} {c.message}")
-env = {**os.environ, "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-       "NVSHMEM_DISABLE_NVLS": "1", "CUDA_VISIBLE_DEVICES": "0"}
+# NVLink multicast stays off on these shared hosts (device KINDS.md).
+safe = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+        "NVSHMEM_DISABLE_NVLS": "1", "COLUMNS": "160"}
+env = {**os.environ, **safe}
+transcript: list[str] = []
+results = {}
+
+
+def run(argv: list[str], name: str, **extra: str) -> int:
+    res = subprocess.run(argv, env={**env, **extra}, capture_output=True, text=True, timeout=280)
+    transcript.append(f"$ {' '.join(argv[2:])}\n{res.stdout}{res.stderr}exit {res.returncode}\n")
+    print(transcript[-1], flush=True)
+    result = logs / name / "result.json"
+    if result.exists():
+        results[name] = json.loads(result.read_text())
+    return res.returncode
+
+
+cli = [sys.executable, "-m", "runai_spec", "rehearse"]
+run([*cli, "examples/single-gpu/profile.yaml", "--logs", str(logs / "single-gpu")], "single-gpu")
+run([*cli, "examples/single-node/profile.yaml", "--procs-per-pod", "1", "--logs",
+     str(logs / "single-node")], "single-node")
+run([*cli, "examples/single-gpu/profile.yaml", "--restart-after-checkpoint", "--logs",
+     str(logs / "restart")], "restart")
+# Two ranks on one GPU: the preflight must say so before NCCL's first collective crashes.
 shared = subprocess.run(
     [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-     str(logs / "single-gpu" / "preflight" / "preflight.py"), "--checkpoint-dir",
-     "/tmp/shared-ckpt", "--join-timeout", "60"],
-    env=env, capture_output=True, text=True, timeout=240)
-print(f"== two ranks on one GPU: exit {shared.returncode}")
-print("\n".join(ln for ln in shared.stdout.splitlines() if "PREFLIGHT" in ln))
+     "src/runai_spec/preflight.py", "--checkpoint-dir", "/tmp/shared-ckpt", "--join-timeout", "60"],
+    env={**env, "CUDA_VISIBLE_DEVICES": "0"}, capture_output=True, text=True, timeout=240)
+lines = [ln for ln in shared.stdout.splitlines() if '"check": "device"' in ln or "summary" in ln]
+transcript.append("$ torchrun --standalone --nproc-per-node=2 preflight.py  (CUDA_VISIBLE_DEVICES=0)\n"
+                  + "\n".join(lines) + f"\nexit {shared.returncode}\n")
+print(transcript[-1], flush=True)
+(out / "gpu-run.log").write_text("\n".join(transcript))
 (out / "shared-gpu.log").write_text(shared.stdout + "\n--- stderr ---\n" + shared.stderr)
-(out / "rehearse-results.json").write_text(json.dumps(summary, indent=2, default=str))
+(out / "rehearse-results.json").write_text(json.dumps(results, indent=2, default=str))
 with tarfile.open(out / "rank-logs.tar.gz", "w:gz") as tar:
     tar.add(logs, arcname="gpu-rehearse")
