@@ -305,8 +305,14 @@ def test_the_single_gpu_smoke_command_runs_here_as_the_pod_would(tmp_path: Path)
     env.update(operator_env(job, "Master", 0))
     env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), CUDA_VISIBLE_DEVICES="")
     assert argv[0] == "python"
-    done = subprocess.run([sys.executable, *argv[1:]], env=env, cwd=tmp_path, text=True,
-                          capture_output=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
-    for check in ("ranks", "world-size", "global-batch", "checkpoint", "metrics", "shutdown"):
-        assert f'"check": "{check}", "status": "pass"' in done.stdout, (check, done.stdout)
+    # Twice on the same checkpoint volume, as when a researcher re-runs the smoke test: the
+    # second run must not resume the first one's last step and skip every check.
+    for run in (1, 2):
+        done = subprocess.run([sys.executable, *argv[1:]], env=env, cwd=tmp_path, text=True,
+                              capture_output=True, timeout=300, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+        for check in ("ranks", "world-size", "global-batch", "checkpoint", "metrics", "shutdown"):
+            assert f'"check": "{check}", "status": "pass"' in done.stdout, (run, check,
+                                                                             done.stdout)
+        assert '"check": "resume", "status": "skip"' in done.stdout, done.stdout
+        assert ('"event": "checkpoint-removed"' in done.stdout) == (run == 2), done.stdout

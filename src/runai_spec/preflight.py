@@ -105,6 +105,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="after the first checkpoint, leave DIR/holding.<rank> and wait (at "
                         "most --timeout) for DIR/release: lets a rehearsal kill a pod at "
                         "exactly that point; no wait once DIR/release exists")
+    p.add_argument("--fresh-checkpoint", action="store_true",
+                   default=_env("PREFLIGHT_FRESH_CHECKPOINT", "") == "1",
+                   help="start from step 1: rank 0 removes an earlier preflight checkpoint "
+                        "first (a smoke test on a volume that kept the last one's)")
     p.add_argument("--backend", choices=("auto", "nccl", "gloo"),
                    default=_env("PREFLIGHT_BACKEND", "auto"))
     p.add_argument("--join-timeout", type=float,
@@ -449,6 +453,13 @@ def train_and_check(rep: Reporter, opts: argparse.Namespace, launch: Launch, dev
     fmt_note = {"format": opts.checkpoint_format, "written_as": ckpt.format, "note": ckpt.note}
 
     start = 1
+    if opts.fresh_checkpoint:
+        # Without this a second smoke test resumes the first one's last step, trains nothing
+        # and checks nothing. Everyone waits until rank 0 has removed it.
+        if launch.rank == 0 and ckpt.path.exists():
+            shutil.rmtree(ckpt.path)
+            rep.event("checkpoint-removed", path=str(ckpt.path))
+        xchg.gather("fresh")
     if ckpt.exists() and "resume" in opts.faults:
         # a script that never looks for its checkpoint: only a restart rehearsal notices
         rep.skipped("resume", f"fault injection: ignored the checkpoint at {ckpt.path}; "

@@ -67,6 +67,7 @@ class PreflightSettings:
     checkpoint_every: int = 2
     join_timeout_s: float = 60.0
     collective_timeout_s: float = 120.0
+    fresh_checkpoint: bool = False  # the smoke test: never resume an earlier smoke test
 
     def args(self, *, world_size: int | None, checkpoint_dir: str | None,
              metrics_file: str | None, hold_dir: str | None = None,
@@ -91,6 +92,8 @@ class PreflightSettings:
             out += ["--min-busbw", f"{self.min_busbw_gbps:g}"]
         if hold_dir:
             out += ["--hold-after-checkpoint", hold_dir]
+        if self.fresh_checkpoint:
+            out += ["--fresh-checkpoint"]
         return out
 
 
@@ -1068,7 +1071,7 @@ def preflight_settings(workload: Workload, *, in_cluster: bool = False) -> Prefl
         local_batch=p.batch.local, grad_accum=p.batch.grad_accum, global_batch=p.batch.global_,
         checkpoint_format=str(p.checkpoint.format),
         checkpoint_dir=p.checkpoint.dir if in_cluster else None,
-        min_busbw_gbps=workload.approved.preset.min_busbw_gbps)
+        min_busbw_gbps=workload.approved.preset.min_busbw_gbps, fresh_checkpoint=in_cluster)
 
 
 def smoke_names(name: str) -> tuple[str, str]:
