@@ -316,3 +316,19 @@ def test_the_single_gpu_smoke_command_runs_here_as_the_pod_would(tmp_path: Path)
                                                                              done.stdout)
         assert '"check": "resume", "status": "skip"' in done.stdout, done.stdout
         assert ('"event": "checkpoint-removed"' in done.stdout) == (run == 2), done.stdout
+
+
+def test_status_and_logs_with_smoke_look_at_the_smoke_job_not_the_real_one(
+        api: KubeAPI, kubeconfig: Path, tmp_path: Path) -> None:
+    assert run("submit", MULTI).exit_code == 0
+    assert run("submit", MULTI, "--smoke").exit_code == 0
+    real = run("status", MULTI)
+    smoke = run("status", MULTI, "--smoke")
+    assert real.exit_code == 0 and smoke.exit_code == 0, smoke.output
+    assert real.stdout.startswith(f"{NAME} ({NS}):")
+    assert smoke.stdout.startswith(f"{SMOKE} ({NS}):")
+    by_name = run("status", SMOKE.removesuffix("-smoke"), "--project", NS.removeprefix("runai-"),
+                  "--smoke")
+    assert by_name.stdout.startswith(f"{SMOKE} ({NS}):"), by_name.output
+    logs = run("logs", MULTI, "--smoke", "--out", str(tmp_path / "logs"))
+    assert SMOKE in logs.stderr and f"{NAME}:" not in logs.stderr, logs.output

@@ -475,9 +475,10 @@ def submit(
 
 @app.command()
 def status(job: JobArg, project: ProjectOpt = None, fmt: FormatOpt = Format.text,
-           kubeconfig: KubeconfigOpt = None, context: ContextOpt = None, debug: DebugOpt = False) -> None:
+           smoke: SmokeOpt = False, kubeconfig: KubeconfigOpt = None, context: ContextOpt = None,
+           debug: DebugOpt = False) -> None:
     """The job's phase, each pod's state and, when it is pending, why."""
-    ref = job_refs(job, project)[0]
+    ref = job_refs(job, project, smoke)[0]
     result = guarded(lambda: cluster.job_status(ref.name, ref.namespace,
                                                 cluster_target(kubeconfig, context, debug)))
     if fmt is Format.json:
@@ -497,10 +498,10 @@ def logs(job: JobArg, out: Annotated[Path, typer.Option("--out", "-o", help="Fol
                                                          "<pod>.log per rank.", show_default=False)],
          previous: Annotated[bool, typer.Option("--previous", help="The restarted containers' "
                                                 "earlier logs.")] = False,
-         project: ProjectOpt = None, kubeconfig: KubeconfigOpt = None, context: ContextOpt = None,
-         debug: DebugOpt = False) -> None:
+         project: ProjectOpt = None, smoke: SmokeOpt = False, kubeconfig: KubeconfigOpt = None,
+         context: ContextOpt = None, debug: DebugOpt = False) -> None:
     """Save every rank's (pod's) log in its own file, so the logs outlive the pods."""
-    ref = job_refs(job, project)[0]
+    ref = job_refs(job, project, smoke)[0]
     result = guarded(lambda: cluster.save_logs(ref.name, ref.namespace, out, cluster_target(
         kubeconfig, context, debug), previous=previous))
     err([f"saved {s.path} ({s.size} bytes)" for s in result.saved])
