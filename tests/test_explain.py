@@ -140,3 +140,16 @@ def test_explain_command_text_json_and_render_flag() -> None:
     assert image["kind"] == "profile" and image["line"] == line_of(Path(profile), "image:")
     markdown = runner.invoke(app, ["explain", profile, "--format", "markdown"])
     assert markdown.exit_code == 2 and "error:" in markdown.stderr
+
+
+def test_render_explain_annotates_every_profile_and_refuses_out() -> None:
+    profiles = [str(ROOT / "examples" / e / "profile.yaml") for e in ("single-gpu", "elastic")]
+    runner = CliRunner()
+    result = runner.invoke(app, ["render", *profiles, "--explain"])
+    assert result.exit_code == 0, result.output
+    docs = parse_documents(result.stdout, "stdout")
+    plain = runner.invoke(app, ["render", *profiles])
+    assert docs == parse_documents(plain.stdout, "plain")
+    assert result.stdout.count("# profile ") > 10 and "# profile " not in plain.stdout
+    refused = runner.invoke(app, ["render", profiles[0], "--explain", "-o", "out"])
+    assert refused.exit_code == 2 and refused.stderr.startswith("error: --explain:")

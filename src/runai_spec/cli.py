@@ -226,8 +226,15 @@ def render(
     smoke: Annotated[bool, typer.Option("--smoke", help="The in-cluster smoke test instead: the "
                                         "same workload as <name>-smoke, short, every pod running "
                                         "preflight.py from a ConfigMap.")] = False,
+    explain: Annotated[bool, typer.Option("--explain", help="Each value followed by where it came "
+                                          "from (profile line, preset, site, rule); see `explain`."
+                                          )] = False,
 ) -> None:
     """Render profiles to manifests (stdout, or one file per workload with -o)."""
+    if explain and (out is not None or smoke):
+        fail(InputError("--explain prints to stdout; it cannot be combined with "
+                        f"{'--out' if out is not None else '--smoke'}", field="--explain",
+                        hint="run `runai-spec render PROFILE --explain` on its own"))
     workloads, bad = prepare_all(profiles)
     for exc in bad:
         err(exc.lines())
@@ -241,6 +248,11 @@ def render(
     if duplicate:
         fail(InputError(f"two profiles render the workload {duplicate!r}", field="name",
                         hint="workload names must be unique within one call"))
+    if explain:
+        from .provenance import explain_workload
+
+        sys.stdout.write("---\n".join(explain_workload(w).annotated() for w in workloads))
+        return
     if smoke:
         from .manifests import dump
 
