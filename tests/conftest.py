@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import copy
+import logging
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,17 @@ def _no_kubeconfig(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.Tem
     # Tests never read ~/.kube/config: point KUBECONFIG and HOME's .kube somewhere empty.
     fake_home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("KUBECONFIG", str(fake_home / "no-kubeconfig"))
+
+
+@pytest.fixture(autouse=True)
+def _quiet_debug() -> Iterator[None]:
+    """--debug installs log handlers process-wide: take them off after each test, so one
+    test's --debug never shows up in another test's stderr."""
+    yield
+    for name in ("runai_spec", "urllib3"):
+        logger = logging.getLogger(name)
+        logger.handlers.clear()
+        logger.setLevel(logging.NOTSET)
 
 
 @pytest.fixture

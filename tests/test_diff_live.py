@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,16 +55,6 @@ def submitted(api: KubeAPI) -> dict[str, Any]:
 
 def error_lines(stderr: str) -> list[str]:
     return [ln for ln in stderr.splitlines() if not ln.startswith("debug: ")]
-
-
-@pytest.fixture
-def quiet_debug() -> Iterator[None]:
-    """--debug installs log handlers process-wide: take them off again."""
-    yield
-    for name in ("runai_spec", "urllib3"):
-        logger = logging.getLogger(name)
-        logger.handlers.clear()
-        logger.setLevel(logging.NOTSET)
 
 
 # --- exit codes and what shows ---------------------------------------------------------
@@ -214,7 +203,7 @@ def test_bad_input_exits_2_and_sends_nothing(api: KubeAPI, kubeconfig: Path,
 
 
 @pytest.mark.parametrize("verb", ["get", "patch"])
-def test_forbidden_exits_3_with_one_line(api: KubeAPI, kubeconfig: Path, quiet_debug: None,
+def test_forbidden_exits_3_with_one_line(api: KubeAPI, kubeconfig: Path,
                                          verb: str) -> None:
     api.kube.forbidden.add((verb, "pytorchjobs"))
     result = run("diff", PROFILE, "--live", "--debug")

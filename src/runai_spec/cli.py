@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn, TypeVar
 
 import typer
 
-from . import __version__, cluster
+from . import __version__
 from .errors import (
     EXIT_FINDINGS,
     EXIT_INPUT,
@@ -28,6 +28,7 @@ from .presets import PresetRegistry, preset_summary
 from .workload import Workload, prepare_workload
 
 if TYPE_CHECKING:
+    from . import cluster
     from .diff import ProfileDiff
     from .manifests import Manifest
 
@@ -200,6 +201,7 @@ def diff(
 def diff_live_all(profiles: list[Path], target: cluster.Target) -> list[ProfileDiff]:
     """diff --live: check every profile first (bad input or an error finding sends nothing),
     then one session for all of them."""
+    from . import cluster
     from . import diff as drift
 
     workloads, bad = prepare_all(profiles)
@@ -406,6 +408,8 @@ class DryRun(StrEnum):
 
 
 def cluster_target(kubeconfig: Path | None, context: str | None, debug: bool) -> cluster.Target:
+    from . import cluster
+
     if debug:
         cluster.enable_debug()
     return cluster.Target(kubeconfig=kubeconfig, context=context)
@@ -423,6 +427,7 @@ def checked_workload(path: Path) -> Workload:
 def job_refs(job: str, project: str | None, smoke: bool = False) -> list[cluster.Ref]:
     """NAME|PROFILE -> the objects on the cluster; the namespace always comes from the site file.
     With smoke: the workload's smoke test, its job and its ConfigMap."""
+    from . import cluster
     from .manifests import DNS1035
     from .plan import namespace_for
 
@@ -443,6 +448,7 @@ def job_refs(job: str, project: str | None, smoke: bool = False) -> list[cluster
 
 def smoke_refs(name: str, namespace: str) -> list[cluster.Ref]:
     """A workload's smoke test on the cluster: the job first, then the ConfigMap its pods mount."""
+    from . import cluster
     from .rehearse import smoke_names
 
     job, configmap = smoke_names(name)
@@ -465,6 +471,8 @@ def submit(
 ) -> None:
     """Render, check and send a workload with server-side apply (re-submitting changes nothing);
     --smoke sends its smoke test instead (a ConfigMap with preflight.py and job <name>-smoke)."""
+    from . import cluster
+
     workload = checked_workload(profile)
     manifests = list(workload.manifests)
     if smoke:
@@ -490,6 +498,8 @@ def status(job: JobArg, project: ProjectOpt = None, fmt: FormatOpt = Format.text
            smoke: SmokeOpt = False, kubeconfig: KubeconfigOpt = None, context: ContextOpt = None,
            debug: DebugOpt = False) -> None:
     """The job's phase, each pod's state and, when it is pending, why."""
+    from . import cluster
+
     ref = job_refs(job, project, smoke)[0]
     result = guarded(lambda: cluster.job_status(ref.name, ref.namespace,
                                                 cluster_target(kubeconfig, context, debug)))
@@ -513,6 +523,8 @@ def logs(job: JobArg, out: Annotated[Path, typer.Option("--out", "-o", help="Fol
          project: ProjectOpt = None, smoke: SmokeOpt = False, kubeconfig: KubeconfigOpt = None,
          context: ContextOpt = None, debug: DebugOpt = False) -> None:
     """Save every rank's (pod's) log in its own file, so the logs outlive the pods."""
+    from . import cluster
+
     ref = job_refs(job, project, smoke)[0]
     result = guarded(lambda: cluster.save_logs(ref.name, ref.namespace, out, cluster_target(
         kubeconfig, context, debug), previous=previous))
@@ -530,6 +542,8 @@ def delete(job: JobArg, yes: Annotated[bool, typer.Option("--yes", "-y", help="D
            context: ContextOpt = None, debug: DebugOpt = False) -> None:
     """Delete a workload runai-spec created (asks first; its pods and their logs go too);
     --smoke deletes its smoke test, job and ConfigMap (either may already be gone)."""
+    from . import cluster
+
     refs = job_refs(job, project, smoke=smoke)
     if not yes:
         if not sys.stdin.isatty():
