@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import functools
 import json
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -268,23 +266,3 @@ def test_diff_live_reports_added_changed_and_nothing_for_equal_objects() -> None
     assert [o.status for o in result.objects] == ["changed"] and '-  k: "2"' in result.objects[0].diff
 
 
-# --- imports ---------------------------------------------------------------------------------
-
-PROBE = """
-import sys
-sys.argv = {argv!r}
-from runai_spec.cli import main
-try:
-    main()
-except SystemExit:
-    pass
-print('IMPORTED:' + ','.join(sorted(m for m in sys.modules if m.split('.')[0] == 'kubernetes')))
-"""
-
-
-@pytest.mark.parametrize("argv", [["runai-spec", "diff", "--help"],
-                                  ["runai-spec", "diff", PROFILE, "--against", str(ROOT)]])
-def test_diff_help_and_offline_diff_never_import_kubernetes(argv: list[str]) -> None:
-    out = subprocess.run([sys.executable, "-c", PROBE.format(argv=argv)], capture_output=True,
-                         text=True, check=True, cwd=ROOT).stdout
-    assert out.strip().splitlines()[-1] == "IMPORTED:"

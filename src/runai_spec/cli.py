@@ -103,6 +103,20 @@ def print_findings(findings: Iterable[Finding]) -> None:
         err(finding.lines())
 
 
+def prepared(profiles: list[Path], *, errors_only: bool = False) -> list[Workload]:
+    """Every profile through the pipeline, or exit: all bad input (2) and error findings (1)
+    reported together first. Warnings print too unless errors_only."""
+    workloads, bad = prepare_all(profiles)
+    for exc in bad:
+        err(exc.lines())
+    for workload in workloads:
+        print_findings(workload.errors if errors_only else workload.findings)
+    code = findings_exit(workloads, bad)
+    if code != EXIT_OK:
+        raise typer.Exit(code)
+    return workloads
+
+
 @app.command()
 def validate(profiles: Profiles, fmt: FormatOpt = Format.text) -> None:
     """Check profiles against the preset and the site rules; exit 0 clean, 1 findings, 2 bad input.
@@ -204,14 +218,7 @@ def diff_live_all(profiles: list[Path], target: cluster.Target) -> list[ProfileD
     from . import cluster
     from . import diff as drift
 
-    workloads, bad = prepare_all(profiles)
-    for exc in bad:
-        err(exc.lines())
-    for workload in workloads:
-        print_findings(workload.errors)
-    code = findings_exit(workloads, bad)
-    if code != EXIT_OK:
-        raise typer.Exit(code)
+    workloads = prepared(profiles, errors_only=True)
     live = guarded(lambda: cluster.live_objects_all([w.manifests for w in workloads], target))
     for objects in live:
         err(f"note: {o.ref}: exists and was not created by runai-spec; submit will not touch it"
@@ -237,14 +244,7 @@ def render(
         fail(InputError("--explain prints to stdout; it cannot be combined with "
                         f"{'--out' if out is not None else '--smoke'}", field="--explain",
                         hint="run `runai-spec render PROFILE --explain` on its own"))
-    workloads, bad = prepare_all(profiles)
-    for exc in bad:
-        err(exc.lines())
-    for workload in workloads:
-        print_findings(workload.findings)
-    code = findings_exit(workloads, bad)
-    if code != EXIT_OK:
-        raise typer.Exit(code)
+    workloads = prepared(profiles)
     names = [w.plan.name for w in workloads]
     duplicate = next((n for n in names if names.count(n) > 1), None)
     if duplicate:
