@@ -83,6 +83,33 @@ def test_wrong_type_names_the_field(write_profile: Callable[..., Path],
     assert_refused(run("validate", str(write_profile(base_profile))), 2, "batch.local")
 
 
+def test_every_schema_problem_gets_its_own_line_with_the_line_number(
+        write_profile: Callable[..., Path], base_profile: dict[str, Any]) -> None:
+    base_profile["batch"]["local"] = 0
+    base_profile["strategy"] = "magic"
+    base_profile["command"] = ["train.py", 3]
+    base_profile["colour"] = "blue"
+    del base_profile["checkpoint"]
+    path = write_profile(base_profile)
+    text = path.read_text().splitlines()
+
+    def line(prefix: str) -> int:
+        return next(i for i, ln in enumerate(text, 1) if ln.startswith(prefix))
+
+    result = run("validate", str(path))
+    assert_refused(result, 2)
+    errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
+    assert sorted(errors) == sorted([
+        f"error: {path}:{line('- 3')}: command[1]: Input should be a valid string",
+        f"error: {path}:{line('  local:')}: batch.local: Input should be greater than 0",
+        f"error: {path}:{line('strategy:')}: strategy: Input should be 'ddp', 'fsdp', "
+        "'deepspeed', 'tensor', 'pipeline' or 'hybrid'",
+        f"error: {path}: checkpoint: required field is missing",
+        f"error: {path}:{line('colour:')}: colour: unknown field",
+    ])
+    assert result.stderr.count("hint:") == 1
+
+
 def test_tag_only_image_is_a_finding(write_profile: Callable[..., Path],
                                      base_profile: dict[str, Any]) -> None:
     base_profile["image"] = "registry.scc.example.org/team-a/train:latest"

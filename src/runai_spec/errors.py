@@ -23,11 +23,12 @@ class RunaiSpecError(Exception):
         self.file = file
         self.field = field
         self.hint = hint
+        self.also: list[str] = []  # more `error:` lines of the same input (all at once)
 
     def lines(self) -> list[str]:
         where = ": ".join(part for part in (self.file, self.field) if part)
         head = f"error: {where}: {self.message}" if where else f"error: {self.message}"
-        out = [head]
+        out = [head, *self.also]
         if self.hint:
             out.append(f"hint: {self.hint}")
         return out

@@ -168,23 +168,43 @@ def _field_path(loc: tuple[Any, ...]) -> str:
     return out
 
 
-def _validation_error(exc: ValidationError, source: str) -> InputError:
-    first = exc.errors()[0]
-    path = _field_path(tuple(p for p in first["loc"] if not str(p).startswith("function-")))
-    msg = first["msg"]
-    hint = None
-    if first["type"] == "extra_forbidden":
-        msg = "unknown field"
-        hint = "see `runai-spec schema` for the fields a profile may set"
-    elif first["type"] == "missing":
-        msg = "required field is missing"
-        hint = "see examples/ for a complete profile"
-    elif first["type"] in ("string_pattern_mismatch",) and path == "name":
+def _line_of(path: str, lines: dict[str, int]) -> int | None:
+    """The line of a field, or of its nearest parent (a missing field has none of its own)."""
+    while path:
+        if path in lines:
+            return lines[path]
+        cut = max(path.rfind("."), path.rfind("["))
+        path = path[:cut] if cut > 0 else ""
+    return None
+
+
+def _explained(error: Any) -> tuple[str, str, str | None]:
+    """(field path, message, hint) of one pydantic error, in the profile's words."""
+    path = _field_path(tuple(p for p in error["loc"] if not str(p).startswith("function-")))
+    msg, hint = error["msg"], None
+    if error["type"] == "extra_forbidden":
+        msg, hint = "unknown field", "see `runai-spec schema` for the fields a profile may set"
+    elif error["type"] == "missing":
+        msg, hint = "required field is missing", "see examples/ for a complete profile"
+    elif error["type"] == "string_pattern_mismatch" and path == "name":
         msg = "must be a DNS-1035 label: lowercase letters, digits and '-', starting with a letter"
-    more = len(exc.errors()) - 1
-    if more:
-        msg = f"{msg} (and {more} more problem{'s' if more > 1 else ''})"
-    return InputError(msg, file=source, field=path or None, hint=hint)
+    return path, msg, hint
+
+
+def _validation_error(exc: ValidationError, source: str,
+                      lines: dict[str, int] | None = None) -> InputError:
+    """Every problem pydantic found, one `error:` line each (a profile with five mistakes
+    shows five), and the first hint."""
+    problems = [_explained(e) for e in exc.errors()]
+    errors = []
+    for path, msg, hint in problems:
+        line = _line_of(path, lines or {})
+        errors.append(InputError(msg, file=f"{source}:{line}" if line else source,
+                                 field=path or None, hint=hint))
+    first = errors[0]
+    first.hint = next((e.hint for e in errors if e.hint), None)
+    first.also = [e.lines()[0] for e in errors[1:]]
+    return first
 
 
 _RESERVED_MESSAGE = ("reserved for the SCC AI Engineers (compute preset, workers, priority, "
@@ -236,7 +256,7 @@ def parse_profile(text: str, source: str) -> LoadedProfile:
     try:
         profile = Profile.model_validate(kept)
     except ValidationError as exc:
-        raise _validation_error(exc, source) from None
+        raise _validation_error(exc, source, lines) from None
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
     return LoadedProfile(profile, source, digest, lines, tuple(findings))
 
