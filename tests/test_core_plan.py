@@ -75,6 +75,29 @@ def test_elastic_is_worker_only_with_c10d_bounds() -> None:
     assert set(job["spec"]["pytorchReplicaSpecs"]) == {"Worker"}
     assert job["spec"]["elasticPolicy"] == {"rdzvBackend": "c10d", "minReplicas": 2,
                                             "maxReplicas": 4, "maxRestarts": 3}
+    # Without a Master the operator injects no PET_NPROC_PER_NODE from nprocPerNode: the
+    # launcher must say it, or torchrun starts one process on an 8-GPU pod.
+    assert pod(job, "Worker")["containers"][0]["command"][:3] == [
+        "torchrun", "--nproc-per-node=8", "train.py"]
+
+
+def test_nproc_rule_catches_a_worker_only_job_whose_torchrun_would_start_one_process() -> None:
+    import dataclasses
+
+    from runai_spec.policy import Context, check_nproc
+
+    data = copy.deepcopy(BASE_PROFILE)
+    data.update(preset="h200-elastic-2to4x8-ib", batch={"local": 4, "grad_accum": 1,
+                                                          "global": 128})
+    loaded = parse_profile(dump([data]), "p.yaml")
+    approved = REGISTRY.get("h200-elastic-2to4x8-ib")
+    plan = plan_workload(loaded, approved, REGISTRY.site())
+    ctx = Context(loaded, approved, REGISTRY.site(), plan, tuple(render_plan(plan)))
+    assert list(check_nproc(ctx)) == []
+    bare = dataclasses.replace(plan, launcher=("torchrun",))
+    findings = list(check_nproc(dataclasses.replace(ctx, manifests=tuple(render_plan(bare)))))
+    assert [(f.rule, f.message) for f in findings] == [
+        ("nproc-gpus", "torchrun would start 1 process(es) per pod on 8 GPUs")]
 
 
 def test_run_ai_adoption_labels_and_namespace() -> None:

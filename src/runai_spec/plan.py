@@ -109,14 +109,19 @@ class Plan:
         }
 
 
-def launcher_for(layout: str, gpus: int) -> tuple[str, ...]:
+def launcher_for(layout: str, gpus: int, elastic: bool = False) -> tuple[str, ...]:
     """The site guide's launcher for each layout."""
     if layout == "single-gpu":
         return ("python",)
     if layout == "single-node":
         return ("torchrun", "--standalone", "--nnodes=1", f"--nproc-per-node={gpus}")
-    # Multi-node: nodes, node rank, master and (elastic) rendezvous come from the
-    # operator's PET_* variables, which torchrun reads as the defaults of its flags.
+    if elastic:
+        # A Worker-only job gets no PET_NPROC_PER_NODE from spec.nprocPerNode (the operator
+        # sets it from the Master branch only, or from the deprecated, and with nprocPerNode
+        # forbidden, elasticPolicy.nProcPerNode): without the flag torchrun starts 1 process.
+        return ("torchrun", f"--nproc-per-node={gpus}")
+    # Multi-node: nodes, node rank, master and processes per node come from the operator's
+    # PET_* variables, which torchrun reads as the defaults of its flags.
     return ("torchrun",)
 
 
@@ -201,7 +206,7 @@ def plan_workload(loaded: LoadedProfile, approved: ApprovedPreset, site: Site,
         world_size=preset.nodes * gpus,
         elastic=elastic,
         replicas=replicas,
-        launcher=launcher_for(preset.layout, gpus),
+        launcher=launcher_for(preset.layout, gpus, elastic=elastic is not None),
         entrypoint=tuple(profile.command),
         env=tuple(env.items()),
         image=profile.image,

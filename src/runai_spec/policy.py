@@ -242,13 +242,25 @@ def check_nproc(ctx: Context) -> Iterator[Finding]:
     for manifest in ctx.manifests:
         if manifest.get("kind") != "PyTorchJob":
             continue
-        nproc = manifest["spec"].get("nprocPerNode")
-        for role, spec in manifest["spec"]["pytorchReplicaSpecs"].items():
+        spec_all = manifest["spec"]
+        nproc = spec_all.get("nprocPerNode")
+        replicas = spec_all["pytorchReplicaSpecs"]
+        # What torchrun falls back to without the flag: PET_NPROC_PER_NODE, which the operator
+        # sets from nprocPerNode only when there is a Master (else from the deprecated
+        # elasticPolicy.nProcPerNode); without either, torchrun starts one process.
+        injected = nproc if "Master" in replicas else \
+            (spec_all.get("elasticPolicy") or {}).get("nProcPerNode")
+        for role, spec in replicas.items():
             container = spec["template"]["spec"]["containers"][0]
             gpus = container.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
-            flags = [a.split("=", 1)[1] for a in container.get("command", [])
-                     if a.startswith("--nproc-per-node=")]
-            if str(gpus) != str(nproc) or any(flag != str(gpus) for flag in flags):
+            command = container.get("command", [])
+            flags = [a.split("=", 1)[1] for a in command if a.startswith("--nproc-per-node=")]
+            started = flags[-1] if flags else injected if injected is not None else 1
+            if command[:1] == ["torchrun"] and str(started) != str(gpus):
+                yield _finding(ctx, "nproc-gpus", f"spec.pytorchReplicaSpecs.{role}",
+                               f"torchrun would start {started} process(es) per pod on {gpus} "
+                               "GPUs", "this is a runai-spec or preset bug; tell the AI Engineers")
+            elif str(gpus) != str(nproc) or any(flag != str(gpus) for flag in flags):
                 yield _finding(ctx, "nproc-gpus", f"spec.pytorchReplicaSpecs.{role}",
                                f"{gpus} GPUs per pod but nprocPerNode {nproc} / flags {flags}",
                                "this is a runai-spec or preset bug; tell the AI Engineers")
