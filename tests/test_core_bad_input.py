@@ -137,6 +137,18 @@ def test_edited_preset_is_bad_input(write_profile: Callable[..., Path],
                    "edited since it was approved")
 
 
+def test_a_site_asking_for_an_unsupported_manifest_family_is_bad_input_not_a_bug(
+        write_profile: Callable[..., Path], base_profile: dict[str, Any], presets_dir: Path) -> None:
+    from runai_spec.presets import PresetRegistry
+
+    site = presets_dir / "site.yaml"
+    site.write_text(site.read_text().replace("family: kubeflow", "family: runai"))
+    PresetRegistry(presets_dir).approve("site", "A. Engineer")
+    result = run("render", str(write_profile(base_profile)))
+    assert_refused(result, 2, "site.yaml: family: manifest family 'runai' is not supported yet",
+                   "hint: set `family: kubeflow`")
+
+
 def test_unknown_preset_suggests_the_closest(write_profile: Callable[..., Path],
                                              base_profile: dict[str, Any]) -> None:
     base_profile["preset"] = "h200-2x8-lb"

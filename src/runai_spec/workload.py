@@ -5,14 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import InputError
+from .errors import InputError, PresetError
 from .findings import Finding
 from .manifests import Manifest, dump
 from .plan import Plan, plan_workload
 from .policy import Context, check_all
 from .presets import ApprovedPreset, PresetRegistry, Site
 from .profile import LoadedProfile, load_profile
-from .render import render_plan
+from .render import TEMPLATES, render_plan
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,12 @@ def prepare_workload(path: Path, registry: PresetRegistry | None = None) -> Work
         if exc.file is None:
             exc.file, exc.field = str(path), exc.field or "preset"
         raise
+    if site.family not in TEMPLATES:
+        raise PresetError(f"manifest family {site.family!r} is not supported yet (Run:ai's "
+                          "TrainingWorkload/DistributedWorkload CRDs, deprecated since Run:ai "
+                          "2.18)", file=str(registry.root / "site.yaml"), field="family",
+                          hint="set `family: kubeflow` (PyTorchJob adopted by the Run:ai "
+                          "scheduler)")
     site_sha = registry.ledger().approvals["site.yaml"].sha256
     plan = plan_workload(loaded, approved, site, site_sha256=site_sha)
     manifests = tuple(render_plan(plan, site.family))
