@@ -37,7 +37,7 @@ def env(job: dict[str, Any], role: str = "Master") -> dict[str, str]:
 
 def test_single_gpu_is_python_with_local_rank_zero() -> None:
     job = job_for("h200-1gpu")
-    assert pod(job)["containers"][0]["command"][:2] == ["python", "train.py"]
+    assert pod(job)["containers"][0]["command"][:3] == ["python", "-u", "train.py"]
     assert env(job)["LOCAL_RANK"] == "0"
     assert job["spec"]["nprocPerNode"] == "1"
     assert set(job["spec"]["pytorchReplicaSpecs"]) == {"Master"}

@@ -112,7 +112,10 @@ class Plan:
 def launcher_for(layout: str, gpus: int, elastic: bool = False) -> tuple[str, ...]:
     """The site guide's launcher for each layout."""
     if layout == "single-gpu":
-        return ("python",)
+        # -u: the operator sets PYTHONUNBUFFERED=0, which Python reads as "buffered", so a pod
+        # killed by OOM or preemption would lose its last log lines. torchrun already starts
+        # its workers with -u.
+        return ("python", "-u")
     if layout == "single-node":
         return ("torchrun", "--standalone", "--nnodes=1", f"--nproc-per-node={gpus}")
     if elastic:
