@@ -30,3 +30,17 @@ def test_restart_after_checkpoint_with_own_script_is_refused_in_one_line(tmp_pat
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "--own-script" in lines[0]
     assert not (tmp_path / "logs").exists()  # refused before anything ran
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan"])
+def test_a_timeout_that_is_not_a_positive_number_is_refused_in_two_lines(
+        tmp_path: Path, value: str) -> None:
+    result = CliRunner().invoke(app, ["rehearse", str(ROOT / "examples/multi-node/profile.yaml"),
+                                      "--own-script", "--timeout", value,
+                                      "--logs", str(tmp_path / "logs")])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("error: --timeout: ") and "positive number of seconds" in lines[0]
+    assert lines[1].startswith("hint: ") and "--timeout 60" in lines[1]
+    assert not (tmp_path / "logs").exists()  # refused before anything ran

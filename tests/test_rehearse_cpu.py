@@ -4,14 +4,20 @@ setup on purpose for each failure the checklist exists to catch."""
 from __future__ import annotations
 
 import copy
+import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
+from runai_spec import rehearse as rehearse_module
+from runai_spec.cli import app
 from runai_spec.rehearse import PreflightSettings, RehearseResult, rehearse_manifests
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
@@ -139,3 +145,127 @@ def test_a_restarted_job_that_does_not_resume_fails_the_restart_check(tmp_path: 
     assert "rank(s) 0, 1, 2 and 3 started over at step 1" in restart.message
     assert restart.failed_ranks == (0, 1, 2, 3)
     assert not r.ok and "restart" in r.failed
+
+
+# --own-script: the profile's own command, two pods x one process on gloo, run in tmp_path
+
+ALL_REDUCE = """\
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")  # from torchrun's RANK, WORLD_SIZE, MASTER_ADDR/PORT
+t = torch.ones(1) * (dist.get_rank() + 1)
+dist.all_reduce(t)
+print(f"rank {dist.get_rank()} of world {dist.get_world_size()}: sum {t.item():g}", flush=True)
+dist.destroy_process_group()
+"""
+RANK_1_RAISES = """\
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+dist.all_reduce(torch.ones(1))
+if dist.get_rank() == 1:
+    raise RuntimeError("rank 1 breaks on purpose")
+print("rank 0 done", flush=True)
+dist.destroy_process_group()  # else gloo aborts the exit of rank 0 too
+"""
+# bounded: 120 s, far longer than the test, in case the rehearsal failed to stop it
+RUNS_ON = """\
+import os, time
+from pathlib import Path
+marker = Path(f"alive.{os.environ['RANK']}.{os.getpid()}")
+for i in range(600):
+    marker.write_text(str(i))
+    time.sleep(0.2)
+"""
+
+
+def rehearse_own_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                        write_profile: Callable[..., Path], profile: dict[str, Any],
+                        script: str, *args: str) -> tuple[Any, dict[str, Any], str]:
+    """`rehearse --own-script` of a two-pod profile whose command is `script`, run from
+    tmp_path: (CLI result, result.json, the table's pods row)."""
+    (tmp_path / "train.py").write_text(script)
+    path = write_profile({**profile, "command": ["train.py"]})
+    monkeypatch.chdir(tmp_path)  # the pods run the command in the current folder
+    monkeypatch.setenv("COLUMNS", "1000")  # one table row, one line
+    result = CliRunner().invoke(app, ["rehearse", str(path), "--own-script",
+                                      "--procs-per-pod", "1", "--logs", "logs", *args])
+    if not (tmp_path / "logs" / "result.json").exists():
+        pytest.fail(f"exit {result.exit_code}, no rehearsal:\n{result.output}")
+    report = json.loads((tmp_path / "logs" / "result.json").read_text())
+    row = next(line for line in result.stderr.splitlines() if line.startswith("│ pods "))
+    return result, report, row
+
+
+def checks(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["check"]: c for c in report["checks"]}
+
+
+def test_own_script_that_all_reduces_and_exits_0_passes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_profile: Callable[..., Path],
+        base_profile: dict[str, Any]) -> None:
+    result, report, row = rehearse_own_script(tmp_path, monkeypatch, write_profile,
+                                              base_profile, ALL_REDUCE)
+    assert result.exit_code == 0, result.output
+    pods = checks(report)["pods"]
+    assert pods["status"] == "pass"
+    assert pods["message"] == "master-0, worker-0: started, ran and exited 0"
+    # the table says plainly that the guide's checklist was not run
+    checklist = checks(report)["checklist"]
+    assert checklist["status"] == "not run" and "none of the guide's checks" in checklist["message"]
+    assert f"(train.py, in {tmp_path.resolve()})" in checklist["message"]
+    assert "│ checklist │ not run │" in result.stderr and "started, ran and exited 0" in row
+    # and where each rank's own output is: every rank did its all-reduce
+    logs = tmp_path.resolve() / "logs"
+    assert f"each rank: {logs}/<pod>/ranks/<run id>/attempt_0/<local rank>/" in result.stderr
+    outs = sorted((Path(p["rank_logs"]) / "attempt_0" / "0" / "stdout.log").read_text()
+                  for p in report["pods"])
+    assert [o.strip() for o in outs] == ["rank 0 of world 2: sum 3", "rank 1 of world 2: sum 3"]
+
+
+def test_own_script_that_raises_on_rank_1_fails_and_names_the_pod_and_its_log(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_profile: Callable[..., Path],
+        base_profile: dict[str, Any]) -> None:
+    # after a crash its peer's torchrun waits for it: give it 2 s, not 10, to end on its own
+    monkeypatch.setattr(rehearse_module, "OWN_SCRIPT_SETTLE_S", 2.0)
+    result, report, row = rehearse_own_script(tmp_path, monkeypatch, write_profile,
+                                              base_profile, RANK_1_RAISES)
+    assert result.exit_code == 1, result.output
+    pods = checks(report)["pods"]
+    assert pods["status"] == "fail" and pods["message"] in row
+    logs = tmp_path.resolve() / "logs"
+    head, peer = pods["message"].split("; ")
+    assert head.startswith(f"worker-0: crashed with exit 1: see {logs}/worker-0/pod.log and ")
+    assert peer in ("master-0: started, ran and exited 0",
+                    "master-0: still running 2 s after worker-0 crashed (waiting for it?), "
+                    "stopped there")
+    # the rank's log that the message points at holds the rank's traceback
+    rank_log = Path(head.rsplit(" and ", 1)[1].replace("<local rank>", "0"))
+    assert "rank 1 breaks on purpose" in rank_log.read_text()
+    assert checks(report)["checklist"]["status"] == "not run"
+
+
+def test_own_script_still_running_at_the_timeout_is_stopped_and_counted_healthy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_profile: Callable[..., Path],
+        base_profile: dict[str, Any]) -> None:
+    result, report, row = rehearse_own_script(tmp_path, monkeypatch, write_profile,
+                                              base_profile, RUNS_ON, "--timeout", "8")
+    assert result.exit_code == 0, result.output
+    pods = checks(report)["pods"]
+    assert pods["status"] == "pass" and pods["message"] in row
+    assert pods["message"] == ("master-0, worker-0: ran 8 s without failing: still running at "
+                               "the deadline (--timeout), stopped there")
+    assert all(p["timed_out"] for p in report["pods"])
+    # both ranks ran, and neither is left behind once the rehearsal has returned
+    markers = sorted(tmp_path.glob("alive.*"))
+    assert [m.name.split(".")[1] for m in markers] == ["0", "1"]
+    running = [m.name for m in markers if _runs_train_py(int(m.name.split(".")[2]))]
+    assert running == []
+
+
+def _runs_train_py(pid: int) -> bool:
+    """Whether this pid is still a live (not zombie) process running train.py."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, IndexError):
+        return False
+    return state != "Z" and b"train.py" in cmdline

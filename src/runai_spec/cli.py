@@ -573,38 +573,52 @@ def rehearse(
         help="Kill one pod after the first checkpoint, restart, check the resume.")] = False,
     logs: Annotated[Path | None, typer.Option("--logs", help="Folder for per-pod and per-rank "
                                               "logs (default: a new temporary folder).")] = None,
+    timeout: Annotated[float, typer.Option(
+        "--timeout", metavar="SECONDS",
+        help="How long the pods may run. Then they are stopped: preflight.py still running has "
+             "failed, your own script (--own-script) still running is healthy.")] = 300.0,
 ) -> None:
     """Rehearse the rendered workload here: one process per pod, the operator's environment."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    from .rehearse import RESTART_OWN_SCRIPT, preflight_settings, rehearse_manifests
+    from .rehearse import RESTART_OWN_SCRIPT, check_timeout, preflight_settings, rehearse_manifests
 
     if restart_after_checkpoint and own_script:
         fail(InputError(RESTART_OWN_SCRIPT))
+    guarded(lambda: check_timeout(timeout))
     workload = guarded(lambda: prepare_workload(profile))
     print_findings(workload.findings)
     result = guarded(lambda: rehearse_manifests(
         list(workload.manifests), settings=preflight_settings(workload),
         procs_per_pod=procs_per_pod, own_script=own_script,
-        restart_after_checkpoint=restart_after_checkpoint, logs_dir=logs))
+        restart_after_checkpoint=restart_after_checkpoint, logs_dir=logs, timeout_s=timeout))
     restarted = any(c.attempt is not None for c in result.checks)
     table = Table(title=f"rehearse {workload.plan.name}: world {result.world_size}, "
                         f"{result.backend}",
                   caption="attempt 1: the job until one pod was killed after the first "
                           "checkpoint; 2: the job restarted; 1→2: the restart itself"
                   if restarted else None)
-    for column in ("attempt",) * restarted + ("check", "status", "message"):
+    for column in ("attempt",) * restarted + ("check", "status"):
         table.add_column(column)
+    table.add_column("message", overflow="fold")  # a log's path whole, never cut short
     for i, c in enumerate(result.checks):
-        row: tuple[str, ...] = (c.check, c.status, c.message)
+        row: tuple[str, ...] = (c.check, c.status, escape(c.message))  # paths, argv: text
         if restarted:
             row = ("1→2" if c.attempt is None else str(c.attempt + 1), *row)
         after = result.checks[i + 1].attempt if i + 1 < len(result.checks) else c.attempt
         table.add_row(*row, end_section=after != c.attempt)
     console = Console(stderr=True)
     console.print(table)
-    console.print(f"logs: {result.logs_dir}")
+    # plain print: rich would read torchrun's [default0] prefix as markup
+    err([f"logs: {result.logs_dir}",
+         f"  each pod: {result.logs_dir}/<pod>/pod.log"
+         f"{' (pod.attempt1.log: the restarted job)' if restarted else ''} (launcher and every "
+         "rank, a rank's lines prefixed [default<local rank>])"])
+    if any(o.rank_logs for o in result.pods):
+        err([f"  each rank: {result.logs_dir}/<pod>/ranks/<run id>/attempt_0/<local rank>/"
+             "{stdout,stderr}.log"])
     raise typer.Exit(EXIT_OK if result.ok else EXIT_FINDINGS)
 
 

@@ -6,6 +6,7 @@ import contextlib
 import copy
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -50,6 +51,9 @@ _TORCHRUN_BOOLEAN = {"--standalone", "--no-python", "--no_python", "--run-path",
                      "-m", "--module"}
 _PYTHON_WITH_VALUE = {"-X", "-W", "-c"}
 SMOKE_MOUNT = "/opt/runai-spec"
+DEFAULT_TIMEOUT_S = 300.0
+# --own-script: once a pod crashed the verdict is in; its peers get this long to end on their own
+OWN_SCRIPT_SETTLE_S = 10.0
 SMOKE_VOLUME = "runai-spec-preflight"
 
 
@@ -127,6 +131,8 @@ class PodOutcome:
     killed: bool
     log: Path
     attempt: int
+    rank_logs: Path | None = None  # torchrun's folder of this launch: <attempt>/<local rank>/
+    stopped_after: str | None = None  # stopped because this other pod had crashed, not timed out
 
 
 @dataclass(frozen=True)
@@ -519,6 +525,7 @@ class _Pod:
         self.log = plan.log_dir / ("pod.log" if attempt == 0 else f"pod.attempt{attempt}.log")
         self.killed = False
         self.timed_out = False
+        self.stopped_after: str | None = None
         self.records: list[dict[str, Any]] = []
         self._rank_root = _rank_log_root(plan)
         # torchrun names each launch's folder at random: the ones already there are older runs
@@ -565,6 +572,7 @@ class _Pod:
 
     def stop(self, grace: float = 5.0) -> None:
         orphans = _descendants(self.proc.pid)
+        tree = [self.proc.pid, *orphans]
         if self.proc.poll() is None:
             self.signal(signal.SIGTERM)
             try:
@@ -577,21 +585,36 @@ class _Pod:
         for pid in orphans:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
+        # "stopped" must mean gone: a rank that outlives the rehearsal keeps its port and GPU
+        deadline = time.monotonic() + grace
+        while not _gone(tree) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def _runs(self) -> list[Path]:
+        """torchrun's folders of this launch under its --log-dir (older launches left out)."""
+        if self._rank_root is None or not self._rank_root.is_dir():
+            return []
+        return sorted(d for d in self._rank_root.iterdir() if d not in self._earlier)
 
     def finish(self) -> PodOutcome:
         self._reader.join(10)
+        if self.timed_out:
+            # the launcher's SignalException traceback just above reads like a crash
+            why = (f"{OWN_SCRIPT_SETTLE_S:g} s after {self.stopped_after} crashed"
+                   if self.stopped_after else "at the deadline (--timeout)")
+            self._fh.write(f"# runai-spec: still running {why}: stopped (SIGTERM, then "
+                           "SIGKILL); a SignalException above comes from that stop\n")
         self._fh.close()
+        runs = self._runs()
         return PodOutcome(self.plan.name, self.plan.rank, self.proc.returncode, self.timed_out,
-                          self.killed, self.log, self.attempt)
+                          self.killed, self.log, self.attempt, runs[-1] if runs else None,
+                          self.stopped_after)
 
     def lines(self) -> list[dict[str, Any]]:
         """This attempt's PREFLIGHT records, in each rank's order. Taken from the ranks' own
         log files where torchrun wrote them: the launcher's copy on stdout is buffered
         (PYTHONUNBUFFERED=0) and lost when the launcher is killed."""
-        files: list[Path] = []
-        if self._rank_root is not None and self._rank_root.is_dir():
-            runs = sorted(d for d in self._rank_root.iterdir() if d not in self._earlier)
-            files = sorted(f for d in runs for f in d.glob("attempt_*/*/stdout.log"))
+        files = sorted(f for d in self._runs() for f in d.glob("attempt_*/*/stdout.log"))
         records = ([r for f in files for r in parse_lines(f.read_text(errors="replace"))]
                    if files else self.records)
         return [{**r, "_pod": self.plan.name} for r in records]
@@ -621,15 +644,17 @@ def _held(hold_dir: Path | None) -> dict[int, int]:
 def _run_attempt(plans: Sequence[PodPlan], attempt: int, timeout_s: float, *,
                  skip: Sequence[str] = (), victim: str | None = None,
                  hold_dir: Path | None = None, world: int = 0,
-                 settle_s: float = 60.0) -> _Attempt:
+                 settle_s: float = 60.0, after_crash_s: float | None = None) -> _Attempt:
     """Start every pod, wait for all of them (bounded), return outcomes and PREFLIGHT lines.
 
     With `victim`, the ranks hold after their first checkpoint (preflight.py's
     --hold-after-checkpoint DIR); once all `world` of them hold, the victim pod is killed and
-    the others are released: they must then find out on their own, within `settle_s`."""
+    the others are released: they must then find out on their own, within `settle_s`.
+    With `after_crash_s`, once one pod exits non-zero the others get that long to end too."""
     pods = [_Pod(p, attempt) for p in plans if p.name not in skip]
     deadline = time.monotonic() + timeout_s
     target = next((p for p in pods if p.plan.name == victim), None)
+    first_crash: str | None = None
     try:
         while time.monotonic() < deadline and any(p.proc.poll() is None for p in pods):
             if (target is not None and not target.killed and hold_dir is not None
@@ -637,6 +662,11 @@ def _run_attempt(plans: Sequence[PodPlan], attempt: int, timeout_s: float, *,
                 target.kill()
                 (hold_dir / "release").touch()
                 deadline = min(deadline, time.monotonic() + settle_s)
+            if after_crash_s is not None and first_crash is None:
+                first_crash = next((p.plan.name for p in pods
+                                    if p.proc.poll() not in (None, 0)), None)
+                if first_crash is not None:
+                    deadline = min(deadline, time.monotonic() + after_crash_s)
             time.sleep(0.05)
     finally:
         if hold_dir is not None and hold_dir.is_dir():
@@ -644,6 +674,7 @@ def _run_attempt(plans: Sequence[PodPlan], attempt: int, timeout_s: float, *,
         for p in pods:
             if p.proc.poll() is None:
                 p.timed_out = True
+                p.stopped_after = first_crash
             p.stop()
     outcomes = [p.finish() for p in pods]
     for name in skip:
@@ -714,19 +745,68 @@ def aggregate(lines: Sequence[Mapping[str, Any]], world: int,
     # the profile's own script may train for hours: still running at the deadline is healthy
     bad = [o for o in outcomes if o.exit_code != 0 and not o.killed
            and not (own_script and o.timed_out)]
+    details = {"logs": {o.name: str(o.log) for o in outcomes},
+               "rank_logs": {o.name: str(o.rank_logs) for o in outcomes if o.rank_logs}}
     if bad:
-        parts = [f"{o.name}: " + ("not started" if o.exit_code is None and not o.timed_out
-                                  else f"timed out after {timeout_s:g} s" if o.timed_out
-                                  else f"exit {o.exit_code}") for o in bad]
-        results.append(CheckResult("pods", "fail", "; ".join(parts),
-                                   details={"logs": {o.name: str(o.log) for o in outcomes}}))
+        # with the profile's own script this row is the whole story: the other pods too
+        shown = bad + [o for o in outcomes if o not in bad and own_script]
+        results.append(CheckResult("pods", "fail", "; ".join(
+            f"{o.name}: {_pod_story(o, timeout_s, own_script)}" for o in shown),
+            details=details))
+    elif own_script:
+        by_story: dict[str, list[str]] = {}
+        for o in outcomes:
+            by_story.setdefault(_pod_story(o, timeout_s, own_script), []).append(o.name)
+        results.append(CheckResult("pods", "pass", "; ".join(
+            f"{', '.join(names)}: {story}" for story, names in by_story.items()),
+            details=details))
     else:
-        stopped = [o.name for o in outcomes if o.timed_out]
-        what = (f"{len(outcomes)} pod(s) ran without failing; stopped at the {timeout_s:g} s "
-                f"limit: {', '.join(stopped)}" if stopped else f"{len(outcomes)} pod(s) exited 0")
-        results.append(CheckResult("pods", "pass", what,
-                                   details={"logs": {o.name: str(o.log) for o in outcomes}}))
+        results.append(CheckResult("pods", "pass", f"{len(outcomes)} pod(s) exited 0",
+                                   details=details))
     return [replace(c, attempt=attempt) for c in results]
+
+
+def _pod_story(o: PodOutcome, timeout_s: float, own_script: bool) -> str:
+    """How one pod ended, in plain words, with where to read why when it failed."""
+    if o.exit_code is None and not o.timed_out:
+        return "not started"
+    if o.timed_out and o.stopped_after:
+        return (f"still running {OWN_SCRIPT_SETTLE_S:g} s after {o.stopped_after} crashed "
+                "(waiting for it?), stopped there")
+    if o.timed_out and own_script:
+        return (f"ran {timeout_s:g} s without failing: still running at the deadline "
+                "(--timeout), stopped there")
+    if o.timed_out:
+        return f"timed out after {timeout_s:g} s"
+    if o.exit_code == 0:
+        return "started, ran and exited 0" if own_script else "exited 0"
+    code = _exit_status(o.exit_code)
+    signal_note = f" (signal {-(o.exit_code or 0)})" if (o.exit_code or 0) < 0 else ""
+    where = f"see {o.log}"
+    if o.rank_logs is not None:
+        where += f" and {o.rank_logs}/attempt_0/<local rank>/stderr.log"
+    # preflight.py exits 1 on a failed check: only a script of one's own "crashes"
+    return f"{'crashed with exit' if own_script else 'exit'} {code}{signal_note}: {where}"
+
+
+def own_script_note(plans: Sequence[PodPlan]) -> CheckResult:
+    """The row that says what --own-script did not do: the guide's checklist."""
+    entry = " ".join(split_command(list(plans[0].argv)).entry) if plans else "?"
+    return CheckResult(
+        "checklist", "not run",
+        f"--own-script ran your command ({entry}, in {plans[0].cwd if plans else '?'}) in place "
+        "of preflight.py: none of the guide's checks (ranks, world size, one device per rank, "
+        "global batch, checkpoint and resume, metrics from rank 0, bus bandwidth, clean "
+        "shutdown) was run, only whether the pods start, run and exit; rehearse without "
+        "--own-script for the checklist")
+
+
+def check_timeout(timeout_s: float) -> None:
+    """How long the pods may run: a positive, finite number of seconds."""
+    if not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise InputError(f"{timeout_s:g} is not a positive number of seconds", field="--timeout",
+                         hint=f"how long the pods may run, e.g. --timeout 60 (default "
+                              f"{DEFAULT_TIMEOUT_S:g})")
 
 
 def _silent_message(silent: Sequence[int], world: int, outcomes: Sequence[PodOutcome],
@@ -750,7 +830,7 @@ def rehearse_manifests(
     own_script: bool = False,
     restart_after_checkpoint: bool = False,
     logs_dir: Path | None = None,
-    timeout_s: float = 300.0,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
     device: str = "auto",
     python: str = sys.executable,
     workdir: Path | None = None,
@@ -760,10 +840,13 @@ def rehearse_manifests(
 ) -> RehearseResult:
     """Run the job's topology here and collect the preflight's checks.
 
+    The pods run until they exit or `timeout_s` passes; then they are stopped. The preflight
+    still running then has failed; the profile's own script (`own_script`) is healthy.
     `env`, `pod_env` (by short pod name, e.g. `worker-0`) and `skip_pods` exist to break the
     setup on purpose: CI uses them to prove each check fails when it should.
     """
     settings = settings or PreflightSettings()
+    check_timeout(timeout_s)
     if restart_after_checkpoint and own_script:
         raise InputError(RESTART_OWN_SCRIPT)
     job = find_job(manifests)
@@ -773,7 +856,9 @@ def rehearse_manifests(
                          "lost, which the rehearsal does not model",
                          field="spec.elasticPolicy",
                          hint="rehearse it without --restart-after-checkpoint")
-    root = Path(logs_dir) if logs_dir else Path(tempfile.mkdtemp(prefix="runai-spec-rehearse-"))
+    # absolute: the pods run in other folders, and the logs' paths are printed for the user
+    root = (Path(logs_dir) if logs_dir
+            else Path(tempfile.mkdtemp(prefix="runai-spec-rehearse-"))).resolve()
     root.mkdir(parents=True, exist_ok=True)
     gpus = 0 if device == "cpu" else probe_gpus(python)
     if device == "cuda" and not gpus:
@@ -793,8 +878,11 @@ def rehearse_manifests(
     shutil.rmtree(root / "checkpoints", ignore_errors=True)
 
     if hold_dir is None:
-        run = _run_attempt(plans, 0, timeout_s, skip=skip_pods)
+        run = _run_attempt(plans, 0, timeout_s, skip=skip_pods,
+                           after_crash_s=OWN_SCRIPT_SETTLE_S if own_script else None)
         checks = aggregate(run.lines, world, run.outcomes, timeout_s, own_script)
+        if own_script:
+            checks.insert(0, own_script_note(plans))
         outcomes = run.outcomes
     else:
         shutil.rmtree(hold_dir, ignore_errors=True)
@@ -1051,6 +1139,8 @@ def result_dict(result: RehearseResult) -> dict[str, Any]:
                    for c in result.checks],
         "pods": [{"pod": o.name, "rank": o.rank, "exit_code": o.exit_code,
                   "timed_out": o.timed_out, "killed": o.killed, "log": str(o.log),
+                  "rank_logs": str(o.rank_logs) if o.rank_logs else None,
+                  "stopped_after": o.stopped_after,
                   "attempt": o.attempt} for o in result.pods],
     }
 
