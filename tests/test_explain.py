@@ -153,3 +153,30 @@ def test_render_explain_annotates_every_profile_and_refuses_out() -> None:
     assert result.stdout.count("# profile ") > 10 and "# profile " not in plain.stdout
     refused = runner.invoke(app, ["render", profiles[0], "--explain", "-o", "out"])
     assert refused.exit_code == 2 and refused.stderr.startswith("error: --explain:")
+
+
+def test_any_hostile_value_keeps_the_annotated_output_exact(tmp_path: Path) -> None:
+    from hypothesis import HealthCheck, given, settings
+
+    from conftest import BASE_PROFILE
+    from runai_spec.manifests import dump
+    from test_core_hostile import TEXT
+
+    seen: list[str] = []
+
+    @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(TEXT)
+    def check(value: str) -> None:
+        seen.append(value)
+        data = {**BASE_PROFILE, "env": {"HOSTILE": value}, "command": ["train.py", value or "x"]}
+        path = tmp_path / "hostile.yaml"
+        path.write_text(dump([data]), encoding="utf-8")
+        workload = prepare_workload(path)
+        result = explain_workload(workload)
+        assert parse_documents(result.annotated(), "annotated") == list(workload.manifests)
+        fields = {f.path: f for f in result.fields}
+        arg = fields["spec.pytorchReplicaSpecs.Master.template.spec.containers[0].command[2]"]
+        assert arg.value == (value or "x") and arg.origin.field == "command[1]"
+
+    check()
+    assert len(seen) >= 50  # hypothesis really ran the examples
