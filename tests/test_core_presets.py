@@ -100,6 +100,18 @@ def test_approve_refuses_an_invalid_preset(presets_dir: Path) -> None:
     assert "layout single-node needs nodes: 1" in result.stderr
 
 
+def test_every_schema_problem_of_a_preset_is_reported(presets_dir: Path) -> None:
+    path = presets_dir / "h200-8gpu.yaml"
+    text = path.read_text().replace("gpus_per_pod: 8", "gpus_per_pod: 0")
+    path.write_text(text.replace("preemptible: true", "preemptible: maybe") + "colour: blue\n")
+    result = runner.invoke(app, ["presets", "approve", "h200-8gpu", "--by", "x", "--dir",
+                                 str(presets_dir)])
+    assert result.exit_code == 2
+    errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
+    assert [e.split(": ")[2] for e in errors] == ["gpus_per_pod", "preemptible", "colour"]
+    assert result.stderr.count("hint:") == 1
+
+
 def test_verify_reports_ledger_entries_without_files(presets_dir: Path) -> None:
     (presets_dir / "h200-1gpu.yaml").unlink()
     result = runner.invoke(app, ["presets", "verify", "--dir", str(presets_dir)])

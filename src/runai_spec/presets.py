@@ -145,10 +145,13 @@ def _sha256(data: bytes) -> str:
 
 
 def _pydantic_error(exc: ValidationError, source: str) -> PresetError:
-    first = exc.errors()[0]
-    path = ".".join(str(p) for p in first["loc"])
-    return PresetError(first["msg"], file=source, field=path or None,
-                       hint="presets are engineer-owned; ask an SCC AI Engineer")
+    """Every problem of the file, one `error:` line each, and the engineers' hint."""
+    errors = [PresetError(e["msg"], file=source, field=".".join(str(p) for p in e["loc"]) or None)
+              for e in exc.errors()]
+    first = errors[0]
+    first.hint = "presets are engineer-owned; ask an SCC AI Engineer"
+    first.also = [e.lines()[0] for e in errors[1:]]
+    return first
 
 
 class PresetRegistry:
