@@ -120,3 +120,19 @@ def test_the_restart_follows_the_operators_restart_policy(
               PodOutcome("worker-0", 1, -9, False, True, Path("w.log"), 0)]  # SIGKILL: 137
     why, _ = _operator_verdict(job, {"master-0": "Master", "worker-0": "Worker"}, failed)
     assert (why is None) if refused is None else (why is not None and refused in why)
+
+
+def test_a_python_without_torch_is_bad_input_before_anything_is_written(tmp_path: Path) -> None:
+    from runai_spec.errors import InputError
+    from runai_spec.rehearse import rehearse_manifests
+
+    # stands in for an environment without torch: fails the import as such a Python would
+    python = tmp_path / "python-without-torch"
+    python.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\n"
+                      "exit 1\n")
+    python.chmod(0o755)
+    with pytest.raises(InputError) as caught:
+        rehearse_manifests([example("single-gpu")], python=str(python),
+                           logs_dir=tmp_path / "logs")
+    assert caught.value.field == "torch" and "pip install torch" in (caught.value.hint or "")
+    assert not (tmp_path / "logs").exists()

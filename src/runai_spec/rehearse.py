@@ -356,13 +356,21 @@ def _free_port() -> int:
 
 
 def probe_gpus(python: str) -> int:
-    """How many CUDA devices torch sees here (0 on a CPU machine), in a subprocess."""
+    """How many CUDA devices torch sees here (0 on a CPU machine), in a subprocess; bad
+    input when that Python has no torch, before any pod starts and fails obscurely."""
     try:
         done = subprocess.run(
             [python, "-c", "import torch; print(torch.cuda.device_count())"],
             capture_output=True, text=True, timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise InputError(f"cannot start {python}: {exc}", field="python") from None
+    if "No module named 'torch'" in done.stderr:
+        raise InputError(f"rehearse runs the pods with PyTorch, and {python} has no torch",
+                         field="torch", hint="install it into this environment: "
+                         "`pip install torch` (a CPU build is enough: the rehearsal uses gloo)")
+    try:
         return int(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else 0
-    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+    except (ValueError, IndexError):
         return 0
 
 
@@ -856,11 +864,13 @@ def rehearse_manifests(
                          "lost, which the rehearsal does not model",
                          field="spec.elasticPolicy",
                          hint="rehearse it without --restart-after-checkpoint")
+    gpus = probe_gpus(python)  # first: no torch is bad input, and nothing is written
+    if device == "cpu":
+        gpus = 0
     # absolute: the pods run in other folders, and the logs' paths are printed for the user
     root = (Path(logs_dir) if logs_dir
             else Path(tempfile.mkdtemp(prefix="runai-spec-rehearse-"))).resolve()
     root.mkdir(parents=True, exist_ok=True)
-    gpus = 0 if device == "cpu" else probe_gpus(python)
     if device == "cuda" and not gpus:
         raise InputError("--device cuda: torch sees no GPU here")
     backend = "nccl" if gpus else "gloo"
