@@ -313,8 +313,10 @@ def write_files(folder: Path, files: dict[str, str]) -> None:
 @app.command()
 def explain(profile: Annotated[Path, typer.Argument(help="Profile file (profile.yaml).")],
             fmt: FormatOpt = Format.text) -> None:
-    """Where every field of the rendered manifest came from: profile (with its line), preset,
-    site file, approvals ledger, a derived rule or the template (`render --explain` too)."""
+    """Show where each value of the rendered manifest came from (also `render --explain`).
+
+    Each value is followed by `# <origin>`: the profile with its line, the preset, the site
+    file, the approvals ledger, a derived rule, or the template."""
     from .provenance import explain_workload
 
     workload = guarded(lambda: prepare_workload(profile))
