@@ -188,7 +188,11 @@ def test_a_profile_with_error_findings_sends_nothing(
     result = run("diff", PROFILE, str(bad), "--live", "--format", "json")
     assert result.exit_code == 1, result.output
     assert "[nccl-transport-env]" in result.stderr or "[reserved-field]" in result.stderr
-    assert result.stderr.startswith("error: ") and result.stdout == ""
+    assert result.stderr.startswith("error: ")
+    # CI reading --format json still gets a JSON object, with what stopped the diff
+    report = json.loads(result.stdout)
+    assert report["results"] == [] and len(report["errors"]) == 1
+    assert "[nccl-transport-env]" in report["errors"][0]
     assert api.kube.requests == []
 
 
@@ -197,6 +201,10 @@ def test_bad_input_exits_2_and_sends_nothing(api: KubeAPI, kubeconfig: Path,
     result = run("diff", PROFILE, str(tmp_path / "missing.yaml"), "--live")
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith(f"error: {tmp_path / 'missing.yaml'}")
+    assert api.kube.requests == []
+    as_json = run("diff", PROFILE, str(tmp_path / "missing.yaml"), "--live", "--format", "json")
+    assert as_json.exit_code == 2
+    assert json.loads(as_json.stdout)["errors"][0].startswith(f"error: {tmp_path / 'missing.yaml'}")
     assert api.kube.requests == []
 
 

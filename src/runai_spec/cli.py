@@ -195,30 +195,36 @@ def diff(
             return drift.diff_all(profiles, against,
                                   step=lambda: progress.advance(task))
 
-    bad: list[RunaiSpecError] = []  # --live stops on bad input before any request
+    bad: list[RunaiSpecError] = []
+    stopped: list[RunaiSpecError | Finding] = []  # --live sends nothing if any profile fails
+    results: list[drift.ProfileDiff] = []
     if live:
-        results = diff_live_all(profiles, cluster_target(kubeconfig, context, debug))
+        workloads, bad = prepare_all(profiles)
+        stopped = [*bad, *(f for w in workloads for f in w.errors)]
+        if not stopped:
+            results = diff_live_all(workloads, cluster_target(kubeconfig, context, debug))
     else:
         results, bad = guarded(run)
+        stopped = list(bad)
+    if fmt is not Format.text:  # the errors also go to stderr, where a CI log shows them
+        err(line for exc in stopped for line in exc.lines())
     if fmt is Format.json:
-        print(drift.as_json(results, bad))
+        print(drift.as_json(results, stopped))
     elif fmt is Format.markdown:
-        sys.stdout.write(drift.as_markdown(results, bad))
+        sys.stdout.write(drift.as_markdown(results, stopped))
     else:
-        err(line for exc in bad for line in exc.lines())
+        err(line for exc in stopped for line in exc.lines())
         sys.stdout.write(drift.as_text(results))
     if bad:
         raise typer.Exit(EXIT_INPUT)
-    raise typer.Exit(EXIT_FINDINGS if any(r.changed for r in results) else EXIT_OK)
+    raise typer.Exit(EXIT_FINDINGS if stopped or any(r.changed for r in results) else EXIT_OK)
 
 
-def diff_live_all(profiles: list[Path], target: cluster.Target) -> list[ProfileDiff]:
-    """diff --live: check every profile first (bad input or an error finding sends nothing),
-    then one session for all of them."""
+def diff_live_all(workloads: list[Workload], target: cluster.Target) -> list[ProfileDiff]:
+    """diff --live of checked workloads (none with an error finding), in one session."""
     from . import cluster
     from . import diff as drift
 
-    workloads = prepared(profiles, errors_only=True)
     live = guarded(lambda: cluster.live_objects_all([w.manifests for w in workloads], target))
     for objects in live:
         err(f"note: {o.ref}: exists and was not created by runai-spec; submit will not touch it"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from .errors import InputError, RunaiSpecError
 from .loading import MAX_BYTES, load_documents, looks_secret, read_text
@@ -16,6 +16,12 @@ from .presets import PresetRegistry
 from .workload import prepare_workload
 
 MASK = "***"
+
+
+class HasLines(Protocol):
+    """An error or a finding: what stopped a profile, as its printed lines."""
+
+    def lines(self) -> list[str]: ...
 
 
 def mask(value: Any) -> Any:
@@ -161,7 +167,7 @@ def as_text(results: list[ProfileDiff]) -> str:
     return "".join(parts)
 
 
-def as_json(results: list[ProfileDiff], bad: list[RunaiSpecError]) -> str:
+def as_json(results: list[ProfileDiff], bad: Sequence[HasLines]) -> str:
     changed, objects = summary(results)
     return json.dumps({
         "profiles": len(results), "changed": changed, "objects_differing": objects,
@@ -172,7 +178,7 @@ def as_json(results: list[ProfileDiff], bad: list[RunaiSpecError]) -> str:
     }, indent=2)
 
 
-def as_markdown(results: list[ProfileDiff], bad: list[RunaiSpecError]) -> str:
+def as_markdown(results: list[ProfileDiff], bad: Sequence[HasLines]) -> str:
     changed, objects = summary(results)
     lines = ["## runai-spec diff", "",
              f"{len(results)} profile(s), **{changed} changed**, {objects} object(s) differ.", ""]
