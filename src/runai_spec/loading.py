@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -221,6 +222,7 @@ def load_documents(path: Path, *, max_bytes: int = 16 * MAX_BYTES) -> list[dict[
     return out
 
 
+@lru_cache(maxsize=4096)  # the same few names, on every object a diff masks
 def looks_secret(name: str) -> bool:
     """True for variable names that name a credential (`HF_TOKEN`, `WANDB_API_KEY`), not for
     look-alikes such as `TOKENIZERS_PARALLELISM`, `MAX_NEW_TOKENS` or the shell's `PWD`."""
