@@ -53,6 +53,18 @@ def test_multi_node_rehearses_on_cpu_and_every_check_passes(tmp_path: Path) -> N
     assert len(list(tmp_path.glob("*/ranks/*/attempt_0/*/stdout.log"))) == 4
 
 
+def test_elastic_worker_only_job_starts_every_process_of_every_pod(tmp_path: Path) -> None:
+    # No Master: the operator injects no PET_NPROC_PER_NODE, so only the launcher's own
+    # --nproc-per-node makes torchrun start more than one process per pod.
+    job = yaml.safe_load((ROOT / "examples" / "elastic" / "manifest.yaml").read_text())
+    r = rehearse(tmp_path, job, settings=PreflightSettings(
+        local_batch=8, grad_accum=2, global_batch=512, join_timeout_s=30,
+        collective_timeout_s=60))
+    assert r.ok, [(c.check, c.status, c.message) for c in r.checks]
+    world = r.check("world-size")
+    assert r.world_size == 8 and world is not None and "world of 8" in world.message
+
+
 def test_two_ranks_on_one_device_fail_the_device_check(tmp_path: Path) -> None:
     r = rehearse(tmp_path, env={"PREFLIGHT_DEVICE_ID": "cpu:the-same-one"})
     device = r.check("device")
