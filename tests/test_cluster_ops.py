@@ -12,7 +12,8 @@ import pytest
 
 from kubeapi import KubeAPI
 from runai_spec import cluster
-from runai_spec.cluster import Target, delete_job, job_ref, job_status, live_diff, save_logs
+from runai_spec.cluster import Target, delete_job, job_ref, job_status, live_objects_all, save_logs
+from runai_spec.diff import diff_live
 from runai_spec.errors import ClusterError
 
 pytest_plugins = ("kube_fixtures",)
@@ -220,12 +221,17 @@ def test_delete_when_forbidden_is_one_line(api: KubeAPI, target: Target, rendere
 # --- diff --live -----------------------------------------------------------------------
 
 
+def live_diff(manifests: list[dict[str, Any]], target: Target) -> Any:
+    (objects,) = live_objects_all([manifests], target)
+    return diff_live("p.yaml", manifests, [(o.live, o.applied) for o in objects])
+
+
 def test_live_diff_ignores_server_managed_fields(api: KubeAPI, target: Target, rendered: Render) -> None:
     before = live_diff(rendered(), target)
-    assert before.objects[0].live is None and before.changes  # everything would be added
+    assert [o.status for o in before.objects] == ["added"]
     running_job(api, rendered)  # adds status, uid, managedFields, resourceVersion
     after = live_diff(rendered(), target)
-    assert after.changes == ()
+    assert after.objects == ()
     assert api.kube.writes() == [r for r in api.kube.writes() if r.method == "PATCH"][:1]
 
 
@@ -234,9 +240,10 @@ def test_live_diff_shows_what_a_changed_render_would_change(api: KubeAPI, target
     running_job(api, rendered)
     manifests = rendered()
     manifests[0]["spec"]["runPolicy"]["backoffLimit"] = 9
-    result = live_diff(manifests, target)
-    assert [(c.path, c.live, c.applied) for c in result.changes] == [
-        ("spec.runPolicy.backoffLimit", 3, 9)]
+    (change,) = live_diff(manifests, target).objects
+    assert change.status == "changed"
+    assert [ln for ln in change.diff.splitlines() if ln[:1] in "+-" and ln[:3] not in ("+++", "---")
+            ] == ["-    backoffLimit: 3", "+    backoffLimit: 9"]
     dry = [r for r in api.kube.requests if r.method == "PATCH" and "dryRun" in r.query]
     assert dry and all(r.query["dryRun"] == ["All"] for r in dry)
 

@@ -103,14 +103,14 @@ def print_findings(findings: Iterable[Finding]) -> None:
         err(finding.lines())
 
 
-def prepared(profiles: list[Path], *, errors_only: bool = False) -> list[Workload]:
+def prepared(profiles: list[Path]) -> list[Workload]:
     """Every profile through the pipeline, or exit: all bad input (2) and error findings (1)
-    reported together first. Warnings print too unless errors_only."""
+    reported together first, with the warnings."""
     workloads, bad = prepare_all(profiles)
     for exc in bad:
         err(exc.lines())
     for workload in workloads:
-        print_findings(workload.errors if errors_only else workload.findings)
+        print_findings(workload.findings)
     code = findings_exit(workloads, bad)
     if code != EXIT_OK:
         raise typer.Exit(code)
@@ -206,14 +206,12 @@ def diff(
     else:
         results, bad = guarded(run)
         stopped = list(bad)
-    if fmt is not Format.text:  # the errors also go to stderr, where a CI log shows them
-        err(line for exc in stopped for line in exc.lines())
+    err(line for exc in stopped for line in exc.lines())  # stderr too, where a CI log shows it
     if fmt is Format.json:
         print(drift.as_json(results, stopped))
     elif fmt is Format.markdown:
         sys.stdout.write(drift.as_markdown(results, stopped))
     else:
-        err(line for exc in stopped for line in exc.lines())
         sys.stdout.write(drift.as_text(results))
     if bad:
         raise typer.Exit(EXIT_INPUT)
@@ -247,7 +245,7 @@ def render(
 ) -> None:
     """Render profiles to manifests (stdout, or one file per workload with -o)."""
     if explain and (out is not None or smoke):
-        fail(InputError("--explain prints to stdout; it cannot be combined with "
+        fail(InputError("prints the annotated manifests to stdout; it does not combine with "
                         f"{'--out' if out is not None else '--smoke'}", field="--explain",
                         hint="run `runai-spec render PROFILE --explain` on its own"))
     workloads = prepared(profiles)
@@ -495,10 +493,9 @@ def submit(
 
         sys.stdout.write(dump([o.stored for o in result.outcomes if o.stored is not None]))
     elif smoke:
-        job = smoke_refs(workload.plan.name, workload.plan.namespace)[0].name
-        err([f"note: every pod runs preflight.py: `runai-spec logs {job} --project "
-             f"{workload.plan.project} -o DIR` saves each rank's checks; `runai-spec delete "
-             f"{profile} --smoke` removes the job and its ConfigMap"])
+        err([f"note: every pod runs preflight.py: `runai-spec status {profile} --smoke` follows "
+             f"it, `runai-spec logs {profile} --smoke -o DIR` saves each rank's checks, "
+             f"`runai-spec delete {profile} --smoke` removes the job and its ConfigMap"])
 
 
 @app.command()

@@ -115,20 +115,6 @@ class LiveObject:
 
 
 @dataclass(frozen=True)
-class LiveChange:
-    ref: str
-    path: str
-    live: Any
-    applied: Any
-
-
-@dataclass(frozen=True)
-class LiveDiffResult:
-    objects: tuple[LiveObject, ...]
-    changes: tuple[LiveChange, ...]
-
-
-@dataclass(frozen=True)
 class PodState:
     name: str
     role: str
@@ -500,20 +486,6 @@ def same_render(manifest: Manifest, live: Manifest) -> bool:
     return ours(manifest) == ours(live) and contains(manifest, live)
 
 
-def differences(old: Any, new: Any, path: str = "") -> list[tuple[str, Any, Any]]:
-    """(path, old, new) for every leaf that differs."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        out: list[tuple[str, Any, Any]] = []
-        for key in list(old) + [k for k in new if k not in old]:
-            sub = f"{path}.{key}" if path else str(key)
-            out += differences(old.get(key), new.get(key), sub)
-        return out
-    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
-        return [d for i, (o, n) in enumerate(zip(old, new, strict=True))
-                for d in differences(o, n, f"{path}[{i}]")]
-    return [] if old == new else [(path, old, new)]
-
-
 def managed_by_us(obj: Manifest) -> bool:
     return ((obj.get("metadata") or {}).get("labels") or {}).get(MANAGED_BY_LABEL) == FIELD_MANAGER
 
@@ -672,12 +644,6 @@ def submit_manifests(manifests: Iterable[Manifest], target: Target, *, dry_run: 
     return SubmitResult(tuple(outcomes), dry_run)
 
 
-def live_objects(manifests: Iterable[Manifest], target: Target) -> tuple[LiveObject, ...]:
-    """Each object as it is live and as a server-side dry-run apply would store it."""
-    with Session(target) as session:
-        return _live_objects(session, manifests)
-
-
 def live_objects_all(renders: Iterable[Iterable[Manifest]], target: Target
                      ) -> list[tuple[LiveObject, ...]]:
     """live_objects for several renders (one per profile) over one session."""
@@ -695,14 +661,6 @@ def _live_objects(session: Session, manifests: Iterable[Manifest]) -> tuple[Live
         out.append(LiveObject(str(ref), strip_server_fields(live) if live else None,
                               strip_server_fields(applied)))
     return tuple(out)
-
-
-def live_diff(manifests: Iterable[Manifest], target: Target) -> LiveDiffResult:
-    """What submitting would change on the cluster, server-managed fields ignored."""
-    objects = live_objects(manifests, target)
-    changes = [LiveChange(o.ref, path, old, new) for o in objects
-               for path, old, new in differences(o.live or {}, o.applied)]
-    return LiveDiffResult(objects, tuple(changes))
 
 
 # --- delete ----------------------------------------------------------------------------

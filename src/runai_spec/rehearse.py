@@ -524,6 +524,13 @@ def _gone(pids: Sequence[int]) -> bool:
     return True
 
 
+def _wait_gone(pids: Sequence[int], grace: float) -> None:
+    """Wait (at most grace seconds) until none of these processes is alive."""
+    deadline = time.monotonic() + grace
+    while not _gone(pids) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 class _Pod:
     """A running pod: its process group, a log file, and the PREFLIGHT lines seen so far."""
 
@@ -574,9 +581,7 @@ class _Pod:
         self.signal(signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(grace)
-        deadline = time.monotonic() + grace
-        while not _gone(tree) and time.monotonic() < deadline:
-            time.sleep(0.02)
+        _wait_gone(tree, grace)
 
     def stop(self, grace: float = 5.0) -> None:
         orphans = _descendants(self.proc.pid)
@@ -594,9 +599,7 @@ class _Pod:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         # "stopped" must mean gone: a rank that outlives the rehearsal keeps its port and GPU
-        deadline = time.monotonic() + grace
-        while not _gone(tree) and time.monotonic() < deadline:
-            time.sleep(0.02)
+        _wait_gone(tree, grace)
 
     def _runs(self) -> list[Path]:
         """torchrun's folders of this launch under its --log-dir (older launches left out)."""
