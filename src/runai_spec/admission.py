@@ -75,10 +75,18 @@ def csv(field: str) -> str:
     return f"({param(field)} == '' ? [] : {param(field)}.split(','))"
 
 
+def text(value: str) -> str:
+    """VALUE as the parameters write it; a list or map (never in a shape) as `?`, so that
+    a comparison fails instead of raising an evaluation error."""
+    return (f"(type({value}) == bool ? ({value} ? 'true' : 'false') : type({value}) == string "
+            f"|| type({value}) == int || type({value}) == uint || type({value}) == double "
+            f"? string({value}) : '?')")
+
+
 def same_map(mapping: str, tokens: str) -> str:
     """MAPPING holds exactly the `key=value` lines TOKENS (values compared as strings)."""
     return (f"(size({mapping}) == size({tokens}) && "
-            f"{mapping}.all(k, (k + '=' + string({mapping}[k])) in {tokens}))")
+            f"{mapping}.all(k, (k + '=' + {text(f'{mapping}[k]')}) in {tokens}))")
 
 
 def has_or(path: str, field: str, default: str) -> str:
@@ -205,7 +213,7 @@ def validations(site: Site) -> list[Validation]:
         "request.namespace")
 
     replicas = "variables.specs"
-    value = f"(has({replicas}[k].replicas) ? string({replicas}[k].replicas) : 'unset')"
+    value = f"(has({replicas}[k].replicas) ? {text(f'{replicas}[k].replicas')} : 'unset')"
     add("replicas",
         f"!variables.known || (size(variables.roles) == size(variables.specs) && "
         f"size({replicas}) == size({lines('replicas')}) && "
@@ -219,7 +227,7 @@ def validations(site: Site) -> list[Validation]:
         "spec.elasticPolicy: not the approved preset's elastic bounds",
         f"'spec.elasticPolicy: must be ' + ({param('elastic')} == '' ? 'unset' : "
         f"{lines('elastic')}.join(', ')) + {PRESET}")
-    nproc = "(has(object.spec) && has(object.spec.nprocPerNode) ? string(object.spec.nprocPerNode) : '')"
+    nproc = f"(has(object.spec) && has(object.spec.nprocPerNode) ? {text('object.spec.nprocPerNode')} : '')"
     add("nproc-per-node",
         f"!variables.known || {nproc} == {param('nproc-per-node')}",
         "spec.nprocPerNode: not the approved preset's GPUs per pod",
@@ -236,7 +244,9 @@ def validations(site: Site) -> list[Validation]:
 
     requests = "(has(c.resources) && has(c.resources.requests) ? c.resources.requests : {})"
     limits = "(has(c.resources) && has(c.resources.limits) ? c.resources.limits : {})"
-    resources = (f"{CONTAINERS}.all(c, {same_map(requests, lines('resources'))} && "
+    # the other containers are the containers rule's
+    resources = (f"{CONTAINERS}.filter(c, c.name == {lit(CONTAINER)}).all(c, "
+                 f"{same_map(requests, lines('resources'))} && "
                  f"{same_map(limits, lines('resources'))})")
     add("resources", f"!variables.known || variables.roles.all(r, {resources})",
         "resources: not the approved preset's requests and limits",
@@ -247,7 +257,7 @@ def validations(site: Site) -> list[Validation]:
               "v.emptyDir.medium == 'Memory')")
     shm = (f"({param('shared-memory')} == '' ? size({memory}) == 0 : (size({memory}) == 1 && "
            f"has({memory}[0].emptyDir.sizeLimit) && "
-           f"string({memory}[0].emptyDir.sizeLimit) == {param('shared-memory')}))")
+           f"{text(f'{memory}[0].emptyDir.sizeLimit')} == {param('shared-memory')}))")
     add("shared-memory", f"!variables.known || variables.roles.all(r, {shm})",
         "volumes: not the approved preset's shared memory",
         f"{role_path(shm, 'spec.volumes')} + ': memory emptyDir (shared memory) must be ' + "
@@ -294,16 +304,18 @@ def validations(site: Site) -> list[Validation]:
         f"{param('restart-policy')}) + {PRESET}")
 
     rp, keys, want = "variables.runPolicy", "variables.runPolicyKeys", "variables.expectedRunPolicy"
-    deadline = (f"int(string({rp}['activeDeadlineSeconds'])) > 0 && "
+    seconds = f"{rp}['activeDeadlineSeconds']"
+    deadline = (f"type({seconds}) == int && {seconds} > 0 && "
                 f"({param('active-deadline-seconds')} == '' || "
-                f"int(string({rp}['activeDeadlineSeconds'])) <= int({param('active-deadline-seconds')}))")
+                f"{seconds} <= int({param('active-deadline-seconds')}))")
     smoke_rp = (f"size({keys}) == size({want}) + 1 && 'activeDeadlineSeconds' in {rp} && "
                 f"{keys}.all(k, k == 'activeDeadlineSeconds' ? {deadline} : "
-                f"(k + '=' + string({rp}[k])) in {want})")
-    normal_rp = f"size({keys}) == size({want}) && {keys}.all(k, (k + '=' + string({rp}[k])) in {want})"
+                f"(k + '=' + {text(f'{rp}[k]')}) in {want})")
+    normal_rp = (f"size({keys}) == size({want}) && "
+                 f"{keys}.all(k, (k + '=' + {text(f'{rp}[k]')}) in {want})")
     add("run-policy", f"!variables.known || (variables.smoke ? ({smoke_rp}) : ({normal_rp}))",
         "spec.runPolicy: not the approved preset's run policy",
-        f"'spec.runPolicy: ' + {keys}.map(k, k + '=' + string({rp}[k])).join(', ') + "
+        f"'spec.runPolicy: ' + {keys}.map(k, k + '=' + {text(f'{rp}[k]')}).join(', ') + "
         f"' but preset ' + variables.preset + ' has ' + {lines('run-policy')}.join(', ') + "
         "(variables.smoke ? ' (smoke test: backoffLimit=0 and a deadline)' : '')")
 
