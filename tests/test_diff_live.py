@@ -144,7 +144,7 @@ def test_several_profiles_in_one_session(api: KubeAPI, kubeconfig: Path,
             super().__init__(target)
             sessions.append(self)
 
-    monkeypatch.setattr(cluster, "Session", Counted)
+    monkeypatch.setattr(cluster.submit, "Session", Counted)  # where live_objects_all looks it up
     result = run("diff", PROFILE, SINGLE, "--live", "--format", "json")
     assert result.exit_code == 1, result.output
     assert len(sessions) == 1
