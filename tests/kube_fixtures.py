@@ -9,17 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from kube_helpers import Render, render_example
+from kube_helpers import Render, Sleeps, render_example
 from kubeapi import KubeAPI
 from runai_spec import cluster
 from runai_spec.cluster import RetryPolicy, Target
-
-
-class Sleeps(list[float]):
-    """An injected sleep that records instead of waiting."""
-
-    def __call__(self, seconds: float) -> None:
-        self.append(seconds)
 
 
 @pytest.fixture

@@ -33,6 +33,13 @@ def error_lines(stderr: str) -> list[str]:
     return [ln for ln in stderr.splitlines() if not ln.startswith("debug: ")]
 
 
+class Sleeps(list[float]):
+    """An injected sleep that records instead of waiting."""
+
+    def __call__(self, seconds: float) -> None:
+        self.append(seconds)
+
+
 _RENDERED: dict[str, list[dict[str, Any]]] = {}
 
 
