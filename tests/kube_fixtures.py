@@ -1,27 +1,18 @@
-"""Fixtures for the cluster tests: the fake API server, a kubeconfig for it, a fast Target."""
+"""The cluster tests' fixtures: the fake API server, a kubeconfig for it, a fast Target, a
+server that does not answer, the example's render (a plugin: `pytest_plugins`)."""
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Callable, Iterator
+import functools
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from kube_helpers import Render, Sleeps, render_example
 from kubeapi import KubeAPI
+from runai_spec import cluster
 from runai_spec.cluster import RetryPolicy, Target
-from runai_spec.workload import prepare_workload
-
-ROOT = Path(__file__).resolve().parents[1]
-EXAMPLE = ROOT / "examples" / "multi-node" / "profile.yaml"
-
-
-class Sleeps(list[float]):
-    """An injected sleep that records instead of waiting."""
-
-    def __call__(self, seconds: float) -> None:
-        self.append(seconds)
 
 
 @pytest.fixture
@@ -51,17 +42,23 @@ def target(kubeconfig: Path, sleeps: Sleeps) -> Target:
                   retry=RetryPolicy(attempts=4, base_delay=0.1, max_delay=2.0, max_total=5.0))
 
 
-_RENDERED: dict[str, list[dict[str, Any]]] = {}
-
-
-def render_example(path: Path = EXAMPLE) -> list[dict[str, Any]]:
-    key = str(path)
-    if key not in _RENDERED:
-        _RENDERED[key] = [dict(m) for m in prepare_workload(path).manifests]
-    return copy.deepcopy(_RENDERED[key])
+@pytest.fixture
+def cli_sleeps(monkeypatch: pytest.MonkeyPatch, sleeps: Sleeps) -> Sleeps:
+    """The CLI's Target sleeps into `sleeps` (its own retry policy, no real waiting)."""
+    monkeypatch.setattr(cluster, "Target", functools.partial(cluster.Target, sleep=sleeps))
+    return sleeps
 
 
 @pytest.fixture
-def rendered() -> Callable[..., list[dict[str, Any]]]:
+def unreachable(tmp_path: Path) -> tuple[Path, str]:
+    """A kubeconfig (and its token) for a server that has stopped: connections are refused."""
+    server = KubeAPI()
+    config = server.kubeconfig(tmp_path / "unreachable-kubeconfig")
+    server.stop()
+    return config, server.kube.token
+
+
+@pytest.fixture
+def rendered() -> Render:
     """A fresh copy of the multi-node example's manifests on each call."""
     return render_example

@@ -17,7 +17,6 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from functools import lru_cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -25,26 +24,10 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
 
-SCHEMAS = Path(__file__).resolve().parents[2] / "shared" / "schemas"
-CRD_FILE = SCHEMAS / "kubeflow.org_pytorchjobs.yaml"
+from conftest import crd_validator
+
 KINDS = {"pytorchjobs": ("kubeflow.org/v1", "PyTorchJob"), "configmaps": ("v1", "ConfigMap"),
          "pods": ("v1", "Pod"), "events": ("v1", "Event")}
-
-
-@lru_cache(maxsize=1)
-def pytorchjob_schema() -> dict[str, Any]:
-    crd = yaml.load(CRD_FILE.read_text(encoding="utf-8"),
-                    Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
-    schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
-    return schema
-
-
-@lru_cache(maxsize=1)
-def pytorchjob_validator() -> Any:
-    import jsonschema
-
-    return jsonschema.Draft7Validator(pytorchjob_schema())
 
 
 @dataclass
@@ -118,6 +101,10 @@ class FakeKube:
 
     def count(self, plural: str) -> int:
         return sum(1 for key in self.objects if key[0] == plural)
+
+    def sent(self, method: str) -> list[Received]:
+        """The requests received with this method, dry runs included, in order."""
+        return [r for r in self.requests if r.method == method]
 
     def writes(self) -> list[Received]:
         return [r for r in self.requests if r.method in ("POST", "PUT", "PATCH", "DELETE")
@@ -417,12 +404,12 @@ def validate(kube: FakeKube, plural: str, obj: dict[str, Any], name: str,
     if plural != "pytorchjobs":
         return None
     if strict:
-        unknown = unknown_fields(obj, pytorchjob_schema())
+        unknown = unknown_fields(obj, crd_validator().schema)
         if unknown:
             return 400, status_body(400, "BadRequest", "failed to create typed patch object "
                                     f"(/{name}; kubeflow.org/v1, Kind=PyTorchJob): "
                                     + ", ".join(f"{u}: field not declared in schema" for u in unknown))
-    errors = sorted(pytorchjob_validator().iter_errors(obj), key=lambda e: list(e.absolute_path))
+    errors = sorted(crd_validator().iter_errors(obj), key=lambda e: list(e.absolute_path))
     if not errors:
         return None
     causes = []

@@ -2,28 +2,16 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
+from kube_helpers import NAME, NS, PROFILE, Sleeps, error_lines, run
 from kubeapi import KubeAPI
-from runai_spec import cluster
-from runai_spec.cli import app
 
 pytest_plugins = ("kube_fixtures",)
-
-ROOT = Path(__file__).resolve().parents[1]
-PROFILE = str(ROOT / "examples" / "multi-node" / "profile.yaml")
-NS, NAME = "runai-nlp-lab", "llm-7b-fsdp"
-runner = CliRunner()
-
-
-def run(*args: str) -> Any:
-    return runner.invoke(app, list(args))
 
 
 def test_submit_then_resubmit_then_status_logs_delete(api: KubeAPI, kubeconfig: Path,
@@ -52,7 +40,8 @@ def test_submit_then_resubmit_then_status_logs_delete(api: KubeAPI, kubeconfig: 
     assert f"skipped {NAME}-worker-0" in saved.stderr
 
     refused = run("delete", NAME, "--project", "nlp-lab")  # no TTY, no --yes
-    assert refused.exit_code == 2 and api.kube.count("pytorchjobs") == 1
+    assert refused.exit_code == 2 and refused.stderr.startswith("error: --yes: ")
+    assert api.kube.count("pytorchjobs") == 1 and api.kube.sent("DELETE") == []
     deleted = run("delete", PROFILE, "--yes")
     assert deleted.exit_code == 0, deleted.output
     assert f"deleted: pytorchjobs/{NS}/{NAME}" in deleted.stderr
@@ -67,10 +56,12 @@ def test_submit_dry_run_server_prints_what_the_server_would_store(api: KubeAPI, 
     assert "managedFields" not in result.stdout and api.kube.count("pytorchjobs") == 0
 
 
-@pytest.mark.parametrize("breakage", ["nccl-env", "tag-only-image", "not-yaml", "unknown-preset"])
+@pytest.mark.parametrize(("breakage", "code", "words"), [
+    ("nccl-env", 1, "[nccl-transport-env]"), ("tag-only-image", 1, "[image-digest]"),
+    ("not-yaml", 2, "not valid YAML"), ("unknown-preset", 2, "unknown preset 'h200-64x8-dreams'")])
 def test_submit_of_an_invalid_profile_sends_no_request(
         api: KubeAPI, kubeconfig: Path, base_profile: dict[str, Any],
-        write_profile: Callable[..., Path], breakage: str) -> None:
+        write_profile: Callable[..., Path], breakage: str, code: int, words: str) -> None:
     if breakage == "nccl-env":
         base_profile["env"] = {"NCCL_SOCKET_IFNAME": "eth0"}
     elif breakage == "tag-only-image":
@@ -79,8 +70,8 @@ def test_submit_of_an_invalid_profile_sends_no_request(
         base_profile["preset"] = "h200-64x8-dreams"
     path = write_profile("name: [unclosed\n" if breakage == "not-yaml" else base_profile)
     result = run("submit", str(path), "--kubeconfig", str(kubeconfig))
-    assert result.exit_code in (1, 2), result.output
-    assert result.stderr.startswith("error: ")
+    assert result.exit_code == code, result.output
+    assert result.stderr.startswith("error: ") and words in result.stderr.splitlines()[0]
     assert api.kube.requests == []
 
 
@@ -97,22 +88,21 @@ def test_cluster_refusals_exit_3_with_one_error_line_and_a_hint(api: KubeAPI, ku
 
 
 def test_a_name_needs_a_project_and_must_be_a_name(api: KubeAPI, kubeconfig: Path) -> None:
-    assert run("status", NAME).exit_code == 2
-    assert run("status", "Bad/Name", "--project", "nlp-lab").exit_code == 2
+    no_project = run("status", NAME)
+    assert no_project.exit_code == 2 and no_project.stderr.startswith("error: --project: ")
+    bad_name = run("status", "Bad/Name", "--project", "nlp-lab")
+    assert bad_name.exit_code == 2
+    assert bad_name.stderr.startswith("error: NAME: 'Bad/Name' is neither a profile file nor")
     assert api.kube.requests == []
 
 
-def test_unreachable_cluster_exits_3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    slept: list[float] = []
-    monkeypatch.setattr(cluster, "Target", functools.partial(cluster.Target, sleep=slept.append))
-    server = KubeAPI()
-    config = server.kubeconfig(tmp_path / "kc")
-    server.stop()
+def test_unreachable_cluster_exits_3(unreachable: tuple[Path, str], cli_sleeps: Sleeps) -> None:
+    config, _ = unreachable
     result = run("status", NAME, "--project", "nlp-lab", "--kubeconfig", str(config))
     assert result.exit_code == 3 and "cannot connect to http://127.0.0.1:" in result.stderr
     # one error line and its hint (debug lines appear when an earlier test enabled --debug)
-    lines = [ln for ln in result.stderr.splitlines() if not ln.startswith("debug: ")]
+    lines = error_lines(result.stderr)
     assert len(lines) == 2 and lines[1].startswith("hint: ") and "after 5 attempt(s)" in lines[0]
-    assert slept == [0.5, 1.0, 2.0, 4.0]  # bounded backoff, injected sleep: no real waiting
+    assert cli_sleeps == [0.5, 1.0, 2.0, 4.0]  # bounded backoff, injected sleep: no real waiting
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import http.client
 import logging
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from kube_helpers import NAME, NS, Render, live_job, put_foreign_job
 from kubeapi import KubeAPI
 from runai_spec import cluster
 from runai_spec.cluster import Target, delete_job, job_ref, job_status, live_objects_all, save_logs
@@ -18,15 +18,11 @@ from runai_spec.errors import ClusterError
 
 pytest_plugins = ("kube_fixtures",)
 
-Render = Callable[[], list[dict[str, Any]]]
-NS, NAME = "runai-nlp-lab", "llm-7b-fsdp"
-
 
 def running_job(api: KubeAPI, rendered: Render, conditions: list[dict[str, Any]] | None = None
                 ) -> dict[str, Any]:
     cluster.submit_manifests(rendered(), Target(kubeconfig=None, sleep=lambda s: None))
-    job = api.kube.get("pytorchjobs", NS, NAME)
-    assert job is not None
+    job = live_job(api)
     job["status"] = {"conditions": conditions if conditions is not None else [
         {"type": "Created", "status": "True", "message": "PyTorchJob llm-7b-fsdp is created."},
         {"type": "Running", "status": "True", "message": "PyTorchJob llm-7b-fsdp is running."}]}
@@ -154,13 +150,17 @@ def test_logs_previous_reads_the_restarted_container_and_skips_pods_without_one(
     assert "previous terminated container" in result.skipped[0][1]
 
 
-def test_logs_of_a_job_without_pods_is_one_line(api: KubeAPI, target: Target, rendered: Render,
-                                                tmp_path: Path) -> None:
-    with pytest.raises(ClusterError, match="not found"):
-        save_logs(NAME, NS, tmp_path, target)
+def test_logs_of_a_job_without_pods_is_one_line_and_writes_nothing(
+        api: KubeAPI, target: Target, rendered: Render, tmp_path: Path) -> None:
+    with pytest.raises(ClusterError) as info:
+        save_logs(NAME, NS, tmp_path / "logs", target)
+    assert info.value.lines()[0] == f"error: cluster: pytorchjobs/{NS}/{NAME}: not found"
     running_job(api, rendered)
-    with pytest.raises(ClusterError, match="has no pods"):
-        save_logs(NAME, NS, tmp_path, target)
+    with pytest.raises(ClusterError) as info:
+        save_logs(NAME, NS, tmp_path / "logs", target)
+    assert info.value.lines()[0] == f"error: cluster: pytorchjobs/{NS}/{NAME}: has no pods (yet, or any more)"
+    assert info.value.lines()[1].startswith("hint: ")
+    assert not (tmp_path / "logs").exists()
 
 
 def test_a_dropped_log_request_is_retried_and_the_file_is_whole(
@@ -170,6 +170,7 @@ def test_a_dropped_log_request_is_retried_and_the_file_is_whole(
     api.kube.logs[(NS, f"{NAME}-master-0", False)] = "step 1\nstep 2\n"
     api.kube.inject(path_contains="/log", drop=True)
     save_logs(NAME, NS, tmp_path / "logs", target)
+    assert len([r for r in api.kube.sent("GET") if r.path.endswith("/log")]) == 2
     assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == [f"{NAME}-master-0.log"]
     assert (tmp_path / "logs" / f"{NAME}-master-0.log").read_text() == "step 1\nstep 2\n"
 
@@ -184,15 +185,13 @@ def test_delete_removes_the_job_with_a_uid_precondition(api: KubeAPI, target: Ta
     result = delete_job([job_ref(NAME, NS)], target)
     assert result.deleted == (f"pytorchjobs/{NS}/{NAME}",)
     assert api.kube.count("pytorchjobs") == 0 and api.kube.count("pods") == 0
-    (delete,) = [r for r in api.kube.requests if r.method == "DELETE"]
+    (delete,) = api.kube.sent("DELETE")
     assert job["metadata"]["uid"] in delete.body.decode()
 
 
-def test_delete_never_touches_a_foreign_object_or_a_missing_one(
-        api: KubeAPI, target: Target, rendered: Render) -> None:
-    foreign = rendered()[0]
-    foreign["metadata"]["labels"].pop("app.kubernetes.io/managed-by")
-    api.kube.put("pytorchjobs", foreign)
+def test_delete_never_touches_a_foreign_object_or_a_missing_one(api: KubeAPI, target: Target
+                                                                 ) -> None:
+    put_foreign_job(api)
     with pytest.raises(ClusterError, match="was not created by runai-spec; not touched"):
         delete_job([job_ref(NAME, NS)], target)
     with pytest.raises(ClusterError, match="not found"):
@@ -204,9 +203,10 @@ def test_a_delete_whose_answer_was_lost_is_read_back(api: KubeAPI, target: Targe
                                                      rendered: Render) -> None:
     running_job(api, rendered)
     api.kube.inject(method="DELETE", drop=True, commit=True)
-    delete_job([job_ref(NAME, NS)], target)
-    assert api.kube.count("pytorchjobs") == 0
-    assert len([r for r in api.kube.requests if r.method == "DELETE"]) == 1
+    result = delete_job([job_ref(NAME, NS)], target)
+    assert result.deleted == (f"pytorchjobs/{NS}/{NAME}",) and api.kube.count("pytorchjobs") == 0
+    methods = [r.method for r in api.kube.requests]
+    assert methods.count("DELETE") == 1 and methods[methods.index("DELETE") + 1] == "GET"
 
 
 def test_delete_when_forbidden_is_one_line(api: KubeAPI, target: Target, rendered: Render) -> None:

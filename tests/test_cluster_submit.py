@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from kube_helpers import NAME, NS, Render, Sleeps, live_job, put_foreign_job
 from kubeapi import KubeAPI
 from runai_spec.cluster import RetryPolicy, Target, submit_manifests
 from runai_spec.errors import EXIT_CLUSTER, ClusterError
 
 pytest_plugins = ("kube_fixtures",)
-
-Render = Callable[[], list[dict[str, Any]]]
-NS, NAME = "runai-nlp-lab", "llm-7b-fsdp"
-
-
-def patches(api: KubeAPI) -> list[Any]:
-    return [r for r in api.kube.requests if r.method == "PATCH"]
 
 
 def one_line(exc: ClusterError, token: str) -> str:
@@ -31,11 +24,10 @@ def one_line(exc: ClusterError, token: str) -> str:
 
 
 def test_submit_creates_by_server_side_apply_with_fixed_manager_and_strict_validation(
-        api: KubeAPI, target: Target,
-        rendered: Render) -> None:
+        api: KubeAPI, target: Target, rendered: Render) -> None:
     result = submit_manifests(rendered(), target)
     assert [o.action for o in result.outcomes] == ["created"]
-    (patch,) = patches(api)
+    (patch,) = api.kube.sent("PATCH")
     assert patch.headers["Content-Type"] == "application/apply-patch+yaml"
     assert patch.query["fieldManager"] == ["runai-spec"]
     assert patch.query["fieldValidation"] == ["Strict"]
@@ -47,15 +39,14 @@ def test_submit_creates_by_server_side_apply_with_fixed_manager_and_strict_valid
 
 
 def test_resubmitting_the_same_render_says_unchanged_and_writes_nothing(
-        api: KubeAPI, target: Target,
-        rendered: Render) -> None:
+        api: KubeAPI, target: Target, rendered: Render) -> None:
     submit_manifests(rendered(), target)
-    version = api.kube.get("pytorchjobs", NS, NAME)["metadata"]["resourceVersion"]  # type: ignore[index]
+    version = live_job(api)["metadata"]["resourceVersion"]
     before = len(api.kube.writes())
     result = submit_manifests(rendered(), target)
     assert [o.action for o in result.outcomes] == ["unchanged"] and not result.changed
     assert len(api.kube.writes()) == before
-    assert api.kube.get("pytorchjobs", NS, NAME)["metadata"]["resourceVersion"] == version  # type: ignore[index]
+    assert live_job(api)["metadata"]["resourceVersion"] == version
 
 
 def changed_render(rendered: Render) -> list[dict[str, Any]]:
@@ -67,8 +58,7 @@ def changed_render(rendered: Render) -> list[dict[str, Any]]:
 
 
 def test_a_different_render_of_the_same_name_is_refused_and_nothing_written(
-        api: KubeAPI, target: Target,
-        rendered: Render) -> None:
+        api: KubeAPI, target: Target, rendered: Render) -> None:
     submit_manifests(rendered(), target)
     before = len(api.kube.writes())
     with pytest.raises(ClusterError) as info:
@@ -79,46 +69,42 @@ def test_a_different_render_of_the_same_name_is_refused_and_nothing_written(
     assert len(api.kube.writes()) == before
 
 
-def test_replace_deletes_the_old_job_and_creates_the_new_render(api: KubeAPI, target: Target,
-        rendered: Render) -> None:
+def test_replace_deletes_the_old_job_and_creates_the_new_render(
+        api: KubeAPI, target: Target, rendered: Render) -> None:
     submit_manifests(rendered(), target)
-    old_uid = api.kube.get("pytorchjobs", NS, NAME)["metadata"]["uid"]  # type: ignore[index]
+    old_uid = live_job(api)["metadata"]["uid"]
     result = submit_manifests(changed_render(rendered), target, replace=True)
     assert [o.action for o in result.outcomes] == ["replaced"]
-    live = api.kube.get("pytorchjobs", NS, NAME)
-    assert live is not None and live["metadata"]["uid"] != old_uid
+    live = live_job(api)
+    assert live["metadata"]["uid"] != old_uid
     assert "--lr=3e-4" in str(live["spec"])
     assert api.kube.count("pytorchjobs") == 1
-    delete = next(r for r in api.kube.requests if r.method == "DELETE")
+    (delete,) = api.kube.sent("DELETE")
     assert old_uid in delete.body.decode()  # precondition: exactly the object that was checked
 
 
 @pytest.mark.parametrize("replace", [False, True])
 def test_an_object_runai_spec_did_not_create_is_never_touched(
-        api: KubeAPI, target: Target, replace: bool,
-        rendered: Render) -> None:
-    foreign = rendered()[0]
-    del foreign["metadata"]["labels"]["app.kubernetes.io/managed-by"]
-    api.kube.put("pytorchjobs", foreign)
+        api: KubeAPI, target: Target, replace: bool, rendered: Render) -> None:
+    put_foreign_job(api)
     with pytest.raises(ClusterError) as info:
         submit_manifests(rendered(), target, replace=replace)
     assert "was not created by runai-spec; not touched" in one_line(info.value, api.kube.token)
     assert api.kube.writes() == []
 
 
-def test_server_dry_run_sends_dry_run_all_and_persists_nothing(api: KubeAPI, target: Target,
-        rendered: Render) -> None:
+def test_server_dry_run_sends_dry_run_all_and_persists_nothing(
+        api: KubeAPI, target: Target, rendered: Render) -> None:
     result = submit_manifests(rendered(), target, dry_run=True)
     assert [o.action for o in result.outcomes] == ["would create"]
-    (patch,) = patches(api)
+    (patch,) = api.kube.sent("PATCH")
     assert patch.query["dryRun"] == ["All"]
     assert api.kube.count("pytorchjobs") == 0
     stored = result.outcomes[0].stored
     assert stored is not None and stored["spec"] == rendered()[0]["spec"]
 
 
-def test_dry_run_of_a_replacement_changes_nothing(api: KubeAPI, target: Target,
-        rendered: Render) -> None:
+def test_dry_run_of_a_replacement_changes_nothing(api: KubeAPI, target: Target, rendered: Render) -> None:
     submit_manifests(rendered(), target)
     before = api.kube.get("pytorchjobs", NS, NAME)
     result = submit_manifests(changed_render(rendered), target, dry_run=True, replace=True)
@@ -129,39 +115,23 @@ def test_dry_run_of_a_replacement_changes_nothing(api: KubeAPI, target: Target,
 # --- faults: no duplicates, read back before any retry ---------------------------------
 
 
-def test_a_create_that_timed_out_after_the_server_stored_it_leaves_exactly_one_object(
-        api: KubeAPI, target: Target,
-        rendered: Render) -> None:
-    api.kube.inject(method="PATCH", delay=1.5, commit=True)  # client read timeout is 0.5 s
+@pytest.mark.parametrize("fault", [{"status": 500}, {"drop": True}, {"delay": 1.5}],
+                         ids=["500", "dropped", "timed-out"])  # the client's read timeout is 0.5 s
+@pytest.mark.parametrize("stored", [True, False], ids=["stored", "not-stored"])
+def test_a_write_of_unknown_outcome_is_read_back_and_retried_only_if_not_stored(
+        api: KubeAPI, target: Target, fault: dict[str, Any], stored: bool, rendered: Render) -> None:
+    api.kube.inject(method="PATCH", commit=stored, **fault)
     result = submit_manifests(rendered(), target)
     assert [o.action for o in result.outcomes] == ["created"]
-    assert api.kube.count("pytorchjobs") == 1
-    assert len(patches(api)) == 1  # read back, not retried
-
-
-@pytest.mark.parametrize("fault", [{"status": 500, "commit": True}, {"drop": True, "commit": True}])
-def test_a_write_answered_with_500_or_dropped_is_read_back_before_any_retry(
-        api: KubeAPI, target: Target, fault: dict[str, Any],
-        rendered: Render) -> None:
-    api.kube.inject(method="PATCH", **fault)
-    submit_manifests(rendered(), target)
-    assert api.kube.count("pytorchjobs") == 1 and len(patches(api)) == 1
+    assert api.kube.count("pytorchjobs") == 1  # never a duplicate
     methods = [r.method for r in api.kube.requests]
-    assert methods[methods.index("PATCH") + 1] == "GET"
-
-
-@pytest.mark.parametrize("fault", [{"status": 500}, {"drop": True}, {"delay": 1.5}])
-def test_a_write_that_did_not_happen_is_retried_once_after_reading_back(
-        api: KubeAPI, target: Target, fault: dict[str, Any],
-        rendered: Render) -> None:
-    api.kube.inject(method="PATCH", **fault)
-    submit_manifests(rendered(), target)
-    assert api.kube.count("pytorchjobs") == 1 and len(patches(api)) == 2
+    after = methods[methods.index("PATCH") + 1:]
+    assert after[0] == "GET"  # read back before anything else
+    assert after.count("PATCH") == (0 if stored else 1)
 
 
 def test_429_with_retry_after_waits_as_told_then_succeeds(
-        api: KubeAPI, target: Target, sleeps: list[float],
-        rendered: Render) -> None:
+        api: KubeAPI, target: Target, sleeps: Sleeps, rendered: Render) -> None:
     api.kube.inject(429, method="PATCH", retry_after="1")
     api.kube.inject(429, method="PATCH", retry_after="1")
     submit_manifests(rendered(), target)
@@ -170,23 +140,21 @@ def test_429_with_retry_after_waits_as_told_then_succeeds(
 
 
 def test_503_without_retry_after_backs_off_exponentially(
-        api: KubeAPI, target: Target, sleeps: list[float],
-        rendered: Render) -> None:
+        api: KubeAPI, target: Target, sleeps: Sleeps, rendered: Render) -> None:
     for _ in range(3):
         api.kube.inject(503, method="GET")
     submit_manifests(rendered(), target)
     assert sleeps == pytest.approx([0.1, 0.2, 0.4])
 
 
-def test_retry_after_is_capped(api: KubeAPI, target: Target, sleeps: list[float],
-        rendered: Render) -> None:
+def test_retry_after_is_capped(api: KubeAPI, target: Target, sleeps: Sleeps, rendered: Render) -> None:
     api.kube.inject(503, method="PATCH", retry_after="3600")
     submit_manifests(rendered(), target)
     assert sleeps == [2.0]
 
 
-def test_retries_are_bounded_and_say_so(api: KubeAPI, target: Target, sleeps: list[float],
-        rendered: Render) -> None:
+def test_retries_are_bounded_and_say_so(
+        api: KubeAPI, target: Target, sleeps: Sleeps, rendered: Render) -> None:
     for _ in range(10):
         api.kube.inject(429, retry_after="1")
     with pytest.raises(ClusterError) as info:
@@ -197,23 +165,22 @@ def test_retries_are_bounded_and_say_so(api: KubeAPI, target: Target, sleeps: li
 
 
 def test_total_waiting_is_capped_below_the_attempt_limit(
-        api: KubeAPI, kubeconfig: Path, sleeps: list[float],
-        rendered: Render) -> None:
+        api: KubeAPI, kubeconfig: Path, sleeps: Sleeps, rendered: Render) -> None:
     slow = Target(kubeconfig=kubeconfig, sleep=sleeps, timeout=(2, 0.5),
                   retry=RetryPolicy(attempts=10, max_delay=2.0, max_total=3.0))
     for _ in range(10):
         api.kube.inject(503, retry_after="2")
-    with pytest.raises(ClusterError):
+    with pytest.raises(ClusterError) as info:
         submit_manifests(rendered(), slow)
-    assert sum(sleeps) <= 3.0
+    assert "gave up after 2 attempt(s)" in one_line(info.value, api.kube.token)
+    assert sleeps == [2.0] and api.kube.count("pytorchjobs") == 0
 
 
 # --- refusals: one clear line each, exit 3 ----------------------------------------------
 
 
 def test_401_says_unauthorised_and_never_prints_the_token(api: KubeAPI, tmp_path: Path,
-                                                           sleeps: list[float],
-        rendered: Render) -> None:
+                                                           sleeps: Sleeps, rendered: Render) -> None:
     wrong = api.kubeconfig(tmp_path / "wrong", token="wrong-token-abcdef0123456789")
     with pytest.raises(ClusterError) as info:
         submit_manifests(rendered(), Target(kubeconfig=wrong, sleep=sleeps))
@@ -221,8 +188,7 @@ def test_401_says_unauthorised_and_never_prints_the_token(api: KubeAPI, tmp_path
     assert "unauthorised" in line and api.kube.count("pytorchjobs") == 0
 
 
-def test_403_names_the_object_and_the_permission(api: KubeAPI, target: Target,
-        rendered: Render) -> None:
+def test_403_names_the_object_and_the_permission(api: KubeAPI, target: Target, rendered: Render) -> None:
     api.kube.forbidden.add(("patch", "pytorchjobs"))
     with pytest.raises(ClusterError) as info:
         submit_manifests(rendered(), target)
@@ -231,8 +197,7 @@ def test_403_names_the_object_and_the_permission(api: KubeAPI, target: Target,
     assert "cannot patch" in line
 
 
-def test_404_when_the_crd_is_not_installed_says_so(api: KubeAPI, target: Target,
-        rendered: Render) -> None:
+def test_404_when_the_crd_is_not_installed_says_so(api: KubeAPI, target: Target, rendered: Render) -> None:
     api.kube.crd_installed = False
     with pytest.raises(ClusterError) as info:
         submit_manifests(rendered(), target)
@@ -240,16 +205,14 @@ def test_404_when_the_crd_is_not_installed_says_so(api: KubeAPI, target: Target,
     assert "training operator" in (info.value.hint or "")
 
 
-def test_404_for_a_missing_namespace_names_it(api: KubeAPI, target: Target,
-        rendered: Render) -> None:
+def test_404_for_a_missing_namespace_names_it(api: KubeAPI, target: Target, rendered: Render) -> None:
     api.kube.namespaces.discard(NS)
     with pytest.raises(ClusterError) as info:
         submit_manifests(rendered(), target)
     assert f'namespaces "{NS}" not found' in one_line(info.value, api.kube.token)
 
 
-def test_409_conflict_is_one_line(api: KubeAPI, target: Target,
-        rendered: Render) -> None:
+def test_409_conflict_is_one_line(api: KubeAPI, target: Target, rendered: Render) -> None:
     api.kube.inject(409, method="PATCH", body={
         "kind": "Status", "code": 409, "reason": "Conflict", "message": "Apply failed with 1 conflict",
         "details": {"causes": [{"reason": "FieldManagerConflict", "field": ".spec.runPolicy",
@@ -259,8 +222,8 @@ def test_409_conflict_is_one_line(api: KubeAPI, target: Target,
     assert 'conflict: conflict with "kubectl": .spec.runPolicy' in one_line(info.value, api.kube.token)
 
 
-def test_422_maps_the_servers_causes_back_to_the_profile_field(api: KubeAPI, target: Target,
-        rendered: Render) -> None:
+def test_422_maps_the_servers_causes_back_to_the_profile_field(
+        api: KubeAPI, target: Target, rendered: Render) -> None:
     manifests = rendered()
     manifests[0]["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0][
         "image"] = 42
@@ -272,8 +235,8 @@ def test_422_maps_the_servers_causes_back_to_the_profile_field(api: KubeAPI, tar
     assert api.kube.count("pytorchjobs") == 0
 
 
-def test_422_of_a_template_field_points_at_the_engineers(api: KubeAPI, target: Target,
-        rendered: Render) -> None:
+def test_422_of_a_template_field_points_at_the_engineers(
+        api: KubeAPI, target: Target, rendered: Render) -> None:
     manifests = rendered()
     manifests[0]["spec"]["runPolicy"]["backoffLimit"] = "three"
     with pytest.raises(ClusterError) as info:
@@ -282,8 +245,8 @@ def test_422_of_a_template_field_points_at_the_engineers(api: KubeAPI, target: T
     assert "preset or template" in (info.value.hint or "")
 
 
-def test_strict_field_validation_refuses_an_unknown_field_with_400(api: KubeAPI, target: Target,
-        rendered: Render) -> None:
+def test_strict_field_validation_refuses_an_unknown_field_with_400(
+        api: KubeAPI, target: Target, rendered: Render) -> None:
     manifests = rendered()
     manifests[0]["spec"]["runPolicy"]["backofLimit"] = 3
     with pytest.raises(ClusterError) as info:
@@ -294,22 +257,18 @@ def test_strict_field_validation_refuses_an_unknown_field_with_400(api: KubeAPI,
 
 
 def test_an_unreachable_server_is_one_line_after_bounded_retries(
-        tmp_path: Path, sleeps: list[float],
-        rendered: Render) -> None:
-    server = KubeAPI()
-    config = server.kubeconfig(tmp_path / "kc")
-    server.stop()
+        unreachable: tuple[Path, str], sleeps: Sleeps, rendered: Render) -> None:
+    config, token = unreachable
     with pytest.raises(ClusterError) as info:
         submit_manifests(rendered(), Target(kubeconfig=config, sleep=sleeps,
                                             retry=RetryPolicy(attempts=3)))
-    line = one_line(info.value, server.kube.token)
+    line = one_line(info.value, token)
     assert "cannot connect to http://127.0.0.1:" in line and "connection refused" in line
     assert len(sleeps) == 2
 
 
 def test_a_missing_kubeconfig_or_context_is_one_line(api: KubeAPI, kubeconfig: Path,
-                                                       tmp_path: Path,
-        rendered: Render) -> None:
+                                                       tmp_path: Path, rendered: Render) -> None:
     with pytest.raises(ClusterError) as info:
         submit_manifests(rendered(), Target(kubeconfig=tmp_path / "nope"))
     assert "no kubeconfig found" in one_line(info.value, api.kube.token)
@@ -325,8 +284,7 @@ def test_a_missing_kubeconfig_or_context_is_one_line(api: KubeAPI, kubeconfig: P
 
 
 def test_kubeconfig_comes_from_the_environment_when_not_given(api: KubeAPI, kubeconfig: Path,
-                                                                sleeps: list[float],
-        rendered: Render) -> None:
+                                                                sleeps: Sleeps, rendered: Render) -> None:
     submit_manifests(rendered(), Target(sleep=sleeps))  # KUBECONFIG set by the fixture
     assert api.kube.count("pytorchjobs") == 1
 

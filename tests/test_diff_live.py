@@ -4,39 +4,24 @@ the offline diff."""
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
+from conftest import ROOT
+from kube_helpers import NAME, NS, PROFILE, Sleeps, error_lines, live_job, put_foreign_job, run
 from kubeapi import KubeAPI
 from runai_spec import cluster
-from runai_spec.cli import app
 from runai_spec.diff import MASK, diff_live, ordered_like
 
 pytest_plugins = ("kube_fixtures",)
 
-ROOT = Path(__file__).resolve().parents[1]
-PROFILE = str(ROOT / "examples" / "multi-node" / "profile.yaml")
 SINGLE = str(ROOT / "examples" / "single-gpu" / "profile.yaml")
-NS, NAME = "runai-nlp-lab", "llm-7b-fsdp"
 KEY = f"PyTorchJob/{NS}/{NAME}"
 SECRET = "hf_live0nlyS3cretValue"
-runner = CliRunner()
-
-
-def run(*args: str) -> Any:
-    return runner.invoke(app, list(args))
-
-
-def live_job(api: KubeAPI) -> dict[str, Any]:
-    job = api.kube.get("pytorchjobs", NS, NAME)
-    assert job is not None
-    return job
 
 
 def worker_container(job: dict[str, Any]) -> dict[str, Any]:
@@ -49,10 +34,6 @@ def submitted(api: KubeAPI) -> dict[str, Any]:
     result = run("submit", PROFILE)
     assert result.exit_code == 0, result.output
     return live_job(api)
-
-
-def error_lines(stderr: str) -> list[str]:
-    return [ln for ln in stderr.splitlines() if not ln.startswith("debug: ")]
 
 
 # --- exit codes and what shows ---------------------------------------------------------
@@ -78,7 +59,7 @@ def test_after_submit_there_is_no_difference(api: KubeAPI, kubeconfig: Path) -> 
     assert result.exit_code == 0, result.output
     assert result.stdout == "1 profile(s), 0 changed, 0 object(s) differ\n"
     assert len(api.kube.writes()) == writes  # a diff stores nothing
-    patches = [r for r in api.kube.requests if r.method == "PATCH"][1:]  # [0] is the submit
+    patches = api.kube.sent("PATCH")[1:]  # [0] is the submit
     assert patches and all(r.query["dryRun"] == ["All"] for r in patches)
 
 
@@ -97,6 +78,7 @@ def test_fields_another_manager_set_and_key_order_are_not_differences(
         part.update(reversed(items))
     result = run("diff", PROFILE, "--live")
     assert result.exit_code == 0, result.output
+    assert result.stdout == "1 profile(s), 0 changed, 0 object(s) differ\n"
 
 
 def test_a_change_on_the_cluster_shows_as_a_unified_diff(api: KubeAPI, kubeconfig: Path) -> None:
@@ -144,7 +126,7 @@ def test_several_profiles_in_one_session(api: KubeAPI, kubeconfig: Path,
             super().__init__(target)
             sessions.append(self)
 
-    monkeypatch.setattr(cluster, "Session", Counted)
+    monkeypatch.setattr(cluster.submit, "Session", Counted)  # where live_objects_all looks it up
     result = run("diff", PROFILE, SINGLE, "--live", "--format", "json")
     assert result.exit_code == 1, result.output
     assert len(sessions) == 1
@@ -154,12 +136,8 @@ def test_several_profiles_in_one_session(api: KubeAPI, kubeconfig: Path,
     assert data["results"][1]["objects"][0]["status"] == "added"
 
 
-def test_an_object_runai_spec_did_not_create_is_noted(api: KubeAPI, kubeconfig: Path,
-                                                      rendered: Callable[[], list[dict[str, Any]]]
-                                                      ) -> None:
-    foreign = rendered()[0]
-    foreign["metadata"]["labels"].pop("app.kubernetes.io/managed-by")
-    api.kube.put("pytorchjobs", foreign)
+def test_an_object_runai_spec_did_not_create_is_noted(api: KubeAPI, kubeconfig: Path) -> None:
+    put_foreign_job(api)
     result = run("diff", PROFILE, "--live")
     assert result.exit_code == 1, result.output
     assert f"note: pytorchjobs/{NS}/{NAME}: exists and was not created by runai-spec" in result.stderr
@@ -226,21 +204,18 @@ def test_a_cluster_without_the_crd_exits_3(api: KubeAPI, kubeconfig: Path) -> No
     api.kube.crd_installed = False
     result = run("diff", PROFILE, "--live")
     assert result.exit_code == 3, result.output
-    assert "does not serve kubeflow.org/v1 pytorchjobs" in result.stderr.splitlines()[0]
+    assert "does not serve kubeflow.org/v1 pytorchjobs" in error_lines(result.stderr)[0]
+    assert result.stdout == "" and api.kube.writes() == []
 
 
-def test_unreachable_cluster_exits_3_without_a_traceback(tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    slept: list[float] = []
-    monkeypatch.setattr(cluster, "Target", functools.partial(cluster.Target, sleep=slept.append))
-    server = KubeAPI()
-    config = server.kubeconfig(tmp_path / "kc")
-    server.stop()
+def test_unreachable_cluster_exits_3_without_a_traceback(unreachable: tuple[Path, str],
+                                                         cli_sleeps: Sleeps) -> None:
+    config, _ = unreachable
     result = run("diff", PROFILE, "--live", "--kubeconfig", str(config))
     assert result.exit_code == 3, result.output
     lines = error_lines(result.stderr)
     assert len(lines) == 2 and lines[0].startswith("error: cluster: cannot connect to http://127.0")
-    assert "Traceback" not in result.output and slept  # retried with the injected sleep
+    assert "Traceback" not in result.output and cli_sleeps  # retried with the injected sleep
 
 
 def test_unauthorised_exits_3(api: KubeAPI, tmp_path: Path) -> None:

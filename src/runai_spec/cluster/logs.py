@@ -1,0 +1,86 @@
+"""logs: every rank's (pod's) log streamed to its own file, so the logs outlive the pods."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import ClusterError, InputError
+from .objects import CONTAINER, PODS, Ref, get_object, job_pods, job_ref
+from .refusals import refusal
+from .session import Session, Target, clean, json_body, reason_of
+
+
+@dataclass(frozen=True)
+class SavedLog:
+    pod: str
+    path: Path
+    size: int
+
+
+@dataclass(frozen=True)
+class LogsResult:
+    saved: tuple[SavedLog, ...]
+    skipped: tuple[tuple[str, str], ...]  # (pod, why)
+
+
+def save_logs(name: str, namespace: str, out_dir: Path, target: Target, *,
+              previous: bool = False) -> LogsResult:
+    """Every rank's (pod's) log in its own file, streamed to disk so the logs outlive the pods."""
+    saved: list[SavedLog] = []
+    skipped: list[tuple[str, str]] = []
+    with Session(target) as session:
+        pods = job_pods(session, name, namespace)
+        if not pods:
+            if get_object(session, job_ref(name, namespace)) is None:
+                raise ClusterError(f"{job_ref(name, namespace)}: not found", file="cluster",
+                                   hint="check the name and the project")
+            raise ClusterError(f"{job_ref(name, namespace)}: has no pods (yet, or any more)",
+                               file="cluster", hint="`runai-spec status` shows why")
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"cannot create the folder: {exc.strerror}", file=str(out_dir)) from None
+        for pod in pods:
+            pod_name = str(pod["metadata"]["name"])
+            ref = Ref(PODS, namespace, pod_name)
+            query = [("container", CONTAINER)] + ([("previous", "true")] if previous else [])
+            resp = session.call("GET", f"{PODS.item(namespace, pod_name)}/log", query, stream=True)
+            if resp.status != 200:
+                if resp.status in (400, 404):  # not started yet, or no previous container
+                    skipped.append((pod_name, clean(_message(resp), 200)))
+                    continue
+                raise refusal(resp, ref, "read the log of")
+            path = out_dir / f"{pod_name}{'.previous' if previous else ''}.log"
+            saved.append(SavedLog(pod_name, path, _stream_to(resp, path)))
+    return LogsResult(tuple(saved), tuple(skipped))
+
+
+def _message(resp: Any) -> str:
+    body = json_body(resp)
+    return str(body.get("message")) if isinstance(body, dict) else f"HTTP {resp.status}"
+
+
+def _stream_to(resp: Any, path: Path) -> int:
+    import urllib3
+
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    size = 0
+    try:
+        with tmp.open("wb") as fh:
+            for chunk in resp.response.stream(1 << 16):
+                fh.write(chunk)
+                size += len(chunk)
+        tmp.replace(path)
+    except urllib3.exceptions.HTTPError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ClusterError(f"pods/{path.stem}: the log stream broke: {reason_of(exc)}", file="cluster",
+                           hint="run logs again") from None
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise InputError(f"cannot write: {exc.strerror}", file=str(path)) from None
+    finally:
+        resp.response.release_conn()
+    return size

@@ -1,0 +1,175 @@
+"""What runai-spec reads and writes on the cluster: references, comparing renders, reading objects."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from ..errors import ClusterError, InternalError
+from ..manifests import Manifest
+from .refusals import refusal
+from .session import json_body
+
+if TYPE_CHECKING:
+    from .session import Session
+
+FIELD_MANAGER = "runai-spec"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+PROFILE_SHA_ANNOTATION = "runai-spec/profile-sha256"
+# The training operator's pod labels (kubeflow/common pkg/apis/common/v1/constants.go).
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
+REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
+CONTAINER = "pytorch"
+# Fields the API server owns: never part of what runai-spec renders, so never diffed.
+SERVER_META = ("managedFields", "resourceVersion", "uid", "creationTimestamp", "generation",
+               "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds")
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A namespaced API resource and its REST paths."""
+
+    group_version: str
+    kind: str
+    plural: str
+
+    def collection(self, namespace: str) -> str:
+        prefix = "/api/v1" if self.group_version == "v1" else f"/apis/{self.group_version}"
+        return f"{prefix}/namespaces/{quote(namespace, safe='')}/{self.plural}"
+
+    def item(self, namespace: str, name: str) -> str:
+        return f"{self.collection(namespace)}/{quote(name, safe='')}"
+
+
+PYTORCHJOB = Resource("kubeflow.org/v1", "PyTorchJob", "pytorchjobs")
+CONFIGMAP = Resource("v1", "ConfigMap", "configmaps")
+PODS = Resource("v1", "Pod", "pods")
+EVENTS = Resource("v1", "Event", "events")
+RESOURCES = {(r.group_version, r.kind): r for r in (PYTORCHJOB, CONFIGMAP)}
+
+
+@dataclass(frozen=True)
+class Ref:
+    """One object on the cluster: `pytorchjobs/<namespace>/<name>`."""
+
+    resource: Resource
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.resource.plural}/{self.namespace}/{self.name}"
+
+
+def job_ref(name: str, namespace: str) -> Ref:
+    return Ref(PYTORCHJOB, namespace, name)
+
+
+# --- comparing -------------------------------------------------------------------------
+
+
+def strip_server_fields(obj: Manifest) -> Manifest:
+    """The object without what the server manages (status, uid, resourceVersion, ...)."""
+    out = {k: v for k, v in obj.items() if k != "status"}
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in SERVER_META}
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items()
+                   if k != "kubectl.kubernetes.io/last-applied-configuration"}
+    if "annotations" in meta:
+        meta["annotations"] = annotations
+    out["metadata"] = meta
+    return out
+
+
+def contains(want: Any, have: Any) -> bool:
+    """Everything runai-spec renders is in the live object (server defaults may add fields)."""
+    if isinstance(want, dict):
+        return isinstance(have, dict) and all(k in have and contains(v, have[k])
+                                              for k, v in want.items())
+    if isinstance(want, list):
+        return (isinstance(have, list) and len(want) == len(have)
+                and all(contains(w, h) for w, h in zip(want, have, strict=True)))
+    return bool(want == have and type(want) is type(have)) or (
+        isinstance(want, (int, float)) and not isinstance(want, bool)
+        and isinstance(have, (int, float)) and not isinstance(have, bool) and want == have)
+
+
+def same_render(manifest: Manifest, live: Manifest) -> bool:
+    """The live object is exactly this render: contains it, with the same runai-spec provenance."""
+    def ours(obj: Manifest) -> dict[str, Any]:
+        notes = (obj.get("metadata") or {}).get("annotations") or {}
+        return {k: v for k, v in notes.items() if k.startswith("runai-spec/")}
+    return ours(manifest) == ours(live) and contains(manifest, live)
+
+
+def managed_by_us(obj: Manifest) -> bool:
+    return ((obj.get("metadata") or {}).get("labels") or {}).get(MANAGED_BY_LABEL) == FIELD_MANAGER
+
+
+def ref_of(manifest: Manifest) -> Ref:
+    meta = manifest.get("metadata") or {}
+    resource = RESOURCES.get((str(manifest.get("apiVersion")), str(manifest.get("kind"))))
+    if resource is None:
+        raise InternalError(f"cannot submit a {manifest.get('apiVersion')} {manifest.get('kind')}")
+    if not meta.get("namespace") or not meta.get("name"):
+        raise InternalError(f"{resource.kind} without metadata.name and metadata.namespace")
+    return Ref(resource, str(meta["namespace"]), str(meta["name"]))
+
+
+# --- reading ---------------------------------------------------------------------------
+
+
+def get_object(session: Session, ref: Ref) -> Manifest | None:
+    """The live object, or None when it does not exist; CRD missing is an error."""
+    resp = session.call("GET", ref.resource.item(ref.namespace, ref.name))
+    if resp.status == 404:
+        require_served(session, ref)
+        return None
+    if resp.status != 200:
+        raise refusal(resp, ref, "read")
+    body = json_body(resp)
+    if not isinstance(body, dict):
+        raise ClusterError(f"{ref}: the API server sent something that is not an object",
+                           file="cluster")
+    return body
+
+
+def require_served(session: Session, ref: Ref) -> None:
+    """A 404 can mean 'no such object' or 'no such resource': discovery tells them apart."""
+    if ref.resource.group_version == "v1":
+        return
+    resp = session.call("GET", f"/apis/{ref.resource.group_version}")
+    resources = (json_body(resp) or {}) if resp.status == 200 else {}
+    plurals = {r.get("name") for r in resources.get("resources", []) if isinstance(r, dict)}
+    if ref.resource.plural not in plurals:
+        raise ClusterError(f"{ref}: the cluster does not serve {ref.resource.group_version} "
+                           f"{ref.resource.plural}", file="cluster",
+                           hint="the Kubeflow training operator (its PyTorchJob CRD) is not "
+                           "installed, or the kubeconfig context points at another cluster")
+
+
+def list_objects(session: Session, resource: Resource, namespace: str,
+          query: list[tuple[str, str]]) -> list[Manifest]:
+    ref = f"{resource.plural}/{namespace}"
+    resp = session.call("GET", resource.collection(namespace), query)
+    if resp.status != 200:
+        raise refusal(resp, ref, "list")
+    body = json_body(resp) or {}
+    return [i for i in body.get("items") or [] if isinstance(i, dict)]
+
+
+
+def job_pods(session: Session, name: str, namespace: str) -> list[Manifest]:
+    """The job's pods (by the operator's job-name label), master first, then by replica index."""
+    pods = list_objects(session, PODS, namespace, [("labelSelector", f"{JOB_NAME_LABEL}={name}")])
+    def order(pod: Manifest) -> tuple[int, int, str]:
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        role = str(labels.get(REPLICA_TYPE_LABEL, "")).lower()
+        return (0 if role == "master" else 1, replica_index(labels), str(pod["metadata"].get("name")))
+    return sorted(pods, key=order)
+
+
+def replica_index(labels: Mapping[str, Any]) -> int:
+    index = str(labels.get(REPLICA_INDEX_LABEL, "0"))
+    return int(index) if index.isdigit() else 0

@@ -1,0 +1,75 @@
+"""A refused request as one clear error line with a hint, mapped back to the profile field."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ClusterError
+from .session import clean, json_body
+
+if TYPE_CHECKING:
+    from .objects import Ref
+
+
+def refusal(resp: Any, ref: Ref | str, verb: str) -> ClusterError:
+    """One clear line for a refused request, with a hint; never the headers or the token."""
+    data = json_body(resp)
+    status = data if isinstance(data, dict) and data.get("kind") == "Status" else {}
+    message = clean(status.get("message") or resp.reason or f"HTTP {resp.status}")
+    code = resp.status
+    where = str(ref)
+    if code == 401:
+        return ClusterError("unauthorised: the API server refused the credentials", file="cluster",
+                            hint="log in again or refresh the token of the kubeconfig context")
+    if code == 403:
+        return ClusterError(f"{where}: forbidden: {message}", file="cluster",
+                            hint=f"ask the cluster engineers for permission to {verb} it")
+    if code == 404:
+        return ClusterError(f"{where}: not found: {message}", file="cluster",
+                            hint="check the name, the project (namespace) and the kubeconfig context")
+    if code == 409:
+        conflicts = "; ".join(clean(c.get("message", ""), 120) for c in _causes(status))
+        return ClusterError(f"{where}: conflict: {conflicts or message}", file="cluster",
+                            hint="another client changed it; check with `runai-spec status`, "
+                            "then submit again (or --replace)")
+    if code == 422:
+        causes = _causes(status)
+        parts = [f"{clean(c.get('field', ''), 120)}: {clean(c.get('message', ''), 160)}"
+                 for c in causes] or [message]
+        profile_field = next((f for c in causes if (f := profile_field_of(c.get("field", "")))), None)
+        hint = (f"it comes from the profile's `{profile_field}`" if profile_field else
+                "the field comes from the preset or template, not the profile: report it to the "
+                "engineers (the cluster's CRD may differ from the upstream one)")
+        return ClusterError(f"{where}: invalid: {'; '.join(parts)}", file="cluster", hint=hint)
+    if code == 400:
+        return ClusterError(f"{where}: bad request: {message}", file="cluster",
+                            hint="the server refused the manifest; an unknown field means the "
+                            "cluster's CRD is older than what runai-spec renders: report it")
+    return ClusterError(f"{where}: HTTP {code}: {message}", file="cluster",
+                        hint="try again later; report it if it persists")
+
+
+def _causes(status: Mapping[str, Any]) -> list[dict[str, Any]]:
+    causes = (status.get("details") or {}).get("causes") or []
+    return [c for c in causes if isinstance(c, dict)]
+
+
+_PROFILE_FIELDS = (
+    (re.compile(r"containers\[\d+\]\.image$"), "image"),
+    (re.compile(r"containers\[\d+\]\.(command|args)"), "command"),
+    (re.compile(r"containers\[\d+\]\.env"), "env"),
+    (re.compile(r"containers\[\d+\]\.workingDir"), "working_dir"),
+    (re.compile(r"^\.?metadata\.name"), "name"),
+    (re.compile(r"persistentVolumeClaim|volumeMounts"), "checkpoint / data"),
+    (re.compile(r"^\.?metadata\.(namespace|labels)"), "project"),
+)
+
+
+def profile_field_of(manifest_path: str) -> str | None:
+    """Map a server's field path (details.causes[].field) back to the profile field it came from."""
+    for pattern, name in _PROFILE_FIELDS:
+        if pattern.search(manifest_path):
+            return name
+    return None

@@ -1,0 +1,150 @@
+"""status: the job's phase, each pod's state and, when pending, why in plain words."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..errors import ClusterError
+from ..manifests import Manifest
+from .objects import (
+    CONTAINER,
+    EVENTS,
+    REPLICA_TYPE_LABEL,
+    get_object,
+    job_pods,
+    job_ref,
+    list_objects,
+    replica_index,
+)
+from .session import Session, Target, clean
+
+
+@dataclass(frozen=True)
+class PodState:
+    name: str
+    role: str
+    index: int
+    phase: str
+    state: str  # running, waiting: <reason>, terminated: exit <code> (<reason>)
+    restarts: int
+    node: str | None
+    reason: str | None  # why it is pending, in plain words
+
+
+@dataclass(frozen=True)
+class StatusResult:
+    name: str
+    namespace: str
+    phase: str
+    message: str | None
+    pods: tuple[PodState, ...]
+    pending_reasons: tuple[str, ...]
+
+
+_PLAIN_REASONS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"(?i)quota"), "over the project's GPU quota: it waits until the project has "
+     "enough quota free (or ask for more quota)"),
+    (re.compile(r"(?i)node.?pool|node affinity|node selector|didn't match"),
+     "no node of the requested node pool can take it: the pool is full or matches no node"),
+    (re.compile(r"(?i)insufficient nvidia\.com/gpu"), "not enough free GPUs on any node"),
+    (re.compile(r"(?i)insufficient ([\w/-]+(?:\.[\w/-]+)*)"), "not enough free {0} on any node"),
+    (re.compile(r"(?i)taint"), "the nodes carry taints the pod does not tolerate"),
+    (re.compile(r"(?i)persistentvolumeclaim|unbound"),
+     "a volume claim is missing or not bound: check the profile's checkpoint and data claims"),
+    (re.compile(r"(?i)unschedulable|failedscheduling"), "the scheduler cannot place it"),
+)
+_WAITING = {
+    "ImagePullBackOff": "the image cannot be pulled: check the image and registry access",
+    "ErrImagePull": "the image cannot be pulled: check the image and registry access",
+    "CrashLoopBackOff": "the container keeps crashing: `runai-spec logs NAME --previous` shows why",
+    "CreateContainerConfigError": "the container cannot be configured (a missing secret or "
+    "config map?)",
+}
+
+
+def explain(reason: str, message: str) -> str:
+    """A scheduler event or pod condition in plain words."""
+    text = f"{reason} {message}"
+    for pattern, words in _PLAIN_REASONS:
+        match = pattern.search(text)
+        if match:
+            return words.format(*match.groups()) + f" ({clean(message, 160)})"
+    return clean(f"{reason}: {message}", 200)
+
+
+def _phase(job: Manifest) -> tuple[str, str | None]:
+    conditions = [c for c in (job.get("status") or {}).get("conditions") or []
+                  if isinstance(c, dict) and c.get("status") == "True"]
+    if not conditions:
+        return "Pending", "the training operator has not reported a status yet"
+    last = conditions[-1]
+    return str(last.get("type")), (clean(last["message"]) if last.get("message") else None)
+
+
+def _pod_state(pod: Manifest) -> tuple[str, int]:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    mine = next((s for s in statuses if s.get("name") == CONTAINER), statuses[0] if statuses else {})
+    state = mine.get("state") or {}
+    restarts = int(mine.get("restartCount") or 0)
+    if "running" in state:
+        return "running", restarts
+    if "waiting" in state:
+        return f"waiting: {state['waiting'].get('reason', '?')}", restarts
+    if "terminated" in state:
+        t = state["terminated"]
+        return f"terminated: exit {t.get('exitCode')} ({t.get('reason', '?')})", restarts
+    return "not started", restarts
+
+
+
+def _events(session: Session, namespace: str, name: str) -> list[Manifest]:
+    events = list_objects(session, EVENTS, namespace, [("fieldSelector", f"involvedObject.name={name}")])
+    return sorted((e for e in events if e.get("type") == "Warning"),
+                  key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+
+
+def job_status(name: str, namespace: str, target: Target) -> StatusResult:
+    """The PyTorchJob's phase, each pod's state and, when pending, why."""
+    ref = job_ref(name, namespace)
+    with Session(target) as session:
+        job = get_object(session, ref)
+        if job is None:
+            raise ClusterError(f"{ref}: not found", file="cluster",
+                               hint="check the name and the project; `kubectl get pytorchjobs -n "
+                               f"{namespace}` lists what is there")
+        phase, message = _phase(job)
+        pods = []
+        reasons: list[str] = []
+        for pod in job_pods(session, name, namespace):
+            meta = pod.get("metadata") or {}
+            labels = meta.get("labels") or {}
+            pod_phase = str((pod.get("status") or {}).get("phase") or "Pending")
+            state, restarts = _pod_state(pod)
+            why = None
+            if pod_phase == "Pending":
+                why = _pending_reason(session, pod)
+            pods.append(PodState(str(meta.get("name")), str(labels.get(REPLICA_TYPE_LABEL, "?")),
+                                 replica_index(labels), pod_phase, state, restarts,
+                                 (pod.get("spec") or {}).get("nodeName"), why))
+            if why:
+                reasons.append(f"{meta.get('name')}: {why}")
+        if not pods or phase in ("Pending", "Created"):
+            reasons += [explain(str(e.get("reason", "")), str(e.get("message", "")))
+                        for e in _events(session, namespace, name)[-3:]]
+    return StatusResult(name, namespace, phase, message, tuple(pods), tuple(dict.fromkeys(reasons)))
+
+
+def _pending_reason(session: Session, pod: Manifest) -> str | None:
+    state, _ = _pod_state(pod)
+    waiting = state.removeprefix("waiting: ")
+    if waiting in _WAITING:
+        return _WAITING[waiting]
+    events = _events(session, str(pod["metadata"].get("namespace")), str(pod["metadata"]["name"]))
+    if events:
+        last = events[-1]
+        return explain(str(last.get("reason", "")), str(last.get("message", "")))
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return explain(str(cond.get("reason", "")), str(cond.get("message", "")))
+    return None
