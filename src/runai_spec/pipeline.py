@@ -177,7 +177,9 @@ class Spool:
     def __init__(self, stream: IO[str], sep: str) -> None:
         self.stream = stream
         self.sep = sep
-        self.buffer: IO[str] = tempfile.SpooledTemporaryFile(8 << 20, mode="w+", encoding="utf-8")
+        # closed by commit or discard, which render_all always reaches
+        self.buffer: IO[str] = tempfile.SpooledTemporaryFile(  # noqa: SIM115
+            8 << 20, mode="w+", encoding="utf-8")
         self.count = 0
 
     def add(self, name: str, text: str) -> None:

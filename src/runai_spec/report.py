@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import RunaiSpecError
 from .findings import Finding
-from .policy import RULES
 from .pipeline import ProfileCheck
+from .policy import RULES
 from .presets import PresetRegistry
 
 if TYPE_CHECKING:

@@ -178,8 +178,12 @@ def delete(job: JobArg, yes: YesOpt = False, project: ProjectOpt = None, smoke: 
     return EXIT_OK
 
 
+def stdin_is_terminal() -> bool:
+    return sys.stdin.isatty()
+
+
 def confirmed(refs: list[cluster.Ref]) -> bool:
-    if not sys.stdin.isatty():
+    if not stdin_is_terminal():
         raise InputError("refusing to delete without confirmation", field="--yes",
                          hint="pass --yes in scripts")
     return typer.confirm(f"delete {', '.join(map(str, refs))} and its pods (save logs first "

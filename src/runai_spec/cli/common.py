@@ -62,9 +62,11 @@ class Boundary(TyperGroup):
     """The root group: parses without Click's own error printing, then `boundary`."""
 
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
-             complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> Any:
+             complete_var: str | None = None, standalone_mode: bool = True,
+             windows_expand_args: bool = True, **extra: Any) -> Any:
         code = boundary(lambda: super(Boundary, self).main(
-            args, prog_name, complete_var, standalone_mode=False, **extra))
+            args, prog_name, complete_var, standalone_mode=False,
+            windows_expand_args=windows_expand_args, **extra))
         if standalone_mode:
             sys.exit(code)
         return code
