@@ -82,7 +82,7 @@ def main() -> int:
                     results.setdefault(label, []).append((seconds, peak))
                     print(f"{name:10} {label:9} {count:8d} {seconds:8.2f} {peak:8.1f}")
             for label, ((t1, m1), (t2, m2)) in results.items():
-                print(f"  {label}: time x{t2 / t1:.1f} for x10 profiles (linear: ~10), "
+                print(f"  {label}: time x{t2 / t1:.1f} for x10 profiles (linear or better: <= ~10), "
                       f"peak memory x{m2 / m1:.2f} (flat: ~1), {m2:.0f} MB of {BUDGET_MB:.0f}")
             if "baseline" in results:
                 (t, m), (bt, bm) = results["this"][-1], results["baseline"][-1]

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -175,6 +173,8 @@ class Spool:
     nothing reaches the stream unless every profile rendered."""
 
     def __init__(self, stream: IO[str], sep: str) -> None:
+        import tempfile
+
         self.stream = stream
         self.sep = sep
         # closed by commit or discard, which render_all always reaches
@@ -187,6 +187,8 @@ class Spool:
         self.count += 1
 
     def commit(self) -> list[str]:
+        import shutil
+
         self.buffer.seek(0)
         shutil.copyfileobj(self.buffer, self.stream)
         self.buffer.close()
