@@ -106,3 +106,16 @@ def test_unreachable_cluster_exits_3(unreachable: tuple[Path, str], cli_sleeps: 
     assert cli_sleeps == [0.5, 1.0, 2.0, 4.0]  # bounded backoff, injected sleep: no real waiting
 
 
+
+
+def test_declining_the_delete_question_deletes_nothing_and_exits_0(
+        api: KubeAPI, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert run("submit", PROFILE).exit_code == 0
+    monkeypatch.setattr("runai_spec.cli.cluster.stdin_is_terminal", lambda: True)
+    declined = runner.invoke(app, ["delete", PROFILE], input="n\n")
+    assert declined.exit_code == 0, declined.output
+    assert declined.stderr.splitlines()[-1] == "aborted: nothing deleted"
+    assert api.kube.count("pytorchjobs") == 1
+    accepted = runner.invoke(app, ["delete", PROFILE], input="y\n")
+    assert accepted.exit_code == 0 and f"deleted: pytorchjobs/{NS}/{NAME}" in accepted.stderr
+    assert api.kube.count("pytorchjobs") == 0

@@ -256,6 +256,22 @@ def test_usage_error_exits_2() -> None:
     assert runner.invoke(app, ["render"]).exit_code == 2
 
 
+@pytest.mark.parametrize(("argv", "message"), [
+    (["render", "p.yaml", "--bogus"], "error: No such option: --bogus"),
+    (["validate", "p.yaml", "--format", "xml"], "error: Invalid value for '--format' / '-f'"),
+    (["render"], "error: Missing argument 'profiles'."),
+    (["no-such-command"], "error: No such command 'no-such-command'."),
+])
+def test_usage_errors_are_one_error_line_and_a_hint_not_a_panel(argv: list[str],
+                                                                message: str) -> None:
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 2
+    error, hint = result.stderr.splitlines()
+    assert error.startswith(message), error
+    assert hint.startswith("hint: see `") and hint.endswith(" --help`")
+    assert result.stdout == ""
+
+
 def test_schema_command_prints_field_descriptions() -> None:
     result = run("schema")
     assert result.exit_code == 0

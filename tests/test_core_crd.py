@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from conftest import CRD, ROOT
 from runai_spec.crd import crd_findings, load_crd_schemas
@@ -47,3 +50,48 @@ def test_a_file_that_is_not_a_crd_is_bad_input(tmp_path: Path, cache_home: Path)
         load_crd_schemas(path)
     with pytest.raises(InputError, match="no such file"):
         load_crd_schemas(tmp_path / "missing.yaml")
+
+
+# --- the command: validate --crd FILE ------------------------------------------------
+
+def validate_crd(*args: str) -> Any:
+    from typer.testing import CliRunner
+
+    from runai_spec.cli import app
+
+    return CliRunner().invoke(app, ["validate", *args])
+
+
+def test_validate_crd_passes_the_examples_against_the_upstream_crd(cache_home: Path) -> None:
+    profiles = [str(ROOT / "examples" / e / "profile.yaml") for e in ("multi-node", "elastic")]
+    result = validate_crd(*profiles, "--crd", str(CRD))
+    assert result.exit_code == 0, result.output
+    assert result.stderr.count("ok: ") == 2
+
+
+def test_validate_crd_reports_the_field_a_tampered_crd_refuses(tmp_path: Path,
+                                                                cache_home: Path) -> None:
+    crd = yaml.safe_load(CRD.read_text())
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    replica = spec["properties"]["pytorchReplicaSpecs"]["additionalProperties"]
+    replica["properties"]["replicas"] = {"type": "string"}
+    tampered = tmp_path / "crd.yaml"
+    tampered.write_text(json.dumps(crd))
+    profile = str(ROOT / "examples" / "multi-node" / "profile.yaml")
+    result = validate_crd(profile, "--crd", str(tampered))
+    assert result.exit_code == 1, result.output
+    assert (f"error: {profile}: spec.pytorchReplicaSpecs.Master.replicas: 1 is not of type "
+            "'string' [crd-schema]") in result.stderr.splitlines()
+
+
+def test_validate_crd_of_a_file_that_is_not_a_crd_is_bad_input(tmp_path: Path,
+                                                                 cache_home: Path) -> None:
+    bad = tmp_path / "crd.yaml"
+    bad.write_text("kind: ConfigMap\n")
+    result = validate_crd(str(ROOT / "examples" / "multi-node" / "profile.yaml"), "--crd", str(bad))
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"error: {bad}: not a CustomResourceDefinition\nhint: ")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("kind: [\n")
+    assert validate_crd(str(ROOT / "examples" / "multi-node" / "profile.yaml"),
+                        "--crd", str(broken)).exit_code == 2

@@ -12,8 +12,9 @@ from typing import Any, Protocol
 from .errors import InputError, RunaiSpecError
 from .loading import MAX_BYTES, load_documents, looks_secret, read_text
 from .manifests import Manifest, dump, object_key
+from .pipeline import workloads
 from .presets import PresetRegistry
-from .workload import prepare_workload
+from .workload import Workload
 
 MASK = "***"
 
@@ -80,8 +81,8 @@ def compare(rendered: Iterable[Manifest], committed: Iterable[Manifest], *,
     return tuple(out)
 
 
-def diff_profile(path: Path, against: Path, registry: PresetRegistry) -> ProfileDiff:
-    workload = prepare_workload(path, registry)
+def diff_workload(workload: Workload, against: Path) -> ProfileDiff:
+    path = workload.path
     committed_path = against / f"{workload.plan.name}.yaml"
     if committed_path.is_file():
         # the common CI case: the committed file is byte-identical to the canonical dump
@@ -101,14 +102,16 @@ def diff_all(paths: list[Path], against: Path, *, registry: PresetRegistry | Non
     if not against.is_dir():
         raise InputError(f"{against}: not a folder", hint="pass the folder of committed "
                          "manifests, one <name>.yaml per workload")
-    registry = registry or PresetRegistry()
     done: list[ProfileDiff] = []
     bad: list[RunaiSpecError] = []
-    for path in paths:
-        try:
-            done.append(diff_profile(path, against, registry))
-        except InputError as exc:
-            bad.append(exc)
+    for item in workloads(paths, registry):  # one at a time: only the (small) diffs are kept
+        if not isinstance(item, Workload):
+            bad.append(item)
+        else:
+            try:
+                done.append(diff_workload(item, against))
+            except InputError as exc:  # an unreadable committed file
+                bad.append(exc)
         if step is not None:
             step()
     return done, bad

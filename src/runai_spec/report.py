@@ -5,12 +5,17 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import RunaiSpecError
 from .findings import Finding
+from .pipeline import ProfileCheck
 from .policy import RULES
-from .workload import Workload
+from .presets import PresetRegistry
+
+if TYPE_CHECKING:
+    from .cluster import StatusResult, SubmitResult
+    from .rehearse import RehearseResult
 
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
@@ -46,15 +51,9 @@ def counts(findings: Iterable[Finding]) -> dict[str, int]:
     return out
 
 
-def workload_summary(workload: Workload) -> str:
-    p = workload.plan
-    return (f"{p.name}: {p.layout}, {p.pods} pod(s) x {p.procs_per_pod} process(es), "
-            f"world size {p.world_size}")
-
-
 # --- validate --------------------------------------------------------------------
 
-def validate_text(workloads: list[Workload], bad: list[RunaiSpecError]) -> list[str]:
+def validate_text(workloads: list[ProfileCheck], bad: list[RunaiSpecError]) -> list[str]:
     """Compiler-style lines (for stderr): every finding, then `ok:` for clean profiles."""
     lines: list[str] = []
     for exc in bad:
@@ -63,25 +62,25 @@ def validate_text(workloads: list[Workload], bad: list[RunaiSpecError]) -> list[
         for finding in workload.findings:
             lines += finding.lines()
         if not workload.errors:
-            lines.append(f"ok: {workload.path}: {workload_summary(workload)}")
+            lines.append(f"ok: {workload.path}: {workload.summary}")
     return lines
 
 
-def validate_json(workloads: list[Workload], bad: list[RunaiSpecError]) -> str:
+def validate_json(workloads: list[ProfileCheck], bad: list[RunaiSpecError]) -> str:
     every = [f for w in workloads for f in w.findings]
     doc = {
         "summary": {"profiles": len(workloads) + len(bad), "bad_input": len(bad),
                     "with_errors": sum(1 for w in workloads if w.errors), **counts(every)},
-        "profiles": [{"file": w.path, "workload": w.plan.name, "layout": w.plan.layout,
-                      "pods": w.plan.pods, "procs_per_pod": w.plan.procs_per_pod,
-                      "world_size": w.plan.world_size, "ok": not w.errors,
+        "profiles": [{"file": w.path, "workload": w.workload, "layout": w.layout,
+                      "pods": w.pods, "procs_per_pod": w.procs_per_pod,
+                      "world_size": w.world_size, "ok": not w.errors,
                       "findings": [finding_dict(f) for f in w.findings]} for w in workloads],
         "bad_input": [error_dict(exc) for exc in bad],
     }
     return json.dumps(doc, indent=2)
 
 
-def validate_markdown(workloads: list[Workload], bad: list[RunaiSpecError]) -> str:
+def validate_markdown(workloads: list[ProfileCheck], bad: list[RunaiSpecError]) -> str:
     every = [f for w in workloads for f in w.findings]
     n = counts(every)
     failed = sum(1 for w in workloads if w.errors) + len(bad)
@@ -96,7 +95,7 @@ def validate_markdown(workloads: list[Workload], bad: list[RunaiSpecError]) -> s
         out.append("")
     for workload in workloads:
         mark = "❌" if workload.errors else "✅"
-        out.append(f"#### {mark} {md_code(workload.path)}: {md_cell(workload_summary(workload))}")
+        out.append(f"#### {mark} {md_code(workload.path)}: {md_cell(workload.summary)}")
         out.append("")
         if not workload.findings:
             out += ["No findings.", ""]
@@ -138,3 +137,84 @@ def rules_markdown() -> str:
 
 def rules_text() -> str:
     return "".join(f"{d['id']:26} {d['severity']:8} {d['summary']}\n" for d in rule_docs())
+
+
+# --- presets, cluster, rehearsal ---------------------------------------------------
+
+def presets_lines(registry: PresetRegistry) -> list[str]:
+    """`presets list`: one line per preset, REFUSED with the reason for one that fails."""
+    from .errors import InputError
+
+    lines = []
+    for name in registry.names():
+        try:
+            p = registry.get(name).preset
+        except InputError as exc:
+            lines.append(f"{name:28} REFUSED: {exc.message}")
+            continue
+        elastic = f"  elastic {p.elastic.min}..{p.elastic.max}" if p.elastic else ""
+        lines.append(f"{name:28} {p.layout:12} {p.nodes} x {p.gpus_per_pod} {p.gpu.model} "
+                     f"({p.gpu.memory_gb:g} GB)  priority={p.priority} "
+                     f"{'preemptible' if p.preemptible else 'non-preemptible'}{elastic}")
+    return lines
+
+
+def submit_lines(result: SubmitResult) -> list[str]:
+    return [f"{o.action}: {o.ref}{' (dry run: nothing stored)' if result.dry_run else ''}"
+            for o in result.outcomes]
+
+
+def dry_run_text(result: SubmitResult) -> str:
+    """`submit --dry-run=server`: what the API server would store."""
+    from .manifests import dump
+
+    return dump([o.stored for o in result.outcomes if o.stored is not None])
+
+
+def smoke_note(profile: str) -> str:
+    return (f"note: every pod runs preflight.py: `runai-spec status {profile} --smoke` follows "
+            f"it, `runai-spec logs {profile} --smoke -o DIR` saves each rank's checks, "
+            f"`runai-spec delete {profile} --smoke` removes the job and its ConfigMap")
+
+
+def status_lines(result: StatusResult) -> list[str]:
+    """`status`: the job's phase, then a line per pod and per reason it is pending."""
+    lines = [f"{result.name} ({result.namespace}): {result.phase}"
+             f"{': ' + result.message if result.message else ''}"]
+    lines += [f"  {p.name}  {p.role} {p.index}  {p.phase}  {p.state}  restarts {p.restarts}"
+              f"{'  on ' + p.node if p.node else ''}" for p in result.pods]
+    lines += [f"  pending: {reason}" for reason in result.pending_reasons]
+    return lines
+
+
+def print_rehearsal(result: RehearseResult, name: str) -> list[str]:
+    """`rehearse`: the checks as a table on stderr (rich, imported only here); returns the
+    lines saying where the logs are."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    restarted = any(c.attempt is not None for c in result.checks)
+    table = Table(title=f"rehearse {name}: world {result.world_size}, {result.backend}",
+                  caption="attempt 1: the job until one pod was killed after the first "
+                          "checkpoint; 2: the job restarted; 1→2: the restart itself"
+                  if restarted else None)
+    for column in ("attempt",) * restarted + ("check", "status"):
+        table.add_column(column)
+    table.add_column("message", overflow="fold")  # a log's path whole, never cut short
+    for i, c in enumerate(result.checks):
+        row: tuple[str, ...] = (c.check, c.status, escape(c.message))  # paths, argv: text
+        if restarted:
+            row = ("1→2" if c.attempt is None else str(c.attempt + 1), *row)
+        after = result.checks[i + 1].attempt if i + 1 < len(result.checks) else c.attempt
+        table.add_row(*row, end_section=after != c.attempt)
+    Console(stderr=True).print(table)
+    # plain lines: rich would read torchrun's [default0] prefix as markup
+    lines = [f"logs: {result.logs_dir}",
+             f"  each pod: {result.logs_dir}/<pod>/pod.log"
+             f"{' (pod.attempt1.log: the restarted job)' if restarted else ''} (launcher and "
+             "every rank, a rank's lines prefixed [default<local rank>])"]
+    if any(o.rank_logs for o in result.pods):
+        lines.append(f"  each rank: {result.logs_dir}/<pod>/ranks/<run id>/attempt_0/"
+                     "<local rank>/{stdout,stderr}.log")
+    return lines

@@ -1,0 +1,190 @@
+"""Commands that talk to the cluster: submit, status, logs, delete (and diff --live's part)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from ..errors import EXIT_FINDINGS, EXIT_OK, ClusterError, InputError, RunaiSpecError
+from ..workload import Workload, prepare_workload
+from .common import ContextOpt, DebugOpt, Format, FormatOpt, KubeconfigOpt, app, err
+
+if TYPE_CHECKING:
+    from .. import cluster
+    from ..diff import ProfileDiff
+    from ..findings import Finding
+    from ..manifests import Manifest
+
+JobArg = Annotated[str, typer.Argument(help="Workload name, or its profile file.", show_default=False)]
+ProjectOpt = Annotated[str | None, typer.Option(
+    "--project", help="Run:ai project of a workload NAME: the site file maps it to the namespace.")]
+SmokeOpt = Annotated[bool, typer.Option("--smoke", help="The workload's in-cluster smoke test "
+                                        "(`render --smoke`): job <name>-smoke and its ConfigMap.")]
+
+
+class DryRun(StrEnum):
+    server = "server"
+
+
+def cluster_target(kubeconfig: Path | None, context: str | None, debug: bool) -> cluster.Target:
+    from .. import cluster
+
+    if debug:
+        cluster.enable_debug()
+    return cluster.Target(kubeconfig=kubeconfig, context=context)
+
+
+def checked_workload(path: Path) -> Workload:
+    """Render and check a profile; an error finding stops here, before any request."""
+    workload = prepare_workload(path)
+    err(line for finding in workload.findings for line in finding.lines())
+    if workload.errors:
+        raise typer.Exit(EXIT_FINDINGS)
+    return workload
+
+
+def job_refs(job: str, project: str | None, smoke: bool = False) -> list[cluster.Ref]:
+    """NAME|PROFILE -> the objects on the cluster (with smoke: the smoke job and its ConfigMap)."""
+    from .. import cluster
+    from ..pipeline import resolve_job
+    from ..rehearse import smoke_names
+
+    name, namespace, workload = resolve_job(job, project)
+    if smoke:
+        smoke_job, configmap = smoke_names(name)
+        return [cluster.job_ref(smoke_job, namespace),
+                cluster.Ref(cluster.CONFIGMAP, namespace, configmap)]
+    if workload is not None:
+        return [cluster.ref_of(m) for m in workload.manifests]
+    return [cluster.job_ref(name, namespace)]
+
+
+def diff_live_all(profiles: list[Path], kubeconfig: Path | None, context: str | None, debug: bool
+                  ) -> tuple[list[ProfileDiff], list[RunaiSpecError | Finding], list[RunaiSpecError]]:
+    """diff --live: (results, what stopped it, bad input); nothing is sent if any profile
+    fails, and every checked workload is compared in one session."""
+    from .. import cluster
+    from .. import diff as drift
+    from ..pipeline import prepare_all
+
+    workloads, bad = prepare_all(profiles)
+    stopped: list[RunaiSpecError | Finding] = [*bad, *(f for w in workloads for f in w.errors)]
+    if stopped:
+        return [], stopped, list(bad)
+    target = cluster_target(kubeconfig, context, debug)
+    live = cluster.live_objects_all([w.manifests for w in workloads], target)
+    for objects in live:
+        err(f"note: {o.ref}: exists and was not created by runai-spec; submit will not touch it"
+            for o in objects if o.live is not None and not cluster.managed_by_us(o.live))
+    return [drift.diff_live(w.path, w.manifests, [(o.live, o.applied) for o in objects])
+            for w, objects in zip(workloads, live, strict=True)], [], []
+
+
+DryRunOpt = Annotated[DryRun | None, typer.Option("--dry-run", help="`server`: the API server "
+                                                  "checks it and shows what it would store.")]
+ReplaceOpt = Annotated[bool, typer.Option("--replace", help="Delete a different earlier render of "
+                                          "the same name and create this one.")]
+
+
+@app.command()
+def submit(profile: Annotated[Path, typer.Argument(help="Profile file.", show_default=False)],
+           dry_run: DryRunOpt = None, replace: ReplaceOpt = False, smoke: SmokeOpt = False,
+           kubeconfig: KubeconfigOpt = None, context: ContextOpt = None, debug: DebugOpt = False
+           ) -> None:
+    """Render, check and send a workload with server-side apply (re-submitting changes nothing);
+    --smoke sends its smoke test instead (a ConfigMap with preflight.py and job <name>-smoke)."""
+    from .. import cluster, report
+
+    workload = checked_workload(profile)
+    manifests = smoke_manifests(workload) if smoke else list(workload.manifests)
+    result = cluster.submit_manifests(manifests, cluster_target(kubeconfig, context, debug),
+                                      dry_run=dry_run is not None, replace=replace)
+    err(report.submit_lines(result))
+    if result.dry_run:
+        sys.stdout.write(report.dry_run_text(result))
+    elif smoke:
+        err([report.smoke_note(str(profile))])
+
+
+def smoke_manifests(workload: Workload) -> list[Manifest]:
+    from ..rehearse import smoke_workload
+
+    return smoke_workload(workload)
+
+
+@app.command()
+def status(job: JobArg, project: ProjectOpt = None, fmt: FormatOpt = Format.text,
+           smoke: SmokeOpt = False, kubeconfig: KubeconfigOpt = None, context: ContextOpt = None,
+           debug: DebugOpt = False) -> None:
+    """The job's phase, each pod's state and, when it is pending, why."""
+    from .. import cluster, report
+
+    ref = job_refs(job, project, smoke)[0]
+    result = cluster.job_status(ref.name, ref.namespace, cluster_target(kubeconfig, context, debug))
+    if fmt is Format.json:
+        print(json.dumps(dataclasses.asdict(result), indent=2))
+    else:
+        print("\n".join(report.status_lines(result)))
+
+
+LogsOut = Annotated[Path, typer.Option("--out", "-o", help="Folder for one <pod>.log per rank.",
+                                       show_default=False)]
+PreviousOpt = Annotated[bool, typer.Option("--previous", help="The restarted containers' "
+                                           "earlier logs.")]
+
+
+@app.command()
+def logs(job: JobArg, out: LogsOut, previous: PreviousOpt = False, project: ProjectOpt = None,
+         smoke: SmokeOpt = False, kubeconfig: KubeconfigOpt = None, context: ContextOpt = None,
+         debug: DebugOpt = False) -> None:
+    """Save every rank's (pod's) log in its own file, so the logs outlive the pods."""
+    from .. import cluster
+
+    ref = job_refs(job, project, smoke)[0]
+    result = cluster.save_logs(ref.name, ref.namespace, out,
+                               cluster_target(kubeconfig, context, debug), previous=previous)
+    err([f"saved {s.path} ({s.size} bytes)" for s in result.saved])
+    err([f"skipped {pod}: {why}" for pod, why in result.skipped])
+    if not result.saved:
+        raise ClusterError(f"{ref}: no pod had a log to save", file="cluster",
+                           hint="`runai-spec status` shows the pods' states")
+
+
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (for scripts).")]
+
+
+@app.command()
+def delete(job: JobArg, yes: YesOpt = False, project: ProjectOpt = None, smoke: SmokeOpt = False,
+           kubeconfig: KubeconfigOpt = None, context: ContextOpt = None, debug: DebugOpt = False
+           ) -> int:
+    """Delete a workload runai-spec created (asks first; its pods and their logs go too);
+    --smoke deletes its smoke test, job and ConfigMap (either may already be gone). Declining
+    the question deletes nothing and exits 0."""
+    from .. import cluster
+
+    refs = job_refs(job, project, smoke=smoke)
+    if not yes and not confirmed(refs):
+        err(["aborted: nothing deleted"])
+        return EXIT_OK
+    result = cluster.delete_job(refs, cluster_target(kubeconfig, context, debug), missing_ok=smoke)
+    err(f"deleted: {ref}" for ref in result.deleted)
+    err(f"already gone: {ref}" for ref in result.missing)
+    return EXIT_OK
+
+
+def stdin_is_terminal() -> bool:
+    return sys.stdin.isatty()
+
+
+def confirmed(refs: list[cluster.Ref]) -> bool:
+    if not stdin_is_terminal():
+        raise InputError("refusing to delete without confirmation", field="--yes",
+                         hint="pass --yes in scripts")
+    return typer.confirm(f"delete {', '.join(map(str, refs))} and its pods (save logs first "
+                         "with `runai-spec logs`)?")

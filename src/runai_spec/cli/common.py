@@ -1,0 +1,105 @@
+"""The Typer app, the one error boundary, and the options several commands share."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+
+from .. import __version__
+from ..errors import EXIT_INTERNAL, EXIT_OK, RunaiSpecError
+
+EXIT_INTERRUPTED = 130
+
+
+def err(lines: Iterable[str]) -> None:
+    for line in lines:
+        print(line, file=sys.stderr)
+
+
+def usage_lines(exc: typer.TyperException) -> list[str]:
+    """A Typer/Click usage error (unknown option, bad value) as one error line and a hint."""
+    message = " ".join(exc.format_message().split())
+    if not message:  # no arguments: the help has been printed already
+        return []
+    ctx = getattr(exc, "ctx", None)
+    where = f"see `{ctx.command_path} --help`" if ctx is not None else "see `runai-spec --help`"
+    return [f"error: {message}", f"hint: {where}"]
+
+
+def boundary(call: Callable[[], Any]) -> int:
+    """Run the parsed command; every way it ends becomes its lines on stderr and an exit code.
+    Commands return their exit code (None: 0)."""
+    try:
+        code = call()
+    except RunaiSpecError as exc:
+        err(exc.lines())
+        return exc.exit_code
+    except typer.Abort:
+        err(["error: aborted"])
+        return 1
+    except typer.TyperException as exc:  # Click's usage errors
+        err(usage_lines(exc))
+        return exc.exit_code
+    except KeyboardInterrupt:
+        code = EXIT_INTERRUPTED
+    except Exception as exc:  # a bug: say so, never look like findings
+        err([f"error: internal error (a bug in runai-spec {__version__}): "
+             f"{type(exc).__name__}: {exc}",
+             "hint: please report it with the command you ran"])
+        return EXIT_INTERNAL
+    if code == EXIT_INTERRUPTED:  # Typer turns Ctrl-C into this code
+        err(["error: interrupted"])
+    return EXIT_OK if code is None else int(code)
+
+
+class Boundary(TyperGroup):
+    """The root group: parses without Click's own error printing, then `boundary`."""
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True,
+             windows_expand_args: bool = True, **extra: Any) -> Any:
+        code = boundary(lambda: super(Boundary, self).main(
+            args, prog_name, complete_var, standalone_mode=False,
+            windows_expand_args=windows_expand_args, **extra))
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+app = typer.Typer(
+    name="runai-spec",
+    cls=Boundary,
+    help="Approved-preset PyTorchJob manifests for the Run:ai cluster, from a small profile.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    pretty_exceptions_show_locals=False,
+    add_completion=False,
+)
+
+
+def main() -> None:
+    """Console entry point: no traceback ever reaches a user for their own mistakes."""
+    app()
+
+
+class Format(StrEnum):
+    text = "text"
+    json = "json"
+    markdown = "markdown"
+
+
+Profiles = Annotated[list[Path], typer.Argument(help="Profile files (profile.yaml).",
+                                                show_default=False)]
+ProfileArg = Annotated[Path, typer.Argument(help="Profile file (profile.yaml).")]
+FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
+KubeconfigOpt = Annotated[Path | None, typer.Option(
+    "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).")]
+ContextOpt = Annotated[str | None, typer.Option("--context", help="kubeconfig context to use.")]
+DebugOpt = Annotated[bool, typer.Option("--debug", help="Log each API request to stderr "
+                                        "(never headers, tokens or the kubeconfig).")]

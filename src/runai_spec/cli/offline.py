@@ -1,0 +1,222 @@
+"""Commands that never reach a cluster: validate, rules, plan, diff, render, explain, schema."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from .. import __version__
+from ..errors import EXIT_FINDINGS, EXIT_INPUT, EXIT_OK, InputError, RunaiSpecError
+from ..presets import PresetRegistry
+from ..workload import Workload, prepare_workload
+from .common import (
+    ContextOpt,
+    DebugOpt,
+    Format,
+    FormatOpt,
+    KubeconfigOpt,
+    ProfileArg,
+    Profiles,
+    app,
+    err,
+)
+
+if TYPE_CHECKING:
+    from ..diff import ProfileDiff
+    from ..findings import Finding
+
+CrdOpt = Annotated[Path | None, typer.Option(
+    "--crd", help="Also validate the rendered manifests against this CRD (the cluster's own: "
+    "`kubectl get crd pytorchjobs.kubeflow.org -o yaml`).", show_default=False)]
+
+
+@app.command()
+def validate(profiles: Profiles, fmt: FormatOpt = Format.text, crd: CrdOpt = None) -> int:
+    """Check profiles against the preset and the site rules; exit 0 clean, 1 findings, 2 bad input.
+
+    Text goes to stderr like compiler messages; JSON and Markdown (for a merge-request
+    comment) go to stdout."""
+    from .. import report
+    from ..pipeline import check_exit, check_profiles
+
+    checks, bad = check_profiles(profiles, crd)
+    if fmt is Format.json:
+        print(report.validate_json(checks, bad))
+    elif fmt is Format.markdown:
+        print(report.validate_markdown(checks, bad))
+    else:
+        err(report.validate_text(checks, bad))
+    return check_exit(checks, bad)
+
+
+@app.command()
+def rules(fmt: FormatOpt = Format.text) -> None:
+    """List the site rules (`--format markdown` writes docs/rules.md)."""
+    from .. import report
+
+    if fmt is Format.json:
+        print(json.dumps(report.rule_docs(), indent=2))
+    elif fmt is Format.markdown:
+        sys.stdout.write(report.rules_markdown())
+    else:
+        sys.stdout.write(report.rules_text())
+
+
+@app.command()
+def plan(profile: ProfileArg, fmt: FormatOpt = Format.markdown) -> None:
+    """The review request for the AI engineer (Markdown, or --format json); paste it into
+    the ticket unchanged."""
+    from .. import review
+
+    workload = prepare_workload(profile, PresetRegistry())
+    print(review.review_json(workload) if fmt is Format.json else review.review_markdown(workload),
+          end="" if fmt is not Format.json else "\n")
+
+
+AgainstOpt = Annotated[Path | None, typer.Option("--against", help="Folder of committed manifests, "
+                                                 "one <name>.yaml per workload.")]
+LiveOpt = Annotated[bool, typer.Option("--live", help="Compare with the cluster instead: a "
+                                       "server-side dry-run apply (stores nothing) against the "
+                                       "live objects.")]
+
+
+@app.command()
+def diff(profiles: Profiles, against: AgainstOpt = None, live: LiveOpt = False,
+         fmt: FormatOpt = Format.text, kubeconfig: KubeconfigOpt = None,
+         context: ContextOpt = None, debug: DebugOpt = False) -> int:
+    """What the profiles render now against committed manifests (--against DIR) or the
+    cluster (--live); exit 0 same, 1 changed, 2 bad input, 3 cluster error."""
+    from .. import diff as drift
+
+    check_diff_options(against, live, kubeconfig or context or debug)
+    if against is None:
+        from .cluster import diff_live_all
+
+        results, stopped, bad = diff_live_all(profiles, kubeconfig, context, debug)
+    else:
+        results, bad = diff_against(profiles, against)
+        stopped = list(bad)
+    err(line for exc in stopped for line in exc.lines())  # stderr too, where a CI log shows it
+    if fmt is Format.json:
+        print(drift.as_json(results, stopped))
+    else:
+        sys.stdout.write(drift.as_markdown(results, stopped) if fmt is Format.markdown
+                         else drift.as_text(results))
+    return EXIT_INPUT if bad else EXIT_FINDINGS if stopped or any(
+        r.changed for r in results) else EXIT_OK
+
+
+def check_diff_options(against: Path | None, live: bool, cluster_options: object) -> None:
+    if (against is None) != live:
+        raise InputError("pass --against DIR or --live, not both" if live else
+                         "say what to compare with: --against DIR or --live",
+                         field="--against/--live", hint="--against DIR compares with committed "
+                         "manifests (CI); --live with what is on the cluster")
+    if against is not None and cluster_options:
+        raise InputError("--kubeconfig, --context and --debug go with --live",
+                         field="--against", hint="drop them, or use --live instead of --against")
+
+
+def diff_against(profiles: list[Path], against: Path
+                 ) -> tuple[list[ProfileDiff], list[RunaiSpecError]]:
+    """diff --against, with a progress bar on a terminal for more than one profile."""
+    from .. import diff as drift
+
+    if not sys.stderr.isatty() or len(profiles) < 2:
+        return drift.diff_all(profiles, against)
+    from rich.progress import Progress
+
+    with Progress(transient=True) as progress:
+        task = progress.add_task("diff", total=len(profiles))
+        return drift.diff_all(profiles, against, step=lambda: progress.advance(task))
+
+
+OutOpt = Annotated[Path | None, typer.Option("--out", "-o", help="Write one <name>.yaml per "
+                                             "workload into this folder instead of stdout.")]
+SmokeRenderOpt = Annotated[bool, typer.Option("--smoke", help="The in-cluster smoke test instead: "
+                                              "the same workload as <name>-smoke, short, every "
+                                              "pod running preflight.py from a ConfigMap.")]
+ExplainOpt = Annotated[bool, typer.Option("--explain", help="Each value followed by where it came "
+                                          "from (profile line, preset, site, rule); see `explain`.")]
+
+
+@app.command()
+def render(profiles: Profiles, out: OutOpt = None, smoke: SmokeRenderOpt = False,
+           explain: ExplainOpt = False) -> int:
+    """Render profiles to manifests (stdout, or one file per workload with -o)."""
+    from ..pipeline import Spool, StagedFiles, render_all
+
+    if explain and (out is not None or smoke):
+        raise InputError("prints the annotated manifests to stdout; it does not combine with "
+                         f"{'--out' if out is not None else '--smoke'}", field="--explain",
+                         hint="run `runai-spec render PROFILE --explain` on its own")
+    piece = smoke_piece if smoke else explained_piece if explain else manifest_piece
+    # smoke pieces are whole streams (each opens with `---`): no separator between them
+    sink = StagedFiles(out) if out is not None else Spool(sys.stdout, "" if smoke else "---\n")
+    lines, code = render_all(profiles, piece, sink)
+    err(lines)
+    if code == EXIT_OK:
+        err(sink.commit())
+    return code
+
+
+def manifest_piece(workload: Workload) -> tuple[str, str]:
+    return f"{workload.plan.name}.yaml", workload.text
+
+
+def explained_piece(workload: Workload) -> tuple[str, str]:
+    from ..provenance import explain_workload
+
+    return f"{workload.plan.name}.yaml", explain_workload(workload).annotated()
+
+
+def smoke_piece(workload: Workload) -> tuple[str, str]:
+    """The workload's smoke test (ConfigMap + job) under the smoke job's name."""
+    from ..manifests import dump
+    from ..rehearse import smoke_names, smoke_workload
+
+    return f"{smoke_names(workload.plan.name)[0]}.yaml", dump(smoke_workload(workload))
+
+
+@app.command()
+def explain(profile: ProfileArg, fmt: FormatOpt = Format.text) -> int:
+    """Show where each value of the rendered manifest came from (also `render --explain`).
+
+    Each value is followed by `# <origin>`: the profile with its line, the preset, the site
+    file, the approvals ledger, a derived rule, or the template."""
+    from ..provenance import explain_workload
+
+    workload = prepare_workload(profile)
+    print_findings(workload.findings)
+    if fmt is Format.markdown:
+        raise InputError("explain has no Markdown format", field="--format",
+                         hint="use --format text (annotated YAML) or json")
+    result = explain_workload(workload)
+    if fmt is Format.json:
+        print(json.dumps({"profile": result.profile,
+                          "fields": [f.as_dict() for f in result.fields]}, indent=2))
+    else:
+        sys.stdout.write(result.annotated())
+    return EXIT_FINDINGS if workload.errors else EXIT_OK
+
+
+def print_findings(findings: tuple[Finding, ...]) -> None:
+    err(line for finding in findings for line in finding.lines())
+
+
+@app.command()
+def schema() -> None:
+    """Print the profile's JSON Schema (for editors)."""
+    from ..profile import profile_schema
+
+    print(json.dumps(profile_schema(), indent=2))
+
+
+@app.command()
+def version() -> None:
+    """Print the runai-spec version."""
+    print(__version__)

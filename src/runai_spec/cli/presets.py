@@ -1,0 +1,59 @@
+"""`presets list|show|approve|verify`: the engineer-owned presets and their ledger."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..errors import EXIT_FINDINGS, EXIT_OK
+from ..presets import PresetRegistry, preset_summary
+from .common import app, err
+
+presets_app = typer.Typer(help="Engineer-owned presets and their approvals ledger.",
+                          no_args_is_help=True)
+app.add_typer(presets_app, name="presets")
+
+PresetsDir = Annotated[Path | None, typer.Option("--dir", help="presets/ folder (default: the "
+                                                  "one shipped with runai-spec).", hidden=True)]
+
+
+@presets_app.command("list")
+def presets_list(directory: PresetsDir = None) -> None:
+    """List the approved presets."""
+    from .. import report
+
+    for line in report.presets_lines(PresetRegistry(directory)):
+        print(line)
+
+
+@presets_app.command("show")
+def presets_show(name: str, directory: PresetsDir = None) -> None:
+    """Show one approved preset and its approval record."""
+    from ..manifests import dump
+
+    sys.stdout.write(dump([preset_summary(PresetRegistry(directory).get(name))]))
+
+
+@presets_app.command("approve")
+def presets_approve(
+    name: Annotated[str, typer.Argument(help="Preset name, or `site` for the site file.")],
+    by: Annotated[str, typer.Option("--by", help="Who approves (recorded in the ledger).")],
+    expires: Annotated[str | None, typer.Option(help="Expiry date YYYY-MM-DD.")] = None,
+    directory: PresetsDir = None,
+) -> None:
+    """Record the current contents of a preset in the approvals ledger."""
+    entry = PresetRegistry(directory).approve(name, by, expires=expires)
+    err([f"approved {name}: sha256 {entry.sha256} by {entry.approved_by} on {entry.approved_at}"])
+
+
+@presets_app.command("verify")
+def presets_verify(directory: PresetsDir = None) -> int:
+    """Check every file in presets/ against the ledger; exit 1 when any is refused (for CI)."""
+    result = PresetRegistry(directory).verify()
+    for name in result.ok:
+        print(f"ok: {name}")
+    err(result.problems)
+    return EXIT_FINDINGS if result.problems else EXIT_OK

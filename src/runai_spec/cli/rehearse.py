@@ -1,0 +1,47 @@
+"""`rehearse`: the rendered workload run here, one process per pod."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..errors import EXIT_FINDINGS, EXIT_OK, InputError
+from ..workload import prepare_workload
+from .common import ProfileArg, app, err
+
+ProcsOpt = Annotated[int | None, typer.Option(
+    "--procs-per-pod", help="Processes per pod here (scale down on a CPU machine).")]
+OwnScriptOpt = Annotated[bool, typer.Option(
+    "--own-script", help="Run the profile's own command instead of preflight.py.")]
+RestartOpt = Annotated[bool, typer.Option(
+    "--restart-after-checkpoint",
+    help="Kill one pod after the first checkpoint, restart, check the resume.")]
+LogsOpt = Annotated[Path | None, typer.Option("--logs", help="Folder for per-pod and per-rank "
+                                              "logs (default: a new temporary folder).")]
+TimeoutOpt = Annotated[float, typer.Option(
+    "--timeout", metavar="SECONDS",
+    help="How long the pods may run. Then they are stopped: preflight.py still running has "
+         "failed, your own script (--own-script) still running is healthy.")]
+
+
+@app.command()
+def rehearse(profile: ProfileArg, procs_per_pod: ProcsOpt = None, own_script: OwnScriptOpt = False,
+             restart_after_checkpoint: RestartOpt = False, logs: LogsOpt = None,
+             timeout: TimeoutOpt = 300.0) -> int:
+    """Rehearse the rendered workload here: one process per pod, the operator's environment."""
+    from .. import report
+    from ..rehearse import RESTART_OWN_SCRIPT, check_timeout, preflight_settings, rehearse_manifests
+
+    if restart_after_checkpoint and own_script:
+        raise InputError(RESTART_OWN_SCRIPT)
+    check_timeout(timeout)
+    workload = prepare_workload(profile)
+    err(line for finding in workload.findings for line in finding.lines())
+    result = rehearse_manifests(
+        list(workload.manifests), settings=preflight_settings(workload),
+        procs_per_pod=procs_per_pod, own_script=own_script,
+        restart_after_checkpoint=restart_after_checkpoint, logs_dir=logs, timeout_s=timeout)
+    err(report.print_rehearsal(result, workload.plan.name))
+    return EXIT_OK if result.ok else EXIT_FINDINGS
