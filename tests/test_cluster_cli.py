@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from kube_helpers import NAME, NS, PROFILE, Sleeps, error_lines, run
+from kube_helpers import NAME, NS, PROFILE, Sleeps, error_lines, run, runner
 from kubeapi import KubeAPI
+from runai_spec.cli import app
 
 pytest_plugins = ("kube_fixtures",)
-
 
 def test_submit_then_resubmit_then_status_logs_delete(api: KubeAPI, kubeconfig: Path,
                                                       tmp_path: Path) -> None:
@@ -47,14 +47,12 @@ def test_submit_then_resubmit_then_status_logs_delete(api: KubeAPI, kubeconfig: 
     assert f"deleted: pytorchjobs/{NS}/{NAME}" in deleted.stderr
     assert api.kube.count("pytorchjobs") == 0
 
-
 def test_submit_dry_run_server_prints_what_the_server_would_store(api: KubeAPI, kubeconfig: Path
                                                                   ) -> None:
     result = run("submit", PROFILE, "--dry-run", "server")
     assert result.exit_code == 0, result.output
     assert "would create" in result.stderr and 'kind: "PyTorchJob"' in result.stdout
     assert "managedFields" not in result.stdout and api.kube.count("pytorchjobs") == 0
-
 
 @pytest.mark.parametrize(("breakage", "code", "words"), [
     ("nccl-env", 1, "[nccl-transport-env]"), ("tag-only-image", 1, "[image-digest]"),
@@ -74,7 +72,6 @@ def test_submit_of_an_invalid_profile_sends_no_request(
     assert result.stderr.startswith("error: ") and words in result.stderr.splitlines()[0]
     assert api.kube.requests == []
 
-
 def test_cluster_refusals_exit_3_with_one_error_line_and_a_hint(api: KubeAPI, kubeconfig: Path) -> None:
     api.kube.forbidden.add(("patch", "pytorchjobs"))
     result = run("submit", PROFILE, "--debug")
@@ -86,7 +83,6 @@ def test_cluster_refusals_exit_3_with_one_error_line_and_a_hint(api: KubeAPI, ku
     assert api.kube.token not in result.output
     assert "Traceback" not in result.output
 
-
 def test_a_name_needs_a_project_and_must_be_a_name(api: KubeAPI, kubeconfig: Path) -> None:
     no_project = run("status", NAME)
     assert no_project.exit_code == 2 and no_project.stderr.startswith("error: --project: ")
@@ -94,7 +90,6 @@ def test_a_name_needs_a_project_and_must_be_a_name(api: KubeAPI, kubeconfig: Pat
     assert bad_name.exit_code == 2
     assert bad_name.stderr.startswith("error: NAME: 'Bad/Name' is neither a profile file nor")
     assert api.kube.requests == []
-
 
 def test_unreachable_cluster_exits_3(unreachable: tuple[Path, str], cli_sleeps: Sleeps) -> None:
     config, _ = unreachable
@@ -104,9 +99,6 @@ def test_unreachable_cluster_exits_3(unreachable: tuple[Path, str], cli_sleeps: 
     lines = error_lines(result.stderr)
     assert len(lines) == 2 and lines[1].startswith("hint: ") and "after 5 attempt(s)" in lines[0]
     assert cli_sleeps == [0.5, 1.0, 2.0, 4.0]  # bounded backoff, injected sleep: no real waiting
-
-
-
 
 def test_declining_the_delete_question_deletes_nothing_and_exits_0(
         api: KubeAPI, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -> None:
