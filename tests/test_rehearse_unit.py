@@ -12,8 +12,8 @@ from runai_spec.rehearse import (
     MULTICAST_OFF,
     PodOutcome,
     PreflightSettings,
-    _operator_verdict,
     operator_env,
+    operator_verdict,
     parse_lines,
     plan_pods,
     set_nproc,
@@ -98,7 +98,7 @@ def test_the_restart_follows_the_operators_restart_policy(
         rspec["restartPolicy"] = policy
     failed = [PodOutcome("master-0", 0, 1, False, False, Path("m.log"), 0),  # torchrun gave up
               PodOutcome("worker-0", 1, -9, False, True, Path("w.log"), 0)]  # SIGKILL: 137
-    why, _ = _operator_verdict(job, {"master-0": "Master", "worker-0": "Worker"}, failed)
+    why, _ = operator_verdict(job, {"master-0": "Master", "worker-0": "Worker"}, failed)
     assert (why is None) if refused is None else (why is not None and refused in why)
 
 

@@ -19,7 +19,7 @@ from kubeapi import KubeAPI
 from runai_spec.cli import app
 from runai_spec.cluster import MANAGED_BY_LABEL
 from runai_spec.manifests import dump, operator_problems, parse
-from runai_spec.rehearse import _free_port, operator_env, split_command
+from runai_spec.rehearse import free_port, operator_env, split_command
 from runai_spec.render import render_smoke
 from runai_spec.smoke import SMOKE_MOUNT, smoke_plan
 from runai_spec.workload import prepare_workload
@@ -356,7 +356,7 @@ def test_the_single_gpu_smoke_command_runs_here_as_the_pod_would(tmp_path: Path)
            if k in ("PATH", "HOME", "LANG", "TMPDIR", "SYSTEMROOT")}
     env.update({e["name"]: e["value"] for e in container.get("env", [])})
     env.update(operator_env(job, "Master", 0))
-    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), CUDA_VISIBLE_DEVICES="")
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), CUDA_VISIBLE_DEVICES="")
     assert argv[0] == "python"
     # Twice on the same checkpoint volume, as when a researcher re-runs the smoke test: the
     # second run must not resume the first one's last step and skip every check.

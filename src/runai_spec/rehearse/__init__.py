@@ -20,13 +20,13 @@ from .pods import (
     MULTICAST_OFF,
     PodOutcome,
     PodPlan,
-    _free_port,
-    _run_attempt,
-    _write_plan,
+    free_port,
     plan_pods,
     probe_gpus,
+    run_attempt,
+    write_plan,
 )
-from .restarts import RESTART_OWN_SCRIPT, _operator_verdict, _rehearse_restart, _restart_settings
+from .restarts import RESTART_OWN_SCRIPT, operator_verdict, rehearse_restart, restart_settings
 
 if TYPE_CHECKING:  # served by __getattr__ below
     from ..smoke import (
@@ -43,8 +43,8 @@ __all__ = [
     "CHECK_ORDER", "DEFAULT_PORT", "DEFAULT_TIMEOUT_S", "MULTICAST_OFF", "OWN_SCRIPT_SETTLE_S",
     "PORT_NAME", "PREFLIGHT_LINE", "PREFLIGHT_SHA_ANNOTATION", "RESTART_OWN_SCRIPT",
     "SMOKE_LABEL", "SMOKE_MOUNT", "SMOKE_SUFFIX", "SMOKE_VOLUME", "CheckResult", "Launcher",
-    "PodOutcome", "PodPlan", "PreflightSettings", "RehearseResult", "_free_port",
-    "_operator_verdict", "aggregate", "check_timeout", "find_job", "operator_env",
+    "PodOutcome", "PodPlan", "PreflightSettings", "RehearseResult", "free_port",
+    "operator_verdict", "aggregate", "check_timeout", "find_job", "operator_env",
     "own_script_note", "parse_lines", "plan_pods", "preflight_settings", "preflight_source",
     "probe_gpus", "rehearse_manifests", "result_dict", "set_nproc", "smoke_names",
     "smoke_workload", "split_command",
@@ -112,16 +112,16 @@ def rehearse_manifests(
         settings = PreflightSettings(**{**settings.__dict__, "min_busbw_gbps": None})
     hold_dir = root / "restart" if restart_after_checkpoint else None
     if restart_after_checkpoint:
-        settings = _restart_settings(settings)
+        settings = restart_settings(settings)
     plans, world = plan_pods(
         manifests, settings=settings, root=root, procs_per_pod=procs_per_pod,
         own_script=own_script, gpus=gpus, python=python, workdir=workdir, env=env,
         pod_env=pod_env, hold_dir=hold_dir)
-    _write_plan(root, plans, world, backend)
+    write_plan(root, plans, world, backend)
     shutil.rmtree(root / "checkpoints", ignore_errors=True)
 
     if hold_dir is None:
-        run = _run_attempt(plans, 0, timeout_s, skip=skip_pods,
+        run = run_attempt(plans, 0, timeout_s, skip=skip_pods,
                            after_crash_s=OWN_SCRIPT_SETTLE_S if own_script else None)
         checks = aggregate(run.lines, world, run.outcomes, timeout_s, own_script)
         if own_script:
@@ -129,7 +129,7 @@ def rehearse_manifests(
         outcomes = run.outcomes
     else:
         shutil.rmtree(hold_dir, ignore_errors=True)
-        checks, outcomes = _rehearse_restart(job, plans, world, settings, timeout_s, skip_pods,
+        checks, outcomes = rehearse_restart(job, plans, world, settings, timeout_s, skip_pods,
                                              hold_dir)
     ok = all(c.ok for c in checks if c.status != "not run")
     result = RehearseResult(ok, tuple(checks), tuple(outcomes), root, world, backend, own_script)

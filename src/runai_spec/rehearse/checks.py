@@ -140,7 +140,7 @@ def _pod_story(o: PodOutcome, timeout_s: float, own_script: bool) -> str:
         return f"timed out after {timeout_s:g} s"
     if o.exit_code == 0:
         return "started, ran and exited 0" if own_script else "exited 0"
-    code = _exit_status(o.exit_code)
+    code = exit_status(o.exit_code)
     signal_note = f" (signal {-(o.exit_code or 0)})" if (o.exit_code or 0) < 0 else ""
     where = f"see {o.log}"
     if o.rank_logs is not None:
@@ -174,7 +174,7 @@ def _silent_message(silent: Sequence[int], world: int, outcomes: Sequence[PodOut
     return msg
 
 
-def _exit_status(code: int | None) -> int | None:
+def exit_status(code: int | None) -> int | None:
     """The container's exit code as Kubernetes reports it (128 + signal when killed)."""
     return None if code is None else 128 - code if code < 0 else code
 

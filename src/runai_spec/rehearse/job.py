@@ -23,7 +23,7 @@ def find_job(manifests: Iterable[Mapping[str, Any]]) -> Mapping[str, Any]:
     return job
 
 
-def _replicas(job: Mapping[str, Any]) -> list[tuple[str, int, Mapping[str, Any]]]:
+def replicas_of(job: Mapping[str, Any]) -> list[tuple[str, int, Mapping[str, Any]]]:
     """(type, replicas, spec) for Master then Worker, as the operator numbers them."""
     specs = job.get("spec", {}).get("pytorchReplicaSpecs") or {}
     out = []
@@ -37,7 +37,7 @@ def _replicas(job: Mapping[str, Any]) -> list[tuple[str, int, Mapping[str, Any]]
     return out
 
 
-def _container(spec: Mapping[str, Any], rtype: str) -> Mapping[str, Any]:
+def container_of(spec: Mapping[str, Any], rtype: str) -> Mapping[str, Any]:
     containers = spec.get("template", {}).get("spec", {}).get("containers") or []
     for c in containers:
         if c.get("name") == "pytorch":
@@ -53,7 +53,7 @@ def _port(container: Mapping[str, Any]) -> int:
     return DEFAULT_PORT
 
 
-def _nproc_int(job: Mapping[str, Any]) -> int:
+def nproc_of(job: Mapping[str, Any]) -> int:
     """getNprocPerNodeInt(): 1 unless spec.nprocPerNode is an integer string."""
     value = job.get("spec", {}).get("nprocPerNode")
     try:
@@ -67,17 +67,17 @@ def operator_env(job: Mapping[str, Any], replica_type: str, index: int) -> dict[
     master.go, elastic.go), with the cluster's names and ports."""
     name = job["metadata"]["name"]
     spec = job.get("spec", {})
-    replicas = _replicas(job)
+    replicas = replicas_of(job)
     by_type = {rtype: (n, s) for rtype, n, s in replicas}
     total = sum(n for _, n, _ in replicas)
     env: dict[str, str] = {"PYTHONUNBUFFERED": "0"}
     if "Master" in by_type:
-        port = _port(_container(by_type["Master"][1], "Master"))
+        port = _port(container_of(by_type["Master"][1], "Master"))
         rank = index + 1 if replica_type == "Worker" else index
         env.update({
             "MASTER_PORT": str(port), "MASTER_ADDR": f"{name}-master-0",
             "PET_MASTER_PORT": str(port), "PET_MASTER_ADDR": f"{name}-master-0",
-            "WORLD_SIZE": str(total * _nproc_int(job)), "RANK": str(rank),
+            "WORLD_SIZE": str(total * nproc_of(job)), "RANK": str(rank),
             "PET_NODE_RANK": str(rank),
         })
         if spec.get("nprocPerNode") is not None:
@@ -90,7 +90,7 @@ def operator_env(job: Mapping[str, Any], replica_type: str, index: int) -> dict[
             lo = hi = worker[0] if worker else None
         lo, hi = (lo if lo is not None else hi), (hi if hi is not None else lo)
         host = elastic.get("rdzvHost") or f"{name}-worker-0"
-        port = elastic.get("rdzvPort") or (_port(_container(worker[1], "Worker"))
+        port = elastic.get("rdzvPort") or (_port(container_of(worker[1], "Worker"))
                                            if worker else DEFAULT_PORT)
         env["PET_RDZV_ENDPOINT"] = f"{host}:{port}"
         env["PET_RDZV_BACKEND"] = str(elastic.get("rdzvBackend") or "c10d")

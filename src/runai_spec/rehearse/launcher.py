@@ -72,5 +72,5 @@ def set_nproc(head: Sequence[str], k: int) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _has_flag(head: Sequence[str], *names: str) -> bool:
+def has_flag(head: Sequence[str], *names: str) -> bool:
     return any(a == n or a.startswith(n + "=") for a in head for n in names)

@@ -20,8 +20,8 @@ from typing import Any
 
 from ..checklist import PREFLIGHT_LINE, PreflightSettings, parse_lines, preflight_source
 from ..errors import InputError
-from .job import _container, _nproc_int, _replicas, find_job, operator_env
-from .launcher import _has_flag, set_nproc, split_command
+from .job import container_of, find_job, nproc_of, operator_env, replicas_of
+from .launcher import has_flag, set_nproc, split_command
 
 # NVLink multicast can put a shared host's GPUs out of service (device README): always off,
 # also where a container's own env would switch it on.
@@ -65,7 +65,7 @@ class PodOutcome:
 
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -106,7 +106,7 @@ def plan_pods(
 ) -> tuple[list[PodPlan], int]:
     """Every pod's argv, env and folders, and the world size the plan expects."""
     job = find_job(manifests)
-    declared = _nproc_int(job)
+    declared = nproc_of(job)
     nproc = procs_per_pod or declared
     if procs_per_pod is not None and procs_per_pod < 1:
         raise InputError("--procs-per-pod must be at least 1")
@@ -116,14 +116,14 @@ def plan_pods(
         if (scaled["spec"].get("elasticPolicy") or {}).get("nProcPerNode") is not None:
             scaled["spec"]["elasticPolicy"] = {**scaled["spec"]["elasticPolicy"],
                                                "nProcPerNode": procs_per_pod}
-    replicas = _replicas(job)
-    containers = {rtype: _container(rspec, rtype) for rtype, _, rspec in replicas}
+    replicas = replicas_of(job)
+    containers = {rtype: container_of(rspec, rtype) for rtype, _, rspec in replicas}
     pods = [(rtype, i) for rtype, n, _ in replicas for i in range(n)]
     world = len(pods) * nproc
     if gpus and world > gpus:
         raise InputError(f"the rehearsal needs {world} GPUs (one per process), {gpus} visible",
                          hint="scale down with --procs-per-pod, or rehearse on CPU")
-    port = _free_port()
+    port = free_port()
     shared_ckpt = root / "checkpoints"
     preflight_dir = root / "preflight"
     preflight_dir.mkdir(parents=True, exist_ok=True)
@@ -142,7 +142,7 @@ def plan_pods(
             head = [python, "-m", "torch.distributed.run", *flags]
             if procs_per_pod is not None:
                 head = list(set_nproc(head, procs_per_pod))
-            if not _has_flag(head, "--log-dir", "--log_dir"):
+            if not has_flag(head, "--log-dir", "--log_dir"):
                 head += ["--log-dir", str(root / short / "ranks"), "--redirects", "3",
                          "--tee", "3"]
         else:
@@ -349,7 +349,7 @@ class _Pod:
 
 
 @dataclass(frozen=True)
-class _Attempt:
+class Attempt:
     """One run of the whole job: how each pod ended, the ranks' records, and the kill."""
 
     outcomes: list[PodOutcome]
@@ -369,10 +369,10 @@ def _held(hold_dir: Path | None) -> dict[int, int]:
     return out
 
 
-def _run_attempt(plans: Sequence[PodPlan], attempt: int, timeout_s: float, *,
+def run_attempt(plans: Sequence[PodPlan], attempt: int, timeout_s: float, *,
                  skip: Sequence[str] = (), victim: str | None = None,
                  hold_dir: Path | None = None, world: int = 0,
-                 settle_s: float = 60.0, after_crash_s: float | None = None) -> _Attempt:
+                 settle_s: float = 60.0, after_crash_s: float | None = None) -> Attempt:
     """Start every pod, wait for all of them (bounded), return outcomes and PREFLIGHT lines.
 
     With `victim`, the ranks hold after their first checkpoint (preflight.py's
@@ -412,10 +412,10 @@ def _run_attempt(plans: Sequence[PodPlan], attempt: int, timeout_s: float, *,
                                    attempt))
     lines = [r for p in pods for r in p.lines()]
     killed = target.plan.name if target is not None and target.killed else None
-    return _Attempt(outcomes, lines, _held(hold_dir), killed)
+    return Attempt(outcomes, lines, _held(hold_dir), killed)
 
 
-def _write_plan(root: Path, plans: Sequence[PodPlan], world: int, backend: str) -> None:
+def write_plan(root: Path, plans: Sequence[PodPlan], world: int, backend: str) -> None:
     shown = [{"pod": p.name, "rank": p.rank, "argv": list(p.argv), "cwd": str(p.cwd),
               "env": {k: v for k, v in sorted(p.env.items())
                       if k in _ENV_SHOWN or k.startswith(("PET_", "NCCL_", "PREFLIGHT_"))}}

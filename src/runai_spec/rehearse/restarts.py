@@ -8,14 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from ..checklist import PreflightSettings
-from .checks import CheckResult, _exit_status, aggregate
-from .pods import PodOutcome, PodPlan, _Attempt, _free_port, _run_attempt
+from .checks import CheckResult, aggregate, exit_status
+from .pods import Attempt, PodOutcome, PodPlan, free_port, run_attempt
 
 RESTART_OWN_SCRIPT = ("--restart-after-checkpoint needs the preflight's checkpoint; it does "
                       "not combine with --own-script")
 
 
-def _rehearse_restart(job: Mapping[str, Any], plans: Sequence[PodPlan], world: int,
+def rehearse_restart(job: Mapping[str, Any], plans: Sequence[PodPlan], world: int,
                       settings: PreflightSettings, timeout_s: float, skip: Sequence[str],
                       hold_dir: Path) -> tuple[list[CheckResult], list[PodOutcome]]:
     """Kill the last pod right after the first checkpoint, let the others fail as they would,
@@ -30,7 +30,7 @@ def _rehearse_restart(job: Mapping[str, Any], plans: Sequence[PodPlan], world: i
     victim = live[-1].name if live else None
     # NCCL may only notice a dead peer at its collective timeout: give the survivors that long
     settle_s = settings.collective_timeout_s + 30.0
-    first = _run_attempt(plans, 0, timeout_s, skip=skip, victim=victim, hold_dir=hold_dir,
+    first = run_attempt(plans, 0, timeout_s, skip=skip, victim=victim, hold_dir=hold_dir,
                          world=world, settle_s=settle_s)
     if first.killed is None:
         checks = aggregate(first.lines, world, first.outcomes, timeout_s, False, attempt=0)
@@ -40,7 +40,7 @@ def _rehearse_restart(job: Mapping[str, Any], plans: Sequence[PodPlan], world: i
     shown = [c for c in aggregate(before, world, first.outcomes, timeout_s, False, attempt=0)
              if c.check != "pods" and c.status != "not run"]
     # a fresh port: the first run's store port may still be in TIME_WAIT here
-    second = _run_attempt(_with_port(plans, _free_port()), 1, timeout_s, skip=skip)
+    second = run_attempt(_with_port(plans, free_port()), 1, timeout_s, skip=skip)
     checks = shown + aggregate(second.lines, world, second.outcomes, timeout_s, False,
                                attempt=1)
     replica_types = {p.name: p.replica_type for p in plans}
@@ -80,7 +80,7 @@ def _with_port(plans: Sequence[PodPlan], port: int) -> list[PodPlan]:
     return out
 
 
-def _restart_settings(settings: PreflightSettings) -> PreflightSettings:
+def restart_settings(settings: PreflightSettings) -> PreflightSettings:
     """A first checkpoint early, and steps enough after it for a second one: the restarted
     run then trains, writes, reloads and reports metrics like the first."""
     every = min(settings.checkpoint_every, 2)
@@ -93,7 +93,7 @@ def _ranks(items: Iterable[int]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
-def _no_kill(first: _Attempt, world: int, victim: str | None) -> CheckResult:
+def _no_kill(first: Attempt, world: int, victim: str | None) -> CheckResult:
     held = sorted(first.held)
     if victim is None:
         why = "no pod was started"
@@ -109,7 +109,7 @@ def _no_kill(first: _Attempt, world: int, victim: str | None) -> CheckResult:
                        details={"held": {str(r): s for r, s in first.held.items()}})
 
 
-def _operator_verdict(job: Mapping[str, Any], replica_types: Mapping[str, str],
+def operator_verdict(job: Mapping[str, Any], replica_types: Mapping[str, str],
                       failed: Sequence[PodOutcome]) -> tuple[str | None, str]:
     """(why the operator would not restart these failed pods, or None; what it would do)."""
     spec = job.get("spec") or {}
@@ -122,8 +122,8 @@ def _operator_verdict(job: Mapping[str, Any], replica_types: Mapping[str, str],
         return (f"restartPolicy Never on {', '.join(never)}: the operator marks the job Failed "
                 "instead of restarting it"), "no restart"
     # ExitCode: exit codes up to 127 are permanent, from 128 (signals) retryable
-    permanent = [f"{o.name} (exit {_exit_status(o.exit_code)})" for o in failed
-                 if policy[o.name] == "ExitCode" and (_exit_status(o.exit_code) or 0) < 128]
+    permanent = [f"{o.name} (exit {exit_status(o.exit_code)})" for o in failed
+                 if policy[o.name] == "ExitCode" and (exit_status(o.exit_code) or 0) < 128]
     if permanent:
         return (f"restartPolicy ExitCode treats {', '.join(permanent)} as a permanent error: "
                 "the operator marks the job Failed instead of restarting it"), "no restart"
@@ -141,9 +141,9 @@ def _operator_verdict(job: Mapping[str, Any], replica_types: Mapping[str, str],
     return None, note
 
 
-def _restart_check(job: Mapping[str, Any], replica_types: Mapping[str, str], first: _Attempt,
+def _restart_check(job: Mapping[str, Any], replica_types: Mapping[str, str], first: Attempt,
                    before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]],
-                   second: _Attempt, world: int, settle_s: float) -> CheckResult:
+                   second: Attempt, world: int, settle_s: float) -> CheckResult:
     victim = first.killed or ""
     step = min(first.held.values())
     victim_ranks = sorted({int(r["rank"]) for r in before
@@ -164,13 +164,13 @@ def _restart_check(job: Mapping[str, Any], replica_types: Mapping[str, str], fir
     if clean:
         problems.append(f"{', '.join(clean)} exited 0 although {victim} was gone")
     gave_up = [o for o in survivors if not o.timed_out and o.exit_code != 0]
-    codes = sorted({str(_exit_status(o.exit_code)) for o in gave_up})
+    codes = sorted({str(exit_status(o.exit_code)) for o in gave_up})
     peers = (f"{', '.join(o.name for o in gave_up)} then exited {'/'.join(codes)} on "
              f"{'its' if len(gave_up) == 1 else 'their'} own" if gave_up
              else "no other pod was running")
 
     failed = [o for o in first.outcomes if o.exit_code not in (0, None) or o.killed]
-    refusal, operator = _operator_verdict(job, replica_types, failed)
+    refusal, operator = operator_verdict(job, replica_types, failed)
     if refusal:
         problems.append(refusal)
 
@@ -207,7 +207,7 @@ def _restart_check(job: Mapping[str, Any], replica_types: Mapping[str, str], fir
 
     details = {
         "killed": victim, "killed_ranks": victim_ranks, "first_checkpoint_step": step,
-        "survivors": {o.name: {"exit_code": _exit_status(o.exit_code),
+        "survivors": {o.name: {"exit_code": exit_status(o.exit_code),
                                "timed_out": o.timed_out, "first_failure": reasons[o.name]}
                       for o in survivors},
         "operator": operator,
