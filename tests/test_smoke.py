@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import os
 import subprocess
 import sys
@@ -12,12 +14,14 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from conftest import EXAMPLES, ROOT, crd_validator
+from conftest import EXAMPLES, ROOT, crd_validator, schema_errors
 from kubeapi import KubeAPI
 from runai_spec.cli import app
 from runai_spec.cluster import MANAGED_BY_LABEL
 from runai_spec.manifests import dump, operator_problems, parse
-from runai_spec.rehearse import SMOKE_MOUNT, _free_port, operator_env, split_command
+from runai_spec.rehearse import free_port, operator_env, split_command
+from runai_spec.render import render_smoke
+from runai_spec.smoke import SMOKE_MOUNT, smoke_plan
 from runai_spec.workload import prepare_workload
 
 pytest_plugins = ("kube_fixtures",)
@@ -112,6 +116,55 @@ def test_render_smoke_is_the_same_job_running_preflight_from_a_mounted_config_ma
         assert str(option(argv, "--checkpoint-dir")).startswith(p.checkpoint.dir.rstrip("/") + "/")
         busbw = real.approved.preset.min_busbw_gbps
         assert option(argv, "--min-busbw") == (None if busbw is None else f"{busbw:g}")
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_example_smoke_test_matches_its_committed_smoke_manifest(example: str) -> None:
+    golden = ROOT / "examples" / example / "smoke.yaml"
+    result = run("render", "--smoke", str(profile_of(example)))
+    assert result.exit_code == 0, result.output
+    expected = golden.read_text(encoding="utf-8")
+    if result.stdout != expected:
+        diff = "".join(difflib.unified_diff(expected.splitlines(True),
+                                            result.stdout.splitlines(True), str(golden),
+                                            "rendered now"))
+        pytest.fail(f"{golden} is out of date (preflight.py changed?):\n{diff}\nrefresh with:\n"
+                    f"  runai-spec render --smoke examples/{example}/profile.yaml > "
+                    f"examples/{example}/smoke.yaml")
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_committed_smoke_manifest_validates_against_the_crd_and_operator_rules(
+        example: str) -> None:
+    text = (ROOT / "examples" / example / "smoke.yaml").read_text(encoding="utf-8")
+    configmap, job = parse(text, example)
+    assert schema_errors(job) == []
+    assert operator_problems(job) == []
+    assert (configmap["apiVersion"], configmap["kind"]) == ("v1", "ConfigMap")
+    assert list(configmap["data"]) == ["preflight.py"]
+    assert all(isinstance(v, str) for v in configmap["metadata"]["labels"].values())
+
+
+def test_the_smoke_deadline_replaces_the_real_jobs_own_in_place() -> None:
+    plan = prepare_workload(Path(MULTI)).plan
+    limited = dataclasses.replace(plan, run_policy=(*plan.run_policy,
+                                                    ("activeDeadlineSeconds", 86400)))
+    _, job = render_smoke(smoke_plan(limited, deadline_s=600))
+    assert list(job["spec"]["runPolicy"].items()) == [
+        *((k, 0 if k == "backoffLimit" else v) for k, v in plan.run_policy),
+        ("activeDeadlineSeconds", 600), ("suspend", False)]
+    # without a deadline of its own the real job gets the smoke test's after its policy
+    _, job = render_smoke(smoke_plan(plan, deadline_s=600))
+    assert list(job["spec"]["runPolicy"])[-2:] == ["suspend", "activeDeadlineSeconds"]
+
+
+def test_a_hostile_config_map_value_stays_one_value_through_the_encoder() -> None:
+    plan = prepare_workload(Path(MULTI)).plan
+    smoke = smoke_plan(plan, source='"}, "kind": "Secret", "x": {"')
+    configmap, _ = render_smoke(smoke)
+    assert configmap["kind"] == "ConfigMap" and list(configmap) == [
+        "apiVersion", "kind", "metadata", "data"]
+    assert configmap["data"] == {"preflight.py": '"}, "kind": "Secret", "x": {"'}
 
 
 @pytest.mark.parametrize("example", EXAMPLES)
@@ -303,7 +356,7 @@ def test_the_single_gpu_smoke_command_runs_here_as_the_pod_would(tmp_path: Path)
            if k in ("PATH", "HOME", "LANG", "TMPDIR", "SYSTEMROOT")}
     env.update({e["name"]: e["value"] for e in container.get("env", [])})
     env.update(operator_env(job, "Master", 0))
-    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), CUDA_VISIBLE_DEVICES="")
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), CUDA_VISIBLE_DEVICES="")
     assert argv[0] == "python"
     # Twice on the same checkpoint volume, as when a researcher re-runs the smoke test: the
     # second run must not resume the first one's last step and skip every check.

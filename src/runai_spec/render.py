@@ -15,6 +15,7 @@ from .manifests import Manifest, operator_problems, parse_rendered, scalar
 from .plan import Plan
 
 TEMPLATES = {"kubeflow": "pytorchjob.json.j2"}
+CONFIGMAP_TEMPLATE = "configmap.json.j2"
 
 
 def _finalize(value: Any) -> str:
@@ -52,28 +53,45 @@ def environment() -> jinja2.Environment:
     )
 
 
-def render_text(plan: Plan, family: str = "kubeflow") -> str:
-    """The template's raw output for a plan."""
+def render_text(plan: Plan, family: str = "kubeflow", *, smoke: Any = None) -> str:
+    """The template's raw output for a plan (with `smoke`, a SmokePlan: its smoke test's job)."""
     try:
-        template = environment().get_template(TEMPLATES[family])
+        name = TEMPLATES[family]
     except KeyError:
         raise InternalError(f"no template for manifest family {family!r}") from None
+    return _render(name, plan=plan, smoke=smoke)
+
+
+def _render(name: str, **context: Any) -> str:
+    template = environment().get_template(name)
     try:
-        return template.render(plan=plan)
+        return template.render(**context)
     except jinja2.UndefinedError as exc:
         raise InternalError(f"template uses an undefined value: {exc.message}") from None
 
 
-def render_plan(plan: Plan, family: str = "kubeflow") -> list[Manifest]:
-    """Render, re-parse strictly and check the operator's rules."""
-    text = render_text(plan, family)
+def _checked(texts: list[str], what: str) -> list[Manifest]:
+    """Re-parse strictly and check the operator's rules."""
     try:
-        manifests = [parse_rendered(text)]
+        manifests = [parse_rendered(text) for text in texts]
     except ValueError as exc:  # JSONDecodeError included: the template or encoder has a bug
-        raise InternalError(f"rendered {plan.name} is not a valid manifest: {exc}") from None
+        raise InternalError(f"rendered {what} is not a valid manifest: {exc}") from None
     for manifest in manifests:
         if manifest.get("kind") == "PyTorchJob":
             problems = operator_problems(manifest)
             if problems:
                 raise InternalError(f"rendered PyTorchJob breaks an operator rule: {problems[0]}")
     return manifests
+
+
+def render_plan(plan: Plan, family: str = "kubeflow") -> list[Manifest]:
+    """Render, re-parse strictly and check the operator's rules."""
+    return _checked([render_text(plan, family)], plan.name)
+
+
+def render_smoke(smoke: Any, family: str = "kubeflow") -> list[Manifest]:
+    """A smoke test (smoke.SmokePlan): its ConfigMap, then its job, through the same encoder,
+    strict re-parse and operator checks as the real job."""
+    texts = [_render(CONFIGMAP_TEMPLATE, config_map=smoke.config_map),
+             render_text(smoke.job, family, smoke=smoke)]
+    return _checked(texts, smoke.job.name)

@@ -1,0 +1,151 @@
+"""Rehearse a rendered PyTorchJob on this machine: one local process per pod, operator env."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..checklist import PREFLIGHT_LINE, PreflightSettings, parse_lines, preflight_settings, preflight_source
+from ..errors import InputError
+from .checks import CHECK_ORDER, CheckResult, RehearseResult, aggregate, own_script_note, result_dict
+from .job import DEFAULT_PORT, PORT_NAME, find_job, operator_env
+from .launcher import Launcher, set_nproc, split_command
+from .pods import (
+    MULTICAST_OFF,
+    PodOutcome,
+    PodPlan,
+    free_port,
+    plan_pods,
+    probe_gpus,
+    run_attempt,
+    write_plan,
+)
+from .restarts import RESTART_OWN_SCRIPT, operator_verdict, rehearse_restart, restart_settings
+
+if TYPE_CHECKING:  # served by __getattr__ below
+    from ..smoke import (
+        PREFLIGHT_SHA_ANNOTATION,
+        SMOKE_LABEL,
+        SMOKE_MOUNT,
+        SMOKE_SUFFIX,
+        SMOKE_VOLUME,
+        smoke_names,
+        smoke_workload,
+    )
+
+__all__ = [
+    "CHECK_ORDER", "DEFAULT_PORT", "DEFAULT_TIMEOUT_S", "MULTICAST_OFF", "OWN_SCRIPT_SETTLE_S",
+    "PORT_NAME", "PREFLIGHT_LINE", "PREFLIGHT_SHA_ANNOTATION", "RESTART_OWN_SCRIPT",
+    "SMOKE_LABEL", "SMOKE_MOUNT", "SMOKE_SUFFIX", "SMOKE_VOLUME", "CheckResult", "Launcher",
+    "PodOutcome", "PodPlan", "PreflightSettings", "RehearseResult", "free_port",
+    "operator_verdict", "aggregate", "check_timeout", "find_job", "operator_env",
+    "own_script_note", "parse_lines", "plan_pods", "preflight_settings", "preflight_source",
+    "probe_gpus", "rehearse_manifests", "result_dict", "set_nproc", "smoke_names",
+    "smoke_workload", "split_command",
+]
+
+DEFAULT_TIMEOUT_S = 300.0
+# --own-script: once a pod crashed the verdict is in; its peers get this long to end on their own
+OWN_SCRIPT_SETTLE_S = 10.0
+
+
+def check_timeout(timeout_s: float) -> None:
+    """How long the pods may run: a positive, finite number of seconds."""
+    if not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise InputError(f"{timeout_s:g} is not a positive number of seconds", field="--timeout",
+                         hint=f"how long the pods may run, e.g. --timeout 60 (default "
+                              f"{DEFAULT_TIMEOUT_S:g})")
+
+
+def rehearse_manifests(
+    manifests: Sequence[Mapping[str, Any]],
+    *,
+    settings: PreflightSettings | None = None,
+    procs_per_pod: int | None = None,
+    own_script: bool = False,
+    restart_after_checkpoint: bool = False,
+    logs_dir: Path | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    device: str = "auto",
+    python: str = sys.executable,
+    workdir: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    pod_env: Mapping[str, Mapping[str, str]] | None = None,
+    skip_pods: Sequence[str] = (),
+) -> RehearseResult:
+    """Run the job's topology here and collect the preflight's checks.
+
+    The pods run until they exit or `timeout_s` passes; then they are stopped. The preflight
+    still running then has failed; the profile's own script (`own_script`) is healthy.
+    `env`, `pod_env` (by short pod name, e.g. `worker-0`) and `skip_pods` exist to break the
+    setup on purpose: CI uses them to prove each check fails when it should.
+    """
+    settings = settings or PreflightSettings()
+    check_timeout(timeout_s)
+    if restart_after_checkpoint and own_script:
+        raise InputError(RESTART_OWN_SCRIPT)
+    job = find_job(manifests)
+    if restart_after_checkpoint and (job.get("spec") or {}).get("elasticPolicy") is not None:
+        raise InputError("--restart-after-checkpoint rehearses a job of fixed size; this one is "
+                         "elastic, and there torchrun restarts its own workers after a peer is "
+                         "lost, which the rehearsal does not model",
+                         field="spec.elasticPolicy",
+                         hint="rehearse it without --restart-after-checkpoint")
+    gpus = probe_gpus(python)  # first: no torch is bad input, and nothing is written
+    if device == "cpu":
+        gpus = 0
+    # absolute: the pods run in other folders, and the logs' paths are printed for the user
+    root = (Path(logs_dir) if logs_dir
+            else Path(tempfile.mkdtemp(prefix="runai-spec-rehearse-"))).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    if device == "cuda" and not gpus:
+        raise InputError("--device cuda: torch sees no GPU here")
+    backend = "nccl" if gpus else "gloo"
+    if not gpus and settings.min_busbw_gbps is not None:
+        # gloo over loopback says nothing about the cluster's fabric: measure, do not judge
+        settings = PreflightSettings(**{**settings.__dict__, "min_busbw_gbps": None})
+    hold_dir = root / "restart" if restart_after_checkpoint else None
+    if restart_after_checkpoint:
+        settings = restart_settings(settings)
+    plans, world = plan_pods(
+        manifests, settings=settings, root=root, procs_per_pod=procs_per_pod,
+        own_script=own_script, gpus=gpus, python=python, workdir=workdir, env=env,
+        pod_env=pod_env, hold_dir=hold_dir)
+    write_plan(root, plans, world, backend)
+    shutil.rmtree(root / "checkpoints", ignore_errors=True)
+
+    if hold_dir is None:
+        run = run_attempt(plans, 0, timeout_s, skip=skip_pods,
+                           after_crash_s=OWN_SCRIPT_SETTLE_S if own_script else None)
+        checks = aggregate(run.lines, world, run.outcomes, timeout_s, own_script)
+        if own_script:
+            checks.insert(0, own_script_note(plans))
+        outcomes = run.outcomes
+    else:
+        shutil.rmtree(hold_dir, ignore_errors=True)
+        checks, outcomes = rehearse_restart(job, plans, world, settings, timeout_s, skip_pods,
+                                             hold_dir)
+    ok = all(c.ok for c in checks if c.status != "not run")
+    result = RehearseResult(ok, tuple(checks), tuple(outcomes), root, world, backend, own_script)
+    (root / "result.json").write_text(json.dumps(result_dict(result), indent=2) + "\n")
+    return result
+
+
+# The smoke test moved to smoke.py (which imports this package's launcher): its names still
+# import from here, loaded on first use so that neither module needs the other to load first.
+_MOVED_TO_SMOKE = frozenset({"PREFLIGHT_SHA_ANNOTATION", "SMOKE_LABEL", "SMOKE_MOUNT",
+                             "SMOKE_SUFFIX", "SMOKE_VOLUME", "smoke_names", "smoke_workload"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MOVED_TO_SMOKE:
+        from .. import smoke
+
+        return getattr(smoke, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,76 @@
+"""Argv rewriting: a container's launcher and its flags, apart from the training entry point."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..errors import InputError
+
+_TORCHRUN_BOOLEAN = {"--standalone", "--no-python", "--no_python", "--run-path", "--run_path",
+                     "-m", "--module"}
+_PYTHON_WITH_VALUE = {"-X", "-W", "-c"}
+
+
+@dataclass(frozen=True)
+class Launcher:
+    kind: str  # "python" or "torchrun"
+    head: tuple[str, ...]  # launcher and its flags, before the entry point
+    entry: tuple[str, ...]  # the script (or -m module) and its arguments
+
+
+def split_command(argv: Sequence[str]) -> Launcher:
+    """Split a container argv into launcher flags and the training entry point."""
+    if not argv:
+        raise InputError("the pytorch container has no command", field="command")
+    prog = os.path.basename(argv[0])
+    if prog == "torchrun":
+        kind, i = "torchrun", 1
+    elif re.fullmatch(r"python(3(\.\d+)?)?", prog):
+        if argv[1:3] in (["-m", "torch.distributed.run"], ["-m", "torch.distributed.launch"]):
+            kind, i = "torchrun", 3
+        else:
+            kind, i = "python", 1
+    else:
+        raise InputError(f"the container command starts with {argv[0]!r}, neither python nor "
+                         "torchrun", field="command",
+                         hint="rehearse knows the launchers runai-spec renders")
+    while i < len(argv):
+        arg = argv[i]
+        if not arg.startswith("-") or arg == "-":
+            break
+        if arg in ("-m", "--module") and kind == "python":
+            break  # `python -m pkg`: the module is the entry point
+        if kind == "torchrun":
+            if arg in _TORCHRUN_BOOLEAN or "=" in arg:
+                i += 1
+                continue
+            i += 2
+        else:
+            i += 2 if arg in _PYTHON_WITH_VALUE else 1
+    return Launcher(kind, tuple(argv[:i]), tuple(argv[i:]))
+
+
+def set_nproc(head: Sequence[str], k: int) -> tuple[str, ...]:
+    """Rewrite torchrun's --nproc-per-node (any spelling) to k; leave it absent if absent."""
+    out: list[str] = []
+    skip = False
+    for i, arg in enumerate(head):
+        if skip:
+            skip = False
+            continue
+        m = re.fullmatch(r"(--nproc[-_]per[-_]node)(=.*)?", arg)
+        if m and m.group(2):
+            out.append(f"{m.group(1)}={k}")
+        elif m and i + 1 < len(head):
+            out += [arg, str(k)]
+            skip = True
+        else:
+            out.append(arg)
+    return tuple(out)
+
+
+def has_flag(head: Sequence[str], *names: str) -> bool:
+    return any(a == n or a.startswith(n + "=") for a in head for n in names)

@@ -1,0 +1,428 @@
+"""The job's pods on this machine: their argv and env, their processes, one run of them all."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..checklist import PREFLIGHT_LINE, PreflightSettings, parse_lines, preflight_source
+from ..errors import InputError
+from .job import container_of, find_job, nproc_of, operator_env, replicas_of
+from .launcher import has_flag, set_nproc, split_command
+
+# NVLink multicast can put a shared host's GPUs out of service (device README): always off,
+# also where a container's own env would switch it on.
+MULTICAST_OFF = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+# Set by the operator or by torchrun: never inherited from the shell that runs the rehearsal.
+_OWNED = re.compile(r"^(RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|GROUP_RANK|ROLE_RANK|"
+                    r"ROLE_WORLD_SIZE|GROUP_WORLD_SIZE|MASTER_ADDR|MASTER_PORT|PET_.*|"
+                    r"TORCHELASTIC_.*|PREFLIGHT_.*|CUDA_VISIBLE_DEVICES)$")
+
+
+@dataclass(frozen=True)
+class PodPlan:
+    """One pod of the job as the operator would start it, mapped onto this machine."""
+
+    name: str  # short name: master-0, worker-0, ...
+    replica_type: str
+    index: int
+    rank: int
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    cwd: Path
+    log_dir: Path
+
+
+@dataclass(frozen=True)
+class PodOutcome:
+    name: str
+    rank: int
+    exit_code: int | None
+    timed_out: bool
+    killed: bool
+    log: Path
+    attempt: int
+    rank_logs: Path | None = None  # torchrun's folder of this launch: <attempt>/<local rank>/
+    stopped_after: str | None = None  # stopped because this other pod had crashed, not timed out
+    settle_s: float | None = None  # how long it was given to end after that crash
+
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def probe_gpus(python: str) -> int:
+    """How many CUDA devices torch sees here (0 on a CPU machine), in a subprocess; bad
+    input when that Python has no torch, before any pod starts and fails obscurely."""
+    try:
+        done = subprocess.run(
+            [python, "-c", "import torch; print(torch.cuda.device_count())"],
+            capture_output=True, text=True, timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise InputError(f"cannot start {python}: {exc}", field="python") from None
+    if "No module named 'torch'" in done.stderr:
+        raise InputError(f"rehearse runs the pods with PyTorch, and {python} has no torch",
+                         field="torch", hint="install it into this environment: "
+                         "`pip install torch` (a CPU build is enough: the rehearsal uses gloo)")
+    try:
+        return int(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else 0
+    except (ValueError, IndexError):
+        return 0
+
+
+def plan_pods(
+    manifests: Sequence[Mapping[str, Any]],
+    *,
+    settings: PreflightSettings,
+    root: Path,
+    procs_per_pod: int | None = None,
+    own_script: bool = False,
+    gpus: int = 0,
+    python: str = sys.executable,
+    workdir: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    pod_env: Mapping[str, Mapping[str, str]] | None = None,
+    hold_dir: Path | None = None,
+) -> tuple[list[PodPlan], int]:
+    """Every pod's argv, env and folders, and the world size the plan expects."""
+    job = find_job(manifests)
+    declared = nproc_of(job)
+    nproc = procs_per_pod or declared
+    if procs_per_pod is not None and procs_per_pod < 1:
+        raise InputError("--procs-per-pod must be at least 1")
+    scaled = copy.deepcopy(dict(job))
+    if procs_per_pod is not None:
+        scaled["spec"] = {**scaled.get("spec", {}), "nprocPerNode": str(procs_per_pod)}
+        if (scaled["spec"].get("elasticPolicy") or {}).get("nProcPerNode") is not None:
+            scaled["spec"]["elasticPolicy"] = {**scaled["spec"]["elasticPolicy"],
+                                               "nProcPerNode": procs_per_pod}
+    replicas = replicas_of(job)
+    containers = {rtype: container_of(rspec, rtype) for rtype, _, rspec in replicas}
+    pods = [(rtype, i) for rtype, n, _ in replicas for i in range(n)]
+    world = len(pods) * nproc
+    if gpus and world > gpus:
+        raise InputError(f"the rehearsal needs {world} GPUs (one per process), {gpus} visible",
+                         hint="scale down with --procs-per-pod, or rehearse on CPU")
+    port = free_port()
+    shared_ckpt = root / "checkpoints"
+    preflight_dir = root / "preflight"
+    preflight_dir.mkdir(parents=True, exist_ok=True)
+    # a copy, so that the package's siblings never come first on the script's sys.path
+    script = preflight_dir / "preflight.py"
+    script.write_text(preflight_source(), encoding="utf-8")
+    out: list[PodPlan] = []
+    for pod_index, (rtype, i) in enumerate(pods):
+        short = f"{rtype.lower()}-{i}"
+        container = containers[rtype]
+        command = list(container.get("command") or []) + list(container.get("args") or [])
+        launcher = split_command(command)
+        head = list(launcher.head)
+        if launcher.kind == "torchrun":
+            flags = head[1:] if os.path.basename(head[0]) == "torchrun" else head[3:]
+            head = [python, "-m", "torch.distributed.run", *flags]
+            if procs_per_pod is not None:
+                head = list(set_nproc(head, procs_per_pod))
+            if not has_flag(head, "--log-dir", "--log_dir"):
+                head += ["--log-dir", str(root / short / "ranks"), "--redirects", "3",
+                         "--tee", "3"]
+        else:
+            head = [python, *head[1:]]
+            if nproc > 1:
+                raise InputError(f"{short}: a bare {command[0]!r} starts one process, but the "
+                                 f"job asks for {nproc} per pod", field="command",
+                                 hint="more than one process per pod needs torchrun")
+        pod_dir = root / short
+        pod_dir.mkdir(parents=True, exist_ok=True)
+        if own_script:
+            entry = list(launcher.entry)
+            cwd = workdir or Path.cwd()
+        else:
+            entry = [str(script), *settings.args(
+                world_size=world,
+                checkpoint_dir=str(shared_ckpt) if settings.checkpoint_dir is None
+                else settings.checkpoint_dir,
+                metrics_file=str(pod_dir / "metrics.jsonl"),
+                hold_dir=str(hold_dir) if hold_dir else None,
+                plan_world_size=len(pods) * declared)]
+            cwd = pod_dir
+        penv = {k: v for k, v in os.environ.items() if not _OWNED.match(k)}
+        for item in container.get("env") or []:
+            if "value" in item:
+                penv[str(item["name"])] = str(item["value"])
+        op = operator_env(scaled, rtype, i)
+        # the cluster's names become this machine's loopback and one free port
+        for key in ("MASTER_ADDR", "PET_MASTER_ADDR"):
+            if key in op:
+                op[key] = "127.0.0.1"
+        for key in ("MASTER_PORT", "PET_MASTER_PORT"):
+            if key in op:
+                op[key] = str(port)
+        if "PET_RDZV_ENDPOINT" in op:
+            op["PET_RDZV_ENDPOINT"] = f"127.0.0.1:{port}"
+        penv.update(op)  # appended after the container's own env: the operator's wins
+        penv.update(MULTICAST_OFF)
+        if gpus:
+            first = pod_index * nproc
+            penv["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in range(first, first + nproc))
+        else:
+            penv["CUDA_VISIBLE_DEVICES"] = ""
+        penv.update(env or {})
+        penv.update((pod_env or {}).get(short, {}))
+        penv.update((pod_env or {}).get(f"{job['metadata']['name']}-{short}", {}))
+        rank = int(op.get("RANK", pod_index))
+        out.append(PodPlan(short, rtype, i, rank, tuple(head + entry), penv, cwd, pod_dir))
+    return out, world
+
+
+def _descendants(root: int) -> list[int]:
+    """Every live process below `root`, from /proc (Linux); empty where /proc is absent."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = entry.read_text()
+            ppid = int(text.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    out: list[int] = []
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _rank_log_root(plan: PodPlan) -> Path | None:
+    """torchrun's --log-dir in the pod's launcher flags: each rank's own stdout lands there."""
+    try:
+        head = split_command(list(plan.argv)).head
+    except InputError:
+        return None
+    for i, arg in enumerate(head):
+        for name in ("--log-dir", "--log_dir"):
+            if arg == name and i + 1 < len(head):
+                return plan.cwd / head[i + 1]
+            if arg.startswith(name + "="):
+                return plan.cwd / arg.split("=", 1)[1]
+    return None
+
+
+def _gone(pids: Sequence[int]) -> bool:
+    """True when none of these processes is alive any more (a zombie counts as gone)."""
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z":
+            return False
+    return True
+
+
+def _wait_gone(pids: Sequence[int], grace: float) -> None:
+    """Wait (at most grace seconds) until none of these processes is alive."""
+    deadline = time.monotonic() + grace
+    while not _gone(pids) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+class _Pod:
+    """A running pod: its process group, a log file, and the PREFLIGHT lines seen so far."""
+
+    def __init__(self, plan: PodPlan, attempt: int) -> None:
+        self.plan = plan
+        self.attempt = attempt
+        self.log = plan.log_dir / ("pod.log" if attempt == 0 else f"pod.attempt{attempt}.log")
+        self.killed = False
+        self.timed_out = False
+        self.stopped_after: str | None = None
+        self.settle_s: float | None = None
+        self.records: list[dict[str, Any]] = []
+        self._rank_root = _rank_log_root(plan)
+        # torchrun names each launch's folder at random: the ones already there are older runs
+        self._earlier = (set(self._rank_root.iterdir())
+                         if self._rank_root is not None and self._rank_root.is_dir() else set())
+        self._fh = self.log.open("w", encoding="utf-8")
+        self._fh.write(f"# argv: {json.dumps(list(plan.argv))}\n# cwd: {plan.cwd}\n")
+        self._fh.flush()
+        self.proc = subprocess.Popen(
+            list(plan.argv), env=dict(plan.env), cwd=plan.cwd, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, errors="replace",
+            start_new_session=True)  # its own process group, so that kill reaches torchrun's
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._fh.write(line)
+            self._fh.flush()
+            if PREFLIGHT_LINE in line:
+                self.records.extend(parse_lines(line))
+
+    def signal(self, sig: int) -> None:
+        # torchrun starts each worker in a session of its own: the process group of the pod's
+        # launcher does not reach them, so walk the tree of the processes this pod started
+        for pid in [self.proc.pid, *_descendants(self.proc.pid)]:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, sig)
+
+    def kill(self, grace: float = 10.0) -> None:
+        """A node lost: SIGKILL to the launcher and every rank, no goodbye; returns once all of
+        them are gone, so that the survivors' next collective meets closed connections."""
+        tree = [self.proc.pid, *_descendants(self.proc.pid)]
+        self.killed = True
+        self.signal(signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(grace)
+        _wait_gone(tree, grace)
+
+    def stop(self, grace: float = 5.0) -> None:
+        orphans = _descendants(self.proc.pid)
+        tree = [self.proc.pid, *orphans]
+        if self.proc.poll() is None:
+            self.signal(signal.SIGTERM)
+            try:
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.signal(signal.SIGKILL)
+                self.proc.wait(grace)
+        # torchrun's workers may outlive their agent: the whole tree goes
+        self.signal(signal.SIGKILL)
+        for pid in orphans:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        # "stopped" must mean gone: a rank that outlives the rehearsal keeps its port and GPU
+        _wait_gone(tree, grace)
+
+    def _runs(self) -> list[Path]:
+        """torchrun's folders of this launch under its --log-dir (older launches left out)."""
+        if self._rank_root is None or not self._rank_root.is_dir():
+            return []
+        return sorted(d for d in self._rank_root.iterdir() if d not in self._earlier)
+
+    def finish(self) -> PodOutcome:
+        self._reader.join(10)
+        if self.timed_out:
+            # the launcher's SignalException traceback just above reads like a crash
+            why = (f"{self.settle_s:g} s after {self.stopped_after} crashed"
+                   if self.stopped_after else "at the deadline (--timeout)")
+            self._fh.write(f"# runai-spec: still running {why}: stopped (SIGTERM, then "
+                           "SIGKILL); a SignalException above comes from that stop\n")
+        self._fh.close()
+        runs = self._runs()
+        return PodOutcome(self.plan.name, self.plan.rank, self.proc.returncode, self.timed_out,
+                          self.killed, self.log, self.attempt, runs[-1] if runs else None,
+                          self.stopped_after, self.settle_s)
+
+    def lines(self) -> list[dict[str, Any]]:
+        """This attempt's PREFLIGHT records, in each rank's order. Taken from the ranks' own
+        log files where torchrun wrote them: the launcher's copy on stdout is buffered
+        (PYTHONUNBUFFERED=0) and lost when the launcher is killed."""
+        files = sorted(f for d in self._runs() for f in d.glob("attempt_*/*/stdout.log"))
+        records = ([r for f in files for r in parse_lines(f.read_text(errors="replace"))]
+                   if files else self.records)
+        return [{**r, "_pod": self.plan.name} for r in records]
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One run of the whole job: how each pod ended, the ranks' records, and the kill."""
+
+    outcomes: list[PodOutcome]
+    lines: list[dict[str, Any]]
+    held: dict[int, int]  # rank -> step of the first checkpoint it held at
+    killed: str | None  # the pod killed there, if it was
+
+
+def _held(hold_dir: Path | None) -> dict[int, int]:
+    out: dict[int, int] = {}
+    if hold_dir is None or not hold_dir.is_dir():
+        return out
+    for marker in hold_dir.glob("holding.*"):
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            record = json.loads(marker.read_text())
+            out[int(record["rank"])] = int(record["step"])
+    return out
+
+
+def run_attempt(plans: Sequence[PodPlan], attempt: int, timeout_s: float, *,
+                 skip: Sequence[str] = (), victim: str | None = None,
+                 hold_dir: Path | None = None, world: int = 0,
+                 settle_s: float = 60.0, after_crash_s: float | None = None) -> Attempt:
+    """Start every pod, wait for all of them (bounded), return outcomes and PREFLIGHT lines.
+
+    With `victim`, the ranks hold after their first checkpoint (preflight.py's
+    --hold-after-checkpoint DIR); once all `world` of them hold, the victim pod is killed and
+    the others are released: they must then find out on their own, within `settle_s`.
+    With `after_crash_s`, once one pod exits non-zero the others get that long to end too."""
+    pods = [_Pod(p, attempt) for p in plans if p.name not in skip]
+    deadline = time.monotonic() + timeout_s
+    target = next((p for p in pods if p.plan.name == victim), None)
+    first_crash: str | None = None
+    try:
+        while time.monotonic() < deadline and any(p.proc.poll() is None for p in pods):
+            if (target is not None and not target.killed and hold_dir is not None
+                    and target.proc.poll() is None and len(_held(hold_dir)) >= world):
+                target.kill()
+                (hold_dir / "release").touch()
+                deadline = min(deadline, time.monotonic() + settle_s)
+            if after_crash_s is not None and first_crash is None:
+                first_crash = next((p.plan.name for p in pods
+                                    if p.proc.poll() not in (None, 0)), None)
+                if first_crash is not None:
+                    deadline = min(deadline, time.monotonic() + after_crash_s)
+            time.sleep(0.05)
+    finally:
+        if hold_dir is not None and hold_dir.is_dir():
+            (hold_dir / "release").touch()  # nobody waits for a kill that will not come
+        for p in pods:
+            if p.proc.poll() is None:
+                p.timed_out = True
+                p.stopped_after = first_crash
+                p.settle_s = after_crash_s if first_crash else None
+            p.stop()
+    outcomes = [p.finish() for p in pods]
+    for name in skip:
+        plan = next(pl for pl in plans if pl.name == name)
+        outcomes.append(PodOutcome(name, plan.rank, None, False, False, plan.log_dir / "pod.log",
+                                   attempt))
+    lines = [r for p in pods for r in p.lines()]
+    killed = target.plan.name if target is not None and target.killed else None
+    return Attempt(outcomes, lines, _held(hold_dir), killed)
+
+
+def write_plan(root: Path, plans: Sequence[PodPlan], world: int, backend: str) -> None:
+    shown = [{"pod": p.name, "rank": p.rank, "argv": list(p.argv), "cwd": str(p.cwd),
+              "env": {k: v for k, v in sorted(p.env.items())
+                      if k in _ENV_SHOWN or k.startswith(("PET_", "NCCL_", "PREFLIGHT_"))}}
+             for p in plans]
+    (root / "pods.json").write_text(json.dumps({"world_size": world, "backend": backend,
+                                                "pods": shown}, indent=2) + "\n")
+
+
+_ENV_SHOWN = {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "CUDA_VISIBLE_DEVICES",
+              "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS", "PYTHONUNBUFFERED"}
