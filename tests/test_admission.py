@@ -468,11 +468,11 @@ def test_write_policy_writes_parseable_files_that_round_trip(tmp_path: Path) -> 
 
 
 def test_the_policy_names_the_keys_the_renderer_and_the_smoke_test_write() -> None:
-    from runai_spec import rehearse
+    from runai_spec import smoke
     job = example("multi-node")
     assert admission.PRESET_ANNOTATION in job["metadata"]["annotations"]
     assert admission.PRESET_SHA_ANNOTATION in job["metadata"]["annotations"]
-    assert rehearse.SMOKE_LABEL == admission.SMOKE_LABEL
+    assert smoke.SMOKE_LABEL == admission.SMOKE_LABEL
     assert container(pods(job)[0])["name"] == admission.CONTAINER
 
 

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 
 from .checklist import PreflightSettings, preflight_settings, preflight_source
 from .errors import InputError
+from .launcher import split_command
 from .manifests import Manifest
 from .plan import Plan
-from .rehearse.launcher import split_command
 from .render import render_smoke
 
 if TYPE_CHECKING:

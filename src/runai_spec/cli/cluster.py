@@ -53,7 +53,7 @@ def job_refs(job: str, project: str | None, smoke: bool = False) -> list[cluster
     """NAME|PROFILE -> the objects on the cluster (with smoke: the smoke job and its ConfigMap)."""
     from .. import cluster
     from ..pipeline import resolve_job
-    from ..rehearse import smoke_names
+    from ..smoke import smoke_names
 
     name, namespace, workload = resolve_job(job, project)
     if smoke:
@@ -113,7 +113,7 @@ def submit(profile: Annotated[Path, typer.Argument(help="Profile file.", show_de
 
 
 def smoke_manifests(workload: Workload) -> list[Manifest]:
-    from ..rehearse import smoke_workload
+    from ..smoke import smoke_workload
 
     return smoke_workload(workload)
 

@@ -177,7 +177,7 @@ def explained_piece(workload: Workload) -> tuple[str, str]:
 def smoke_piece(workload: Workload) -> tuple[str, str]:
     """The workload's smoke test (ConfigMap + job) under the smoke job's name."""
     from ..manifests import dump
-    from ..rehearse import smoke_names, smoke_workload
+    from ..smoke import smoke_names, smoke_workload
 
     return f"{smoke_names(workload.plan.name)[0]}.yaml", dump(smoke_workload(workload))
 

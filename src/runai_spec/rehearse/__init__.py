@@ -9,13 +9,13 @@ import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..checklist import PREFLIGHT_LINE, PreflightSettings, parse_lines, preflight_settings, preflight_source
 from ..errors import InputError
+from ..launcher import Launcher, set_nproc, split_command
 from .checks import CHECK_ORDER, CheckResult, RehearseResult, aggregate, own_script_note, result_dict
 from .job import DEFAULT_PORT, PORT_NAME, find_job, operator_env
-from .launcher import Launcher, set_nproc, split_command
 from .pods import (
     MULTICAST_OFF,
     PodOutcome,
@@ -28,26 +28,15 @@ from .pods import (
 )
 from .restarts import RESTART_OWN_SCRIPT, operator_verdict, rehearse_restart, restart_settings
 
-if TYPE_CHECKING:  # served by __getattr__ below
-    from ..smoke import (
-        PREFLIGHT_SHA_ANNOTATION,
-        SMOKE_LABEL,
-        SMOKE_MOUNT,
-        SMOKE_SUFFIX,
-        SMOKE_VOLUME,
-        smoke_names,
-        smoke_workload,
-    )
-
 __all__ = [
     "CHECK_ORDER", "DEFAULT_PORT", "DEFAULT_TIMEOUT_S", "MULTICAST_OFF", "OWN_SCRIPT_SETTLE_S",
-    "PORT_NAME", "PREFLIGHT_LINE", "PREFLIGHT_SHA_ANNOTATION", "RESTART_OWN_SCRIPT",
-    "SMOKE_LABEL", "SMOKE_MOUNT", "SMOKE_SUFFIX", "SMOKE_VOLUME", "CheckResult", "Launcher",
+    "PORT_NAME", "PREFLIGHT_LINE", "RESTART_OWN_SCRIPT",
+    "CheckResult", "Launcher",
     "PodOutcome", "PodPlan", "PreflightSettings", "RehearseResult", "free_port",
     "operator_verdict", "aggregate", "check_timeout", "find_job", "operator_env",
     "own_script_note", "parse_lines", "plan_pods", "preflight_settings", "preflight_source",
-    "probe_gpus", "rehearse_manifests", "result_dict", "set_nproc", "smoke_names",
-    "smoke_workload", "split_command",
+    "probe_gpus", "rehearse_manifests", "result_dict", "set_nproc",
+    "split_command",
 ]
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -136,16 +125,3 @@ def rehearse_manifests(
     (root / "result.json").write_text(json.dumps(result_dict(result), indent=2) + "\n")
     return result
 
-
-# The smoke test moved to smoke.py (which imports this package's launcher): its names still
-# import from here, loaded on first use so that neither module needs the other to load first.
-_MOVED_TO_SMOKE = frozenset({"PREFLIGHT_SHA_ANNOTATION", "SMOKE_LABEL", "SMOKE_MOUNT",
-                             "SMOKE_SUFFIX", "SMOKE_VOLUME", "smoke_names", "smoke_workload"})
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED_TO_SMOKE:
-        from .. import smoke
-
-        return getattr(smoke, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .launcher import split_command
+from ..launcher import split_command
 from .pods import PodOutcome, PodPlan
 
 # The preflight's checks, in the order a table shows them.

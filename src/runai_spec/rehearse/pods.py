@@ -20,8 +20,8 @@ from typing import Any
 
 from ..checklist import PREFLIGHT_LINE, PreflightSettings, parse_lines, preflight_source
 from ..errors import InputError
+from ..launcher import has_flag, set_nproc, split_command
 from .job import container_of, find_job, nproc_of, operator_env, replicas_of
-from .launcher import has_flag, set_nproc, split_command
 
 # NVLink multicast can put a shared host's GPUs out of service (device README): always off,
 # also where a container's own env would switch it on.
