@@ -7,6 +7,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+from .errors import Location
 from .findings import Finding, Severity
 from .kubeflow import (
     INJECTED_ENV,
@@ -62,9 +63,8 @@ def rule(rule_id: str, severity: Severity, summary: str) -> Callable[[RuleFn], R
 
 def _finding(ctx: Context, rule_id: str, path: str, message: str, hint: str | None = None,
              severity: Severity | None = None) -> Finding:
-    return Finding(rule=rule_id, path=path, message=message, hint=hint,
-                   severity=severity or RULES[rule_id].severity, file=ctx.loaded.path,
-                   line=ctx.loaded.lines.get(path))
+    where = Location(ctx.loaded.path, ctx.loaded.lines.get(path), path)
+    return Finding(rule_id, where, message, hint, severity or RULES[rule_id].severity)
 
 
 IMAGE = re.compile(r"^(?P<registry>[a-z0-9.-]+(:[0-9]+)?)/(?P<repo>[a-z0-9._/-]+)"

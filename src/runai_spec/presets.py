@@ -155,10 +155,9 @@ def _pydantic_error(exc: ValidationError, source: str) -> PresetError:
     """Every problem of the file, one `error:` line each, and the engineers' hint."""
     errors = [PresetError(e["msg"], file=source, field=".".join(str(p) for p in e["loc"]) or None)
               for e in exc.errors()]
-    first = errors[0]
-    first.hint = "presets are engineer-owned; ask an SCC AI Engineer"
-    first.also = [e.lines()[0] for e in errors[1:]]
-    return first
+    return PresetError(errors[0].message, file=source, field=errors[0].field,
+                       hint="presets are engineer-owned; ask an SCC AI Engineer",
+                       also=[e.lines()[0] for e in errors[1:]])
 
 
 class PresetRegistry:

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .errors import InputError
+from .errors import InputError, Location
 from .findings import Finding
 from .kubeflow import DNS1035_PATTERN, DNS1123_PATTERN, NAME_MAX
 from .loading import load_mapping_lines, read_text
@@ -194,16 +194,12 @@ def _validation_error(exc: ValidationError, source: str,
                       lines: dict[str, int] | None = None) -> InputError:
     """Every problem pydantic found, one `error:` line each (a profile with five mistakes
     shows five), and the first hint."""
-    problems = [_explained(e) for e in exc.errors()]
-    errors = []
-    for path, msg, hint in problems:
-        line = _line_of(path, lines or {})
-        errors.append(InputError(msg, file=f"{source}:{line}" if line else source,
-                                 field=path or None, hint=hint))
+    errors = [InputError(msg, file=source, line=_line_of(path, lines or {}), field=path or None,
+                         hint=hint) for path, msg, hint in map(_explained, exc.errors())]
     first = errors[0]
-    first.hint = next((e.hint for e in errors if e.hint), None)
-    first.also = [e.lines()[0] for e in errors[1:]]
-    return first
+    return InputError(first.message, file=source, line=first.line, field=first.field,
+                      hint=next((e.hint for e in errors if e.hint), None),
+                      also=[e.lines()[0] for e in errors[1:]])
 
 
 _RESERVED_MESSAGE = ("reserved for the SCC AI Engineers (compute preset, workers, priority, "
@@ -230,10 +226,8 @@ def _strip_reserved(value: Any, path: str, source: str, lines: dict[str, int],
             if "/" in key:
                 what = f"reserved for the SCC AI Engineers ({what})"
             findings.append(Finding(
-                rule="reserved-field", path=child_path, file=source, line=lines.get(child_path),
-                message=what,
-                hint="remove it; ask your AI Engineer for a preset that has what you need",
-            ))
+                "reserved-field", Location(source, lines.get(child_path), child_path), what,
+                "remove it; ask your AI Engineer for a preset that has what you need"))
         elif not path and key in _FREE_KEYS:
             kept[key] = child
         else:
