@@ -87,7 +87,6 @@ class Plan:
     layout: str
     pods: int
     procs_per_pod: int
-    world_size: int
     elastic: ElasticPlan | None
     replicas: tuple[Replica, ...]
     launcher: tuple[str, ...]
@@ -112,6 +111,11 @@ class Plan:
     # Where each leaf came from, by its path in the plan (`env[3][1]`, `volumes[0].claim`),
     # recorded by plan_workload() as it derives the value; `render --explain` reads it.
     origins: Mapping[str, Origin] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def world_size(self) -> int:
+        """Processes in the job at its planned size (an elastic job's nodes)."""
+        return self.pods * self.procs_per_pod
 
     @property
     def requests(self) -> tuple[tuple[str, str | int], ...]:
@@ -351,7 +355,6 @@ def plan_workload(loaded: LoadedProfile, approved: ApprovedPreset, site: Site,
         layout=preset.layout,
         pods=preset.nodes,
         procs_per_pod=gpus,
-        world_size=preset.nodes * gpus,
         elastic=elastic,
         replicas=replicas,
         launcher=launcher,

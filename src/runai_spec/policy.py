@@ -247,11 +247,11 @@ def check_nproc(ctx: Context) -> Iterator[Finding]:
     for manifest in ctx.manifests:
         if manifest.get("kind") != KIND:
             continue
-        nproc = manifest["spec"].get("nprocPerNode")
+        nproc = manifest["spec"]["nprocPerNode"]
         for role, spec in manifest["spec"]["pytorchReplicaSpecs"].items():
             container = pytorch_container(spec, role)
-            gpus = container.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
-            command = container.get("command", [])
+            gpus = container["resources"]["limits"]["nvidia.com/gpu"]
+            command = container["command"]
             flags = nproc_flags(command)
             started = torchrun_procs(manifest, command)
             if command[:1] == ["torchrun"] and str(started) != str(gpus):
