@@ -31,7 +31,7 @@ class FieldOrigin:
 
 
 def _origin_dict(origin: Origin) -> dict[str, Any]:
-    return {k: v for k, v in dataclasses.asdict(origin).items() if v not in ("", None)}
+    return {k: v for k, v in origin._asdict().items() if v not in ("", None)}
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ MASTER = "Master"  # PyTorchJobReplicaTypeMaster
 WORKER = "Worker"  # PyTorchJobReplicaTypeWorker
 REPLICA_TYPES = (MASTER, WORKER)  # the order the operator numbers ranks in
 RDZV_BACKEND = "c10d"  # elasticPolicy.rdzvBackend when unset (elastic.go)
+GPU_RESOURCE = "nvidia.com/gpu"  # the NVIDIA device plugin's resource, which nproc must match
 
 # Pod labels the operator sets (pkg/apis/kubeflow.org/v1/common_types.go).
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"

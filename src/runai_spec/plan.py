@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from functools import lru_cache
+from typing import Any, NamedTuple
 
 from . import __version__
 from .kubeflow import (
     DIAGNOSTICS_ANNOTATION,
+    GPU_RESOURCE,
     MANAGED_BY,
     MANAGED_BY_LABEL,
     MASTER,
@@ -29,10 +31,11 @@ from .profile import LoadedProfile
 Pairs = tuple[tuple[str, str], ...]
 
 
-@dataclass(frozen=True)
-class Origin:
+class Origin(NamedTuple):
     """One source of a value: the profile, the preset, the site file, a rule or the template."""
 
+    # A tuple, not a dataclass: a plan records some sixty of them, and tuples are built
+    # several times faster (10,000 profiles in one call).
     kind: str  # profile | preset | site | ledger | derived | template
     field: str = ""  # the field in that file, or what the rule is
     file: str = ""
@@ -45,6 +48,7 @@ class Origin:
         return f"{self.kind} {where} {self.field}".rstrip()
 
 
+@lru_cache(maxsize=256)
 def derived(rule: str) -> Origin:
     return Origin("derived", rule)
 
@@ -286,7 +290,7 @@ def plan_workload(loaded: LoadedProfile, approved: ApprovedPreset, site: Site,
         for j in range(3):
             o[f"secret_env[{i}][{j}]"] = src.profile(f"secret_env.{name}")
 
-    limits = {"nvidia.com/gpu": _same(src.preset("gpus_per_pod"), "nvidia.com/gpu", gpus),
+    limits = {GPU_RESOURCE: _same(src.preset("gpus_per_pod"), GPU_RESOURCE, gpus),
               "cpu": _same(src.preset("cpu"), "cpu", preset.cpu),
               "memory": _same(src.preset("memory"), "memory", preset.memory)}
     for key, devices in preset.network.resources.items():

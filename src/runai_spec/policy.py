@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from .errors import Location
 from .findings import Finding, Severity
 from .kubeflow import (
+    GPU_RESOURCE,
     INJECTED_ENV,
     KIND,
     NAME_MAX,
@@ -250,7 +251,7 @@ def check_nproc(ctx: Context) -> Iterator[Finding]:
         nproc = manifest["spec"]["nprocPerNode"]
         for role, spec in manifest["spec"]["pytorchReplicaSpecs"].items():
             container = pytorch_container(spec, role)
-            gpus = container["resources"]["limits"]["nvidia.com/gpu"]
+            gpus = container["resources"]["limits"][GPU_RESOURCE]
             command = container["command"]
             flags = nproc_flags(command)
             started = torchrun_procs(manifest, command)
