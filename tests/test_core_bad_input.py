@@ -11,6 +11,7 @@ import yaml
 from typer.testing import CliRunner
 
 from runai_spec.cli import app
+from runai_spec.kubeflow import DIAGNOSTICS_ANNOTATION, NAME_MAX, WORKER, pod_name
 
 runner = CliRunner()
 
@@ -158,7 +159,8 @@ def test_unknown_preset_suggests_the_closest(write_profile: Callable[..., Path],
 
 def test_name_too_long_for_worker_pods_is_a_finding(write_profile: Callable[..., Path],
                                                     base_profile: dict[str, Any]) -> None:
-    base_profile["name"] = "a" * 55  # 55 + len("-worker-0") = 64
+    base_profile["name"] = "a" * 55
+    assert len(pod_name(base_profile["name"], WORKER, 0)) == NAME_MAX + 1
     result = run("render", str(write_profile(base_profile)))
     assert result.exit_code == 1
     assert result.stdout == ""
@@ -220,7 +222,7 @@ def test_nccl_debug_switch_is_reported_not_refused(write_profile: Callable[..., 
     job = yaml.safe_load(result.stdout)
     env = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["env"]
     assert {"name": "NCCL_DEBUG", "value": "INFO"} in env
-    assert job["metadata"]["annotations"]["runai-spec/diagnostics"] == "nccl-debug"
+    assert job["metadata"]["annotations"][DIAGNOSTICS_ANNOTATION] == "nccl-debug"
 
 
 def test_one_bad_profile_writes_nothing_for_the_others(write_profile: Callable[..., Path],

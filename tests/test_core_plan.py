@@ -8,6 +8,14 @@ from typing import Any
 import pytest
 
 from conftest import BASE_PROFILE, ROOT
+from runai_spec.kubeflow import (
+    CONTAINER,
+    MASTER,
+    PRESET_ANNOTATION,
+    PRESET_SHA_ANNOTATION,
+    PROFILE_SHA_ANNOTATION,
+    WORKER,
+)
 from runai_spec.manifests import dump
 from runai_spec.plan import plan_workload
 from runai_spec.presets import PresetRegistry, Site
@@ -26,12 +34,12 @@ def job_for(preset: str, site: Site | None = None, **changes: Any) -> dict[str, 
     return job
 
 
-def pod(job: dict[str, Any], role: str = "Master") -> dict[str, Any]:
+def pod(job: dict[str, Any], role: str = MASTER) -> dict[str, Any]:
     spec: dict[str, Any] = job["spec"]["pytorchReplicaSpecs"][role]["template"]["spec"]
     return spec
 
 
-def env(job: dict[str, Any], role: str = "Master") -> dict[str, str]:
+def env(job: dict[str, Any], role: str = MASTER) -> dict[str, str]:
     return {e["name"]: e["value"] for e in pod(job, role)["containers"][0]["env"]}
 
 
@@ -40,7 +48,7 @@ def test_single_gpu_is_python_with_local_rank_zero() -> None:
     assert pod(job)["containers"][0]["command"][:3] == ["python", "-u", "train.py"]
     assert env(job)["LOCAL_RANK"] == "0"
     assert job["spec"]["nprocPerNode"] == "1"
-    assert set(job["spec"]["pytorchReplicaSpecs"]) == {"Master"}
+    assert set(job["spec"]["pytorchReplicaSpecs"]) == {MASTER}
 
 
 def test_single_node_is_standalone_torchrun_with_one_process_per_gpu() -> None:
@@ -55,10 +63,10 @@ def test_single_node_is_standalone_torchrun_with_one_process_per_gpu() -> None:
 def test_multi_node_master_trains_and_torchrun_reads_the_operator_variables() -> None:
     job = job_for("h200-2x8-ib")
     specs = job["spec"]["pytorchReplicaSpecs"]
-    assert (specs["Master"]["replicas"], specs["Worker"]["replicas"]) == (1, 1)
-    for role in ("Master", "Worker"):
+    assert (specs[MASTER]["replicas"], specs[WORKER]["replicas"]) == (1, 1)
+    for role in (MASTER, WORKER):
         container = pod(job, role)["containers"][0]
-        assert container["name"] == "pytorch"
+        assert container["name"] == CONTAINER
         assert container["command"][:2] == ["torchrun", "train.py"]
         assert not any(a.startswith("--nnodes") or a.startswith("--node") for a in container["command"])
         assert container["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
@@ -72,12 +80,12 @@ def test_multi_node_master_trains_and_torchrun_reads_the_operator_variables() ->
 
 def test_elastic_is_worker_only_with_c10d_bounds() -> None:
     job = job_for("h200-elastic-2to4x8-ib", batch={"local": 4, "grad_accum": 1, "global": 128})
-    assert set(job["spec"]["pytorchReplicaSpecs"]) == {"Worker"}
+    assert set(job["spec"]["pytorchReplicaSpecs"]) == {WORKER}
     assert job["spec"]["elasticPolicy"] == {"rdzvBackend": "c10d", "minReplicas": 2,
                                             "maxReplicas": 4, "maxRestarts": 3}
     # Without a Master the operator injects no PET_NPROC_PER_NODE from nprocPerNode: the
     # launcher must say it, or torchrun starts one process on an 8-GPU pod.
-    assert pod(job, "Worker")["containers"][0]["command"][:3] == [
+    assert pod(job, WORKER)["containers"][0]["command"][:3] == [
         "torchrun", "--nproc-per-node=8", "train.py"]
 
 
@@ -118,9 +126,9 @@ def test_site_can_map_a_project_to_another_namespace() -> None:
 def test_provenance_annotations() -> None:
     job = job_for("h200-8gpu")
     notes = job["metadata"]["annotations"]
-    assert notes["runai-spec/preset"] == "h200-8gpu"
-    assert notes["runai-spec/preset-sha256"] == REGISTRY.get("h200-8gpu").sha256
-    assert len(notes["runai-spec/profile-sha256"]) == 64
+    assert notes[PRESET_ANNOTATION] == "h200-8gpu"
+    assert notes[PRESET_SHA_ANNOTATION] == REGISTRY.get("h200-8gpu").sha256
+    assert len(notes[PROFILE_SHA_ANNOTATION]) == 64
 
 
 @pytest.mark.parametrize("preset", ["h200-1gpu", "h200-8gpu", "h200-2x8-ib"])

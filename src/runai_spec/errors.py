@@ -1,6 +1,10 @@
-"""One error hierarchy: each error carries its exit code and an optional hint."""
+"""One error hierarchy (exit code, hint) and one Location for every error and finding."""
 
 from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
@@ -9,24 +13,73 @@ EXIT_CLUSTER = 3
 EXIT_INTERNAL = 70
 
 
+@dataclass(frozen=True)
+class Location:
+    """Where a problem is: a file, the line in it, the field (`env.HF_TOKEN`, `--by`)."""
+
+    file: str | None = None
+    line: int | None = None
+    field: str | None = None
+
+    @property
+    def place(self) -> str | None:
+        """`file:line`, or the file alone."""
+        if self.file and self.line is not None:
+            return f"{self.file}:{self.line}"
+        return self.file
+
+    def __str__(self) -> str:
+        return ": ".join(part for part in (self.place, self.field) if part)
+
+
 class RunaiSpecError(Exception):
     """The tool cannot do its job; printed as one `error:` line and an optional `hint:`."""
 
     exit_code = EXIT_INTERNAL
 
     def __init__(
-        self, message: str, *, file: str | None = None, field: str | None = None,
-        hint: str | None = None,
+        self, message: str, *, file: str | None = None, line: int | None = None,
+        field: str | None = None, hint: str | None = None, also: Sequence[str] = (),
     ) -> None:
         super().__init__(message)
         self.message = message
-        self.file = file
-        self.field = field
+        self.location = Location(file, line, field)
         self.hint = hint
-        self.also: list[str] = []  # more `error:` lines of the same input (all at once)
+        self.also = tuple(also)  # more `error:` lines of the same input (all at once)
+
+    @property
+    def file(self) -> str | None:
+        return self.location.file
+
+    @file.setter
+    def file(self, value: str | None) -> None:
+        # Only for workload.py and rehearse.py, which still fill in the profile after the
+        # fact; they should raise `exc.located(...)` instead, then this setter goes.
+        self.location = Location(value, self.location.line, self.location.field)
+
+    @property
+    def line(self) -> int | None:
+        return self.location.line
+
+    @property
+    def field(self) -> str | None:
+        return self.location.field
+
+    @field.setter
+    def field(self, value: str | None) -> None:  # see the file setter
+        self.location = Location(self.location.file, self.location.line, value)
+
+    def located(self, file: str, field: str | None = None) -> RunaiSpecError:
+        """A copy of this error placed in `file` (and `field`) where it names no file itself,
+        for the caller that knows which input it was reading."""
+        if self.location.file is not None:
+            return self
+        placed = copy.copy(self)
+        placed.location = Location(file, self.location.line, self.location.field or field)
+        return placed
 
     def lines(self) -> list[str]:
-        where = ": ".join(part for part in (self.file, self.field) if part)
+        where = str(self.location)
         head = f"error: {where}: {self.message}" if where else f"error: {self.message}"
         out = [head, *self.also]
         if self.hint:

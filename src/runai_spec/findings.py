@@ -1,28 +1,51 @@
-"""Finding: one policy result with a stable rule id, a field path and a hint."""
+"""Finding: one policy result with a stable rule id, a Location and a hint."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
 
+from .errors import Location
+
 Severity = Literal["error", "warning", "info"]
+UNNAMED = "<profile>"  # the file of a finding about input that was not read from a file
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Finding:
     """A rule's verdict on one field: collected, never raised."""
 
     rule: str
-    path: str
+    location: Location
     message: str
     hint: str | None = None
     severity: Severity = "error"
-    file: str | None = None
-    line: int | None = None
+
+    def __init__(self, rule: str, location: Location | str, message: str,
+                 hint: str | None = None, severity: Severity = "error", *,
+                 file: str | None = None, line: int | None = None) -> None:
+        # `location` as a bare field path with file=/line= is how crd.py still calls this;
+        # once it passes a Location, the str form and the two keywords go.
+        if isinstance(location, str):
+            location = Location(file, line, location)
+        for name, value in (("rule", rule), ("location", location), ("message", message),
+                            ("hint", hint), ("severity", severity)):
+            object.__setattr__(self, name, value)
+
+    @property
+    def file(self) -> str | None:
+        return self.location.file
+
+    @property
+    def line(self) -> int | None:
+        return self.location.line
+
+    @property
+    def path(self) -> str:
+        """The field the finding is about (`env.HF_TOKEN`, `spec.pytorchReplicaSpecs.Worker`)."""
+        return self.location.field or ""
 
     def lines(self) -> list[str]:
-        where = self.file or "<profile>"
-        if self.line is not None:
-            where = f"{where}:{self.line}"
+        where = Location(self.file or UNNAMED, self.line)
         head = f"{self.severity}: {where}: {self.path}: {self.message} [{self.rule}]"
         return [head, f"hint: {self.hint}"] if self.hint else [head]

@@ -204,11 +204,6 @@ def load_mapping_lines(text: str, source: str) -> tuple[dict[str, Any], dict[str
     return doc, lines
 
 
-def load_mapping(path: Path, *, max_bytes: int = MAX_BYTES) -> dict[str, Any]:
-    """Load a file that must hold exactly one YAML mapping."""
-    return load_mapping_text(read_text(path, max_bytes=max_bytes), str(path))
-
-
 def load_documents(path: Path, *, max_bytes: int = 16 * MAX_BYTES) -> list[dict[str, Any]]:
     """Load a manifest file: one or more mapping documents (empty documents skipped)."""
     docs = parse_documents(read_text(path, max_bytes=max_bytes), str(path))

@@ -1,4 +1,4 @@
-"""Manifest values: parse rendered text, check operator rules, one canonical dump."""
+"""Manifest values: parse rendered text strictly, one canonical dump."""
 
 from __future__ import annotations
 
@@ -8,11 +8,14 @@ from functools import lru_cache
 from json.encoder import encode_basestring
 from typing import Any
 
+from .kubeflow import DNS1035 as DNS1035
+from .kubeflow import operator_problems as operator_problems
 from .loading import parse_documents
 
 Manifest = dict[str, Any]
+# DNS1035 and operator_problems now live in kubeflow.py; cli.py and test_smoke.py still import
+# them from here until they switch (issue 10).
 
-DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*$")
 # YAML 1.1 readers (PyYAML, older tools) would turn these plain keys into non-strings.
 _AMBIGUOUS = re.compile(r"^(y|Y|yes|Yes|YES|n|N|no|No|NO|true|True|TRUE|false|False|FALSE|"
@@ -141,23 +144,3 @@ def object_key(manifest: Manifest) -> str:
     """`Kind/namespace/name`, how diff and submit identify an object."""
     meta = manifest.get("metadata") or {}
     return f"{manifest.get('kind')}/{meta.get('namespace', '')}/{meta.get('name')}"
-
-
-def operator_problems(job: Manifest) -> list[str]:
-    """The training operator's webhook rules, which the CRD schema does not carry."""
-    problems = []
-    name = str(job.get("metadata", {}).get("name", ""))
-    if not DNS1035.match(name) or len(name) > 63:
-        problems.append(f"metadata.name: {name!r} is not a DNS-1035 label")
-    specs = job.get("spec", {}).get("pytorchReplicaSpecs", {})
-    elastic = "elasticPolicy" in job.get("spec", {})
-    if "Master" in specs:
-        if specs["Master"].get("replicas") != 1:
-            problems.append("spec.pytorchReplicaSpecs.Master.replicas: must be exactly 1")
-    elif not elastic:
-        problems.append("spec.pytorchReplicaSpecs: a Master replica is required")
-    for role, spec in specs.items():
-        containers = spec.get("template", {}).get("spec", {}).get("containers", [])
-        if not any(c.get("name") == "pytorch" for c in containers):
-            problems.append(f"spec.pytorchReplicaSpecs.{role}: no container named 'pytorch'")
-    return problems

@@ -1,15 +1,56 @@
-"""Plan: topology, launcher argv, env, names, volumes and provenance (pure)."""
+"""Plan: topology, launcher argv, env, names, volumes, and where each value came from (pure)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, NamedTuple
 
 from . import __version__
-from .presets import ApprovedPreset, Site
+from .kubeflow import (
+    DIAGNOSTICS_ANNOTATION,
+    GPU_RESOURCE,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    MASTER,
+    NAME_LABEL,
+    NPROC_FLAG,
+    PRESET_ANNOTATION,
+    PRESET_SHA_ANNOTATION,
+    PROFILE_SHA_ANNOTATION,
+    PROJECT_LABEL,
+    SITE_SHA_ANNOTATION,
+    VERSION_ANNOTATION,
+    WORKER,
+    pod_name,
+)
+from .presets import LEDGER_FILE, SITE_FILE, ApprovedPreset, Site
 from .profile import LoadedProfile
 
-MANAGED_BY = "runai-spec"
+Pairs = tuple[tuple[str, str], ...]
+
+
+class Origin(NamedTuple):
+    """One source of a value: the profile, the preset, the site file, a rule or the template."""
+
+    # A tuple, not a dataclass: a plan records some sixty of them, and tuples are built
+    # several times faster (10,000 profiles in one call).
+    kind: str  # profile | preset | site | ledger | derived | template
+    field: str = ""  # the field in that file, or what the rule is
+    file: str = ""
+    line: int | None = None
+
+    def __str__(self) -> str:
+        if self.kind in ("derived", "template"):
+            return f"{self.kind}: {self.field}"
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        return f"{self.kind} {where} {self.field}".rstrip()
+
+
+@lru_cache(maxsize=256)
+def derived(rule: str) -> Origin:
+    return Origin("derived", rule)
 
 
 @dataclass(frozen=True)
@@ -27,9 +68,8 @@ class Volume:
 class Replica:
     """One replica type of the PyTorchJob."""
 
-    role: str  # "Master" or "Worker"
+    role: str  # kubeflow.MASTER or kubeflow.WORKER
     replicas: int
-    first_rank: int  # pod rank of the first pod of this role
 
 
 @dataclass(frozen=True)
@@ -51,7 +91,6 @@ class Plan:
     layout: str
     pods: int
     procs_per_pod: int
-    world_size: int
     elastic: ElasticPlan | None
     replicas: tuple[Replica, ...]
     launcher: tuple[str, ...]
@@ -59,14 +98,12 @@ class Plan:
     env: tuple[tuple[str, str], ...]
     image: str
     working_dir: str | None
-    limits: tuple[tuple[str, str | int], ...]
-    requests: tuple[tuple[str, str | int], ...]
+    limits: tuple[tuple[str, str | int], ...]  # requests are the same (see `requests`)
     capabilities: tuple[str, ...]
     volumes: tuple[Volume, ...]
-    labels: tuple[tuple[str, str], ...]
-    annotations: tuple[tuple[str, str], ...]
-    pod_labels: tuple[tuple[str, str], ...]
-    pod_annotations: tuple[tuple[str, str], ...]
+    labels: Pairs  # the job's and every pod's (see `pod_labels`)
+    annotations: Pairs
+    pod_annotations: Pairs
     scheduler_name: str
     master_port: int
     restart_policy: str
@@ -75,6 +112,25 @@ class Plan:
     diagnostics: tuple[str, ...]
     # (variable, Secret name, key): rendered as valueFrom.secretKeyRef, never as a value
     secret_env: tuple[tuple[str, str, str], ...] = ()
+    # Where each leaf came from, by its path in the plan (`env[3][1]`, `volumes[0].claim`),
+    # recorded by plan_workload() as it derives the value; `render --explain` reads it.
+    origins: Mapping[str, Origin] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def world_size(self) -> int:
+        """Processes in the job at its planned size (an elastic job's nodes)."""
+        return self.pods * self.procs_per_pod
+
+    @property
+    def requests(self) -> tuple[tuple[str, str | int], ...]:
+        """Requests equal limits: Kubernetes requires it of extended resources (GPUs, RDMA
+        devices), and it puts the pods in the Guaranteed QoS class."""
+        return self.limits
+
+    @property
+    def pod_labels(self) -> Pairs:
+        """Pods carry the job's labels: the Run:ai scheduler reads queue and priority there."""
+        return self.labels
 
     @property
     def command(self) -> tuple[str, ...]:
@@ -85,9 +141,9 @@ class Plan:
     def pod_names(self) -> tuple[str, ...]:
         names = []
         for replica in self.replicas:
-            count = self.elastic.max_pods if (self.elastic and replica.role == "Worker") \
+            count = self.elastic.max_pods if (self.elastic and replica.role == WORKER) \
                 else replica.replicas
-            names += [f"{self.name}-{replica.role.lower()}-{i}" for i in range(count)]
+            names += [pod_name(self.name, replica.role, i) for i in range(count)]
         return tuple(names)
 
     @property
@@ -117,12 +173,12 @@ def launcher_for(layout: str, gpus: int, elastic: bool = False) -> tuple[str, ..
         # its workers with -u.
         return ("python", "-u")
     if layout == "single-node":
-        return ("torchrun", "--standalone", "--nnodes=1", f"--nproc-per-node={gpus}")
+        return ("torchrun", "--standalone", "--nnodes=1", f"{NPROC_FLAG}={gpus}")
     if elastic:
         # A Worker-only job gets no PET_NPROC_PER_NODE from spec.nprocPerNode (the operator
         # sets it from the Master branch only, or from the deprecated, and with nprocPerNode
         # forbidden, elasticPolicy.nProcPerNode): without the flag torchrun starts 1 process.
-        return ("torchrun", f"--nproc-per-node={gpus}")
+        return ("torchrun", f"{NPROC_FLAG}={gpus}")
     # Multi-node: nodes, node rank, master and processes per node come from the operator's
     # PET_* variables, which torchrun reads as the defaults of its flags.
     return ("torchrun",)
@@ -132,72 +188,169 @@ def namespace_for(site: Site, project: str) -> str:
     return site.namespaces.get(project) or site.namespace_pattern.format(project=project)
 
 
+class _Sources:
+    """Origins in the three files a plan reads, with the line each field is on."""
+
+    def __init__(self, loaded: LoadedProfile, approved: ApprovedPreset, site: Site) -> None:
+        self.loaded, self.approved, self.site_lines = loaded, approved, site.lines
+        # Shown as presets/<file>, the name reviewers know, wherever the folder is installed.
+        self.preset_file = f"presets/{approved.name}.yaml"
+        self.site_file, self.ledger_file = f"presets/{SITE_FILE}", f"presets/{LEDGER_FILE}"
+
+    def profile(self, field: str) -> Origin:
+        return Origin("profile", field, self.loaded.path, self.loaded.lines.get(field))
+
+    def preset(self, field: str) -> Origin:
+        line = self.approved.lines.get(field)
+        return Origin("preset", field if line else f"{field} (default)", self.preset_file, line)
+
+    def site(self, field: str) -> Origin:
+        line = self.site_lines.get(field)
+        return Origin("site", field if line else f"{field} (default)", self.site_file, line)
+
+    def ledger(self, filename: str) -> Origin:
+        return Origin("ledger", f"approvals.{filename}.sha256", self.ledger_file)
+
+
+# One entry of a key/value list in the plan, with where the key and the value came from.
+Entry = tuple[str, Any, Origin, Origin]
+
+
+def _pairs(origins: dict[str, Origin], prefix: str, entries: dict[str, Entry]
+           ) -> tuple[tuple[str, Any], ...]:
+    """The plan's (key, value) tuple, recording `prefix[i][0]` and `prefix[i][1]`."""
+    for i, (_, _, key_origin, value_origin) in enumerate(entries.values()):
+        origins[f"{prefix}[{i}][0]"], origins[f"{prefix}[{i}][1]"] = key_origin, value_origin
+    return tuple((key, value) for key, value, _, _ in entries.values())
+
+
+def _same(origin: Origin, key: str, value: Any) -> Entry:
+    return (key, value, origin, origin)
+
+
 def plan_workload(loaded: LoadedProfile, approved: ApprovedPreset, site: Site,
                   *, site_sha256: str = "") -> Plan:
-    """Derive the topology and every value the manifests carry."""
+    """Derive the topology and every value the manifests carry, and where each came from."""
     profile = loaded.profile
     preset = approved.preset
+    src = _Sources(loaded, approved, site)
     gpus = preset.gpus_per_pod
+    o: dict[str, Origin] = {
+        "name": src.profile("name"), "project": src.profile("project"),
+        "namespace": (src.site(f"namespaces.{profile.project}")
+                      if profile.project in site.namespaces else src.site("namespace_pattern")),
+        "procs_per_pod": src.preset("gpus_per_pod"), "image": src.profile("image"),
+        "working_dir": src.profile("working_dir"), "scheduler_name": src.site("scheduler_name"),
+        "master_port": src.preset("master_port"),
+        "restart_policy": src.preset("run_policy.restart_policy"),
+    }
+
     elastic = None
     if preset.elastic is not None:
         elastic = ElasticPlan(preset.elastic.min, preset.elastic.max, preset.elastic.max_restarts)
-        replicas: tuple[Replica, ...] = (Replica("Worker", preset.nodes, 0),)
+        o |= {"elastic.min_pods": src.preset("elastic.min"),
+              "elastic.max_pods": src.preset("elastic.max"),
+              "elastic.max_restarts": src.preset("elastic.max_restarts")}
+        replicas: tuple[Replica, ...] = (Replica(WORKER, preset.nodes),)
+        counts = [src.preset("nodes")]
     elif preset.nodes == 1:
-        replicas = (Replica("Master", 1, 0),)
+        replicas = (Replica(MASTER, 1),)
+        counts = [derived("exactly one Master")]
     else:
-        replicas = (Replica("Master", 1, 0), Replica("Worker", preset.nodes - 1, 1))
+        replicas = (Replica(MASTER, 1), Replica(WORKER, preset.nodes - 1))
+        counts = [derived("exactly one Master"),
+                  derived(f"preset nodes ({preset.nodes}) - 1 Master")]
+    for i, count in enumerate(counts):
+        o[f"replicas[{i}].role"] = derived("Master trains; Workers join it" if elastic is None
+                                           else "elastic: Worker-only job")
+        o[f"replicas[{i}].replicas"] = count
 
-    env = dict(profile.env_strings())
+    launcher = launcher_for(preset.layout, gpus, elastic=elastic is not None)
+    for i, arg in enumerate(launcher):
+        o[f"launcher[{i}]"] = (src.preset("gpus_per_pod") if arg.startswith(NPROC_FLAG) else
+                               derived(f"launcher for the {preset.layout} layout (site guide)"))
+    for i in range(len(profile.command)):
+        o[f"entrypoint[{i}]"] = src.profile(f"command[{i}]")
+
+    env = {key: _same(src.profile(f"env.{key}"), key, value)
+           for key, value in profile.env_strings().items()}
     if preset.layout == "single-gpu":
         # Scripts written for torchrun read LOCAL_RANK; nothing else sets it for bare python.
-        env["LOCAL_RANK"] = "0"
-    env.update(preset.network.env)
+        env["LOCAL_RANK"] = _same(derived("single GPU: bare python sets no LOCAL_RANK"),
+                                  "LOCAL_RANK", "0")
+    for key, value in preset.network.env.items():
+        env[key] = _same(src.preset(f"network.env.{key}"), key, value)
     diagnostics: list[str] = []
     if profile.diagnostics.nccl_debug:
-        env["NCCL_DEBUG"] = "INFO"
+        env["NCCL_DEBUG"] = _same(src.profile("diagnostics.nccl_debug"), "NCCL_DEBUG", "INFO")
         diagnostics.append("nccl-debug")
+    secret_env = []
+    for i, (name, ref) in enumerate(profile.secret_env.items()):
+        secret_env.append((name, ref.secret, ref.key))
+        for j in range(3):
+            o[f"secret_env[{i}][{j}]"] = src.profile(f"secret_env.{name}")
 
-    limits: dict[str, str | int] = {"nvidia.com/gpu": gpus, "cpu": preset.cpu,
-                                    "memory": preset.memory}
-    limits.update(preset.network.resources)
+    limits = {GPU_RESOURCE: _same(src.preset("gpus_per_pod"), GPU_RESOURCE, gpus),
+              "cpu": _same(src.preset("cpu"), "cpu", preset.cpu),
+              "memory": _same(src.preset("memory"), "memory", preset.memory)}
+    for key, devices in preset.network.resources.items():
+        limits[key] = _same(src.preset(f"network.resources.{key}"), key, devices)
+    for i in range(len(preset.network.capabilities)):
+        o[f"capabilities[{i}]"] = src.preset(f"network.capabilities[{i}]")
 
-    volumes: list[Volume] = []
-    ckpt = profile.checkpoint
-    volumes.append(Volume("checkpoint", ckpt.dir, False, claim=ckpt.pvc or ckpt.source))
-    for index, data in enumerate(profile.data):
-        volumes.append(Volume(f"data-{index}", data.path, data.read_only,
-                              claim=data.pvc or data.source))
-    if preset.shared_memory:
-        volumes.append(Volume("dshm", "/dev/shm", False, memory_size=preset.shared_memory))
+    volumes = _volumes(loaded, approved, src, o)
 
+    key_fixed = derived("label key fixed by runai-spec")
     labels = {
-        site.queue_label: profile.project,
-        "project": profile.project,
-        site.priority_label: preset.priority,
-        site.preemptibility_label: "preemptible" if preset.preemptible else "non-preemptible",
-        "app.kubernetes.io/managed-by": MANAGED_BY,
-        "app.kubernetes.io/name": profile.name,
+        site.queue_label: (site.queue_label, profile.project, src.site("queue_label"),
+                           src.profile("project")),
+        PROJECT_LABEL: (PROJECT_LABEL, profile.project, key_fixed, src.profile("project")),
+        site.priority_label: (site.priority_label, preset.priority, src.site("priority_label"),
+                              src.preset("priority")),
+        site.preemptibility_label: (
+            site.preemptibility_label, "preemptible" if preset.preemptible else "non-preemptible",
+            src.site("preemptibility_label"), src.preset("preemptible")),
+        MANAGED_BY_LABEL: (MANAGED_BY_LABEL, MANAGED_BY, key_fixed,
+                           derived(f"{MANAGED_BY} marks what it created")),
+        NAME_LABEL: (NAME_LABEL, profile.name, key_fixed, src.profile("name")),
     }
     if preset.node_pool:
-        labels[site.node_pool_label] = preset.node_pool
+        labels[site.node_pool_label] = (site.node_pool_label, preset.node_pool,
+                                        src.site("node_pool_label"), src.preset("node_pool"))
+    note = derived("annotation key fixed by runai-spec")
     annotations = {
-        "runai-spec/version": __version__,
-        "runai-spec/preset": approved.name,
-        "runai-spec/preset-sha256": approved.sha256,
-        "runai-spec/profile-sha256": loaded.sha256,
+        VERSION_ANNOTATION: (VERSION_ANNOTATION, __version__, note, derived("runai-spec version")),
+        PRESET_ANNOTATION: (PRESET_ANNOTATION, approved.name, note, src.profile("preset")),
+        PRESET_SHA_ANNOTATION: (PRESET_SHA_ANNOTATION, approved.sha256, note,
+                                src.ledger(f"{approved.name}.yaml")),
+        PROFILE_SHA_ANNOTATION: (PROFILE_SHA_ANNOTATION, loaded.sha256, note,
+                                 derived(f"sha256 of {loaded.path}")),
     }
     if site_sha256:
-        annotations["runai-spec/site-sha256"] = site_sha256
+        annotations[SITE_SHA_ANNOTATION] = (SITE_SHA_ANNOTATION, site_sha256, note,
+                                            src.ledger(SITE_FILE))
     if diagnostics:
-        annotations["runai-spec/diagnostics"] = ",".join(diagnostics)
+        annotations[DIAGNOSTICS_ANNOTATION] = (DIAGNOSTICS_ANNOTATION, ",".join(diagnostics),
+                                               note, src.profile("diagnostics"))
+    pod_annotations = {key: _same(src.preset(f"network.annotations.{key}"), key, value)
+                       for key, value in preset.network.annotations.items()}
 
     policy = preset.run_policy
-    run_policy: dict[str, str | int] = {"cleanPodPolicy": policy.clean_pod_policy,
-                                        "backoffLimit": policy.backoff_limit}
+    kubeflow_field = derived("Kubeflow runPolicy field")
+
+    def run(key: str, value: str | int, field: str) -> Entry:
+        return (key, value, kubeflow_field, src.preset(f"run_policy.{field}"))
+
+    run_policy = {"cleanPodPolicy": run("cleanPodPolicy", policy.clean_pod_policy,
+                                        "clean_pod_policy"),
+                  "backoffLimit": run("backoffLimit", policy.backoff_limit, "backoff_limit")}
     if policy.ttl_seconds_after_finished is not None:
-        run_policy["ttlSecondsAfterFinished"] = policy.ttl_seconds_after_finished
+        run_policy["ttlSecondsAfterFinished"] = run(
+            "ttlSecondsAfterFinished", policy.ttl_seconds_after_finished,
+            "ttl_seconds_after_finished")
     if policy.active_deadline_seconds is not None:
-        run_policy["activeDeadlineSeconds"] = policy.active_deadline_seconds
+        run_policy["activeDeadlineSeconds"] = run(
+            "activeDeadlineSeconds", policy.active_deadline_seconds, "active_deadline_seconds")
 
     return Plan(
         name=profile.name,
@@ -206,27 +359,55 @@ def plan_workload(loaded: LoadedProfile, approved: ApprovedPreset, site: Site,
         layout=preset.layout,
         pods=preset.nodes,
         procs_per_pod=gpus,
-        world_size=preset.nodes * gpus,
         elastic=elastic,
         replicas=replicas,
-        launcher=launcher_for(preset.layout, gpus, elastic=elastic is not None),
+        launcher=launcher,
         entrypoint=tuple(profile.command),
-        env=tuple(env.items()),
+        env=_pairs(o, "env", env),
         image=profile.image,
         working_dir=profile.working_dir,
-        limits=tuple(limits.items()),
-        requests=tuple(limits.items()),
+        limits=_pairs(o, "limits", limits),
         capabilities=tuple(preset.network.capabilities),
-        volumes=tuple(volumes),
-        labels=tuple(labels.items()),
-        annotations=tuple(annotations.items()),
-        pod_labels=tuple(labels.items()),
-        pod_annotations=tuple(preset.network.annotations.items()),
+        volumes=volumes,
+        labels=_pairs(o, "labels", labels),
+        annotations=_pairs(o, "annotations", annotations),
+        pod_annotations=_pairs(o, "pod_annotations", pod_annotations),
         scheduler_name=site.scheduler_name,
         master_port=preset.master_port,
         restart_policy=policy.restart_policy,
-        run_policy=tuple(run_policy.items()),
+        run_policy=_pairs(o, "run_policy", run_policy),
         preset_name=approved.name,
         diagnostics=tuple(diagnostics),
-        secret_env=tuple((name, ref.secret, ref.key) for name, ref in profile.secret_env.items()),
+        secret_env=tuple(secret_env),
+        origins=o,
     )
+
+
+def _volumes(loaded: LoadedProfile, approved: ApprovedPreset, src: _Sources,
+             o: dict[str, Origin]) -> tuple[Volume, ...]:
+    """The checkpoint volume, the data volumes, /dev/shm; their origins into `o`."""
+    profile, preset = loaded.profile, approved.preset
+    ckpt = profile.checkpoint
+    volumes = [Volume("checkpoint", ckpt.dir, False, claim=ckpt.pvc or ckpt.source)]
+    origins = [{"mount_path": src.profile("checkpoint.dir"),
+                "claim": src.profile("checkpoint.pvc" if ckpt.pvc else "checkpoint.source"),
+                "read_only": derived("checkpoints are written")}]
+    for index, data in enumerate(profile.data):
+        d = f"data[{index}]"
+        volumes.append(Volume(f"data-{index}", data.path, data.read_only,
+                              claim=data.pvc or data.source))
+        read_only = src.profile(f"{d}.read_only")
+        origins.append({
+            "mount_path": src.profile(f"{d}.path"),
+            "claim": src.profile(f"{d}.pvc" if data.pvc else f"{d}.source"),
+            "read_only": read_only if read_only.line else
+            derived("data is read-only unless the profile says otherwise")})
+    if preset.shared_memory:
+        volumes.append(Volume("dshm", "/dev/shm", False, memory_size=preset.shared_memory))
+        origins.append({"mount_path": derived("large shared memory at /dev/shm"),
+                        "memory_size": src.preset("shared_memory"),
+                        "read_only": derived("shared memory is written")})
+    for i, fields in enumerate(origins):
+        o[f"volumes[{i}].name"] = derived("volume name")
+        o |= {f"volumes[{i}].{name}": origin for name, origin in fields.items()}
+    return tuple(volumes)

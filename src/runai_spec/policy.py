@@ -7,7 +7,17 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+from .errors import Location
 from .findings import Finding, Severity
+from .kubeflow import (
+    GPU_RESOURCE,
+    INJECTED_ENV,
+    KIND,
+    NAME_MAX,
+    nproc_flags,
+    pytorch_container,
+    torchrun_procs,
+)
 from .loading import looks_secret
 from .manifests import Manifest
 from .plan import Plan
@@ -54,9 +64,8 @@ def rule(rule_id: str, severity: Severity, summary: str) -> Callable[[RuleFn], R
 
 def _finding(ctx: Context, rule_id: str, path: str, message: str, hint: str | None = None,
              severity: Severity | None = None) -> Finding:
-    return Finding(rule=rule_id, path=path, message=message, hint=hint,
-                   severity=severity or RULES[rule_id].severity, file=ctx.loaded.path,
-                   line=ctx.loaded.lines.get(path))
+    where = Location(ctx.loaded.path, ctx.loaded.lines.get(path), path)
+    return Finding(rule_id, where, message, hint, severity or RULES[rule_id].severity)
 
 
 IMAGE = re.compile(r"^(?P<registry>[a-z0-9.-]+(:[0-9]+)?)/(?P<repo>[a-z0-9._/-]+)"
@@ -66,9 +75,6 @@ NCCL_TRANSPORT = re.compile(
     r"^(NCCL_SOCKET_IFNAME|NCCL_IB_.*|NCCL_NET.*|NCCL_P2P_.*|NCCL_SHM_.*|NCCL_ALGO|NCCL_PROTO|"
     r"NCCL_CROSS_NIC|NCCL_TOPO_.*|NCCL_COLLNET_.*|NCCL_NVLS_.*|NCCL_MNNVL_.*|NCCL_IGNORE_CPU_AFFINITY|"
     r"NCCL_SOCKET_.*|NCCL_GDR.*|NCCL_DMABUF_.*|UCX_.*|GLOO_SOCKET_IFNAME|TP_SOCKET_IFNAME)$")
-OPERATOR_ENV = re.compile(r"^(MASTER_ADDR|MASTER_PORT|WORLD_SIZE|RANK|LOCAL_RANK|NODE_RANK|"
-                          r"LOCAL_WORLD_SIZE|GROUP_RANK|PET_.*|TORCHELASTIC_.*|"
-                          r"CUDA_VISIBLE_DEVICES|NVIDIA_VISIBLE_DEVICES)$")
 LAUNCHERS = {"python", "python3", "torchrun", "accelerate", "deepspeed", "mpirun", "srun",
              "bash", "sh"}
 LAUNCHER_FLAGS = re.compile(r"^--(nproc[-_]per[-_]node|nnodes|node[-_]rank|master[-_]addr|"
@@ -117,7 +123,7 @@ def check_nccl_debug(ctx: Context) -> Iterator[Finding]:
 def check_operator_env(ctx: Context) -> Iterator[Finding]:
     """Rank, world size, master address and device visibility are set per process."""
     for name in [*ctx.loaded.profile.env, *ctx.loaded.profile.secret_env]:
-        if OPERATOR_ENV.match(name):
+        if INJECTED_ENV.match(name):
             yield _finding(ctx, "reserved-env", _env_line(name),
                            f"{name} is injected by the PyTorch operator or torchrun",
                            "remove it; read RANK, LOCAL_RANK and WORLD_SIZE in the script")
@@ -187,14 +193,14 @@ def check_strategy(ctx: Context) -> Iterator[Finding]:
                        "zero_stage only applies to strategy deepspeed", "remove zero_stage")
 
 
-@rule("name-length", "error", "Derived pod names stay within 63 characters")
+@rule("name-length", "error", f"Derived pod names stay within {NAME_MAX} characters")
 def check_name_length(ctx: Context) -> Iterator[Finding]:
     """Pods and their headless services are named `<name>-worker-<N>`: a DNS label."""
     longest = ctx.plan.longest_pod_name
-    if len(longest) > 63:
-        room = 63 - (len(longest) - len(ctx.plan.name))
+    if len(longest) > NAME_MAX:
+        room = NAME_MAX - (len(longest) - len(ctx.plan.name))
         yield _finding(ctx, "name-length", "name",
-                       f"pod name {longest!r} has {len(longest)} characters (limit 63)",
+                       f"pod name {longest!r} has {len(longest)} characters (limit {NAME_MAX})",
                        f"shorten name to at most {room} characters")
 
 
@@ -240,22 +246,15 @@ def check_launcher(ctx: Context) -> Iterator[Finding]:
 def check_nproc(ctx: Context) -> Iterator[Finding]:
     """The guide: the process count must match the GPUs visible inside the pod."""
     for manifest in ctx.manifests:
-        if manifest.get("kind") != "PyTorchJob":
+        if manifest.get("kind") != KIND:
             continue
-        spec_all = manifest["spec"]
-        nproc = spec_all.get("nprocPerNode")
-        replicas = spec_all["pytorchReplicaSpecs"]
-        # What torchrun falls back to without the flag: PET_NPROC_PER_NODE, which the operator
-        # sets from nprocPerNode only when there is a Master (else from the deprecated
-        # elasticPolicy.nProcPerNode); without either, torchrun starts one process.
-        injected = nproc if "Master" in replicas else \
-            (spec_all.get("elasticPolicy") or {}).get("nProcPerNode")
-        for role, spec in replicas.items():
-            container = spec["template"]["spec"]["containers"][0]
-            gpus = container.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
-            command = container.get("command", [])
-            flags = [a.split("=", 1)[1] for a in command if a.startswith("--nproc-per-node=")]
-            started = flags[-1] if flags else injected if injected is not None else 1
+        nproc = manifest["spec"]["nprocPerNode"]
+        for role, spec in manifest["spec"]["pytorchReplicaSpecs"].items():
+            container = pytorch_container(spec, role)
+            gpus = container["resources"]["limits"][GPU_RESOURCE]
+            command = container["command"]
+            flags = nproc_flags(command)
+            started = torchrun_procs(manifest, command)
             if command[:1] == ["torchrun"] and str(started) != str(gpus):
                 yield _finding(ctx, "nproc-gpus", f"spec.pytorchReplicaSpecs.{role}",
                                f"torchrun would start {started} process(es) per pod on {gpus} "

@@ -6,18 +6,17 @@ import datetime as dt
 import difflib
 import hashlib
 import json
-import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from .errors import InputError, PresetError
-from .loading import load_mapping_text, read_text, shipped_dir
-from .profile import DNS1123, Strategy
+from .kubeflow import DEFAULT_PORT, DNS1123, DNS1123_PATTERN, NAME_MAX
+from .loading import load_mapping_lines, load_mapping_text, read_text, shipped_dir
+from .profile import Strategy
 
-LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 SITE_FILE = "site.yaml"
 LEDGER_FILE = "approvals.yaml"
 
@@ -73,15 +72,15 @@ class Preset(_Model):
     memory: str = Field(pattern=r"^[0-9]+(Ki|Mi|Gi|Ti)$", description="Memory per pod.")
     shared_memory: str | None = Field(None, pattern=r"^[0-9]+(Ki|Mi|Gi|Ti)$",
                                       description="Size of /dev/shm (memory emptyDir).")
-    priority: str = Field(pattern=DNS1123, description="Run:ai priority class.")
+    priority: str = Field(pattern=DNS1123_PATTERN, description="Run:ai priority class.")
     preemptible: bool
     elastic: Elastic | None = None
-    node_pool: str | None = Field(None, pattern=DNS1123, description="Run:ai node pool.")
+    node_pool: str | None = Field(None, pattern=DNS1123_PATTERN, description="Run:ai node pool.")
     network: Network = Field(default_factory=Network)
     strategies: list[Strategy] = Field(min_length=1)
     min_busbw_gbps: float | None = Field(None, gt=0,
                                          description="Minimum all-reduce bus bandwidth.")
-    master_port: int = Field(23456, ge=1024, le=65535)
+    master_port: int = Field(DEFAULT_PORT, ge=1024, le=65535)
     run_policy: RunPolicy = Field(default_factory=RunPolicy)
 
 
@@ -100,6 +99,13 @@ class Site(_Model):
     node_pool_label: str = "runai/node-pool"
     registries: list[str] = Field(min_length=1)
     data_sources: list[str] = Field(default_factory=list)
+    # The line of each field in the file it was read from (for `explain`); empty when built
+    # in code. Not a field: it is no setting, and the schema does not show it.
+    _lines: dict[str, int] = PrivateAttr(default_factory=dict)
+
+    @property
+    def lines(self) -> dict[str, int]:
+        return self._lines
 
 
 class Approval(_Model):
@@ -125,6 +131,7 @@ class ApprovedPreset:
     preset: Preset
     sha256: str
     approval: Approval
+    lines: dict[str, int] = field(default_factory=dict, compare=False)  # field -> line
 
 
 @dataclass(frozen=True)
@@ -148,10 +155,9 @@ def _pydantic_error(exc: ValidationError, source: str) -> PresetError:
     """Every problem of the file, one `error:` line each, and the engineers' hint."""
     errors = [PresetError(e["msg"], file=source, field=".".join(str(p) for p in e["loc"]) or None)
               for e in exc.errors()]
-    first = errors[0]
-    first.hint = "presets are engineer-owned; ask an SCC AI Engineer"
-    first.also = [e.lines()[0] for e in errors[1:]]
-    return first
+    return PresetError(errors[0].message, file=source, field=errors[0].field,
+                       hint="presets are engineer-owned; ask an SCC AI Engineer",
+                       also=[e.lines()[0] for e in errors[1:]])
 
 
 class PresetRegistry:
@@ -213,18 +219,20 @@ class PresetRegistry:
         if self._site is None:
             data, _ = self._approved_bytes(SITE_FILE, "site")
             source = str(self.root / SITE_FILE)
-            raw = load_mapping_text(data.decode("utf-8"), source)
+            raw, lines = load_mapping_lines(data.decode("utf-8"), source)
             try:
-                self._site = Site.model_validate(raw)
+                site = Site.model_validate(raw)
             except ValidationError as exc:
                 raise _pydantic_error(exc, source) from None
+            site._lines = lines
+            self._site = site
         return self._site
 
     def get(self, name: str) -> ApprovedPreset:
         """The approved preset NAME, or a PresetError saying exactly why not."""
         if name in self._presets:
             return self._presets[name]
-        if not LABEL.match(name) or len(name) > 63 or name in ("site", "approvals"):
+        if not _is_label(name) or name in ("site", "approvals"):
             raise PresetError(f"{name!r} is not a preset name (a plain lowercase label)",
                               field="preset", hint="run `runai-spec presets list`")
         filename = f"{name}.yaml"
@@ -234,7 +242,7 @@ class PresetRegistry:
             raise PresetError(f"unknown preset {name!r}", field="preset", hint=hint)
         data, entry = self._approved_bytes(filename, name)
         source = str(self.root / filename)
-        raw = load_mapping_text(data.decode("utf-8"), source)
+        raw, lines = load_mapping_lines(data.decode("utf-8"), source)
         try:
             preset = Preset.model_validate(raw)
         except ValidationError as exc:
@@ -242,7 +250,7 @@ class PresetRegistry:
         problem = _preset_consistency(preset)
         if problem:
             raise PresetError(problem, file=source)
-        approved = ApprovedPreset(name, preset, entry.sha256, entry)
+        approved = ApprovedPreset(name, preset, entry.sha256, entry, lines)
         self._presets[name] = approved
         return approved
 
@@ -277,7 +285,7 @@ class PresetRegistry:
         """Record the current bytes of NAME (or `site`) in the ledger."""
         filename = SITE_FILE if name == "site" else f"{name}.yaml"
         path = self.root / filename
-        if name != "site" and (not LABEL.match(name) or len(name) > 63):
+        if name != "site" and (not _is_label(name)):
             raise PresetError(f"{name!r} is not a preset name", field="preset")
         if path.is_symlink() or not path.is_file():
             raise PresetError("no such plain file", file=str(path))
@@ -308,6 +316,10 @@ class PresetRegistry:
         self._ledger = None
         self._presets.pop(name, None)
         return entry
+
+
+def _is_label(name: str) -> bool:
+    return bool(DNS1123.match(name)) and len(name) <= NAME_MAX
 
 
 def _preset_consistency(preset: Preset) -> str | None:

@@ -9,12 +9,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .errors import InputError
+from .errors import InputError, Location
 from .findings import Finding
+from .kubeflow import DNS1035_PATTERN, DNS1123_PATTERN, NAME_MAX
 from .loading import load_mapping_lines, read_text
 
-DNS1035 = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
-DNS1123 = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 Strategy = Literal["ddp", "fsdp", "deepspeed", "tensor", "pipeline", "hybrid"]
@@ -49,9 +48,9 @@ class Checkpoint(_Model):
     """Where and how checkpoints are written; never the image filesystem."""
 
     dir: str = Field(pattern=r"^/", description="Absolute mount path of the checkpoints.")
-    pvc: str | None = Field(None, pattern=DNS1123, max_length=253,
+    pvc: str | None = Field(None, pattern=DNS1123_PATTERN, max_length=253,
                             description="PersistentVolumeClaim mounted at `dir`.")
-    source: str | None = Field(None, pattern=DNS1123, max_length=253,
+    source: str | None = Field(None, pattern=DNS1123_PATTERN, max_length=253,
                                description="Approved data source (site file) mounted at `dir`.")
     format: CheckpointFormat = Field("torch", description="Checkpoint format.")
     resume: str | None = Field(None, min_length=1,
@@ -62,9 +61,9 @@ class DataVolume(_Model):
     """A volume to mount in every pod."""
 
     path: str = Field(pattern=r"^/", description="Absolute mount path in the container.")
-    pvc: str | None = Field(None, pattern=DNS1123, max_length=253,
+    pvc: str | None = Field(None, pattern=DNS1123_PATTERN, max_length=253,
                             description="PersistentVolumeClaim to mount.")
-    source: str | None = Field(None, pattern=DNS1123, max_length=253,
+    source: str | None = Field(None, pattern=DNS1123_PATTERN, max_length=253,
                                description="Approved data source (site file) to mount.")
     read_only: bool = Field(True, description="Mount read-only (the default).")
 
@@ -89,7 +88,7 @@ class Metrics(_Model):
 class SecretRef(_Model):
     """A key of a Kubernetes Secret in the project's namespace (valueFrom.secretKeyRef)."""
 
-    secret: str = Field(pattern=DNS1123, max_length=253, description="Secret name.")
+    secret: str = Field(pattern=DNS1123_PATTERN, max_length=253, description="Secret name.")
     key: str = Field(pattern=r"^[-._a-zA-Z0-9]+$", max_length=253, description="Key in the Secret.")
 
 
@@ -99,10 +98,10 @@ EnvValue = Annotated[str | int | float | bool, Field(union_mode="left_to_right")
 class Profile(_Model):
     """A researcher's project profile: what to run, never how the cluster runs it."""
 
-    name: str = Field(pattern=DNS1035, max_length=63,
+    name: str = Field(pattern=DNS1035_PATTERN, max_length=NAME_MAX,
                       description="Workload name (DNS-1035 label).")
-    project: str = Field(pattern=DNS1123, max_length=63, description="Run:ai project.")
-    preset: str = Field(pattern=DNS1123, max_length=63, description="Approved preset name.")
+    project: str = Field(pattern=DNS1123_PATTERN, max_length=NAME_MAX, description="Run:ai project.")
+    preset: str = Field(pattern=DNS1123_PATTERN, max_length=NAME_MAX, description="Approved preset name.")
     image: str = Field(min_length=1, description="Immutable image: registry/repo[:tag]@sha256:<64 hex>.")
     command: list[Annotated[str, Field(min_length=1)]] = Field(
         min_length=1, description="Training entry point and arguments, e.g. [train.py, --cfg, c.yaml].")
@@ -195,16 +194,12 @@ def _validation_error(exc: ValidationError, source: str,
                       lines: dict[str, int] | None = None) -> InputError:
     """Every problem pydantic found, one `error:` line each (a profile with five mistakes
     shows five), and the first hint."""
-    problems = [_explained(e) for e in exc.errors()]
-    errors = []
-    for path, msg, hint in problems:
-        line = _line_of(path, lines or {})
-        errors.append(InputError(msg, file=f"{source}:{line}" if line else source,
-                                 field=path or None, hint=hint))
+    errors = [InputError(msg, file=source, line=_line_of(path, lines or {}), field=path or None,
+                         hint=hint) for path, msg, hint in map(_explained, exc.errors())]
     first = errors[0]
-    first.hint = next((e.hint for e in errors if e.hint), None)
-    first.also = [e.lines()[0] for e in errors[1:]]
-    return first
+    return InputError(first.message, file=source, line=first.line, field=first.field,
+                      hint=next((e.hint for e in errors if e.hint), None),
+                      also=[e.lines()[0] for e in errors[1:]])
 
 
 _RESERVED_MESSAGE = ("reserved for the SCC AI Engineers (compute preset, workers, priority, "
@@ -231,10 +226,8 @@ def _strip_reserved(value: Any, path: str, source: str, lines: dict[str, int],
             if "/" in key:
                 what = f"reserved for the SCC AI Engineers ({what})"
             findings.append(Finding(
-                rule="reserved-field", path=child_path, file=source, line=lines.get(child_path),
-                message=what,
-                hint="remove it; ask your AI Engineer for a preset that has what you need",
-            ))
+                "reserved-field", Location(source, lines.get(child_path), child_path), what,
+                "remove it; ask your AI Engineer for a preset that has what you need"))
         elif not path and key in _FREE_KEYS:
             kept[key] = child
         else:

@@ -8,10 +8,11 @@ from typing import Any
 
 import jinja2
 
-from . import __version__
+from . import __version__, kubeflow
 from .errors import InternalError
+from .kubeflow import operator_problems
 from .loading import shipped_dir
-from .manifests import Manifest, operator_problems, parse_rendered, scalar
+from .manifests import Manifest, parse_rendered, scalar
 from .plan import Plan
 
 TEMPLATES = {"kubeflow": "pytorchjob.json.j2"}
@@ -41,7 +42,7 @@ def _bytecode_cache() -> jinja2.BytecodeCache | None:
 
 @lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         bytecode_cache=_bytecode_cache(),
         loader=jinja2.FileSystemLoader(str(shipped_dir("templates"))),
         undefined=jinja2.StrictUndefined,
@@ -51,6 +52,9 @@ def environment() -> jinja2.Environment:
         trim_blocks=False,
         lstrip_blocks=False,
     )
+    # The operator's names (container, port, kind) come from kubeflow.py, not the template.
+    env.globals["kubeflow"] = kubeflow
+    return env
 
 
 def render_text(plan: Plan, family: str = "kubeflow", *, smoke: Any = None) -> str:
@@ -77,7 +81,7 @@ def _checked(texts: list[str], what: str) -> list[Manifest]:
     except ValueError as exc:  # JSONDecodeError included: the template or encoder has a bug
         raise InternalError(f"rendered {what} is not a valid manifest: {exc}") from None
     for manifest in manifests:
-        if manifest.get("kind") == "PyTorchJob":
+        if manifest.get("kind") == kubeflow.KIND:
             problems = operator_problems(manifest)
             if problems:
                 raise InternalError(f"rendered PyTorchJob breaks an operator rule: {problems[0]}")

@@ -1,0 +1,108 @@
+"""The training operator's model: its env per pod (v1.9), its webhook's rules, names, nproc."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from conftest import ROOT
+from runai_spec import kubeflow
+from runai_spec.errors import InputError
+from runai_spec.kubeflow import (
+    CONTAINER,
+    DEFAULT_PORT,
+    MASTER,
+    NAME_MAX,
+    PORT_NAME,
+    WORKER,
+    injected_nproc,
+    operator_env,
+    operator_problems,
+    pod_name,
+    torchrun_procs,
+)
+from runai_spec.loading import load_documents
+
+
+def example(name: str) -> dict[str, Any]:
+    (job,) = load_documents(ROOT / "examples" / name / "manifest.yaml")
+    return job
+
+
+def test_pod_and_service_names_follow_gen_general_name() -> None:
+    assert pod_name("train", MASTER, 0) == "train-master-0"
+    assert pod_name("train", WORKER, 3) == "train-worker-3"
+    assert kubeflow.master_addr("train") == "train-master-0"
+
+
+def test_v1_9_env_of_a_master_and_workers_job() -> None:
+    job = example("multi-node")
+    name = job["metadata"]["name"]
+    port = str(job["spec"]["pytorchReplicaSpecs"][MASTER]["template"]["spec"]["containers"][0]
+               ["ports"][0]["containerPort"])
+    nproc = int(job["spec"]["nprocPerNode"])
+    master, worker = operator_env(job, MASTER, 0), operator_env(job, WORKER, 0, version="1.9")
+    assert master == {
+        "PYTHONUNBUFFERED": "0", "MASTER_PORT": port, "MASTER_ADDR": f"{name}-master-0",
+        "PET_MASTER_PORT": port, "PET_MASTER_ADDR": f"{name}-master-0",
+        "WORLD_SIZE": str(2 * nproc), "RANK": "0", "PET_NODE_RANK": "0",
+        "PET_NPROC_PER_NODE": str(nproc), "PET_NNODES": "2"}
+    assert (worker["RANK"], worker["PET_NODE_RANK"]) == ("1", "1")  # the Master is rank 0
+
+
+def test_v1_9_env_of_an_elastic_worker_only_job() -> None:
+    job = example("elastic")
+    name = job["metadata"]["name"]
+    elastic = job["spec"]["elasticPolicy"]
+    env = operator_env(job, WORKER, 1)
+    assert "MASTER_ADDR" not in env and "PET_NPROC_PER_NODE" not in env
+    assert env["PET_RDZV_ENDPOINT"].startswith(f"{name}-worker-0:")
+    assert env["PET_NNODES"] == f"{elastic['minReplicas']}:{elastic['maxReplicas']}"
+    assert env["PET_RDZV_BACKEND"] == kubeflow.RDZV_BACKEND
+
+
+def test_port_defaults_when_the_container_names_none() -> None:
+    job = copy.deepcopy(example("multi-node"))
+    for spec in job["spec"]["pytorchReplicaSpecs"].values():
+        spec["template"]["spec"]["containers"][0]["ports"] = [{"name": "other",
+                                                                "containerPort": 1}]
+    assert operator_env(job, MASTER, 0)["MASTER_PORT"] == str(DEFAULT_PORT)
+
+
+def test_an_operator_version_not_modelled_is_refused() -> None:
+    with pytest.raises(InputError, match="not modelled"):
+        operator_env(example("multi-node"), MASTER, 0, version="1.7")
+
+
+def test_the_rendered_examples_pass_the_webhook_rules() -> None:
+    for name in ("single-gpu", "single-node", "multi-node", "elastic"):
+        job = example(name)
+        assert operator_problems(job) == []
+        containers = job["spec"]["pytorchReplicaSpecs"][
+            MASTER if name != "elastic" else WORKER]["template"]["spec"]["containers"]
+        assert containers[0]["name"] == CONTAINER
+        assert containers[0]["ports"][0]["name"] == PORT_NAME
+
+
+def test_webhook_rules_name_master_and_container() -> None:
+    job = copy.deepcopy(example("multi-node"))
+    job["metadata"]["name"] = "a" * (NAME_MAX + 1)
+    job["spec"]["pytorchReplicaSpecs"][MASTER]["replicas"] = 2
+    job["spec"]["pytorchReplicaSpecs"][WORKER]["template"]["spec"]["containers"][0]["name"] = "x"
+    problems = operator_problems(job)
+    assert [p.split(":")[0] for p in problems] == [
+        "metadata.name", "spec.pytorchReplicaSpecs.Master.replicas",
+        "spec.pytorchReplicaSpecs.Worker"]
+
+
+def test_nproc_comes_from_the_flag_else_the_master_branch_else_one() -> None:
+    job = example("multi-node")
+    nproc = job["spec"]["nprocPerNode"]
+    assert injected_nproc(job) == nproc
+    assert torchrun_procs(job, ["torchrun", "train.py"]) == nproc
+    assert torchrun_procs(job, ["torchrun", "--nproc-per-node=3", "train.py"]) == "3"
+    worker_only = copy.deepcopy(example("elastic"))
+    assert injected_nproc(worker_only) is None  # nprocPerNode is read on the Master branch only
+    assert torchrun_procs(worker_only, ["torchrun", "train.py"]) == 1
