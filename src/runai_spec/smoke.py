@@ -54,6 +54,7 @@ class SmokePlan:
     run_policy_after: tuple[tuple[str, int], ...]  # run limits the real job does not set
     volume: str = SMOKE_VOLUME
     mount_path: str = SMOKE_MOUNT
+    label: str = SMOKE_LABEL  # on the job and its ConfigMap, never on the pods
 
 
 def smoke_names(name: str) -> tuple[str, str]:
@@ -83,7 +84,6 @@ def smoke_plan(plan: Plan, settings: PreflightSettings | None = None, *,
     notes[SMOKE_LABEL] = SMOKE_NOTE
     # a changed preflight.py is a different render of both objects: resubmit says so
     notes[PREFLIGHT_SHA_ANNOTATION] = hashlib.sha256(source.encode("utf-8")).hexdigest()
-    labels = {**dict(plan.labels), SMOKE_LABEL: "true"}
     run_policy = {**dict(plan.run_policy), "backoffLimit": 0}
     after: tuple[tuple[str, int], ...] = ()
     if "activeDeadlineSeconds" in run_policy:
@@ -98,14 +98,15 @@ def smoke_plan(plan: Plan, settings: PreflightSettings | None = None, *,
         checkpoint_dir=f"{ckpt.rstrip('/')}/{CHECKPOINT_SUBDIR}" if ckpt else None,
         metrics_file=METRICS_FILE)
     job = dataclasses.replace(
-        renamed, labels=tuple(labels.items()),
+        renamed,
         annotations=tuple({**dict(plan.annotations), **notes}.items()),
         run_policy=tuple(run_policy.items()), restart_policy="Never",
         launcher=split_command(plan.command).head,
         entrypoint=(f"{SMOKE_MOUNT}/preflight.py", *args))
     # the job's labels carry runai-spec's managed-by label: submit and delete treat the
     # ConfigMap as runai-spec's own, like the job
-    config_map = ConfigMapPlan(cm_name, plan.namespace, job.labels, tuple(notes.items()),
+    config_map = ConfigMapPlan(cm_name, plan.namespace, (*job.labels, (SMOKE_LABEL, "true")),
+                               tuple(notes.items()),
                                (("preflight.py", source),))
     return SmokePlan(job, config_map, after)
 
