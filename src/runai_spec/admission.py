@@ -10,6 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
+from .kubeflow import (
+    CONTAINER,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    PRESET_ANNOTATION,
+    PRESET_SHA_ANNOTATION,
+    SMOKE_LABEL,
+)
 from .manifests import dump
 from .presets import ApprovedPreset, PresetRegistry, Site
 
@@ -27,10 +35,6 @@ PARAMS_FILE = "params.yaml"
 
 # Keys the renderer writes (plan.py); the smoke label and its fixed run policy are
 # rehearse.py's (test_admission checks that these spellings agree).
-PRESET_ANNOTATION = "runai-spec/preset"
-PRESET_SHA_ANNOTATION = "runai-spec/preset-sha256"
-SMOKE_LABEL = "runai-spec/smoke"
-CONTAINER = "pytorch"
 NETWORK_ANNOTATION_PREFIXES = ("k8s.v1.cni.cncf.io/", "v1.multus-cni.io/")
 
 # The reserved variables, as `validate` refuses them: the transport and interface settings
@@ -477,7 +481,7 @@ def policy_documents(registry: PresetRegistry,
     generated from a folder that `presets verify` accepts (expired approvals aside)."""
     site = registry.site()
     data = params_data(registry, grants)
-    labels = {"app.kubernetes.io/managed-by": "runai-spec"}
+    labels = {MANAGED_BY_LABEL: MANAGED_BY}
     notes = {REQUIRES_ANNOTATION: f">={MIN_KUBERNETES}"}
     policy = {
         "apiVersion": API_VERSION, "kind": "ValidatingAdmissionPolicy",

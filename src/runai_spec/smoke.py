@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from .checklist import PreflightSettings, preflight_settings, preflight_source
 from .errors import InputError
+from .kubeflow import ANNOTATION_PREFIX, NAME_MAX, PREFLIGHT_SHA_ANNOTATION, SMOKE_LABEL
 from .launcher import split_command
 from .manifests import Manifest
 from .plan import Plan
@@ -19,9 +20,7 @@ if TYPE_CHECKING:
     from .workload import Workload
 
 SMOKE_SUFFIX = "-smoke"
-SMOKE_LABEL = "runai-spec/smoke"
 SMOKE_NOTE = "preflight.py checklist in place of the training command"
-PREFLIGHT_SHA_ANNOTATION = "runai-spec/preflight-sha256"
 SMOKE_MOUNT = "/opt/runai-spec"
 SMOKE_VOLUME = "runai-spec-preflight"
 DEFAULT_DEADLINE_S = 1800
@@ -30,7 +29,7 @@ CHECKPOINT_SUBDIR = ".runai-spec-preflight"
 METRICS_FILE = "/tmp/runai-spec-preflight/metrics.jsonl"
 # pods of one job may start minutes apart in a cluster (image pulls): wait for them longer
 MIN_JOIN_TIMEOUT_S = 600.0
-POD_NAME_LIMIT = 63  # a pod name is a DNS label
+POD_NAME_LIMIT = NAME_MAX  # a pod name is a DNS label
 
 
 @dataclass(frozen=True)
@@ -80,7 +79,7 @@ def smoke_plan(plan: Plan, settings: PreflightSettings | None = None, *,
         raise InputError(f"the smoke test's pod name {longest!r} has {len(longest)} characters "
                          f"(limit {POD_NAME_LIMIT})", file=file, field="name",
                          hint=f"shorten name to at most {room} characters to run the smoke test")
-    notes = {k: v for k, v in plan.annotations if k.startswith("runai-spec/")}
+    notes = {k: v for k, v in plan.annotations if k.startswith(ANNOTATION_PREFIX)}
     notes[SMOKE_LABEL] = SMOKE_NOTE
     # a changed preflight.py is a different render of both objects: resubmit says so
     notes[PREFLIGHT_SHA_ANNOTATION] = hashlib.sha256(source.encode("utf-8")).hexdigest()

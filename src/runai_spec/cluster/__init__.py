@@ -1,19 +1,21 @@
 """The only importer of kubernetes (inside functions): submit, diff --live, status, logs, delete."""
 
+from ..kubeflow import (
+    CONTAINER,
+    JOB_NAME_LABEL,
+    MANAGED_BY_LABEL,
+    PROFILE_SHA_ANNOTATION,
+    REPLICA_INDEX_LABEL,
+    REPLICA_TYPE_LABEL,
+)
 from .delete import DeleteResult, delete_job
 from .logs import LogsResult, SavedLog, save_logs
 from .objects import (
     CONFIGMAP,
-    CONTAINER,
     EVENTS,
     FIELD_MANAGER,
-    JOB_NAME_LABEL,
-    MANAGED_BY_LABEL,
     PODS,
-    PROFILE_SHA_ANNOTATION,
     PYTORCHJOB,
-    REPLICA_INDEX_LABEL,
-    REPLICA_TYPE_LABEL,
     RESOURCES,
     SERVER_META,
     Ref,

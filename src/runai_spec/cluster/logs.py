@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ClusterError, InputError
-from .objects import CONTAINER, PODS, Ref, get_object, job_pods, job_ref
+from ..kubeflow import CONTAINER
+from .objects import PODS, Ref, get_object, job_pods, job_ref
 from .refusals import refusal
 from .session import Session, Target, clean, json_body, reason_of
 

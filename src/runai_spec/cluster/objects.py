@@ -8,6 +8,16 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from ..errors import ClusterError, InternalError
+from ..kubeflow import (
+    API_VERSION,
+    JOB_NAME_LABEL,
+    KIND,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    PLURAL,
+    REPLICA_INDEX_LABEL,
+    REPLICA_TYPE_LABEL,
+)
 from ..manifests import Manifest
 from .refusals import refusal
 from .session import json_body
@@ -15,14 +25,7 @@ from .session import json_body
 if TYPE_CHECKING:
     from .session import Session
 
-FIELD_MANAGER = "runai-spec"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-PROFILE_SHA_ANNOTATION = "runai-spec/profile-sha256"
-# The training operator's pod labels (kubeflow/common pkg/apis/common/v1/constants.go).
-JOB_NAME_LABEL = "training.kubeflow.org/job-name"
-REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
-REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
-CONTAINER = "pytorch"
+FIELD_MANAGER = MANAGED_BY  # the server-side apply field manager
 # Fields the API server owns: never part of what runai-spec renders, so never diffed.
 SERVER_META = ("managedFields", "resourceVersion", "uid", "creationTimestamp", "generation",
                "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds")
@@ -44,7 +47,7 @@ class Resource:
         return f"{self.collection(namespace)}/{quote(name, safe='')}"
 
 
-PYTORCHJOB = Resource("kubeflow.org/v1", "PyTorchJob", "pytorchjobs")
+PYTORCHJOB = Resource(API_VERSION, KIND, PLURAL)
 CONFIGMAP = Resource("v1", "ConfigMap", "configmaps")
 PODS = Resource("v1", "Pod", "pods")
 EVENTS = Resource("v1", "Event", "events")

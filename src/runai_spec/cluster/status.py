@@ -6,11 +6,10 @@ import re
 from dataclasses import dataclass
 
 from ..errors import ClusterError
+from ..kubeflow import CONTAINER, REPLICA_TYPE_LABEL
 from ..manifests import Manifest
 from .objects import (
-    CONTAINER,
     EVENTS,
-    REPLICA_TYPE_LABEL,
     get_object,
     job_pods,
     job_ref,

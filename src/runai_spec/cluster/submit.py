@@ -7,11 +7,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..errors import ClusterError
+from ..kubeflow import PROFILE_SHA_ANNOTATION
 from ..manifests import Manifest
 from .delete import delete_object, wait_deleted
 from .objects import (
     FIELD_MANAGER,
-    PROFILE_SHA_ANNOTATION,
     Ref,
     get_object,
     managed_by_us,
