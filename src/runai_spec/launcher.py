@@ -74,3 +74,21 @@ def set_nproc(head: Sequence[str], k: int) -> tuple[str, ...]:
 
 def has_flag(head: Sequence[str], *names: str) -> bool:
     return any(a == n or a.startswith(n + "=") for a in head for n in names)
+
+
+def without_launcher(command: Sequence[str]) -> list[str]:
+    """A researcher's command with a launcher they typed (`torchrun --nnodes=2 ...`, `python -u`,
+    `bash`) and that launcher's own flags taken off: what the profile's command should be."""
+    prog = os.path.basename(command[0]) if command else ""
+    i = 1
+    while i < len(command) and command[i].startswith("-") and command[i] != "-":
+        arg = command[i]
+        if prog == "torchrun":
+            i += 1 if arg in _TORCHRUN_BOOLEAN or "=" in arg else 2
+        elif re.fullmatch(r"python(3(\.\d+)?)?", prog):
+            if arg in ("-m", "--module"):
+                break
+            i += 2 if arg in _PYTHON_WITH_VALUE else 1
+        else:
+            i += 1
+    return list(command[i:])

@@ -18,6 +18,7 @@ from .kubeflow import (
     pytorch_container,
     torchrun_procs,
 )
+from .launcher import without_launcher
 from .loading import looks_secret
 from .manifests import Manifest
 from .plan import Plan
@@ -71,10 +72,20 @@ def _finding(ctx: Context, rule_id: str, path: str, message: str, hint: str | No
 IMAGE = re.compile(r"^(?P<registry>[a-z0-9.-]+(:[0-9]+)?)/(?P<repo>[a-z0-9._/-]+)"
                    r"(:(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(@sha256:(?P<digest>[0-9a-f]{64}))?$")
 
-NCCL_TRANSPORT = re.compile(
-    r"^(NCCL_SOCKET_IFNAME|NCCL_IB_.*|NCCL_NET.*|NCCL_P2P_.*|NCCL_SHM_.*|NCCL_ALGO|NCCL_PROTO|"
-    r"NCCL_CROSS_NIC|NCCL_TOPO_.*|NCCL_COLLNET_.*|NCCL_NVLS_.*|NCCL_MNNVL_.*|NCCL_IGNORE_CPU_AFFINITY|"
-    r"NCCL_SOCKET_.*|NCCL_GDR.*|NCCL_DMABUF_.*|UCX_.*|GLOO_SOCKET_IFNAME|TP_SOCKET_IFNAME)$")
+# Turned around (red team): every NCCL_* variable is the preset's, because NCCL reads any of
+# them (and NCCL >= 2.23 reads all of them from NCCL_CONF_FILE); so are the other transports'
+# interface and plugin variables and LD_PRELOAD, which can swap the transport library itself.
+# Only the diagnostics switch's own variables are left out, for `nccl-debug-temporary`.
+NCCL_DIAGNOSTICS = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"})
+TRANSPORT_ENV = re.compile(r"^(NCCL_.*|UCX_.*|NVSHMEM_.*|GLOO_SOCKET_IFNAME|TP_SOCKET_IFNAME|"
+                           r"LD_PRELOAD)$")
+
+
+def transport_variable(name: str) -> bool:
+    """A variable that chooses or configures the network path: the engineers' (the preset's)."""
+    return bool(TRANSPORT_ENV.match(name)) and name not in NCCL_DIAGNOSTICS
+
+
 LAUNCHERS = {"python", "python3", "torchrun", "accelerate", "deepspeed", "mpirun", "srun",
              "bash", "sh"}
 LAUNCHER_FLAGS = re.compile(r"^--(nproc[-_]per[-_]node|nnodes|node[-_]rank|master[-_]addr|"
@@ -96,9 +107,10 @@ def check_reserved(ctx: Context) -> Iterator[Finding]:
 def check_nccl_transport(ctx: Context) -> Iterator[Finding]:
     """The guide: do not force interface names or transport settings yourself."""
     for name in [*ctx.loaded.profile.env, *ctx.loaded.profile.secret_env]:
-        if NCCL_TRANSPORT.match(name):
+        if transport_variable(name):
             yield _finding(ctx, "nccl-transport-env", _env_line(name),
-                           f"{name} forces a network interface or transport",
+                           f"{name} configures the network path (NCCL, UCX, NVSHMEM, Gloo, "
+                           "TensorPipe or a preloaded library), which the preset owns",
                            "remove it; the preset supplies the approved network path. "
                            "For a hang, keep per-rank logs and ask your AI Engineer")
 
@@ -107,9 +119,9 @@ def check_nccl_transport(ctx: Context) -> Iterator[Finding]:
 def check_nccl_debug(ctx: Context) -> Iterator[Finding]:
     """NCCL_DEBUG=INFO is a temporary diagnostic; it is switched on explicitly and reported."""
     profile = ctx.loaded.profile
-    if "NCCL_DEBUG" in profile.env or "NCCL_DEBUG_SUBSYS" in profile.env:
-        yield _finding(ctx, "nccl-debug-temporary", "env.NCCL_DEBUG",
-                       "NCCL_DEBUG set as a plain variable stays on after diagnosis",
+    for name in sorted(NCCL_DIAGNOSTICS.intersection([*profile.env, *profile.secret_env])):
+        yield _finding(ctx, "nccl-debug-temporary", _env_line(name),
+                       f"{name} set as a variable stays on after diagnosis",
                        "use `diagnostics: {nccl_debug: true, reason: ...}` and remove it afterwards")
     if profile.diagnostics.nccl_debug:
         reason = profile.diagnostics.reason or "no reason given"
@@ -228,14 +240,36 @@ def check_checkpoint(ctx: Context) -> Iterator[Finding]:
 
 @rule("launcher", "error", "The tool adds the launcher; the command is the entry point only")
 def check_launcher(ctx: Context) -> Iterator[Finding]:
-    """`python` for one GPU, `torchrun` otherwise, with flags derived from the preset."""
+    """`python` for one GPU, `torchrun` otherwise, with flags derived from the preset. The
+    command starts with the entry point: torchrun takes unique prefixes of its flags and the
+    last copy wins, so anything before the script that starts with `-` could reshape the job."""
     command = ctx.loaded.profile.command
-    if command[0].rsplit("/", 1)[-1] in LAUNCHERS:
+    first = command[0]
+    if first.rsplit("/", 1)[-1] in LAUNCHERS:
+        rest = without_launcher(command)
         yield _finding(ctx, "launcher", "command[0]",
-                       f"{command[0]!r} is a launcher; runai-spec adds the right one per layout",
-                       f"start the command with the script, e.g. [{command[-1]!r}]"
-                       if len(command) > 1 else "start the command with the script")
-    for index, arg in enumerate(command):
+                       f"{first!r} is a launcher; runai-spec adds the right one per layout",
+                       f"start the command with the script: {rest!r}" if rest
+                       else "start the command with the script")
+    elif first in ("-m", "--module"):
+        if not ctx.site.allow_module_entrypoint:
+            yield _finding(ctx, "launcher", "command[0]",
+                           "the module form (`-m package`) is not allowed on this site",
+                           "start the command with the script's path, e.g. [train.py, ...]")
+    elif first.startswith("-"):
+        yield _finding(ctx, "launcher", "command[0]",
+                       f"{first!r} is a flag before the entry point; torchrun would take it "
+                       "as its own (it accepts unique prefixes, and the last copy wins)",
+                       "start the command with the script's path; the preset decides the "
+                       "launcher's flags")
+    elif any(c.isspace() for c in first):
+        words = [*first.split(), *command[1:]]
+        if words[0].rsplit("/", 1)[-1] in LAUNCHERS:
+            words = without_launcher(words)
+        yield _finding(ctx, "launcher", "command[0]",
+                       f"{first!r} is one string with spaces: it is run as one file name",
+                       f"write one list item per argument: {words!r}")
+    for index, arg in enumerate(command[1:], start=1):
         if LAUNCHER_FLAGS.match(arg):
             yield _finding(ctx, "launcher", f"command[{index}]",
                            f"{arg!r} is a torchrun flag; the preset decides the topology",

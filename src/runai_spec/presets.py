@@ -99,6 +99,9 @@ class Site(_Model):
     node_pool_label: str = "runai/node-pool"
     registries: list[str] = Field(min_length=1)
     data_sources: list[str] = Field(default_factory=list)
+    allow_module_entrypoint: bool = Field(
+        False, description="Whether a profile's command may start with `-m <module>` (torchrun "
+        "--module / python -m) instead of a script path.")
     # The line of each field in the file it was read from (for `explain`); empty when built
     # in code. Not a field: it is no setting, and the schema does not show it.
     _lines: dict[str, int] = PrivateAttr(default_factory=dict)
