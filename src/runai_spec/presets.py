@@ -84,6 +84,11 @@ class Preset(_Model):
     run_policy: RunPolicy = Field(default_factory=RunPolicy)
 
 
+# Run:ai 2.2x's priority dictionary (DESIGN §3.5); older clusters served train, build,
+# interactive-preemptible and inference instead.
+RUNAI_PRIORITIES = ("very-low", "low", "medium-low", "medium", "medium-high", "high", "very-high")
+
+
 class Site(_Model):
     """Cluster-wide settings, engineer-owned."""
 
@@ -99,6 +104,11 @@ class Site(_Model):
     node_pool_label: str = "runai/node-pool"
     registries: list[str] = Field(min_length=1)
     data_sources: list[str] = Field(default_factory=list)
+    priorities: list[str] = Field(
+        default_factory=lambda: list(RUNAI_PRIORITIES), min_length=1,
+        description="The PriorityClasses the cluster serves. The scheduler silently ignores a "
+        "priority naming a class that does not exist (the job runs as the type's default: "
+        "low, preemptible), so a preset naming another is refused.")
     allow_module_entrypoint: bool = Field(
         False, description="Whether a profile's command may start with `-m <module>` (torchrun "
         "--module / python -m) instead of a script path.")
@@ -250,9 +260,11 @@ class PresetRegistry:
             preset = Preset.model_validate(raw)
         except ValidationError as exc:
             raise _pydantic_error(exc, source) from None
-        problem = _preset_consistency(preset)
+        problem = _preset_consistency(preset) or _priority_problem(preset, self.site())
         if problem:
-            raise PresetError(problem, file=source)
+            raise PresetError(problem, file=source, line=lines.get("priority")
+                              if problem.startswith("priority") else None,
+                              hint=PRIORITY_HINT if problem.startswith("priority") else None)
         approved = ApprovedPreset(name, preset, entry.sha256, entry, lines)
         self._presets[name] = approved
         return approved
@@ -298,9 +310,11 @@ class PresetRegistry:
             if name == "site":
                 Site.model_validate(raw)
             else:
-                problem = _preset_consistency(Preset.model_validate(raw))
+                preset = Preset.model_validate(raw)
+                problem = _preset_consistency(preset) or _priority_problem(preset, self.site())
                 if problem:
-                    raise PresetError(problem, file=str(path))
+                    raise PresetError(problem, file=str(path), hint=PRIORITY_HINT
+                                      if problem.startswith("priority") else None)
         except ValidationError as exc:
             raise _pydantic_error(exc, str(path)) from None
         if not by.strip():
@@ -323,6 +337,17 @@ class PresetRegistry:
 
 def _is_label(name: str) -> bool:
     return bool(DNS1123.match(name)) and len(name) <= NAME_MAX
+
+
+PRIORITY_HINT = "use one of the site's priorities (site.yaml `priorities`), e.g. low or medium"
+
+
+def _priority_problem(preset: Preset, site: Site) -> str | None:
+    if preset.priority not in site.priorities:
+        return (f"priority {preset.priority!r} is not a class the cluster serves "
+                f"({', '.join(site.priorities)}): the scheduler would silently run the job "
+                "as low, preemptible")
+    return None
 
 
 def _preset_consistency(preset: Preset) -> str | None:

@@ -1,0 +1,45 @@
+"""The site's priority dictionary: a preset naming a class the cluster does not serve is
+refused (the scheduler would silently run the job as low, preemptible)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT
+from runai_spec.errors import PresetError
+from runai_spec.presets import RUNAI_PRIORITIES, PresetRegistry, Site
+
+
+def test_every_shipped_preset_names_a_priority_of_the_shipped_site() -> None:
+    registry = PresetRegistry(ROOT / "presets")
+    served = registry.site().priorities
+    assert served == list(RUNAI_PRIORITIES)
+    for name in registry.names():
+        assert registry.get(name).preset.priority in served
+
+
+def test_the_old_train_priority_is_refused_once_approved(presets_dir: Path) -> None:
+    path = presets_dir / "h200-8gpu.yaml"
+    path.write_text(path.read_text().replace("priority: low", "priority: train"))
+    registry = PresetRegistry(presets_dir)
+    with pytest.raises(PresetError, match="not a class the cluster serves"):
+        registry.approve("h200-8gpu", "scc-ai-engineers")  # cannot be approved
+    # approved anyway (a ledger edited by hand): refused at load, with the line and a hint
+    ledger = yaml.safe_load((presets_dir / "approvals.yaml").read_text())
+    ledger["approvals"]["h200-8gpu.yaml"]["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    (presets_dir / "approvals.yaml").write_text(yaml.safe_dump(ledger))
+    with pytest.raises(PresetError) as caught:
+        PresetRegistry(presets_dir).get("h200-8gpu")
+    lines = caught.value.lines()
+    assert lines[0].startswith(f"error: {path}:9: priority 'train' is not a class the cluster serves")
+    assert lines[1].startswith("hint: use one of the site's priorities")
+
+
+def test_a_site_may_declare_its_own_dictionary() -> None:
+    site = Site.model_validate({"cluster": "old", "registries": ["r.example"],
+                                "priorities": ["train", "build"]})
+    assert site.priorities == ["train", "build"]
