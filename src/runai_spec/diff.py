@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .errors import InputError, RunaiSpecError
+from .kubeflow import API_VERSION, KIND
 from .loading import MAX_BYTES, load_documents, looks_secret, read_text
 from .manifests import Manifest, dump, object_key
 from .pipeline import workloads
@@ -81,6 +82,20 @@ def compare(rendered: Iterable[Manifest], committed: Iterable[Manifest], *,
     return tuple(out)
 
 
+# What runai-spec renders: a committed document of any other kind is never printed (a merge
+# request could commit a kubeconfig or a Docker config under a manifest's name).
+OUR_KINDS = frozenset({(API_VERSION, KIND), ("v1", "ConfigMap")})
+
+
+def _only_our_manifests(documents: Iterable[Manifest], path: Path) -> None:
+    for index, doc in enumerate(documents):
+        kind = (doc.get("apiVersion"), doc.get("kind")) if isinstance(doc, dict) else None
+        if kind not in OUR_KINDS:
+            raise InputError(f"document {index + 1} is not a manifest runai-spec renders "
+                             "(PyTorchJob or ConfigMap); its content is not shown",
+                             file=str(path), hint="commit only the output of `runai-spec render`")
+
+
 def diff_workload(workload: Workload, against: Path) -> ProfileDiff:
     path = workload.path
     committed_path = against / f"{workload.plan.name}.yaml"
@@ -89,6 +104,7 @@ def diff_workload(workload: Workload, against: Path) -> ProfileDiff:
         if read_text(committed_path, max_bytes=16 * MAX_BYTES) == dump(list(workload.manifests)):
             return ProfileDiff(str(path), str(committed_path), ())
         committed = load_documents(committed_path)
+        _only_our_manifests(committed, committed_path)
     else:
         committed = []
     objects = compare(workload.manifests, committed, new_label=f"render {path}",

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import re
+import stat
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -163,7 +166,28 @@ def read_text(path: Path, *, max_bytes: int = MAX_BYTES) -> str:
     """Read a UTF-8 file, refusing missing files, symlink tricks, huge files and bad bytes."""
     source = str(path)
     try:
-        with path.open("rb") as handle:
+        # never through a symlink (O_NOFOLLOW), and only a regular file: a FIFO or a device
+        # would block or never end (O_NONBLOCK lets the open return so fstat can refuse it)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise InputError("no such file", file=source,
+                         hint="check the path; profiles are usually <project>/profile.yaml"
+                         ) from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise InputError("is a symbolic link; runai-spec reads only regular files",
+                             file=source, hint="commit the file itself, not a link") from None
+        if exc.errno == errno.EISDIR:
+            raise InputError("is a directory, not a file", file=source) from None
+        raise InputError(f"cannot read: {exc.strerror}", file=source) from None
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            mode = os.fstat(handle.fileno()).st_mode
+            if stat.S_ISDIR(mode):
+                raise InputError("is a directory, not a file", file=source)
+            if not stat.S_ISREG(mode):
+                raise InputError("is not a regular file (a pipe, device or socket)", file=source,
+                                 hint="pass a regular file, or `-` for standard input")
             data = handle.read(max_bytes + 1)
     except FileNotFoundError:
         raise InputError("no such file", file=source,

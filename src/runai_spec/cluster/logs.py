@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,7 @@ def save_logs(name: str, namespace: str, out_dir: Path, target: Target, *,
         except OSError as exc:
             raise InputError(f"cannot create the folder: {exc.strerror}", file=str(out_dir)) from None
         for pod in pods:
-            pod_name = str(pod["metadata"]["name"])
+            pod_name = _safe_name(str(pod["metadata"]["name"]))
             ref = Ref(PODS, namespace, pod_name)
             query = [("container", CONTAINER)] + ([("previous", "true")] if previous else [])
             resp = session.call("GET", f"{PODS.item(namespace, pod_name)}/log", query, stream=True)
@@ -57,6 +58,20 @@ def save_logs(name: str, namespace: str, out_dir: Path, target: Target, *,
             path = out_dir / f"{pod_name}{'.previous' if previous else ''}.log"
             saved.append(SavedLog(pod_name, path, _stream_to(resp, path)))
     return LogsResult(tuple(saved), tuple(skipped))
+
+
+# A pod name is a DNS-1123 subdomain; anything else from the server (`../x`, `/etc/x`) must
+# never become a path outside --out.
+_POD_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+def _safe_name(name: str) -> str:
+    if not _POD_NAME.match(name) or ".." in name:
+        raise ClusterError(f"the server named a pod {clean(name, 80)!r}, which is not a pod "
+                           "name; no log was written for it", file="cluster",
+                           hint="report this to your AI Engineers: the API server's answer "
+                           "is not what Kubernetes sends")
+    return name
 
 
 def _message(resp: Any) -> str:
