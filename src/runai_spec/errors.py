@@ -51,12 +51,6 @@ class RunaiSpecError(Exception):
     def file(self) -> str | None:
         return self.location.file
 
-    @file.setter
-    def file(self, value: str | None) -> None:
-        # Only for workload.py and rehearse.py, which still fill in the profile after the
-        # fact; they should raise `exc.located(...)` instead, then this setter goes.
-        self.location = Location(value, self.location.line, self.location.field)
-
     @property
     def line(self) -> int | None:
         return self.location.line
@@ -64,10 +58,6 @@ class RunaiSpecError(Exception):
     @property
     def field(self) -> str | None:
         return self.location.field
-
-    @field.setter
-    def field(self, value: str | None) -> None:  # see the file setter
-        self.location = Location(self.location.file, self.location.line, value)
 
     def located(self, file: str, field: str | None = None) -> RunaiSpecError:
         """A copy of this error placed in `file` (and `field`) where it names no file itself,

@@ -47,9 +47,7 @@ def prepare_workload(path: Path, registry: PresetRegistry | None = None) -> Work
         approved = registry.get(loaded.profile.preset)
         site = registry.site()
     except InputError as exc:
-        if exc.file is None:
-            exc.file, exc.field = str(path), exc.field or "preset"
-        raise
+        raise exc.located(str(path), "preset") from None
     if site.family not in TEMPLATES:
         raise PresetError(f"manifest family {site.family!r} is not supported yet (Run:ai's "
                           "TrainingWorkload/DistributedWorkload CRDs, deprecated since Run:ai "
