@@ -1,4 +1,4 @@
-"""`presets list|show|approve|verify`: the engineer-owned presets and their ledger."""
+"""`presets list|show|approve|verify|policy`: the engineer-owned presets, their ledger and the admission policy made from them."""
 
 from __future__ import annotations
 
@@ -57,3 +57,22 @@ def presets_verify(directory: PresetsDir = None) -> int:
         print(f"ok: {name}")
     err(result.problems)
     return EXIT_FINDINGS if result.problems else EXIT_OK
+
+
+@presets_app.command("policy")
+def presets_policy(
+    out: Annotated[Path | None, typer.Option(
+        "--out", "-o", help="Write policy.yaml and params.yaml into this folder instead of "
+        "printing all three objects.")] = None,
+    directory: PresetsDir = None,
+) -> None:
+    """The ValidatingAdmissionPolicy, its binding and its parameters, from the approved presets
+    (Kubernetes >= 1.30): what the cluster admits. See docs/admission.md."""
+    from .. import admission
+    from ..manifests import dump
+
+    registry = PresetRegistry(directory)
+    if out is None:
+        sys.stdout.write(dump(admission.policy_documents(registry)))
+        return
+    err([f"wrote {path}" for path in admission.write_policy(registry, out)])
