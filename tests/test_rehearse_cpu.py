@@ -116,11 +116,16 @@ def test_preflight_alone_names_the_rank_that_never_joined(tmp_path: Path) -> Non
     assert "rank(s) 1 of 2 did not join" in done.stdout
 
 
-def test_a_pod_killed_after_the_first_checkpoint_restarts_and_resumes(tmp_path: Path) -> None:
+def test_a_pod_killed_after_the_first_checkpoint_resumes_but_the_static_rendezvous_fails(
+        tmp_path: Path) -> None:
     r = rehearse(tmp_path, restart_after_checkpoint=True)
-    assert r.ok, [(c.attempt, c.check, c.status, c.message) for c in r.checks]
     restart = r.check("restart")
-    assert restart is not None and restart.status == "pass", restart
+    # the checkpoint and resume work, but the rendered static rendezvous cannot be trusted to
+    # survive an in-place restart in the cluster: the rehearsal must not say it recovers
+    assert restart is not None and restart.status == "fail", restart
+    assert "static rendezvous, which never re-admits a restarted pod" in restart.message
+    assert "restarts every pod together, which the cluster never does" in restart.message
+    assert not r.ok and r.failed == ("restart",), [(c.check, c.status) for c in r.checks]
     assert restart.details["killed"] == "worker-0" and restart.details["killed_ranks"] == [2, 3]
     step = restart.details["first_checkpoint_step"]
     # the kill lands right after the first checkpoint: nothing trains past it

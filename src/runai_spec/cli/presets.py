@@ -1,4 +1,4 @@
-"""`presets list|show|approve|verify|policy`: the engineer-owned presets, their ledger and the admission policy made from them."""
+"""`presets list|show|approve|verify|policy`: the presets, their ledger, their admission policy."""
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import InputError
+from ..kubeflow import CONTAINER
 
 DEFAULT_PORT = 23456  # kubeflow.org/v1 PytorchJobDefaultPort
 PORT_NAME = "pytorchjob-port"
@@ -40,7 +41,7 @@ def replicas_of(job: Mapping[str, Any]) -> list[tuple[str, int, Mapping[str, Any
 def container_of(spec: Mapping[str, Any], rtype: str) -> Mapping[str, Any]:
     containers = spec.get("template", {}).get("spec", {}).get("containers") or []
     for c in containers:
-        if c.get("name") == "pytorch":
+        if c.get("name") == CONTAINER:
             return dict(c)
     raise InputError(f"the {rtype} template has no container named 'pytorch'",
                      field=f"spec.pytorchReplicaSpecs.{rtype}.template.spec.containers")

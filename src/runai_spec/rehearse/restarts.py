@@ -8,7 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from ..checklist import PreflightSettings
+from ..errors import InputError
+from ..launcher import has_flag, split_command
 from .checks import CheckResult, aggregate, exit_status
+from .job import container_of, replicas_of
 from .pods import Attempt, PodOutcome, PodPlan, free_port, run_attempt
 
 RESTART_OWN_SCRIPT = ("--restart-after-checkpoint needs the preflight's checkpoint; it does "
@@ -141,6 +144,39 @@ def operator_verdict(job: Mapping[str, Any], replica_types: Mapping[str, str],
     return None, note
 
 
+# What this rehearsal cannot reproduce (issue 11): the kubelet restarts a failed container in
+# place, at its own moment, while the other pods may still run (training-operator v1.9
+# pkg/core/pod.go copies OnFailure to the pod). torchrun's static rendezvous
+# (torch/distributed/elastic/rendezvous/static_tcp_rendezvous.py, torch 2.13) never admits a
+# node again, so a restarted worker can join the still-running master's old store and fail
+# again; one fault can use the whole backoffLimit (kubeflow/trainer#2000). Measured here with
+# a kubelet model on CPU (gloo, 2 pods x 2 processes, backoffLimit 3): worker-0 killed while
+# rank 0 was busy past the first back-off used 3 restarts and the job was marked Failed.
+STATIC_RENDEZVOUS = (
+    "the job uses torchrun's static rendezvous, which never re-admits a restarted pod: in the "
+    "cluster the kubelet restarts {victim} in place while the other pods may still hold the "
+    "old store, so one node fault can use the whole backoffLimit and fail the job (measured "
+    "with a kubelet model on CPU: 3 restarts of backoffLimit 3). This rehearsal restarts every "
+    "pod together, which the cluster never does, so its resume proves the checkpoint only; "
+    "after a node fault resubmit the job, which resumes from the checkpoint")
+
+
+def static_rendezvous(job: Mapping[str, Any]) -> bool:
+    """A job of several pods whose torchrun finds its peers by the static rendezvous (no
+    --rdzv-backend, no elasticPolicy): the operator's PET_MASTER_ADDR/PORT only."""
+    spec = job.get("spec") or {}
+    replicas = replicas_of(job)
+    if spec.get("elasticPolicy") or sum(count for _, count, _ in replicas) < 2:
+        return False
+    rtype, _, replica = replicas[0]
+    try:
+        launcher = split_command(container_of(replica, rtype).get("command") or [])
+    except InputError:
+        return False
+    return launcher.kind == "torchrun" and not has_flag(
+        launcher.head, "--rdzv-backend", "--rdzv_backend", "--standalone")
+
+
 def _restart_check(job: Mapping[str, Any], replica_types: Mapping[str, str], first: Attempt,
                    before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]],
                    second: Attempt, world: int, settle_s: float) -> CheckResult:
@@ -173,6 +209,8 @@ def _restart_check(job: Mapping[str, Any], replica_types: Mapping[str, str], fir
     refusal, operator = operator_verdict(job, replica_types, failed)
     if refusal:
         problems.append(refusal)
+    if static_rendezvous(job):
+        problems.append(STATIC_RENDEZVOUS.format(victim=victim))
 
     # the resume: every rank, from the checkpoint written before the kill, with its weights
     saved = next((r for r in before if r.get("check") == "checkpoint"
