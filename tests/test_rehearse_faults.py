@@ -137,3 +137,51 @@ def test_the_hardest_pod_per_layout() -> None:
     assert hardest_pod(example("multi-node")) == "master-0"
     assert hardest_pod(example("elastic")) == "worker-0"
     assert hardest_pod(example("single-gpu")) == pod_names(example("single-gpu"))[0]
+
+
+@pytest.mark.torch
+def test_preflight_saves_on_sigterm_within_the_grace_period_while_rank_0_is_busy(
+        tmp_path: Path) -> None:
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pytest.importorskip("torch")
+    from runai_spec.checklist import PreflightSettings, parse_lines
+    from runai_spec.rehearse import free_port
+
+    settings = PreflightSettings(steps=6, checkpoint_every=2, busy_rank0_s=60.0,
+                                 checkpoint_on_sigterm=True, join_timeout_s=20)
+    hold = tmp_path / "hold"
+    args = settings.args(world_size=1, checkpoint_dir=str(tmp_path / "ckpt"),
+                         metrics_file=None, hold_dir=str(hold))
+    assert "--busy-rank0" in args and "--checkpoint-on-sigterm" in args
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "TORCHELASTIC"))}
+    env.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, str(ROOT / "src" / "runai_spec" / "preflight.py"),
+                             *args], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (hold / "holding.0").exists() and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            time.sleep(0.05)
+        (hold / "release").touch()  # rank 0 goes on to its busy minute
+        time.sleep(1.0)
+        assert proc.poll() is None  # still busy
+        sent = time.time()
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143
+    [event] = [r for r in parse_lines(out) if r.get("event") == "sigterm-checkpoint"]
+    assert event["saved"] is True and event["step"] == 2 and event["error"] is None
+    assert event["t"] - sent < 30.0  # within the default terminationGracePeriodSeconds
+    assert any(r.get("event") == "busy" for r in parse_lines(out))
+    saved = json.loads((tmp_path / "ckpt" / "preflight-ckpt" / "step.json").read_text())
+    assert saved == {"step": 2}
