@@ -29,6 +29,8 @@ class PreflightSettings:
     join_timeout_s: float = 60.0
     collective_timeout_s: float = 120.0
     fresh_checkpoint: bool = False  # the smoke test: never resume an earlier smoke test
+    busy_rank0_s: float = 0.0  # rank 0 busy after the first checkpoint (the hard fault case)
+    checkpoint_on_sigterm: bool = False  # the profile's script saves on SIGTERM
 
     def args(self, *, world_size: int | None, checkpoint_dir: str | None,
              metrics_file: str | None, hold_dir: str | None = None,
@@ -55,6 +57,10 @@ class PreflightSettings:
             out += ["--hold-after-checkpoint", hold_dir]
         if self.fresh_checkpoint:
             out += ["--fresh-checkpoint"]
+        if self.busy_rank0_s > 0:
+            out += ["--busy-rank0", f"{self.busy_rank0_s:g}"]
+        if self.checkpoint_on_sigterm:
+            out += ["--checkpoint-on-sigterm"]
         return out
 
 

@@ -19,6 +19,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import socket
 import sys
 import time
@@ -105,6 +106,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="after the first checkpoint, leave DIR/holding.<rank> and wait (at "
                         "most --timeout) for DIR/release: lets a rehearsal kill a pod at "
                         "exactly that point; no wait once DIR/release exists")
+    p.add_argument("--busy-rank0", type=float, metavar="SECONDS",
+                   default=_env_float("PREFLIGHT_BUSY_RANK0", 0.0),
+                   help="rank 0 stays busy this long right after the first checkpoint (a long "
+                        "save or an evaluation): its peers meet a rank 0 that has not noticed a "
+                        "lost pod")
+    p.add_argument("--checkpoint-on-sigterm", action="store_true",
+                   default=_env("PREFLIGHT_CHECKPOINT_ON_SIGTERM", "") == "1",
+                   help="on SIGTERM, save the last completed step's weights and exit 143, as a "
+                        "script with checkpoint.on_sigterm does within the grace period")
     p.add_argument("--fresh-checkpoint", action="store_true",
                    default=_env("PREFLIGHT_FRESH_CHECKPOINT", "") == "1",
                    help="start from step 1: rank 0 removes an earlier preflight checkpoint "
@@ -415,6 +425,26 @@ class Checkpointer:
             tmp.rename(self.path)
         dist.barrier(group=self.group)
 
+    def save_alone(self, state: dict[str, torch.Tensor], step: int) -> bool:
+        """Save without any collective (a signal handler cannot wait for its peers): rank 0
+        writes, atomically by rename. False where the format needs every rank (dcp)."""
+        if self.format == "dcp":
+            return False
+        if self.rank != 0:
+            return True
+        tmp = self.root / f"{CKPT_NAME}.sigterm.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        if self.format == "safetensors":
+            st = importlib.import_module("safetensors.torch")
+            st.save_file(state, str(tmp / "model.safetensors"))
+        else:
+            torch.save({"model": state, "step": step}, tmp / "model.pt")
+        (tmp / "step.json").write_text(json.dumps({"step": step}))
+        shutil.rmtree(self.path, ignore_errors=True)
+        tmp.rename(self.path)
+        return True
+
     def corrupt(self) -> None:
         """Fault injection: leave a checkpoint that looks complete but cannot be read."""
         if self.rank == 0:
@@ -499,6 +529,12 @@ def train_and_check(rep: Reporter, opts: argparse.Namespace, launch: Launch, dev
     samples_per_step: list[int] = []
     ckpt_done = False
     steps = range(start, opts.steps + 1)
+    # the weights of the last completed step: what a SIGTERM handler may save consistently
+    snapshot: dict[str, Any] = {"step": start - 1,
+                            "state": {k: v.detach().cpu().clone()
+                                      for k, v in model.state_dict().items()}}
+    if opts.checkpoint_on_sigterm:
+        _on_sigterm_save(rep, ckpt, snapshot)
     for step in steps:
         seen = torch.zeros(1, dtype=torch.float64, device=dev)
         loss_sum = 0.0
@@ -514,6 +550,10 @@ def train_and_check(rep: Reporter, opts: argparse.Namespace, launch: Launch, dev
             loss_sum += float(loss.detach())
         optim.step()
         optim.zero_grad(set_to_none=True)
+        if opts.checkpoint_on_sigterm:
+            snapshot["state"] = {k: v.detach().cpu().clone()
+                                 for k, v in model.state_dict().items()}
+            snapshot["step"] = step
         if launch.world_size > 1:
             dist.all_reduce(seen)
         samples_per_step.append(int(seen.item()))
@@ -534,11 +574,39 @@ def train_and_check(rep: Reporter, opts: argparse.Namespace, launch: Launch, dev
                 check_checkpoint(rep, ckpt, model, step, before, opts, fmt_note, xchg)
                 if opts.hold_after_checkpoint:
                     hold(rep, Path(opts.hold_after_checkpoint), step, opts.timeout)
+                if opts.busy_rank0 > 0 and launch.rank == 0:
+                    rep.event("busy", step=step, seconds=opts.busy_rank0)
+                    time.sleep(opts.busy_rank0)
 
     if not ckpt_done:
         rep.skipped("checkpoint", f"no step left to train after resuming at step {start}")
     check_global_batch(rep, opts, launch, samples_per_step)
     check_metrics(rep, opts, launch, xchg, metric_lines, len(steps), metrics_path, lines_before)
+
+
+def _on_sigterm_save(rep: Reporter, ckpt: Checkpointer, snapshot: dict[str, Any]) -> None:
+    """SIGTERM (the kubelet deleting the pod; torchrun forwards it to its workers): save the
+    last completed step, say so with how long it took, and exit 143 at once."""
+
+    def handler(signum: int, frame: Any) -> None:
+        t0 = time.monotonic()
+        step, state = int(snapshot["step"]), snapshot["state"]
+        try:
+            saved = step >= 1 and ckpt.save_alone(state, step)
+            error = None if saved or step < 1 else f"{ckpt.format} needs every rank to save"
+        except Exception as exc:  # the finding: the save on SIGTERM failed
+            saved, error = False, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        digest = None
+        if saved:
+            probe = TinyModel()
+            probe.load_state_dict(state)
+            digest = _digest(probe)
+        rep.event("sigterm-checkpoint", step=step, saved=saved, error=error, digest=digest,
+                  seconds=round(time.monotonic() - t0, 3), t=time.time())
+        sys.stderr.flush()
+        os._exit(128 + signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, handler)
 
 
 def hold(rep: Reporter, folder: Path, step: int, timeout: float) -> None:

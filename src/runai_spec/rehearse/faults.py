@@ -1,0 +1,84 @@
+"""Faults on demand: `--kill POD[@checkpoint|@SECONDS]`, `--preempt[@checkpoint|@SECONDS]`."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InputError
+
+AT_CHECKPOINT = "checkpoint"
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A kill of one pod's whole container (SIGKILL to the agent and its workers), or a
+    preemption of the job; at the first checkpoint (every rank held right after it) or
+    `at` seconds after the job started."""
+
+    kind: str  # "kill" | "preempt"
+    pod: str | None
+    at: float | None  # None: right after the first checkpoint
+
+    @property
+    def label(self) -> str:
+        when = "after the first checkpoint" if self.at is None else f"at {self.at:g} s"
+        return f"kill {self.pod} {when}" if self.kind == "kill" else f"preemption {when}"
+
+
+def pod_names(job: Mapping[str, Any]) -> list[str]:
+    """The job's pods by short name (`master-0`, `worker-N`), as the operator numbers them."""
+    replicas = (job.get("spec") or {}).get("pytorchReplicaSpecs") or {}
+    return [f"{rtype.lower()}-{i}" for rtype in ("Master", "Worker")
+            if replicas.get(rtype) is not None
+            for i in range(int(replicas[rtype].get("replicas", 1)))]
+
+
+def _when(text: str, field: str) -> float | None:
+    if text in ("", AT_CHECKPOINT):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise InputError(f"@{text} is neither @checkpoint nor a number of seconds",
+                         field=field, hint="e.g. @checkpoint (the default) or @30")
+    return value
+
+
+def parse_kill(text: str, names: Iterable[str]) -> Fault:
+    """`POD[@checkpoint|@SECONDS]`; POD is a short pod name of this job."""
+    pod, _, when = text.partition("@")
+    known = list(names)
+    if pod not in known:
+        raise InputError(f"no pod {pod!r} in this job (its pods: {', '.join(known)})",
+                         field="--kill", hint=f"e.g. --kill {known[-1] if known else 'worker-0'}"
+                                              "@checkpoint")
+    return Fault("kill", pod, _when(when, "--kill"))
+
+
+def parse_preempt(text: str) -> Fault:
+    """`--preempt` alone, `--preempt@checkpoint` or `--preempt@SECONDS` (the part after @)."""
+    return Fault("preempt", None, _when(text.lstrip("@"), "--preempt"))
+
+
+def hardest_pod(job: Mapping[str, Any]) -> str:
+    """The pod whose loss is hardest for the layout: master-0 (hosts the rendezvous store)
+    with a Master; worker-0 (the c10d store host, PET_RDZV_ENDPOINT's default) for a
+    Worker-only elastic job; the only pod of a single-pod layout."""
+    names = pod_names(job)
+    if not names:
+        raise InputError("the PyTorchJob has no Master or Worker replicas",
+                         field="spec.pytorchReplicaSpecs")
+    if "master-0" in names:
+        return "master-0"
+    elastic = (job.get("spec") or {}).get("elasticPolicy") or {}
+    host = str(elastic.get("rdzvHost") or "")
+    name = (job.get("metadata") or {}).get("name", "")
+    for pod in names:
+        if host and host == f"{name}-{pod}":
+            return pod
+    return "worker-0" if "worker-0" in names else names[0]
