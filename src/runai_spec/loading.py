@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import math
 import os
 import re
 import stat
@@ -23,6 +24,8 @@ except AttributeError:  # pragma: no cover - depends on how PyYAML was built
 MAX_BYTES = 1024 * 1024
 MAX_NODES = 100_000
 MAX_DEPTH = 64
+# Longer numbers are never settings; Python refuses ints over 4,300 digits, floats overflow.
+MAX_NUMBER_CHARS = 64
 
 # Only JSON-shaped scalars get a non-string type; YAML 1.1 booleans such as `no`/`on`,
 # octal-looking `0777` and sexagesimal `1:30` stay strings instead of silently changing type.
@@ -96,7 +99,14 @@ class _Builder:
             raise self.fail(event, f"nesting deeper than {MAX_DEPTH} levels")
         kind = type(event)
         if kind is yaml.ScalarEvent:
+            if (len(event.value) > MAX_NUMBER_CHARS and not event.style and event.tag != "!"
+                    and _FLOAT.match(event.value)):
+                raise self.fail(event, f"a number of {len(event.value)} characters (at most "
+                                f"{MAX_NUMBER_CHARS})", "no setting needs a number that long; "
+                                "quote it if it is meant as text")
             value = event.value if event.tag == "!" else _scalar(event)
+            if type(value) is float and not math.isfinite(value):
+                raise self.fail(event, f"{event.value} is too large for a number")
             if type(value) is str and _CONTROL.search(value):
                 raise self.fail(event, "control characters are not allowed in strings")
             return value

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from .errors import Location
 from .findings import Finding, Severity
 from .kubeflow import (
+    DNS1123,
     GPU_RESOURCE,
     INJECTED_ENV,
     KIND,
@@ -70,7 +71,7 @@ def _finding(ctx: Context, rule_id: str, path: str, message: str, hint: str | No
 
 
 IMAGE = re.compile(r"^(?P<registry>[a-z0-9.-]+(:[0-9]+)?)/(?P<repo>[a-z0-9._/-]+)"
-                   r"(:(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(@sha256:(?P<digest>[0-9a-f]{64}))?$")
+                   r"(:(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(@sha256:(?P<digest>[0-9a-f]{64}))?\Z")
 
 # Turned around (red team): every NCCL_* variable is the preset's, because NCCL reads any of
 # them (and NCCL >= 2.23 reads all of them from NCCL_CONF_FILE); so are the other transports'
@@ -214,6 +215,12 @@ def check_name_length(ctx: Context) -> Iterator[Finding]:
         yield _finding(ctx, "name-length", "name",
                        f"pod name {longest!r} has {len(longest)} characters (limit {NAME_MAX})",
                        f"shorten name to at most {room} characters")
+    namespace = ctx.plan.namespace
+    if len(namespace) > NAME_MAX or not DNS1123.match(namespace):  # a namespace is a DNS-1123 label
+        yield _finding(ctx, "name-length", "project",
+                       f"project {ctx.loaded.profile.project!r} makes the namespace {namespace!r} "
+                       f"({len(namespace)} characters), which is not a DNS label of at most "
+                       f"{NAME_MAX}", "use the Run:ai project's name as the cluster knows it")
 
 
 @rule("checkpoint-on-pvc", "error", "Checkpoints go to a PVC or an approved data source")

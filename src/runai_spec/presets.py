@@ -6,11 +6,12 @@ import datetime as dt
 import difflib
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from .errors import InputError, PresetError
 from .kubeflow import DEFAULT_PORT, DNS1123, DNS1123_PATTERN, NAME_MAX
@@ -125,9 +126,16 @@ class Approval(_Model):
     """One ledger entry."""
 
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    approved_by: str = Field(min_length=1)
+    approved_by: str = Field(min_length=1, pattern=r"^[^\x00-\x1f\x7f]+$")
     approved_at: str = Field(pattern=r"^\d{4}-\d{2}-\d{2}$")
     expires: str | None = Field(None, pattern=r"^\d{4}-\d{2}-\d{2}$")
+
+    @field_validator("approved_at", "expires")
+    @classmethod
+    def _a_real_date(cls, value: str | None) -> str | None:
+        if value is not None:
+            dt.date.fromisoformat(value)  # 2027-13-45 matches the pattern but is no date
+        return value
 
 
 class Ledger(_Model):
@@ -319,8 +327,13 @@ class PresetRegistry:
             raise _pydantic_error(exc, str(path)) from None
         if not by.strip():
             raise InputError("approver must not be empty", field="--by")
+        if any(ord(c) < 0x20 or ord(c) == 0x7f for c in by):
+            raise InputError("the approver's name has control characters", field="--by",
+                             hint="write the name as plain text, e.g. --by \"A. Engineer\"")
         if expires is not None:
             try:
+                if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", expires):
+                    raise ValueError(expires)  # fromisoformat also takes 20271231, 2027-W52-1
                 dt.date.fromisoformat(expires)
             except ValueError:
                 raise InputError("not a date (YYYY-MM-DD)", field="--expires") from None
