@@ -45,6 +45,7 @@ def checked_workload(path: Path) -> Workload:
     workload = prepare_workload(path)
     err(line for finding in workload.findings for line in finding.lines())
     if workload.errors:
+        err([f"{workload.path}: {len(workload.errors)} error finding(s): nothing was sent"])
         raise typer.Exit(EXIT_FINDINGS)
     return workload
 
