@@ -245,10 +245,11 @@ def _api_client(target: Target) -> Any:
         names = [c.get("name") for c in contexts or []]
         if target.context is not None and target.context not in names:
             raise InputError(f"context {target.context!r} not in the kubeconfig", file=str(path),
-                             field="--context", hint=f"contexts: {', '.join(map(str, names)) or 'none'}")
+                             field="--context",
+                             hint=f"contexts: {', '.join(map(str, names)) or 'none'}")
         config.load_kube_config(config_file=str(path), context=target.context,
                                 client_configuration=cfg, persist_config=False)
-    except ClusterError:
+    except (ClusterError, InputError):
         raise
     except Exception as exc:  # the loader raises many types; its text may quote the file
         raise ClusterError(f"cannot use the kubeconfig ({type(exc).__name__})", file=str(path),
