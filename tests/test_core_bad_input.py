@@ -229,7 +229,7 @@ def test_one_bad_profile_writes_nothing_for_the_others(write_profile: Callable[.
     good = write_profile(base_profile)
     bad = write_profile("name: [\n")
     out = tmp_path / "out"
-    result = run("render", str(good), str(bad), "-o", str(out))
+    result = run("render", str(good), str(bad), "-d", str(out))
     assert result.exit_code == 2
     assert not out.exists()
 
@@ -237,7 +237,7 @@ def test_one_bad_profile_writes_nothing_for_the_others(write_profile: Callable[.
 def test_duplicate_workload_names_are_refused(write_profile: Callable[..., Path],
                                               base_profile: dict[str, Any], tmp_path: Path) -> None:
     result = run("render", str(write_profile(base_profile)), str(write_profile(base_profile)),
-                 "-o", str(tmp_path / "out"))
+                 "-d", str(tmp_path / "out"))
     assert_refused(result, 2, "two profiles render the workload 'demo'")
     assert not (tmp_path / "out").exists()
 

@@ -13,7 +13,7 @@ import typer
 
 from ..errors import EXIT_FINDINGS, EXIT_OK, ClusterError, InputError, RunaiSpecError
 from ..workload import Workload, prepare_workload
-from .common import ContextOpt, DebugOpt, Format, FormatOpt, KubeconfigOpt, app, err
+from .common import ContextOpt, DebugOpt, KubeconfigOpt, TextJson, TextJsonOpt, app, err
 
 if TYPE_CHECKING:
     from .. import cluster
@@ -120,7 +120,7 @@ def smoke_manifests(workload: Workload) -> list[Manifest]:
 
 
 @app.command()
-def status(job: JobArg, project: ProjectOpt = None, fmt: FormatOpt = Format.text,
+def status(job: JobArg, project: ProjectOpt = None, fmt: TextJsonOpt = TextJson.text,
            smoke: SmokeOpt = False, kubeconfig: KubeconfigOpt = None, context: ContextOpt = None,
            debug: DebugOpt = False) -> None:
     """The job's phase, each pod's state and, when it is pending, why."""
@@ -128,7 +128,7 @@ def status(job: JobArg, project: ProjectOpt = None, fmt: FormatOpt = Format.text
 
     ref = job_refs(job, project, smoke)[0]
     result = cluster.job_status(ref.name, ref.namespace, cluster_target(kubeconfig, context, debug))
-    if fmt is Format.json:
+    if fmt is TextJson.json:
         print(json.dumps(dataclasses.asdict(result), indent=2))
     else:
         print("\n".join(report.status_lines(result)))
