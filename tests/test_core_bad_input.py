@@ -259,7 +259,7 @@ def test_usage_error_exits_2() -> None:
 @pytest.mark.parametrize(("argv", "message"), [
     (["render", "p.yaml", "--bogus"], "error: No such option: --bogus"),
     (["validate", "p.yaml", "--format", "xml"], "error: Invalid value for '--format' / '-f'"),
-    (["render"], "error: Missing argument 'profiles'."),
+    (["render"], "error: Missing argument 'PROFILE'."),
     (["no-such-command"], "error: No such command 'no-such-command'."),
 ])
 def test_usage_errors_are_one_error_line_and_a_hint_not_a_panel(argv: list[str],

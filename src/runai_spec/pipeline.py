@@ -22,7 +22,7 @@ class StdinProfile(type(Path())):  # type: ignore[misc]
     def __str__(self) -> str:
         return "<stdin>"
 
-    def open(self, mode: str = "r", *args: object, **kwargs: object) -> IO[bytes]:  # type: ignore[override]
+    def open(self, mode: str = "r", *args: object, **kwargs: object) -> IO[bytes]:
         import io
         import sys
 

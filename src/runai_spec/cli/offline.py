@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -156,7 +156,8 @@ ExplainOpt = Annotated[bool, typer.Option("--explain", help="Each value followed
 @app.command()
 def render(profiles: Profiles, out_dir: OutDirOpt = None, output: OutputOpt = None,
            smoke: SmokeRenderOpt = False, explain: ExplainOpt = False) -> int:
-    """Render profiles to manifests (stdout as YAML or, with -o json, one JSON `List`; or one file per workload with -d DIR)."""
+    """Render profiles to manifests: stdout as YAML (or, with -o json, one JSON `List`), or one
+    file per workload with -d DIR."""
     from ..pipeline import Spool, StagedFiles, render_all
 
     fmt = "yaml"
