@@ -130,3 +130,29 @@ def test_submit_with_findings_says_nothing_was_sent(api: KubeAPI, kubeconfig: Pa
     assert result.exit_code == 1, result.output
     assert result.stderr.splitlines()[-1].endswith(": nothing was sent")
     assert api.kube.requests == []
+
+
+def test_status_watch_polls_until_running_bounded(api: KubeAPI, kubeconfig: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    assert run("submit", PROFILE).exit_code == 0
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        if len(slept) == 2:  # the operator reports it running after the second pause
+            job = api.kube.get("pytorchjobs", NS, NAME)
+            assert job is not None
+            job["status"] = {"conditions": [{"type": "Running", "status": "True"}]}
+
+    monkeypatch.setattr("runai_spec.cli.cluster.watch_sleep", sleep)
+    watched = run("status", PROFILE, "--watch", "--interval", "2")
+    assert watched.exit_code == 0, watched.output
+    assert slept == [2.0, 2.0] and "Running" in watched.stdout
+    slept.clear()
+    job = api.kube.get("pytorchjobs", NS, NAME)
+    assert job is not None
+    job["status"] = {}
+    monkeypatch.setattr("runai_spec.cli.cluster.watch_sleep", slept.append)
+    gave_up = run("status", PROFILE, "--watch", "--interval", "1", "--watch-timeout", "3")
+    assert gave_up.exit_code == 3 and "still Pending after 3 s" in gave_up.stderr
+    assert slept == [1.0, 1.0, 1.0]

@@ -119,19 +119,50 @@ def smoke_manifests(workload: Workload) -> list[Manifest]:
     return smoke_workload(workload)
 
 
+WatchOpt = Annotated[bool, typer.Option("--watch", "-w", help="Poll until the job is running or "
+                                        "has ended, at most --watch-timeout seconds.")]
+IntervalOpt = Annotated[float, typer.Option("--interval", metavar="SECONDS", min=0.1,
+                                            help="Seconds between polls with --watch.")]
+WatchTimeoutOpt = Annotated[float, typer.Option("--watch-timeout", metavar="SECONDS", min=0,
+                                                help="How long --watch polls before it gives up.")]
+SETTLED = ("Running", "Succeeded", "Failed")
+
+
+def watch_sleep(seconds: float) -> None:
+    """The pause between --watch polls (tests replace it)."""
+    import time
+
+    time.sleep(seconds)
+
+
 @app.command()
 def status(job: JobArg, project: ProjectOpt = None, fmt: TextJsonOpt = TextJson.text,
-           smoke: SmokeOpt = False, kubeconfig: KubeconfigOpt = None, context: ContextOpt = None,
-           debug: DebugOpt = False) -> None:
-    """The job's phase, each pod's state and, when it is pending, why."""
+           smoke: SmokeOpt = False, watch: WatchOpt = False, interval: IntervalOpt = 5.0,
+           watch_timeout: WatchTimeoutOpt = 600.0, kubeconfig: KubeconfigOpt = None,
+           context: ContextOpt = None, debug: DebugOpt = False) -> None:
+    """The job's phase, each pod's state and, when it is pending, why; --watch polls until it
+    is running or has ended (exit 3 when it has not within --watch-timeout)."""
     from .. import cluster, report
 
     ref = job_refs(job, project, smoke)[0]
-    result = cluster.job_status(ref.name, ref.namespace, cluster_target(kubeconfig, context, debug))
-    if fmt is TextJson.json:
-        print(json.dumps(dataclasses.asdict(result), indent=2))
-    else:
-        print("\n".join(report.status_lines(result)))
+    target = cluster_target(kubeconfig, context, debug)
+    waited = 0.0
+    shown: list[str] = []
+    while True:
+        result = cluster.job_status(ref.name, ref.namespace, target)
+        lines = ([json.dumps(dataclasses.asdict(result), indent=2)] if fmt is TextJson.json
+                 else report.status_lines(result))
+        if lines != shown:
+            print("\n".join(lines), flush=True)
+            shown = lines
+        if not watch or result.phase in SETTLED:
+            return
+        if waited + interval > watch_timeout:
+            raise ClusterError(f"{ref}: still {result.phase} after {waited:g} s", file="cluster",
+                               hint="watch longer with --watch-timeout SECONDS; the reasons "
+                               "above say what it waits for")
+        watch_sleep(interval)
+        waited += interval
 
 
 LogsOut = Annotated[Path, typer.Option("--out", "-o", help="Folder for one <pod>.log per rank.",
