@@ -156,3 +156,19 @@ def test_status_watch_polls_until_running_bounded(api: KubeAPI, kubeconfig: Path
     gave_up = run("status", PROFILE, "--watch", "--interval", "1", "--watch-timeout", "3")
     assert gave_up.exit_code == 3 and "still Pending after 3 s" in gave_up.stderr
     assert slept == [1.0, 1.0, 1.0]
+
+
+def test_logs_to_stdout_one_pod(api: KubeAPI, kubeconfig: Path) -> None:
+    assert run("submit", PROFILE).exit_code == 0
+    api.kube.add_pod(NAME, NS, "master", 0)
+    api.kube.add_pod(NAME, NS, "worker", 0)
+    api.kube.logs[(NS, f"{NAME}-master-0", False)] = "epoch 1\n"
+    api.kube.logs[(NS, f"{NAME}-worker-0", False)] = "epoch 1 worker\n"
+    both = run("logs", PROFILE, "--out", "-")
+    assert both.exit_code == 0, both.output
+    assert f"==> {NAME}-master-0 <==\nepoch 1\n" in both.stdout
+    assert f"==> {NAME}-worker-0 <==\nepoch 1 worker\n" in both.stdout
+    one = run("logs", PROFILE, "--out", "-", "--pod", f"{NAME}-worker-0")
+    assert one.exit_code == 0 and one.stdout == "epoch 1 worker\n"
+    wrong = run("logs", PROFILE, "--out", "-", "--pod", "nope")
+    assert wrong.exit_code == 2 and "is not a pod of" in wrong.stderr

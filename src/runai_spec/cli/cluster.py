@@ -165,20 +165,36 @@ def status(job: JobArg, project: ProjectOpt = None, fmt: TextJsonOpt = TextJson.
         waited += interval
 
 
-LogsOut = Annotated[Path, typer.Option("--out", "-o", help="Folder for one <pod>.log per rank.",
+LogsOut = Annotated[Path, typer.Option("--out", "-o", help="Folder for one <pod>.log per rank; "
+                                       "`-` prints the logs to stdout instead.",
                                        show_default=False)]
+PodOpt = Annotated[str | None, typer.Option("--pod", help="Only this pod's log (with --out -).")]
+TailOpt = Annotated[int | None, typer.Option("--tail", min=0, help="Only the last N lines of "
+                                             "each log (with --out -).")]
 PreviousOpt = Annotated[bool, typer.Option("--previous", help="The restarted containers' "
                                            "earlier logs.")]
 
 
 @app.command()
 def logs(job: JobArg, out: LogsOut, previous: PreviousOpt = False, project: ProjectOpt = None,
-         smoke: SmokeOpt = False, kubeconfig: KubeconfigOpt = None, context: ContextOpt = None,
-         debug: DebugOpt = False) -> None:
-    """Save every rank's (pod's) log in its own file, so the logs outlive the pods."""
+         smoke: SmokeOpt = False, pod: PodOpt = None, tail: TailOpt = None,
+         kubeconfig: KubeconfigOpt = None, context: ContextOpt = None, debug: DebugOpt = False
+         ) -> None:
+    """Save every rank's (pod's) log in its own file, so the logs outlive the pods; `--out -`
+    prints them instead (one --pod, the last --tail N lines), as kubectl logs does."""
     from .. import cluster
 
     ref = job_refs(job, project, smoke)[0]
+    if str(out) == "-":
+        from ..cluster.logs import print_logs
+
+        err(f"skipped {line}" for line in print_logs(
+            ref.name, ref.namespace, cluster_target(kubeconfig, context, debug), sys.stdout.buffer,
+            previous=previous, pod=pod, tail=tail))
+        return
+    if pod is not None or tail is not None:
+        raise InputError("--pod and --tail go with --out - (printing to stdout)", field="--pod",
+                         hint="saving to a folder keeps every pod's whole log")
     result = cluster.save_logs(ref.name, ref.namespace, out,
                                cluster_target(kubeconfig, context, debug), previous=previous)
     err([f"saved {s.path} ({s.size} bytes)" for s in result.saved])
