@@ -1,4 +1,4 @@
-"""Peak memory and time of `render -o`, `validate` and `diff --against` over many profiles in
+"""Peak memory and time of `render -d`, `validate` and `diff --against` over many profiles in
 one call (DESIGN.md section 8: 10,000 profiles with peak memory <= 150 MB, time linear in
 their number): each command at --count and at a tenth of it, side by side with a baseline
 checkout of runai-spec when --baseline names its src/ folder; print the ratios."""
@@ -50,7 +50,7 @@ def measure(argv: list[str], src: Path) -> tuple[float, float]:
 
 def commands(paths: list[str], out: Path, committed: Path) -> dict[str, list[str]]:
     cli = [sys.executable, "-m", "runai_spec"]
-    return {"render -o": [*cli, "render", *paths, "-o", str(out)],
+    return {"render -d": [*cli, "render", *paths, "-d", str(out)],
             "validate": [*cli, "validate", *paths],
             "diff": [*cli, "diff", *paths, "--against", str(committed)]}
 
@@ -69,10 +69,10 @@ def main() -> int:
             generate(Path(tmp) / f"p{count}", count)
         committed = Path(tmp) / "committed"
         paths = sorted(str(p) for p in (Path(tmp) / f"p{args.count}").glob("*.yaml"))
-        subprocess.run(commands(paths, committed, committed)["render -o"], check=True,
+        subprocess.run(commands(paths, committed, committed)["render -d"], check=True,
                        env=dict(os.environ, PYTHONPATH=str(ROOT / "src")), capture_output=True)
         print(f"{'command':10} {'source':9} {'profiles':>8} {'seconds':>8} {'peak MB':>8}")
-        for name in ("render -o", "validate", "diff"):
+        for name in ("render -d", "validate", "diff"):
             results: dict[str, list[tuple[float, float]]] = {}
             for count in counts:
                 paths = sorted(str(p) for p in (Path(tmp) / f"p{count}").glob("*.yaml"))

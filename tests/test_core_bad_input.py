@@ -231,7 +231,7 @@ def test_one_bad_profile_writes_nothing_for_the_others(write_profile: Callable[.
     good = write_profile(base_profile)
     bad = write_profile("name: [\n")
     out = tmp_path / "out"
-    result = run("render", str(good), str(bad), "-o", str(out))
+    result = run("render", str(good), str(bad), "-d", str(out))
     assert result.exit_code == 2
     assert not out.exists()
 
@@ -239,7 +239,7 @@ def test_one_bad_profile_writes_nothing_for_the_others(write_profile: Callable[.
 def test_duplicate_workload_names_are_refused(write_profile: Callable[..., Path],
                                               base_profile: dict[str, Any], tmp_path: Path) -> None:
     result = run("render", str(write_profile(base_profile)), str(write_profile(base_profile)),
-                 "-o", str(tmp_path / "out"))
+                 "-d", str(tmp_path / "out"))
     assert_refused(result, 2, "two profiles render the workload 'demo'")
     assert not (tmp_path / "out").exists()
 
@@ -261,7 +261,7 @@ def test_usage_error_exits_2() -> None:
 @pytest.mark.parametrize(("argv", "message"), [
     (["render", "p.yaml", "--bogus"], "error: No such option: --bogus"),
     (["validate", "p.yaml", "--format", "xml"], "error: Invalid value for '--format' / '-f'"),
-    (["render"], "error: Missing argument 'profiles'."),
+    (["render"], "error: Missing argument 'PROFILE'."),
     (["no-such-command"], "error: No such command 'no-such-command'."),
 ])
 def test_usage_errors_are_one_error_line_and_a_hint_not_a_panel(argv: list[str],

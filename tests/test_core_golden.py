@@ -58,7 +58,7 @@ def test_render_is_byte_identical_across_runs(example: str, tmp_path: Path) -> N
 
 def test_render_out_dir_writes_one_file_per_workload(tmp_path: Path) -> None:
     profiles = [str(ROOT / "examples" / e / "profile.yaml") for e in EXAMPLES]
-    result = runner.invoke(app, ["render", *profiles, "-o", str(tmp_path / "out")])
+    result = runner.invoke(app, ["render", *profiles, "-d", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
     written = sorted(p.name for p in (tmp_path / "out").iterdir())
     names = sorted(f"{prepare_workload(Path(p)).plan.name}.yaml" for p in profiles)

@@ -151,7 +151,7 @@ def test_render_explain_annotates_every_profile_and_refuses_out() -> None:
     plain = runner.invoke(app, ["render", *profiles])
     assert docs == parse_documents(plain.stdout, "plain")
     assert result.stdout.count("# profile ") > 10 and "# profile " not in plain.stdout
-    refused = runner.invoke(app, ["render", profiles[0], "--explain", "-o", "out"])
+    refused = runner.invoke(app, ["render", profiles[0], "--explain", "-d", "out"])
     assert refused.exit_code == 2 and refused.stderr.startswith("error: --explain:")
 
 

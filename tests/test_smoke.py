@@ -182,7 +182,7 @@ def test_render_smoke_is_deterministic_canonical_and_the_same_in_a_file(tmp_path
     assert first.exit_code == second.exit_code == 0
     assert first.stdout == second.stdout
     assert dump(parse(first.stdout, "smoke")) == first.stdout
-    written = run("render", "--smoke", MULTI, "-o", str(tmp_path / "out"))
+    written = run("render", "--smoke", MULTI, "-d", str(tmp_path / "out"))
     assert written.exit_code == 0, written.output
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [f"{SMOKE}.yaml"]
     assert (tmp_path / "out" / f"{SMOKE}.yaml").read_text(encoding="utf-8") == first.stdout
@@ -203,7 +203,7 @@ def test_render_smoke_with_error_findings_writes_nothing(
         tmp_path: Path, base_profile: dict[str, Any], write_profile: Callable[..., Path]) -> None:
     base_profile["env"] = {"NCCL_SOCKET_IFNAME": "eth0"}
     bad = write_profile(base_profile)
-    result = run("render", "--smoke", MULTI, str(bad), "-o", str(tmp_path / "out"))
+    result = run("render", "--smoke", MULTI, str(bad), "-d", str(tmp_path / "out"))
     assert result.exit_code == 1
     assert "NCCL_SOCKET_IFNAME" in result.stderr and "Traceback" not in result.output
     assert not (tmp_path / "out").exists()
@@ -216,7 +216,7 @@ def test_a_name_too_long_for_the_smoke_pods_is_one_clear_error_and_nothing_is_wr
     base_profile["name"] = "a" * 50
     long = write_profile(base_profile)
     assert run("render", str(long)).exit_code == 0
-    result = run("render", "--smoke", MULTI, str(long), "-o", str(tmp_path / "out"))
+    result = run("render", "--smoke", MULTI, str(long), "-d", str(tmp_path / "out"))
     assert result.exit_code == 2 and "Traceback" not in result.output
     error = (f"error: {long}: name: the smoke test's pod name '{'a' * 50}-smoke-master-0' has "
              "65 characters (limit 63)")

@@ -14,6 +14,33 @@ from .presets import PresetRegistry
 from .workload import Workload, prepare_workload
 
 
+class StdinProfile(type(Path())):  # type: ignore[misc]
+    """`-`: the profile read from standard input, once; named `<stdin>` in messages."""
+
+    _data: bytes | None = None
+
+    def __str__(self) -> str:
+        return "<stdin>"
+
+    def open(self, mode: str = "r", *args: object, **kwargs: object) -> IO[bytes]:
+        import io
+        import sys
+
+        if StdinProfile._data is None:
+            StdinProfile._data = sys.stdin.buffer.read()
+        return io.BytesIO(StdinProfile._data)
+
+
+def profile_path(path: Path) -> Path:
+    """What a profile argument means: `-` standard input, a folder its profile.yaml."""
+    if str(path) == "-":
+        StdinProfile._data = None
+        return StdinProfile("-")
+    if path.is_dir():
+        return path / "profile.yaml"
+    return path
+
+
 def workloads(paths: Iterable[Path], registry: PresetRegistry | None = None
               ) -> Iterator[Workload | InputError]:
     """Each profile carried through, in order: its workload, or the bad input that stopped it.

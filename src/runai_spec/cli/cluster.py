@@ -13,7 +13,7 @@ import typer
 
 from ..errors import EXIT_FINDINGS, EXIT_OK, ClusterError, InputError, RunaiSpecError
 from ..workload import Workload, prepare_workload
-from .common import ContextOpt, DebugOpt, Format, FormatOpt, KubeconfigOpt, app, err
+from .common import ContextOpt, DebugOpt, KubeconfigOpt, TextJson, TextJsonOpt, app, err
 
 if TYPE_CHECKING:
     from .. import cluster
@@ -45,6 +45,7 @@ def checked_workload(path: Path) -> Workload:
     workload = prepare_workload(path)
     err(line for finding in workload.findings for line in finding.lines())
     if workload.errors:
+        err([f"{workload.path}: {len(workload.errors)} error finding(s): nothing was sent"])
         raise typer.Exit(EXIT_FINDINGS)
     return workload
 
@@ -118,35 +119,82 @@ def smoke_manifests(workload: Workload) -> list[Manifest]:
     return smoke_workload(workload)
 
 
+WatchOpt = Annotated[bool, typer.Option("--watch", "-w", help="Poll until the job is running or "
+                                        "has ended, at most --watch-timeout seconds.")]
+IntervalOpt = Annotated[float, typer.Option("--interval", metavar="SECONDS", min=0.1,
+                                            help="Seconds between polls with --watch.")]
+WatchTimeoutOpt = Annotated[float, typer.Option("--watch-timeout", metavar="SECONDS", min=0,
+                                                help="How long --watch polls before it gives up.")]
+SETTLED = ("Running", "Succeeded", "Failed")
+
+
+def watch_sleep(seconds: float) -> None:
+    """The pause between --watch polls (tests replace it)."""
+    import time
+
+    time.sleep(seconds)
+
+
 @app.command()
-def status(job: JobArg, project: ProjectOpt = None, fmt: FormatOpt = Format.text,
-           smoke: SmokeOpt = False, kubeconfig: KubeconfigOpt = None, context: ContextOpt = None,
-           debug: DebugOpt = False) -> None:
-    """The job's phase, each pod's state and, when it is pending, why."""
+def status(job: JobArg, project: ProjectOpt = None, fmt: TextJsonOpt = TextJson.text,
+           smoke: SmokeOpt = False, watch: WatchOpt = False, interval: IntervalOpt = 5.0,
+           watch_timeout: WatchTimeoutOpt = 600.0, kubeconfig: KubeconfigOpt = None,
+           context: ContextOpt = None, debug: DebugOpt = False) -> None:
+    """The job's phase, each pod's state and, when it is pending, why; --watch polls until it
+    is running or has ended (exit 3 when it has not within --watch-timeout)."""
     from .. import cluster, report
 
     ref = job_refs(job, project, smoke)[0]
-    result = cluster.job_status(ref.name, ref.namespace, cluster_target(kubeconfig, context, debug))
-    if fmt is Format.json:
-        print(json.dumps(dataclasses.asdict(result), indent=2))
-    else:
-        print("\n".join(report.status_lines(result)))
+    target = cluster_target(kubeconfig, context, debug)
+    waited = 0.0
+    shown: list[str] = []
+    while True:
+        result = cluster.job_status(ref.name, ref.namespace, target)
+        lines = ([json.dumps(dataclasses.asdict(result), indent=2)] if fmt is TextJson.json
+                 else report.status_lines(result))
+        if lines != shown:
+            print("\n".join(lines), flush=True)
+            shown = lines
+        if not watch or result.phase in SETTLED:
+            return
+        if waited + interval > watch_timeout:
+            raise ClusterError(f"{ref}: still {result.phase} after {waited:g} s", file="cluster",
+                               hint="watch longer with --watch-timeout SECONDS; the reasons "
+                               "above say what it waits for")
+        watch_sleep(interval)
+        waited += interval
 
 
-LogsOut = Annotated[Path, typer.Option("--out", "-o", help="Folder for one <pod>.log per rank.",
+LogsOut = Annotated[Path, typer.Option("--out", "-o", help="Folder for one <pod>.log per rank; "
+                                       "`-` prints the logs to stdout instead.",
                                        show_default=False)]
+PodOpt = Annotated[str | None, typer.Option("--pod", help="Only this pod's log (with --out -).")]
+TailOpt = Annotated[int | None, typer.Option("--tail", min=0, help="Only the last N lines of "
+                                             "each log (with --out -).")]
 PreviousOpt = Annotated[bool, typer.Option("--previous", help="The restarted containers' "
                                            "earlier logs.")]
 
 
 @app.command()
 def logs(job: JobArg, out: LogsOut, previous: PreviousOpt = False, project: ProjectOpt = None,
-         smoke: SmokeOpt = False, kubeconfig: KubeconfigOpt = None, context: ContextOpt = None,
-         debug: DebugOpt = False) -> None:
-    """Save every rank's (pod's) log in its own file, so the logs outlive the pods."""
+         smoke: SmokeOpt = False, pod: PodOpt = None, tail: TailOpt = None,
+         kubeconfig: KubeconfigOpt = None, context: ContextOpt = None, debug: DebugOpt = False
+         ) -> None:
+    """Save every rank's (pod's) log in its own file, so the logs outlive the pods; `--out -`
+    prints them instead (one --pod, the last --tail N lines), as kubectl logs does."""
     from .. import cluster
 
     ref = job_refs(job, project, smoke)[0]
+    if str(out) == "-":
+        from ..cluster.logs import print_logs
+
+        err(f"skipped {line}" for line in print_logs(
+            ref.name, ref.namespace, cluster_target(kubeconfig, context, debug), sys.stdout.buffer,
+            previous=previous, pod=pod, tail=tail))
+        return
+    if pod is not None or tail is not None:
+        raise InputError("--pod and --tail go with --out - (printing to stdout)", field="--pod",
+                         hint="saving to a folder keeps every pod's whole log")
     result = cluster.save_logs(ref.name, ref.namespace, out,
                                cluster_target(kubeconfig, context, debug), previous=previous)
     err([f"saved {s.path} ({s.size} bytes)" for s in result.saved])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from enum import StrEnum
@@ -58,12 +59,55 @@ def boundary(call: Callable[[], Any]) -> int:
     return EXIT_OK if code is None else int(code)
 
 
+HELP_NAMES = ["-h", "--help"]
+
+
+def one_paragraph_lines(text: str | None) -> str | None:
+    """Help text without the hard line breaks of a docstring: paragraphs stay apart."""
+    if text is None:
+        return None
+    return "\n\n".join(" ".join(p.split()) for p in inspect.cleandoc(text).split("\n\n"))
+
+
+def print_version(ctx: Any, param: Any, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        print(__version__)
+        ctx.exit()
+
+
+def polish(command: Any) -> None:
+    """Every command and group: `-h`, `--version`, help without hard line breaks and without
+    `<bool>` after a flag."""
+    from typer._click import Context
+    from typer._coercion import bool_flag_type_descriptor
+    from typer.core import TyperOption
+
+    if getattr(command, "_polished", False):
+        return
+    command._polished = True
+    command.help = one_paragraph_lines(command.help)
+    if not any("--version" in p.opts for p in command.params):
+        command.params.append(TyperOption(
+            param_decls=["--version"], type_descriptor=bool_flag_type_descriptor(), is_flag=True,
+            expose_value=False, is_eager=True, callback=print_version,
+            help="Print the runai-spec version and exit."))
+    help_option = command.get_help_option(Context(command, help_option_names=HELP_NAMES))
+    for param in [*command.params, *([help_option] if help_option is not None else [])]:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+        if getattr(param, "help", None):
+            param.help = one_paragraph_lines(param.help)
+    for sub in getattr(command, "commands", {}).values():
+        polish(sub)
+
+
 class Boundary(TyperGroup):
     """The root group: parses without Click's own error printing, then `boundary`."""
 
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
              complete_var: str | None = None, standalone_mode: bool = True,
              windows_expand_args: bool = True, **extra: Any) -> Any:
+        polish(self)
         code = boundary(lambda: super(Boundary, self).main(
             args, prog_name, complete_var, standalone_mode=False,
             windows_expand_args=windows_expand_args, **extra))
@@ -79,7 +123,8 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     pretty_exceptions_show_locals=False,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion
+    context_settings={"help_option_names": HELP_NAMES},
 )
 
 
@@ -94,9 +139,36 @@ class Format(StrEnum):
     markdown = "markdown"
 
 
-Profiles = Annotated[list[Path], typer.Argument(help="Profile files (profile.yaml).",
-                                                show_default=False)]
-ProfileArg = Annotated[Path, typer.Argument(help="Profile file (profile.yaml).")]
+def profile_paths(paths: list[Path]) -> list[Path]:
+    from ..pipeline import profile_path
+
+    return [profile_path(p) for p in paths]
+
+
+def one_profile_path(path: Path) -> Path:
+    from ..pipeline import profile_path
+
+    return profile_path(path)
+
+
+class TextJson(StrEnum):
+    text = "text"
+    json = "json"
+
+
+class MarkdownJson(StrEnum):
+    markdown = "markdown"
+    json = "json"
+
+
+TextJsonOpt = Annotated[TextJson, typer.Option("--format", "-f", help="Output format.")]
+MarkdownJsonOpt = Annotated[MarkdownJson, typer.Option("--format", "-f", help="Output format.")]
+Profiles = Annotated[list[Path], typer.Argument(
+    help="Profile files (profile.yaml); a folder means its profile.yaml, `-` standard input.",
+    show_default=False, metavar="PROFILE", callback=profile_paths)]
+ProfileArg = Annotated[Path, typer.Argument(
+    help="Profile file (profile.yaml); a folder means its profile.yaml, `-` standard input.",
+    metavar="PROFILE", callback=one_profile_path)]
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
 KubeconfigOpt = Annotated[Path | None, typer.Option(
     "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).")]

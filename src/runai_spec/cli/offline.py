@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -19,8 +20,12 @@ from .common import (
     Format,
     FormatOpt,
     KubeconfigOpt,
+    MarkdownJson,
+    MarkdownJsonOpt,
     ProfileArg,
     Profiles,
+    TextJson,
+    TextJsonOpt,
     app,
     err,
 )
@@ -67,14 +72,14 @@ def rules(fmt: FormatOpt = Format.text) -> None:
 
 
 @app.command()
-def plan(profile: ProfileArg, fmt: FormatOpt = Format.markdown) -> None:
+def plan(profile: ProfileArg, fmt: MarkdownJsonOpt = MarkdownJson.markdown) -> None:
     """The review request for the AI engineer (Markdown, or --format json); paste it into
     the ticket unchanged."""
     from .. import review
 
     workload = prepare_workload(profile, PresetRegistry())
-    print(review.review_json(workload) if fmt is Format.json else review.review_markdown(workload),
-          end="" if fmt is not Format.json else "\n")
+    print(review.review_json(workload) if fmt is MarkdownJson.json
+          else review.review_markdown(workload), end="" if fmt is not MarkdownJson.json else "\n")
 
 
 AgainstOpt = Annotated[Path | None, typer.Option("--against", help="Folder of committed manifests, "
@@ -135,8 +140,12 @@ def diff_against(profiles: list[Path], against: Path
         return drift.diff_all(profiles, against, step=lambda: progress.advance(task))
 
 
-OutOpt = Annotated[Path | None, typer.Option("--out", "-o", help="Write one <name>.yaml per "
-                                             "workload into this folder instead of stdout.")]
+OutDirOpt = Annotated[Path | None, typer.Option("--out-dir", "-d", help="Write one <name>.yaml "
+                                                "per workload into this folder instead of stdout.")]
+OutputOpt = Annotated[str | None, typer.Option(
+    "--output", "-o", metavar="yaml|json", help="Output format, as kubectl's -o: yaml (default) "
+    "or json (one kubectl `List` object). A value other than yaml or json is the folder of "
+    "--out-dir, the old spelling (deprecated).")]
 SmokeRenderOpt = Annotated[bool, typer.Option("--smoke", help="The in-cluster smoke test instead: "
                                               "the same workload as <name>-smoke, short, every "
                                               "pod running preflight.py from a ConfigMap.")]
@@ -145,23 +154,61 @@ ExplainOpt = Annotated[bool, typer.Option("--explain", help="Each value followed
 
 
 @app.command()
-def render(profiles: Profiles, out: OutOpt = None, smoke: SmokeRenderOpt = False,
-           explain: ExplainOpt = False) -> int:
-    """Render profiles to manifests (stdout, or one file per workload with -o)."""
+def render(profiles: Profiles, out_dir: OutDirOpt = None, output: OutputOpt = None,
+           smoke: SmokeRenderOpt = False, explain: ExplainOpt = False) -> int:
+    """Render profiles to manifests: stdout as YAML (or, with -o json, one JSON `List`), or one
+    file per workload with -d DIR."""
     from ..pipeline import Spool, StagedFiles, render_all
 
-    if explain and (out is not None or smoke):
+    fmt = "yaml"
+    if output in ("yaml", "json"):
+        fmt = output
+    elif output is not None:  # the old `-o DIR`
+        err([f"warning: `-o {output}` as a folder is deprecated; use `--out-dir {output}` "
+             "(-o is the output format: yaml or json)"])
+        if out_dir is not None:
+            raise InputError("give the folder once", field="--out-dir",
+                             hint="-o yaml|json is the format, -d DIR the folder")
+        out_dir = Path(output)
+    if fmt == "json" and (out_dir is not None or explain):
+        raise InputError("JSON goes to stdout as one List; it does not combine with "
+                         f"{'--out-dir' if out_dir is not None else '--explain'}", field="-o")
+    if explain and (out_dir is not None or smoke):
         raise InputError("prints the annotated manifests to stdout; it does not combine with "
-                         f"{'--out' if out is not None else '--smoke'}", field="--explain",
+                         f"{'--out-dir' if out_dir is not None else '--smoke'}", field="--explain",
                          hint="run `runai-spec render PROFILE --explain` on its own")
     piece = smoke_piece if smoke else explained_piece if explain else manifest_piece
+    if fmt == "json":
+        lines, code, objects = render_json(profiles, piece)
+        err(lines)
+        if code == EXIT_OK:
+            print(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2))
+        return code
     # smoke pieces are whole streams (each opens with `---`): no separator between them
-    sink = StagedFiles(out) if out is not None else Spool(sys.stdout, "" if smoke else "---\n")
+    sink = StagedFiles(out_dir) if out_dir is not None else Spool(sys.stdout, "" if smoke else "---\n")
     lines, code = render_all(profiles, piece, sink)
     err(lines)
     if code == EXIT_OK:
         err(sink.commit())
     return code
+
+
+def render_json(profiles: list[Path], piece: Callable[[Workload], tuple[str, str]]
+                ) -> tuple[list[str], int, list[object]]:
+    """render -o json: every object of every workload, parsed back from its YAML."""
+    from ..manifests import parse
+    from ..pipeline import Spool, render_all
+
+    objects: list[object] = []
+
+    class Collect(Spool):
+        def add(self, name: str, text: str) -> None:
+            objects.extend(parse(text, name))
+
+    sink = Collect(sys.stdout, "")
+    lines, code = render_all(profiles, piece, sink)
+    sink.discard()
+    return lines, code, objects
 
 
 def manifest_piece(workload: Workload) -> tuple[str, str]:
@@ -183,7 +230,7 @@ def smoke_piece(workload: Workload) -> tuple[str, str]:
 
 
 @app.command()
-def explain(profile: ProfileArg, fmt: FormatOpt = Format.text) -> int:
+def explain(profile: ProfileArg, fmt: TextJsonOpt = TextJson.text) -> int:
     """Show where each value of the rendered manifest came from (also `render --explain`).
 
     Each value is followed by `# <origin>`: the profile with its line, the preset, the site
@@ -192,11 +239,8 @@ def explain(profile: ProfileArg, fmt: FormatOpt = Format.text) -> int:
 
     workload = prepare_workload(profile)
     print_findings(workload.findings)
-    if fmt is Format.markdown:
-        raise InputError("explain has no Markdown format", field="--format",
-                         hint="use --format text (annotated YAML) or json")
     result = explain_workload(workload)
-    if fmt is Format.json:
+    if fmt is TextJson.json:
         print(json.dumps({"profile": result.profile,
                           "fields": [f.as_dict() for f in result.fields]}, indent=2))
     else:

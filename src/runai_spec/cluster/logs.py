@@ -100,3 +100,38 @@ def _stream_to(resp: Any, path: Path) -> int:
     finally:
         resp.response.release_conn()
     return size
+
+
+def print_logs(name: str, namespace: str, target: Target, sink: Any, *, previous: bool = False,
+               pod: str | None = None, tail: int | None = None) -> list[str]:
+    """`logs --out -`: each rank's log (or one --pod's) written to sink (binary), each after a
+    `==> pod <==` line as `tail` does for several files; returns the pods that were skipped."""
+    skipped: list[str] = []
+    with Session(target) as session:
+        pods = [str(p["metadata"]["name"]) for p in job_pods(session, name, namespace)]
+        if pod is not None:
+            if pod not in pods:
+                raise InputError(f"{pod!r} is not a pod of {job_ref(name, namespace)}",
+                                 field="--pod", hint=f"its pods: {', '.join(pods) or 'none yet'}")
+            pods = [pod]
+        if not pods:
+            raise ClusterError(f"{job_ref(name, namespace)}: has no pods (yet, or any more)",
+                               file="cluster", hint="`runai-spec status` shows why")
+        for pod_name in pods:
+            query = [("container", CONTAINER)] + ([("previous", "true")] if previous else []) + (
+                [("tailLines", str(tail))] if tail is not None else [])
+            resp = session.call("GET", f"{PODS.item(namespace, pod_name)}/log", query, stream=True)
+            if resp.status in (400, 404):
+                skipped.append(f"{pod_name}: {clean(_message(resp), 200)}")
+                continue
+            if resp.status != 200:
+                raise refusal(resp, Ref(PODS, namespace, pod_name), "read the log of")
+            if len(pods) > 1:
+                sink.write(f"==> {pod_name} <==\n".encode())
+            try:
+                for chunk in resp.response.stream(1 << 16):
+                    sink.write(chunk)
+            finally:
+                resp.response.release_conn()
+            sink.flush()
+    return skipped

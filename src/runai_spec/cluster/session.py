@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..errors import ClusterError
+from ..errors import ClusterError, InputError
 
 # The --debug lines say `runai_spec.cluster`, whichever module of the package logs them.
 log = logging.getLogger("runai_spec.cluster")
@@ -177,6 +177,10 @@ class Session:
                     raise Uncertain(exc.what) from None
                 failure: str = exc.what
                 retry_after = None
+                if not exc.sent and failure.endswith("connection refused"):  # nothing listens
+                    raise ClusterError(f"{failure}", file="cluster", hint="check the kubeconfig "
+                                       "context (`kubectl config current-context`) and that the "
+                                       "cluster is up") from None
             else:
                 if resp.status in (429, 503) or (resp.status >= 500 and not write):
                     failure = f"the API server is busy or failing (HTTP {resp.status})"
@@ -240,11 +244,12 @@ def _api_client(target: Target) -> Any:
         contexts, _ = config.list_kube_config_contexts(config_file=str(path))
         names = [c.get("name") for c in contexts or []]
         if target.context is not None and target.context not in names:
-            raise ClusterError(f"context {target.context!r} not in the kubeconfig", file=str(path),
-                               hint=f"contexts: {', '.join(map(str, names)) or 'none'}")
+            raise InputError(f"context {target.context!r} not in the kubeconfig", file=str(path),
+                             field="--context",
+                             hint=f"contexts: {', '.join(map(str, names)) or 'none'}")
         config.load_kube_config(config_file=str(path), context=target.context,
                                 client_configuration=cfg, persist_config=False)
-    except ClusterError:
+    except (ClusterError, InputError):
         raise
     except Exception as exc:  # the loader raises many types; its text may quote the file
         raise ClusterError(f"cannot use the kubeconfig ({type(exc).__name__})", file=str(path),
