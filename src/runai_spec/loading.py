@@ -175,6 +175,9 @@ def _parse(text: str, source: str, *, track_lines: bool = True
 def read_text(path: Path, *, max_bytes: int = MAX_BYTES) -> str:
     """Read a UTF-8 file, refusing missing files, symlink tricks, huge files and bad bytes."""
     source = str(path)
+    if getattr(path, "is_stdin", False):  # `-`: the profile arrives on standard input
+        with path.open("rb") as handle:
+            return _decode(handle.read(max_bytes + 1), source, max_bytes)
     try:
         # never through a symlink (O_NOFOLLOW), and only a regular file: a FIFO or a device
         # would block or never end (O_NONBLOCK lets the open return so fstat can refuse it)
@@ -207,6 +210,10 @@ def read_text(path: Path, *, max_bytes: int = MAX_BYTES) -> str:
         raise InputError("is a directory, not a file", file=source) from None
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror}", file=source) from None
+    return _decode(data, source, max_bytes)
+
+
+def _decode(data: bytes, source: str, max_bytes: int) -> str:
     if len(data) > max_bytes:
         raise InputError(f"file is larger than {max_bytes} bytes", file=source,
                          hint="profiles and presets are small; is this the right file?")

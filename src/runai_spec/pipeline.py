@@ -18,6 +18,7 @@ class StdinProfile(type(Path())):  # type: ignore[misc]
     """`-`: the profile read from standard input, once; named `<stdin>` in messages."""
 
     _data: bytes | None = None
+    is_stdin = True  # loading.read_text reads it through open(), not the file system
 
     def __str__(self) -> str:
         return "<stdin>"
