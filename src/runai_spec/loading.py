@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -163,7 +165,12 @@ def read_text(path: Path, *, max_bytes: int = MAX_BYTES) -> str:
     """Read a UTF-8 file, refusing missing files, symlink tricks, huge files and bad bytes."""
     source = str(path)
     try:
-        with path.open("rb") as handle:
+        # O_NONBLOCK: a FIFO opens without waiting for a writer; only regular files are read
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise InputError("not a regular file", file=source,
+                                 hint="pass the profile file itself, not a pipe or device")
             data = handle.read(max_bytes + 1)
     except FileNotFoundError:
         raise InputError("no such file", file=source,
