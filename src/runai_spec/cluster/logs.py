@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,9 +54,19 @@ def save_logs(name: str, namespace: str, out_dir: Path, target: Target, *,
                     skipped.append((pod_name, clean(_message(resp), 200)))
                     continue
                 raise refusal(resp, ref, "read the log of")
-            path = out_dir / f"{pod_name}{'.previous' if previous else ''}.log"
+            path = out_dir / f"{safe_file_name(pod_name)}{'.previous' if previous else ''}.log"
             saved.append(SavedLog(pod_name, path, _stream_to(resp, path)))
     return LogsResult(tuple(saved), tuple(skipped))
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def safe_file_name(name: str) -> str:
+    """A server-provided pod name as one plain file name inside --out: no separators, no
+    `..`, no leading dot, no control characters (the server's names are not trusted)."""
+    cleaned = _UNSAFE.sub("_", name).lstrip(".") or "_"
+    return cleaned[:200]
 
 
 def _message(resp: Any) -> str:
