@@ -100,3 +100,17 @@ def test_logs_never_write_outside_the_folder_for_a_server_chosen_pod_name(
     assert "which is not a pod name" in info.value.lines()[0]
     written = [p for p in tmp_path.rglob("*.log")]
     assert written == [] and not Path("/tmp/absolute.log").exists()
+
+
+def test_render_reads_and_writes_no_bytecode_cache(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    poisoned = cache / "runai-spec" / "jinja-0.1.0"
+    poisoned.mkdir(parents=True)
+    for name in ("__jinja2_poison.cache", "x.cache"):
+        (poisoned / name).write_bytes(b"hostNetwork: true\n")
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+    done = subprocess.run([sys.executable, "-m", "runai_spec", "render", str(PROFILE)],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (ROOT / "examples" / "multi-node" / "manifest.yaml").read_text()
+    assert sorted(p.name for p in poisoned.iterdir()) == ["__jinja2_poison.cache", "x.cache"]

@@ -177,6 +177,12 @@ class StagedFiles:
             raise InputError(f"cannot write: {exc.strerror}", file=str(self.folder)) from None
 
     def commit(self) -> list[str]:
+        # every target checked before the first rename: all files are replaced, or none
+        for _, final in self.staged:
+            if final.is_symlink() or (final.exists() and not final.is_file()):
+                self.discard()
+                raise InputError("is not a regular file; nothing was written", file=str(final),
+                                 hint="remove it or choose another --out folder")
         try:
             for tmp, final in self.staged:
                 tmp.replace(final)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 from typing import Any
 
 import jinja2
 
-from . import __version__, kubeflow
+from . import kubeflow
 from .errors import InternalError
 from .kubeflow import operator_problems
 from .loading import shipped_dir
@@ -28,22 +27,11 @@ def _finalize(value: Any) -> str:
         raise InternalError(f"template produced a non-scalar value: {exc}") from None
 
 
-def _bytecode_cache() -> jinja2.BytecodeCache | None:
-    # Compiling the template costs ~20 ms per process; Jinja's cache checks the source's
-    # checksum, so an edited template is recompiled. No cache when the folder is unwritable.
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    folder = os.path.join(base, "runai-spec", f"jinja-{__version__}")
-    try:
-        os.makedirs(folder, exist_ok=True)
-    except OSError:
-        return None
-    return jinja2.FileSystemBytecodeCache(folder)
-
-
 @lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
+    # No on-disk bytecode cache: a writable cache folder let anyone with access to it change
+    # what render emits while validate passed (issue 12, item 6). Compiling costs one-off ms.
     env = jinja2.Environment(
-        bytecode_cache=_bytecode_cache(),
         loader=jinja2.FileSystemLoader(str(shipped_dir("templates"))),
         undefined=jinja2.StrictUndefined,
         finalize=_finalize,

@@ -85,14 +85,16 @@ def _pod_state(pod: Manifest) -> tuple[str, int]:
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
     mine = next((s for s in statuses if s.get("name") == CONTAINER), statuses[0] if statuses else {})
     state = mine.get("state") or {}
-    restarts = int(mine.get("restartCount") or 0)
+    count = mine.get("restartCount")
+    restarts = count if type(count) is int else 0  # a server's "many" is not a crash of ours
     if "running" in state:
         return "running", restarts
     if "waiting" in state:
-        return f"waiting: {state['waiting'].get('reason', '?')}", restarts
+        return f"waiting: {clean(state['waiting'].get('reason', '?'), 80)}", restarts
     if "terminated" in state:
         t = state["terminated"]
-        return f"terminated: exit {t.get('exitCode')} ({t.get('reason', '?')})", restarts
+        return (f"terminated: exit {clean(t.get('exitCode'), 20)} "
+                f"({clean(t.get('reason', '?'), 80)})"), restarts
     return "not started", restarts
 
 
@@ -118,16 +120,19 @@ def job_status(name: str, namespace: str, target: Target) -> StatusResult:
         for pod in job_pods(session, name, namespace):
             meta = pod.get("metadata") or {}
             labels = meta.get("labels") or {}
-            pod_phase = str((pod.get("status") or {}).get("phase") or "Pending")
+            pod_phase = clean((pod.get("status") or {}).get("phase") or "Pending", 40)
             state, restarts = _pod_state(pod)
             why = None
             if pod_phase == "Pending":
                 why = _pending_reason(session, pod)
-            pods.append(PodState(str(meta.get("name")), str(labels.get(REPLICA_TYPE_LABEL, "?")),
-                                 replica_index(labels), pod_phase, state, restarts,
-                                 (pod.get("spec") or {}).get("nodeName"), why))
+            node = (pod.get("spec") or {}).get("nodeName")
+            # every server-provided name is one clean line: no terminal escapes reach status
+            pods.append(PodState(clean(meta.get("name"), 120),
+                                 clean(labels.get(REPLICA_TYPE_LABEL, "?"), 40),
+                                 replica_index(labels), clean(pod_phase, 40), state, restarts,
+                                 clean(node, 120) if node else None, why))
             if why:
-                reasons.append(f"{meta.get('name')}: {why}")
+                reasons.append(f"{clean(meta.get('name'), 120)}: {why}")
         if not pods or phase in ("Pending", "Created"):
             reasons += [explain(str(e.get("reason", "")), str(e.get("message", "")))
                         for e in _events(session, namespace, name)[-3:]]
