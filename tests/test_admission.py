@@ -276,11 +276,11 @@ TAMPERED: list[tuple[str, Callable[[Job], None], str, str, str]] = [
      MASTER + "spec.containers.resources: ", "nvidia.com/gpu=8"),
     ("multi-node", _more_worker, "replicas", "spec.pytorchReplicaSpecs: ", "Worker=1"),
     ("multi-node", _priority, "priority",
-     "metadata.labels.priorityClassName: must be train", "h200-2x8-ib"),
+     "metadata.labels.priorityClassName: must be high", "h200-2x8-ib"),
     ("multi-node", _pod_priority, "priority",
      MASTER + "spec.priorityClassName: must be unset", "h200-2x8-ib"),
     ("multi-node", _template_priority, "priority",
-     "spec.pytorchReplicaSpecs.Worker.template.metadata.labels.priorityClassName: must be train", ""),
+     "spec.pytorchReplicaSpecs.Worker.template.metadata.labels.priorityClassName: must be high", ""),
     ("multi-node", _network_removed, "network",
      MASTER + "metadata.annotations: the network attachment must be "
      "k8s.v1.cni.cncf.io/networks=runai-ib/ib-sriov-rail1,", "h200-2x8-ib"),

@@ -133,7 +133,7 @@ def test_unapproved_preset_is_bad_input(write_profile: Callable[..., Path],
 def test_edited_preset_is_bad_input(write_profile: Callable[..., Path],
                                     base_profile: dict[str, Any], presets_dir: Path) -> None:
     preset = presets_dir / "h200-2x8-ib.yaml"
-    preset.write_text(preset.read_text().replace("priority: train", "priority: urgent"))
+    preset.write_text(preset.read_text().replace("priority: high", "priority: urgent"))
     assert_refused(run("render", str(write_profile(base_profile))), 2,
                    "edited since it was approved")
 

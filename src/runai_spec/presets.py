@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from .errors import InputError, PresetError
 from .kubeflow import DEFAULT_PORT, DNS1123, DNS1123_PATTERN, NAME_MAX
@@ -84,6 +84,32 @@ class Preset(_Model):
     run_policy: RunPolicy = Field(default_factory=RunPolicy)
 
 
+# Run:ai 2.2x's priority dictionary (the PriorityClasses it serves).
+RUNAI_PRIORITIES = ("very-low", "low", "medium-low", "medium", "medium-high", "high", "very-high")
+ALL_PROJECTS = "*"
+
+
+class LabelKeys(_Model):
+    """The scheduler's label keys (Run:ai's by default; `kai.scheduler/...` for standalone KAI)."""
+
+    queue: str = "runai/queue"
+    priority: str = "priorityClassName"
+    preemptibility: str = "kai.scheduler/preemptibility"
+    node_pool: str = "runai/node-pool"
+
+
+class DataSource(_Model):
+    """An approved data source: its PVC claim in each project's namespace."""
+
+    claim: str = Field("{source}", description="Claim name pattern ({source}, {project}).")
+    projects: dict[str, str] = Field(default_factory=dict,
+                                     description="Explicit claim name per project.")
+    read_only: bool = Field(True, description="Mounted read-only unless the profile says not.")
+
+    def claim_for(self, source: str, project: str) -> str:
+        return self.projects.get(project) or self.claim.format(source=source, project=project)
+
+
 class Site(_Model):
     """Cluster-wide settings, engineer-owned."""
 
@@ -98,7 +124,46 @@ class Site(_Model):
     preemptibility_label: str = "kai.scheduler/preemptibility"
     node_pool_label: str = "runai/node-pool"
     registries: list[str] = Field(min_length=1)
-    data_sources: list[str] = Field(default_factory=list)
+    data_sources: dict[str, DataSource] = Field(
+        default_factory=dict, description="Approved data sources (a list: claim = source name).")
+    priorities: list[str] = Field(default_factory=lambda: list(RUNAI_PRIORITIES),
+                                  min_length=1, description="The cluster's priority dictionary.")
+    label_keys: LabelKeys | None = Field(None, description="Scheduler label keys; overrides "
+                                         "queue_label, priority_label, ... when given.")
+    grants: dict[str, list[str]] | None = Field(
+        None, description="Project -> presets it may use (`*`: every project / every preset); "
+        "absent: every project may use every preset.")
+
+    @field_validator("data_sources", mode="before")
+    @classmethod
+    def _sources_list(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return {name: {} for name in value}
+        return {k: ({} if v is None else v) for k, v in value.items()} \
+            if isinstance(value, dict) else value
+
+    def model_post_init(self, context: Any, /) -> None:
+        keys = self.label_keys
+        if keys is not None:
+            for name, value in (("queue_label", keys.queue), ("priority_label", keys.priority),
+                                ("preemptibility_label", keys.preemptibility),
+                                ("node_pool_label", keys.node_pool)):
+                object.__setattr__(self, name, value)
+
+    def claim_for(self, source: str, project: str) -> str:
+        """The PVC claim of data source SOURCE in PROJECT's namespace."""
+        spec = self.data_sources.get(source)
+        return source if spec is None else spec.claim_for(source, project)
+
+    def granted(self, project: str, preset: str) -> bool:
+        """May PROJECT use PRESET? (no grants at all: yes)."""
+        if self.grants is None:
+            return True
+        for who in (project, ALL_PROJECTS):
+            names = self.grants.get(who, [])
+            if preset in names or ALL_PROJECTS in names:
+                return True
+        return False
     # The line of each field in the file it was read from (for `explain`); empty when built
     # in code. Not a field: it is no setting, and the schema does not show it.
     _lines: dict[str, int] = PrivateAttr(default_factory=dict)
@@ -247,9 +312,12 @@ class PresetRegistry:
             preset = Preset.model_validate(raw)
         except ValidationError as exc:
             raise _pydantic_error(exc, source) from None
-        problem = _preset_consistency(preset)
+        problem = _preset_consistency(preset) or _priority_problem(preset, self.site())
         if problem:
-            raise PresetError(problem, file=source)
+            raise PresetError(problem, file=source, line=lines.get("priority") if
+                              problem.startswith("priority") else None,
+                              field="priority" if problem.startswith("priority") else None,
+                              hint="presets are engineer-owned; ask an SCC AI Engineer")
         approved = ApprovedPreset(name, preset, entry.sha256, entry, lines)
         self._presets[name] = approved
         return approved
@@ -295,7 +363,8 @@ class PresetRegistry:
             if name == "site":
                 Site.model_validate(raw)
             else:
-                problem = _preset_consistency(Preset.model_validate(raw))
+                preset = Preset.model_validate(raw)
+                problem = _preset_consistency(preset) or _priority_problem(preset, self.site())
                 if problem:
                     raise PresetError(problem, file=str(path))
         except ValidationError as exc:
@@ -335,6 +404,15 @@ def _preset_consistency(preset: Preset) -> str | None:
         if not preset.elastic.min <= preset.nodes <= preset.elastic.max:
             return "elastic bounds must satisfy min <= nodes <= max"
     return None
+
+
+def _priority_problem(preset: Preset, site: Site) -> str | None:
+    """A preset may only name a priority of the cluster's dictionary (the site's
+    `priorities`): the scheduler silently ignores a missing PriorityClass."""
+    if preset.priority in site.priorities:
+        return None
+    return (f"priority {preset.priority!r} is not in the site's priority dictionary "
+            f"({', '.join(site.priorities)}); it cannot be approved")
 
 
 def write_ledger(path: Path, approvals: dict[str, Approval]) -> None:
