@@ -34,14 +34,14 @@ CrdOpt = Annotated[Path | None, typer.Option(
     "`kubectl get crd pytorchjobs.kubeflow.org -o yaml`).", show_default=False)]
 
 
-LiveOpt = Annotated[bool, typer.Option(
+ValidateLiveOpt = Annotated[bool, typer.Option(
     "--live", help="Also check the cluster read-only: namespace, queue and quota, priority class, "
     "PVCs, secrets, node pool, network attachments, training operator.")]
 
 
 @app.command()
 def validate(profiles: Profiles, fmt: FormatOpt = Format.text, crd: CrdOpt = None,
-             live: LiveOpt = False, kubeconfig: KubeconfigOpt = None,
+             live: ValidateLiveOpt = False, kubeconfig: KubeconfigOpt = None,
              context: ContextOpt = None) -> int:
     """Check profiles against the preset and the site rules; exit 0 clean, 1 findings, 2 bad input.
 
