@@ -74,6 +74,9 @@ class FakeKube:
     lock: threading.RLock = field(default_factory=threading.RLock)
     stopping: threading.Event = field(default_factory=threading.Event)
     version: int = 1000
+    # issue 13 (site checks): read-only objects by API path, and resources whose GETs are 403
+    site_objects: dict[str, dict[str, Any]] = field(default_factory=dict)
+    denied: set[str] = field(default_factory=set)
 
     # -- test helpers -------------------------------------------------------------------
 
@@ -295,6 +298,9 @@ class _Handler(BaseHTTPRequestHandler):
 def route(kube: FakeKube, method: str, path: str, query: dict[str, list[str]], body: bytes,
           content_type: str) -> tuple[int, Any]:
     parts = [p for p in path.split("/") if p]
+    hit = site_route(kube, method, path)
+    if hit is not None:
+        return hit
     if path == "/version":
         return 200, {"major": "1", "minor": "30", "gitVersion": "v1.30.0-fake"}
     if path == "/api":
@@ -566,3 +572,98 @@ class KubeAPI:
         }
         path.write_text(yaml.safe_dump(config), encoding="utf-8")
         return path
+
+
+# --- issue 13: the site checks' resources and per-resource RBAC denial --------------------
+
+SITE_RESOURCES = {"namespaces": "namespaces", "queues": "queues.scheduling.run.ai",
+                  "priorityclasses": "priorityclasses", "persistentvolumeclaims":
+                  "persistentvolumeclaims", "secrets": "secrets", "nodes": "nodes",
+                  "network-attachment-definitions": "network-attachment-definitions.k8s.cni.cncf.io",
+                  "customresourcedefinitions": "customresourcedefinitions",
+                  "deployments": "deployments"}
+
+
+def _site_resource(path: str) -> str | None:
+    parts = [p for p in path.split("/") if p]
+    for index in range(len(parts) - 1, -1, -1):
+        if parts[index] in SITE_RESOURCES and (index == len(parts) - 1 or index == len(parts) - 2):
+            if parts[index] == "namespaces" and index != len(parts) - 2:
+                continue
+            return SITE_RESOURCES[parts[index]]
+    return None
+
+
+def site_route(kube: FakeKube, method: str, path: str) -> tuple[int, Any] | None:
+    """GETs of the site checks' objects; None for every other request."""
+    resource = _site_resource(path)
+    if method != "GET" or resource is None:
+        return None
+    if resource in kube.denied:
+        return 403, status_body(403, "Forbidden", f'{resource} is forbidden: User "alice" cannot '
+                                f'get resource "{resource}"', kind=resource)
+    with kube.lock:
+        if path in kube.site_objects:
+            return 200, kube.site_objects[path]
+        items = [o for p, o in sorted(kube.site_objects.items())
+                 if p.rsplit("/", 1)[0] == path]
+    if items or path.endswith(("/nodes", "/queues")):
+        return 200, {"kind": "List", "apiVersion": "v1", "items": items}
+    return 404, status_body(404, "NotFound", f'{resource} "{path.rsplit("/", 1)[-1]}" not found')
+
+
+def seed_site(kube: FakeKube) -> None:
+    """A cluster that matches the shipped site file and presets (the examples pass)."""
+    from runai_spec.presets import PresetRegistry
+
+    registry = PresetRegistry()
+    site = registry.site()
+    put = kube.site_objects.__setitem__
+    projects = {"team-a", "nlp-lab", "vision-lab", "cv-lab"}
+    for project in projects:
+        ns = site.namespace_pattern.format(project=project)
+        kube.namespaces.add(ns)
+        put(f"/api/v1/namespaces/{ns}", {"metadata": {"name": ns,
+                                                       "labels": {site.queue_label: project}}})
+        put(f"/apis/scheduling.run.ai/v2/queues/{project}",
+            {"metadata": {"name": project}, "spec": {"resources": {"gpu": {"quota": 64}}}})
+        for claim in ("checkpoints", "team-checkpoints"):
+            name = f"{project}-{claim}"
+            put(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{name}", {
+                "metadata": {"name": name}, "spec": {"accessModes": ["ReadWriteMany"]},
+                "status": {"phase": "Bound"}})
+        for source in site.data_sources:
+            claim = site.claim_for(source, project)
+            put(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{claim}", {
+                "metadata": {"name": claim}, "spec": {"accessModes": ["ReadWriteMany"]},
+                "status": {"phase": "Bound"}})
+    for priority in site.priorities:
+        put(f"/apis/scheduling.k8s.io/v1/priorityclasses/{priority}",
+            {"metadata": {"name": priority}, "value": 100})
+    pools: set[str | None] = set()
+    networks: set[str] = set()
+    extended: dict[str, int] = {}
+    for name in registry.names():
+        preset = registry.get(name).preset
+        pools.add(preset.node_pool)
+        text = preset.network.annotations.get("k8s.v1.cni.cncf.io/networks", "")
+        networks.update(e.strip().split("@")[0] for e in text.split(",") if e.strip())
+        for key, count in preset.network.resources.items():
+            extended[key] = max(extended.get(key, 0), count)
+    for index, pool in enumerate(sorted(pools, key=str)):
+        labels = {"nvidia.com/gpu.product": "NVIDIA-H200"}
+        if pool:
+            labels[site.node_pool_label] = pool
+        put(f"/api/v1/nodes/node-{index}", {"metadata": {"name": f"node-{index}", "labels": labels},
+            "status": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "224", "memory": "2000Gi",
+                                       **{k: str(v) for k, v in extended.items()}}}})
+    for entry in networks:
+        ns, _, name = entry.rpartition("/")
+        for target in ([ns] if ns else [site.namespace_pattern.format(project=p) for p in projects]):
+            put(f"/apis/k8s.cni.cncf.io/v1/namespaces/{target}/network-attachment-definitions/{name}",
+                {"metadata": {"name": name, "namespace": target}})
+    put("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/pytorchjobs.kubeflow.org",
+        {"metadata": {"name": "pytorchjobs.kubeflow.org"}})
+    put("/apis/apps/v1/namespaces/kubeflow/deployments/training-operator",
+        {"metadata": {"name": "training-operator"}, "spec": {"template": {"spec": {"containers": [
+            {"name": "training-operator", "image": "kubeflow/training-operator:v1.9.0"}]}}}})

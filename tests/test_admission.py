@@ -161,7 +161,7 @@ def _pod_priority(job: Job) -> None:
 
 
 def _template_priority(job: Job) -> None:
-    pods(job)[-1]["metadata"]["labels"]["priorityClassName"] = "high"
+    pods(job)[-1]["metadata"]["labels"]["priorityClassName"] = "very-high"
 
 
 def _network_removed(job: Job) -> None:
@@ -276,11 +276,11 @@ TAMPERED: list[tuple[str, Callable[[Job], None], str, str, str]] = [
      MASTER + "spec.containers.resources: ", "nvidia.com/gpu=8"),
     ("multi-node", _more_worker, "replicas", "spec.pytorchReplicaSpecs: ", "Worker=1"),
     ("multi-node", _priority, "priority",
-     "metadata.labels.priorityClassName: must be medium", "h200-2x8-ib"),
+     "metadata.labels.priorityClassName: must be high", "h200-2x8-ib"),
     ("multi-node", _pod_priority, "priority",
      MASTER + "spec.priorityClassName: must be unset", "h200-2x8-ib"),
     ("multi-node", _template_priority, "priority",
-     "spec.pytorchReplicaSpecs.Worker.template.metadata.labels.priorityClassName: must be medium", ""),
+     "spec.pytorchReplicaSpecs.Worker.template.metadata.labels.priorityClassName: must be high", ""),
     ("multi-node", _network_removed, "network",
      MASTER + "metadata.annotations: the network attachment must be "
      "k8s.v1.cni.cncf.io/networks=runai-ib/ib-sriov-rail1,", "h200-2x8-ib"),
@@ -396,8 +396,12 @@ def test_a_project_not_granted_the_preset_is_denied() -> None:
     assert data["h200-2x8-ib.projects"] == ""
 
 
-def test_no_grants_in_the_site_grants_every_preset_to_every_project() -> None:
-    data = admission.params_data(REGISTRY)
+def test_no_grants_in_the_site_grants_every_preset_to_every_project(presets_dir: Path) -> None:
+    site = presets_dir / "site.yaml"
+    text = site.read_text(encoding="utf-8")
+    site.write_text(text[:text.index("grants:")], encoding="utf-8")
+    PresetRegistry(presets_dir).approve("site", "x")
+    data = admission.params_data(PresetRegistry(presets_dir))
     assert {k: v for k, v in data.items() if k.endswith(".projects")} == {
         f"{name}.projects": "*" for name in REGISTRY.names()}
 
@@ -405,7 +409,14 @@ def test_no_grants_in_the_site_grants_every_preset_to_every_project() -> None:
 def test_a_namespace_of_another_project_is_denied(policy: Policy) -> None:
     job = example("multi-node")
     job["metadata"]["namespace"] = "runai-vision-lab"
-    assert list(policy.denials(job)) == ["queue"]
+    # vision-lab is not granted the multi-node preset either (the shipped site's grants)
+    assert list(policy.denials(job)) == ["project-granted", "queue"]
+
+
+def test_the_shipped_grants_reach_the_parameters() -> None:
+    data = admission.params_data(REGISTRY)
+    assert data["h200-1gpu.projects"] == "*"
+    assert "vision-lab" not in data["h200-2x8-ib.projects"]
 
 
 def test_an_update_that_changes_nothing_is_not_judged_again() -> None:

@@ -133,7 +133,7 @@ def test_unapproved_preset_is_bad_input(write_profile: Callable[..., Path],
 def test_edited_preset_is_bad_input(write_profile: Callable[..., Path],
                                     base_profile: dict[str, Any], presets_dir: Path) -> None:
     preset = presets_dir / "h200-2x8-ib.yaml"
-    preset.write_text(preset.read_text().replace("priority: medium", "priority: urgent"))
+    preset.write_text(preset.read_text().replace("priority: high", "priority: urgent"))
     assert_refused(run("render", str(write_profile(base_profile))), 2,
                    "edited since it was approved")
 
@@ -231,7 +231,7 @@ def test_one_bad_profile_writes_nothing_for_the_others(write_profile: Callable[.
     good = write_profile(base_profile)
     bad = write_profile("name: [\n")
     out = tmp_path / "out"
-    result = run("render", str(good), str(bad), "-d", str(out))
+    result = run("render", str(good), str(bad), "-o", str(out))
     assert result.exit_code == 2
     assert not out.exists()
 
@@ -239,7 +239,7 @@ def test_one_bad_profile_writes_nothing_for_the_others(write_profile: Callable[.
 def test_duplicate_workload_names_are_refused(write_profile: Callable[..., Path],
                                               base_profile: dict[str, Any], tmp_path: Path) -> None:
     result = run("render", str(write_profile(base_profile)), str(write_profile(base_profile)),
-                 "-d", str(tmp_path / "out"))
+                 "-o", str(tmp_path / "out"))
     assert_refused(result, 2, "two profiles render the workload 'demo'")
     assert not (tmp_path / "out").exists()
 

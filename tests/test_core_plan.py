@@ -112,7 +112,7 @@ def test_run_ai_adoption_labels_and_namespace() -> None:
     job = job_for("h200-2x8-ib")
     labels = job["metadata"]["labels"]
     assert labels["runai/queue"] == "team-a" and labels["project"] == "team-a"
-    assert labels["priorityClassName"] == "medium"
+    assert labels["priorityClassName"] == "high"
     assert labels["kai.scheduler/preemptibility"] == "non-preemptible"
     assert job["metadata"]["namespace"] == "runai-team-a"
     assert job_for("h200-1gpu")["metadata"]["labels"]["kai.scheduler/preemptibility"] == "preemptible"

@@ -15,7 +15,7 @@ runner = CliRunner()
 ISSUE_RULES = {"image-digest", "reserved-field", "nccl-transport-env", "nccl-debug-temporary",
                "global-batch", "nproc-gpus", "checkpoint-on-pvc", "preemptible-needs-resume",
                "rank0-metrics", "ddp-replica-fits", "deepspeed-autotune", "strategy-allowed",
-               "preset-expired", "name-length", "registry", "secret-env"}
+               "preset-expired", "name-length", "registry", "secret-env", "preset-not-granted"}
 
 
 def test_docs_rules_md_matches_the_code() -> None:

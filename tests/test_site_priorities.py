@@ -4,6 +4,7 @@ refused (the scheduler would silently run the job as low, preemptible)."""
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ def test_every_shipped_preset_names_a_priority_of_the_shipped_site() -> None:
 
 def test_the_old_train_priority_is_refused_once_approved(presets_dir: Path) -> None:
     path = presets_dir / "h200-8gpu.yaml"
-    path.write_text(path.read_text().replace("priority: low", "priority: train"))
+    path.write_text(re.sub(r"(?m)^priority: .*$", "priority: train", path.read_text()))
     registry = PresetRegistry(presets_dir)
     with pytest.raises(PresetError, match="not a class the cluster serves"):
         registry.approve("h200-8gpu", "scc-ai-engineers")  # cannot be approved
@@ -35,7 +36,7 @@ def test_the_old_train_priority_is_refused_once_approved(presets_dir: Path) -> N
     with pytest.raises(PresetError) as caught:
         PresetRegistry(presets_dir).get("h200-8gpu")
     lines = caught.value.lines()
-    assert lines[0].startswith(f"error: {path}:9: priority 'train' is not a class the cluster serves")
+    assert lines[0].startswith(f"error: {path}:9: priority: 'train' is not a class the cluster serves")
     assert lines[1].startswith("hint: use one of the site's priorities")
 
 

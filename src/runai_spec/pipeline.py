@@ -114,7 +114,8 @@ def profile_check(workload: Workload, extra: Iterable[Finding] = ()) -> ProfileC
                         (*workload.findings, *extra))
 
 
-def check_profiles(paths: Iterable[Path], crd: Path | None = None
+def check_profiles(paths: Iterable[Path], crd: Path | None = None,
+                   live: Callable[[Workload], list[Finding]] | None = None,
                    ) -> tuple[list[ProfileCheck], list[RunaiSpecError]]:
     """`validate`: every profile checked (and, with crd, its rendered objects against that
     CRD's schema), collecting bad input instead of stopping."""
@@ -128,7 +129,7 @@ def check_profiles(paths: Iterable[Path], crd: Path | None = None
     bad: list[RunaiSpecError] = []
     for item in workloads(paths):
         if isinstance(item, Workload):
-            checks.append(profile_check(item, extra(item)))
+            checks.append(profile_check(item, [*extra(item), *(live(item) if live else [])]))
         else:
             bad.append(item)
     return checks, bad

@@ -298,7 +298,7 @@ def plan_workload(loaded: LoadedProfile, approved: ApprovedPreset, site: Site,
     for i in range(len(preset.network.capabilities)):
         o[f"capabilities[{i}]"] = src.preset(f"network.capabilities[{i}]")
 
-    volumes = _volumes(loaded, approved, src, o)
+    volumes = _volumes(loaded, approved, site, src, o)
 
     key_fixed = derived("label key fixed by runai-spec")
     labels = {
@@ -383,19 +383,23 @@ def plan_workload(loaded: LoadedProfile, approved: ApprovedPreset, site: Site,
     )
 
 
-def _volumes(loaded: LoadedProfile, approved: ApprovedPreset, src: _Sources,
+def _volumes(loaded: LoadedProfile, approved: ApprovedPreset, site: Site, src: _Sources,
              o: dict[str, Origin]) -> tuple[Volume, ...]:
     """The checkpoint volume, the data volumes, /dev/shm; their origins into `o`."""
     profile, preset = loaded.profile, approved.preset
     ckpt = profile.checkpoint
-    volumes = [Volume("checkpoint", ckpt.dir, False, claim=ckpt.pvc or ckpt.source)]
+    def claim(pvc: str | None, source: str | None) -> str | None:
+        # An approved data source is mounted through its claim in the project's namespace.
+        return pvc or (None if source is None else site.claim_for(source, profile.project))
+
+    volumes = [Volume("checkpoint", ckpt.dir, False, claim=claim(ckpt.pvc, ckpt.source))]
     origins = [{"mount_path": src.profile("checkpoint.dir"),
                 "claim": src.profile("checkpoint.pvc" if ckpt.pvc else "checkpoint.source"),
                 "read_only": derived("checkpoints are written")}]
     for index, data in enumerate(profile.data):
         d = f"data[{index}]"
         volumes.append(Volume(f"data-{index}", data.path, data.read_only,
-                              claim=data.pvc or data.source))
+                              claim=claim(data.pvc, data.source)))
         read_only = src.profile(f"{d}.read_only")
         origins.append({
             "mount_path": src.profile(f"{d}.path"),

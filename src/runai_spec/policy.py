@@ -579,6 +579,23 @@ def check_secret_env(ctx: Context) -> Iterator[Finding]:
                            "a command argument looks like a credential", SECRET_HINT)
 
 
+# --- site: grants (issue 13) --------------------------------------------------------
+
+GRANT_HINT = ("ask the SCC AI Engineers to grant the preset to your project (the site guide: "
+              "multi-GPU and multi-node work needs advance agreement), or use a preset your "
+              "project is granted (`runai-spec presets list`)")
+
+
+@rule("preset-not-granted", "error", "The project is granted the preset (site file `grants`)")
+def check_preset_granted(ctx: Context) -> Iterator[Finding]:
+    """The site file's `grants` say which projects may use which presets; single-GPU presets
+    are usually granted to every project (`*`), multi-GPU and multi-node ones by agreement."""
+    project, name = ctx.loaded.profile.project, ctx.approved.name
+    if not ctx.site.granted(project, name):
+        yield _finding(ctx, "preset-not-granted", "preset",
+                       f"project {project} is not granted preset {name}", GRANT_HINT)
+
+
 def check_all(ctx: Context) -> list[Finding]:
     """Every rule's findings, in rule order; never stops at the first."""
     findings: list[Finding] = []

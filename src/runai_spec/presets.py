@@ -85,9 +85,30 @@ class Preset(_Model):
     run_policy: RunPolicy = Field(default_factory=RunPolicy)
 
 
-# Run:ai 2.2x's priority dictionary (DESIGN §3.5); older clusters served train, build,
-# interactive-preemptible and inference instead.
+# Run:ai 2.2x's priority dictionary (the PriorityClasses it serves).
 RUNAI_PRIORITIES = ("very-low", "low", "medium-low", "medium", "medium-high", "high", "very-high")
+ALL_PROJECTS = "*"
+
+
+class LabelKeys(_Model):
+    """The scheduler's label keys (Run:ai's by default; `kai.scheduler/...` for standalone KAI)."""
+
+    queue: str = "runai/queue"
+    priority: str = "priorityClassName"
+    preemptibility: str = "kai.scheduler/preemptibility"
+    node_pool: str = "runai/node-pool"
+
+
+class DataSource(_Model):
+    """An approved data source: its PVC claim in each project's namespace."""
+
+    claim: str = Field("{source}", description="Claim name pattern ({source}, {project}).")
+    projects: dict[str, str] = Field(default_factory=dict,
+                                     description="Explicit claim name per project.")
+    read_only: bool = Field(True, description="Mounted read-only unless the profile says not.")
+
+    def claim_for(self, source: str, project: str) -> str:
+        return self.projects.get(project) or self.claim.format(source=source, project=project)
 
 
 class Site(_Model):
@@ -104,15 +125,49 @@ class Site(_Model):
     preemptibility_label: str = "kai.scheduler/preemptibility"
     node_pool_label: str = "runai/node-pool"
     registries: list[str] = Field(min_length=1)
-    data_sources: list[str] = Field(default_factory=list)
-    priorities: list[str] = Field(
-        default_factory=lambda: list(RUNAI_PRIORITIES), min_length=1,
-        description="The PriorityClasses the cluster serves. The scheduler silently ignores a "
-        "priority naming a class that does not exist (the job runs as the type's default: "
-        "low, preemptible), so a preset naming another is refused.")
+    data_sources: dict[str, DataSource] = Field(
+        default_factory=dict, description="Approved data sources (a list: claim = source name).")
+    priorities: list[str] = Field(default_factory=lambda: list(RUNAI_PRIORITIES),
+                                  min_length=1, description="The cluster's priority dictionary.")
     allow_module_entrypoint: bool = Field(
         False, description="Whether a profile's command may start with `-m <module>` (torchrun "
         "--module / python -m) instead of a script path.")
+    label_keys: LabelKeys | None = Field(None, description="Scheduler label keys; overrides "
+                                         "queue_label, priority_label, ... when given.")
+    grants: dict[str, list[str]] | None = Field(
+        None, description="Project -> presets it may use (`*`: every project / every preset); "
+        "absent: every project may use every preset.")
+
+    @field_validator("data_sources", mode="before")
+    @classmethod
+    def _sources_list(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return {name: {} for name in value}
+        return {k: ({} if v is None else v) for k, v in value.items()} \
+            if isinstance(value, dict) else value
+
+    def model_post_init(self, context: Any, /) -> None:
+        keys = self.label_keys
+        if keys is not None:
+            for name, value in (("queue_label", keys.queue), ("priority_label", keys.priority),
+                                ("preemptibility_label", keys.preemptibility),
+                                ("node_pool_label", keys.node_pool)):
+                object.__setattr__(self, name, value)
+
+    def claim_for(self, source: str, project: str) -> str:
+        """The PVC claim of data source SOURCE in PROJECT's namespace."""
+        spec = self.data_sources.get(source)
+        return source if spec is None else spec.claim_for(source, project)
+
+    def granted(self, project: str, preset: str) -> bool:
+        """May PROJECT use PRESET? (no grants at all: yes)."""
+        if self.grants is None:
+            return True
+        for who in (project, ALL_PROJECTS):
+            names = self.grants.get(who, [])
+            if preset in names or ALL_PROJECTS in names:
+                return True
+        return False
     # The line of each field in the file it was read from (for `explain`); empty when built
     # in code. Not a field: it is no setting, and the schema does not show it.
     _lines: dict[str, int] = PrivateAttr(default_factory=dict)
@@ -270,9 +325,11 @@ class PresetRegistry:
             raise _pydantic_error(exc, source) from None
         problem = _preset_consistency(preset) or _priority_problem(preset, self.site())
         if problem:
-            raise PresetError(problem, file=source, line=lines.get("priority")
-                              if problem.startswith("priority") else None,
-                              hint=PRIORITY_HINT if problem.startswith("priority") else None)
+            about_priority = problem.endswith(PRIORITY_TAIL)
+            raise PresetError(problem, file=source,
+                              line=lines.get("priority") if about_priority else None,
+                              field="priority" if about_priority else None,
+                              hint=PRIORITY_HINT if about_priority else None)
         approved = ApprovedPreset(name, preset, entry.sha256, entry, lines)
         self._presets[name] = approved
         return approved
@@ -321,8 +378,10 @@ class PresetRegistry:
                 preset = Preset.model_validate(raw)
                 problem = _preset_consistency(preset) or _priority_problem(preset, self.site())
                 if problem:
-                    raise PresetError(problem, file=str(path), hint=PRIORITY_HINT
-                                      if problem.startswith("priority") else None)
+                    about_priority = problem.endswith(PRIORITY_TAIL)
+                    raise PresetError(problem, file=str(path),
+                                      field="priority" if about_priority else None,
+                                      hint=PRIORITY_HINT if about_priority else None)
         except ValidationError as exc:
             raise _pydantic_error(exc, str(path)) from None
         if not by.strip():
@@ -352,14 +411,14 @@ def _is_label(name: str) -> bool:
     return bool(DNS1123.match(name)) and len(name) <= NAME_MAX
 
 
+PRIORITY_TAIL = ": the scheduler would silently run the job as low, preemptible"
 PRIORITY_HINT = "use one of the site's priorities (site.yaml `priorities`), e.g. low or medium"
 
 
 def _priority_problem(preset: Preset, site: Site) -> str | None:
     if preset.priority not in site.priorities:
-        return (f"priority {preset.priority!r} is not a class the cluster serves "
-                f"({', '.join(site.priorities)}): the scheduler would silently run the job "
-                "as low, preemptible")
+        return (f"{preset.priority!r} is not a class the cluster serves "
+                f"({', '.join(site.priorities)}){PRIORITY_TAIL}")
     return None
 
 

@@ -103,14 +103,28 @@ def submit(profile: Annotated[Path, typer.Argument(help="Profile file.", show_de
     from .. import cluster, report
 
     workload = checked_workload(profile)
+    target = cluster_target(kubeconfig, context, debug)
+    live_checks(workload, target)
     manifests = smoke_manifests(workload) if smoke else list(workload.manifests)
-    result = cluster.submit_manifests(manifests, cluster_target(kubeconfig, context, debug),
+    result = cluster.submit_manifests(manifests, target,
                                       dry_run=dry_run is not None, replace=replace)
     err(report.submit_lines(result))
     if result.dry_run:
         sys.stdout.write(report.dry_run_text(result))
     elif smoke:
         err([report.smoke_note(str(profile))])
+
+
+def live_checks(workload: Workload, target: cluster.Target) -> None:
+    """`validate --live`'s checks (read-only); a live error finding stops before any write."""
+    from .. import cluster
+    from ..cluster.checks import live_findings
+
+    with cluster.Session(target) as session:
+        findings = live_findings(session, workload)
+    err(line for finding in findings for line in finding.lines())
+    if any(f.severity == "error" for f in findings):
+        raise typer.Exit(EXIT_FINDINGS)
 
 
 def smoke_manifests(workload: Workload) -> list[Manifest]:

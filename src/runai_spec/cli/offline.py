@@ -39,8 +39,15 @@ CrdOpt = Annotated[Path | None, typer.Option(
     "`kubectl get crd pytorchjobs.kubeflow.org -o yaml`).", show_default=False)]
 
 
+ValidateLiveOpt = Annotated[bool, typer.Option(
+    "--live", help="Also check the cluster read-only: namespace, queue and quota, priority class, "
+    "PVCs, secrets, node pool, network attachments, training operator.")]
+
+
 @app.command()
-def validate(profiles: Profiles, fmt: FormatOpt = Format.text, crd: CrdOpt = None) -> int:
+def validate(profiles: Profiles, fmt: FormatOpt = Format.text, crd: CrdOpt = None,
+             live: ValidateLiveOpt = False, kubeconfig: KubeconfigOpt = None,
+             context: ContextOpt = None) -> int:
     """Check profiles against the preset and the site rules; exit 0 clean, 1 findings, 2 bad input.
 
     Text goes to stderr like compiler messages; JSON and Markdown (for a merge-request
@@ -48,7 +55,20 @@ def validate(profiles: Profiles, fmt: FormatOpt = Format.text, crd: CrdOpt = Non
     from .. import report
     from ..pipeline import check_exit, check_profiles
 
-    checks, bad = check_profiles(profiles, crd)
+    if live:
+        from .. import cluster
+        from ..cluster.checks import live_findings
+        from ..errors import EXIT_CLUSTER, ClusterError
+
+        try:
+            with cluster.Session(cluster.Target(kubeconfig=kubeconfig, context=context)) as s:
+                checks, bad = check_profiles(profiles, crd,
+                                             lambda w: live_findings(s, w))
+        except ClusterError as exc:
+            err(exc.lines())
+            return EXIT_CLUSTER
+    else:
+        checks, bad = check_profiles(profiles, crd)
     if fmt is Format.json:
         print(report.validate_json(checks, bad))
     elif fmt is Format.markdown:
