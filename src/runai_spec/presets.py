@@ -99,6 +99,9 @@ class Site(_Model):
     node_pool_label: str = "runai/node-pool"
     registries: list[str] = Field(min_length=1)
     data_sources: list[str] = Field(default_factory=list)
+    operator_version: Literal["1.7", "1.8", "1.9"] = Field(
+        "1.9", description="The Kubeflow training-operator release the cluster runs "
+        "(kubeflow.OPERATOR_VERSIONS); it fixes the env the operator injects per pod.")
     # The line of each field in the file it was read from (for `explain`); empty when built
     # in code. Not a field: it is no setting, and the schema does not show it.
     _lines: dict[str, int] = PrivateAttr(default_factory=dict)
