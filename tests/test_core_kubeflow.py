@@ -143,3 +143,13 @@ def test_nproc_comes_from_the_flag_else_the_master_branch_else_one() -> None:
     worker_only = copy.deepcopy(example("elastic"))
     assert injected_nproc(worker_only) is None  # nprocPerNode is read on the Master branch only
     assert torchrun_procs(worker_only, ["torchrun", "train.py"]) == 1
+
+
+def test_the_plan_carries_the_sites_operator_version_and_sigterm_checkpointing() -> None:
+    from pydantic import ValidationError
+
+    from runai_spec.presets import Site
+
+    assert Site(cluster="c", registries=["r"]).operator_version == kubeflow.OPERATOR_VERSION
+    with pytest.raises(ValidationError, match="operator_version"):
+        Site(cluster="c", registries=["r"], operator_version="1.6")

@@ -112,6 +112,11 @@ class Plan:
     diagnostics: tuple[str, ...]
     # (variable, Secret name, key): rendered as valueFrom.secretKeyRef, never as a value
     secret_env: tuple[tuple[str, str, str], ...] = ()
+    # the training-operator release of the site (site.yaml operator_version): which env
+    # kubeflow.operator_env() predicts for each pod
+    operator_version: str = "1.9"
+    # profile checkpoint.on_sigterm: the script checkpoints on SIGTERM (preflight reads it)
+    checkpoint_on_sigterm: bool = False
     # Where each leaf came from, by its path in the plan (`env[3][1]`, `volumes[0].claim`),
     # recorded by plan_workload() as it derives the value; `render --explain` reads it.
     origins: Mapping[str, Origin] = field(default_factory=dict, compare=False, repr=False)
@@ -379,6 +384,8 @@ def plan_workload(loaded: LoadedProfile, approved: ApprovedPreset, site: Site,
         preset_name=approved.name,
         diagnostics=tuple(diagnostics),
         secret_env=tuple(secret_env),
+        operator_version=site.operator_version,
+        checkpoint_on_sigterm=bool(profile.checkpoint and profile.checkpoint.on_sigterm),
         origins=o,
     )
 
