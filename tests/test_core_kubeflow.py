@@ -134,15 +134,18 @@ def test_webhook_rules_name_master_and_container() -> None:
         "spec.pytorchReplicaSpecs.Worker"]
 
 
-def test_nproc_comes_from_the_flag_else_the_master_branch_else_one() -> None:
+def test_nproc_comes_from_the_flag_else_the_operator_else_one() -> None:
     job = example("multi-node")
     nproc = job["spec"]["nprocPerNode"]
     assert injected_nproc(job) == nproc
     assert torchrun_procs(job, ["torchrun", "train.py"]) == nproc
     assert torchrun_procs(job, ["torchrun", "--nproc-per-node=3", "train.py"]) == "3"
     worker_only = copy.deepcopy(example("elastic"))
-    assert injected_nproc(worker_only) is None  # nprocPerNode is read on the Master branch only
-    assert torchrun_procs(worker_only, ["torchrun", "train.py"]) == 1
+    # v1.7 read nprocPerNode on the Master branch only; v1.8+ whenever it is set
+    assert injected_nproc(worker_only, "1.7") is None
+    assert torchrun_procs(worker_only, ["torchrun", "train.py"], "1.7") == 1
+    assert injected_nproc(worker_only) == worker_only["spec"]["nprocPerNode"]
+    assert torchrun_procs(worker_only, ["torchrun", "train.py"], "1.8") == nproc
 
 
 def test_the_plan_carries_the_sites_operator_version_and_sigterm_checkpointing() -> None:

@@ -88,13 +88,13 @@ INJECTED_ENV = re.compile(r"^(MASTER_ADDR|MASTER_PORT|WORLD_SIZE|RANK|LOCAL_RANK
 NPROC_FLAG = "--nproc-per-node"  # torchrun's flag; PET_NPROC_PER_NODE is its default
 
 
-def injected_nproc(job: Mapping[str, Any]) -> Any:
-    """PET_NPROC_PER_NODE as the operator sets it, or None: from spec.nprocPerNode on the
-    Master branch only (master.go), else from the deprecated elasticPolicy.nProcPerNode
-    (elastic.go). A Worker-only job with nprocPerNode therefore gets none."""
+def injected_nproc(job: Mapping[str, Any], version: str = OPERATOR_VERSION) -> Any:
+    """PET_NPROC_PER_NODE as operator `version` sets it (the last one wins), or None: from
+    spec.nprocPerNode (v1.8.0+ envvar.go: whenever set; v1.7.0: on the Master branch only),
+    then from the deprecated elasticPolicy.nProcPerNode (elastic.go)."""
     spec = job.get("spec", {})
     replicas = spec.get("pytorchReplicaSpecs") or {}
-    value = spec.get("nprocPerNode") if MASTER in replicas else None
+    value = spec.get("nprocPerNode") if (MASTER in replicas or version != "1.7") else None
     elastic = spec.get("elasticPolicy")
     if elastic is not None and elastic.get("nProcPerNode") is not None:
         value = elastic["nProcPerNode"]
@@ -107,13 +107,14 @@ def nproc_flags(command: Sequence[str]) -> list[str]:
     return [arg[len(prefix):] for arg in command if arg.startswith(prefix)]
 
 
-def torchrun_procs(job: Mapping[str, Any], command: Sequence[str]) -> Any:
+def torchrun_procs(job: Mapping[str, Any], command: Sequence[str],
+                   version: str = OPERATOR_VERSION) -> Any:
     """How many processes torchrun starts in a pod: its last flag, else the operator's
     PET_NPROC_PER_NODE, else 1."""
     flags = nproc_flags(command)
     if flags:
         return flags[-1]
-    injected = injected_nproc(job)
+    injected = injected_nproc(job, version)
     return injected if injected is not None else 1
 
 
