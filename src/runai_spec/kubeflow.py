@@ -13,7 +13,7 @@ from typing import Any
 from .errors import InputError
 
 OPERATOR_VERSION = "1.9"
-OPERATOR_VERSIONS = ("1.9",)  # the versions operator_env() models
+OPERATOR_VERSIONS = ("1.7", "1.8", "1.9")  # the versions operator_env() models
 
 # pkg/apis/kubeflow.org/v1/pytorch_types.go
 API_VERSION = "kubeflow.org/v1"
@@ -88,13 +88,13 @@ INJECTED_ENV = re.compile(r"^(MASTER_ADDR|MASTER_PORT|WORLD_SIZE|RANK|LOCAL_RANK
 NPROC_FLAG = "--nproc-per-node"  # torchrun's flag; PET_NPROC_PER_NODE is its default
 
 
-def injected_nproc(job: Mapping[str, Any]) -> Any:
-    """PET_NPROC_PER_NODE as the operator sets it, or None: from spec.nprocPerNode on the
-    Master branch only (master.go), else from the deprecated elasticPolicy.nProcPerNode
-    (elastic.go). A Worker-only job with nprocPerNode therefore gets none."""
+def injected_nproc(job: Mapping[str, Any], version: str = OPERATOR_VERSION) -> Any:
+    """PET_NPROC_PER_NODE as operator `version` sets it (the last one wins), or None: from
+    spec.nprocPerNode (v1.8.0+ envvar.go: whenever set; v1.7.0: on the Master branch only),
+    then from the deprecated elasticPolicy.nProcPerNode (elastic.go)."""
     spec = job.get("spec", {})
     replicas = spec.get("pytorchReplicaSpecs") or {}
-    value = spec.get("nprocPerNode") if MASTER in replicas else None
+    value = spec.get("nprocPerNode") if (MASTER in replicas or version != "1.7") else None
     elastic = spec.get("elasticPolicy")
     if elastic is not None and elastic.get("nProcPerNode") is not None:
         value = elastic["nProcPerNode"]
@@ -107,13 +107,14 @@ def nproc_flags(command: Sequence[str]) -> list[str]:
     return [arg[len(prefix):] for arg in command if arg.startswith(prefix)]
 
 
-def torchrun_procs(job: Mapping[str, Any], command: Sequence[str]) -> Any:
+def torchrun_procs(job: Mapping[str, Any], command: Sequence[str],
+                   version: str = OPERATOR_VERSION) -> Any:
     """How many processes torchrun starts in a pod: its last flag, else the operator's
     PET_NPROC_PER_NODE, else 1."""
     flags = nproc_flags(command)
     if flags:
         return flags[-1]
-    injected = injected_nproc(job)
+    injected = injected_nproc(job, version)
     return injected if injected is not None else 1
 
 
@@ -162,8 +163,12 @@ def container_port(container: Mapping[str, Any]) -> int:
 
 def operator_env(job: Mapping[str, Any], replica_type: str, index: int,
                  version: str = OPERATOR_VERSION) -> dict[str, str]:
-    """The variables the training operator appends to the pytorch container of pod
-    `replica_type`/`index` (setPodEnv in envvar.go, master.go, elastic.go)."""
+    """The variables training-operator `version` appends, in its order, to the pytorch
+    container of pod `replica_type`/`index`: setPodEnv in pkg/controller.v1/pytorch/envvar.go,
+    master.go and elastic.go at tags v1.7.0, v1.8.0, v1.9.0 (v1.8.0 and v1.9.0 identical).
+    From v1.7.0 PYTHONUNBUFFERED is "1" (v1.6.0 set "0"). v1.7.0 sets PET_NPROC_PER_NODE
+    only with a Master, between RANK and PET_NODE_RANK; v1.8.0+ sets it whenever
+    spec.nprocPerNode is set, after PET_NODE_RANK (so also for Worker-only jobs)."""
     if version not in OPERATOR_VERSIONS:
         raise InputError(f"training operator {version} is not modelled",
                          hint="supported: " + ", ".join(OPERATOR_VERSIONS))
@@ -172,18 +177,21 @@ def operator_env(job: Mapping[str, Any], replica_type: str, index: int,
     replicas = replica_specs(job)
     by_type = {rtype: (n, s) for rtype, n, s in replicas}
     total = sum(n for _, n, _ in replicas)
-    env: dict[str, str] = {"PYTHONUNBUFFERED": "0"}
+    nproc = spec.get("nprocPerNode")
+    env: dict[str, str] = {"PYTHONUNBUFFERED": "1"}
     if MASTER in by_type:
         port = container_port(pytorch_container(by_type[MASTER][1], MASTER))
         rank = index + 1 if replica_type == WORKER else index
         env.update({
-            "MASTER_PORT": str(port), "MASTER_ADDR": master_addr(name),
-            "PET_MASTER_PORT": str(port), "PET_MASTER_ADDR": master_addr(name),
+            "MASTER_PORT": str(port), "PET_MASTER_PORT": str(port),
+            "MASTER_ADDR": master_addr(name), "PET_MASTER_ADDR": master_addr(name),
             "WORLD_SIZE": str(total * nproc_int(job)), "RANK": str(rank),
-            "PET_NODE_RANK": str(rank),
         })
-        if spec.get("nprocPerNode") is not None:
-            env["PET_NPROC_PER_NODE"] = str(spec["nprocPerNode"])
+        if version == "1.7" and nproc is not None:
+            env["PET_NPROC_PER_NODE"] = str(nproc)
+        env["PET_NODE_RANK"] = str(rank)
+    if version != "1.7" and nproc is not None:
+        env["PET_NPROC_PER_NODE"] = str(nproc)
     elastic = spec.get("elasticPolicy")
     if elastic is not None:
         worker = by_type.get(WORKER)
@@ -200,6 +208,8 @@ def operator_env(job: Mapping[str, Any], replica_type: str, index: int,
         if elastic.get("maxRestarts") is not None:
             env["PET_MAX_RESTARTS"] = str(elastic["maxRestarts"])
         if elastic.get("nProcPerNode") is not None:
+            # in v1.8+ the operator may append it twice; a dict keeps the last (this) value
+            env.pop("PET_NPROC_PER_NODE", None)
             env["PET_NPROC_PER_NODE"] = str(elastic["nProcPerNode"])
         if elastic.get("rdzvId") is not None:
             env["PET_RDZV_ID"] = str(elastic["rdzvId"])

@@ -112,6 +112,11 @@ class Plan:
     diagnostics: tuple[str, ...]
     # (variable, Secret name, key): rendered as valueFrom.secretKeyRef, never as a value
     secret_env: tuple[tuple[str, str, str], ...] = ()
+    # the training-operator release of the site (site.yaml operator_version): which env
+    # kubeflow.operator_env() predicts for each pod
+    operator_version: str = "1.9"
+    # profile checkpoint.on_sigterm: the script checkpoints on SIGTERM (preflight reads it)
+    checkpoint_on_sigterm: bool = False
     # Where each leaf came from, by its path in the plan (`env[3][1]`, `volumes[0].claim`),
     # recorded by plan_workload() as it derives the value; `render --explain` reads it.
     origins: Mapping[str, Origin] = field(default_factory=dict, compare=False, repr=False)
@@ -168,16 +173,16 @@ class Plan:
 def launcher_for(layout: str, gpus: int, elastic: bool = False) -> tuple[str, ...]:
     """The site guide's launcher for each layout."""
     if layout == "single-gpu":
-        # -u: the operator sets PYTHONUNBUFFERED=0, which Python reads as "buffered", so a pod
-        # killed by OOM or preemption would lose its last log lines. torchrun already starts
-        # its workers with -u.
+        # -u: operator 1.7+ already sets PYTHONUNBUFFERED=1 (1.6 set "0"); -u keeps stdout
+        # unbuffered whatever the operator or the image sets, so a pod killed by OOM or
+        # preemption keeps its last log lines. torchrun already starts its workers with -u.
         return ("python", "-u")
     if layout == "single-node":
         return ("torchrun", "--standalone", "--nnodes=1", f"{NPROC_FLAG}={gpus}")
     if elastic:
-        # A Worker-only job gets no PET_NPROC_PER_NODE from spec.nprocPerNode (the operator
-        # sets it from the Master branch only, or from the deprecated, and with nprocPerNode
-        # forbidden, elasticPolicy.nProcPerNode): without the flag torchrun starts 1 process.
+        # Operator 1.7 gives a Worker-only job no PET_NPROC_PER_NODE (it set it in the
+        # Master branch only); 1.8+ sets it from spec.nprocPerNode. The explicit flag makes
+        # the process count the same on every supported operator version.
         return ("torchrun", f"{NPROC_FLAG}={gpus}")
     # Multi-node: nodes, node rank, master and processes per node come from the operator's
     # PET_* variables, which torchrun reads as the defaults of its flags.
@@ -379,6 +384,8 @@ def plan_workload(loaded: LoadedProfile, approved: ApprovedPreset, site: Site,
         preset_name=approved.name,
         diagnostics=tuple(diagnostics),
         secret_env=tuple(secret_env),
+        operator_version=site.operator_version,
+        checkpoint_on_sigterm=bool(profile.checkpoint and profile.checkpoint.on_sigterm),
         origins=o,
     )
 

@@ -295,7 +295,7 @@ def check_nproc(ctx: Context) -> Iterator[Finding]:
             gpus = container["resources"]["limits"][GPU_RESOURCE]
             command = container["command"]
             flags = nproc_flags(command)
-            started = torchrun_procs(manifest, command)
+            started = torchrun_procs(manifest, command, ctx.site.operator_version)
             if command[:1] == ["torchrun"] and str(started) != str(gpus):
                 yield _finding(ctx, "nproc-gpus", f"spec.pytorchReplicaSpecs.{role}",
                                f"torchrun would start {started} process(es) per pod on {gpus} "

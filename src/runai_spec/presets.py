@@ -132,6 +132,9 @@ class Site(_Model):
     allow_module_entrypoint: bool = Field(
         False, description="Whether a profile's command may start with `-m <module>` (torchrun "
         "--module / python -m) instead of a script path.")
+    operator_version: Literal["1.7", "1.8", "1.9"] = Field(
+        "1.9", description="The Kubeflow training-operator release the cluster runs "
+        "(kubeflow.OPERATOR_VERSIONS); it fixes the env the operator injects per pod.")
     label_keys: LabelKeys | None = Field(None, description="Scheduler label keys; overrides "
                                          "queue_label, priority_label, ... when given.")
     grants: dict[str, list[str]] | None = Field(

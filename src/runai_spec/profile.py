@@ -55,6 +55,9 @@ class Checkpoint(_Model):
     format: CheckpointFormat = Field("torch", description="Checkpoint format.")
     resume: str | None = Field(None, min_length=1,
                                description="How the script resumes, e.g. `latest in dir`.")
+    on_sigterm: bool = Field(False, description="The script writes a checkpoint when it "
+                             "receives SIGTERM (preemption, eviction, a restart), within the "
+                             "preset's termination grace period.")
 
 
 class DataVolume(_Model):
