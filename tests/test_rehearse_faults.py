@@ -49,3 +49,4 @@ def test_static_rendezvous_worker_kill_with_busy_rank0_fails_the_job(tmp_path: P
     assert not r.ok and fault.status == "fail", fault.message
     assert "the operator would mark the job Failed" in fault.message, fault.message
     assert fault.details["restarts_used"] >= 3 == fault.details["backoff_limit"]
+
