@@ -24,12 +24,19 @@ TimeoutOpt = Annotated[float, typer.Option(
     "--timeout", metavar="SECONDS",
     help="How long the pods may run. Then they are stopped: preflight.py still running has "
          "failed, your own script (--own-script) still running is healthy.")]
+KillOpt = Annotated[list[str] | None, typer.Option(
+    "--kill", metavar="POD[@checkpoint|@SECONDS]",
+    help="Kill one pod's container (repeatable); the kubelet and operator model decide what "
+         "comes back.")]
+BackoffOpt = Annotated[float, typer.Option(
+    "--backoff-scale", help="Scale the kubelet's crash-loop back-off (10 s, doubling).")]
 
 
 @app.command()
 def rehearse(profile: ProfileArg, procs_per_pod: ProcsOpt = None, own_script: OwnScriptOpt = False,
              restart_after_checkpoint: RestartOpt = False, logs: LogsOpt = None,
-             timeout: TimeoutOpt = 300.0) -> int:
+             timeout: TimeoutOpt = 300.0, kill: KillOpt = None,
+             backoff_scale: BackoffOpt = 1.0) -> int:
     """Rehearse the rendered workload here: one process per pod, the operator's environment."""
     from .. import report
     from ..rehearse import RESTART_OWN_SCRIPT, check_timeout, preflight_settings, rehearse_manifests
@@ -42,6 +49,9 @@ def rehearse(profile: ProfileArg, procs_per_pod: ProcsOpt = None, own_script: Ow
     result = rehearse_manifests(
         list(workload.manifests), settings=preflight_settings(workload),
         procs_per_pod=procs_per_pod, own_script=own_script,
-        restart_after_checkpoint=restart_after_checkpoint, logs_dir=logs, timeout_s=timeout)
+        restart_after_checkpoint=restart_after_checkpoint, logs_dir=logs, timeout_s=timeout,
+        kills=kill or (), backoff_scale=backoff_scale)
+    if kill:
+        err([f"back-off scale: {backoff_scale:g}"])
     err(report.print_rehearsal(result, workload.plan.name))
     return EXIT_OK if result.ok else EXIT_FINDINGS

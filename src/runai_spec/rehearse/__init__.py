@@ -15,6 +15,7 @@ from ..checklist import PREFLIGHT_LINE, PreflightSettings, parse_lines, prefligh
 from ..errors import InputError
 from ..launcher import Launcher, set_nproc, split_command
 from .checks import CHECK_ORDER, CheckResult, RehearseResult, aggregate, own_script_note, result_dict
+from .faults import parse_kill, pod_names
 from .job import DEFAULT_PORT, PORT_NAME, find_job, operator_env
 from .pods import (
     MULTICAST_OFF,
@@ -27,6 +28,7 @@ from .pods import (
     write_plan,
 )
 from .restarts import RESTART_OWN_SCRIPT, operator_verdict, rehearse_restart, restart_settings
+from .runner import rehearse_faults
 
 __all__ = [
     "CHECK_ORDER", "DEFAULT_PORT", "DEFAULT_TIMEOUT_S", "MULTICAST_OFF", "OWN_SCRIPT_SETTLE_S",
@@ -67,6 +69,8 @@ def rehearse_manifests(
     env: Mapping[str, str] | None = None,
     pod_env: Mapping[str, Mapping[str, str]] | None = None,
     skip_pods: Sequence[str] = (),
+    kills: Sequence[str] = (),
+    backoff_scale: float = 1.0,
 ) -> RehearseResult:
     """Run the job's topology here and collect the preflight's checks.
 
@@ -86,6 +90,14 @@ def rehearse_manifests(
                          "lost, which the rehearsal does not model",
                          field="spec.elasticPolicy",
                          hint="rehearse it without --restart-after-checkpoint")
+    faults = [parse_kill(k, pod_names(job)) for k in kills]
+    if faults and (own_script or restart_after_checkpoint):
+        raise InputError("--kill needs the preflight's checkpoint and its own restarts; it does "
+                         "not combine with --own-script or --restart-after-checkpoint",
+                         field="--kill", hint="rehearse the faults alone")
+    if not (math.isfinite(backoff_scale) and backoff_scale >= 0):
+        raise InputError(f"{backoff_scale:g} is not a non-negative number", field="--backoff-scale",
+                         hint="e.g. --backoff-scale 0.1 (the kubelet's 10 s back-off becomes 1 s)")
     gpus = probe_gpus(python)  # first: no torch is bad input, and nothing is written
     if device == "cpu":
         gpus = 0
@@ -99,8 +111,8 @@ def rehearse_manifests(
     if not gpus and settings.min_busbw_gbps is not None:
         # gloo over loopback says nothing about the cluster's fabric: measure, do not judge
         settings = PreflightSettings(**{**settings.__dict__, "min_busbw_gbps": None})
-    hold_dir = root / "restart" if restart_after_checkpoint else None
-    if restart_after_checkpoint:
+    hold_dir = root / "restart" if restart_after_checkpoint or faults else None
+    if restart_after_checkpoint or faults:
         settings = restart_settings(settings)
     plans, world = plan_pods(
         manifests, settings=settings, root=root, procs_per_pod=procs_per_pod,
@@ -109,7 +121,15 @@ def rehearse_manifests(
     write_plan(root, plans, world, backend)
     shutil.rmtree(root / "checkpoints", ignore_errors=True)
 
-    if hold_dir is None:
+    if faults:
+        assert hold_dir is not None
+        shutil.rmtree(hold_dir, ignore_errors=True)
+        hold_dir.mkdir(parents=True)
+        fault_checks, outcomes, lines = rehearse_faults(job, plans, world, faults, timeout_s,
+                                                        backoff_scale, hold_dir)
+        checks = [c for c in aggregate(lines, world, outcomes, timeout_s, False)
+                  if c.check != "pods"] + fault_checks
+    elif hold_dir is None:
         run = run_attempt(plans, 0, timeout_s, skip=skip_pods,
                            after_crash_s=OWN_SCRIPT_SETTLE_S if own_script else None)
         checks = aggregate(run.lines, world, run.outcomes, timeout_s, own_script)
