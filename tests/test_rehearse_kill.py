@@ -50,3 +50,20 @@ def test_static_rendezvous_worker_kill_with_busy_rank0_fails_the_job(tmp_path: P
     assert "the operator would mark the job Failed" in fault.message, fault.message
     assert fault.details["restarts_used"] >= 3 == fault.details["backoff_limit"]
 
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_a_static_rendezvous_job_never_passes_a_kill_even_when_it_recovers(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    settings = PreflightSettings(local_batch=4, grad_accum=8, global_batch=512,
+                                 join_timeout_s=15, collective_timeout_s=20)
+    # two processes per pod: here the master notices at once and the job often recovers, but
+    # in the cluster the same fault can use the whole backoffLimit: never a pass
+    r = rehearse_manifests([multi_node()], settings=settings, procs_per_pod=2, device="cpu",
+                           logs_dir=tmp_path, timeout_s=90.0, kills=["worker-0@checkpoint"],
+                           backoff_scale=0.1)
+    fault = next(c for c in r.checks if c.check == "fault")
+    assert fault.status == "fail" and not r.ok, fault.message
+    assert ("recovered here, but the job uses torchrun's static rendezvous" in fault.message
+            or "the operator would mark the job Failed" in fault.message), fault.message

@@ -152,13 +152,14 @@ def operator_verdict(job: Mapping[str, Any], replica_types: Mapping[str, str],
 # again; one fault can use the whole backoffLimit (kubeflow/trainer#2000). Measured here with
 # a kubelet model on CPU (gloo, 2 pods x 2 processes, backoffLimit 3): worker-0 killed while
 # rank 0 was busy past the first back-off used 3 restarts and the job was marked Failed.
-STATIC_RENDEZVOUS = (
+STATIC_RENDEZVOUS_RISK = (
     "the job uses torchrun's static rendezvous, which never re-admits a restarted pod: in the "
     "cluster the kubelet restarts {victim} in place while the other pods may still hold the "
     "old store, so one node fault can use the whole backoffLimit and fail the job (measured "
-    "with a kubelet model on CPU: 3 restarts of backoffLimit 3). This rehearsal restarts every "
-    "pod together, which the cluster never does, so its resume proves the checkpoint only; "
-    "after a node fault resubmit the job, which resumes from the checkpoint")
+    "with a kubelet model on CPU: 3 restarts of backoffLimit 3); whether it recovers depends "
+    "on timing. After a node fault resubmit the job, which resumes from the checkpoint")
+STATIC_RENDEZVOUS = (STATIC_RENDEZVOUS_RISK + ". This rehearsal restarts every pod together, "
+                     "which the cluster never does, so its resume proves the checkpoint only")
 
 
 def static_rendezvous(job: Mapping[str, Any]) -> bool:

@@ -13,6 +13,7 @@ from .checks import CheckResult
 from .faults import Fault
 from .operator import Action, JobModel
 from .pods import PodOutcome, PodPlan, _held, _Pod
+from .restarts import STATIC_RENDEZVOUS_RISK, static_rendezvous
 
 
 def rehearse_faults(job: Mapping[str, Any], plans: Sequence[PodPlan], world: int,
@@ -82,6 +83,12 @@ def rehearse_faults(job: Mapping[str, Any], plans: Sequence[PodPlan], world: int
     for f, restarted in fired:
         if model.phase == "Failed":
             verdict, ok = f"the operator would mark the job Failed: {model.reason}", False
+        elif model.phase == "Succeeded" and set(range(world)) - resumes:
+            verdict, ok = "the job ended, but not every rank resumed the saved step", False
+        elif model.phase == "Succeeded" and static_rendezvous(job):
+            # recovered this time; in the cluster the same fault can use the whole budget
+            verdict, ok = "recovered here, but " + STATIC_RENDEZVOUS_RISK.format(
+                victim=f.pod or "a pod"), False
         elif model.phase == "Succeeded":
             verdict, ok = "recovered", True
         else:
