@@ -84,11 +84,18 @@ def presets_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @lru_cache(maxsize=1)
+def upstream_crd() -> dict[str, Any]:
+    """The upstream PyTorchJob CRD (../shared/schemas), parsed once; callers copy it."""
+    crd: dict[str, Any] = yaml.load(CRD.read_text(encoding="utf-8"),
+                                    Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    return crd
+
+
+@lru_cache(maxsize=1)
 def crd_validator() -> Any:
     import jsonschema
 
-    crd = yaml.load(CRD.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader",
-                                                                      yaml.SafeLoader))
+    crd = upstream_crd()
     version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
     return jsonschema.Draft7Validator(version["schema"]["openAPIV3Schema"])
 

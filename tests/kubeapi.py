@@ -24,7 +24,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
 
-from conftest import crd_validator
+from conftest import crd_validator, upstream_crd
 
 KINDS = {"pytorchjobs": ("kubeflow.org/v1", "PyTorchJob"), "configmaps": ("v1", "ConfigMap"),
          "pods": ("v1", "Pod"), "events": ("v1", "Event")}
@@ -663,7 +663,7 @@ def seed_site(kube: FakeKube) -> None:
             put(f"/apis/k8s.cni.cncf.io/v1/namespaces/{target}/network-attachment-definitions/{name}",
                 {"metadata": {"name": name, "namespace": target}})
     put("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/pytorchjobs.kubeflow.org",
-        {"metadata": {"name": "pytorchjobs.kubeflow.org"}})
+        copy.deepcopy(upstream_crd()))
     put("/apis/apps/v1/namespaces/kubeflow/deployments/training-operator",
         {"metadata": {"name": "training-operator"}, "spec": {"template": {"spec": {"containers": [
             {"name": "training-operator", "image": "kubeflow/training-operator:v1.9.0"}]}}}})

@@ -146,6 +146,23 @@ def test_operator_crd_and_version(site: KubeAPI) -> None:
     _expect_one(site, MULTI, "live-operator", "crd/pytorchjobs.kubeflow.org")
 
 
+CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/pytorchjobs.kubeflow.org"
+
+
+def test_the_render_is_checked_against_the_schema_the_cluster_serves(site: KubeAPI) -> None:
+    crd = site.kube.site_objects[CRD_PATH]
+    v1 = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
+    run_policy = v1["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["runPolicy"]
+    run_policy["properties"]["backoffLimit"] = {"type": "string"}  # a cluster whose CRD differs
+    _expect_one(site, MULTI, "live-crd-schema", "spec.runPolicy.backoffLimit")
+    for version in crd["spec"]["versions"]:
+        version["name"] = "v2"
+    _expect_one(site, MULTI, "live-crd-schema", "apiVersion")
+    del crd["spec"]["versions"]
+    result = run("validate", "--live", str(MULTI))
+    assert "the served PyTorchJob CRD has no schema" in result.output and result.exit_code == 0
+
+
 @pytest.mark.parametrize("resource", [
     "namespaces", "queues.scheduling.run.ai", "priorityclasses", "persistentvolumeclaims",
     "nodes", "network-attachment-definitions.k8s.cni.cncf.io", "customresourcedefinitions"])

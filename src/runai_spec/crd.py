@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .errors import InputError
+from .errors import InputError, Location
 from .findings import Finding
 from .loading import parse_documents, read_text
 from .manifests import Manifest
@@ -50,13 +50,7 @@ def load_crd_schemas(path: Path) -> dict[str, dict[str, Any]]:
             or docs[0].get("kind") != "CustomResourceDefinition":
         raise InputError("not a CustomResourceDefinition", file=str(path),
                          hint="kubectl get crd pytorchjobs.kubeflow.org -o yaml > crd.yaml")
-    schemas = {}
-    for version in docs[0].get("spec", {}).get("versions", []):
-        schema = (version.get("schema") or {}).get("openAPIV3Schema")
-        if isinstance(schema, dict):
-            schemas[str(version.get("name"))] = schema
-    if not schemas:
-        raise InputError("the CRD has no openAPIV3Schema", file=str(path))
+    schemas = crd_schemas(docs[0], str(path))
     if cache is not None:
         tmp = cache.with_suffix(f".tmp-{os.getpid()}")
         try:
@@ -64,6 +58,20 @@ def load_crd_schemas(path: Path) -> dict[str, dict[str, Any]]:
             tmp.replace(cache)
         except OSError:
             tmp.unlink(missing_ok=True)
+    return schemas
+
+
+def crd_schemas(crd: dict[str, Any], source: str) -> dict[str, dict[str, Any]]:
+    """`{version: openAPIV3Schema}` of one CustomResourceDefinition object (a file's, or the
+    one the cluster serves)."""
+    schemas = {}
+    for version in crd.get("spec", {}).get("versions", []) or []:
+        schema = (version.get("schema") or {}).get("openAPIV3Schema") \
+            if isinstance(version, dict) else None
+        if isinstance(schema, dict):
+            schemas[str(version.get("name"))] = schema
+    if not schemas:
+        raise InputError("the CRD has no openAPIV3Schema", file=source)
     return schemas
 
 
@@ -79,14 +87,13 @@ def crd_findings(manifests: list[Manifest], schemas: dict[str, dict[str, Any]],
         version = str(manifest.get("apiVersion", "")).rsplit("/", 1)[-1]
         schema = schemas.get(version)
         if schema is None:
-            findings.append(Finding("crd-schema", "apiVersion",
+            findings.append(Finding("crd-schema", Location(source, None, "apiVersion"),
                                     f"the cluster's CRD does not serve version {version!r}",
-                                    "ask the AI Engineers which operator version runs",
-                                    file=source))
+                                    "ask the AI Engineers which operator version runs"))
             continue
         validator = jsonschema.Draft7Validator(schema)
         for error in sorted(validator.iter_errors(manifest), key=lambda e: list(e.absolute_path)):
             path = ".".join(str(p) for p in error.absolute_path) or "<root>"
-            findings.append(Finding("crd-schema", path, error.message,
-                                    "the cluster's CRD refuses this object", file=source))
+            findings.append(Finding("crd-schema", Location(source, None, path), error.message,
+                                    "the cluster's CRD refuses this object"))
     return findings

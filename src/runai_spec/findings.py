@@ -11,7 +11,7 @@ Severity = Literal["error", "warning", "info"]
 UNNAMED = "<profile>"  # the file of a finding about input that was not read from a file
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class Finding:
     """A rule's verdict on one field: collected, never raised."""
 
@@ -20,17 +20,6 @@ class Finding:
     message: str
     hint: str | None = None
     severity: Severity = "error"
-
-    def __init__(self, rule: str, location: Location | str, message: str,
-                 hint: str | None = None, severity: Severity = "error", *,
-                 file: str | None = None, line: int | None = None) -> None:
-        # `location` as a bare field path with file=/line= is how crd.py still calls this;
-        # once it passes a Location, the str form and the two keywords go.
-        if isinstance(location, str):
-            location = Location(file, line, location)
-        for name, value in (("rule", rule), ("location", location), ("message", message),
-                            ("hint", hint), ("severity", severity)):
-            object.__setattr__(self, name, value)
 
     @property
     def file(self) -> str | None:

@@ -179,10 +179,12 @@ def _networks(s: Session, w: Workload) -> Iterator[Finding]:
 
 
 def _operator(s: Session, w: Workload) -> Iterator[Finding]:
-    if _get(s, PYTORCHJOB_CRD) is None:
+    served = _get(s, PYTORCHJOB_CRD)
+    if served is None:
         yield _finding(w, "live-operator", "crd/pytorchjobs.kubeflow.org",
                        "the PyTorchJob CRD is not served", "the training operator is not installed")
         return
+    yield from _crd_schema(served, w)
     want = str(getattr(w.site, "operator_version", None) or DEFAULT_OPERATOR_VERSION)
     deploy = _get(s, OPERATOR)
     if deploy is None:
@@ -196,6 +198,25 @@ def _operator(s: Session, w: Workload) -> Iterator[Finding]:
         yield _finding(w, "live-operator", "deployment/kubeflow/training-operator",
                        f"the training operator runs {', '.join(images)}, not version {want}",
                        "the site's operator_version and the cluster disagree")
+
+
+def _crd_schema(served: dict[str, Any], w: Workload) -> Iterator[Finding]:
+    """The render against the schema the cluster serves (what `validate --crd FILE` does with
+    a file): a field the cluster's operator does not know is dropped or refused there."""
+    from ..crd import crd_findings, crd_schemas
+    from ..errors import InputError
+
+    source = "crd/pytorchjobs.kubeflow.org"
+    try:
+        schemas = crd_schemas(served, source)
+    except InputError:
+        yield _finding(w, "live-crd-schema", source, "the served PyTorchJob CRD has no schema",
+                       "the render could not be checked against the cluster's schema",
+                       "warning")
+        return
+    for problem in crd_findings(list(w.manifests), schemas, "PyTorchJob", w.path):
+        yield Finding("live-crd-schema", Location(w.path, None, f"{source}: {problem.path}"),
+                      problem.message, problem.hint, problem.severity)
 
 
 CHECKS = (("namespaces", _namespace), ("queues.scheduling.run.ai", _queue),
