@@ -195,3 +195,13 @@ def test_live_markdown_format(site: KubeAPI) -> None:
     del site.kube.site_objects[PVC]
     result = run("validate", "--live", "--format", "markdown", str(MULTI))
     assert result.exit_code == 1 and "nlp-lab-checkpoints" in result.stdout
+
+
+def test_every_live_rule_is_documented() -> None:
+    import re
+
+    source = (ROOT / "src" / "runai_spec" / "cluster" / "checks.py").read_text(encoding="utf-8")
+    rules = set(re.findall(r'"(live-[a-z-]+)"', source))
+    doc = (ROOT / "docs" / "live-checks.md").read_text(encoding="utf-8")
+    documented = set(re.findall(r"`(live-[a-z-]+)`", doc))
+    assert rules and rules == documented, (rules, documented)
