@@ -172,6 +172,9 @@ dist.init_process_group("gloo")  # from torchrun's RANK, WORLD_SIZE, MASTER_ADDR
 t = torch.ones(1) * (dist.get_rank() + 1)
 dist.all_reduce(t)
 print(f"rank {dist.get_rank()} of world {dist.get_world_size()}: sum {t.item():g}", flush=True)
+if dist.get_rank() == 0:  # the checkpoint volume of the profile, mounted at its path
+    torch.save({"step": 1, "sum": t}, "/checkpoints/state.pt")
+dist.barrier()
 dist.destroy_process_group()
 """
 RANK_1_RAISES = """\
@@ -186,7 +189,11 @@ dist.destroy_process_group()  # else gloo aborts the exit of rank 0 too
 # bounded: 120 s, far longer than the test, in case the rehearsal failed to stop it
 RUNS_ON = """\
 import os, time
+import torch, torch.distributed as dist
 from pathlib import Path
+dist.init_process_group("gloo")
+if dist.get_rank() == 0:
+    torch.save({"step": 0}, "/checkpoints/state.pt")
 marker = Path(f"alive.{os.environ['RANK']}.{os.getpid()}")
 for i in range(600):
     marker.write_text(str(i))
@@ -225,11 +232,15 @@ def test_own_script_that_all_reduces_and_exits_0_passes(
     pods = checks(report)["pods"]
     assert pods["status"] == "pass"
     assert pods["message"] == "master-0, worker-0: started, ran and exited 0"
-    # the table says plainly that the guide's checklist was not run
-    checklist = checks(report)["checklist"]
-    assert checklist["status"] == "not run" and "none of the guide's checks" in checklist["message"]
-    assert f"(train.py, in {tmp_path.resolve()})" in checklist["message"]
-    assert "│ checklist │ not run │" in result.stderr and "started, ran and exited 0" in row
+    # the guide's checklist ran on the script, from what each rank did
+    rows = checks(report)
+    assert "checklist" not in rows
+    for name in ("ranks", "world-size", "global-batch", "checkpoint", "shutdown"):
+        assert rows[name]["status"] == "pass", rows[name]
+    assert rows["checkpoint"]["message"].startswith("1 save(s) under /checkpoints by rank(s) 0")
+    assert rows["device"]["status"] == "skip" and "no GPU" in rows["device"]["message"]
+    assert rows["resume"]["status"] == "skip" and "--kill" in rows["resume"]["message"]
+    assert "started, ran and exited 0" in row
     # and where each rank's own output is: every rank did its all-reduce
     logs = tmp_path.resolve() / "logs"
     assert f"each rank: {logs}/<pod>/ranks/<run id>/attempt_0/<local rank>/" in result.stderr
@@ -257,22 +268,26 @@ def test_own_script_that_raises_on_rank_1_fails_and_names_the_pod_and_its_log(
     # the rank's log that the message points at holds the rank's traceback
     rank_log = Path(head.rsplit(" and ", 1)[1].replace("<local rank>", "0"))
     assert "rank 1 breaks on purpose" in rank_log.read_text()
-    assert checks(report)["checklist"]["status"] == "not run"
+    shutdown = checks(report)["shutdown"]
+    assert shutdown["status"] == "fail" and "rank 1: 1 (RuntimeError: rank 1 breaks on purpose)" \
+        in shutdown["message"], shutdown
 
 
 def test_own_script_still_running_at_the_timeout_is_stopped_and_counted_healthy(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_profile: Callable[..., Path],
         base_profile: dict[str, Any]) -> None:
     result, report, row = rehearse_own_script(tmp_path, monkeypatch, write_profile,
-                                              base_profile, RUNS_ON, "--timeout", "8")
+                                              base_profile, RUNS_ON, "--timeout", "30")
     assert result.exit_code == 0, result.output
     pods = checks(report)["pods"]
     assert pods["status"] == "pass" and pods["message"] in row
-    assert pods["message"] == ("master-0, worker-0: ran 8 s without failing: still running at "
+    assert pods["message"] == ("master-0, worker-0: ran 30 s without failing: still running at "
                                "the deadline (--timeout), stopped there")
     assert all(p["timed_out"] for p in report["pods"])
-    # both ranks ran, and neither is left behind once the rehearsal has returned
-    markers = sorted(tmp_path.glob("alive.*"))
+    # both ranks ran, each pod in its own copy of the working tree, and neither is left
+    # behind once the rehearsal has returned
+    assert not list(tmp_path.glob("alive.*"))
+    markers = sorted(tmp_path.glob("logs/*/image/alive.*"), key=lambda m: m.name)
     assert [m.name.split(".")[1] for m in markers] == ["0", "1"]
     running = [m.name for m in markers if _runs_train_py(int(m.name.split(".")[2]))]
     assert running == []

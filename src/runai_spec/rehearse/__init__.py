@@ -16,7 +16,7 @@ from ..errors import InputError
 from ..launcher import Launcher, set_nproc, split_command
 from .checks import CHECK_ORDER, CheckResult, RehearseResult, aggregate, own_script_note, result_dict
 from .faults import parse_kill, pod_names
-from .job import DEFAULT_PORT, PORT_NAME, find_job, operator_env
+from .job import DEFAULT_PORT, PORT_NAME, find_job, nproc_of, operator_env
 from .pods import (
     MULTICAST_OFF,
     PodOutcome,
@@ -29,6 +29,7 @@ from .pods import (
 )
 from .restarts import RESTART_OWN_SCRIPT, operator_verdict, rehearse_restart, restart_settings
 from .runner import rehearse_faults
+from .script_checks import ScriptRun, read_audit, script_checks
 
 __all__ = [
     "CHECK_ORDER", "DEFAULT_PORT", "DEFAULT_TIMEOUT_S", "MULTICAST_OFF", "OWN_SCRIPT_SETTLE_S",
@@ -52,6 +53,25 @@ def check_timeout(timeout_s: float) -> None:
         raise InputError(f"{timeout_s:g} is not a positive number of seconds", field="--timeout",
                          hint=f"how long the pods may run, e.g. --timeout 60 (default "
                               f"{DEFAULT_TIMEOUT_S:g})")
+
+
+def own_script_checks(plans: Sequence[PodPlan], root: Path, world: int,
+                      manifests: Sequence[Mapping[str, Any]], settings: PreflightSettings,
+                      gpus: int, outcomes: Sequence[PodOutcome], *, restarted: bool
+                      ) -> list[CheckResult]:
+    """The guide's checklist on the script, from the audit layer's records of every rank, after
+    a row saying how the pods' file systems were set up."""
+    job = find_job(manifests)
+    plan_world = len(plans) * max(1, nproc_of(job))
+    checkpoint_dir = next((p.checkpoint_dir for p in plans if p.checkpoint_dir),
+                          settings.checkpoint_dir or "/checkpoints")
+    note = plans[0].filesystem_note if plans else None
+    run = ScriptRun(world=world, plan_world=plan_world, checkpoint_dir=checkpoint_dir, gpus=gpus,
+                    restarted=restarted, timed_out=any(o.timed_out for o in outcomes))
+    rows = script_checks(read_audit(root / "audit"), run, settings)
+    mounted = bool(note) and "NOT mounted" not in str(note)
+    head = CheckResult("filesystem", "pass" if mounted else "skip", str(note or ""))
+    return [head, *rows]
 
 
 def rehearse_manifests(
@@ -134,7 +154,8 @@ def rehearse_manifests(
                            after_crash_s=OWN_SCRIPT_SETTLE_S if own_script else None)
         checks = aggregate(run.lines, world, run.outcomes, timeout_s, own_script)
         if own_script:
-            checks.insert(0, own_script_note(plans))
+            checks = own_script_checks(plans, root, world, manifests, settings, gpus,
+                                       run.outcomes, restarted=False) + checks
         outcomes = run.outcomes
     else:
         shutil.rmtree(hold_dir, ignore_errors=True)

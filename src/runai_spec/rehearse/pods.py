@@ -7,6 +7,7 @@ import copy
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -21,6 +22,7 @@ from typing import Any
 from ..checklist import PREFLIGHT_LINE, PreflightSettings, parse_lines, preflight_source
 from ..errors import InputError
 from ..launcher import has_flag, set_nproc, split_command
+from .filesystem import AUDIT_ENV, POD_ENV, audit_layer_dir, pod_filesystem
 from .job import container_of, find_job, nproc_of, operator_env, replicas_of
 
 # NVLink multicast can put a shared host's GPUs out of service (device README): always off,
@@ -48,6 +50,9 @@ class PodPlan:
     env: Mapping[str, str]
     cwd: Path
     log_dir: Path
+    wrapper: tuple[str, ...] = ()  # started before argv: the pod's file system (--own-script)
+    filesystem_note: str | None = None
+    checkpoint_dir: str | None = None  # the checkpoint volume's path as the script sees it
 
 
 @dataclass(frozen=True)
@@ -153,9 +158,13 @@ def plan_pods(
                                  hint="more than one process per pod needs torchrun")
         pod_dir = root / short
         pod_dir.mkdir(parents=True, exist_ok=True)
+        fs = None
         if own_script:
             entry = list(launcher.entry)
-            cwd = workdir or Path.cwd()
+            cwd = pod_dir
+            rspec = next(spec for t, _, spec in replicas if t == rtype)
+            fs = pod_filesystem((rspec.get("template") or {}).get("spec") or {}, container,
+                                root, pod_dir, (workdir or Path.cwd()).resolve())
         else:
             entry = [str(script), *settings.args(
                 world_size=world,
@@ -186,12 +195,32 @@ def plan_pods(
             penv["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in range(first, first + nproc))
         else:
             penv["CUDA_VISIBLE_DEVICES"] = ""
+        if own_script:
+            layer = root / "audit-layer"
+            penv[AUDIT_ENV] = str(root / "audit")
+            penv[POD_ENV] = short
+            penv["PYTHONPATH"] = os.pathsep.join(
+                [str(layer), *filter(None, [penv.get("PYTHONPATH")])])
         penv.update(env or {})
         penv.update((pod_env or {}).get(short, {}))
         penv.update((pod_env or {}).get(f"{job['metadata']['name']}-{short}", {}))
         rank = int(op.get("RANK", pod_index))
-        out.append(PodPlan(short, rtype, i, rank, tuple(head + entry), penv, cwd, pod_dir))
+        out.append(PodPlan(short, rtype, i, rank, tuple(head + entry), penv, cwd, pod_dir,
+                           fs.wrapper if fs else (), fs.note if fs else None,
+                           fs.checkpoint_dir if fs else None))
+    if own_script:
+        install_audit_layer(root)
     return out, world
+
+
+def install_audit_layer(root: Path) -> None:
+    """A fresh copy of the audit layer (sitecustomize.py) and an empty audit folder."""
+    layer = root / "audit-layer"
+    shutil.rmtree(layer, ignore_errors=True)
+    layer.mkdir(parents=True)
+    shutil.copyfile(audit_layer_dir() / "sitecustomize.py", layer / "sitecustomize.py")
+    shutil.rmtree(root / "audit", ignore_errors=True)
+    (root / "audit").mkdir()
 
 
 def _descendants(root: int) -> list[int]:
@@ -267,7 +296,7 @@ class _Pod:
         self._fh.write(f"# argv: {json.dumps(list(plan.argv))}\n# cwd: {plan.cwd}\n")
         self._fh.flush()
         self.proc = subprocess.Popen(
-            list(plan.argv), env=dict(plan.env), cwd=plan.cwd, stdout=subprocess.PIPE,
+            [*plan.wrapper, *plan.argv], env=dict(plan.env), cwd=plan.cwd, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, errors="replace",
             start_new_session=True)  # its own process group, so that kill reaches torchrun's
         self._reader = threading.Thread(target=self._read, daemon=True)

@@ -1,0 +1,125 @@
+"""A rehearsed pod's file system as the cluster gives it (`rehearse --own-script`).
+
+- The working directory is the image's: every container start (the first, and each restart
+  the kubelet makes) begins in a fresh copy of the researcher's working tree, so whatever the
+  script wrote outside a volume is gone after a restart, as in the cluster.
+- Volumes are the manifest's: each PVC is one folder of the rehearsal shared by every pod
+  (read-only where the mount is), and `/dev/shm` (an `emptyDir` of medium Memory) is a tmpfs
+  of the pod's own. Where this machine allows it (root, `unshare` and mount namespaces) they
+  are bind-mounted at their real mount paths inside a mount namespace of the pod's own, so
+  the script needs no change; otherwise they are not mounted and the table says so.
+
+The pod's container starts through a small `sh` wrapper written here (its argv prefix)."""
+
+from __future__ import annotations
+
+import functools
+import os
+import shlex
+import shutil
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+AUDIT_ENV = "RUNAI_SPEC_AUDIT_DIR"  # where the audit layer writes (audit/sitecustomize.py)
+POD_ENV = "RUNAI_SPEC_POD"
+IMAGE_DIR = "image"  # the pod's fresh copy of the working tree, under its pod folder
+COPY_IGNORE = (".git", "__pycache__", ".venv", ".mypy_cache", ".pytest_cache")
+
+
+@dataclass(frozen=True)
+class PodFilesystem:
+    wrapper: tuple[str, ...]  # prepended to the container's argv
+    checkpoint_dir: str | None  # the checkpoint volume's path as the script sees it
+    mounted: bool  # volumes bind-mounted at their real paths
+    note: str  # one line for the table
+
+
+def audit_layer_dir() -> Path:
+    """The shipped folder of the audit layer (its sitecustomize.py)."""
+    return Path(__file__).resolve().parent.parent / "audit"
+
+
+@functools.cache
+def can_mount() -> bool:
+    """Root, `unshare`, and a mount namespace that can be made (not in every container)."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return False
+    try:
+        done = subprocess.run(["unshare", "--mount", "--propagation", "private", "true"],
+                              capture_output=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+def _volumes(pod_spec: Mapping[str, Any], container: Mapping[str, Any]
+             ) -> list[tuple[str, str, bool, Mapping[str, Any]]]:
+    """(name, mount path, read-only, volume source) of each mount of the container."""
+    sources = {str(v.get("name")): v for v in pod_spec.get("volumes") or [] if isinstance(v, dict)}
+    out: list[tuple[str, str, bool, Mapping[str, Any]]] = []
+    for mount in container.get("volumeMounts") or []:
+        name = str(mount.get("name"))
+        out.append((name, str(mount.get("mountPath")), bool(mount.get("readOnly")),
+                    sources.get(name, {})))
+    return out
+
+
+def pod_filesystem(pod_spec: Mapping[str, Any], container: Mapping[str, Any], root: Path,
+                   pod_dir: Path, tree: Path, *, isolate: bool | None = None) -> PodFilesystem:
+    """The wrapper that gives one pod its image copy and its volumes."""
+    isolate = can_mount() if isolate is None else isolate
+    image = pod_dir / IMAGE_DIR
+    attempts = pod_dir / "container-starts"
+    binds: list[tuple[str, str, bool]] = []
+    tmpfs: list[str] = []
+    checkpoint_dir = None
+    for name, path, read_only, source in _volumes(pod_spec, container):
+        if name == "checkpoint":
+            checkpoint_dir = path
+        if "persistentVolumeClaim" in source:
+            claim = str(source["persistentVolumeClaim"].get("claimName", name))
+            folder = root / "volumes" / claim
+            folder.mkdir(parents=True, exist_ok=True)
+            binds.append((str(folder), path, read_only))
+        elif (source.get("emptyDir") or {}).get("medium") == "Memory":
+            tmpfs.append(path)
+    ignore = " ".join(f"--exclude={shlex.quote(p)}" for p in COPY_IGNORE)
+    lines = [
+        "set -e",
+        # which start of this container this is (0: the first; the kubelet's restarts count up)
+        f"n=$(cat {shlex.quote(str(attempts))} 2>/dev/null || echo -1); n=$((n + 1))",
+        f'echo "$n" > {shlex.quote(str(attempts))}',
+        "export RUNAI_SPEC_ATTEMPT=$n",
+        # the image's file system: a fresh copy of the working tree at every container start
+        f"rm -rf {shlex.quote(str(image))}",
+        f"mkdir -p {shlex.quote(str(image))}",
+        f"tar -C {shlex.quote(str(tree))} {ignore} -cf - . | tar -C {shlex.quote(str(image))} -xf -",
+        f"cd {shlex.quote(str(image))}",
+    ]
+    if isolate and (binds or tmpfs):
+        inner = ["set -e"]
+        for source_dir, path, read_only in binds:
+            inner += [f"mkdir -p {shlex.quote(path)}",
+                      f"mount --bind {shlex.quote(source_dir)} {shlex.quote(path)}"]
+            if read_only:
+                inner.append(f"mount -o remount,bind,ro {shlex.quote(path)}")
+        for path in tmpfs:
+            inner += [f"mkdir -p {shlex.quote(path)}", f"mount -t tmpfs tmpfs {shlex.quote(path)}"]
+        inner.append('exec "$@"')
+        lines.append("exec unshare --mount --propagation private sh -c "
+                     f"{shlex.quote('; '.join(inner))} sh \"$@\"")
+        note = ("volumes bind-mounted at their paths in a mount namespace per pod ("
+                + ", ".join(p for _, p, _ in binds) + (", " if binds and tmpfs else "")
+                + ", ".join(f"{p} tmpfs" for p in tmpfs) + "); working directory: a fresh "
+                "copy of your tree at every container start")
+    else:
+        lines.append('exec "$@"')
+        why = "not root" if os.geteuid() != 0 else "no mount namespaces here"
+        note = (f"volumes NOT mounted at their paths ({why}): the script's paths are this "
+                "machine's; working directory: a fresh copy of your tree at every container start")
+    script = pod_dir / "container.sh"
+    script.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return PodFilesystem(("sh", str(script)), checkpoint_dir, isolate and bool(binds or tmpfs), note)
