@@ -1,0 +1,224 @@
+"""`rehearse --own-script` checks the researcher's script (issue 15): the audit layer changes
+nothing the script does, and each guide check fails for the script that breaks it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from runai_spec.checklist import PreflightSettings
+from runai_spec.cli import app
+from runai_spec.rehearse.filesystem import audit_layer_dir, pod_filesystem
+from runai_spec.rehearse.script_checks import LOST, ScriptRun, read_audit, script_checks
+
+SETTINGS = PreflightSettings(local_batch=4, grad_accum=2, global_batch=16)
+RUN = ScriptRun(world=2, plan_world=2, checkpoint_dir="/checkpoints", gpus=0, restarted=False,
+                timed_out=False)
+
+# a script that computes, prints, checkpoints, loads and ends with its own exit code
+SCRIPT = """\
+import os, sys, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = torch.nn.Linear(3, 1)
+loss = model(torch.randn(5, 3)).sum()
+os.makedirs("ck", exist_ok=True)
+torch.save({"step": 7, "model": model.state_dict()}, "ck/state.pt")
+state = torch.load("ck/state.pt")
+print("loss", round(float(loss), 6), "step", state["step"], flush=True)
+print("to stderr", file=sys.stderr)
+dist.destroy_process_group()
+if os.environ.get("RAISE"):
+    raise ValueError("on purpose")
+sys.exit(int(os.environ.get("CODE", "0")))
+"""
+
+
+def _rank_env(tmp_path: Path, audit: Path | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNAI_SPEC")}
+    env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(_free_port()))
+    if audit is not None:
+        env["RUNAI_SPEC_AUDIT_DIR"] = str(audit)
+        env["PYTHONPATH"] = str(audit_layer_dir())
+    return env
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _run(tmp_path: Path, audit: Path | None, **extra: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "train.py").write_text(SCRIPT)
+    return subprocess.run([sys.executable, "train.py"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=180, check=False,
+                          env={**_rank_env(tmp_path, audit), **extra})
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+@pytest.mark.parametrize("extra", [{}, {"CODE": "3"}, {"RAISE": "1"}], ids=["0", "3", "raise"])
+def test_the_audit_layer_changes_neither_output_nor_exit_code(
+        tmp_path: Path, extra: dict[str, str]) -> None:
+    pytest.importorskip("torch")
+    plain = _run(tmp_path, None, **extra)
+    audited = _run(tmp_path, tmp_path / "audit", **extra)
+    assert (audited.returncode, audited.stdout) == (plain.returncode, plain.stdout)
+    assert audited.stderr == plain.stderr
+    assert "loss" in plain.stdout and plain.returncode == {"CODE": 3, "RAISE": 1}.get(
+        next(iter(extra), ""), 0)
+    records = read_audit(tmp_path / "audit")
+    events = [r["event"] for r in records]
+    assert events[:2] == ["start", "init-process-group"] and events[-1] == "exit"
+    save = next(r for r in records if r["event"] == "save")
+    assert save["path"] == str(tmp_path / "ck" / "state.pt") and save["step"] == 7
+    load = next(r for r in records if r["event"] == "load")
+    assert load["step"] == 7 and records[-1]["exit_code"] == plain.returncode
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_the_audit_layer_fails_open(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the audit folder should be")
+    plain = _run(tmp_path, None)
+    audited = _run(tmp_path, blocker)
+    assert (audited.returncode, audited.stdout, audited.stderr) == (
+        plain.returncode, plain.stdout, plain.stderr)
+
+
+def _rec(event: str, rank: int, t: float, **kw: Any) -> dict[str, Any]:
+    return {"event": event, "rank": rank, "t": t, "pid": 100 + rank + 10 * kw.get("attempt", 0),
+            "attempt": 0, "restart": 0, **kw}
+
+
+def _healthy(world: int = 2) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for k in range(world):
+        out += [_rec("start", k, 1), _rec("init-process-group", k, 2, group_world_size=world,
+                                          backend="gloo", device="cpu")]
+    out.append(_rec("save", 0, 3, path="/checkpoints/s.pt", api="torch.save", step=5))
+    for k in range(world):
+        out += [_rec("destroy-process-group", k, 4), _rec("exit", k, 5, exit_code=0)]
+    return out
+
+
+def _rows(records: list[dict[str, Any]], run: ScriptRun = RUN) -> dict[str, Any]:
+    return {r.check: r for r in script_checks(records, run, SETTINGS)}
+
+
+def test_a_healthy_run_passes_every_row_that_can_be_checked_on_cpu() -> None:
+    rows = _rows(_healthy())
+    assert {k: r.status for k, r in rows.items()} == {
+        "ranks": "pass", "world-size": "pass", "device": "skip", "global-batch": "pass",
+        "checkpoint": "pass", "metrics": "skip", "resume": "skip", "shutdown": "pass"}
+
+
+def test_a_checkpoint_in_the_working_directory_is_lost_at_restart() -> None:
+    records = _healthy()
+    records[4] = _rec("save", 0, 3, path="/workspace/snapshot.pt", api="torch.save", step=5)
+    row = _rows(records)["checkpoint"]
+    assert row.status == "fail" and "/workspace/snapshot.pt" in row.message and LOST in row.message
+
+
+def test_non_sharded_saves_and_metrics_from_every_rank_fail_dcp_shards_do_not() -> None:
+    records = _healthy() + [_rec("save", 1, 3.5, path="/checkpoints/s.pt", api="torch.save")]
+    assert _rows(records)["checkpoint"].failed_ranks == (1,)
+    shards = _healthy() + [_rec("save", 1, 3.5, path="/checkpoints/dcp", sharded=True)]
+    assert _rows(shards)["checkpoint"].status == "pass"
+    metrics = _healthy() + [_rec("metrics", k, 2.5, api="wandb.init") for k in (0, 1)]
+    row = _rows(metrics)["metrics"]
+    assert row.status == "fail" and row.failed_ranks == (1,) and "only rank 0" in row.message
+
+
+def test_a_restarted_rank_that_saves_before_loading_started_again_from_step_0() -> None:
+    run = ScriptRun(**{**RUN.__dict__, "restarted": True})
+    records = _healthy()[:5]  # attempt 0: killed after the save of step 5
+    for k in range(2):
+        records += [_rec("start", k, 10, attempt=1), _rec("init-process-group", k, 11, attempt=1,
+                                                          group_world_size=2)]
+    records.append(_rec("save", 0, 12, attempt=1, path="/checkpoints/s.pt", step=5))
+    row = _rows(records, run)["resume"]
+    assert row.status == "fail" and "started again from step 0" in row.message
+    resumed = records[:-1] + [
+        _rec("load", k, 11.5, attempt=1, path="/checkpoints/s.pt", step=5) for k in range(2)] + [
+        _rec("save", 0, 12, attempt=1, path="/checkpoints/s.pt", step=6)]
+    assert _rows(sorted(resumed, key=lambda r: r["t"]), run)["resume"].status == "pass"
+
+
+def test_a_script_that_needs_nccl_says_what_could_not_run_on_cpu() -> None:
+    records = [_rec("start", k, 1) for k in range(2)] + [
+        _rec("init-process-group", k, 2, requested_backend="nccl", failed="RuntimeError: no NCCL")
+        for k in range(2)]
+    rows = _rows(records)
+    assert rows["world-size"].status == "skip"
+    assert "asks for nccl" in rows["world-size"].message and "GPU machine" in rows["world-size"].message
+    assert rows["ranks"].status == "pass"
+
+
+def test_the_wrapper_gives_each_container_start_a_fresh_copy_of_the_tree(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "train.py").write_text("print('hi')\n")
+    pod = tmp_path / "root" / "master-0"
+    pod.mkdir(parents=True)
+    container = {"volumeMounts": [{"name": "checkpoint", "mountPath": "/checkpoints"}]}
+    spec = {"volumes": [{"name": "checkpoint", "persistentVolumeClaim": {"claimName": "c"}}]}
+    fs = pod_filesystem(spec, container, tmp_path / "root", pod, tree, isolate=False)
+    assert fs.checkpoint_dir == "/checkpoints" and "NOT mounted" in fs.note
+    cmd = [*fs.wrapper, "sh", "-c", "ls; echo $RUNAI_SPEC_ATTEMPT; touch left-behind"]
+    first = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=tmp_path)
+    again = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=tmp_path)
+    assert first.stdout.split() == ["train.py", "0"]
+    assert again.stdout.split() == ["train.py", "1"]  # left-behind is gone: a new image copy
+
+
+# the CPU rehearsal: a script breaking two rules of the guide at once
+CARELESS = """\
+import torch, torch.distributed as dist
+import wandb  # a stand-in module in the working tree: the audit layer patches it by name
+dist.init_process_group("gloo")
+wandb.init()  # every rank, not only rank 0
+if dist.get_rank() == 0:
+    torch.save({"step": 1}, "snapshot.pt")  # the working directory: the image's file system
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_rehearse_own_script_names_a_checkpoint_off_the_volume_and_metrics_from_every_rank(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_profile: Callable[..., Path],
+        base_profile: dict[str, Any]) -> None:
+    pytest.importorskip("torch")
+    (tmp_path / "train.py").write_text(CARELESS)
+    (tmp_path / "wandb.py").write_text("def init(*args, **kwargs):\n    return None\n")
+    path = write_profile({**base_profile, "command": ["train.py"]})
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "1000")
+    result = CliRunner().invoke(app, ["rehearse", str(path), "--own-script", "--procs-per-pod",
+                                      "1", "--logs", "logs", "--timeout", "120"])
+    assert result.exit_code == 1, result.output
+    rows = {c["check"]: c for c in json.loads((tmp_path / "logs" / "result.json").read_text())
+            ["checks"]}
+    image = tmp_path.resolve() / "logs" / "master-0" / "image"
+    assert rows["checkpoint"]["status"] == "fail"
+    assert f"{image}/snapshot.pt is not on the checkpoint volume /checkpoints: {LOST}" \
+        in rows["checkpoint"]["message"]
+    assert rows["metrics"]["status"] == "fail" and rows["metrics"]["failed_ranks"] == [1]
+    assert rows["pods"]["status"] == "pass" and rows["ranks"]["status"] == "pass"
+    assert "│ checkpoint   │ fail" in result.stderr
