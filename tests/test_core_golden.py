@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 
 from conftest import EXAMPLES, ROOT, schema_errors
 from runai_spec.cli import app
-from runai_spec.manifests import operator_problems, parse
+from runai_spec.kubeflow import operator_problems
+from runai_spec.manifests import parse
 from runai_spec.workload import prepare_workload
 
 runner = CliRunner()

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
 from conftest import EXAMPLES, ROOT, crd_validator, schema_errors
+from kube_helpers import NAME, NS, run
 from kubeapi import KubeAPI
-from runai_spec.cli import app
 from runai_spec.cluster import MANAGED_BY_LABEL
-from runai_spec.manifests import dump, operator_problems, parse
+from runai_spec.kubeflow import operator_problems
+from runai_spec.manifests import dump, parse
 from runai_spec.rehearse import free_port, operator_env, split_command
 from runai_spec.render import render_smoke
 from runai_spec.smoke import SMOKE_MOUNT, smoke_plan
@@ -28,13 +28,7 @@ pytest_plugins = ("kube_fixtures",)
 
 PREFLIGHT = ROOT / "src" / "runai_spec" / "preflight.py"
 MULTI = str(ROOT / "examples" / "multi-node" / "profile.yaml")
-NS, NAME = "runai-nlp-lab", "llm-7b-fsdp"
 SMOKE, CM = f"{NAME}-smoke", f"{NAME}-smoke-preflight"
-runner = CliRunner()
-
-
-def run(*args: str) -> Any:
-    return runner.invoke(app, list(args))
 
 
 def profile_of(example: str) -> Path:
@@ -360,15 +354,15 @@ def test_the_single_gpu_smoke_command_runs_here_as_the_pod_would(tmp_path: Path)
     assert argv[0] == "python"
     # Twice on the same checkpoint volume, as when a researcher re-runs the smoke test: the
     # second run must not resume the first one's last step and skip every check.
-    for run in (1, 2):
+    for attempt in (1, 2):
         done = subprocess.run([sys.executable, *argv[1:]], env=env, cwd=tmp_path, text=True,
                               capture_output=True, timeout=300, check=False)
         assert done.returncode == 0, done.stdout + done.stderr
         for check in ("ranks", "world-size", "global-batch", "checkpoint", "metrics", "shutdown"):
-            assert f'"check": "{check}", "status": "pass"' in done.stdout, (run, check,
+            assert f'"check": "{check}", "status": "pass"' in done.stdout, (attempt, check,
                                                                              done.stdout)
         assert '"check": "resume", "status": "skip"' in done.stdout, done.stdout
-        assert ('"event": "checkpoint-removed"' in done.stdout) == (run == 2), done.stdout
+        assert ('"event": "checkpoint-removed"' in done.stdout) == (attempt == 2), done.stdout
 
 
 def test_status_and_logs_with_smoke_look_at_the_smoke_job_not_the_real_one(

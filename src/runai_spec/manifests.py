@@ -8,14 +8,9 @@ from functools import lru_cache
 from json.encoder import encode_basestring
 from typing import Any
 
-from .kubeflow import DNS1035 as DNS1035
-from .kubeflow import operator_problems as operator_problems
 from .loading import parse_documents
 
 Manifest = dict[str, Any]
-# DNS1035 and operator_problems now live in kubeflow.py; cli.py and test_smoke.py still import
-# them from here until they switch (issue 10).
-
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*$")
 # YAML 1.1 readers (PyYAML, older tools) would turn these plain keys into non-strings.
 _AMBIGUOUS = re.compile(r"^(y|Y|yes|Yes|YES|n|N|no|No|NO|true|True|TRUE|false|False|FALSE|"

@@ -290,7 +290,7 @@ def prepare_all(paths: Iterable[Path], registry: PresetRegistry | None = None
 def resolve_job(job: str, project: str | None) -> tuple[str, str, Workload | None]:
     """NAME|PROFILE -> (workload name, namespace, its workload when a profile was given); the
     namespace always comes from the site file."""
-    from .manifests import DNS1035
+    from .kubeflow import DNS1035
     from .plan import namespace_for
 
     if Path(job).suffix in (".yaml", ".yml") or Path(job).is_file():
