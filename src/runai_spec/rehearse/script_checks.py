@@ -118,7 +118,7 @@ def _ranks_row(records: Sequence[Mapping[str, Any]], run: ScriptRun) -> CheckRes
             parts.append(f"rank(s) {_ranks(extra)} outside 0..{run.world - 1}")
         return CheckResult("ranks", "fail", "; ".join(parts) + f" (expected {run.world})",
                            tuple(sorted(counts)), tuple(sorted(missing + twice + extra)))
-    return CheckResult("ranks", "pass", f"all {run.world} ranks started once",
+    return CheckResult("ranks", "pass", f"all {run.world} rank(s) started once",
                        tuple(sorted(counts)))
 
 
