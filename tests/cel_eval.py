@@ -43,6 +43,16 @@ class Evaluator:
                               extensions=[ext_strings.ExtStrings()])
         self._compiled: dict[str, Any] = {}
 
+    def compile_all(self) -> Evaluator:
+        """Compile every expression now (the fake API server does it before serving)."""
+        spec = self.spec
+        for item in [*spec.get("matchConditions", []), *spec.get("variables", []),
+                     *spec.get("validations", [])]:
+            for key in ("expression", "messageExpression"):
+                if key in item and item[key] not in self._compiled:
+                    self._compiled[item[key]] = self.env.compile(item[key])
+        return self
+
     def eval(self, expression: str, data: dict[str, Any]) -> Any:
         """The plain value, or a RuntimeError (returned, not raised) for an evaluation error."""
         if expression not in self._compiled:

@@ -10,7 +10,7 @@ import typer
 
 from ..errors import EXIT_FINDINGS, EXIT_OK
 from ..presets import PresetRegistry, preset_summary
-from .common import app, err
+from .common import ContextOpt, KubeconfigOpt, app, err
 
 presets_app = typer.Typer(help="Engineer-owned presets and their approvals ledger.",
                           no_args_is_help=True)
@@ -49,14 +49,54 @@ def presets_approve(
     err([f"approved {name}: sha256 {entry.sha256} by {entry.approved_by} on {entry.approved_at}"])
 
 
+LiveOpt = Annotated[bool, typer.Option("--live", help="Also compare the approved presets with "
+                                        "the parameters the cluster's admission policy enforces.")]
+
+
 @presets_app.command("verify")
-def presets_verify(directory: PresetsDir = None) -> int:
-    """Check every file in presets/ against the ledger; exit 1 when any is refused (for CI)."""
-    result = PresetRegistry(directory).verify()
+def presets_verify(directory: PresetsDir = None, live: LiveOpt = False,
+                   kubeconfig: KubeconfigOpt = None, context: ContextOpt = None) -> int:
+    """Check every file in presets/ against the ledger; exit 1 when any is refused (for CI).
+    --live: also compare them with what the cluster enforces (exit 1 on a difference)."""
+    registry = PresetRegistry(directory)
+    result = registry.verify()
     for name in result.ok:
         print(f"ok: {name}")
     err(result.problems)
-    return EXIT_FINDINGS if result.problems else EXIT_OK
+    differs = live and verify_live(registry, kubeconfig, context)
+    return EXIT_FINDINGS if result.problems or differs else EXIT_OK
+
+
+def verify_live(registry: PresetRegistry, kubeconfig: Path | None, context: str | None) -> bool:
+    """`presets verify --live`: True when the cluster's parameters differ from the ledger's."""
+    from .. import admission
+    from ..cluster import Target
+    from ..cluster.params import read_params
+    from ..errors import InputError
+
+    try:
+        local = admission.params_data(registry)
+    except InputError as exc:
+        err([f"warning: {registry.root}: live: not compared, the presets here do not verify "
+             f"({exc.message})"])
+        return True
+    namespace, name = admission.PARAMS_NAMESPACE, admission.PARAMS_NAME
+    deployed = read_params(Target(kubeconfig=kubeconfig, context=context), namespace, name)
+    where = f"configmap {namespace}/{name}"
+    if deployed.forbidden is not None:
+        err([f"warning: cluster: {where}: not checked: forbidden ({deployed.forbidden})",
+             "hint: ask the AI Engineers to run it, or for read access to that ConfigMap"])
+        return False
+    if deployed.data is None:
+        err([f"error: cluster: {where}: not deployed (no admission parameters on the cluster)"])
+    differences = admission.compare_deployed(local, deployed.data or {})
+    err(d.line(registry.root, where) for d in differences)
+    if not differences and deployed.data is not None:
+        print(f"ok: live: {where} matches the approved presets")
+        return False
+    err(["hint: the AI Engineers deploy the approved presets with `runai-spec presets policy "
+         "-o DIR` and `kubectl apply -f DIR` (docs/admission.md)"])
+    return True
 
 
 @presets_app.command("policy")
