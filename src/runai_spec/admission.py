@@ -572,7 +572,7 @@ class Deployment:
             return (f"error: {file}: live: deployed on the cluster ({where}) but not approved "
                     "here (the cluster admits jobs of a preset this ledger does not vouch for)")
         return (f"error: {file}: live: deployed but different: {', '.join(self.fields)} "
-                f"differ from {where}")
+                f"({where} holds other values)")
 
 
 def _by_preset(data: Mapping[str, str]) -> dict[str, dict[str, str]]:
