@@ -204,3 +204,30 @@ def test_a_denial_with_reason_invalid_is_not_read_as_a_schema_error() -> None:
     assert admission_denied(status_body(403, "Forbidden", "pytorchjobs is forbidden: User "
                                         "\"alice\" cannot create"), "r") is None
 
+
+
+def test_a_tampered_smoke_test_stores_neither_its_config_map_nor_its_job(
+        policed: KubeAPI, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two objects: every one is dry-run applied (and judged) before the first is stored."""
+    from runai_spec.cli import cluster as cli_cluster
+
+    real = cli_cluster.smoke_manifests
+
+    def tampered(workload: Any) -> list[dict[str, Any]]:
+        manifests = [dict(m) for m in real(workload)]
+        assert [m["kind"] for m in manifests] == ["ConfigMap", "PyTorchJob"]  # the map goes first
+        for role in manifests[1]["spec"]["pytorchReplicaSpecs"].values():
+            role["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = 9
+        return manifests
+
+    before = stored_configmaps(policed)
+    monkeypatch.setattr(cli_cluster, "smoke_manifests", tampered)
+    result = run("submit", "--smoke", PROFILE)
+    assert result.exit_code == EXIT_CLUSTER, result.output
+    assert f"error: cluster: admission denied {PROFILE}: spec.pytorchReplicaSpecs." in result.stderr
+    assert jobs(policed) == [] and stored_configmaps(policed) == before
+    monkeypatch.setattr(cli_cluster, "smoke_manifests", real)
+    result = run("submit", "--smoke", PROFILE)  # the smoke test as rendered is admitted
+    assert result.exit_code == 0, result.output
+    assert [j["metadata"]["name"] for j in jobs(policed)] == [f"{NAME}-smoke"]
+    assert len(stored_configmaps(policed)) == len(before) + 1
