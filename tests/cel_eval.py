@@ -4,7 +4,7 @@ evaluated with a real CEL implementation (cel-expr-python, the Python binding of
 Shared by test_admission.py (the policy against renders) and kubeapi.py (the fake API server
 enforces stored policies). The order and the messages follow the API server (read in
 kubernetes/kubernetes, staging/src/k8s.io/apiserver/pkg/admission/plugin/policy/validating/
-validator.go and dispatcher.go, Kubernetes v1.30 and later): match conditions first (false:
+validator.go at commit 1ad6fd7a and dispatcher.go, Kubernetes v1.30 and later): match conditions first (false:
 the policy does not apply; an error denies under failurePolicy Fail), then the variables,
 then every validation; a failing validation's message is its messageExpression when that
 gives a non-empty single-line string, else its message, else `failed expression: <expr>`.

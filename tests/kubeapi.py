@@ -463,7 +463,9 @@ def admit(kube: FakeKube, plural: str, operation: str, obj: dict[str, Any],
           old: dict[str, Any] | None) -> tuple[int, Any] | None:
     """Validating admission by the stored policies, as the API server answers it (read in
     kubernetes/kubernetes, staging/src/k8s.io/apiserver/pkg/admission/plugin/policy/validating/
-    dispatcher.go and policy_decision.go, Kubernetes v1.30 and later): the first denied
+    dispatcher.go (read at commit 0cbcb7cd) and policy_decision.go, Kubernetes v1.30 and
+    later; admission.NewForbidden in staging/src/k8s.io/apiserver/pkg/admission/errors.go):
+    the first denied
     decision becomes a Forbidden StatusError (admission.NewForbidden) whose message is
     `<resource>.<group> "<name>" is forbidden: ValidatingAdmissionPolicy '<policy>' with
     binding '<binding>' denied request: <message>`; its reason is the validation's `reason`
