@@ -605,6 +605,24 @@ def compare_deployed(local: Mapping[str, str], deployed: Mapping[str, str]) -> l
     return out
 
 
+DEPLOYED = f"configmap {PARAMS_NAMESPACE}/{PARAMS_NAME}"
+
+
+def deployment_report(root: Path, local: Mapping[str, str], deployed: Mapping[str, str] | None,
+                      where: str = DEPLOYED) -> tuple[list[str], list[str]]:
+    """`presets verify --live`'s (stdout, stderr) lines for the parameters here (params_data)
+    and on the cluster (None: no ConfigMap); any stderr line is a finding."""
+    problems = []
+    if deployed is None:
+        problems.append(f"error: cluster: {where}: not deployed (no admission parameters on "
+                        "the cluster)")
+    problems += [d.line(root, where) for d in compare_deployed(local, deployed or {})]
+    if not problems:
+        return [f"ok: live: {where} matches the approved presets"], []
+    return [], [*problems, "hint: the AI Engineers deploy the approved presets with "
+                "`runai-spec presets policy -o DIR` and `kubectl apply -f DIR` (docs/admission.md)"]
+
+
 __all__ = ["API_VERSION", "MIN_KUBERNETES", "PARAMS_NAME", "PARAMS_NAMESPACE", "POLICY_NAME",
-           "Deployment", "Validation", "compare_deployed", "params_data", "policy_documents",
-           "preset_params", "validations", "variables", "write_policy"]
+           "DEPLOYED", "Deployment", "Validation", "compare_deployed", "deployment_report",
+           "params_data", "policy_documents", "preset_params", "validations", "variables", "write_policy"]

@@ -80,23 +80,18 @@ def verify_live(registry: PresetRegistry, kubeconfig: Path | None, context: str 
         err([f"warning: {registry.root}: live: not compared, the presets here do not verify "
              f"({exc.message})"])
         return True
-    namespace, name = admission.PARAMS_NAMESPACE, admission.PARAMS_NAME
-    deployed = read_params(Target(kubeconfig=kubeconfig, context=context), namespace, name)
-    where = f"configmap {namespace}/{name}"
+    deployed = read_params(Target(kubeconfig=kubeconfig, context=context),
+                           admission.PARAMS_NAMESPACE, admission.PARAMS_NAME)
     if deployed.forbidden is not None:
-        err([f"warning: cluster: {where}: not checked: forbidden ({deployed.forbidden})",
+        err([f"warning: cluster: {admission.DEPLOYED}: not checked: forbidden "
+             f"({deployed.forbidden})",
              "hint: ask the AI Engineers to run it, or for read access to that ConfigMap"])
         return False
-    if deployed.data is None:
-        err([f"error: cluster: {where}: not deployed (no admission parameters on the cluster)"])
-    differences = admission.compare_deployed(local, deployed.data or {})
-    err(d.line(registry.root, where) for d in differences)
-    if not differences and deployed.data is not None:
-        print(f"ok: live: {where} matches the approved presets")
-        return False
-    err(["hint: the AI Engineers deploy the approved presets with `runai-spec presets policy "
-         "-o DIR` and `kubectl apply -f DIR` (docs/admission.md)"])
-    return True
+    out, problems = admission.deployment_report(registry.root, local, deployed.data)
+    for line in out:
+        print(line)
+    err(problems)
+    return bool(problems)
 
 
 @presets_app.command("policy")
