@@ -4,7 +4,8 @@ It serves the part of the API that runai-spec's cluster commands use: discovery,
 PyTorchJobs and ConfigMaps (create, get, list, delete, server-side apply with dryRun,
 force and strict field validation, validated against the upstream CRD), pods, pod logs
 and events; with a bearer-token check, RBAC refusals, injectable faults and a record of
-every request received.
+every request received. Stored ValidatingAdmissionPolicies (`store_policy`) are enforced
+on PyTorchJob create and apply, evaluated with a real CEL implementation (cel_eval.py).
 """
 
 from __future__ import annotations
@@ -77,6 +78,10 @@ class FakeKube:
     # issue 13 (site checks): read-only objects by API path, and resources whose GETs are 403
     site_objects: dict[str, dict[str, Any]] = field(default_factory=dict)
     denied: set[str] = field(default_factory=set)
+    # issue 14: admissionregistration.k8s.io/v1 objects (cluster-scoped, by name)
+    admission_policies: dict[str, dict[str, Any]] = field(default_factory=dict)
+    admission_bindings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    evaluators: dict[str, Any] = field(default_factory=dict)  # policy name -> cel_eval.Evaluator
 
     # -- test helpers -------------------------------------------------------------------
 
@@ -98,6 +103,26 @@ class FakeKube:
             self.objects[key] = obj
             self.owners[key] = {manager: set(leaves(_content(obj)))}
         return obj
+
+    def store_policy(self, documents: list[dict[str, Any]]) -> None:
+        """Store ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding and ConfigMap
+        documents (what `presets policy` writes) as the AI Engineers would apply them."""
+        with self.lock:
+            for doc in copy.deepcopy(documents):
+                kind, name = doc["kind"], doc["metadata"]["name"]
+                if kind == "ValidatingAdmissionPolicy":
+                    from cel_eval import Evaluator
+
+                    self.admission_policies[name] = doc
+                    # compiled here, not while a client waits for its answer
+                    self.evaluators[name] = Evaluator(doc["spec"]).compile_all()
+                elif kind == "ValidatingAdmissionPolicyBinding":
+                    self.admission_bindings[name] = doc
+                elif kind == "ConfigMap":
+                    self.namespaces.add(doc["metadata"]["namespace"])
+                    self.put("configmaps", doc, manager="kubectl")
+                else:
+                    raise ValueError(f"store_policy: unexpected {kind}")
 
     def get(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
         return self.objects.get((plural, namespace, name))
@@ -431,6 +456,79 @@ def validate(kube: FakeKube, plural: str, obj: dict[str, Any], name: str,
                             kind="PyTorchJob", causes=causes)
 
 
+GROUPS = {"pytorchjobs": ("kubeflow.org", "v1"), "configmaps": ("", "v1")}
+
+
+def admit(kube: FakeKube, plural: str, operation: str, obj: dict[str, Any],
+          old: dict[str, Any] | None) -> tuple[int, Any] | None:
+    """Validating admission by the stored policies, as the API server answers it (read in
+    kubernetes/kubernetes, staging/src/k8s.io/apiserver/pkg/admission/plugin/policy/validating/
+    dispatcher.go (read at commit 0cbcb7cd) and policy_decision.go, Kubernetes v1.30 and
+    later; admission.NewForbidden in staging/src/k8s.io/apiserver/pkg/admission/errors.go):
+    the first denied
+    decision becomes a Forbidden StatusError (admission.NewForbidden) whose message is
+    `<resource>.<group> "<name>" is forbidden: ValidatingAdmissionPolicy '<policy>' with
+    binding '<binding>' denied request: <message>`; its reason is the validation's `reason`
+    (default Invalid) and its code reasonToCode(reason): Forbidden 403, Unauthorized 401,
+    RequestEntityTooLarge 413, otherwise 422; details.causes gets the inner message. Dry runs
+    are judged too (admission runs before the dry run is dropped). None: admitted."""
+    if not kube.admission_policies:
+        return None
+    from cel_eval import Evaluator, rule_matches, selects
+
+    group, version = GROUPS.get(plural, ("", "v1"))
+    meta = obj.get("metadata", {})
+    namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+    ns_object = kube.site_objects.get(f"/api/v1/namespaces/{namespace}") or {}
+    ns_labels = dict((ns_object.get("metadata") or {}).get("labels") or {})
+    denied: list[tuple[str, str, str, str]] = []  # (policy, binding, message, reason)
+    for policy_name, policy in sorted(kube.admission_policies.items()):
+        spec = policy.get("spec") or {}
+        constraints = spec.get("matchConstraints") or {}
+        if not (rule_matches(constraints.get("resourceRules") or [], group, version, plural,
+                             operation)
+                and selects(constraints.get("namespaceSelector"), ns_labels)
+                and selects(constraints.get("objectSelector"), dict(meta.get("labels") or {}))):
+            continue
+        evaluator = kube.evaluators.get(policy_name)
+        if evaluator is None:
+            evaluator = kube.evaluators[policy_name] = Evaluator(spec)
+        bindings = [b for _, b in sorted(kube.admission_bindings.items())
+                    if (b.get("spec") or {}).get("policyName") == policy_name]
+        for binding in bindings:
+            bspec = binding.get("spec") or {}
+            bname = binding["metadata"]["name"]
+            match = bspec.get("matchResources") or {}
+            if not (selects(match.get("namespaceSelector"), ns_labels)
+                    and selects(match.get("objectSelector"), dict(meta.get("labels") or {}))):
+                continue
+            if "Deny" not in (bspec.get("validationActions") or []):
+                continue
+            params: dict[str, Any] | None = None
+            if spec.get("paramKind"):
+                ref = bspec.get("paramRef") or {}
+                params = kube.objects.get(("configmaps", ref.get("namespace") or namespace,
+                                           ref.get("name", "")))
+                if params is None:
+                    if ref.get("parameterNotFoundAction") == "Allow":
+                        continue
+                    denied.append((policy_name, bname, "failed to configure binding: no params "
+                                   "found for policy binding with `Deny` parameterNotFoundAction",
+                                   "Invalid"))
+                    continue
+            failures = evaluator.failures(obj, params=params, namespace_labels=ns_labels,
+                                          old=old, operation=operation)
+            denied += [(policy_name, bname, f.message, f.reason) for f in failures or []]
+    if not denied:
+        return None
+    policy_name, bname, message, reason = denied[0]
+    inner = f"ValidatingAdmissionPolicy '{policy_name}' with binding '{bname}' denied request: {message}"
+    code = {"Forbidden": 403, "Unauthorized": 401, "RequestEntityTooLarge": 413}.get(reason, 422)
+    resource = f"{plural}.{group}" if group else plural
+    return code, status_body(code, reason, f'{resource} "{name}" is forbidden: {inner}',
+                             name=name, group=group, kind=plural, causes=[{"message": inner}])
+
+
 def parse_body(body: bytes) -> dict[str, Any] | None:
     try:
         value = yaml.safe_load(body.decode("utf-8"))
@@ -480,7 +578,8 @@ def apply(kube: FakeKube, plural: str, namespace: str, name: str, query: dict[st
         merged = unflatten(applied)
     owners[manager] = set(applied)
     new = {**merged, "apiVersion": obj.get("apiVersion"), "kind": obj.get("kind")}
-    refused = validate(kube, plural, new, name, strict)
+    refused = validate(kube, plural, new, name, strict) or admit(
+        kube, plural, "UPDATE" if old else "CREATE", new, old)
     if refused:
         return refused
     kube._stamp(new, old)
@@ -506,7 +605,8 @@ def create(kube: FakeKube, plural: str, namespace: str, query: dict[str, list[st
     if key in kube.objects:
         return 409, status_body(409, "AlreadyExists", f'{plural} "{name}" already exists',
                                 name=name, kind=plural)
-    refused = validate(kube, plural, obj, name, query.get("fieldValidation", [""])[0] == "Strict")
+    refused = (validate(kube, plural, obj, name, query.get("fieldValidation", [""])[0] == "Strict")
+               or admit(kube, plural, "CREATE", obj, None))
     if refused:
         return refused
     kube._stamp(obj, None)

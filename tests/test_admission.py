@@ -16,70 +16,40 @@ from typing import Any
 import pytest
 import yaml
 
+from cel_eval import Evaluator
 from conftest import EXAMPLES, ROOT
 from runai_spec import admission
 from runai_spec.manifests import parse
 from runai_spec.presets import PresetRegistry
 
-cel_mod = pytest.importorskip("cel_expr_python.cel")
-ext_strings = pytest.importorskip("cel_expr_python.ext.ext_strings")
+pytest.importorskip("cel_expr_python.cel")
 
 TODAY = dt.date(2027, 1, 1)
-NAMES = ("object", "oldObject", "request", "params", "namespaceObject", "variables")
 Job = dict[str, Any]
 
 
 class Policy:
-    """What the API server does with a ValidatingAdmissionPolicy and its parameters: match
-    conditions, then the variables in order, then every validation (an error denies)."""
+    """The generated policy and its parameters as the API server evaluates them (cel_eval),
+    for a namespace -> project map (the namespaces' queue label)."""
 
     def __init__(self, documents: list[dict[str, Any]], namespaces: dict[str, str]) -> None:
         policy, binding, params = documents
         assert binding["spec"]["paramRef"]["name"] == params["metadata"]["name"]
-        self.spec = policy["spec"]
+        self.evaluator = Evaluator(policy["spec"])
         self.params = params
-        self.namespaces = namespaces  # namespace -> project (the namespace's queue label)
-        self.env = cel_mod.NewEnv(variables={n: cel_mod.Type.DYN for n in NAMES},
-                                  extensions=[ext_strings.ExtStrings()])
-        self._compiled: dict[str, Any] = {}
-
-    def _eval(self, expression: str, data: dict[str, Any]) -> Any:
-        if expression not in self._compiled:
-            self._compiled[expression] = self.env.compile(expression)
-        result = self._compiled[expression].eval(data=data)
-        if result.type() == cel_mod.Type.ERROR:
-            return RuntimeError(str(result.value()))
-        return result.plain_value()
+        self.namespaces = namespaces
 
     def denials(self, job: Job, *, old: Job | None = None) -> dict[str, str]:
         """{validation name: message} of every failing validation; {} = admitted."""
         namespace = job["metadata"]["namespace"]
-        labels: dict[str, str] = {}
-        if namespace in self.namespaces:
-            labels["runai/queue"] = self.namespaces[namespace]
-        data: dict[str, Any] = {
-            "object": job, "oldObject": old, "params": self.params,
-            "request": {"operation": "UPDATE" if old else "CREATE", "namespace": namespace},
-            "namespaceObject": {"metadata": {"name": namespace, "labels": labels}},
-        }
-        for condition in self.spec["matchConditions"]:
-            if self._eval(condition["expression"], {**data, "variables": {}}) is not True:
-                return {}
-        variables: dict[str, Any] = {}
-        for variable in self.spec["variables"]:
-            value = self._eval(variable["expression"], {**data, "variables": variables})
-            assert not isinstance(value, Exception), (variable["name"], value)
-            variables[variable["name"]] = value
-        data["variables"] = variables
+        labels = {"runai/queue": self.namespaces[namespace]} if namespace in self.namespaces else {}
+        failures = self.evaluator.failures(job, params=self.params, namespace_labels=labels, old=old)
         out: dict[str, str] = {}
-        for number, validation in enumerate(self.spec["validations"]):
-            verdict = self._eval(validation["expression"], data)
-            if verdict is True:
-                continue
-            assert verdict is False, (number, verdict)  # an error would be a bug of ours
-            message = self._eval(validation["messageExpression"], data)
-            assert isinstance(message, str), (number, message)
-            out[admission.validations(SITE)[number].name] = message
+        for failure in failures or []:
+            assert not failure.error, failure  # an evaluation error would be a bug of ours
+            assert failure.expressed, failure  # every messageExpression gives one line
+            assert failure.reason == "Forbidden", failure
+            out[admission.validations(SITE)[failure.index].name] = failure.message
         return out
 
 

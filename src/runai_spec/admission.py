@@ -551,6 +551,78 @@ def write_policy(registry: PresetRegistry, out_dir: Path,
     return written
 
 
+# -- presets verify --live --------------------------------------------------------------
+@dataclass(frozen=True)
+class Deployment:
+    """How one preset's approved parameters here compare with those the cluster enforces."""
+
+    name: str
+    state: str  # "not deployed", "different", "not approved here", "expired here"
+    fields: tuple[str, ...] = ()  # the parameters that differ; "expired here": the date
+
+    def line(self, root: Path, where: str) -> str:
+        file = root / f"{self.name}.yaml"
+        if self.state == "not deployed":
+            return (f"error: {file}: live: approved here but not yet deployed by the AI "
+                    f"Engineers ({where} has no {self.name}; the cluster denies its jobs)")
+        if self.state == "expired here":
+            return (f"error: {file}: live: deployed on the cluster ({where}) but its approval "
+                    f"here expired on {self.fields[0]}; the cluster still admits its jobs")
+        if self.state == "not approved here":
+            return (f"error: {file}: live: deployed on the cluster ({where}) but not approved "
+                    "here (the cluster admits jobs of a preset this ledger does not vouch for)")
+        return (f"error: {file}: live: deployed but different: {', '.join(self.fields)} "
+                f"({where} holds other values)")
+
+
+def _by_preset(data: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for key, value in data.items():
+        name, _, field = key.partition(".")
+        out.setdefault(name, {})[field] = value
+    return out
+
+
+def compare_deployed(local: Mapping[str, str], deployed: Mapping[str, str]) -> list[Deployment]:
+    """The presets whose parameters here (params_data) and on the cluster (the ConfigMap's
+    data) disagree, sorted by name. A preset counts as approved where its sha256 is present;
+    an expired approval (only `<name>.expired`) is neither approved nor deployable."""
+    mine, theirs = _by_preset(local), _by_preset(deployed)
+    out = []
+    for name in sorted(set(mine) | set(theirs)):
+        here, there = mine.get(name, {}), theirs.get(name, {})
+        if here == there:
+            continue
+        if "sha256" in here and "sha256" not in there:
+            out.append(Deployment(name, "not deployed"))
+        elif "sha256" in there and "expired" in here:
+            out.append(Deployment(name, "expired here", (here["expired"],)))
+        elif "sha256" in there and "sha256" not in here:
+            out.append(Deployment(name, "not approved here"))
+        else:
+            fields = sorted(f for f in set(here) | set(there) if here.get(f) != there.get(f))
+            out.append(Deployment(name, "different", tuple(fields)))
+    return out
+
+
+DEPLOYED = f"configmap {PARAMS_NAMESPACE}/{PARAMS_NAME}"
+
+
+def deployment_report(root: Path, local: Mapping[str, str], deployed: Mapping[str, str] | None,
+                      where: str = DEPLOYED) -> tuple[list[str], list[str]]:
+    """`presets verify --live`'s (stdout, stderr) lines for the parameters here (params_data)
+    and on the cluster (None: no ConfigMap); any stderr line is a finding."""
+    problems = []
+    if deployed is None:
+        problems.append(f"error: cluster: {where}: not deployed (no admission parameters on "
+                        "the cluster)")
+    problems += [d.line(root, where) for d in compare_deployed(local, deployed or {})]
+    if not problems:
+        return [f"ok: live: {where} matches the approved presets"], []
+    return [], [*problems, "hint: the AI Engineers deploy the approved presets with "
+                "`runai-spec presets policy -o DIR` and `kubectl apply -f DIR` (docs/admission.md)"]
+
+
 __all__ = ["API_VERSION", "MIN_KUBERNETES", "PARAMS_NAME", "PARAMS_NAMESPACE", "POLICY_NAME",
-           "Validation", "params_data", "policy_documents", "preset_params",
-           "validations", "variables", "write_policy"]
+           "DEPLOYED", "Deployment", "Validation", "compare_deployed", "deployment_report",
+           "params_data", "policy_documents", "preset_params", "validations", "variables", "write_policy"]

@@ -106,8 +106,11 @@ def submit(profile: Annotated[Path, typer.Argument(help="Profile file.", show_de
     target = cluster_target(kubeconfig, context, debug)
     live_checks(workload, target)
     manifests = smoke_manifests(workload) if smoke else list(workload.manifests)
-    result = cluster.submit_manifests(manifests, target,
-                                      dry_run=dry_run is not None, replace=replace)
+    try:
+        result = cluster.submit_manifests(manifests, target,
+                                          dry_run=dry_run is not None, replace=replace)
+    except cluster.AdmissionDenied as exc:
+        raise exc.for_file(str(profile)) from None
     err(report.submit_lines(result))
     if result.dry_run:
         sys.stdout.write(report.dry_run_text(result))

@@ -10,7 +10,7 @@ import typer
 
 from ..errors import EXIT_FINDINGS, EXIT_OK
 from ..presets import PresetRegistry, preset_summary
-from .common import app, err
+from .common import ContextOpt, KubeconfigOpt, app, err
 
 presets_app = typer.Typer(help="Engineer-owned presets and their approvals ledger.",
                           no_args_is_help=True)
@@ -49,14 +49,49 @@ def presets_approve(
     err([f"approved {name}: sha256 {entry.sha256} by {entry.approved_by} on {entry.approved_at}"])
 
 
+LiveOpt = Annotated[bool, typer.Option("--live", help="Also compare the approved presets with "
+                                        "the parameters the cluster's admission policy enforces.")]
+
+
 @presets_app.command("verify")
-def presets_verify(directory: PresetsDir = None) -> int:
-    """Check every file in presets/ against the ledger; exit 1 when any is refused (for CI)."""
-    result = PresetRegistry(directory).verify()
+def presets_verify(directory: PresetsDir = None, live: LiveOpt = False,
+                   kubeconfig: KubeconfigOpt = None, context: ContextOpt = None) -> int:
+    """Check every file in presets/ against the ledger; exit 1 when any is refused (for CI).
+    --live: also compare them with what the cluster enforces (exit 1 on a difference)."""
+    registry = PresetRegistry(directory)
+    result = registry.verify()
     for name in result.ok:
         print(f"ok: {name}")
     err(result.problems)
-    return EXIT_FINDINGS if result.problems else EXIT_OK
+    differs = live and verify_live(registry, kubeconfig, context)
+    return EXIT_FINDINGS if result.problems or differs else EXIT_OK
+
+
+def verify_live(registry: PresetRegistry, kubeconfig: Path | None, context: str | None) -> bool:
+    """`presets verify --live`: True when the cluster's parameters differ from the ledger's."""
+    from .. import admission
+    from ..cluster import Target
+    from ..cluster.params import read_params
+    from ..errors import InputError
+
+    try:
+        local = admission.params_data(registry)
+    except InputError as exc:
+        err([f"warning: {registry.root}: live: not compared, the presets here do not verify "
+             f"({exc.message})"])
+        return True
+    deployed = read_params(Target(kubeconfig=kubeconfig, context=context),
+                           admission.PARAMS_NAMESPACE, admission.PARAMS_NAME)
+    if deployed.forbidden is not None:
+        err([f"warning: cluster: {admission.DEPLOYED}: not checked: forbidden "
+             f"({deployed.forbidden})",
+             "hint: ask the AI Engineers to run it, or for read access to that ConfigMap"])
+        return False
+    out, problems = admission.deployment_report(registry.root, local, deployed.data)
+    for line in out:
+        print(line)
+    err(problems)
+    return bool(problems)
 
 
 @presets_app.command("policy")

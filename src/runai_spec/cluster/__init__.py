@@ -28,7 +28,7 @@ from .objects import (
     same_render,
     strip_server_fields,
 )
-from .refusals import profile_field_of, refusal
+from .refusals import AdmissionDenied, admission_denied, profile_field_of, refusal
 from .session import RedactFilter, RetryPolicy, Session, Target, clean, enable_debug
 from .status import PodState, StatusResult, explain, job_status
 from .submit import APPLY_TYPE, LiveObject, ObjectOutcome, SubmitResult, live_objects_all, submit_manifests
@@ -37,9 +37,11 @@ __all__ = [
     "APPLY_TYPE", "CONFIGMAP", "CONTAINER", "EVENTS", "FIELD_MANAGER", "JOB_NAME_LABEL",
     "MANAGED_BY_LABEL", "PODS", "PROFILE_SHA_ANNOTATION", "PYTORCHJOB", "REPLICA_INDEX_LABEL",
     "REPLICA_TYPE_LABEL", "RESOURCES", "SERVER_META",
-    "DeleteResult", "LiveObject", "LogsResult", "ObjectOutcome", "PodState", "RedactFilter", "Ref",
+    "AdmissionDenied", "DeleteResult", "LiveObject", "LogsResult", "ObjectOutcome", "PodState",
+    "RedactFilter", "Ref",
     "Resource", "RetryPolicy", "SavedLog", "Session", "StatusResult", "SubmitResult", "Target",
-    "clean", "contains", "delete_job", "enable_debug", "explain", "get_object", "job_ref",
+    "clean", "contains", "delete_job", "enable_debug", "explain", "get_object",
+    "admission_denied", "job_ref",
     "job_status", "live_objects_all", "managed_by_us", "profile_field_of", "ref_of", "refusal",
     "same_render", "save_logs", "strip_server_fields", "submit_manifests",
 ]

@@ -13,6 +13,57 @@ if TYPE_CHECKING:
     from .objects import Ref
 
 
+# The API server's message for a request a ValidatingAdmissionPolicy denied (kubernetes
+# staging/src/k8s.io/apiserver/pkg/admission/plugin/policy/validating/dispatcher.go, v1.30+):
+# `<resource> "<name>" is forbidden: ValidatingAdmissionPolicy '<policy>' with binding
+# '<binding>' denied request: <message>`, code 403 or 422 (or 401/413) by the rule's reason.
+_ADMISSION = re.compile(r"ValidatingAdmissionPolicy '(?P<policy>[^']*)'(?: with binding "
+                        r"'(?P<binding>[^']*)')? denied request: (?P<message>.*)$", re.S)
+# The generated policy's messages start with the manifest field they judge.
+_FIELD = re.compile(r"^(?P<field>[A-Za-z][\w./-]*): (?P<what>.+)$", re.S)
+
+
+class AdmissionDenied(ClusterError):
+    """The cluster's admission policy denied the object: `admission denied <where>: <field>:
+    <message>`; the CLI names the profile file as WHERE (`for_file`)."""
+
+    def __init__(self, ref: str, policy: str, binding: str | None, field: str | None,
+                 detail: str) -> None:
+        self.ref, self.policy, self.binding = ref, policy, binding
+        self.denied_field, self.detail = field, detail
+        super().__init__(self._text(ref), file="cluster", hint=self._hint())
+
+    def _text(self, where: str) -> str:
+        field = f"{self.denied_field}: " if self.denied_field else ""
+        return f"admission denied {where}: {field}{self.detail}"
+
+    def _hint(self) -> str:
+        return (f"the cluster admits only the exact shape of an approved, deployed preset "
+                f"(ValidatingAdmissionPolicy {self.policy}; {self.ref}); render it again from "
+                "an unchanged preset, or ask the AI Engineers to approve and deploy the change "
+                "(`runai-spec presets verify --live` compares)")
+
+    def for_file(self, file: str) -> AdmissionDenied:
+        """The same denial, naming the profile FILE instead of the object."""
+        out = AdmissionDenied(self.ref, self.policy, self.binding, self.denied_field, self.detail)
+        out.message = out._text(file)
+        out.args = (out.message,)
+        return out
+
+
+def admission_denied(status: Mapping[str, Any], ref: str) -> AdmissionDenied | None:
+    """The admission denial in a Status, or None when it is another refusal."""
+    match = _ADMISSION.search(str(status.get("message") or ""))
+    if match is None:
+        return None
+    detail = clean(match.group("message"), 600)
+    found = _FIELD.match(detail)
+    field, what = (found.group("field"), found.group("what")) if found else (None, detail)
+    return AdmissionDenied(ref, clean(match.group("policy"), 120),
+                           clean(match.group("binding"), 120) if match.group("binding") else None,
+                           field, what)
+
+
 def refusal(resp: Any, ref: Ref | str, verb: str) -> ClusterError:
     """One clear line for a refused request, with a hint; never the headers or the token."""
     data = json_body(resp)
@@ -20,6 +71,10 @@ def refusal(resp: Any, ref: Ref | str, verb: str) -> ClusterError:
     message = clean(status.get("message") or resp.reason or f"HTTP {resp.status}")
     code = resp.status
     where = str(ref)
+    # before the generic 401/403/422: a policy's denial carries one of those codes
+    denied = admission_denied(status, where) if code in (401, 403, 413, 422) else None
+    if denied is not None:
+        return denied
     if code == 401:
         return ClusterError("unauthorised: the API server refused the credentials", file="cluster",
                             hint="log in again or refresh the token of the kubeconfig context")
