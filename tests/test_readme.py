@@ -7,6 +7,8 @@ How each command is run:
   `examples/`; `presets approve` runs against a copy of `presets/`;
 - cluster commands (submit, status, logs, delete) run against the fake API server of
   tests/kube_fixtures.py, in the README's order;
+- `init` runs on a pseudo-terminal (tests/test_init.py's), each question answered, in an
+  empty folder; the profile it writes validates;
 - `rehearse` commands: only their arguments are checked (parsed and handed to the rehearsal
   as written); the rehearsal itself is covered by tests/test_rehearse_cpu.py and
   tests/test_rehearse_cli.py, and would cost half a minute per README line here.
@@ -19,6 +21,7 @@ from __future__ import annotations
 import re
 import shlex
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +36,7 @@ from runai_spec import rehearse as rehearse_module
 from runai_spec.cli import app
 from runai_spec.presets import PresetRegistry
 from runai_spec.rehearse import RehearseResult
+from test_init import IMAGE, interview
 
 pytest_plugins = ("kube_fixtures",)
 
@@ -44,6 +48,7 @@ OFFLINE = {"validate", "plan", "explain", "render", "rules", "schema", "presets"
            "version"}
 CLUSTER = {"submit", "status", "logs", "delete"}
 REHEARSE = {"rehearse"}
+INTERACTIVE = {"init"}
 # What the README's code blocks run besides runai-spec, and why this test does not run it.
 NOT_RUN = {
     "python3": "creates the virtual environment the README starts from (CI does this)",
@@ -100,13 +105,13 @@ def of_kind(kind: set[str]) -> list[Command]:
 
 def test_the_readme_has_what_this_test_runs() -> None:
     assert len(profile_blocks()) >= 1
-    assert of_kind(OFFLINE) and of_kind(CLUSTER) and of_kind(REHEARSE)
+    assert of_kind(OFFLINE) and of_kind(CLUSTER) and of_kind(REHEARSE) and of_kind(INTERACTIVE)
 
 
 def test_every_command_is_classified() -> None:
     for command in commands():
         if command.runai_spec:
-            assert command.argv[1] in OFFLINE | CLUSTER | REHEARSE, str(command)
+            assert command.argv[1] in OFFLINE | CLUSTER | REHEARSE | INTERACTIVE, str(command)
         else:
             assert command.argv[0] in NOT_RUN, f"{command}: run it here or say why not"
 
@@ -181,3 +186,17 @@ def test_every_rehearse_command_parses_and_reaches_the_rehearsal(
         if "--procs-per-pod" in argv:
             assert kw["procs_per_pod"] == int(argv[argv.index("--procs-per-pod") + 1])
         assert kw["restart_after_checkpoint"] == ("--restart-after-checkpoint" in argv)
+
+
+def test_every_interactive_command_runs_on_a_terminal(tmp_path: Path) -> None:
+    answers = {"Run:ai project": "nlp-lab", "Layout": "h200-2x8-ib", "Workload name": "readme",
+               "Image": IMAGE, "Entry point": "train.py --config c.yaml", "Model size": "7B",
+               "local batch": "4", "accumulation": "8", "Parallelism": "fsdp"}
+    for command in of_kind(INTERACTIVE):
+        folder = tmp_path / command.argv[1]
+        folder.mkdir()
+        code, shown = interview([sys.executable, "-m", "runai_spec", *command.argv[1:]],
+                                folder, answers)
+        assert code == 0, shown
+        result = runner.invoke(app, ["validate", str(folder / "profile.yaml")])
+        assert result.exit_code == 0 and "warning:" not in result.stderr, result.output
