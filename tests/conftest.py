@@ -45,6 +45,12 @@ def _no_kubeconfig(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.Tem
 
 
 @pytest.fixture(autouse=True)
+def _no_user_cache(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    # Tests never read or write ~/.cache (the CRD schemas, the rehearsal records plan reads).
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+
+
+@pytest.fixture(autouse=True)
 def _quiet_debug() -> Iterator[None]:
     """--debug installs log handlers process-wide: take them off after each test, so one
     test's --debug never shows up in another test's stderr."""

@@ -34,7 +34,7 @@ OFFLINE = [
     ["runai-spec", "diff", MULTI, "--against", str(ROOT)],
     ["runai-spec", "presets", "verify"],
     *[["runai-spec", command, "--help"] for command in
-      ("submit", "status", "logs", "delete", "rehearse")],
+      ("submit", "status", "logs", "delete", "rehearse", "init")],
 ]
 
 

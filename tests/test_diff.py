@@ -106,3 +106,39 @@ def test_ci_recipe_commands_pass(recipe: str, tmp_path: Path) -> None:
                              capture_output=True, text=True, cwd=ROOT,
                              env=dict(os.environ))
         assert res.returncode == 0, (cmd, res.stdout, res.stderr)
+
+
+def test_a_missing_file_is_named_and_a_misnamed_one_is_pointed_at(tmp_path: Path) -> None:
+    d = tmp_path / "manifests"
+    d.mkdir()
+    shutil.copy(ROOT / "examples" / "multi-node" / "manifest.yaml", d / "manifest.yaml")
+    res = run("diff", str(ROOT / "examples" / "multi-node" / "profile.yaml"), "--against", str(d))
+    assert res.returncode == 1, res.stderr
+    assert res.stdout.startswith(
+        f"note: no file named llm-7b-fsdp.yaml in {d}: every object shows as added; "
+        "manifest.yaml holds this workload's objects: name it llm-7b-fsdp.yaml, as "
+        "`render -d` does\n")
+    assert "stale" not in res.stdout  # the misnamed file is not also called stale
+    (d / "manifest.yaml").unlink()
+    res = run("diff", PROFILES[0], "--against", str(d), "--format", "json")
+    note = json.loads(res.stdout)["results"][0]["note"]
+    assert note.startswith("no file named ") and "holds" not in note
+
+
+def test_a_stale_manifest_with_no_profile_behind_it_is_reported(tmp_path: Path) -> None:
+    d = committed(tmp_path)
+    shutil.copy(d / "llm-7b-fsdp.yaml", d / "old-run.yaml")
+    old = (d / "old-run.yaml").read_text().replace("llm-7b-fsdp", "old-run")
+    (d / "old-run.yaml").write_text(old)
+    (d / "kustomization.yaml").write_text("resources: [old-run.yaml]\n")  # not ours: left alone
+    res = run("diff", *PROFILES, "--against", str(d))
+    assert res.returncode == 1, res.stderr
+    assert f"note: stale: {d / 'old-run.yaml'} is rendered by none of the profiles given" \
+        in res.stdout
+    assert "kustomization" not in res.stdout
+    assert res.stdout.rstrip().endswith(
+        "4 profile(s), 0 changed, 1 object(s) differ, 1 stale manifest(s)")
+    data = json.loads(run("diff", *PROFILES, "--against", str(d), "--format", "json").stdout)
+    assert data["stale"] == [str(d / "old-run.yaml")]
+    stale = next(r for r in data["results"] if not r["profile"])
+    assert [o["status"] for o in stale["objects"]] == ["removed"]

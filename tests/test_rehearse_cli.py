@@ -20,6 +20,15 @@ def test_rehearse_command_prints_the_checks_and_exits_0(tmp_path: Path) -> None:
                                       "--procs-per-pod", "2", "--logs", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "result.json").exists()
+    # the latest rehearsal is recorded where `plan` reads it, for the engineer's ticket
+    from runai_spec.rehearsals import record_path
+
+    record = record_path("nlp-lab", "llm-7b-fsdp")
+    assert f"recorded for `runai-spec plan`: {record}" in result.stderr
+    ticket = CliRunner().invoke(app, ["plan", str(ROOT / "examples/multi-node/profile.yaml")])
+    latest = ticket.stdout.split("## Latest rehearsal\n\n", 1)[1]
+    assert latest.startswith("**passed** at ") and "of this profile; world 4, gloo" in latest
+    assert f"logs `{tmp_path.resolve()}`" in latest and "| ranks | pass |" in latest
 
 
 def test_restart_after_checkpoint_with_own_script_is_refused_in_one_line(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import json
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -52,9 +52,10 @@ class ObjectDiff:
 
 @dataclass(frozen=True)
 class ProfileDiff:
-    profile: str
+    profile: str  # "" for a stale manifest: a committed file no profile renders
     committed: str
     objects: tuple[ObjectDiff, ...]
+    note: str = ""  # what the diff alone does not say: no such file, a stale manifest
 
     @property
     def changed(self) -> bool:
@@ -115,22 +116,69 @@ def diff_workload(workload: Workload, against: Path) -> ProfileDiff:
 def diff_all(paths: list[Path], against: Path, *, registry: PresetRegistry | None = None,
              step: Callable[[], None] | None = None
              ) -> tuple[list[ProfileDiff], list[RunaiSpecError]]:
+    """Each profile against its `<name>.yaml` in `against`; then the folder's other manifests:
+    one holding a workload whose file is missing is named in that workload's note, and one no
+    profile renders is reported as stale (every object removed)."""
     if not against.is_dir():
         raise InputError(f"{against}: not a folder", hint="pass the folder of committed "
                          "manifests, one <name>.yaml per workload")
     done: list[ProfileDiff] = []
     bad: list[RunaiSpecError] = []
+    claimed: set[str] = set()  # file names in `against` that a workload owns
+    missing: dict[int, tuple[str, frozenset[str]]] = {}  # index in done -> (name, object keys)
     for item in workloads(paths, registry):  # one at a time: only the (small) diffs are kept
         if not isinstance(item, Workload):
             bad.append(item)
         else:
+            name = item.plan.name
+            claimed.update({f"{name}.yaml", f"{name}-smoke.yaml"})  # render -d, render --smoke -d
             try:
-                done.append(diff_workload(item, against))
+                result = diff_workload(item, against)
             except InputError as exc:  # an unreadable committed file
                 bad.append(exc)
+            else:
+                if not Path(result.committed).is_file():
+                    missing[len(done)] = (name, frozenset(object_key(m) for m in item.manifests))
+                done.append(result)
         if step is not None:
             step()
+    others = _other_manifests(against, claimed)
+    for index, (name, keys) in missing.items():
+        holders = [path.name for path, docs in others.items()
+                   if keys & {object_key(d) for d in docs}]
+        note = f"no file named {name}.yaml in {against}: every object shows as added"
+        if holders:
+            note += (f"; {', '.join(holders)} holds this workload's objects: name it "
+                     f"{name}.yaml, as `render -d` does")
+        done[index] = replace(done[index], note=note)
+        others = {p: d for p, d in others.items() if p.name not in holders}
+    if not bad:  # with a profile that did not load, its own file would look stale
+        done += [_stale(path, docs) for path, docs in sorted(others.items())]
     return done, bad
+
+
+def _other_manifests(against: Path, claimed: set[str]) -> dict[Path, list[Manifest]]:
+    """The folder's `*.yaml` files no workload owns, that hold manifests runai-spec renders
+    (others, and files that do not parse, are not ours to judge and are left alone)."""
+    found: dict[Path, list[Manifest]] = {}
+    for path in sorted(against.glob("*.yaml")):
+        if path.name in claimed or not path.is_file() or path.is_symlink():
+            continue
+        try:
+            docs = load_documents(path)
+            _only_our_manifests(docs, path)
+        except InputError:
+            continue
+        if docs:
+            found[path] = docs
+    return found
+
+
+def _stale(path: Path, docs: list[Manifest]) -> ProfileDiff:
+    objects = compare([], docs, new_label="no profile", old_label=str(path))
+    return ProfileDiff("", str(path), objects, note=f"stale: {path} is rendered by none of "
+                       "the profiles given (its profile removed or renamed?): delete it, or "
+                       "pass its profile too")
 
 
 LIVE = "live"
@@ -175,22 +223,31 @@ def diff_live(profile: str, rendered: Iterable[Manifest],
 
 
 def summary(results: list[ProfileDiff]) -> tuple[int, int]:
-    changed = sum(1 for r in results if r.changed)
+    changed = sum(1 for r in results if r.changed and r.profile)
     return changed, sum(len(r.objects) for r in results)
 
 
-def as_text(results: list[ProfileDiff]) -> str:
-    parts = [o.diff for r in results for o in r.objects]
+def _counts(results: list[ProfileDiff]) -> str:
     changed, objects = summary(results)
-    parts.append(f"{len(results)} profile(s), {changed} changed, {objects} object(s) differ\n")
+    stale = sum(1 for r in results if not r.profile)
+    return (f"{len(results) - stale} profile(s), {changed} changed, {objects} object(s) differ"
+            + (f", {stale} stale manifest(s)" if stale else ""))
+
+
+def as_text(results: list[ProfileDiff]) -> str:
+    parts = [f"note: {r.note}\n" for r in results if r.note]
+    parts += [o.diff for r in results for o in r.objects]
+    parts.append(_counts(results) + "\n")
     return "".join(parts)
 
 
 def as_json(results: list[ProfileDiff], bad: Sequence[HasLines]) -> str:
     changed, objects = summary(results)
     return json.dumps({
-        "profiles": len(results), "changed": changed, "objects_differing": objects,
+        "profiles": sum(1 for r in results if r.profile), "changed": changed,
+        "objects_differing": objects, "stale": [r.committed for r in results if not r.profile],
         "results": [{"profile": r.profile, "committed": r.committed, "changed": r.changed,
+                     "note": r.note,
                      "objects": [{"key": o.key, "status": o.status, "diff": o.diff}
                                  for o in r.objects]} for r in results],
         "errors": [" ".join(e.lines()) for e in bad],
@@ -198,14 +255,18 @@ def as_json(results: list[ProfileDiff], bad: Sequence[HasLines]) -> str:
 
 
 def as_markdown(results: list[ProfileDiff], bad: Sequence[HasLines]) -> str:
-    changed, objects = summary(results)
+    changed = summary(results)[0]
     lines = ["## runai-spec diff", "",
-             f"{len(results)} profile(s), **{changed} changed**, {objects} object(s) differ.", ""]
+             _counts(results).replace(f"{changed} changed", f"**{changed} changed**") + ".", ""]
     for e in bad:
         lines.append(f"- :x: `{' '.join(e.lines())}`")
+    lines += [f"- :warning: {r.note}" for r in results if r.note]
+    if any(r.note for r in results):
+        lines.append("")
     for r in results:
         for o in r.objects:
-            lines += [f"<details><summary><code>{r.profile}</code>: {o.key} ({o.status})"
+            lines += [f"<details><summary><code>{r.profile or r.committed}</code>: {o.key} "
+                      f"({o.status})"
                       "</summary>", "", "```diff", o.diff.rstrip("\n"), "```", "",
                       "</details>", ""]
     return "\n".join(lines) + "\n"

@@ -13,10 +13,50 @@ _TORCHRUN_BOOLEAN = {"--standalone", "--no-python", "--no_python", "--run-path",
                      "-m", "--module"}
 _PYTHON_WITH_VALUE = {"-X", "-W", "-c"}
 
+# torchrun's flag for an entry point that is an executable, not a Python script
+NO_PYTHON = "--no-python"
+SHELLS = frozenset({"bash", "sh"})  # the interpreters a wrapper script may name
+SHELL_SUFFIXES = (".sh", ".bash")
+PYTHON_ENTRY = "python"
+EXECUTABLE_ENTRY = "executable"
+
+
+def entry_point_kind(command: Sequence[str]) -> str | None:
+    """How the container runs a profile's entry point. The file is in the image, not here to
+    inspect, so its name decides:
+
+    - `python`: a `*.py` script or `-m module`: `python -u` (one GPU) or `torchrun` run it with
+      Python;
+    - `executable`: a wrapper script, `*.sh` / `*.bash` (it needs its executable bit and a
+      shebang in the image), or `[bash|sh, script.sh, ...]` (the interpreter named): run as
+      an executable, by `torchrun --no-python`, or on its own on one GPU;
+    - None: neither can be told (another suffix, or none): the launcher rule refuses it."""
+    if not command:
+        return None
+    first = command[0]
+    if first in ("-m", "--module") or first.endswith(".py"):
+        return PYTHON_ENTRY
+    if first.endswith(SHELL_SUFFIXES):
+        return EXECUTABLE_ENTRY
+    if (os.path.basename(first) in SHELLS and len(command) > 1
+            and command[1].endswith(SHELL_SUFFIXES)):
+        return EXECUTABLE_ENTRY
+    return None
+
+
+def for_entry_point(launcher: tuple[str, ...], command: Sequence[str]) -> tuple[str, ...]:
+    """The layout's launcher, made to run an executable entry point: torchrun gets
+    `--no-python`, and the single-GPU `python -u` is dropped (the script runs itself)."""
+    if entry_point_kind(command) != EXECUTABLE_ENTRY:
+        return launcher
+    if launcher[:1] == ("python",):
+        return ()
+    return (*launcher, NO_PYTHON)
+
 
 @dataclass(frozen=True)
 class Launcher:
-    kind: str  # "python" or "torchrun"
+    kind: str  # "python", "torchrun", or "executable" (an entry point run with no launcher)
     head: tuple[str, ...]  # launcher and its flags, before the entry point
     entry: tuple[str, ...]  # the script (or -m module) and its arguments
 
@@ -25,6 +65,8 @@ def split_command(argv: Sequence[str]) -> Launcher:
     """Split a container argv into launcher flags and the training entry point."""
     if not argv:
         raise InputError("the pytorch container has no command", field="command")
+    if entry_point_kind(argv) == EXECUTABLE_ENTRY:  # one GPU: the wrapper script runs itself
+        return Launcher(EXECUTABLE_ENTRY, (), tuple(argv))
     prog = os.path.basename(argv[0])
     if prog == "torchrun":
         kind, i = "torchrun", 1
@@ -92,3 +134,13 @@ def without_launcher(command: Sequence[str]) -> list[str]:
         else:
             i += 1
     return list(command[i:])
+
+
+def python_head(argv: Sequence[str]) -> tuple[str, ...]:
+    """The launcher of a rendered container argv, made to run a Python script in place of its
+    entry point (the smoke test's and the rehearsal's preflight.py): without torchrun's
+    `--no-python`, and `python -u` where an executable ran with no launcher."""
+    launcher = split_command(argv)
+    if launcher.kind == EXECUTABLE_ENTRY:
+        return ("python", "-u")
+    return tuple(a for a in launcher.head if a not in (NO_PYTHON, "--no_python"))

@@ -25,6 +25,7 @@ from .kubeflow import (
     WORKER,
     pod_name,
 )
+from .launcher import NO_PYTHON, for_entry_point
 from .presets import LEDGER_FILE, SITE_FILE, ApprovedPreset, Site
 from .profile import LoadedProfile
 
@@ -271,9 +272,12 @@ def plan_workload(loaded: LoadedProfile, approved: ApprovedPreset, site: Site,
         o[f"replicas[{i}].replicas"] = count
 
     launcher = launcher_for(preset.layout, gpus, elastic=elastic is not None)
+    launcher = for_entry_point(launcher, profile.command)  # a wrapper script: --no-python
     for i, arg in enumerate(launcher):
-        o[f"launcher[{i}]"] = (src.preset("gpus_per_pod") if arg.startswith(NPROC_FLAG) else
-                               derived(f"launcher for the {preset.layout} layout (site guide)"))
+        o[f"launcher[{i}]"] = (
+            src.preset("gpus_per_pod") if arg.startswith(NPROC_FLAG) else
+            src.profile("command[0]") if arg == NO_PYTHON else
+            derived(f"launcher for the {preset.layout} layout (site guide)"))
     for i in range(len(profile.command)):
         o[f"entrypoint[{i}]"] = src.profile(f"command[{i}]")
 

@@ -19,7 +19,7 @@ from .kubeflow import (
     pytorch_container,
     torchrun_procs,
 )
-from .launcher import without_launcher
+from .launcher import EXECUTABLE_ENTRY, SHELLS, entry_point_kind, without_launcher
 from .loading import looks_secret
 from .manifests import Manifest
 from .plan import Plan
@@ -249,10 +249,16 @@ def check_checkpoint(ctx: Context) -> Iterator[Finding]:
 def check_launcher(ctx: Context) -> Iterator[Finding]:
     """`python` for one GPU, `torchrun` otherwise, with flags derived from the preset. The
     command starts with the entry point: torchrun takes unique prefixes of its flags and the
-    last copy wins, so anything before the script that starts with `-` could reshape the job."""
+    last copy wins, so anything before the script that starts with `-` could reshape the job.
+    The entry point's name says how it runs (the file is in the image, not here to inspect):
+    a `*.py` script (or `-m module`) with Python; a wrapper script, `*.sh` (executable, with a
+    shebang, and named with a `/`, e.g. `./run.sh`) or `[bash, run.sh]`, as an executable:
+    torchrun `--no-python`, and on one GPU the script alone, no `python -u`. Any other name
+    is refused: it cannot be told which it is."""
     command = ctx.loaded.profile.command
     first = command[0]
-    if first.rsplit("/", 1)[-1] in LAUNCHERS:
+    kind = entry_point_kind(command)
+    if first.rsplit("/", 1)[-1] in LAUNCHERS and kind != EXECUTABLE_ENTRY:
         rest = without_launcher(command)
         yield _finding(ctx, "launcher", "command[0]",
                        f"{first!r} is a launcher; runai-spec adds the right one per layout",
@@ -276,11 +282,36 @@ def check_launcher(ctx: Context) -> Iterator[Finding]:
         yield _finding(ctx, "launcher", "command[0]",
                        f"{first!r} is one string with spaces: it is run as one file name",
                        f"write one list item per argument: {words!r}")
+    else:
+        yield from _entry_point_findings(ctx, command, kind)
     for index, arg in enumerate(command[1:], start=1):
         if LAUNCHER_FLAGS.match(arg):
             yield _finding(ctx, "launcher", f"command[{index}]",
                            f"{arg!r} is a torchrun flag; the preset decides the topology",
                            "remove it")
+
+
+def _entry_point_findings(ctx: Context, command: list[str], kind: str | None
+                          ) -> Iterator[Finding]:
+    """Whether the entry point runs with Python or as an executable, told by its name (the
+    file is in the image, not here): `*.py` (or `-m module`) with Python; a wrapper script,
+    `*.sh` or `[bash|sh, script.sh]`, as an executable (torchrun `--no-python`, and no
+    `python -u` on one GPU); another name is refused. An executable named without a `/` is
+    looked up on PATH, not in the working directory, by the container runtime and torchrun."""
+    first = command[0]
+    if kind is None:
+        yield _finding(ctx, "launcher", "command[0]",
+                       f"{first!r}: runai-spec cannot tell whether this is a Python script or "
+                       "an executable (the file is in the image, so its name decides)",
+                       "a Python script ends in .py; a wrapper script ends in .sh (executable, "
+                       "with a shebang) or is written with its interpreter, e.g. "
+                       "[bash, run.sh]")
+    elif kind == EXECUTABLE_ENTRY and first.rsplit("/", 1)[-1] not in SHELLS and "/" not in first:
+        yield _finding(ctx, "launcher", "command[0]",
+                       f"{first!r} is run as an executable, and without a '/' it is looked up "
+                       "on PATH, not in the working directory",
+                       f"write {['./' + first, *command[1:]]!r} (relative to working_dir), its "
+                       f"absolute path, or {['bash', first, *command[1:]]!r}")
 
 
 @rule("nproc-gpus", "error", "Processes per pod equal the GPUs visible in the pod")

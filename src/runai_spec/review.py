@@ -6,7 +6,10 @@ import json
 import shlex
 from typing import Any
 
+from .kubeflow import KIND, operator_env, replica_specs
 from .policy import memory_estimate
+from .rehearsals import read_record
+from .report import md_cell
 from .workload import Workload
 
 CHECKLIST = (
@@ -55,6 +58,7 @@ def review_dict(w: Workload) -> dict[str, Any]:
         "findings": [{"rule": f.rule, "severity": f.severity, "message": f.message}
                      for f in w.findings],
         "checklist": list(CHECKLIST),
+        **ticket_dict(w),
     }
 
 
@@ -114,9 +118,104 @@ def review_markdown(w: Workload) -> str:
         text += ["Elastic: the pods that join form the world; ranks are assigned by torchrun's "
                 "rendezvous, so the diagram shows the largest world.", ""]
     text += mermaid(d)
+    text[1:1] = readiness_lines(d)
+    text += ticket_markdown(d)
     text += ["", "## Findings", ""]
     text += [f"- **{f['severity']}** `{f['rule']}`: {f['message']}" for f in d["findings"]] \
         or ["none"]
     text += ["", "## Validation checklist (before the real run)", ""]
     text += [f"- [ ] {item}" for item in CHECKLIST]
     return "\n".join(text) + "\n"
+
+
+# --- what the engineer asks next: image, volumes, metrics, diagnostics, exact env, rehearsal ---
+
+def ticket_dict(w: Workload) -> dict[str, Any]:
+    """The ticket's answers to the engineer's next questions, and whether submit would refuse."""
+    p, prof, preset = w.plan, w.loaded.profile, w.approved.preset
+    repo, _, digest = p.image.partition("@")
+    tag = repo.rsplit(":", 1)[1] if ":" in repo.rsplit("/", 1)[-1] else None
+    ckpt = prof.checkpoint
+    job = next(m for m in w.manifests if m.get("kind") == KIND)
+    operator = {f"{rtype} {i}": operator_env(job, rtype, i, p.operator_version)
+                for rtype, count, _ in replica_specs(job) for i in sorted({0, count - 1})}
+    env = dict(p.env)
+    record = read_record(p.project, p.name)
+    return {
+        "ready": not w.errors,
+        "errors": len(w.errors),
+        "image": {"image": p.image, "repository": repo.rsplit(":", 1)[0] if tag else repo,
+                  "tag": tag, "digest": digest or None},
+        "volumes": [{"name": v.name, "mount_path": v.mount_path, "read_only": v.read_only,
+                     "claim": v.claim, "memory_size": v.memory_size} for v in p.volumes],
+        "checkpoint": {"dir": ckpt.dir, "claim": p.volumes[0].claim, "format": ckpt.format,
+                       "resume": ckpt.resume, "on_sigterm": ckpt.on_sigterm},
+        "metrics": None if prof.metrics is None else {
+            "writer": prof.metrics.writer, "tracker": prof.metrics.tracker},
+        "diagnostics": {"nccl_debug": prof.diagnostics.nccl_debug,
+                        "reason": prof.diagnostics.reason, "on": list(p.diagnostics)},
+        "environment": {
+            "operator_version": p.operator_version,
+            "container": env,
+            "preset_network": {k: env[k] for k in preset.network.env if k in env},
+            "operator": operator},
+        "rehearsal": None if record is None else {
+            **record.as_dict(), "same_profile": record.profile_sha256 == w.loaded.sha256},
+    }
+
+
+def readiness_lines(d: dict[str, Any]) -> list[str]:
+    """The ticket's first words: whether `submit` would accept this profile at all."""
+    if d["ready"]:
+        return []
+    return ["", f"> **Not ready: {d['errors']} error finding(s); `runai-spec submit` refuses "
+            "this profile until they are fixed (see Findings). Do not approve it yet.**"]
+
+
+def ticket_markdown(d: dict[str, Any]) -> list[str]:
+    img, ck, m, dg, env = (d["image"], d["checkpoint"], d["metrics"], d["diagnostics"],
+                           d["environment"])
+    out = ["", "## Image", "",
+           f"- repository `{img['repository']}`, tag `{img['tag'] or 'none'}`",
+           f"- digest `{img['digest']}`" if img["digest"] else "- digest: **none** (not pinned)",
+           "", "## Volumes", "", "| volume | mount | access | from |", "|---|---|---|---|"]
+    for v in d["volumes"]:
+        source = (f"PVC `{v['claim']}`" if v["claim"] else
+                  f"memory ({v['memory_size']})" if v["memory_size"] else "emptyDir")
+        out.append(f"| {v['name']} | `{v['mount_path']}` | "
+                   f"{'read-only' if v['read_only'] else 'read-write'} | {source} |")
+    out += ["", "## Checkpoint and resume", "",
+            f"`{ck['dir']}` on PVC `{ck['claim']}`, format {ck['format']}; resume: "
+            + (md_cell(ck["resume"]) if ck["resume"] else
+               "**not declared** (a restarted pod may start from step 0)")
+            + f"; checkpoint on SIGTERM: {'yes' if ck['on_sigterm'] else 'no'}",
+            "", "## Metrics", "",
+            (f"written by {m['writer']}, tracker {m['tracker'] or 'not declared'}" if m
+             else "**not declared** (who writes the metrics: `metrics.writer`)"),
+            "", "## Diagnostics", "",
+            ("NCCL_DEBUG=INFO is **on**" + (f" ({md_cell(dg['reason'])})" if dg["reason"]
+                                            else " (no reason given)") if dg["nccl_debug"]
+             else "none on"),
+            "", f"## Exact environment (training operator {env['operator_version']})", "",
+            "The container's own variables (profile, preset network):", "", "```sh"]
+    out += [f"{k}={shlex.quote(str(v))}" for k, v in env["container"].items()] or ["# none"]
+    out += ["```", "", "NCCL settings from the preset: " + (", ".join(
+        f"`{k}={v}`" for k, v in env["preset_network"].items()) or "none"), ""]
+    for pod, values in env["operator"].items():
+        out += [f"Set by the operator in {pod}:", "", "```sh"]
+        out += [f"{k}={shlex.quote(v)}" for k, v in values.items()]
+        out += ["```", ""]
+    out += ["## Latest rehearsal", ""]
+    r = d["rehearsal"]
+    if r is None:
+        out.append("none recorded on this machine (`runai-spec rehearse PROFILE` records one)")
+        return out
+    verdict = "**passed**" if r["ok"] else "**failed**"
+    of = ("this profile" if r["same_profile"] else
+          "**an earlier version** of this profile (its sha256 differs): rehearse again")
+    out += [f"{verdict} at {r['finished_at']}, of {of}; world {r['world_size']}, "
+            f"{r['backend']}{', ' + ' '.join(r['options']) if r['options'] else ''}; logs "
+            f"`{r['logs_dir']}`", "", "| check | status | message |", "|---|---|---|"]
+    out += [f"| {c['check']} | {c['status']} | {md_cell(c['message'])} |" for c in r["checks"]]
+    return out
+

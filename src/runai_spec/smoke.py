@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from .checklist import PreflightSettings, preflight_settings, preflight_source
 from .errors import InputError
 from .kubeflow import ANNOTATION_PREFIX, NAME_MAX, PREFLIGHT_SHA_ANNOTATION, SMOKE_LABEL
-from .launcher import split_command
+from .launcher import python_head
 from .manifests import Manifest
 from .plan import Plan
 from .render import render_smoke
@@ -100,7 +100,7 @@ def smoke_plan(plan: Plan, settings: PreflightSettings | None = None, *,
         renamed,
         annotations=tuple({**dict(plan.annotations), **notes}.items()),
         run_policy=tuple(run_policy.items()), restart_policy="Never",
-        launcher=split_command(plan.command).head,
+        launcher=python_head(plan.command),
         entrypoint=(f"{SMOKE_MOUNT}/preflight.py", *args))
     # the job's labels carry runai-spec's managed-by label: submit and delete treat the
     # ConfigMap as runai-spec's own, like the job

@@ -11,7 +11,7 @@ from .manifests import Manifest, dump
 from .plan import Plan, plan_workload
 from .policy import Context, check_all
 from .presets import ApprovedPreset, PresetRegistry, Site
-from .profile import LoadedProfile, load_profile
+from .profile import LoadedProfile, load_profile, parse_profile
 from .render import TEMPLATES, render_plan
 
 
@@ -39,10 +39,12 @@ class Workload:
         return dump(list(self.manifests))
 
 
-def prepare_workload(path: Path, registry: PresetRegistry | None = None) -> Workload:
-    """Load, plan, render and check one profile; raises InputError for bad input."""
+def prepare_workload(path: Path, registry: PresetRegistry | None = None, *,
+                     text: str | None = None) -> Workload:
+    """Load, plan, render and check one profile; raises InputError for bad input. With
+    `text`, that is the profile's content, named `path` (a profile not written yet: init)."""
     registry = registry or PresetRegistry()
-    loaded = load_profile(path)
+    loaded = load_profile(path) if text is None else parse_profile(text, str(path))
     try:
         approved = registry.get(loaded.profile.preset)
         site = registry.site()

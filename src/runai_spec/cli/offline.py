@@ -92,14 +92,17 @@ def rules(fmt: FormatOpt = Format.text) -> None:
 
 
 @app.command()
-def plan(profile: ProfileArg, fmt: MarkdownJsonOpt = MarkdownJson.markdown) -> None:
+def plan(profile: ProfileArg, fmt: MarkdownJsonOpt = MarkdownJson.markdown) -> int:
     """The review request for the AI engineer (Markdown, or --format json); paste it into
-    the ticket unchanged."""
+    the ticket unchanged. Exit 1 when the profile has error findings (the ticket says so at
+    the top: `submit` would refuse it)."""
     from .. import review
 
     workload = prepare_workload(profile, PresetRegistry())
+    print_findings(workload.findings)
     print(review.review_json(workload) if fmt is MarkdownJson.json
           else review.review_markdown(workload), end="" if fmt is not MarkdownJson.json else "\n")
+    return EXIT_FINDINGS if workload.errors else EXIT_OK
 
 
 AgainstOpt = Annotated[Path | None, typer.Option("--against", help="Folder of committed manifests, "

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from ..errors import EXIT_FINDINGS, EXIT_OK, InputError
+from ..rehearsals import write_record
 from ..workload import prepare_workload
 from .common import ProfileArg, app, err
 
@@ -54,4 +55,17 @@ def rehearse(profile: ProfileArg, procs_per_pod: ProcsOpt = None, own_script: Ow
     if kill:
         err([f"back-off scale: {backoff_scale:g}"])
     err(report.print_rehearsal(result, workload.plan.name))
+    options = ([f"--procs-per-pod {procs_per_pod}"] * (procs_per_pod is not None)
+               + ["--own-script"] * own_script
+               + ["--restart-after-checkpoint"] * restart_after_checkpoint
+               + [f"--kill {k}" for k in kill or ()])
+    record = write_record(
+        project=workload.plan.project, name=workload.plan.name, profile=workload.path,
+        profile_sha256=workload.loaded.sha256, ok=result.ok, world_size=result.world_size,
+        backend=result.backend, options=options,
+        checks=[(c.check if c.attempt is None else f"{c.check} (attempt {c.attempt + 1})",
+                 c.status, c.message) for c in result.checks],
+        logs_dir=str(result.logs_dir))
+    if record is not None:
+        err([f"recorded for `runai-spec plan`: {record}"])
     return EXIT_OK if result.ok else EXIT_FINDINGS

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..checklist import PREFLIGHT_LINE, PreflightSettings, parse_lines, preflight_source
 from ..errors import InputError
-from ..launcher import has_flag, set_nproc, split_command
+from ..launcher import has_flag, python_head, set_nproc, split_command
 from .filesystem import AUDIT_ENV, POD_ENV, audit_layer_dir, pod_filesystem
 from .job import container_of, find_job, nproc_of, operator_env, replicas_of
 
@@ -142,6 +142,8 @@ def plan_pods(
         command = list(container.get("command") or []) + list(container.get("args") or [])
         launcher = split_command(command)
         head = list(launcher.head)
+        if not own_script:  # preflight.py runs with Python, whatever the entry point was
+            head = list(python_head(command))
         if launcher.kind == "torchrun":
             flags = head[1:] if os.path.basename(head[0]) == "torchrun" else head[3:]
             head = [python, "-m", "torch.distributed.run", *flags]
@@ -150,7 +152,7 @@ def plan_pods(
             if not has_flag(head, "--log-dir", "--log_dir"):
                 head += ["--log-dir", str(root / short / "ranks"), "--redirects", "3",
                          "--tee", "3"]
-        else:
+        elif head:  # with its own script, a one-GPU wrapper script runs itself, as in the pod
             head = [python, *head[1:]]
             if nproc > 1:
                 raise InputError(f"{short}: a bare {command[0]!r} starts one process, but the "

@@ -215,7 +215,8 @@ def _restart_check(job: Mapping[str, Any], replica_types: Mapping[str, str], fir
 
     # the resume: every rank, from the checkpoint written before the kill, with its weights
     saved = next((r for r in before if r.get("check") == "checkpoint"
-                  and r.get("status") == "pass" and r.get("rank") == 0), None)
+                  and r.get("status") in ("pass", "skip")
+                  and r.get("rank") == 0), None)
     digest = saved.get("digest") if saved else None
     resumes = {int(r["rank"]): r for r in second.lines if r.get("check") == "resume"}
     resumed = {r: rec for r, rec in resumes.items() if rec.get("status") == "pass"}

@@ -1,0 +1,89 @@
+"""`init [DIR]`: write a new profile, asking on a terminal, from flags in a script."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..errors import EXIT_FINDINGS, EXIT_OK
+from .common import app, err
+
+
+def _opt(name: str, help: str) -> object:
+    return typer.Option(name, help=help, show_default=False)
+
+
+class TerminalPrompt:
+    """Questions on the terminal; each answer is one line."""
+
+    def ask(self, question: str, default: str | None) -> str:
+        return input(f"{question}{f' [{default}]' if default is not None else ''}: ")
+
+    def say(self, line: str) -> None:
+        print(line, flush=True)
+
+
+@app.command()
+def init(
+    folder: Annotated[Path, typer.Argument(metavar="[DIR]", help="Folder for profile.yaml "
+                                           "(made if missing).")] = Path("."),
+    project: Annotated[str | None, _opt("--project", "Run:ai project.")] = None,
+    preset: Annotated[str | None, _opt("--preset", "Approved preset (one the project may "
+                                       "use).")] = None,
+    name: Annotated[str | None, _opt("--name", "Workload name (DNS-1035).")] = None,
+    image: Annotated[str | None, _opt("--image", "Image pinned by digest: "
+                                      "registry/repo[:tag]@sha256:<64 hex>.")] = None,
+    command: Annotated[str | None, _opt("--command", "Entry point as typed, e.g. "
+                                        "'train.py --config c.yaml' (no python/torchrun).")] = None,
+    working_dir: Annotated[str | None, _opt("--working-dir", "Working directory in the image "
+                                            "(default /workspace).")] = None,
+    strategy: Annotated[str | None, _opt("--strategy", "ddp, fsdp, deepspeed, ... (default "
+                                         "ddp).")] = None,
+    local_batch: Annotated[str | None, _opt("--local-batch", "Samples per GPU per step.")] = None,
+    grad_accum: Annotated[str | None, _opt("--grad-accum", "Gradient accumulation steps "
+                                           "(default 1).")] = None,
+    parameters: Annotated[str | None, _opt("--parameters", "Model size, e.g. 7B or 7e9 "
+                                           "(unknown: not declared).")] = None,
+    precision: Annotated[str | None, _opt("--precision", "bf16 (default), fp16, fp32, tf32 "
+                                          "or fp8.")] = None,
+    checkpoint_pvc: Annotated[str | None, _opt("--checkpoint-pvc", "Checkpoint PVC (default "
+                                               "<project>-checkpoints).")] = None,
+    checkpoint_dir: Annotated[str | None, _opt("--checkpoint-dir", "Checkpoint mount path "
+                                               "(default /checkpoints).")] = None,
+    checkpoint_format: Annotated[str | None, _opt("--checkpoint-format", "dcp, torch, "
+                                                  "safetensors or deepspeed.")] = None,
+    resume: Annotated[str | None, _opt("--resume", "How the script resumes after a "
+                                       "restart.")] = None,
+    metrics_writer: Annotated[str | None, _opt("--metrics-writer", "rank0 (default), per-rank "
+                                               "or all-ranks.")] = None,
+    no_input: Annotated[bool, typer.Option("--no-input", help="Never ask: a value no flag "
+                                           "gives and that has no default is an error.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing "
+                                        "profile.yaml.")] = False,
+) -> int:
+    """Write a new profile.yaml: asks in plain words on a terminal (project, layout, image,
+    entry point, batch sizes, checkpoint), or takes every answer from flags in a script; the
+    profile is checked with every rule and written only when it has no error."""
+    from ..init import Answers, init_profile, write_profile
+
+    answers = Answers(project=project, preset=preset, name=name, image=image, command=command,
+                      working_dir=working_dir, strategy=strategy, local_batch=local_batch,
+                      grad_accum=grad_accum, parameters=parameters, precision=precision,
+                      checkpoint_pvc=checkpoint_pvc,
+                      checkpoint_dir=checkpoint_dir, checkpoint_format=checkpoint_format,
+                      resume=resume, metrics_writer=metrics_writer)
+    prompt = TerminalPrompt() if sys.stdin.isatty() and not no_input else None
+    target, workload, text = init_profile(folder, answers, prompt=prompt, force=force)
+    err(line for finding in workload.findings for line in finding.lines())
+    if workload.errors:
+        err([f"error: {target}: nothing written: the profile has "
+             f"{len(workload.errors)} error finding(s) (above)"])
+        return EXIT_FINDINGS
+    write_profile(target, text)
+    err([f"wrote {target}",
+         f"next: `runai-spec plan {target}` (the ticket for the AI engineer), "
+         f"`runai-spec rehearse {target}`"])
+    return EXIT_OK

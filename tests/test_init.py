@@ -1,0 +1,188 @@
+"""`runai-spec init [DIR]`: driven through a pseudo-terminal as a person would, and from flags
+as a script would; the profile it writes validates."""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from runai_spec.cli import app
+
+runner = CliRunner()
+DIGEST = "sha256:" + "4f" * 32
+IMAGE = f"registry.scc.example.org/vision-lab/resnet:2.0@{DIGEST}"
+FLAGS = ["--project", "nlp-lab", "--preset", "h200-2x8-ib", "--name", "llm-test", "--image",
+         IMAGE, "--command", "train.py --config c.yaml", "--local-batch", "4",
+         "--grad-accum", "8", "--parameters", "7B", "--strategy", "fsdp"]
+
+
+class Terminal:
+    """A child process on a pseudo-terminal: wait for text, type a line."""
+
+    def __init__(self, argv: list[str], cwd: Path) -> None:
+        self.master, slave = pty.openpty()
+        self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, cwd=cwd,
+                                     env={**os.environ, "COLUMNS": "200"}, close_fds=True)
+        os.close(slave)
+        self.seen = ""
+
+    def expect(self, pattern: str, timeout: float = 30.0) -> str:
+        deadline = time.monotonic() + timeout
+        while (found := re.search(pattern, self.seen)) is None:
+            left = deadline - time.monotonic()
+            assert left > 0, f"no {pattern!r} in:\n{self.seen}"
+            ready, _, _ = select.select([self.master], [], [], left)
+            if ready:
+                try:
+                    chunk = os.read(self.master, 4096).decode()
+                except OSError:  # the child closed the terminal
+                    chunk = ""
+                assert chunk, f"ended before {pattern!r}:\n{self.seen}"
+                self.seen += chunk.replace("\r\n", "\n")
+        before, self.seen = self.seen[:found.end()], self.seen[found.end():]
+        return before
+
+    def type(self, line: str) -> None:
+        os.write(self.master, (line + "\n").encode())
+
+    def close(self) -> int:
+        code = self.proc.wait(timeout=30)
+        os.close(self.master)
+        return code
+
+
+def interview(argv: list[str], cwd: Path, answers: dict[str, str]) -> tuple[int, str]:
+    """Run `argv` on a terminal, answering each question by the first key it contains (no
+    key: Enter, the default); (exit code, everything shown)."""
+    t = Terminal(argv, cwd)
+    shown = ""
+    while True:
+        try:
+            part = t.expect(r"(?m)(: $|wrote .*\n|nothing written.*\n|^error: .*\n)", timeout=30)
+        except AssertionError:
+            break
+        shown += part
+        if not part.endswith(": "):
+            break
+        question = part.rsplit("\n", 1)[-1]
+        t.type(next((a for key, a in answers.items() if key in question), ""))
+    code = t.close()
+    return code, shown + t.seen
+
+
+def test_init_asks_in_plain_words_on_a_terminal(tmp_path: Path) -> None:
+    t = Terminal([sys.executable, "-m", "runai_spec", "init", "resnet"], tmp_path)
+    t.expect(r"Run:ai project.*: ")
+    t.type("vision-lab")
+    listing = t.expect(r"Layout \(number or name\): ")
+    # only the presets vision-lab is granted, each with what it gives
+    offered = re.findall(r"^  (\d)\) (\S+): (.*)$", listing, re.M)
+    assert [(n, name) for n, name, _ in offered] == [("1", "h200-1gpu"), ("2", "h200-8gpu")]
+    assert "8 x NVIDIA H200 (141 GB each): 1 pod x 8 GPU" in offered[1][2]
+    assert "memory" in offered[1][2] and "pod network" in offered[1][2]
+    t.type("h200-2x8-ib")  # not granted: asked again
+    t.expect(r"not a preset project vision-lab may use.*\n.*Layout \(number or name\): ")
+    t.type("2")
+    t.expect(r"Workload name.*: ")
+    t.type("resnet-test")
+    t.expect(r"Image, pinned by digest.*: ")
+    t.type("registry.scc.example.org/vision-lab/resnet:2.0")  # a tag alone: refused, how-to
+    refusal = t.expect(r"Image, pinned by digest.*: ")
+    assert "has no digest" in refusal and "crane digest IMAGE" in refusal
+    t.type(IMAGE)
+    t.expect(r"Entry point.*: ")
+    t.type("python train.py --epochs 3")  # the launcher comes off, and it says so
+    assert "['train.py', '--epochs', '3']" in t.expect(r"Working directory in the image "
+                                                       r"\[/workspace\]: ")
+    t.type("")
+    t.expect(r"Parallelism .*\[ddp\]: ")
+    t.type("")
+    t.expect(r"Model size.*: ")
+    t.type("25e6")
+    t.expect(r"Training precision.*\[bf16\]: ")
+    t.type("")
+    t.expect(r"local batch\): ")
+    t.type("32")
+    t.expect(r"Gradient accumulation steps \[1\]: ")
+    t.type("2")
+    assert "global batch = 32 local x 8 processes x 2 accumulation = 512" in t.expect(
+        r"Checkpoint PVC \(in namespace runai-vision-lab\) \[vision-lab-checkpoints\]: ")
+    t.type("")
+    t.expect(r"Checkpoint folder.*\[/checkpoints\]: ")
+    t.type("")
+    t.expect(r"Checkpoint format.*\[torch\]: ")
+    t.type("")
+    t.expect(r"resume after a restart\? \[latest checkpoint in /checkpoints\]: ")
+    t.type("")
+    t.expect(r"Who writes metrics.*\[rank0\]: ")
+    t.type("")
+    t.expect(r"wrote resnet/profile.yaml")
+    assert t.close() == 0
+    profile = tmp_path / "resnet" / "profile.yaml"
+    doc = yaml.safe_load(profile.read_text())
+    assert doc["preset"] == "h200-8gpu" and doc["command"] == ["train.py", "--epochs", "3"]
+    assert doc["batch"] == {"local": 32, "grad_accum": 2, "global": 512}
+    assert doc["model"] == {"parameters": 25_000_000, "precision": "bf16"}
+    result = runner.invoke(app, ["validate", str(profile)])
+    assert result.exit_code == 0 and "warning" not in result.stderr, result.output
+
+
+def test_init_from_flags_writes_a_profile_that_validates(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["init", str(tmp_path / "llm"), "--no-input", *FLAGS])
+    assert result.exit_code == 0, result.output
+    profile = tmp_path / "llm" / "profile.yaml"
+    doc = yaml.safe_load(profile.read_text())
+    assert doc["batch"]["global"] == 4 * 16 * 8 and doc["checkpoint"]["format"] == "dcp"
+    assert doc["checkpoint"]["pvc"] == "nlp-lab-checkpoints" and doc["metrics"]["writer"] == "rank0"
+    checked = runner.invoke(app, ["validate", str(profile)])
+    assert checked.exit_code == 0 and "warning" not in checked.stderr, checked.output
+    # never over an existing profile without --force
+    again = runner.invoke(app, ["init", str(tmp_path / "llm"), "--no-input", *FLAGS])
+    assert again.exit_code == 2 and "already exists" in again.stderr
+    assert runner.invoke(app, ["init", str(tmp_path / "llm"), "--no-input", "--force",
+                               *FLAGS]).exit_code == 0
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (["--image", "registry.scc.example.org/x/train:1.0"], "--image: 'registry.scc.example."
+     "org/x/train:1.0' has no digest: a tag can be moved to another image. find the digest "
+     "with `docker buildx imagetools inspect IMAGE`"),
+    (["--preset", "h200-9000"], "--preset: 'h200-9000' is not a preset project nlp-lab may use"),
+    (["--command", "train --fast"], "--command: 'train': a Python script ends in .py"),
+    (["--local-batch", "0"], "--local-batch: '0' is not a whole number of at least 1"),
+])
+def test_a_bad_flag_is_bad_input_and_nothing_is_written(
+        tmp_path: Path, change: list[str], message: str) -> None:
+    flags = list(FLAGS)
+    flags[flags.index(change[0]) + 1] = change[1]
+    result = runner.invoke(app, ["init", str(tmp_path / "x"), "--no-input", *flags])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"error: {message}"), result.stderr
+    assert not (tmp_path / "x" / "profile.yaml").exists()
+
+
+def test_without_a_terminal_a_missing_answer_names_its_flag(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["init", str(tmp_path), "--project", "nlp-lab"])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        "error: --preset: no value, and no terminal to ask on",
+        "hint: pass --preset, or run `runai-spec init` in a terminal"]
+
+
+def test_a_profile_with_error_findings_is_not_written(tmp_path: Path) -> None:
+    flags = list(FLAGS)
+    flags[flags.index("--strategy") + 1] = "ddp"
+    flags[flags.index("--parameters") + 1] = "400B"  # does not fit a replica per GPU
+    result = runner.invoke(app, ["init", str(tmp_path / "big"), "--no-input", *flags])
+    assert result.exit_code == 1, result.output
+    assert "nothing written" in result.stderr and not (tmp_path / "big").exists()
