@@ -107,6 +107,9 @@ def test_the_render_mounts_the_sources_claim(presets_dir: Path, write_profile: C
     explain = runner.invoke(app, ["explain", str(profile)])
     line = next(x for x in explain.output.splitlines() if "team-a-datasets" in x)
     assert "data[0].source" in line
+    plan = runner.invoke(app, ["plan", str(profile)])
+    assert ("| data-0 | `/data` | read-only | data source `datasets-shared` (PVC `team-a-datasets` "
+            "in the project's namespace) |") in plan.stdout, plan.stdout
 
 
 def test_grants_shape_matches_admission() -> None:

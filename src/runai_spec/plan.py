@@ -63,6 +63,7 @@ class Volume:
     read_only: bool
     claim: str | None = None  # persistentVolumeClaim.claimName
     memory_size: str | None = None  # emptyDir medium Memory (for /dev/shm)
+    source: str | None = None  # the approved Run:ai data source mounted through `claim`
 
 
 @dataclass(frozen=True)
@@ -403,14 +404,16 @@ def _volumes(loaded: LoadedProfile, approved: ApprovedPreset, site: Site, src: _
         # An approved data source is mounted through its claim in the project's namespace.
         return pvc or (None if source is None else site.claim_for(source, profile.project))
 
-    volumes = [Volume("checkpoint", ckpt.dir, False, claim=claim(ckpt.pvc, ckpt.source))]
+    volumes = [Volume("checkpoint", ckpt.dir, False, claim=claim(ckpt.pvc, ckpt.source),
+                      source=None if ckpt.pvc else ckpt.source)]
     origins = [{"mount_path": src.profile("checkpoint.dir"),
                 "claim": src.profile("checkpoint.pvc" if ckpt.pvc else "checkpoint.source"),
                 "read_only": derived("checkpoints are written")}]
     for index, data in enumerate(profile.data):
         d = f"data[{index}]"
         volumes.append(Volume(f"data-{index}", data.path, data.read_only,
-                              claim=claim(data.pvc, data.source)))
+                              claim=claim(data.pvc, data.source),
+                              source=None if data.pvc else data.source))
         read_only = src.profile(f"{d}.read_only")
         origins.append({
             "mount_path": src.profile(f"{d}.path"),

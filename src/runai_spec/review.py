@@ -147,7 +147,8 @@ def ticket_dict(w: Workload) -> dict[str, Any]:
         "image": {"image": p.image, "repository": repo.rsplit(":", 1)[0] if tag else repo,
                   "tag": tag, "digest": digest or None},
         "volumes": [{"name": v.name, "mount_path": v.mount_path, "read_only": v.read_only,
-                     "claim": v.claim, "memory_size": v.memory_size} for v in p.volumes],
+                     "claim": v.claim, "memory_size": v.memory_size, "source": v.source}
+                    for v in p.volumes],
         "checkpoint": {"dir": ckpt.dir, "claim": p.volumes[0].claim, "format": ckpt.format,
                        "resume": ckpt.resume, "on_sigterm": ckpt.on_sigterm},
         "metrics": None if prof.metrics is None else {
@@ -180,7 +181,8 @@ def ticket_markdown(d: dict[str, Any]) -> list[str]:
            f"- digest `{img['digest']}`" if img["digest"] else "- digest: **none** (not pinned)",
            "", "## Volumes", "", "| volume | mount | access | from |", "|---|---|---|---|"]
     for v in d["volumes"]:
-        source = (f"PVC `{v['claim']}`" if v["claim"] else
+        source = (f"data source `{v['source']}` (PVC `{v['claim']}` in the project's namespace)"
+                  if v.get("source") else f"PVC `{v['claim']}`" if v["claim"] else
                   f"memory ({v['memory_size']})" if v["memory_size"] else "emptyDir")
         out.append(f"| {v['name']} | `{v['mount_path']}` | "
                    f"{'read-only' if v['read_only'] else 'read-write'} | {source} |")
