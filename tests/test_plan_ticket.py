@@ -51,7 +51,8 @@ def test_the_ticket_answers_the_engineers_next_questions() -> None:
     profile = yaml.safe_load(MULTI.read_text())
     digest = profile["image"].split("@")[1]
     assert f"- digest `{digest}`" in md and "tag `1.8.0`" in md
-    assert "| data-0 | `/data` | read-only | data source `datasets-shared` (PVC `datasets-shared` in the project's namespace) |" in md
+    assert ("| data-0 | `/data` | read-only | data source `datasets-shared` (PVC "
+            "`datasets-shared` in the project's namespace) |") in md
     assert "| checkpoint | `/checkpoints` | read-write | PVC `nlp-lab-checkpoints` |" in md
     assert f"resume: {profile['checkpoint']['resume']}" in md
     assert "written by rank0, tracker tensorboard" in md
