@@ -15,6 +15,7 @@ from .loading import MAX_BYTES, load_documents, looks_secret, read_text
 from .manifests import Manifest, dump, object_key
 from .pipeline import workloads
 from .presets import PresetRegistry
+from .report import html_text, md_code, md_fence
 from .workload import Workload
 
 MASK = "***"
@@ -202,10 +203,10 @@ def as_markdown(results: list[ProfileDiff], bad: Sequence[HasLines]) -> str:
     lines = ["## runai-spec diff", "",
              f"{len(results)} profile(s), **{changed} changed**, {objects} object(s) differ.", ""]
     for e in bad:
-        lines.append(f"- :x: `{' '.join(e.lines())}`")
+        lines.append(f"- :x: {md_code(' '.join(e.lines()))}")
     for r in results:
         for o in r.objects:
-            lines += [f"<details><summary><code>{r.profile}</code>: {o.key} ({o.status})"
-                      "</summary>", "", "```diff", o.diff.rstrip("\n"), "```", "",
-                      "</details>", ""]
+            lines += [f"<details><summary><code>{html_text(r.profile)}</code>: "
+                      f"{html_text(o.key)} ({html_text(o.status)})</summary>", "",
+                      *md_fence(o.diff.rstrip("\n"), "diff"), "", "</details>", ""]
     return "\n".join(lines) + "\n"

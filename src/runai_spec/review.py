@@ -7,6 +7,7 @@ import shlex
 from typing import Any
 
 from .policy import memory_estimate
+from .report import md_code, md_fence, md_text
 from .workload import Workload
 
 CHECKLIST = (
@@ -63,28 +64,28 @@ def review_json(w: Workload) -> str:
 
 
 def mermaid(d: dict[str, Any]) -> list[str]:
-    lines = ["```mermaid", "flowchart LR"]
+    lines = ["flowchart LR"]
     for i, pod in enumerate(d["topology"]):
         lines.append(f'  subgraph P{i}["{pod["pod"]} ({pod["gpus"]} GPU)"]')
         lines += [f'    R{r}["GPU {j}: rank {r}"]' for j, r in enumerate(pod["ranks"])]
         lines.append("  end")
     if len(d["topology"]) > 1:
         lines += [f"  P0 <--> P{i}" for i in range(1, len(d["topology"]))]
-    lines.append("```")
-    return lines
+    return md_fence("\n".join(lines), "mermaid")
 
 
 def review_markdown(w: Workload) -> str:
     d = review_dict(w)
     m, b, mem, pr = d["model"], d["batch"], d["memory_per_gpu"], d["preset"]
-    out: list[str | None] = [f"# Review request: `{d['name']}` ({d['project']})", "",
+    out: list[str | None] = [f"# Review request: {md_code(d['name'])} ({md_text(d['project'])})",
+           "",
            "| | |", "|---|---|",
-           f"| layout | {d['layout']} |",
+           f"| layout | {md_text(d['layout'])} |",
            f"| model size | {m['parameters']:,} parameters |" if m else "| model size | not declared |",
-           f"| precision | {m['precision']} |" if m else "| precision | not declared |",
+           f"| precision | {md_text(m['precision'])} |" if m else "| precision | not declared |",
            f"| sequence length | {m['sequence_length'] or 'n/a'} |" if m else None,
-           f"| strategy | {d['strategy']} |",
-           f"| checkpoint format | {d['checkpoint_format'] or 'n/a'} |",
+           f"| strategy | {md_text(d['strategy'])} |",
+           f"| checkpoint format | {md_text(d['checkpoint_format'] or 'n/a')} |",
            f"| pods x processes | {d['pods']} x {d['processes_per_pod']} |",
            f"| world size | {d['world_size']} |"]
     if d["elastic"]:
@@ -102,20 +103,22 @@ def review_markdown(w: Workload) -> str:
     text += ["", "## Memory estimate per GPU (model state, activations excluded)", ""]
     text.append(f"{mem['total_gb']} GB of {mem['capacity_gb']:g} GB: weights {mem['weights_gb']}"
                f" + gradients {mem['grads_gb']} + optimizer {mem['optimizer_gb']} "
-               f"({mem['method']})" if mem else "not known for this strategy")
+               f"({md_text(mem['method'])})" if mem else "not known for this strategy")
     text += ["", "## Preset and approval", "",
-            f"`{pr['name']}` ({pr['gpu']}), sha256 `{pr['sha256'][:16]}...`, approved by "
-            f"{pr['approved_by']} on {pr['approved_at']}, expires {pr['expires'] or 'never'}",
-            "", "## Launcher and environment", "", "```sh", d["launcher"], "```", ""]
-    text += [f"- `{k}={v}`" for k, v in d["env"].items()]
-    text += [f"- `{k}` from {v}" for k, v in d["secret_env"].items()]
+            f"{md_code(pr['name'])} ({md_text(pr['gpu'])}), sha256 {md_code(pr['sha256'][:16])}..."
+            f", approved by {md_text(pr['approved_by'])} on {md_text(pr['approved_at'])}, "
+            f"expires {md_text(pr['expires'] or 'never')}",
+            "", "## Launcher and environment", "", *md_fence(d["launcher"], "sh"), ""]
+    text += [f"- {md_code(f'{k}={v}')}" for k, v in d["env"].items()]
+    text += [f"- {md_code(k)} from {md_text(v)}" for k, v in d["secret_env"].items()]
     text += ["", "## Topology (global ranks)", ""]
     if d["elastic"]:
         text += ["Elastic: the pods that join form the world; ranks are assigned by torchrun's "
                 "rendezvous, so the diagram shows the largest world.", ""]
     text += mermaid(d)
     text += ["", "## Findings", ""]
-    text += [f"- **{f['severity']}** `{f['rule']}`: {f['message']}" for f in d["findings"]] \
+    text += [f"- **{md_text(f['severity'])}** {md_code(f['rule'])}: {md_text(f['message'])}"
+             for f in d["findings"]] \
         or ["none"]
     text += ["", "## Validation checklist (before the real run)", ""]
     text += [f"- [ ] {item}" for item in CHECKLIST]
