@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from .checklist import PreflightSettings, preflight_settings, preflight_source
 from .errors import InputError
-from .kubeflow import ANNOTATION_PREFIX, NAME_MAX, PREFLIGHT_SHA_ANNOTATION, SMOKE_LABEL
+from .kubeflow import ANNOTATION_PREFIX, NAME_MAX, PREFLIGHT_SHA_ANNOTATION, SMOKE_LABEL, SMOKE_MOUNT
 from .launcher import split_command
 from .manifests import Manifest
 from .plan import Plan
@@ -21,7 +21,6 @@ if TYPE_CHECKING:
 
 SMOKE_SUFFIX = "-smoke"
 SMOKE_NOTE = "preflight.py checklist in place of the training command"
-SMOKE_MOUNT = "/opt/runai-spec"
 SMOKE_VOLUME = "runai-spec-preflight"
 DEFAULT_DEADLINE_S = 1800
 # on the profile's checkpoint volume, beside (never over) the real job's checkpoints
