@@ -17,6 +17,7 @@ from .kubeflow import (
     KIND,
     NAME_MAX,
     SMOKE_MOUNT,
+    SMOKE_SUFFIX,
     nproc_flags,
     pytorch_container,
     torchrun_procs,
@@ -223,6 +224,21 @@ def check_name_length(ctx: Context) -> Iterator[Finding]:
                        f"project {ctx.loaded.profile.project!r} makes the namespace {namespace!r} "
                        f"({len(namespace)} characters), which is not a DNS label of at most "
                        f"{NAME_MAX}", "use the Run:ai project's name as the cluster knows it")
+
+
+@rule("smoke-name", "error", f"A workload name never ends in `{SMOKE_SUFFIX}`")
+def check_smoke_name(ctx: Context) -> Iterator[Finding]:
+    """The smoke test of workload `X` is the job `X-smoke`, beside the real one in the same
+    namespace. A workload named `X-smoke` would be that job: `submit --smoke` of `X` would
+    refuse to replace it, or `delete X --smoke` remove the wrong job. Refusing the suffix
+    rules out every such pair, in one batch of profiles or across a project's profiles."""
+    name = ctx.loaded.profile.name
+    if name.endswith(SMOKE_SUFFIX):
+        yield _finding(ctx, "smoke-name", "name",
+                       f"{name!r} ends in {SMOKE_SUFFIX!r}: it is the name of the smoke test "
+                       f"of workload {name.removesuffix(SMOKE_SUFFIX)!r}",
+                       f"rename it, e.g. {name.removesuffix(SMOKE_SUFFIX) + '-test'!r}; a smoke "
+                       "test is `--smoke` of the real workload's profile, never a profile")
 
 
 @rule("checkpoint-on-pvc", "error", "Checkpoints go to a PVC or an approved data source")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from .checklist import PreflightSettings, preflight_settings, preflight_source
 from .errors import InputError
 from .kubeflow import ANNOTATION_PREFIX, NAME_MAX, PREFLIGHT_SHA_ANNOTATION, SMOKE_LABEL, SMOKE_MOUNT
+from .kubeflow import SMOKE_SUFFIX as SMOKE_SUFFIX
 from .launcher import split_command
 from .manifests import Manifest
 from .plan import Plan
@@ -19,7 +20,6 @@ from .render import render_smoke
 if TYPE_CHECKING:
     from .workload import Workload
 
-SMOKE_SUFFIX = "-smoke"
 SMOKE_NOTE = "preflight.py checklist in place of the training command"
 SMOKE_VOLUME = "runai-spec-preflight"
 DEFAULT_DEADLINE_S = 1800
