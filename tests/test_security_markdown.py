@@ -134,13 +134,13 @@ def test_plan_structure_is_the_same_for_any_value(value: str) -> None:
     assert structure(plan_markdown(value)) == BENIGN_PLAN
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=800, deadline=None)
 @given(ANY_TEXT)
 def test_validate_markdown_structure_is_the_same_for_any_value(value: str) -> None:
     assert structure(validate_doc(value)) == BENIGN_VALIDATE
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=800, deadline=None)
 @given(ANY_TEXT)
 def test_diff_markdown_structure_is_the_same_for_any_value(value: str) -> None:
     assert structure(diff_doc(value)) == BENIGN_DIFF

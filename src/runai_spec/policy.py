@@ -283,8 +283,8 @@ def _path_problem(path: str) -> tuple[str, str] | None:
         return f"{path!r} is not an absolute path", f"write it from the root, e.g. /{path}"
     normal = "/" + posixpath.normpath(path).lstrip("/")  # normpath keeps a leading `//`
     if ".." in path.split("/"):
-        return (f"{path!r} contains `..`: it is mounted at {normal}",
-                f"write the path it means: {normal}")
+        return (f"{path!r} contains `..`: Kubernetes mounts it at {normal}",
+                "write the folder's own absolute path, without `..`")
     if normal != path:
         return (f"{path!r} is not a normalised path (`//`, `/./` or a trailing `/`)",
                 f"write {normal}")
