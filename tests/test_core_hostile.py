@@ -153,3 +153,117 @@ def test_rendered_text_with_a_duplicate_key_or_nan_is_refused() -> None:
                       ('["a"]', "not a mapping"), ('{"a": 1} {"b": 2}', "Extra data")]:
         with pytest.raises(ValueError, match=why):
             parse_rendered(text)
+
+
+# Issue 12: hostile text in EVERY string field of the profile, not only the command. The
+# free-text fields each get their own value; a field whose pattern refuses it must say so
+# as bad input, never crash or render.
+NONEMPTY = TEXT.filter(bool)
+FREE_FIELDS: dict[str, Any] = {
+    # a command that starts with a flag is the launcher rule's error: no smoke job for it
+    "image": NONEMPTY, "command[0]": NONEMPTY.filter(lambda s: not s.startswith("-")),
+    "command[1]": NONEMPTY, "command[2]": NONEMPTY,
+    "working_dir": TEXT.map("/".__add__), "env.A_VALUE": TEXT, "env.OTHER": TEXT,
+    "checkpoint.dir": TEXT.map("/ckpt".__add__), "checkpoint.resume": NONEMPTY,
+    "data[0].path": TEXT.map("/data".__add__), "data[1].path": TEXT.map("/eval".__add__),
+    "diagnostics.reason": TEXT, "metrics.tracker": NONEMPTY,
+}
+PATTERN_FIELDS = ("name", "project", "preset", "checkpoint.pvc", "data[0].pvc",
+                  "secret_env.HF_TOKEN.secret", "secret_env.HF_TOKEN.key")
+
+
+def _set(data: dict[str, Any], field: str, value: Any) -> None:
+    parts = field.replace("[", ".").replace("]", "").split(".")
+    target: Any = data
+    for part in parts[:-1]:
+        target = target[int(part)] if part.isdigit() else target[part]
+    last = parts[-1]
+    target[int(last) if last.isdigit() else last] = value
+
+
+def every_field_profile(values: dict[str, str]) -> dict[str, Any]:
+    data = copy.deepcopy(BASE_PROFILE)
+    data["command"] = ["train.py", "x", "y"]
+    data["env"] = {"A_VALUE": "", "OTHER": ""}
+    data["secret_env"] = {"HF_TOKEN": {"secret": "hf", "key": "token"}}
+    data["data"] = [{"path": "/d", "pvc": "d"}, {"path": "/e", "pvc": "e"}]
+    data["diagnostics"] = {"nccl_debug": True, "reason": ""}
+    data["metrics"] = {"writer": "rank0", "tracker": "t"}
+    for field, value in values.items():
+        _set(data, field, value)
+    return data
+
+
+def render_every(values: dict[str, str]) -> list[dict[str, Any]]:
+    from runai_spec.render import render_smoke
+    from runai_spec.smoke import smoke_plan
+
+    loaded = parse_profile(dump([every_field_profile(values)]), "hostile.yaml")
+    plan = plan_workload(loaded, REGISTRY.get(loaded.profile.preset), REGISTRY.site())
+    return [*render_plan(plan), *render_smoke(smoke_plan(plan))]
+
+
+def leaves(value: Any, path: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        return {k: v for key, child in value.items() for k, v in leaves(child, f"{path}.{key}").items()}
+    if isinstance(value, list):
+        return {k: v for i, child in enumerate(value) for k, v in leaves(child, f"{path}[{i}]").items()}
+    return {path: value}
+
+
+MARKERS = {field: f"/Qmark{i}Q" if field.endswith(("dir", "path")) or field == "working_dir"
+           else f"Qmark{i}Q" for i, field in enumerate(FREE_FIELDS)}
+BENIGN_EVERY = render_every(MARKERS)
+BENIGN_EVERY_LEAVES = leaves(BENIGN_EVERY)
+
+
+def test_every_free_text_field_lands_somewhere_or_is_documentation() -> None:
+    """The markers show where each field goes; the fields the manifest does not carry are
+    the ones only the review and the rules read."""
+    landed = {f for f, m in MARKERS.items()
+              if any(isinstance(v, str) and m in v for v in BENIGN_EVERY_LEAVES.values())}
+    assert set(FREE_FIELDS) - landed == {"checkpoint.resume", "diagnostics.reason",
+                                         "metrics.tracker"}
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.fixed_dictionaries(FREE_FIELDS))
+def test_hostile_text_in_every_string_field_keeps_the_structure(values: dict[str, str]) -> None:
+    manifests = render_every(values)
+    assert [shape(m) for m in manifests] == [shape(m) for m in BENIGN_EVERY]
+    got = leaves(manifests)
+    for path, benign in BENIGN_EVERY_LEAVES.items():
+        if not isinstance(benign, str) or "Qmark" not in benign:
+            continue
+        expected = benign
+        for field, marker in MARKERS.items():
+            # a marker of a path field carries the field's own leading "/"
+            expected = expected.replace(marker, values[field])
+        assert got[path] == expected, path
+    for m in manifests:
+        spec = m.get("spec", {}).get("pytorchReplicaSpecs", {})
+        assert all("hostNetwork" not in r["template"]["spec"] for r in spec.values())
+    assert parse(dump(manifests), "again") == manifests
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(PATTERN_FIELDS), TEXT)
+def test_hostile_text_in_a_pattern_field_is_bad_input_or_a_plain_name(field: str, value: str
+                                                                      ) -> None:
+    from runai_spec.errors import InputError
+
+    data = every_field_profile({})
+    _set(data, field, value)
+    try:
+        loaded = parse_profile(dump([data]), "hostile.yaml")
+    except InputError as exc:
+        assert exc.lines()[0].startswith("error: hostile.yaml:")
+        return
+    # accepted: then it was a plain DNS-style name, and it reads back exactly
+    import re
+
+    assert re.fullmatch(r"[-._a-zA-Z0-9]+", value)
+    target: Any = loaded.profile.model_dump(by_alias=True)
+    for part in field.replace("[", ".").replace("]", "").split("."):
+        target = target[int(part)] if part.isdigit() else target[part]
+    assert target == value

@@ -92,7 +92,7 @@ def test_the_latest_rehearsal_is_in_the_ticket(tmp_path: Path) -> None:
     md = runner.invoke(app, ["plan", str(MULTI)]).stdout
     rehearsal = md.split("## Latest rehearsal\n\n", 1)[1].split("\n## ", 1)[0]
     assert rehearsal.startswith("**passed** at ") and "of this profile; world 4, gloo, " \
-        "--procs-per-pod 2" in rehearsal
+        "`--procs-per-pod 2`" in rehearsal
     assert "| checkpoint | skip | dcp not tested: x \\| y |" in rehearsal
     # a record of another version of the profile says so
     write_record(project="nlp-lab", name="llm-7b-fsdp", profile=str(MULTI),

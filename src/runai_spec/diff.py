@@ -15,6 +15,7 @@ from .loading import MAX_BYTES, load_documents, looks_secret, read_text
 from .manifests import Manifest, dump, object_key
 from .pipeline import workloads
 from .presets import PresetRegistry
+from .report import html_text, md_code, md_fence, md_text
 from .workload import Workload
 
 MASK = "***"
@@ -259,14 +260,13 @@ def as_markdown(results: list[ProfileDiff], bad: Sequence[HasLines]) -> str:
     lines = ["## runai-spec diff", "",
              _counts(results).replace(f"{changed} changed", f"**{changed} changed**") + ".", ""]
     for e in bad:
-        lines.append(f"- :x: `{' '.join(e.lines())}`")
-    lines += [f"- :warning: {r.note}" for r in results if r.note]
+        lines.append(f"- :x: {md_code(' '.join(e.lines()))}")
+    lines += [f"- :warning: {md_text(r.note)}" for r in results if r.note]
     if any(r.note for r in results):
         lines.append("")
     for r in results:
         for o in r.objects:
-            lines += [f"<details><summary><code>{r.profile or r.committed}</code>: {o.key} "
-                      f"({o.status})"
-                      "</summary>", "", "```diff", o.diff.rstrip("\n"), "```", "",
-                      "</details>", ""]
+            lines += [f"<details><summary><code>{html_text(r.profile or r.committed)}</code>: "
+                      f"{html_text(o.key)} ({html_text(o.status)})</summary>", "",
+                      *md_fence(o.diff.rstrip("\n"), "diff"), "", "</details>", ""]
     return "\n".join(lines) + "\n"

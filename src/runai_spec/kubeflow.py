@@ -49,6 +49,8 @@ PROFILE_SHA_ANNOTATION = f"{ANNOTATION_PREFIX}profile-sha256"
 SITE_SHA_ANNOTATION = f"{ANNOTATION_PREFIX}site-sha256"
 DIAGNOSTICS_ANNOTATION = f"{ANNOTATION_PREFIX}diagnostics"
 SMOKE_LABEL = f"{ANNOTATION_PREFIX}smoke"  # label and annotation of a smoke test's objects
+SMOKE_SUFFIX = "-smoke"  # the smoke test of workload X is the job X-smoke
+SMOKE_MOUNT = "/opt/runai-spec"  # where the smoke job's pods mount preflight.py (the tool's)
 PREFLIGHT_SHA_ANNOTATION = f"{ANNOTATION_PREFIX}preflight-sha256"
 
 # Kubernetes names (k8s.io/apimachinery pkg/util/validation/validation.go): the job name must

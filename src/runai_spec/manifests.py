@@ -86,7 +86,16 @@ def _emit(value: Any, indent: int, out: list[str],
 def _commented(line: str, comments: dict[str, str] | None, path: str) -> str:
     if not comments or path not in comments:
         return line
-    return f"{line.ljust(72)}  # {comments[path]}"
+    # A comment ends at the line break: one in the text (a profile path with a newline) would
+    # start a line of YAML of its own, so each break or control character is written escaped.
+    return f"{line.ljust(72)}  # {_COMMENT_BREAKS.sub(_escaped, comments[path])}"
+
+
+_COMMENT_BREAKS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ufeff]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return json.dumps(match.group())[1:-1]
 
 
 def _flow(value: Any) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import posixpath
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -15,6 +16,8 @@ from .kubeflow import (
     INJECTED_ENV,
     KIND,
     NAME_MAX,
+    SMOKE_MOUNT,
+    SMOKE_SUFFIX,
     nproc_flags,
     pytorch_container,
     torchrun_procs,
@@ -223,6 +226,21 @@ def check_name_length(ctx: Context) -> Iterator[Finding]:
                        f"{NAME_MAX}", "use the Run:ai project's name as the cluster knows it")
 
 
+@rule("smoke-name", "error", f"A workload name never ends in `{SMOKE_SUFFIX}`")
+def check_smoke_name(ctx: Context) -> Iterator[Finding]:
+    """The smoke test of workload `X` is the job `X-smoke`, beside the real one in the same
+    namespace. A workload named `X-smoke` would be that job: `submit --smoke` of `X` would
+    refuse to replace it, or `delete X --smoke` remove the wrong job. Refusing the suffix
+    rules out every such pair, in one batch of profiles or across a project's profiles."""
+    name = ctx.loaded.profile.name
+    if name.endswith(SMOKE_SUFFIX):
+        yield _finding(ctx, "smoke-name", "name",
+                       f"{name!r} ends in {SMOKE_SUFFIX!r}: it is the name of the smoke test "
+                       f"of workload {name.removesuffix(SMOKE_SUFFIX)!r}",
+                       f"rename it, e.g. {name.removesuffix(SMOKE_SUFFIX) + '-test'!r}; a smoke "
+                       "test is `--smoke` of the real workload's profile, never a profile")
+
+
 @rule("checkpoint-on-pvc", "error", "Checkpoints go to a PVC or an approved data source")
 def check_checkpoint(ctx: Context) -> Iterator[Finding]:
     """The guide: write checkpoints to a PVC or approved data source, not the image."""
@@ -243,6 +261,75 @@ def check_checkpoint(ctx: Context) -> Iterator[Finding]:
             yield _finding(ctx, "checkpoint-on-pvc", f"{path}.source",
                            f"{data.source!r} is not an approved data source",
                            "approved: " + ", ".join(ctx.site.data_sources))
+
+
+# Mounting over these hides what the container needs (its libraries, /proc, the service
+# account's token), or shows the host's devices; `/` is every one of them.
+SYSTEM_PATHS = ("/etc", "/proc", "/sys", "/dev", "/usr", "/var/run/secrets", "/run/secrets")
+_PATH_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _nested(a: str, b: str) -> bool:
+    """a and b are the same folder, or one holds the other."""
+    return a == b or b.startswith(a.rstrip("/") + "/") or a.startswith(b.rstrip("/") + "/")
+
+
+def _path_problem(path: str) -> tuple[str, str] | None:
+    """(message, hint) when a mount path is not one clean absolute path."""
+    if _PATH_CONTROL.search(path):
+        return (f"{path!r} contains a control character (a line break, a tab)",
+                "write the path on one line, without control characters")
+    if not path.startswith("/"):
+        return f"{path!r} is not an absolute path", f"write it from the root, e.g. /{path}"
+    normal = "/" + posixpath.normpath(path).lstrip("/")  # normpath keeps a leading `//`
+    if ".." in path.split("/"):
+        return (f"{path!r} contains `..`: Kubernetes mounts it at {normal}",
+                "write the folder's own absolute path, without `..`")
+    if normal != path:
+        return (f"{path!r} is not a normalised path (`//`, `/./` or a trailing `/`)",
+                f"write {normal}")
+    return None
+
+
+@rule("mount-path", "error", "Mount paths are clean, absolute, not system paths, and never overlap")
+def check_mount_paths(ctx: Context) -> Iterator[Finding]:
+    """`checkpoint.dir` and every `data[].path` are absolute and normalised (no `..`, `//`,
+    `/./` or trailing `/`, no control characters) and are not `/` or a system path (`/etc`,
+    `/proc`, `/sys`, `/dev`, `/usr`, `/var/run/secrets`, `/run/secrets` or under one). No two
+    mounts are equal or nested: not the profile's own, nor the preset's (`/dev/shm`), nor the
+    tool's (`/opt/runai-spec`, where the smoke test mounts preflight.py). Kubernetes mounts
+    `/var/../dev/shm` on the shared memory, and a nested mount hides the files under it."""
+    profile = ctx.loaded.profile
+    theirs = [(f"the preset's {v.name} volume", v.mount_path) for v in ctx.plan.volumes
+              if v.name != "checkpoint" and not v.name.startswith("data-")]
+    theirs.append(("runai-spec's own mount for the smoke test's preflight.py", SMOKE_MOUNT))
+    mine = [("checkpoint.dir", profile.checkpoint.dir)]
+    mine += [(f"data[{i}].path", d.path) for i, d in enumerate(profile.data)]
+    seen: list[tuple[str, str]] = []
+    for field, path in mine:
+        problem = _path_problem(path)
+        if problem is not None:
+            yield _finding(ctx, "mount-path", field, *problem)
+            continue
+        clash = next(((who, other) for who, other in theirs if _nested(path, other)), None)
+        system = "/" if path == "/" else next((s for s in SYSTEM_PATHS if _nested(path, s)), None)
+        mount = next(((who, other) for who, other in seen if _nested(path, other)), None)
+        if clash is not None and path != "/":
+            yield _finding(ctx, "mount-path", field,
+                           f"{path} {'is' if path == clash[1] else 'overlaps'} {clash[0]} "
+                           f"({clash[1]})", "mount it somewhere of its own, e.g. /data/<name>")
+        elif system is not None:
+            what = ("the root: it hides the whole image" if system == "/" else "a system path"
+                    if system == path else f"under the system path {system}"
+                    if path.startswith(system) else f"a folder that holds the system path {system}")
+            yield _finding(ctx, "mount-path", field, f"{path} is {what}",
+                           "mount it somewhere of its own, e.g. /data/<name> or /checkpoints")
+        elif mount is not None:
+            yield _finding(ctx, "mount-path", field,
+                           f"{path} {'is also' if path == mount[1] else 'overlaps'} "
+                           f"{mount[0]} ({mount[1]})",
+                           "give each volume a folder of its own, neither inside the other")
+        seen.append((field, path))
 
 
 @rule("launcher", "error", "The tool adds the launcher; the command is the entry point only")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import html
 import inspect
 import json
+import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -31,17 +33,65 @@ def error_dict(exc: RunaiSpecError) -> dict[str, Any]:
             "exit_code": exc.exit_code}
 
 
-def md_cell(text: object) -> str:
-    """A value safe inside one Markdown table cell."""
-    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+# --- Markdown: every value written into a Markdown output is escaped here, nowhere else ---
+# (plan's ticket, validate -f markdown, diff -f markdown; review.py and diff.py call these)
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+# Backslash-escaped: every character that opens inline markup, a table cell or a heading's
+# closing sequence; `<`, `>` and `&` become entities, so no HTML (`<!--`, `<details>`) opens.
+_MD_ACTIVE = re.compile(r"[\\`*_\[\]|~$#]")
+_MD_ENTITY = {"<": "&lt;", ">": "&gt;", "&": "&amp;"}
+# A value at the start of a line must not open a list, a heading underline or a quote.
+_MD_LINE_START = re.compile(r"^([-+=]|\d+[.)])")
 
 
-def md_code(text: object) -> str:
-    """Inline code that survives backticks in the value."""
-    value = str(text).replace("\n", " ")
-    fence = "``" if "`" in value else "`"
-    pad = " " if value.startswith("`") or value.endswith("`") else ""
+def one_line(text: object) -> str:
+    """The value on one line: each control character (CR, LF, tab, ESC, U+2028...) written
+    as a visible escape, never a line break or a terminal sequence."""
+    return _CONTROL.sub(lambda m: _NAMED.get(m.group()) or
+                        (f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                         else f"\\u{ord(m.group()):04x}"), str(text))
+
+
+def md_text(text: object) -> str:
+    """Any value as literal Markdown text (paragraph, list item, heading, table cell): it
+    renders as itself and cannot open markup, HTML, a new line or a new table cell."""
+    value = _MD_ACTIVE.sub(lambda m: "\\" + m.group(), one_line(text))
+    value = re.sub(r"[<>&]", lambda m: _MD_ENTITY[m.group()], value)
+    return _MD_LINE_START.sub(lambda m: m.group()[:-1] + "\\" + m.group()[-1], value)
+
+
+md_cell = md_text  # a table cell: `|` is already escaped
+
+
+def md_code(text: object, *, cell: bool = False) -> str:
+    """Inline code showing the value exactly: the fence is longer than any backtick run in
+    it; in a table cell (cell=True) each `|` is escaped, which the table removes again."""
+    value = one_line(text)
+    fence = "`" * (max((len(r) for r in re.findall(r"`+", value)), default=0) + 1)
+    pad = " " if value[:1] == "`" or value[-1:] == "`" or (
+        value[:1] == " " and value[-1:] == " " and value.strip(" ")) else ""
+    if not value:
+        value = " "
+    if cell:
+        value = value.replace("|", "\\|")
     return f"{fence}{pad}{value}{pad}{fence}"
+
+
+def md_fence(content: str, info: str = "") -> list[str]:
+    """A fenced code block holding content exactly: the fence is longer than any backtick
+    run in it, so no line of the content can close the block."""
+    runs = re.findall(r"`+", content)
+    fence = "`" * max(3, max((len(r) for r in runs), default=0) + 1)
+    body = _CONTROL.sub(lambda m: m.group() if m.group() in "\n\t" else one_line(m.group()),
+                        content)
+    return [f"{fence}{info}", *body.split("\n"), fence]
+
+
+def html_text(text: object) -> str:
+    """A value inside raw HTML (diff's <details><summary>): entities, on one line."""
+    return html.escape(one_line(text), quote=True)
 
 
 def counts(findings: Iterable[Finding]) -> dict[str, int]:
@@ -90,12 +140,12 @@ def validate_markdown(workloads: list[ProfileCheck], bad: list[RunaiSpecError]) 
            f"{n['warning']} warning(s), {n['info']} note(s).", ""]
     if bad:
         out += ["**Bad input** (not checked further):", ""]
-        out += [f"- {md_code(exc.file or '')} {md_cell(exc.field or '')}: {md_cell(exc.message)}"
-                + (f" (hint: {md_cell(exc.hint)})" if exc.hint else "") for exc in bad]
+        out += [f"- {md_code(exc.file or '')} {md_text(exc.field or '')}: {md_text(exc.message)}"
+                + (f" (hint: {md_text(exc.hint)})" if exc.hint else "") for exc in bad]
         out.append("")
     for workload in workloads:
         mark = "❌" if workload.errors else "✅"
-        out.append(f"#### {mark} {md_code(workload.path)}: {md_cell(workload.summary)}")
+        out.append(f"#### {mark} {md_code(workload.path)}: {md_text(workload.summary)}")
         out.append("")
         if not workload.findings:
             out += ["No findings.", ""]
@@ -103,9 +153,10 @@ def validate_markdown(workloads: list[ProfileCheck], bad: list[RunaiSpecError]) 
         out += ["| severity | rule | field | line | message | hint |",
                 "|---|---|---|---|---|---|"]
         for f in sorted(workload.findings, key=lambda f: SEVERITY_ORDER[f.severity]):
-            out.append(f"| {f.severity} | {md_code(f.rule)} | {md_code(f.path)} | "
-                       f"{f.line if f.line is not None else ''} | {md_cell(f.message)} | "
-                       f"{md_cell(f.hint or '')} |")
+            out.append(f"| {md_text(f.severity)} | {md_code(f.rule, cell=True)} | "
+                       f"{md_code(f.path, cell=True)} | "
+                       f"{f.line if f.line is not None else ''} | {md_text(f.message)} | "
+                       f"{md_text(f.hint or '')} |")
         out.append("")
     return "\n".join(out)
 
@@ -115,6 +166,12 @@ def validate_markdown(workloads: list[ProfileCheck], bad: list[RunaiSpecError]) 
 def rule_docs() -> list[dict[str, str]]:
     return [{"id": r.id, "severity": r.severity, "summary": r.summary,
              "details": inspect.cleandoc(r.check.__doc__ or "")} for r in RULES.values()]
+
+
+def _doc_cell(text: str) -> str:
+    """A rule's summary in the catalogue's table: Markdown we wrote (backticks, `_` stay
+    markup), kept on one line and in its cell."""
+    return one_line(text).replace("\\", "\\\\").replace("|", "\\|")
 
 
 def rules_markdown() -> str:
@@ -127,7 +184,7 @@ def rules_markdown() -> str:
            "for a milder case). Errors exit 1, warnings and notes do not.", "",
            "| rule | severity | summary |", "|---|---|---|"]
     docs = rule_docs()
-    out += [f"| [`{d['id']}`](#{d['id']}) | {d['severity']} | {md_cell(d['summary'])} |"
+    out += [f"| [`{d['id']}`](#{d['id']}) | {d['severity']} | {_doc_cell(d['summary'])} |"
             for d in docs]
     for d in docs:
         out += ["", f"## {d['id']}", "", f"*{d['severity']}*: {d['summary']}.", "",

@@ -9,7 +9,7 @@ from typing import Any
 from .kubeflow import KIND, operator_env, replica_specs
 from .policy import memory_estimate
 from .rehearsals import read_record
-from .report import md_cell
+from .report import md_code, md_fence, md_text
 from .workload import Workload
 
 CHECKLIST = (
@@ -67,28 +67,28 @@ def review_json(w: Workload) -> str:
 
 
 def mermaid(d: dict[str, Any]) -> list[str]:
-    lines = ["```mermaid", "flowchart LR"]
+    lines = ["flowchart LR"]
     for i, pod in enumerate(d["topology"]):
         lines.append(f'  subgraph P{i}["{pod["pod"]} ({pod["gpus"]} GPU)"]')
         lines += [f'    R{r}["GPU {j}: rank {r}"]' for j, r in enumerate(pod["ranks"])]
         lines.append("  end")
     if len(d["topology"]) > 1:
         lines += [f"  P0 <--> P{i}" for i in range(1, len(d["topology"]))]
-    lines.append("```")
-    return lines
+    return md_fence("\n".join(lines), "mermaid")
 
 
 def review_markdown(w: Workload) -> str:
     d = review_dict(w)
     m, b, mem, pr = d["model"], d["batch"], d["memory_per_gpu"], d["preset"]
-    out: list[str | None] = [f"# Review request: `{d['name']}` ({d['project']})", "",
+    out: list[str | None] = [f"# Review request: {md_code(d['name'])} ({md_text(d['project'])})",
+           "",
            "| | |", "|---|---|",
-           f"| layout | {d['layout']} |",
+           f"| layout | {md_text(d['layout'])} |",
            f"| model size | {m['parameters']:,} parameters |" if m else "| model size | not declared |",
-           f"| precision | {m['precision']} |" if m else "| precision | not declared |",
+           f"| precision | {md_text(m['precision'])} |" if m else "| precision | not declared |",
            f"| sequence length | {m['sequence_length'] or 'n/a'} |" if m else None,
-           f"| strategy | {d['strategy']} |",
-           f"| checkpoint format | {d['checkpoint_format'] or 'n/a'} |",
+           f"| strategy | {md_text(d['strategy'])} |",
+           f"| checkpoint format | {md_text(d['checkpoint_format'] or 'n/a')} |",
            f"| pods x processes | {d['pods']} x {d['processes_per_pod']} |",
            f"| world size | {d['world_size']} |"]
     if d["elastic"]:
@@ -106,13 +106,14 @@ def review_markdown(w: Workload) -> str:
     text += ["", "## Memory estimate per GPU (model state, activations excluded)", ""]
     text.append(f"{mem['total_gb']} GB of {mem['capacity_gb']:g} GB: weights {mem['weights_gb']}"
                f" + gradients {mem['grads_gb']} + optimizer {mem['optimizer_gb']} "
-               f"({mem['method']})" if mem else "not known for this strategy")
+               f"({md_text(mem['method'])})" if mem else "not known for this strategy")
     text += ["", "## Preset and approval", "",
-            f"`{pr['name']}` ({pr['gpu']}), sha256 `{pr['sha256'][:16]}...`, approved by "
-            f"{pr['approved_by']} on {pr['approved_at']}, expires {pr['expires'] or 'never'}",
-            "", "## Launcher and environment", "", "```sh", d["launcher"], "```", ""]
-    text += [f"- `{k}={v}`" for k, v in d["env"].items()]
-    text += [f"- `{k}` from {v}" for k, v in d["secret_env"].items()]
+            f"{md_code(pr['name'])} ({md_text(pr['gpu'])}), sha256 {md_code(pr['sha256'][:16])}..."
+            f", approved by {md_text(pr['approved_by'])} on {md_text(pr['approved_at'])}, "
+            f"expires {md_text(pr['expires'] or 'never')}",
+            "", "## Launcher and environment", "", *md_fence(d["launcher"], "sh"), ""]
+    text += [f"- {md_code(f'{k}={v}')}" for k, v in d["env"].items()]
+    text += [f"- {md_code(k)} from {md_text(v)}" for k, v in d["secret_env"].items()]
     text += ["", "## Topology (global ranks)", ""]
     if d["elastic"]:
         text += ["Elastic: the pods that join form the world; ranks are assigned by torchrun's "
@@ -121,7 +122,8 @@ def review_markdown(w: Workload) -> str:
     text[1:1] = readiness_lines(d)
     text += ticket_markdown(d)
     text += ["", "## Findings", ""]
-    text += [f"- **{f['severity']}** `{f['rule']}`: {f['message']}" for f in d["findings"]] \
+    text += [f"- **{md_text(f['severity'])}** {md_code(f['rule'])}: {md_text(f['message'])}"
+             for f in d["findings"]] \
         or ["none"]
     text += ["", "## Validation checklist (before the real run)", ""]
     text += [f"- [ ] {item}" for item in CHECKLIST]
@@ -174,39 +176,46 @@ def readiness_lines(d: dict[str, Any]) -> list[str]:
 
 
 def ticket_markdown(d: dict[str, Any]) -> list[str]:
+    """The ticket's sections after the topology; every value through report's escaping."""
     img, ck, m, dg, env = (d["image"], d["checkpoint"], d["metrics"], d["diagnostics"],
                            d["environment"])
     out = ["", "## Image", "",
-           f"- repository `{img['repository']}`, tag `{img['tag'] or 'none'}`",
-           f"- digest `{img['digest']}`" if img["digest"] else "- digest: **none** (not pinned)",
+           f"- repository {md_code(img['repository'])}, tag {md_code(img['tag'] or 'none')}",
+           f"- digest {md_code(img['digest'])}" if img["digest"] else
+           "- digest: **none** (not pinned)",
            "", "## Volumes", "", "| volume | mount | access | from |", "|---|---|---|---|"]
     for v in d["volumes"]:
-        source = (f"data source `{v['source']}` (PVC `{v['claim']}` in the project's namespace)"
-                  if v.get("source") else f"PVC `{v['claim']}`" if v["claim"] else
-                  f"memory ({v['memory_size']})" if v["memory_size"] else "emptyDir")
-        out.append(f"| {v['name']} | `{v['mount_path']}` | "
+        claim = md_code(v["claim"], cell=True)
+        source = (f"data source {md_code(v['source'], cell=True)} (PVC {claim} in the project's "
+                  "namespace)" if v.get("source") else f"PVC {claim}" if v["claim"] else
+                  f"memory ({md_text(v['memory_size'])})" if v["memory_size"] else "emptyDir")
+        out.append(f"| {md_text(v['name'])} | {md_code(v['mount_path'], cell=True)} | "
                    f"{'read-only' if v['read_only'] else 'read-write'} | {source} |")
     out += ["", "## Checkpoint and resume", "",
-            f"`{ck['dir']}` on PVC `{ck['claim']}`, format {ck['format']}; resume: "
-            + (md_cell(ck["resume"]) if ck["resume"] else
+            f"{md_code(ck['dir'])} on PVC {md_code(ck['claim'])}, format "
+            f"{md_text(ck['format'])}; resume: "
+            + (md_text(ck["resume"]) if ck["resume"] else
                "**not declared** (a restarted pod may start from step 0)")
             + f"; checkpoint on SIGTERM: {'yes' if ck['on_sigterm'] else 'no'}",
             "", "## Metrics", "",
-            (f"written by {m['writer']}, tracker {m['tracker'] or 'not declared'}" if m
+            (f"written by {md_text(m['writer'])}, tracker "
+             f"{md_text(m['tracker'] or 'not declared')}" if m
              else "**not declared** (who writes the metrics: `metrics.writer`)"),
             "", "## Diagnostics", "",
-            ("NCCL_DEBUG=INFO is **on**" + (f" ({md_cell(dg['reason'])})" if dg["reason"]
+            ("NCCL_DEBUG=INFO is **on**" + (f" ({md_text(dg['reason'])})" if dg["reason"]
                                             else " (no reason given)") if dg["nccl_debug"]
              else "none on"),
-            "", f"## Exact environment (training operator {env['operator_version']})", "",
-            "The container's own variables (profile, preset network):", "", "```sh"]
-    out += [f"{k}={shlex.quote(str(v))}" for k, v in env["container"].items()] or ["# none"]
-    out += ["```", "", "NCCL settings from the preset: " + (", ".join(
-        f"`{k}={v}`" for k, v in env["preset_network"].items()) or "none"), ""]
+            # the version is one of kubeflow.OPERATOR_VERSIONS (the site model's Literal)
+            "", f"## Exact environment (training operator {env['operator_version']})",
+            "", "The container's own variables (profile, preset network):", ""]
+    out += md_fence("\n".join(f"{k}={shlex.quote(str(v))}" for k, v in env["container"].items())
+                    or "# none", "sh")
+    out += ["", "NCCL settings from the preset: " + (", ".join(
+        md_code(f"{k}={v}") for k, v in env["preset_network"].items()) or "none"), ""]
     for pod, values in env["operator"].items():
-        out += [f"Set by the operator in {pod}:", "", "```sh"]
-        out += [f"{k}={shlex.quote(v)}" for k, v in values.items()]
-        out += ["```", ""]
+        out += [f"Set by the operator in {md_text(pod)}:", ""]
+        out += md_fence("\n".join(f"{k}={shlex.quote(v)}" for k, v in values.items()), "sh")
+        out += [""]
     out += ["## Latest rehearsal", ""]
     r = d["rehearsal"]
     if r is None:
@@ -215,9 +224,11 @@ def ticket_markdown(d: dict[str, Any]) -> list[str]:
     verdict = "**passed**" if r["ok"] else "**failed**"
     of = ("this profile" if r["same_profile"] else
           "**an earlier version** of this profile (its sha256 differs): rehearse again")
-    out += [f"{verdict} at {r['finished_at']}, of {of}; world {r['world_size']}, "
-            f"{r['backend']}{', ' + ' '.join(r['options']) if r['options'] else ''}; logs "
-            f"`{r['logs_dir']}`", "", "| check | status | message |", "|---|---|---|"]
-    out += [f"| {c['check']} | {c['status']} | {md_cell(c['message'])} |" for c in r["checks"]]
+    options = " ".join(r["options"]) if r["options"] else ""
+    out += [f"{verdict} at {md_text(r['finished_at'])}, of {of}; world {md_text(r['world_size'])}"
+            f", {md_text(r['backend'])}{', ' + md_code(options) if options else ''}; logs "
+            f"{md_code(r['logs_dir'])}", "", "| check | status | message |", "|---|---|---|"]
+    out += [f"| {md_text(c['check'])} | {md_text(c['status'])} | {md_text(c['message'])} |"
+            for c in r["checks"]]
     return out
 

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 from .checklist import PreflightSettings, preflight_settings, preflight_source
 from .errors import InputError
-from .kubeflow import ANNOTATION_PREFIX, NAME_MAX, PREFLIGHT_SHA_ANNOTATION, SMOKE_LABEL
+from .kubeflow import ANNOTATION_PREFIX, NAME_MAX, PREFLIGHT_SHA_ANNOTATION, SMOKE_LABEL, SMOKE_MOUNT
+from .kubeflow import SMOKE_SUFFIX as SMOKE_SUFFIX
 from .launcher import python_head
 from .manifests import Manifest
 from .plan import Plan
@@ -19,9 +20,7 @@ from .render import render_smoke
 if TYPE_CHECKING:
     from .workload import Workload
 
-SMOKE_SUFFIX = "-smoke"
 SMOKE_NOTE = "preflight.py checklist in place of the training command"
-SMOKE_MOUNT = "/opt/runai-spec"
 SMOKE_VOLUME = "runai-spec-preflight"
 DEFAULT_DEADLINE_S = 1800
 # on the profile's checkpoint volume, beside (never over) the real job's checkpoints

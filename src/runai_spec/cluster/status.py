@@ -78,7 +78,7 @@ def _phase(job: Manifest) -> tuple[str, str | None]:
     if not conditions:
         return "Pending", "the training operator has not reported a status yet"
     last = conditions[-1]
-    return str(last.get("type")), (clean(last["message"]) if last.get("message") else None)
+    return clean(last.get("type"), 40), (clean(last["message"]) if last.get("message") else None)
 
 
 def _pod_state(pod: Manifest) -> tuple[str, int]:
