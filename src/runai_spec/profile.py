@@ -24,7 +24,8 @@ ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 # DESIGN section 5: a plain scalar in a string field is exactly the text written (`1.10`
 # stays "1.10", `--epochs, 90` gives "90"); Arg also says so in the JSON Schema, for editors.
 Text = Annotated[str, BeforeValidator(literal_text)]
-Arg = Annotated[str, BeforeValidator(literal_text, json_schema_input_type=str | int | float | bool)]
+_AS_WRITTEN = BeforeValidator(literal_text, json_schema_input_type=str | int | float | bool)
+Arg = Annotated[str, _AS_WRITTEN]
 # Only `true`/`false`: YAML 1.1's yes/no/on/off (and pydantic's "1", "t", ...) never flip a switch.
 Switch = Annotated[bool, Field(strict=True)]
 
@@ -116,7 +117,7 @@ class Profile(_Model):
     project: Text = Field(pattern=DNS1123_PATTERN, max_length=NAME_MAX, description="Run:ai project.")
     preset: Text = Field(pattern=DNS1123_PATTERN, max_length=NAME_MAX, description="Approved preset name.")
     image: Text = Field(min_length=1, description="Immutable image: registry/repo[:tag]@sha256:<64 hex>.")
-    command: list[Annotated[Arg, Field(min_length=1)]] = Field(
+    command: list[Annotated[str, Field(min_length=1), _AS_WRITTEN]] = Field(
         min_length=1, description="Training entry point and arguments, e.g. [train.py, --cfg, c.yaml].")
     working_dir: Text | None = Field(None, pattern=r"^/", description="Container working directory.")
     env: dict[Annotated[str, Field(pattern=ENV_NAME)], Arg] = Field(
