@@ -27,8 +27,14 @@ def finding_dict(finding: Finding) -> dict[str, Any]:
 
 
 def error_dict(exc: RunaiSpecError) -> dict[str, Any]:
-    return {"file": exc.file, "field": exc.field, "message": exc.message, "hint": exc.hint,
-            "exit_code": exc.exit_code}
+    out = {"file": exc.file, "line": exc.line, "field": exc.field, "message": exc.message,
+           "hint": exc.hint, "exit_code": exc.exit_code}
+    errors: tuple[RunaiSpecError, ...] = getattr(exc, "errors", ())
+    findings: tuple[Finding, ...] = getattr(exc, "findings", ())
+    if errors or findings:  # a profile with schema errors, checked on the fields that parsed
+        out["errors"] = [error_dict(e) for e in errors]
+        out["findings"] = [finding_dict(f) for f in findings]
+    return out
 
 
 def md_cell(text: object) -> str:
