@@ -235,9 +235,17 @@ def test_six_mistakes_in_json_list_errors_and_findings(write_profile: Callable[.
     result = run("validate", "--format", "json", str(write_profile(SIX)))
     assert result.exit_code == 2
     (bad,) = json.loads(result.stdout)["bad_input"]
-    assert [e["field"] for e in bad["errors"]] == ["name", "model.parameters", "workdir"]
-    assert sorted(f["rule"] for f in bad["findings"]) == ["global-batch", "image-digest",
-                                                          "nccl-transport-env"]
+    assert [e["field"] for e in bad["errors"]] == ["name", "workdir", "model.parameters"]
+    assert [f["rule"] for f in bad["findings"]] == ["image-digest", "nccl-transport-env",
+                                                    "global-batch"]
+    assert [e["line"] for e in bad["errors"]] == [1, 6, 16]
+
+
+def test_six_mistakes_in_markdown_sorted_by_line(write_profile: Callable[..., Path]) -> None:
+    result = run("validate", "--format", "markdown", str(write_profile(SIX)))
+    assert result.exit_code == 2
+    rows = [ln for ln in result.stdout.splitlines() if ln.startswith("- ")]
+    assert [int(row.split()[2]) for row in rows] == [1, 4, 6, 8, 13, 16]
 
 
 def test_findings_that_depend_on_a_field_that_did_not_parse_are_left_out(

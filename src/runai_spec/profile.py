@@ -204,11 +204,11 @@ class ProfileProblems(InputError):
 
     def __init__(self, errors: Sequence[RunaiSpecError], findings: Sequence[Finding] = ()
                  ) -> None:
-        first = errors[0]
+        first = min(errors, key=lambda e: e.line or 0)
         super().__init__(first.message, file=first.file, line=first.line, field=first.field,
                          hint=first.hint)
-        self.errors = tuple(errors)
-        self.findings = tuple(findings)
+        self.errors = tuple(sorted(errors, key=lambda e: e.line or 0))
+        self.findings = tuple(sorted(findings, key=lambda f: f.line or 0))
 
     def lines(self) -> list[str]:
         items: list[tuple[int, list[str]]] = [(e.line or 0, e.lines()) for e in self.errors]
