@@ -28,8 +28,8 @@ def finding_dict(finding: Finding) -> dict[str, Any]:
 
 def error_dict(exc: RunaiSpecError) -> dict[str, Any]:
     out: dict[str, Any] = {"file": exc.file, "line": exc.line, "field": exc.field,
-                           "message": exc.message,
-           "hint": exc.hint, "exit_code": exc.exit_code}
+                           "message": exc.message, "hint": exc.hint,
+                           "exit_code": exc.exit_code}
     errors: tuple[RunaiSpecError, ...] = getattr(exc, "errors", ())
     findings: tuple[Finding, ...] = getattr(exc, "findings", ())
     if errors or findings:  # a profile with schema errors, checked on the fields that parsed
