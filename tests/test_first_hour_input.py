@@ -377,3 +377,12 @@ def test_profile_sha256_ignores_line_endings_comments_and_order(tmp_path: Path) 
     # 1.10 and 1.1 render differently, so they hash differently
     assert (render(PROFILE.replace('MY_FLAG: "1"', "MY_FLAG: 1.10"), "a.yaml")
             != render(PROFILE.replace('MY_FLAG: "1"', "MY_FLAG: 1.1"), "b.yaml"))
+
+
+@pytest.mark.parametrize("before, after", [("local: 4", "local: true"),
+                                           ("parameters: 1000000", "parameters: false")])
+def test_a_count_is_never_a_boolean(write_profile: Callable[..., Path], before: str,
+                                    after: str) -> None:
+    result = run("validate", str(write_profile(PROFILE.replace(before, after))))
+    assert result.exit_code == 2
+    assert f"must be a number, not {after.split()[-1]}" in result.stderr

@@ -29,6 +29,16 @@ Arg = Annotated[str, _AS_WRITTEN]
 # Only `true`/`false`: YAML 1.1's yes/no/on/off (and pydantic's "1", "t", ...) never flip a switch.
 Switch = Annotated[bool, Field(strict=True)]
 
+
+def _not_a_switch(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError(f"must be a number, not {str(value).lower()}")
+    return value
+
+
+# A count is a number: `true` is never 1.
+Count = Annotated[int, BeforeValidator(_not_a_switch)]
+
 Strategy = Literal["ddp", "fsdp", "deepspeed", "tensor", "pipeline", "hybrid"]
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
 CheckpointFormat = Literal["dcp", "torch", "safetensors", "deepspeed"]
@@ -41,18 +51,18 @@ class _Model(BaseModel):
 class Batch(_Model):
     """The batch-size arithmetic the site guide asks every project to record."""
 
-    local: int = Field(gt=0, description="Samples per process per step (the local batch).")
-    grad_accum: int = Field(1, gt=0, description="Gradient accumulation steps.")
-    global_: int = Field(alias="global", gt=0,
+    local: Count = Field(gt=0, description="Samples per process per step (the local batch).")
+    grad_accum: Count = Field(1, gt=0, description="Gradient accumulation steps.")
+    global_: Count = Field(alias="global", gt=0,
                          description="Intended global batch = local x processes x grad_accum.")
 
 
 class Model(_Model):
     """What the AI engineer needs to approve a topology."""
 
-    parameters: int = Field(gt=0, description="Number of model parameters, e.g. 7000000000.")
+    parameters: Count = Field(gt=0, description="Number of model parameters, e.g. 7000000000.")
     precision: Precision = Field(description="Training precision of weights and gradients.")
-    sequence_length: int | None = Field(None, gt=0, description="Tokens per sample, if any.")
+    sequence_length: Count | None = Field(None, gt=0, description="Tokens per sample, if any.")
     optimizer: Literal["adamw", "adam", "sgd"] = Field(
         "adamw", description="Optimizer, for the memory estimate (Adam keeps two fp32 moments).")
 
@@ -127,7 +137,7 @@ class Profile(_Model):
         description="Credentials as variables read from a Secret (never written in the profile).")
     batch: Batch = Field(description="Batch arithmetic.")
     strategy: Strategy = Field("ddp", description="Parallelism strategy.")
-    zero_stage: int | None = Field(None, ge=0, le=3, description="DeepSpeed ZeRO stage.")
+    zero_stage: Count | None = Field(None, ge=0, le=3, description="DeepSpeed ZeRO stage.")
     model: Model | None = Field(None, description="Model size, precision, sequence length.")
     checkpoint: Checkpoint = Field(description="Checkpoint location and format.")
     data: list[DataVolume] = Field(default_factory=list, description="Data volumes to mount.")
@@ -295,7 +305,7 @@ def _explained(error: Any) -> tuple[str, str, str | None]:
     """(field path, message, hint) of one pydantic error, in the profile's words."""
     loc = tuple(p for p in error["loc"] if not str(p).startswith("function-"))
     path = _field_path(loc)
-    msg, hint, value = error["msg"], None, error.get("input")
+    msg, hint, value = error["msg"].removeprefix("Value error, "), None, error.get("input")
     kind = error["type"]
     if kind == "extra_forbidden":
         key = str(loc[-1]) if loc else ""
