@@ -386,3 +386,14 @@ def test_a_count_is_never_a_boolean(write_profile: Callable[..., Path], before: 
     result = run("validate", str(write_profile(PROFILE.replace(before, after))))
     assert result.exit_code == 2
     assert f"must be a number, not {after.split()[-1]}" in result.stderr
+
+
+def test_an_unknown_field_inside_a_field_that_did_not_parse(write_profile: Callable[..., Path]
+                                                           ) -> None:
+    text = PROFILE + ("data:\n  - path: data\n    pvc: team-a-data\n"
+                      "  - path: /more\n    pvcc: team-a-more\n")
+    result = run("validate", str(write_profile(text)))
+    assert result.exit_code == 2, result.output
+    assert "data[0].path: String should match pattern" in result.stderr
+    assert "data[1].pvcc: unknown field" in result.stderr
+    assert "Traceback" not in result.output

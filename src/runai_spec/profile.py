@@ -375,8 +375,11 @@ def _repair(data: dict[str, Any], exc: ValidationError
             top = str(loc[0])
             if error["type"] == "extra_forbidden":
                 parent: Any = data
-                for part in loc[:-1]:
-                    parent = parent[part] if isinstance(parent, dict | list) else None
+                try:  # (its parent may be replaced already, by an earlier error)
+                    for part in loc[:-1]:
+                        parent = parent[part]
+                except (KeyError, IndexError, TypeError):
+                    continue
                 if isinstance(parent, dict):
                     parent.pop(loc[-1], None)
                 continue
