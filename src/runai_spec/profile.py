@@ -468,18 +468,21 @@ def parse_profile(text: str, source: str) -> LoadedProfile:
     return loaded
 
 
+def _canonical(value: Any) -> Any:
+    kind = type(value)
+    if kind is dict:
+        return {key: _canonical(child) for key, child in value.items()}
+    if kind is list:
+        return [_canonical(child) for child in value]
+    text = getattr(value, "text", None)  # a plain-scalar number: its text, marked as one
+    return "\x00" + text if type(text) is str else value  # (strings hold no NUL: the loader)
+
+
 def canonical_json(value: Any) -> str:
     """The parsed profile as sorted-key JSON with every number as the text written: what the
     profile says, not how the file is laid out (line endings, comments, quoting, key order)."""
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{json.dumps(k)}:{canonical_json(v)}"
-                              for k, v in sorted(value.items())) + "}"
-    if isinstance(value, list):
-        return "[" + ",".join(canonical_json(v) for v in value) + "]"
-    if isinstance(value, bool) or value is None or isinstance(value, str):
-        return json.dumps(value)
-    text = getattr(value, "text", None)  # a plain scalar's text is a JSON number already
-    return text if isinstance(text, str) else json.dumps(value)
+    return json.dumps(_canonical(value), sort_keys=True, ensure_ascii=False,
+                      separators=(",", ":"))
 
 
 def canonical_sha256(raw: dict[str, Any]) -> str:
