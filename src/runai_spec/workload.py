@@ -53,8 +53,8 @@ def prepare_workload(path: Path, registry: PresetRegistry | None = None) -> Work
         try:
             found = [f for f in _prepare(loaded, registry).findings
                      if loaded.trusted(f, READS.get(f.rule))]
-        except InputError as exc:  # the preset itself is bad input too
-            errors.append(exc.located(str(path), "preset", loaded.line("preset")))
+        except InputError as exc:  # the preset (located by _prepare) is bad input too
+            errors.append(exc.located(str(path)))
     raise ProfileProblems(errors, found)
 
 
