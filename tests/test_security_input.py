@@ -32,7 +32,8 @@ def test_a_huge_parameter_count_is_bad_input(
         base_profile: dict[str, Any], write_profile: Callable[..., Path], parameters: str) -> None:
     text = yaml.safe_dump(base_profile, sort_keys=False).replace(
         "parameters: 1000000", f"parameters: {parameters}")
-    one_error(cli("validate", str(write_profile(text))), 2, "line ")
+    line = next(i for i, row in enumerate(text.splitlines(), 1) if "parameters:" in row)
+    one_error(cli("validate", str(write_profile(text))), 2, f".yaml:{line}: ")  # names the line
 
 
 def test_an_integer_of_5000_digits_under_an_unknown_key_is_bad_input(

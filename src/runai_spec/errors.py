@@ -59,13 +59,15 @@ class RunaiSpecError(Exception):
     def field(self) -> str | None:
         return self.location.field
 
-    def located(self, file: str, field: str | None = None) -> RunaiSpecError:
-        """A copy of this error placed in `file` (and `field`) where it names no file itself,
-        for the caller that knows which input it was reading."""
+    def located(self, file: str, field: str | None = None,
+                line: int | None = None) -> RunaiSpecError:
+        """A copy of this error placed in `file` (and `field`, at `line`) where it names no
+        file itself, for the caller that knows which input it was reading."""
         if self.location.file is not None:
             return self
         placed = copy.copy(self)
-        placed.location = Location(file, self.location.line, self.location.field or field)
+        placed.location = Location(file, self.location.line or line,
+                                   self.location.field or field)
         return placed
 
     def lines(self) -> list[str]:

@@ -39,6 +39,32 @@ SECRET_PAIRS = {("API", "KEY"), ("PRIVATE", "KEY"), ("ACCESS", "KEY"), ("SECRET"
 _WORD = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z])(?=[A-Z])")
 
 
+class LiteralInt(int):
+    """An integer written as a plain scalar, with the text it was written as (`090` is never
+    read as a number, but `90` keeps `"90"` for a string field: DESIGN section 5)."""
+
+    text: str
+
+
+class LiteralFloat(float):
+    """A float written as a plain scalar, with its text: `1.10` stays `"1.10"`, `1e3` `"1e3"`."""
+
+    text: str
+
+
+def literal_text(value: Any) -> Any:
+    """The source text of a plain scalar the loader read as a number or boolean (only
+    `true`/`false` are booleans), for a field that holds a string; anything else unchanged."""
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    text = getattr(value, "text", None)
+    if type(text) is str and isinstance(value, int | float):
+        return text
+    return value
+
+
 def _scalar(event: yaml.ScalarEvent) -> Any:
     value: str = event.value
     if event.style is not None and event.style != "":
@@ -60,8 +86,10 @@ def _scalar(event: yaml.ScalarEvent) -> Any:
 class _Builder:
     """Builds plain JSON values from the parser's event stream, refusing what JSON lacks."""
 
-    def __init__(self, source: str, get_event: Any, *, track_lines: bool = True) -> None:
+    def __init__(self, source: str, get_event: Any, *, track_lines: bool = True,
+                 literal: bool = False) -> None:
         self.source = source
+        self.literal = literal
         self.get_event = get_event
         self.nodes = 0
         self.track_lines = track_lines
@@ -69,8 +97,8 @@ class _Builder:
 
     def fail(self, event: Any, what: str, hint: str | None = None) -> InputError:
         mark = getattr(event, "start_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else None
-        return InputError(what, file=self.source, field=where, hint=hint)
+        line = mark.line + 1 if mark is not None else None
+        return InputError(what, file=self.source, line=line, hint=hint)
 
     def check(self, event: Any) -> None:
         self.nodes += 1
@@ -109,6 +137,9 @@ class _Builder:
                 raise self.fail(event, f"{event.value} is too large for a number")
             if type(value) is str and _CONTROL.search(value):
                 raise self.fail(event, "control characters are not allowed in strings")
+            if self.literal and (type(value) is int or type(value) is float):
+                value = (LiteralInt if type(value) is int else LiteralFloat)(value)
+                value.text = event.value
             return value
         get_event = self.get_event
         if kind is yaml.SequenceStartEvent:
@@ -151,25 +182,39 @@ def parse_documents(text: str, source: str) -> list[Any]:
     return _parse(text, source, track_lines=False)[0]
 
 
-def _parse(text: str, source: str, *, track_lines: bool = True
+def _parse(text: str, source: str, *, track_lines: bool = True, literal: bool = False
            ) -> tuple[list[Any], dict[str, int]]:
     docs: list[Any] = []
     loader = _Loader(text)
-    builder = _Builder(source, loader.get_event, track_lines=track_lines)
+    builder = _Builder(source, loader.get_event, track_lines=track_lines, literal=literal)
     try:
         while loader.check_event():
             event = loader.get_event()
             if type(event) is yaml.DocumentStartEvent:
                 docs.append(builder.value(loader.get_event(), 0))
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else None
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise InputError(f"not valid YAML: {problem}", file=source, field=where,
-                         hint="check indentation and quoting near that line") from None
+        raise _yaml_error(exc, text, source) from None
     finally:
         loader.dispose()
     return docs, builder.lines
+
+
+def _yaml_error(exc: yaml.YAMLError, text: str, source: str) -> InputError:
+    mark = getattr(exc, "problem_mark", None)
+    line = mark.line + 1 if mark is not None else None
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    if mark is not None:
+        # a tab where YAML wants indentation: libyaml says "found character that cannot start
+        # any token" or "a tab character that violates indentation", never where the tab is
+        rows = text.splitlines()
+        row = rows[mark.line] if mark.line < len(rows) else ""
+        column = mark.column if row[mark.column:mark.column + 1] == "\t" else row.find("\t")
+        if column >= 0 and ("tab" in problem or row[:column].strip() == ""):
+            return InputError(f"a tab character at column {column + 1}: YAML indents with "
+                              "spaces only", file=source, line=line,
+                              hint="replace the tab with spaces (your editor can show tabs)")
+    return InputError(f"not valid YAML: {problem}", file=source, line=line,
+                      hint="check indentation and quoting near that line")
 
 
 def read_text(path: Path, *, max_bytes: int = MAX_BYTES) -> str:
@@ -229,9 +274,11 @@ def load_mapping_text(text: str, source: str) -> dict[str, Any]:
     return load_mapping_lines(text, source)[0]
 
 
-def load_mapping_lines(text: str, source: str) -> tuple[dict[str, Any], dict[str, int]]:
-    """Like load_mapping_text, also returning the line of every field path (`a.b[0].c`)."""
-    docs, lines = _parse(text, source)
+def load_mapping_lines(text: str, source: str, *, literal: bool = False
+                       ) -> tuple[dict[str, Any], dict[str, int]]:
+    """Like load_mapping_text, also returning the line of every field path (`a.b[0].c`).
+    With literal, plain-scalar numbers are LiteralInt/LiteralFloat that keep their text."""
+    docs, lines = _parse(text, source, literal=literal)
     if not docs:
         docs = [None]
     if len(docs) != 1:

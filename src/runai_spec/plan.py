@@ -334,7 +334,7 @@ def plan_workload(loaded: LoadedProfile, approved: ApprovedPreset, site: Site,
         PRESET_SHA_ANNOTATION: (PRESET_SHA_ANNOTATION, approved.sha256, note,
                                 src.ledger(f"{approved.name}.yaml")),
         PROFILE_SHA_ANNOTATION: (PROFILE_SHA_ANNOTATION, loaded.sha256, note,
-                                 derived(f"sha256 of {loaded.path}")),
+                                 derived(f"sha256 of {loaded.path} as parsed (canonical JSON)")),
     }
     if site_sha256:
         annotations[SITE_SHA_ANNOTATION] = (SITE_SHA_ANNOTATION, site_sha256, note,

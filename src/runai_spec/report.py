@@ -29,8 +29,15 @@ def finding_dict(finding: Finding) -> dict[str, Any]:
 
 
 def error_dict(exc: RunaiSpecError) -> dict[str, Any]:
-    return {"file": exc.file, "field": exc.field, "message": exc.message, "hint": exc.hint,
-            "exit_code": exc.exit_code}
+    out: dict[str, Any] = {"file": exc.file, "line": exc.line, "field": exc.field,
+                           "message": exc.message, "hint": exc.hint,
+                           "exit_code": exc.exit_code}
+    errors: tuple[RunaiSpecError, ...] = getattr(exc, "errors", ())
+    findings: tuple[Finding, ...] = getattr(exc, "findings", ())
+    if errors or findings:  # a profile with schema errors, checked on the fields that parsed
+        out["errors"] = [error_dict(e) for e in errors]
+        out["findings"] = [finding_dict(f) for f in findings]
+    return out
 
 
 # --- Markdown: every value written into a Markdown output is escaped here, nowhere else ---
@@ -139,9 +146,18 @@ def validate_markdown(workloads: list[ProfileCheck], bad: list[RunaiSpecError]) 
            f"{len(workloads) + len(bad)} profile(s); {n['error']} error(s), "
            f"{n['warning']} warning(s), {n['info']} note(s).", ""]
     if bad:
-        out += ["**Bad input** (not checked further):", ""]
-        out += [f"- {md_code(exc.file or '')} {md_text(exc.field or '')}: {md_text(exc.message)}"
-                + (f" (hint: {md_text(exc.hint)})" if exc.hint else "") for exc in bad]
+        out += ["**Bad input** (a profile with schema errors: its findings on the fields that "
+                "parsed are listed with it):", ""]
+        for exc in bad:
+            errors: tuple[RunaiSpecError, ...] = getattr(exc, "errors", ()) or (exc,)
+            findings: tuple[Finding, ...] = getattr(exc, "findings", ())
+            items = [(e.line or 0, f"- {md_code(e.file or '')} {md_cell(e.line or '')} "
+                      f"{md_cell(e.field or '')}: {md_cell(e.message)}"
+                      + (f" (hint: {md_cell(e.hint)})" if e.hint else "")) for e in errors]
+            items += [(f.line or 0, f"- {md_code(f.file or '')} {md_cell(f.line or '')} "
+                       f"{md_cell(f.path)}: {f.severity} {md_code(f.rule)}: {md_cell(f.message)}"
+                       + (f" (hint: {md_cell(f.hint)})" if f.hint else "")) for f in findings]
+            out += [text for _, text in sorted(items, key=lambda item: item[0])]
         out.append("")
     for workload in workloads:
         mark = "❌" if workload.errors else "✅"

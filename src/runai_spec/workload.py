@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import InputError, PresetError
+from .errors import InputError, PresetError, RunaiSpecError
 from .findings import Finding
 from .manifests import Manifest, dump
 from .plan import Plan, plan_workload
-from .policy import Context, check_all
+from .policy import READS, Context, check_all
 from .presets import ApprovedPreset, PresetRegistry, Site
-from .profile import LoadedProfile, load_profile, parse_profile
+from .profile import LoadedProfile, ProfileProblems, load_profile, parse_partial
 from .render import TEMPLATES, render_plan
 
 
@@ -41,15 +41,33 @@ class Workload:
 
 def prepare_workload(path: Path, registry: PresetRegistry | None = None, *,
                      text: str | None = None) -> Workload:
-    """Load, plan, render and check one profile; raises InputError for bad input. With
-    `text`, that is the profile's content, named `path` (a profile not written yet: init)."""
+    """Load, plan, render and check one profile; raises InputError for bad input. A profile
+    with schema errors is still checked, on the fields that parsed: its ProfileProblems lists
+    the errors and those findings together, sorted by line. With `text`, that is the
+    profile's content, named `path` (a profile not written yet: init)."""
     registry = registry or PresetRegistry()
-    loaded = load_profile(path) if text is None else parse_profile(text, str(path))
+    loaded = (load_profile(path, partial=True) if text is None
+              else parse_partial(text, str(path)))
+    if not loaded.problems:
+        return _prepare(loaded, registry)
+    found: list[Finding] = list(loaded.findings)
+    errors: list[RunaiSpecError] = list(loaded.problems)
+    if "preset" not in loaded.replaced:
+        try:
+            found = [f for f in _prepare(loaded, registry).findings
+                     if loaded.trusted(f, READS.get(f.rule))]
+        except InputError as exc:  # the preset (located by _prepare) is bad input too
+            errors.append(exc.located(str(path)))
+    raise ProfileProblems(errors, found)
+
+
+def _prepare(loaded: LoadedProfile, registry: PresetRegistry) -> Workload:
+    path = loaded.path
     try:
         approved = registry.get(loaded.profile.preset)
         site = registry.site()
     except InputError as exc:
-        raise exc.located(str(path), "preset") from None
+        raise exc.located(str(path), "preset", loaded.line("preset")) from None
     if site.family not in TEMPLATES:
         raise PresetError(f"manifest family {site.family!r} is not supported yet (Run:ai's "
                           "TrainingWorkload/DistributedWorkload CRDs, deprecated since Run:ai "

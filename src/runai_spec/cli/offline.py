@@ -48,7 +48,9 @@ ValidateLiveOpt = Annotated[bool, typer.Option(
 def validate(profiles: Profiles, fmt: FormatOpt = Format.text, crd: CrdOpt = None,
              live: ValidateLiveOpt = False, kubeconfig: KubeconfigOpt = None,
              context: ContextOpt = None) -> int:
-    """Check profiles against the preset and the site rules; exit 0 clean, 1 findings, 2 bad input.
+    """Check profiles against the preset and the site rules; exit 0 clean, 1 findings, 2 bad
+    input (also when findings are listed with it: a profile with schema errors is checked on
+    every field that parsed, all in one pass, sorted by line).
 
     Text goes to stderr like compiler messages; JSON and Markdown (for a merge-request
     comment) go to stdout."""
