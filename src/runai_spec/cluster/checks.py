@@ -222,4 +222,4 @@ def live_findings(session: Session, workload: Workload) -> list[Finding]:
                                      f"not checked: the API server's answer is malformed "
                                      f"({resource})", "report it to your AI Engineers: the API "
                                      "server does not answer as Kubernetes does", "warning"))
-    return [dataclasses.replace(f, message=clean(f.message, 500)) for f in findings]
+    return [dataclasses.replace(f, message=clean(f.message, 2000)) for f in findings]
