@@ -350,3 +350,14 @@ def test_a_refused_smoke_job_keeps_a_config_map_an_earlier_submit_stored(
     assert result.exit_code == 3, result.output
     assert "note: removed" not in result.stderr  # this submit created nothing: nothing removed
     assert api.kube.get("configmaps", NS, SMOKE_CM) is not None
+
+
+def test_a_password_in_the_server_address_is_masked_in_errors(
+        unreachable: tuple[Path, str], tmp_path: Path) -> None:
+    config, token = unreachable
+    server = yaml.safe_load(config.read_text())["clusters"][0]["cluster"]["server"]
+    with_password = server.replace("http://", "http://alice:hunter2hunter2@")
+    path = kubeconfig_for(tmp_path / "kc", with_password, {"token": token})
+    result = run("status", NAME, "--project", "nlp-lab", "--kubeconfig", str(path), "--debug")
+    one_cluster_error(result, "connection refused")
+    assert "alice:***@" in result.stderr and "hunter2hunter2" not in result.output

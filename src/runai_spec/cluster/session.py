@@ -165,7 +165,7 @@ class Session:
         except BaseException:
             self.library.__exit__()
             raise
-        self.host = str(self.api.configuration.host)
+        self.host = clean(self.api.configuration.host, 200)  # a URL may carry user:password@
 
     def close(self) -> None:
         try:
