@@ -14,9 +14,11 @@ import contextlib
 import copy
 import json
 import socket
+import ssl
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -43,6 +45,12 @@ class Fault:
     drop: bool = False  # close the connection without an answer
     commit: bool = False  # perform the request first, then misbehave (the write happened)
     body: dict[str, Any] | None = None
+    # issue 12: answer as the server would, then rewrite the answer (a malformed object);
+    # keep: for every matching request, not only the first; dry_run: match only dry runs
+    # (True) or only real writes (False)
+    mangle: Callable[[Any], Any] | None = None
+    keep: bool = False
+    dry_run: bool | None = None
 
     def matches(self, method: str, path: str) -> bool:
         return ((self.method is None or self.method == method)
@@ -264,8 +272,9 @@ class _Handler(BaseHTTPRequestHandler):
         headers = {k: v for k, v in self.headers.items() if k.lower() != "authorization"}
         with kube.lock:
             kube.requests.append(Received(self.command, path, query, headers, body))
-            fault = next((f for f in kube.faults if f.matches(self.command, path)), None)
-            if fault:
+            fault = next((f for f in kube.faults if f.matches(self.command, path) and (
+                f.dry_run is None or f.dry_run == ("dryRun" in query))), None)
+            if fault and not fault.keep:
                 kube.faults.remove(fault)
         if fault and not fault.commit and self._misbehave(fault):
             return
@@ -280,6 +289,8 @@ class _Handler(BaseHTTPRequestHandler):
                 code, reply = 500, status_body(500, "InternalError", f"fake server bug: {exc!r}")
         if fault and fault.commit and self._misbehave(fault):
             return
+        if fault and fault.mangle is not None and code < 300:
+            reply = fault.mangle(copy.deepcopy(reply))
         self._send(code, reply)
 
     def _misbehave(self, fault: Fault) -> bool:
@@ -640,18 +651,34 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, kube: FakeKube) -> None:
+    def __init__(self, kube: FakeKube, tls: ssl.SSLContext | None = None) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.kube = kube
+        self.tls = tls
+
+    def get_request(self) -> tuple[Any, Any]:
+        sock, address = super().get_request()
+        if self.tls is None:
+            return sock, address
+        sock.settimeout(5)  # a client that never finishes the handshake cannot stall the server
+        return self.tls.wrap_socket(sock, server_side=True), address  # OSError: dropped
+
+
 
 
 class KubeAPI:
     """The running server: `url`, `kube` (state), `stop()`."""
 
-    def __init__(self, kube: FakeKube | None = None) -> None:
+    def __init__(self, kube: FakeKube | None = None, tls: tuple[Path, Path] | None = None) -> None:
+        """tls: (certificate, key) files: serve https:// with them (issue 12's TLS tests)."""
         self.kube = kube or FakeKube()
-        self.server = _Server(self.kube)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        context = None
+        if tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(str(tls[0]), str(tls[1]))
+        self.server = _Server(self.kube, context)
+        scheme = "https" if tls is not None else "http"
+        self.url = f"{scheme}://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
                                        daemon=True, name="fake-kube-api")
         self.thread.start()

@@ -11,14 +11,14 @@ from typing import Any, Protocol
 
 from .errors import InputError, RunaiSpecError
 from .kubeflow import API_VERSION, KIND
-from .loading import MAX_BYTES, load_documents, looks_secret, read_text
+from .loading import MAX_BYTES, load_documents, read_text
 from .manifests import Manifest, dump, object_key
 from .pipeline import workloads
 from .presets import PresetRegistry
 from .report import html_text, md_code, md_fence, md_text
+from .secrets import MASK as MASK
+from .secrets import mask_object
 from .workload import Workload
-
-MASK = "***"
 
 
 class HasLines(Protocol):
@@ -27,21 +27,8 @@ class HasLines(Protocol):
     def lines(self) -> list[str]: ...
 
 
-def mask(value: Any) -> Any:
-    """A copy with the values of secret-looking variables (`{name, value}` pairs and
-    mapping keys) replaced by `***`."""
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        named = value.get("name")
-        for key, item in value.items():
-            secret_value = key == "value" and isinstance(named, str) and looks_secret(named)
-            secret_key = (isinstance(key, str) and looks_secret(key)
-                          and not isinstance(item, dict | list))
-            out[key] = MASK if secret_value or secret_key else mask(item)
-        return out
-    if isinstance(value, list):
-        return [mask(item) for item in value]
-    return value
+# A copy with secret-named variables' values and every credential-shaped string masked.
+mask = mask_object
 
 
 @dataclass(frozen=True)

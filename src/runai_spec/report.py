@@ -238,10 +238,11 @@ def submit_lines(result: SubmitResult) -> list[str]:
 
 
 def dry_run_text(result: SubmitResult) -> str:
-    """`submit --dry-run=server`: what the API server would store."""
+    """`submit --dry-run=server`: what the API server would store (credentials masked)."""
     from .manifests import dump
+    from .secrets import mask_object
 
-    return dump([o.stored for o in result.outcomes if o.stored is not None])
+    return dump([mask_object(o.stored) for o in result.outcomes if o.stored is not None])
 
 
 def smoke_note(profile: str) -> str:

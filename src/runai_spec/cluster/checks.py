@@ -3,6 +3,7 @@ the object it looked at; a 403 is one `not checked: forbidden (<resource>)` warn
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -11,7 +12,7 @@ from ..errors import Location
 from ..findings import Finding, Severity
 from ..kubeflow import GPU_RESOURCE
 from ..workload import Workload
-from .session import Session, json_body
+from .session import Session, clean, json_body
 
 DEFAULT_OPERATOR_VERSION = "1.9"
 NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
@@ -237,4 +238,9 @@ def live_findings(session: Session, workload: Workload) -> list[Finding]:
                                      f"not checked: forbidden ({resource})",
                                      "ask the AI Engineers to check it, or for read access",
                                      "warning"))
-    return findings
+        except (AttributeError, TypeError, ValueError, KeyError):  # the server's answer, odd
+            findings.append(_finding(workload, "live-forbidden", resource,
+                                     f"not checked: the API server's answer is malformed "
+                                     f"({resource})", "report it to your AI Engineers: the API "
+                                     "server does not answer as Kubernetes does", "warning"))
+    return [dataclasses.replace(f, message=clean(f.message, 2000)) for f in findings]

@@ -108,7 +108,7 @@ def print_logs(name: str, namespace: str, target: Target, sink: Any, *, previous
     `==> pod <==` line as `tail` does for several files; returns the pods that were skipped."""
     skipped: list[str] = []
     with Session(target) as session:
-        pods = [str(p["metadata"]["name"]) for p in job_pods(session, name, namespace)]
+        pods = [_safe_name(str(p["metadata"]["name"])) for p in job_pods(session, name, namespace)]
         if pod is not None:
             if pod not in pods:
                 raise InputError(f"{pod!r} is not a pod of {job_ref(name, namespace)}",

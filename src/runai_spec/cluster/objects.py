@@ -131,11 +131,40 @@ def get_object(session: Session, ref: Ref) -> Manifest | None:
         return None
     if resp.status != 200:
         raise refusal(resp, ref, "read")
-    body = json_body(resp)
-    if not isinstance(body, dict):
-        raise ClusterError(f"{ref}: the API server sent something that is not an object",
-                           file="cluster")
-    return body
+    return checked(json_body(resp), str(ref))
+
+
+def checked(obj: Any, where: str) -> Manifest:
+    """A server object shaped as Kubernetes sends it, or one clear error (exit 3): never a
+    traceback on `metadata: "notadict"` or a pod without metadata."""
+    problem = _malformed(obj)
+    if problem is not None:
+        raise ClusterError(f"{where}: the API server's answer is malformed: {problem}",
+                           file="cluster", hint="report it to your AI Engineers: the API server "
+                           "(or a proxy in front of it) does not answer as Kubernetes does")
+    return obj  # type: ignore[no-any-return]
+
+
+def _malformed(obj: Any) -> str | None:
+    if not isinstance(obj, dict):
+        return "not an object"
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        return "metadata is missing" if meta is None else "metadata is not an object"
+    if not isinstance(meta.get("name"), str) or not meta["name"]:
+        return "metadata.name is missing or not a string"
+    for key in ("namespace", "uid", "resourceVersion", "deletionTimestamp"):
+        if meta.get(key) is not None and not isinstance(meta[key], str):
+            return f"metadata.{key} is not a string"
+    for key in ("labels", "annotations"):
+        value = meta.get(key)
+        if value is not None and not (isinstance(value, dict) and all(
+                isinstance(k, str) and isinstance(v, str) for k, v in value.items())):
+            return f"metadata.{key} is not a mapping of strings"
+    for key in ("spec", "status", "data"):
+        if obj.get(key) is not None and not isinstance(obj[key], dict):
+            return f"{key} is not an object"
+    return None
 
 
 def require_served(session: Session, ref: Ref) -> None:
@@ -158,8 +187,13 @@ def list_objects(session: Session, resource: Resource, namespace: str,
     resp = session.call("GET", resource.collection(namespace), query)
     if resp.status != 200:
         raise refusal(resp, ref, "list")
-    body = json_body(resp) or {}
-    return [i for i in body.get("items") or [] if isinstance(i, dict)]
+    body = json_body(resp)
+    items = body.get("items") if isinstance(body, dict) else "absent"
+    if not isinstance(items, list | None):
+        raise ClusterError(f"{ref}: the API server's answer is malformed: not a list of items",
+                           file="cluster", hint="report it to your AI Engineers: the API server "
+                           "(or a proxy in front of it) does not answer as Kubernetes does")
+    return [checked(item, f"{ref}: items[{index}]") for index, item in enumerate(items or [])]
 
 
 

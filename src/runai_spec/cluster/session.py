@@ -14,6 +14,7 @@ from typing import Any
 
 from .. import __version__
 from ..errors import ClusterError, InputError
+from ..secrets import mask_text
 
 # The --debug lines say `runai_spec.cluster`, whichever module of the package logs them.
 log = logging.getLogger("runai_spec.cluster")
@@ -60,17 +61,13 @@ class _Transport(Exception):
         self.sent = sent
 
 
-# Credentials: after `bearer`/`token`, JWTs, and long unbroken base64-like runs (no dots, so
-# field paths and label keys survive).
-_TOKENISH = re.compile(r"(?i)(bearer\s+|token[\"'=:\s]+)[A-Za-z0-9._~+/=-]+|"
-                       r"eyJ[\w-]+\.[\w-]+\.[\w-]+|[A-Za-z0-9+/=_-]{40,}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
 
 
 def clean(text: object, limit: int = 300) -> str:
-    """One safe line of server or library text: no control characters, no token-like runs."""
-    line = _CONTROL.sub(" ", str(text)).strip()
-    line = _TOKENISH.sub(lambda m: (m.group(1) or "") + "<redacted>", line)
+    """One safe line of server or library text: no control characters, no credentials
+    (secrets.mask_text, long base64-like runs included)."""
+    line = mask_text(_CONTROL.sub(" ", str(text)).strip(), runs=True)
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
@@ -78,9 +75,7 @@ class RedactFilter(logging.Filter):
     """Defence in depth for --debug: rewrite any record that could carry a credential."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        text = record.getMessage()
-        if re.search(r"(?i)authorization|bearer|token", text):
-            record.msg, record.args = clean(text, 2000), ()
+        record.msg, record.args = clean(record.getMessage(), 2000), ()
         return True
 
 
@@ -114,16 +109,69 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
         pass
 
 
+class LibraryLog(logging.Filter):
+    """The kubernetes library logs through the root logger (`logging.error(str(e))`), whose
+    handler prints to stderr raw: a failing exec credential plugin's stderr (which carried a
+    secret) reached the terminal that way. While a Session lives, the root logger's own
+    records are kept here instead, masked and without a plugin's output, and never printed
+    (--debug shows them as masked debug lines)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+        self._guard = logging.NullHandler()  # root has a handler: no basicConfig to stderr
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = library_text(record.getMessage())
+        if len(self.messages) < 100:
+            self.messages.append(text)
+        log.debug("kubernetes library: %s", text)
+        return False
+
+    def __enter__(self) -> LibraryLog:
+        root = logging.getLogger()
+        root.addFilter(self)
+        root.addHandler(self._guard)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        root = logging.getLogger()
+        root.removeFilter(self)
+        root.removeHandler(self._guard)
+
+    def exec_failure(self) -> str | None:
+        """What the exec credential plugin's failure said, if it failed."""
+        return next((m for m in self.messages if m.startswith("exec:")), None)
+
+
+_PLUGIN_EXIT = re.compile(r"^exec: process returned -?\d+")
+
+
+def library_text(message: str) -> str:
+    """One of the library's messages, safe to show: a failing plugin's own output (appended
+    after its exit code) is dropped whole, as it can carry any secret in any shape."""
+    plugin = _PLUGIN_EXIT.match(message)
+    return plugin.group(0) if plugin else clean(message, 300)
+
+
 class Session:
     """One API client and the retry rules; every request goes through `call`."""
 
     def __init__(self, target: Target) -> None:
         self.target = target
-        self.api = _api_client(target)
-        self.host = str(self.api.configuration.host)
+        self.library = LibraryLog().__enter__()
+        try:
+            self.api = _api_client(target, self.library)
+        except BaseException:
+            self.library.__exit__()
+            raise
+        self.host = clean(self.api.configuration.host, 200)  # a URL may carry user:password@
 
     def close(self) -> None:
-        self.api.close()
+        try:
+            self.api.close()
+        finally:
+            self.library.__exit__()
 
     def __enter__(self) -> Session:
         return self
@@ -136,6 +184,7 @@ class Session:
              stream: bool = False) -> Any:
         """One attempt. Returns the client's raw response; raises _Transport."""
         import urllib3
+        from kubernetes.client.exceptions import ApiException
 
         headers = {"Accept": "application/json", "Content-Type": content_type}
         _, url, headers, body, _ = self.api.param_serialize(
@@ -154,6 +203,10 @@ class Session:
         except OSError as exc:
             raise _Transport(f"cannot reach {self.host}: {exc.strerror or type(exc).__name__}",
                              sent=True) from None
+        except ApiException as exc:  # the client's wrapping of urllib3's SSLError (status 0)
+            if exc.status == 0 and str(exc.reason).startswith("SSLError"):
+                raise tls_failure(self.host, str(exc.reason)) from None
+            raise
         log.debug("%s %s -> %s (%.3f s)", method, path, resp.status, time.monotonic() - started)
         return resp
 
@@ -214,6 +267,31 @@ def reason_of(exc: BaseException) -> str:
     return clean(re.sub(r"<[^>]*>", "", text), 120)
 
 
+_SSL_DETAIL = re.compile(r"\[SSL(?:: (?P<code>[A-Z_]+))?\] (?P<what>[^()'\"]+)")
+
+
+def tls_failure(host: str, reason: str) -> ClusterError:
+    """A failed TLS handshake as one line: never retried (nothing was sent), never a traceback."""
+    found = _SSL_DETAIL.search(reason)
+    code = found.group("code") if found else None
+    what = clean(found.group("what").strip() if found else reason.splitlines()[-1], 160)
+    if code == "CERTIFICATE_VERIFY_FAILED":
+        return ClusterError(f"cannot connect to {host}: the server's TLS certificate is not "
+                            f"trusted ({what})", file="cluster",
+                            hint="the kubeconfig's certificate-authority(-data) must be the "
+                            "cluster's CA and the server address its name; ask your AI "
+                            "Engineers for a current kubeconfig")
+    if code in ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "UNEXPECTED_EOF_WHILE_READING",
+                "PACKET_LENGTH_TOO_LONG", "HTTP_REQUEST"):
+        return ClusterError(f"cannot connect to {host}: the TLS handshake failed ({what}): the "
+                            "server does not speak TLS there", file="cluster",
+                            hint="check the kubeconfig's server address (scheme and port): "
+                            "an https:// address on a plain-HTTP port fails like this")
+    return ClusterError(f"cannot connect to {host}: TLS failure ({what})", file="cluster",
+                        hint="check the kubeconfig's server address and certificate "
+                        "authority (`kubectl config view` hides secrets)")
+
+
 def _retry_after(headers: Mapping[str, str]) -> float | None:
     value = headers.get("Retry-After")
     try:
@@ -222,8 +300,9 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
         return None
 
 
-def _api_client(target: Target) -> Any:
-    """An ApiClient from the kubeconfig; its debug output stays off (it prints the token)."""
+def _api_client(target: Target, library: LibraryLog) -> Any:
+    """An ApiClient from the kubeconfig (or, in a pod without one, the service account); its
+    debug output stays off (it prints the token)."""
     from kubernetes import client
     from kubernetes import config as kube_config
 
@@ -235,8 +314,7 @@ def _api_client(target: Target) -> Any:
         first = env.split(os.pathsep)[0] if env else ""
         path = Path(first) if first else Path.home() / ".kube" / "config"
         if not path.exists() and os.environ.get("KUBERNETES_SERVICE_HOST"):
-            config.load_incluster_config(client_configuration=cfg)
-            return _finish_client(cfg)
+            return _in_cluster(cfg)
     if not path.is_file():
         raise ClusterError("no kubeconfig found", file=str(path), hint="pass --kubeconfig FILE "
                            "or set KUBECONFIG")
@@ -254,6 +332,27 @@ def _api_client(target: Target) -> Any:
     except Exception as exc:  # the loader raises many types; its text may quote the file
         raise ClusterError(f"cannot use the kubeconfig ({type(exc).__name__})", file=str(path),
                            hint="check it with `kubectl config view` (which hides secrets)") from None
+    plugin = library.exec_failure()
+    if plugin is not None:  # the loader logs it and goes on without credentials
+        raise ClusterError(f"the kubeconfig's exec credential plugin failed ({plugin})",
+                           file=str(path), hint="run its command yourself (or `kubectl get "
+                           "pods`) to log in again; runai-spec never shows the plugin's own "
+                           "output, which can carry secrets")
+    return _finish_client(cfg)
+
+
+def _in_cluster(cfg: Any) -> Any:
+    """Inside a pod (KUBERNETES_SERVICE_HOST set, no kubeconfig): its service account."""
+    from kubernetes import config as kube_config
+
+    config: Any = kube_config
+    try:
+        config.load_incluster_config(client_configuration=cfg)
+    except config.ConfigException as exc:
+        raise ClusterError(f"in-cluster configuration failed: {clean(exc, 160)}",
+                           file="cluster", hint="runai-spec runs in a pod (KUBERNETES_SERVICE_HOST "
+                           "is set) without a kubeconfig: mount the service-account token "
+                           "(automountServiceAccountToken) or pass --kubeconfig FILE") from None
     return _finish_client(cfg)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import ClusterError
 from ..kubeflow import CONTAINER, REPLICA_TYPE_LABEL
@@ -72,9 +73,19 @@ def explain(reason: str, message: str) -> str:
     return clean(f"{reason}: {message}", 200)
 
 
+# The server's status parts are read leniently (objects.checked vouches only for metadata):
+# a field of the wrong type reads as absent, never as a traceback.
+def _dict(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _dicts(value: object) -> list[dict[str, Any]]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
 def _phase(job: Manifest) -> tuple[str, str | None]:
-    conditions = [c for c in (job.get("status") or {}).get("conditions") or []
-                  if isinstance(c, dict) and c.get("status") == "True"]
+    conditions = [c for c in _dicts(_dict(job.get("status")).get("conditions"))
+                  if c.get("status") == "True"]
     if not conditions:
         return "Pending", "the training operator has not reported a status yet"
     last = conditions[-1]
@@ -82,17 +93,17 @@ def _phase(job: Manifest) -> tuple[str, str | None]:
 
 
 def _pod_state(pod: Manifest) -> tuple[str, int]:
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    statuses = _dicts(_dict(pod.get("status")).get("containerStatuses"))
     mine = next((s for s in statuses if s.get("name") == CONTAINER), statuses[0] if statuses else {})
-    state = mine.get("state") or {}
+    state = _dict(mine.get("state"))
     count = mine.get("restartCount")
     restarts = count if type(count) is int else 0  # a server's "many" is not a crash of ours
     if "running" in state:
         return "running", restarts
     if "waiting" in state:
-        return f"waiting: {clean(state['waiting'].get('reason', '?'), 80)}", restarts
+        return f"waiting: {clean(_dict(state['waiting']).get('reason', '?'), 80)}", restarts
     if "terminated" in state:
-        t = state["terminated"]
+        t = _dict(state["terminated"])
         return (f"terminated: exit {clean(t.get('exitCode'), 20)} "
                 f"({clean(t.get('reason', '?'), 80)})"), restarts
     return "not started", restarts
@@ -120,12 +131,12 @@ def job_status(name: str, namespace: str, target: Target) -> StatusResult:
         for pod in job_pods(session, name, namespace):
             meta = pod.get("metadata") or {}
             labels = meta.get("labels") or {}
-            pod_phase = clean((pod.get("status") or {}).get("phase") or "Pending", 40)
+            pod_phase = clean(_dict(pod.get("status")).get("phase") or "Pending", 40)
             state, restarts = _pod_state(pod)
             why = None
             if pod_phase == "Pending":
                 why = _pending_reason(session, pod)
-            node = (pod.get("spec") or {}).get("nodeName")
+            node = _dict(pod.get("spec")).get("nodeName")
             # every server-provided name is one clean line: no terminal escapes reach status
             pods.append(PodState(clean(meta.get("name"), 120),
                                  clean(labels.get(REPLICA_TYPE_LABEL, "?"), 40),
@@ -148,7 +159,7 @@ def _pending_reason(session: Session, pod: Manifest) -> str | None:
     if events:
         last = events[-1]
         return explain(str(last.get("reason", "")), str(last.get("message", "")))
-    for cond in (pod.get("status") or {}).get("conditions") or []:
+    for cond in _dicts(_dict(pod.get("status")).get("conditions")):
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
             return explain(str(cond.get("reason", "")), str(cond.get("message", "")))
     return None

@@ -13,6 +13,7 @@ from .delete import delete_object, wait_deleted
 from .objects import (
     FIELD_MANAGER,
     Ref,
+    checked,
     get_object,
     managed_by_us,
     ref_of,
@@ -64,10 +65,7 @@ def _apply(session: Session, ref: Ref, manifest: Manifest, *, dry_run: bool,
         if resp.status == 404:
             require_served(session, ref)
         raise refusal(resp, ref, "create")
-    body = json_body(resp)
-    if not isinstance(body, dict):
-        raise ClusterError(f"{ref}: the API server's answer is not an object", file="cluster")
-    return resp.status, body
+    return resp.status, checked(json_body(resp), str(ref))
 
 
 def _create(session: Session, ref: Ref, manifest: Manifest) -> Manifest:
@@ -131,22 +129,49 @@ def submit_manifests(manifests: Iterable[Manifest], target: Target, *, dry_run: 
             for ref, manifest, _, action in writes:
                 _apply(session, ref, manifest, dry_run=True, force=action == "replace")
         outcomes = []
-        for ref, manifest, live, action in plans:
-            if action == "unchanged":
-                assert live is not None
-                outcomes.append(ObjectOutcome(str(ref), "unchanged", strip_server_fields(live)))
-            elif dry_run:
-                _, stored = _apply(session, ref, manifest, dry_run=True, force=action == "replace")
-                outcomes.append(ObjectOutcome(str(ref), f"would {action}", strip_server_fields(stored)))
-            else:
-                if action == "replace":
+        created: list[tuple[Ref, Manifest]] = []  # what did not exist before this submit
+        try:
+            for ref, manifest, live, action in plans:
+                if action == "unchanged":
                     assert live is not None
-                    delete_object(session, ref, live)
-                    wait_deleted(session, ref, live)
-                stored = _create(session, ref, manifest)
-                outcomes.append(ObjectOutcome(str(ref), "created" if action == "create"
-                                              else "replaced", strip_server_fields(stored)))
+                    outcomes.append(ObjectOutcome(str(ref), "unchanged", strip_server_fields(live)))
+                elif dry_run:
+                    _, stored = _apply(session, ref, manifest, dry_run=True,
+                                       force=action == "replace")
+                    outcomes.append(ObjectOutcome(str(ref), f"would {action}",
+                                                  strip_server_fields(stored)))
+                else:
+                    if action == "replace":
+                        assert live is not None
+                        delete_object(session, ref, live)
+                        wait_deleted(session, ref, live)
+                    stored = _create(session, ref, manifest)
+                    if action == "create":
+                        created.append((ref, stored))
+                    outcomes.append(ObjectOutcome(str(ref), "created" if action == "create"
+                                                  else "replaced", strip_server_fields(stored)))
+        except ClusterError as exc:
+            if not created:
+                raise
+            raise _rolled_back(session, exc, created) from None
     return SubmitResult(tuple(outcomes), dry_run)
+
+
+def _rolled_back(session: Session, exc: ClusterError, created: list[tuple[Ref, Manifest]]
+                 ) -> ClusterError:
+    """A later object was refused after earlier ones were stored (the smoke job after its
+    ConfigMap): delete what this submit created, only that (by uid), and say so."""
+    notes = []
+    for ref, stored in reversed(created):
+        try:
+            delete_object(session, ref, stored)
+        except ClusterError as failed:
+            notes.append(f"note: {ref} was created by this submit and could not be removed "
+                         f"({failed.message}); `runai-spec delete` removes it")
+        else:
+            notes.append(f"note: removed {ref}, which this submit had created")
+    return ClusterError(exc.message, file=exc.file, line=exc.line, field=exc.field,
+                        hint=exc.hint, also=(*exc.also, *notes))
 
 
 def live_objects_all(renders: Iterable[Iterable[Manifest]], target: Target

@@ -1,0 +1,128 @@
+"""What looks like a credential, and how it is masked, for every output."""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Any
+
+from .loading import looks_secret
+
+MASK = "***"
+
+# Whole PEM blocks (keys and certificates), also cut short, and their base64 form
+# ("-----BEGIN" is "LS0tLS1CRUdJTi" in base64: what kubeconfig `*-data` fields hold).
+_PEM = re.compile(r"-----BEGIN [A-Z0-9 ]+-----(?:.*?-----END [A-Z0-9 ]+-----|.*)", re.S)
+_PEM_B64 = re.compile(r"LS0tLS1[A-Za-z0-9+/=]*")
+# `key: value`, `"key": "value"`, `key=value` where the key names a credential: the key
+# alone or after a `-`/`_` prefix (`HF_TOKEN`, `id-token`; never `tokenizer`).
+_KEY_SEP = re.compile(r"(?<![\w-])([\w-]++)[\"']?[ \t]*[:=][ \t]*[\"']?")
+_VALUE = re.compile(r"(?i:(?:bearer|basic)[ \t]+)?[^\s\"',;}]+")
+_KEY_WORDS = ("token", "password", "passwd", "secret", "apikey", "api-key", "api_key", "auth",
+              "authorization", "credential", "credentials", "client-key-data",
+              "client-certificate-data", "certificate-authority-data", "privatekey",
+              "private-key", "private_key")
+
+
+def _secret_key(key: str) -> bool:
+    key = key.lower()
+    return any(key == w or key.endswith(("-" + w, "_" + w)) for w in _KEY_WORDS)
+
+
+def _mask_keyed(text: str) -> str:
+    out: list[str] = []
+    done = 0
+    for match in _KEY_SEP.finditer(text):
+        if match.start() < done or not _secret_key(match.group(1)):
+            continue
+        value = _VALUE.match(text, match.end())
+        if value is None or value.group(0) == MASK:
+            continue
+        out += [text[done:match.end()], MASK]
+        done = value.end()
+    return "".join(out) + text[done:] if out else text
+
+
+_SCHEME = re.compile(r"(?i)\b(bearer|basic)\s+(?!\*\*\*)[A-Za-z0-9._~+/=-]+")
+# Known token formats, each found by its literal start (one fast scan each).
+_SHAPES = {
+    "eyJ": re.compile(r"eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*"),  # JWT (service accounts)
+    "AKIA": re.compile(r"\bAKIA[0-9A-Z]{16}"), "ASIA": re.compile(r"\bASIA[0-9A-Z]{16}"),  # AWS
+    "gh": re.compile(r"\bgh[pousr]_[A-Za-z0-9]{36,}|\bgithub_pat_[A-Za-z0-9_]{22,}"),
+    "glpat-": re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}"),
+    "xox": re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"),
+    "hf_": re.compile(r"\bhf_[A-Za-z0-9]{30,}"), "sk-": re.compile(r"\bsk-[A-Za-z0-9_-]{20,}"),
+}
+_USERINFO = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^/\s:@]+:)[^/\s@]+@")
+# One-line server and library text only: a long unbroken base64-like run that mixes upper
+# and lower case and digits, as random tokens do (API paths, label keys and hex digests
+# do not). Too broad for manifests.
+_LONG_RUN = re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/=_-]{40,}")
+
+
+def _random_looking(match: re.Match[str]) -> str:
+    run = match.group(0)
+    mixed = (any(c.isupper() for c in run) and any(c.islower() for c in run)
+             and any(c.isdigit() for c in run))
+    return MASK if mixed else run
+
+
+def mask_text(text: str, *, runs: bool = False) -> str:
+    """TEXT with every credential-shaped part replaced by `***` (see _mask_text)."""
+    if len(text) <= 256:  # names, images, labels: the same few, in every object of a diff
+        return _mask_short(text, runs)
+    return _mask_text(text, runs)
+
+
+@lru_cache(maxsize=8192)
+def _mask_short(text: str, runs: bool) -> str:
+    return _mask_text(text, runs)
+
+
+def _mask_text(text: str, runs: bool) -> str:
+    """TEXT with every credential-shaped part replaced by `***`: PEM keys and certificates
+    (also base64), `token:`/`password=`/`auth:`/`client-key-data:` values, bearer and basic
+    credentials, JWTs, known token formats, URL passwords; with `runs`, also every long
+    base64-like run (for one-line messages, never for manifests)."""
+    if runs:
+        text = _LONG_RUN.sub(_random_looking, text)
+    low = text.lower()  # each pattern runs only where its literal part occurs
+    if "-----begin" in low:
+        text = _PEM.sub(MASK, text)
+    if "LS0tLS1" in text:
+        text = _PEM_B64.sub(MASK, text)
+    if any(word in low for word in _KEY_WORDS):
+        text = _mask_keyed(text)
+    if "bearer" in low or "basic" in low:
+        text = _SCHEME.sub(lambda m: f"{m.group(1)} {MASK}", text)
+    for literal, shape in _SHAPES.items():
+        if literal in text:
+            text = shape.sub(MASK, text)
+    if "://" not in text:
+        return text
+    return _USERINFO.sub(lambda m: m.group(1) + MASK + "@", text)
+
+
+def looks_credential(text: str) -> bool:
+    """True when mask_text would change TEXT."""
+    return mask_text(text) != text
+
+
+def mask_object(value: Any) -> Any:
+    """A copy of a parsed object (a manifest, a live object) with credentials masked: the
+    values of secret-named variables (`{name: HF_TOKEN, value: ...}` and mapping keys such as
+    `password`) and every credential-shaped part of any string (keys, certificates, tokens)."""
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        named = value.get("name")
+        for key, item in value.items():
+            secret_value = key == "value" and isinstance(named, str) and looks_secret(named)
+            secret_key = (isinstance(key, str) and looks_secret(key)
+                          and not isinstance(item, dict | list))
+            out[key] = MASK if secret_value or secret_key else mask_object(item)
+        return out
+    if isinstance(value, list):
+        return [mask_object(item) for item in value]
+    if isinstance(value, str):
+        return mask_text(value)
+    return value
