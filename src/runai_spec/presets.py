@@ -23,6 +23,7 @@ from .signing import (
     SignedApproval,
     Statement,
     sign_approval,
+    ssh_keygen,
     verify_approval,
 )
 
@@ -318,6 +319,7 @@ class PresetRegistry:
             raise SignatureError(f"the approval in {LEDGER_FILE} is not signed; approvals are "
                                  "signed with an AI Engineer's SSH key", file=source,
                                  field="signature", hint=hint)
+        ssh_keygen()  # a missing tool is about this machine, not about the file
         try:
             statement = Statement(filename, entry.sha256, entry.approved_by, entry.approved_at,
                                   entry.expires)
@@ -374,13 +376,20 @@ class PresetRegistry:
         return approved
 
     def verify(self) -> VerifyResult:
-        """Check every file in the folder against the ledger (for CI)."""
+        """Check every file in the folder against the ledger and its signatures (for CI).
+        Raises SignatureError where signatures cannot be checked at all (no ssh-keygen):
+        that is no verdict on the files."""
         ok: list[str] = []
         problems: list[str] = []
+        ssh_keygen()
         try:
             ledger = self.ledger()
         except InputError as exc:
             return VerifyResult((), (str(exc).splitlines()[0],))
+        signers = self.allowed_signers_path
+        if signers.is_symlink() or not signers.is_file():
+            return VerifyResult((), (f"error: {signers}: allowed_signers: no such plain file; "
+                                     "no approval can verify without the engineers' keys",))
         files = sorted(p.name for p in self.root.iterdir()
                        if p.name not in (LEDGER_FILE, ALLOWED_SIGNERS_FILE)
                        and not p.name.startswith("."))
