@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import logging
 import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from functools import lru_cache
 from pathlib import Path
@@ -87,6 +88,37 @@ def presets_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     shutil.copytree(ROOT / "presets", target)
     monkeypatch.setattr(presets_module, "default_presets_dir", lambda: target)
     return target
+
+
+ENGINEER = "test-engineer@scc.example.org"
+
+
+def make_key(folder: Path, name: str) -> Path:
+    """A throwaway ed25519 key (no passphrase) at FOLDER/NAME, its public half at NAME.pub."""
+    key = folder / name
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(key)],
+                   check=True)
+    return key
+
+
+def allow_signer(presets: Path, key: Path, principal: str) -> None:
+    """List KEY's public half for PRINCIPAL in PRESETS/allowed_signers."""
+    kind, blob = key.with_suffix(".pub").read_text().split()[:2]
+    with (presets / "allowed_signers").open("a", encoding="utf-8") as out:
+        out.write(f"{principal} {kind} {blob}\n")
+
+
+@pytest.fixture(scope="session")
+def _engineer_key(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_key(tmp_path_factory.mktemp("keys"), "engineer")
+
+
+@pytest.fixture
+def engineer_key(presets_dir: Path, _engineer_key: Path) -> Path:
+    """A throwaway engineer's key, listed (as ENGINEER) in the allowed_signers of the
+    presets_dir copy only: what `presets approve --key` signs with in tests."""
+    allow_signer(presets_dir, _engineer_key, ENGINEER)
+    return _engineer_key
 
 
 @lru_cache(maxsize=1)

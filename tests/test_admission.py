@@ -366,11 +366,12 @@ def test_a_project_not_granted_the_preset_is_denied() -> None:
     assert data["h200-2x8-ib.projects"] == ""
 
 
-def test_no_grants_in_the_site_grants_every_preset_to_every_project(presets_dir: Path) -> None:
+def test_no_grants_in_the_site_grants_every_preset_to_every_project(presets_dir: Path,
+                                                                     engineer_key: Path) -> None:
     site = presets_dir / "site.yaml"
     text = site.read_text(encoding="utf-8")
     site.write_text(text[:text.index("grants:")], encoding="utf-8")
-    PresetRegistry(presets_dir).approve("site", "x")
+    PresetRegistry(presets_dir).approve("site", engineer_key)
     data = admission.params_data(PresetRegistry(presets_dir))
     assert {k: v for k, v in data.items() if k.endswith(".projects")} == {
         f"{name}.projects": "*" for name in REGISTRY.names()}
@@ -426,12 +427,13 @@ def test_policy_documents_are_the_three_objects_and_name_their_kubernetes_versio
         assert set(validation) == {"expression", "message", "messageExpression", "reason"}
 
 
-def test_approving_a_preset_changes_the_parameters_not_the_policy(presets_dir: Path) -> None:
+def test_approving_a_preset_changes_the_parameters_not_the_policy(presets_dir: Path,
+                                                                    engineer_key: Path) -> None:
     before = admission.policy_documents(PresetRegistry(presets_dir, today=TODAY))
     preset = presets_dir / "h200-8gpu.yaml"
     preset.write_text(preset.read_text().replace('cpu: "96"', 'cpu: "64"'))
     registry = PresetRegistry(presets_dir, today=TODAY)
-    registry.approve("h200-8gpu", "A. Engineer", expires="2027-12-31")
+    registry.approve("h200-8gpu", engineer_key, expires="2027-12-31")
     after = admission.policy_documents(PresetRegistry(presets_dir, today=TODAY))
     assert after[:2] == before[:2]
     changed = {k for k in after[2]["data"] if after[2]["data"][k] != before[2]["data"].get(k)}

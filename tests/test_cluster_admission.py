@@ -151,12 +151,13 @@ def test_submit_of_every_example_is_admitted(policed: KubeAPI, kubeconfig: Path,
 
 
 def test_submit_of_a_render_from_a_forged_approval_is_denied_one_line_nothing_stored(
-        presets_dir: Path, policed: KubeAPI, kubeconfig: Path) -> None:
+        presets_dir: Path, policed: KubeAPI, kubeconfig: Path, engineer_key: Path) -> None:
     """A researcher edits a preset and approves it in their own checkout: the tool renders
     it, the cluster (parameters from the shipped ledger) denies it."""
     preset = presets_dir / "h200-2x8-ib.yaml"
     preset.write_text(preset.read_text().replace('cpu: "96"', 'cpu: "64"'), encoding="utf-8")
-    PresetRegistry(presets_dir).approve("h200-2x8-ib", "A. Researcher", expires="2027-12-31")
+    # their own key, listed in their checkout's allowed_signers: a forged approval
+    PresetRegistry(presets_dir).approve("h200-2x8-ib", engineer_key, expires="2027-12-31")
     before = stored_configmaps(policed)
     result = run("submit", PROFILE)
     assert result.exit_code == EXIT_CLUSTER, result.output

@@ -144,12 +144,13 @@ def test_edited_preset_is_bad_input(write_profile: Callable[..., Path],
 
 
 def test_a_site_asking_for_an_unsupported_manifest_family_is_bad_input_not_a_bug(
-        write_profile: Callable[..., Path], base_profile: dict[str, Any], presets_dir: Path) -> None:
+        write_profile: Callable[..., Path], base_profile: dict[str, Any], presets_dir: Path,
+        engineer_key: Path) -> None:
     from runai_spec.presets import PresetRegistry
 
     site = presets_dir / "site.yaml"
     site.write_text(site.read_text().replace("family: kubeflow", "family: runai"))
-    PresetRegistry(presets_dir).approve("site", "A. Engineer")
+    PresetRegistry(presets_dir).approve("site", engineer_key)
     result = run("render", str(write_profile(base_profile)))
     assert_refused(result, 2, "site.yaml: family: manifest family 'runai' is not supported yet",
                    "hint: set `family: kubeflow`")

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from conftest import ENGINEER
 from runai_spec.cli import app
 from runai_spec.errors import PresetError
 from runai_spec.presets import PresetRegistry
@@ -77,34 +78,34 @@ def test_edited_site_file_refuses_everything(presets_dir: Path) -> None:
         PresetRegistry(presets_dir).site()
 
 
-def test_approve_then_verify_round_trip(presets_dir: Path) -> None:
+def test_approve_then_verify_round_trip(presets_dir: Path, engineer_key: Path) -> None:
     path = presets_dir / "h200-8gpu.yaml"
     path.write_text(path.read_text().replace("backoff_limit: 3", "backoff_limit: 5"))
     verify = runner.invoke(app, ["presets", "verify", "--dir", str(presets_dir)])
     assert verify.exit_code == 1
     assert "h200-8gpu.yaml: sha256: edited since it was approved" in verify.stderr
-    approve = runner.invoke(app, ["presets", "approve", "h200-8gpu", "--by", "Ada \"ops\" L.",
+    approve = runner.invoke(app, ["presets", "approve", "h200-8gpu", "--key", str(engineer_key),
                                   "--expires", "2027-06-30", "--dir", str(presets_dir)])
     assert approve.exit_code == 0, approve.output
     assert runner.invoke(app, ["presets", "verify", "--dir", str(presets_dir)]).exit_code == 0
     record = PresetRegistry(presets_dir).get("h200-8gpu").approval
-    assert (record.approved_by, record.expires) == ('Ada "ops" L.', "2027-06-30")
+    assert (record.approved_by, record.expires) == (ENGINEER, "2027-06-30")  # the key's principal
 
 
-def test_approve_refuses_an_invalid_preset(presets_dir: Path) -> None:
+def test_approve_refuses_an_invalid_preset(presets_dir: Path, engineer_key: Path) -> None:
     path = presets_dir / "h200-8gpu.yaml"
     path.write_text(path.read_text().replace("nodes: 1", "nodes: 3"))
-    result = runner.invoke(app, ["presets", "approve", "h200-8gpu", "--by", "x", "--dir",
+    result = runner.invoke(app, ["presets", "approve", "h200-8gpu", "--key", str(engineer_key), "--dir",
                                  str(presets_dir)])
     assert result.exit_code == 2
     assert "layout single-node needs nodes: 1" in result.stderr
 
 
-def test_every_schema_problem_of_a_preset_is_reported(presets_dir: Path) -> None:
+def test_every_schema_problem_of_a_preset_is_reported(presets_dir: Path, engineer_key: Path) -> None:
     path = presets_dir / "h200-8gpu.yaml"
     text = path.read_text().replace("gpus_per_pod: 8", "gpus_per_pod: 0")
     path.write_text(text.replace("preemptible: true", "preemptible: maybe") + "colour: blue\n")
-    result = runner.invoke(app, ["presets", "approve", "h200-8gpu", "--by", "x", "--dir",
+    result = runner.invoke(app, ["presets", "approve", "h200-8gpu", "--key", str(engineer_key), "--dir",
                                  str(presets_dir)])
     assert result.exit_code == 2
     errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]

@@ -101,11 +101,11 @@ def test_single_gpu_local_rank_is_derived_and_nccl_debug_names_the_switch(
 
 def test_preset_network_env_and_defaults_are_attributed_to_the_preset(
         presets_dir: Path, write_profile: Callable[..., Path],
-        base_profile: dict[str, Any]) -> None:
+        base_profile: dict[str, Any], engineer_key: Path) -> None:
     text = (presets_dir / "h200-2x8-ib.yaml").read_text()
     (presets_dir / "h200-2x8-ib.yaml").write_text(
         text.replace("  capabilities:", "  env: {NCCL_IB_HCA: mlx5}\n  capabilities:"))
-    PresetRegistry(presets_dir).approve("h200-2x8-ib", "A. Engineer")
+    PresetRegistry(presets_dir).approve("h200-2x8-ib", engineer_key)
     fields = by_path(write_profile(base_profile))
     container = "spec.pytorchReplicaSpecs.Master.template.spec.containers[0]"
     hca = next(f for f in fields.values() if f.path.startswith(f"{container}.env")

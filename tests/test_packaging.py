@@ -23,6 +23,7 @@ def test_wheel_installs_and_renders_from_anywhere(tmp_path: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert "runai_spec/templates/pytorchjob.json.j2" in names
     assert "runai_spec/presets/approvals.yaml" in names
+    assert "runai_spec/presets/allowed_signers" in names  # installed approvals verify
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
                     "--target", str(target), str(wheel)], check=True, capture_output=True)
@@ -38,3 +39,12 @@ def test_wheel_installs_and_renders_from_anywhere(tmp_path: Path) -> None:
     first, rest = result.stdout.split("\n", 1)
     assert first.startswith(str(target))
     assert rest == (work / "manifest.yaml").read_text()
+    # the installed presets are never written: approve needs the presets repository (--dir)
+    ledger = (target / "runai_spec" / "presets" / "approvals.yaml").read_bytes()
+    approve = ("import sys; from runai_spec.cli import main; sys.argv=['runai-spec','presets',"
+               "'approve','h200-8gpu','--key','id_ed25519']; main()")
+    result = subprocess.run([sys.executable, "-c", approve], cwd=work, env=env,
+                            capture_output=True, text=True)
+    assert result.returncode == 2, result.stderr
+    assert "--dir: the shipped presets are inside the installed package" in result.stderr
+    assert (target / "runai_spec" / "presets" / "approvals.yaml").read_bytes() == ledger

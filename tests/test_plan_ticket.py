@@ -67,11 +67,11 @@ def test_the_ticket_answers_the_engineers_next_questions() -> None:
         assert "PET_NNODES=2" in block
 
 
-def test_the_presets_nccl_settings_are_in_the_ticket(presets_dir: Path) -> None:
+def test_the_presets_nccl_settings_are_in_the_ticket(presets_dir: Path, engineer_key: Path) -> None:
     path = presets_dir / "h200-2x8-ib.yaml"
     path.write_text(path.read_text().replace(
         "  capabilities: [IPC_LOCK]", "  capabilities: [IPC_LOCK]\n  env: {NCCL_IB_HCA: mlx5}"))
-    assert runner.invoke(app, ["presets", "approve", "h200-2x8-ib", "--by", "x",
+    assert runner.invoke(app, ["presets", "approve", "h200-2x8-ib", "--key", str(engineer_key),
                                "--dir", str(presets_dir)]).exit_code == 0
     result = runner.invoke(app, ["plan", str(MULTI), "--format", "json"])
     env = json.loads(result.stdout)["environment"]

@@ -73,10 +73,11 @@ def test_deployed_but_missing_here_is_a_finding(deployed: dict[str, str]) -> Non
 
 
 def test_a_forged_local_approval_differs_from_what_the_cluster_enforces(
-        presets_dir: Path, deployed: dict[str, str]) -> None:
+        presets_dir: Path, deployed: dict[str, str], engineer_key: Path) -> None:
     preset = presets_dir / "h200-2x8-ib.yaml"
     preset.write_text(preset.read_text().replace('cpu: "96"', 'cpu: "64"'), encoding="utf-8")
-    PresetRegistry(presets_dir).approve("h200-2x8-ib", "A. Researcher", expires="2027-12-31")
+    # their own key, listed in their checkout's allowed_signers: a forged approval
+    PresetRegistry(presets_dir).approve("h200-2x8-ib", engineer_key, expires="2027-12-31")
     code, lines, _ = verify_live("--dir", str(presets_dir))
     assert code == EXIT_FINDINGS
     (line,) = live_lines(lines)

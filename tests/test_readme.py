@@ -30,7 +30,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from conftest import ROOT
+from conftest import ENGINEER, ROOT, allow_signer
 from kubeapi import KubeAPI
 from runai_spec import rehearse as rehearse_module
 from runai_spec.cli import app
@@ -136,17 +136,25 @@ def readme_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return work
 
 
-def invoke(command: Command) -> Any:
-    result = runner.invoke(app, list(command.argv[1:]))
+def invoke(command: Command, key: Path | None = None) -> Any:
+    """The command as written; `~/.ssh/id_ed25519` (the engineer's key) becomes KEY."""
+    argv = [str(key) if key is not None and a == "~/.ssh/id_ed25519" else a
+            for a in command.argv[1:]]
+    result = runner.invoke(app, argv)
     if command.stdout_to:
         Path(command.stdout_to).write_text(result.stdout, encoding="utf-8")
     return result
 
 
-def test_every_offline_command_runs(readme_folder: Path, presets_dir: Path) -> None:
+def test_every_offline_command_runs(readme_folder: Path, presets_dir: Path,
+                                    _engineer_key: Path) -> None:
+    # the engineer runs `presets approve ... --dir presets/` in the presets repository's
+    # checkout: a copy here, whose allowed_signers lists the engineer's (throwaway) key
+    shutil.copytree(presets_dir, readme_folder / "presets")
+    allow_signer(readme_folder / "presets", _engineer_key, ENGINEER)
     ran = []
     for command in of_kind(OFFLINE):
-        result = invoke(command)
+        result = invoke(command, _engineer_key)
         assert result.exit_code == 0, f"{command}: {result.output}"
         ran.append(command.argv[1:3])
         if command.argv[1:2] == ("render",) and command.argv[2].startswith("examples/"):
@@ -155,8 +163,8 @@ def test_every_offline_command_runs(readme_folder: Path, presets_dir: Path) -> N
         if command.stdout_to:
             assert (readme_folder / command.stdout_to).read_text().startswith("# Review request")
         if command.argv[1:3] == ("presets", "approve"):
-            by = command.argv[command.argv.index("--by") + 1]
-            assert PresetRegistry(presets_dir).get(command.argv[3]).approval.approved_by == by
+            approved = PresetRegistry(readme_folder / "presets").get(command.argv[3]).approval
+            assert approved.approved_by == ENGINEER and approved.signature
     assert ("validate", "profile.yaml") in ran and ("plan", "profile.yaml") in ran
 
 

@@ -58,15 +58,19 @@ def test_a_project_that_makes_the_namespace_too_long_is_refused(
 
 @pytest.mark.parametrize("expires", ["20271231", "2027-W52-1", "2027-13-45"])
 def test_approve_with_an_expiry_that_is_not_yyyy_mm_dd_is_bad_input(
-        presets_dir: Path, expires: str) -> None:
-    one_error(cli("presets", "approve", "h200-8gpu", "--by", "x", "--expires", expires,
+        presets_dir: Path, engineer_key: Path, expires: str) -> None:
+    one_error(cli("presets", "approve", "h200-8gpu", "--key", str(engineer_key), "--expires", expires,
                   "--dir", str(presets_dir)), 2, "--expires: not a date (YYYY-MM-DD)")
 
 
-def test_approve_by_a_name_with_control_characters_is_refused(presets_dir: Path) -> None:
+def test_approve_by_a_typed_name_is_refused(presets_dir: Path, engineer_key: Path) -> None:
+    """The approver is the signing key's principal: a typed name (control characters or
+    not), even beside a listed key, is refused and the ledger is left alone."""
     before = (presets_dir / "approvals.yaml").read_bytes()
     one_error(cli("presets", "approve", "h200-8gpu", "--by", "A.\x1b[31m Engineer",
-                  "--dir", str(presets_dir)), 2, "control characters")
+                  "--dir", str(presets_dir)), 2, "--by: an approval carries its engineer's SSH signature")
+    one_error(cli("presets", "approve", "h200-8gpu", "--by", "A. Engineer", "--key",
+                  str(engineer_key), "--dir", str(presets_dir)), 2, "SSH signature")
     assert (presets_dir / "approvals.yaml").read_bytes() == before
 
 

@@ -33,17 +33,19 @@ def _set_priority(presets_dir: Path, priority: str) -> Path:
     return path
 
 
-def test_train_against_the_current_dictionary_cannot_be_approved(presets_dir: Path) -> None:
+def test_train_against_the_current_dictionary_cannot_be_approved(presets_dir: Path,
+                                                                  engineer_key: Path) -> None:
     _set_priority(presets_dir, "train")
     with pytest.raises(PresetError, match="is not a class the cluster serves"):
-        PresetRegistry(presets_dir).approve("h200-2x8-ib", "scc-ai-engineers")
-    result = runner.invoke(app, ["presets", "approve", "h200-2x8-ib", "--by", "x"])
+        PresetRegistry(presets_dir).approve("h200-2x8-ib", engineer_key)
+    result = runner.invoke(app, ["presets", "approve", "h200-2x8-ib", "--key", str(engineer_key)])
     assert result.exit_code == 2
     assert "'train' is not a class the cluster serves" in result.output
     assert "Traceback" not in result.output
 
 
-def test_an_already_approved_train_preset_is_refused_at_load(presets_dir: Path) -> None:
+def test_an_already_approved_train_preset_is_refused_at_load(presets_dir: Path,
+                                                               engineer_key: Path) -> None:
     _set_priority(presets_dir, "train")
     registry = PresetRegistry(presets_dir)
     # Approved under an older site whose dictionary still had `train`.
@@ -51,21 +53,21 @@ def test_an_already_approved_train_preset_is_refused_at_load(presets_dir: Path) 
     original = site.read_text(encoding="utf-8")
     site.write_text(original.replace("priorities: [very-low,", "priorities: [train, very-low,"),
                     encoding="utf-8")
-    registry.approve("site", "x")
-    registry.approve("h200-2x8-ib", "x")
+    registry.approve("site", engineer_key)
+    registry.approve("h200-2x8-ib", engineer_key)
     site.write_text(original, encoding="utf-8")
     registry = PresetRegistry(presets_dir)
-    registry.approve("site", "x")
+    registry.approve("site", engineer_key)
     with pytest.raises(PresetError) as info:
         PresetRegistry(presets_dir).get("h200-2x8-ib")
     assert info.value.location.field == "priority"
     assert "'train'" in info.value.message
 
 
-def test_a_dictionary_priority_is_approved(presets_dir: Path) -> None:
+def test_a_dictionary_priority_is_approved(presets_dir: Path, engineer_key: Path) -> None:
     _set_priority(presets_dir, "very-high")
     registry = PresetRegistry(presets_dir)
-    registry.approve("h200-2x8-ib", "x")
+    registry.approve("h200-2x8-ib", engineer_key)
     assert PresetRegistry(presets_dir).get("h200-2x8-ib").preset.priority == "very-high"
 
 
@@ -91,14 +93,15 @@ def test_data_sources_map_to_claims_per_project() -> None:
 
 
 def test_the_render_mounts_the_sources_claim(presets_dir: Path, write_profile: Callable[..., Path],
-                                              base_profile: dict[str, Any]) -> None:
+                                              base_profile: dict[str, Any],
+                                              engineer_key: Path) -> None:
     site = presets_dir / "site.yaml"
     text = site.read_text(encoding="utf-8")
     text = text.replace("  - datasets-shared\n", "").replace(
         "data_sources:\n", "data_sources:\n  datasets-shared:\n    claim: \"{project}-datasets\"\n"
     ).replace("  - checkpoints-scratch\n", "  checkpoints-scratch: {}\n")
     site.write_text(text, encoding="utf-8")
-    PresetRegistry(presets_dir).approve("site", "x")
+    PresetRegistry(presets_dir).approve("site", engineer_key)
     base_profile["data"] = [{"source": "datasets-shared", "path": "/data"}]
     profile = write_profile(base_profile)
     result = runner.invoke(app, ["render", str(profile)])

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
+from runai_spec import signing
 from runai_spec.errors import PresetError
 from runai_spec.presets import RUNAI_PRIORITIES, PresetRegistry, Site
 
@@ -23,15 +24,22 @@ def test_every_shipped_preset_names_a_priority_of_the_shipped_site() -> None:
         assert registry.get(name).preset.priority in served
 
 
-def test_the_old_train_priority_is_refused_once_approved(presets_dir: Path) -> None:
+def test_the_old_train_priority_is_refused_once_approved(presets_dir: Path,
+                                                        engineer_key: Path) -> None:
     path = presets_dir / "h200-8gpu.yaml"
     path.write_text(re.sub(r"(?m)^priority: .*$", "priority: train", path.read_text()))
     registry = PresetRegistry(presets_dir)
     with pytest.raises(PresetError, match="not a class the cluster serves"):
-        registry.approve("h200-8gpu", "scc-ai-engineers")  # cannot be approved
-    # approved anyway (a ledger edited by hand): refused at load, with the line and a hint
+        registry.approve("h200-8gpu", engineer_key)  # cannot be approved
+    # approved anyway (an engineer signed the entry by hand): refused at load, with the line
+    # and a hint
+    signed = signing.sign_approval("h200-8gpu.yaml", hashlib.sha256(path.read_bytes()).hexdigest(),
+                                   engineer_key, presets_dir / "allowed_signers",
+                                   approved_at="2026-12-03")
     ledger = yaml.safe_load((presets_dir / "approvals.yaml").read_text())
-    ledger["approvals"]["h200-8gpu.yaml"]["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    ledger["approvals"]["h200-8gpu.yaml"] = {
+        "sha256": signed.statement.sha256, "approved_by": signed.statement.approver,
+        "approved_at": signed.statement.approved_at, "signature": signed.signature}
     (presets_dir / "approvals.yaml").write_text(yaml.safe_dump(ledger))
     with pytest.raises(PresetError) as caught:
         PresetRegistry(presets_dir).get("h200-8gpu")

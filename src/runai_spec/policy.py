@@ -648,7 +648,7 @@ def check_preset_expiry(ctx: Context) -> Iterator[Finding]:
                            f"the approval of {what} expires on {approval.expires} "
                            f"(in {days} day{'s' if days != 1 else ''}); after that it is refused",
                            "ask your SCC AI Engineers to re-review and re-approve it "
-                           "(`runai-spec presets approve NAME --by WHO --expires DATE`)")
+                           "(`runai-spec presets approve NAME --key KEY --expires DATE`)")
 
 
 SECRET_VALUE = re.compile(

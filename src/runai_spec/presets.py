@@ -17,6 +17,15 @@ from .errors import InputError, PresetError
 from .kubeflow import DEFAULT_PORT, DNS1123, DNS1123_PATTERN, NAME_MAX
 from .loading import load_mapping_lines, load_mapping_text, read_text, shipped_dir
 from .profile import Strategy
+from .signing import (
+    ALLOWED_SIGNERS_FILE,
+    SignatureError,
+    SignedApproval,
+    Statement,
+    sign_approval,
+    ssh_keygen,
+    verify_approval,
+)
 
 SITE_FILE = "site.yaml"
 LEDGER_FILE = "approvals.yaml"
@@ -181,12 +190,17 @@ class Site(_Model):
 
 
 class Approval(_Model):
-    """One ledger entry."""
+    """One ledger entry: the statement an engineer signed (signing.Statement) and its SSH
+    signature. An entry without a signature is kept in the model so that the refusal can
+    name it, but it never vouches for a file."""
 
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     approved_by: str = Field(min_length=1, pattern=r"^[^\x00-\x1f\x7f]+$")
     approved_at: str = Field(pattern=r"^\d{4}-\d{2}-\d{2}$")
     expires: str | None = Field(None, pattern=r"^\d{4}-\d{2}-\d{2}$")
+    signature: str | None = Field(None, description="`ssh-keygen -Y sign -n runai-spec` of "
+                                  "the statement, by the key allowed_signers lists for "
+                                  "approved_by.")
 
     @field_validator("approved_at", "expires")
     @classmethod
@@ -271,10 +285,14 @@ class PresetRegistry:
         return sorted(p.name[:-5] for p in self.root.glob("*.yaml")
                       if p.name not in (SITE_FILE, LEDGER_FILE))
 
+    @property
+    def allowed_signers_path(self) -> Path:
+        return self.root / ALLOWED_SIGNERS_FILE
+
     def _approved_bytes(self, filename: str, what: str) -> tuple[bytes, Approval]:
         path = self.root / filename
         source = str(path)
-        hint_approve = f"an SCC AI Engineer reviews it and runs `runai-spec presets approve {what} --by NAME`"
+        hint_approve = approve_hint(what)
         if path.is_symlink():
             raise PresetError("is a symlink; presets must be plain files", file=source,
                               hint="replace the link with the reviewed file")
@@ -288,10 +306,30 @@ class PresetRegistry:
         if _sha256(data) != entry.sha256:
             raise PresetError("edited since it was approved (sha256 differs from the ledger)",
                               file=source, field="sha256", hint=hint_approve)
+        self._verify_signature(filename, entry, source, hint_approve)
         if entry.expires is not None and dt.date.fromisoformat(entry.expires) < self.today:
             raise PresetError(f"approval expired on {entry.expires}", file=source,
                               field="expires", hint=hint_approve)
         return data, entry
+
+    def _verify_signature(self, filename: str, entry: Approval, source: str, hint: str) -> None:
+        """Refuse the approval of FILENAME unless an engineer listed in allowed_signers signed
+        exactly this entry (as an edited file is refused: one error, exit 2)."""
+        if entry.signature is None:
+            raise SignatureError(f"the approval in {LEDGER_FILE} is not signed; approvals are "
+                                 "signed with an AI Engineer's SSH key", file=source,
+                                 field="signature", hint=hint)
+        ssh_keygen()  # a missing tool is about this machine, not about the file
+        try:
+            statement = Statement(filename, entry.sha256, entry.approved_by, entry.approved_at,
+                                  entry.expires)
+            verify_approval(SignedApproval(statement, entry.signature),
+                            self.allowed_signers_path, source=source)
+        except SignatureError as exc:
+            located = exc.located(source)
+            if located.hint is None:
+                located.hint = hint
+            raise located from None
 
     # -- site and presets -----------------------------------------------------
     def site(self) -> Site:
@@ -338,15 +376,23 @@ class PresetRegistry:
         return approved
 
     def verify(self) -> VerifyResult:
-        """Check every file in the folder against the ledger (for CI)."""
+        """Check every file in the folder against the ledger and its signatures (for CI).
+        Raises SignatureError where signatures cannot be checked at all (no ssh-keygen):
+        that is no verdict on the files."""
         ok: list[str] = []
         problems: list[str] = []
+        ssh_keygen()
         try:
             ledger = self.ledger()
         except InputError as exc:
             return VerifyResult((), (str(exc).splitlines()[0],))
+        signers = self.allowed_signers_path
+        if signers.is_symlink() or not signers.is_file():
+            return VerifyResult((), (f"error: {signers}: allowed_signers: no such plain file; "
+                                     "no approval can verify without the engineers' keys",))
         files = sorted(p.name for p in self.root.iterdir()
-                       if p.name != LEDGER_FILE and not p.name.startswith("."))
+                       if p.name not in (LEDGER_FILE, ALLOWED_SIGNERS_FILE)
+                       and not p.name.startswith("."))
         for filename in files:
             if not filename.endswith(".yaml"):
                 problems.append(f"error: {self.root / filename}: not a preset file (*.yaml)")
@@ -364,8 +410,10 @@ class PresetRegistry:
                             "ledger entry for a file that does not exist")
         return VerifyResult(tuple(ok), tuple(problems))
 
-    def approve(self, name: str, by: str, *, expires: str | None = None) -> Approval:
-        """Record the current bytes of NAME (or `site`) in the ledger."""
+    def approve(self, name: str, key: Path, *, expires: str | None = None) -> Approval:
+        """Sign the current bytes of NAME (or `site`) with the engineer's SSH KEY and record
+        the signed approval in the ledger; the approver is the principal allowed_signers
+        lists for KEY."""
         filename = SITE_FILE if name == "site" else f"{name}.yaml"
         path = self.root / filename
         if name != "site" and (not _is_label(name)):
@@ -387,11 +435,6 @@ class PresetRegistry:
                                       hint=PRIORITY_HINT if about_priority else None)
         except ValidationError as exc:
             raise _pydantic_error(exc, str(path)) from None
-        if not by.strip():
-            raise InputError("approver must not be empty", field="--by")
-        if any(ord(c) < 0x20 or ord(c) == 0x7f for c in by):
-            raise InputError("the approver's name has control characters", field="--by",
-                             hint="write the name as plain text, e.g. --by \"A. Engineer\"")
         if expires is not None:
             try:
                 if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", expires):
@@ -399,15 +442,28 @@ class PresetRegistry:
                 dt.date.fromisoformat(expires)
             except ValueError:
                 raise InputError("not a date (YYYY-MM-DD)", field="--expires") from None
-        entry = Approval(sha256=_sha256(path.read_bytes()), approved_by=by.strip(),
-                         approved_at=self.today.isoformat(), expires=expires)
+        signed = sign_approval(filename, _sha256(path.read_bytes()), key,
+                               self.allowed_signers_path, approved_at=self.today.isoformat(),
+                               expires=expires)
+        statement = signed.statement
+        entry = Approval(sha256=statement.sha256, approved_by=statement.approver,
+                         approved_at=statement.approved_at, expires=statement.expires,
+                         signature=signed.signature)
         current = self.ledger().approvals if self.ledger_path.exists() else {}
         approvals = dict(current)
         approvals[filename] = entry
         write_ledger(self.ledger_path, approvals)
         self._ledger = None
         self._presets.pop(name, None)
+        if name == "site":
+            self._site = None
         return entry
+
+
+def approve_hint(what: str) -> str:
+    """How a file gets (re-)approved: reviewed, then signed by an engineer's key."""
+    return (f"an SCC AI Engineer reviews it and runs `runai-spec presets approve {what} "
+            "--key ~/.ssh/id_ed25519` (a key listed in presets/allowed_signers)")
 
 
 def _is_label(name: str) -> bool:
@@ -452,6 +508,9 @@ def write_ledger(path: Path, approvals: dict[str, Approval]) -> None:
         lines.append(f'    approved_at: "{entry.approved_at}"')
         if entry.expires:
             lines.append(f'    expires: "{entry.expires}"')
+        if entry.signature:
+            lines.append("    signature: |")
+            lines.extend(f"      {line}" for line in entry.signature.splitlines())
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
     tmp.replace(path)
@@ -460,5 +519,5 @@ def write_ledger(path: Path, approvals: dict[str, Approval]) -> None:
 def preset_summary(approved: ApprovedPreset) -> dict[str, Any]:
     """A plain mapping of the preset and its approval, for `presets show`."""
     return {"name": approved.name, "sha256": approved.sha256,
-            "approval": approved.approval.model_dump(exclude_none=True),
+            "approval": approved.approval.model_dump(exclude_none=True, exclude={"signature"}),
             **approved.preset.model_dump(exclude_none=True)}

@@ -17,7 +17,7 @@ presets_app = typer.Typer(help="Engineer-owned presets and their approvals ledge
 app.add_typer(presets_app, name="presets")
 
 PresetsDir = Annotated[Path | None, typer.Option("--dir", help="presets/ folder (default: the "
-                                                  "one shipped with runai-spec).", hidden=True)]
+                                                  "one shipped with runai-spec).")]
 
 
 @presets_app.command("list")
@@ -40,13 +40,38 @@ def presets_show(name: str, directory: PresetsDir = None) -> None:
 @presets_app.command("approve")
 def presets_approve(
     name: Annotated[str, typer.Argument(help="Preset name, or `site` for the site file.")],
-    by: Annotated[str, typer.Option("--by", help="Who approves (recorded in the ledger).")],
+    key: Annotated[Path | None, typer.Option(
+        "--key", help="Your SSH signing key (or its .pub, the private half in ssh-agent), "
+        "listed in the folder's allowed_signers; the approver is its principal there.")] = None,
     expires: Annotated[str | None, typer.Option(help="Expiry date YYYY-MM-DD.")] = None,
     directory: PresetsDir = None,
+    by: Annotated[str | None, typer.Option("--by", hidden=True)] = None,
 ) -> None:
-    """Record the current contents of a preset in the approvals ledger."""
-    entry = PresetRegistry(directory).approve(name, by, expires=expires)
-    err([f"approved {name}: sha256 {entry.sha256} by {entry.approved_by} on {entry.approved_at}"])
+    """Sign the current contents of a preset with your SSH key (`ssh-keygen -Y sign`) and
+    record the signed approval in the ledger."""
+    from ..errors import InputError
+    from ..loading import inside_installed_package
+
+    if by is not None:
+        raise InputError("an approval carries its engineer's SSH signature; the approver is the "
+                         "principal allowed_signers lists for the signing key, never a typed "
+                         "name", field="--by",
+                         hint=f"sign it: `runai-spec presets approve {name} --key "
+                              "~/.ssh/id_ed25519` (a key listed in presets/allowed_signers)")
+    if key is None:
+        raise InputError("an approval needs an AI Engineer's SSH signature: no signing key "
+                         "given", field="--key",
+                         hint=f"`runai-spec presets approve {name} --key ~/.ssh/id_ed25519` "
+                              "(a key listed in presets/allowed_signers)")
+    registry = PresetRegistry(directory)
+    if directory is None and inside_installed_package(registry.root):
+        raise InputError("the shipped presets are inside the installed package; approve writes "
+                         "only into a presets repository", file=str(registry.root), field="--dir",
+                         hint=f"run it in the presets repository's checkout: "
+                              f"`runai-spec presets approve {name} --key KEY --dir presets/`")
+    entry = registry.approve(name, key, expires=expires)
+    err([f"approved {name}: sha256 {entry.sha256} signed by {entry.approved_by} "
+         f"on {entry.approved_at}"])
 
 
 LiveOpt = Annotated[bool, typer.Option("--live", help="Also compare the approved presets with "
@@ -56,8 +81,9 @@ LiveOpt = Annotated[bool, typer.Option("--live", help="Also compare the approved
 @presets_app.command("verify")
 def presets_verify(directory: PresetsDir = None, live: LiveOpt = False,
                    kubeconfig: KubeconfigOpt = None, context: ContextOpt = None) -> int:
-    """Check every file in presets/ against the ledger; exit 1 when any is refused (for CI).
-    --live: also compare them with what the cluster enforces (exit 1 on a difference)."""
+    """Check every file of the presets folder (--dir, default: the shipped one) against the
+    ledger and its signatures; exit 1 when any is refused (for CI). --live: also compare them
+    with what the cluster enforces (exit 1 on a difference)."""
     registry = PresetRegistry(directory)
     result = registry.verify()
     for name in result.ok:
