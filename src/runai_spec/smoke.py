@@ -13,7 +13,7 @@ from .errors import InputError
 from .kubeflow import ANNOTATION_PREFIX, NAME_MAX, PREFLIGHT_SHA_ANNOTATION, SMOKE_LABEL
 from .launcher import split_command
 from .manifests import Manifest
-from .plan import Plan
+from .plan import RDZV_ID_FLAG, Plan
 from .render import render_smoke
 
 if TYPE_CHECKING:
@@ -96,11 +96,16 @@ def smoke_plan(plan: Plan, settings: PreflightSettings | None = None, *,
         world_size=plan.world_size,
         checkpoint_dir=f"{ckpt.rstrip('/')}/{CHECKPOINT_SUBDIR}" if ckpt else None,
         metrics_file=METRICS_FILE)
+    # its own rendezvous id, as for any job of that name (plan.rendezvous_plan)
+    rendezvous = plan.rendezvous
+    if rendezvous is not None and rendezvous.rdzv_id is not None:
+        rendezvous = dataclasses.replace(rendezvous, rdzv_id=name)
+    own_id = {f"{RDZV_ID_FLAG}={plan.name}": f"{RDZV_ID_FLAG}={name}"}
     job = dataclasses.replace(
         renamed,
         annotations=tuple({**dict(plan.annotations), **notes}.items()),
-        run_policy=tuple(run_policy.items()), restart_policy="Never",
-        launcher=split_command(plan.command).head,
+        run_policy=tuple(run_policy.items()), restart_policy="Never", rendezvous=rendezvous,
+        launcher=tuple(own_id.get(arg, arg) for arg in split_command(plan.command).head),
         entrypoint=(f"{SMOKE_MOUNT}/preflight.py", *args))
     # the job's labels carry runai-spec's managed-by label: submit and delete treat the
     # ConfigMap as runai-spec's own, like the job
