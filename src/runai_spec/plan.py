@@ -192,6 +192,7 @@ class Plan:
 # value could not use them, since it only sees variables listed before it.
 RDZV_ENDPOINT = "$(MASTER_ADDR):$(MASTER_PORT)"
 RDZV_ID_FLAG = "--rdzv-id"
+MAX_RESTARTS_FLAG = "--max-restarts"
 # torch >= 2.4 shares the rendezvous TCPStore with the trainers and builds its bootstrap info
 # only on an agent's first round (dynamic_rendezvous.py, torch 2.13): a pod restarted in place
 # then waits on MASTER_ADDR until read_timeout and the job fails (docs/fault-experiments).
@@ -254,7 +255,7 @@ def rendezvous_flags(r: RendezvousPlan | None) -> tuple[str, ...]:
     if r.rdzv_id is not None:
         flags.append(f"{RDZV_ID_FLAG}={r.rdzv_id}")
     if r.max_restarts is not None:
-        flags.append(f"--max-restarts={r.max_restarts}")
+        flags.append(f"{MAX_RESTARTS_FLAG}={r.max_restarts}")
     conf = [f"{key}={value}" for key, value in (
         ("join_timeout", r.join_timeout_s), ("read_timeout", r.read_timeout_s),
         ("last_call_timeout", r.last_call_timeout_s)) if value is not None]
@@ -474,7 +475,7 @@ def plan_workload(loaded: LoadedProfile, approved: ApprovedPreset, site: Site,
 
 def _launcher_origin(arg: str, layout: str, src: _Sources) -> Origin:
     """Where launcher flag ARG came from: the preset field it renders, or the layout."""
-    fields = {NPROC_FLAG: "gpus_per_pod", "--max-restarts": "rendezvous.max_restarts",
+    fields = {NPROC_FLAG: "gpus_per_pod", MAX_RESTARTS_FLAG: "rendezvous.max_restarts",
               "--rdzv-backend": "rendezvous.backend", "--rdzv-conf": "rendezvous"}
     name = arg.split("=", 1)[0]
     if name in fields:
