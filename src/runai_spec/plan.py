@@ -520,3 +520,109 @@ def _volumes(loaded: LoadedProfile, approved: ApprovedPreset, site: Site, src: _
         o[f"volumes[{i}].name"] = derived("volume name")
         o |= {f"volumes[{i}].{name}": origin for name, origin in fields.items()}
     return tuple(volumes)
+
+
+@dataclass(frozen=True)
+class FaultOutcome:
+    """What one kind of fault does to a job of this plan, in the cluster."""
+
+    fault: str
+    outcome: str
+    restarts: int | None  # container restarts it uses against backoffLimit (None: all of them)
+    recovers: bool
+
+
+@dataclass(frozen=True)
+class FailureSemantics:
+    """The plan's failure semantics, as `plan` shows them (RESULTS.md measured each row)."""
+
+    choices: tuple[tuple[str, str], ...]  # (what, value) in the order plan shows them
+    faults: tuple[FaultOutcome, ...]
+    tolerated: int | None  # worst-case faults the backoffLimit absorbs (None: no limit)
+    resubmit: str  # the commands that resume the job from its checkpoint
+
+
+def _backoff_limit(plan: Plan) -> int | None:
+    value = dict(plan.run_policy).get("backoffLimit")
+    return value if isinstance(value, int) else None
+
+
+def failure_semantics(plan: Plan, profile_path: str = "PROFILE") -> FailureSemantics:
+    """Each failure-semantics choice of PLAN and, per fault, what it does: the kubelet
+    restarts a failed container in place (OnFailure/Always), the operator sums the restarts
+    against backoffLimit and fails the job when they reach it (training-operator v1.9
+    pkg/core/job.go PastBackoffLimit); a preemption deletes every pod and the operator
+    creates them anew, which costs no restart."""
+    limit = _backoff_limit(plan)
+    r = plan.rendezvous
+    grace = plan.termination_grace_period_seconds
+    choices: list[tuple[str, str]] = [
+        ("restart policy", plan.restart_policy),
+        ("backoffLimit", "none (the operator never gives up)" if limit is None else str(limit)),
+    ]
+    if r is not None:
+        where = (f"{r.endpoint} (the Master's service)" if r.endpoint else
+                 "worker-0's service (the operator's PET_RDZV_ENDPOINT)")
+        choices.append(("rendezvous", "static (bare torchrun)" if r.backend == "static" else
+                        f"{r.backend} at {where}, id {r.rdzv_id}"))
+        if r.backend == "c10d":
+            restarts = (r.max_restarts if r.max_restarts is not None
+                        else plan.elastic.max_restarts if plan.elastic else 0)
+            choices += [
+                ("torchrun max restarts", str(restarts)),
+                ("rendezvous join / read timeout", f"{r.join_timeout_s} s / {r.read_timeout_s} s"),
+            ]
+            if plan.elastic is not None:
+                choices.append(("rendezvous last call", f"{r.last_call_timeout_s} s"
+                                if r.last_call_timeout_s else "torch's default (30 s)"))
+    choices.append(("termination grace period", f"{grace} s (SIGTERM, then SIGKILL)"))
+    name = plan.name
+    resubmit = (f"runai-spec delete {name} --project {plan.project} --yes && "
+                f"runai-spec submit {profile_path}")
+    preempt = FaultOutcome(
+        "preemption or eviction",
+        f"every pod gets SIGTERM and {grace} s to checkpoint, then SIGKILL; the operator "
+        "creates the pods anew and the job resumes from its last checkpoint", 0, True)
+    if plan.restart_policy in ("Never", "ExitCode"):
+        # ExitCode recreates a pod killed by a signal, but its peers then exit 1 (torchrun's
+        # ChildFailedError), a permanent code: the job fails one recreation later.
+        how = ("the operator marks the job Failed at once and stops every pod"
+               if plan.restart_policy == "Never" else
+               "the operator recreates a pod killed by a signal, but its peers then exit 1, "
+               "a permanent error: the job is marked Failed and every pod stopped")
+        faults = (FaultOutcome("a pod's container fails", f"fails fast: {how}", None, False),
+                  preempt)
+        return FailureSemantics(tuple(choices), faults, 0, resubmit)
+    tolerated: int | None
+    in_place = "the kubelet restarts that container in place after its back-off (10 s, " \
+               "doubling up to 300 s)"
+    if r is None:
+        faults = (FaultOutcome(
+            "the pod's container fails", f"{in_place}; the job resumes from its last "
+            "checkpoint", 1, True), preempt)
+        worst = 1
+    elif r.backend == "static":
+        faults = (FaultOutcome(
+            "any pod's container fails",
+            f"{in_place}, but torchrun's static rendezvous never re-admits it: a restarted pod "
+            "can meet the others' old store and fail again, so one fault can use the whole "
+            "backoffLimit, and whether the job recovers depends on timing (measured: "
+            "docs/fault-experiments/RESULTS.md)", None, False), preempt)
+        return FailureSemantics(tuple(choices), faults, 0, resubmit)
+    else:
+        host = "master-0" if plan.elastic is None else "worker-0"
+        join = f"torchrun on the other pods waits up to {r.join_timeout_s} s for it to rejoin"
+        others = FaultOutcome(
+            "a worker's container fails" if plan.elastic is None
+            else "another worker's container fails",
+            f"{in_place}; {join}, then every rank resumes from the last checkpoint", 1, True)
+        store = FaultOutcome(
+            f"{name}-{host} fails (it hosts the c10d store)",
+            f"{in_place}; torchrun on the other pods loses the store and exits, so the kubelet "
+            "restarts every pod's container once; the job resumes from the last checkpoint",
+            plan.pods, True)
+        faults = (store, others, preempt)
+        worst = plan.pods
+    # the operator fails the job when the summed restarts reach backoffLimit (0: at once)
+    tolerated = None if limit is None else max((limit - 1) // worst, 0) if limit else 0
+    return FailureSemantics(tuple(choices), faults, tolerated, resubmit)
