@@ -19,8 +19,8 @@ from runai_spec.manifests import dump
 from runai_spec.plan import failure_semantics, plan_workload
 from runai_spec.presets import PresetRegistry
 from runai_spec.profile import parse_profile
-from runai_spec.render import render_plan
 from runai_spec.rehearse.restarts import static_rendezvous
+from runai_spec.render import render_plan
 
 runner = CliRunner()
 

@@ -583,6 +583,15 @@ def failure_semantics(plan: Plan, profile_path: str = "PROFILE") -> FailureSeman
         "preemption or eviction",
         f"every pod gets SIGTERM and {grace} s to checkpoint, then SIGKILL; the operator "
         "creates the pods anew and the job resumes from its last checkpoint", 0, True)
+    faults: tuple[FaultOutcome, ...]
+    tolerated: int | None
+    if plan.restart_policy == "ExitCode" and plan.pods == 1:
+        faults = (FaultOutcome(
+            "the pod's container fails",
+            "a signal (exit 128 and up: OOM kill, node loss) makes the operator recreate the "
+            "pod, which resumes from its last checkpoint; an error exit (1-127) fails the job "
+            "at once and stops it (fail fast)", 0, True), preempt)
+        return FailureSemantics(tuple(choices), faults, 0, resubmit)
     if plan.restart_policy in ("Never", "ExitCode"):
         # ExitCode recreates a pod killed by a signal, but its peers then exit 1 (torchrun's
         # ChildFailedError), a permanent code: the job fails one recreation later.
@@ -593,7 +602,6 @@ def failure_semantics(plan: Plan, profile_path: str = "PROFILE") -> FailureSeman
         faults = (FaultOutcome("a pod's container fails", f"fails fast: {how}", None, False),
                   preempt)
         return FailureSemantics(tuple(choices), faults, 0, resubmit)
-    tolerated: int | None
     in_place = "the kubelet restarts that container in place after its back-off (10 s, " \
                "doubling up to 300 s)"
     if r is None:
