@@ -4,6 +4,7 @@ what `plan` says a fault does (docs/fault-experiments/RESULTS.md measured each c
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +121,10 @@ def test_plan_shows_each_choice_and_what_each_fault_does() -> None:
     assert "the job survives any 2 fault(s)" in text and "(fail fast)" in text
     assert (f"runai-spec delete llm-7b-fsdp --project nlp-lab --yes && runai-spec submit "
             f"{profile}") in text
+    as_json = runner.invoke(app, ["plan", str(profile), "--format", "json"])
+    fs = json.loads(as_json.stdout)["failure_semantics"]
+    assert fs["choices"]["backoffLimit"] == "5" and fs["tolerated_faults"] == 2
+    assert [f["restarts"] for f in fs["faults"]] == [2, 1, 0]
 
 
 def test_plan_says_the_static_rendezvous_cannot_be_budgeted(presets_dir: Path) -> None:
