@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -578,7 +579,7 @@ def failure_semantics(plan: Plan, profile_path: str = "PROFILE") -> FailureSeman
     choices.append(("termination grace period", f"{grace} s (SIGTERM, then SIGKILL)"))
     name = plan.name
     resubmit = (f"runai-spec delete {name} --project {plan.project} --yes && "
-                f"runai-spec submit {profile_path}")
+                f"runai-spec submit {shlex.quote(profile_path)}")
     preempt = FaultOutcome(
         "preemption or eviction",
         f"every pod gets SIGTERM and {grace} s to checkpoint, then SIGKILL; the operator "
