@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from runai_spec.cli import app
 from runai_spec.errors import InputError
-from runai_spec.launcher import split_command
 from runai_spec.rehearse import PreflightSettings, rehearse_manifests
+from test_rehearse_cpu import old_launcher
 
 pytestmark = [pytest.mark.faults]
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,19 +19,6 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def multi_node() -> dict:
     return yaml.safe_load((ROOT / "examples" / "multi-node" / "manifest.yaml").read_text())
-
-
-def old_launcher() -> dict:
-    """The multi-node example as rendered before issue 11: bare (static) torchrun, no
-    TORCH_DISABLE_SHARE_RDZV_TCP_STORE, backoffLimit 3."""
-    job = multi_node()
-    for spec in job["spec"]["pytorchReplicaSpecs"].values():
-        container = spec["template"]["spec"]["containers"][0]
-        container["command"] = ["torchrun", *split_command(container["command"]).entry]
-        container["env"] = [e for e in container.get("env", [])
-                            if e["name"] != "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"]
-    job["spec"]["runPolicy"]["backoffLimit"] = 3
-    return job
 
 
 def test_unknown_pod_is_bad_input(tmp_path: Path) -> None:
