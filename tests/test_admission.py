@@ -281,7 +281,7 @@ TAMPERED: list[tuple[str, Callable[[Job], None], str, str, str]] = [
     ("multi-node", _extra_resource, "resources", "spec.pytorchReplicaSpecs.Master", ""),
     ("multi-node", _restart, "restart-policy",
      "spec.pytorchReplicaSpecs.Master.restartPolicy: must be OnFailure", ""),
-    ("multi-node", _backoff, "run-policy", "spec.runPolicy: ", "backoffLimit=3"),
+    ("multi-node", _backoff, "run-policy", "spec.runPolicy: ", "backoffLimit=5"),
     ("multi-node", _scheduling_policy, "run-policy", "spec.runPolicy: ", ""),
     ("multi-node", _sidecar, "containers",
      MASTER + "spec.containers: exactly one container", ""),

@@ -243,7 +243,7 @@ def test_live_diff_shows_what_a_changed_render_would_change(api: KubeAPI, target
     (change,) = live_diff(manifests, target).objects
     assert change.status == "changed"
     assert [ln for ln in change.diff.splitlines() if ln[:1] in "+-" and ln[:3] not in ("+++", "---")
-            ] == ["-    backoffLimit: 3", "+    backoffLimit: 9"]
+            ] == ["-    backoffLimit: 5", "+    backoffLimit: 9"]
     dry = [r for r in api.kube.requests if r.method == "PATCH" and "dryRun" in r.query]
     assert dry and all(r.query["dryRun"] == ["All"] for r in dry)
 

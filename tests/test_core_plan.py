@@ -67,8 +67,14 @@ def test_multi_node_master_trains_and_torchrun_reads_the_operator_variables() ->
     for role in (MASTER, WORKER):
         container = pod(job, role)["containers"][0]
         assert container["name"] == CONTAINER
-        assert container["command"][:2] == ["torchrun", "train.py"]
+        # c10d on the Master's service, so that a pod the kubelet restarts in place rejoins
+        assert container["command"][:7] == [
+            "torchrun", "--rdzv-backend=c10d", "--rdzv-endpoint=$(MASTER_ADDR):$(MASTER_PORT)",
+            "--rdzv-id=demo", "--max-restarts=3",
+            "--rdzv-conf=join_timeout=900,read_timeout=600", "train.py"]
         assert not any(a.startswith("--nnodes") or a.startswith("--node") for a in container["command"])
+        assert {"name": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "value": "1"} in container["env"]
+        assert pod(job, role)["terminationGracePeriodSeconds"] == 300
         assert container["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
         assert container["resources"]["limits"]["nvidia.com/rdma_ib"] == 8
         meta = specs[role]["template"]["metadata"]
@@ -85,8 +91,10 @@ def test_elastic_is_worker_only_with_c10d_bounds() -> None:
                                             "maxReplicas": 4, "maxRestarts": 3}
     # Without a Master the operator injects no PET_NPROC_PER_NODE from nprocPerNode: the
     # launcher must say it, or torchrun starts one process on an 8-GPU pod.
-    assert pod(job, WORKER)["containers"][0]["command"][:3] == [
-        "torchrun", "--nproc-per-node=8", "train.py"]
+    assert pod(job, WORKER)["containers"][0]["command"][:5] == [
+        "torchrun", "--nproc-per-node=8", "--rdzv-id=demo",
+        "--rdzv-conf=join_timeout=900,read_timeout=600", "train.py"]
+    assert job["spec"]["runPolicy"]["backoffLimit"] == 9
 
 
 def test_nproc_rule_catches_a_worker_only_job_whose_torchrun_would_start_one_process() -> None:

@@ -84,7 +84,26 @@ def test_profile_values_point_at_their_line_and_preset_values_at_the_preset() ->
     assert fields["kind"].origin.kind == "template"
     launcher = fields[f"{container}.command[0]"]
     assert launcher.value == "torchrun" and launcher.origin.kind == "derived"
-    assert fields[f"{container}.command[1]"].origin.field == "command[0]"
+    # the failure semantics are the preset's: each launcher flag names its field and line
+    flags = {f.value.split("=", 1)[0]: f for f in fields.values()
+             if f.path.startswith(f"{container}.command[") and str(f.value).startswith("--")}
+    backend = flags["--rdzv-backend"].origin
+    assert (backend.kind, backend.field, backend.line) == (
+        "preset", "rendezvous.backend", line_of(preset_file, "  backend:"))
+    assert flags["--max-restarts"].origin.field == "rendezvous.max_restarts"
+    assert flags["--rdzv-conf"].origin.field == "rendezvous"
+    assert "MASTER_ADDR" in flags["--rdzv-endpoint"].origin.field
+    assert flags["--rdzv-id"].origin.kind == "derived"
+    command = [f.value for f in fields.values() if f.path.startswith(f"{container}.command[")]
+    script = command.index("train.py")
+    assert script == 6 and fields[f"{container}.command[{script}]"].origin.field == "command[0]"
+    grace = fields["spec.pytorchReplicaSpecs.Worker.template.spec.terminationGracePeriodSeconds"]
+    assert (grace.value, grace.origin.field, grace.origin.line) == (
+        300, "termination_grace_period_seconds",
+        line_of(preset_file, "termination_grace_period_seconds:"))
+    backoff = fields["spec.runPolicy.backoffLimit"].origin
+    assert (backoff.field, backoff.line) == ("run_policy.backoff_limit",
+                                             line_of(preset_file, "  backoff_limit:"))
 
 
 def test_single_gpu_local_rank_is_derived_and_nccl_debug_names_the_switch(
@@ -121,7 +140,8 @@ def test_hostile_values_cannot_impersonate_a_marker_or_break_the_comments(
     workload = prepare_workload(write_profile(base_profile))
     result = explain_workload(workload)
     fields = {f.path: f for f in result.fields}
-    arg = fields["spec.pytorchReplicaSpecs.Master.template.spec.containers[0].command[2]"]
+    at = len(workload.plan.launcher) + 1
+    arg = fields[f"spec.pytorchReplicaSpecs.Master.template.spec.containers[0].command[{at}]"]
     assert arg.value == "@@runai-spec-origin:image" and arg.origin.field == "command[1]"
     assert parse_documents(result.annotated(), "annotated") == list(workload.manifests)
 
@@ -175,7 +195,8 @@ def test_any_hostile_value_keeps_the_annotated_output_exact(tmp_path: Path) -> N
         result = explain_workload(workload)
         assert parse_documents(result.annotated(), "annotated") == list(workload.manifests)
         fields = {f.path: f for f in result.fields}
-        arg = fields["spec.pytorchReplicaSpecs.Master.template.spec.containers[0].command[2]"]
+        at = len(workload.plan.launcher) + 1
+        arg = fields[f"spec.pytorchReplicaSpecs.Master.template.spec.containers[0].command[{at}]"]
         assert arg.value == (value or "x") and arg.origin.field == "command[1]"
 
     check()

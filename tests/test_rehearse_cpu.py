@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from runai_spec import rehearse as rehearse_module
 from runai_spec.cli import app
+from runai_spec.launcher import split_command
 from runai_spec.rehearse import PreflightSettings, RehearseResult, rehearse_manifests
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
@@ -33,6 +34,19 @@ def _torch() -> None:
 
 def multi_node() -> dict:
     return yaml.safe_load((ROOT / "examples" / "multi-node" / "manifest.yaml").read_text())
+
+
+def old_launcher(job: dict | None = None) -> dict:
+    """The multi-node example as rendered before issue 11: bare (static) torchrun, without
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE, backoffLimit 3."""
+    job = job or multi_node()
+    for spec in job["spec"]["pytorchReplicaSpecs"].values():
+        container = spec["template"]["spec"]["containers"][0]
+        container["command"] = ["torchrun", *split_command(container["command"]).entry]
+        container["env"] = [e for e in container.get("env", [])
+                            if e["name"] != "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"]
+    job["spec"]["runPolicy"]["backoffLimit"] = 3
+    return job
 
 
 def rehearse(tmp_path: Path, job: dict | None = None, **kw: object) -> RehearseResult:
@@ -118,9 +132,9 @@ def test_preflight_alone_names_the_rank_that_never_joined(tmp_path: Path) -> Non
 
 def test_a_pod_killed_after_the_first_checkpoint_resumes_but_the_static_rendezvous_fails(
         tmp_path: Path) -> None:
-    r = rehearse(tmp_path, restart_after_checkpoint=True)
+    r = rehearse(tmp_path, old_launcher(), restart_after_checkpoint=True)
     restart = r.check("restart")
-    # the checkpoint and resume work, but the rendered static rendezvous cannot be trusted to
+    # the checkpoint and resume work, but the old launcher's static rendezvous cannot be trusted to
     # survive an in-place restart in the cluster: the rehearsal must not say it recovers
     assert restart is not None and restart.status == "fail", restart
     assert "static rendezvous, which never re-admits a restarted pod" in restart.message

@@ -95,8 +95,12 @@ def test_render_smoke_is_the_same_job_running_preflight_from_a_mounted_config_ma
         assert container["image"] == real_container["image"]
         assert container["resources"] == real_container["resources"]
         assert container.get("env") == real_container.get("env")
-        # the launcher is unchanged; only the entry point is preflight.py from the mount
-        head = split_command(real_container["command"]).head
+        # the launcher is the real one, under the smoke job's own rendezvous id and without
+        # torchrun restarts (every rank runs once); the entry point is preflight.py
+        real_name, name = real_job["metadata"]["name"], job["metadata"]["name"]
+        head = [f"--rdzv-id={name}" if a == f"--rdzv-id={real_name}" else a
+                for a in split_command(real_container["command"]).head
+                if not a.startswith("--max-restarts=")]
         argv = container["command"]
         assert argv[:len(head) + 1] == [*head, f"{SMOKE_MOUNT}/preflight.py"]
         assert argv[0] == ("python" if example == "single-gpu" else "torchrun")
@@ -247,7 +251,8 @@ def test_hostile_profile_values_never_change_the_structure_of_the_smoke_render(
     assert [shape(m) for m in nasty] == [shape(m) for m in plain]
     for rspec in replica_specs(nasty[1]).values():
         container = pytorch_container(rspec)
-        assert container["env"] == [{"name": f"V{i}", "value": v} for i, v in enumerate(HOSTILE)]
+        assert container["env"] == [*({"name": f"V{i}", "value": v} for i, v in enumerate(HOSTILE)),
+                                    {"name": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "value": "1"}]
         assert container["workingDir"] == "/w: {{ 7*7 }}"
         assert not set(HOSTILE) & set(container["command"])
 

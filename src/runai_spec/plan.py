@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -26,7 +27,7 @@ from .kubeflow import (
     pod_name,
 )
 from .launcher import NO_PYTHON, for_entry_point
-from .presets import LEDGER_FILE, SITE_FILE, ApprovedPreset, Site
+from .presets import LEDGER_FILE, SITE_FILE, ApprovedPreset, Preset, Site
 from .profile import LoadedProfile
 
 Pairs = tuple[tuple[str, str], ...]
@@ -84,6 +85,19 @@ class ElasticPlan:
 
 
 @dataclass(frozen=True)
+class RendezvousPlan:
+    """torchrun's rendezvous of a multi-node job, as the launcher flags render it."""
+
+    backend: str  # c10d or static
+    endpoint: str | None  # None: the operator's (PET_MASTER_* for static, PET_RDZV_ENDPOINT)
+    rdzv_id: str | None
+    max_restarts: int | None  # None: elasticPolicy.maxRestarts, or torchrun's default 0
+    join_timeout_s: int | None
+    read_timeout_s: int | None
+    last_call_timeout_s: int | None
+
+
+@dataclass(frozen=True)
 class Plan:
     """Everything the templates need; a pure function of profile, preset and site."""
 
@@ -119,6 +133,10 @@ class Plan:
     operator_version: str = "1.9"
     # profile checkpoint.on_sigterm: the script checkpoints on SIGTERM (preflight reads it)
     checkpoint_on_sigterm: bool = False
+    # every pod's terminationGracePeriodSeconds (preset): SIGTERM to SIGKILL
+    termination_grace_period_seconds: int = 30
+    # torchrun's rendezvous (multi-node layouts only); the launcher flags say the same
+    rendezvous: RendezvousPlan | None = None
     # Where each leaf came from, by its path in the plan (`env[3][1]`, `volumes[0].claim`),
     # recorded by plan_workload() as it derives the value; `render --explain` reads it.
     origins: Mapping[str, Origin] = field(default_factory=dict, compare=False, repr=False)
@@ -172,8 +190,43 @@ class Plan:
         }
 
 
-def launcher_for(layout: str, gpus: int, elastic: bool = False) -> tuple[str, ...]:
-    """The site guide's launcher for each layout."""
+# Kubernetes expands $(VAR) in a container's command from that container's environment,
+# including the variables the operator appends (MASTER_ADDR, MASTER_PORT: master.go); an env
+# value could not use them, since it only sees variables listed before it.
+RDZV_ENDPOINT = "$(MASTER_ADDR):$(MASTER_PORT)"
+RDZV_ID_FLAG = "--rdzv-id"
+MAX_RESTARTS_FLAG = "--max-restarts"
+# torch >= 2.4 shares the rendezvous TCPStore with the trainers and builds its bootstrap info
+# only on an agent's first round (dynamic_rendezvous.py, torch 2.13): a pod restarted in place
+# then waits on MASTER_ADDR until read_timeout and the job fails (docs/fault-experiments).
+DISABLE_SHARED_STORE = ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+
+
+def rendezvous_plan(preset: Preset, job: str) -> RendezvousPlan | None:
+    """The preset's rendezvous for job JOB; None for one-pod layouts."""
+    if preset.layout != "multi-node":
+        return None
+    r = preset.rendezvous
+    if r.backend == "static":
+        return RendezvousPlan("static", None, None, None, None, None, None)
+    # The rendezvous id only has to be the same on every pod of one submission and differ
+    # from any other job that reaches the same store. The store lives in memory in the
+    # agent on the endpoint's pod (<job>-master-0, or <job>-worker-0 when elastic), so each
+    # submission starts from an empty one, and the endpoint is this job's own service: its
+    # name is unique in the namespace while the job exists. A submission uid would add
+    # nothing and cannot be rendered: the job's UID is known only after the API server
+    # stores it, a pod cannot read it (the downward API has no ownerReferences), the
+    # operator sets PET_RDZV_ID only from elasticPolicy.rdzvId, and a per-submission value
+    # would make every render differ (diff, submit's "unchanged").
+    return RendezvousPlan(
+        "c10d", None if preset.elastic else RDZV_ENDPOINT, job,
+        None if preset.elastic else r.max_restarts, r.join_timeout_seconds,
+        r.read_timeout_seconds, r.last_call_timeout_seconds)
+
+
+def launcher_for(layout: str, gpus: int, elastic: bool = False,
+                 rendezvous: RendezvousPlan | None = None) -> tuple[str, ...]:
+    """The site guide's launcher for each layout, with the preset's rendezvous flags."""
     if layout == "single-gpu":
         # -u: operator 1.7+ already sets PYTHONUNBUFFERED=1 (1.6 set "0"); -u keeps stdout
         # unbuffered whatever the operator or the image sets, so a pod killed by OOM or
@@ -181,14 +234,37 @@ def launcher_for(layout: str, gpus: int, elastic: bool = False) -> tuple[str, ..
         return ("python", "-u")
     if layout == "single-node":
         return ("torchrun", "--standalone", "--nnodes=1", f"{NPROC_FLAG}={gpus}")
+    # Multi-node: nodes, node rank, master and processes per node come from the operator's
+    # PET_* variables, which torchrun reads as the defaults of its flags; an explicit flag
+    # wins over its variable (torch/distributed/argparse_util.py).
+    head: tuple[str, ...] = ("torchrun",)
     if elastic:
         # Operator 1.7 gives a Worker-only job no PET_NPROC_PER_NODE (it set it in the
         # Master branch only); 1.8+ sets it from spec.nprocPerNode. The explicit flag makes
         # the process count the same on every supported operator version.
-        return ("torchrun", f"{NPROC_FLAG}={gpus}")
-    # Multi-node: nodes, node rank, master and processes per node come from the operator's
-    # PET_* variables, which torchrun reads as the defaults of its flags.
-    return ("torchrun",)
+        head += (f"{NPROC_FLAG}={gpus}",)
+    return head + rendezvous_flags(rendezvous)
+
+
+def rendezvous_flags(r: RendezvousPlan | None) -> tuple[str, ...]:
+    """torchrun's flags for rendezvous R: none for static (bare torchrun: the operator's
+    PET_MASTER_ADDR/PORT); for an elastic job backend and endpoint are the operator's
+    PET_RDZV_* (elasticPolicy), its restarts PET_MAX_RESTARTS."""
+    if r is None or r.backend == "static":
+        return ()
+    flags: list[str] = []
+    if r.endpoint is not None:
+        flags += [f"--rdzv-backend={r.backend}", f"--rdzv-endpoint={r.endpoint}"]
+    if r.rdzv_id is not None:
+        flags.append(f"{RDZV_ID_FLAG}={r.rdzv_id}")
+    if r.max_restarts is not None:
+        flags.append(f"{MAX_RESTARTS_FLAG}={r.max_restarts}")
+    conf = [f"{key}={value}" for key, value in (
+        ("join_timeout", r.join_timeout_s), ("read_timeout", r.read_timeout_s),
+        ("last_call_timeout", r.last_call_timeout_s)) if value is not None]
+    if conf:
+        flags.append(f"--rdzv-conf={','.join(conf)}")
+    return tuple(flags)
 
 
 def namespace_for(site: Site, project: str) -> str:
@@ -272,13 +348,14 @@ def plan_workload(loaded: LoadedProfile, approved: ApprovedPreset, site: Site,
                                            else "elastic: Worker-only job")
         o[f"replicas[{i}].replicas"] = count
 
-    launcher = launcher_for(preset.layout, gpus, elastic=elastic is not None)
+    rendezvous = rendezvous_plan(preset, profile.name)
+    launcher = launcher_for(preset.layout, gpus, elastic=elastic is not None,
+                            rendezvous=rendezvous)
     launcher = for_entry_point(launcher, profile.command)  # a wrapper script: --no-python
     for i, arg in enumerate(launcher):
-        o[f"launcher[{i}]"] = (
-            src.preset("gpus_per_pod") if arg.startswith(NPROC_FLAG) else
-            src.profile("command[0]") if arg == NO_PYTHON else
-            derived(f"launcher for the {preset.layout} layout (site guide)"))
+        o[f"launcher[{i}]"] = (src.profile("command[0]") if arg == NO_PYTHON
+                               else _launcher_origin(arg, preset.layout, src))
+    o["termination_grace_period_seconds"] = src.preset("termination_grace_period_seconds")
     for i in range(len(profile.command)):
         o[f"entrypoint[{i}]"] = src.profile(f"command[{i}]")
 
@@ -290,6 +367,10 @@ def plan_workload(loaded: LoadedProfile, approved: ApprovedPreset, site: Site,
                                   "LOCAL_RANK", "0")
     for key, value in preset.network.env.items():
         env[key] = _same(src.preset(f"network.env.{key}"), key, value)
+    if rendezvous is not None and rendezvous.backend == "c10d":
+        key, value = DISABLE_SHARED_STORE
+        env[key] = _same(derived("c10d: a pod restarted in place must be able to rejoin "
+                                 "(torch's shared rendezvous store deadlocks it)"), key, value)
     diagnostics: list[str] = []
     if profile.diagnostics.nccl_debug:
         env["NCCL_DEBUG"] = _same(src.profile("diagnostics.nccl_debug"), "NCCL_DEBUG", "INFO")
@@ -391,8 +472,25 @@ def plan_workload(loaded: LoadedProfile, approved: ApprovedPreset, site: Site,
         secret_env=tuple(secret_env),
         operator_version=site.operator_version,
         checkpoint_on_sigterm=bool(profile.checkpoint and profile.checkpoint.on_sigterm),
+        termination_grace_period_seconds=preset.termination_grace_period_seconds,
+        rendezvous=rendezvous,
         origins=o,
     )
+
+
+def _launcher_origin(arg: str, layout: str, src: _Sources) -> Origin:
+    """Where launcher flag ARG came from: the preset field it renders, or the layout."""
+    fields = {NPROC_FLAG: "gpus_per_pod", MAX_RESTARTS_FLAG: "rendezvous.max_restarts",
+              "--rdzv-backend": "rendezvous.backend", "--rdzv-conf": "rendezvous"}
+    name = arg.split("=", 1)[0]
+    if name in fields:
+        return src.preset(fields[name])
+    if name == "--rdzv-endpoint":
+        return derived("c10d store on the Master's service: the operator's MASTER_ADDR and "
+                       "MASTER_PORT, expanded by the kubelet")
+    if name == RDZV_ID_FLAG:
+        return derived("rendezvous id: the job name (unique while the job exists)")
+    return derived(f"launcher for the {layout} layout (site guide)")
 
 
 def _volumes(loaded: LoadedProfile, approved: ApprovedPreset, site: Site, src: _Sources,
@@ -429,3 +527,117 @@ def _volumes(loaded: LoadedProfile, approved: ApprovedPreset, site: Site, src: _
         o[f"volumes[{i}].name"] = derived("volume name")
         o |= {f"volumes[{i}].{name}": origin for name, origin in fields.items()}
     return tuple(volumes)
+
+
+@dataclass(frozen=True)
+class FaultOutcome:
+    """What one kind of fault does to a job of this plan, in the cluster."""
+
+    fault: str
+    outcome: str
+    restarts: int | None  # container restarts it uses against backoffLimit (None: all of them)
+    recovers: bool
+
+
+@dataclass(frozen=True)
+class FailureSemantics:
+    """The plan's failure semantics, as `plan` shows them (RESULTS.md measured each row)."""
+
+    choices: tuple[tuple[str, str], ...]  # (what, value) in the order plan shows them
+    faults: tuple[FaultOutcome, ...]
+    tolerated: int | None  # worst-case faults the backoffLimit absorbs (None: no limit)
+    resubmit: str  # the commands that resume the job from its checkpoint
+
+
+def _backoff_limit(plan: Plan) -> int | None:
+    value = dict(plan.run_policy).get("backoffLimit")
+    return value if isinstance(value, int) else None
+
+
+def failure_semantics(plan: Plan, profile_path: str = "PROFILE") -> FailureSemantics:
+    """Each failure-semantics choice of PLAN and, per fault, what it does: the kubelet
+    restarts a failed container in place (OnFailure/Always), the operator sums the restarts
+    against backoffLimit and fails the job when they reach it (training-operator v1.9
+    pkg/core/job.go PastBackoffLimit); a preemption deletes every pod and the operator
+    creates them anew, which costs no restart."""
+    limit = _backoff_limit(plan)
+    r = plan.rendezvous
+    grace = plan.termination_grace_period_seconds
+    choices: list[tuple[str, str]] = [
+        ("restart policy", plan.restart_policy),
+        ("backoffLimit", "none (the operator never gives up)" if limit is None else str(limit)),
+    ]
+    if r is not None:
+        where = (f"{r.endpoint} (the Master's service)" if r.endpoint else
+                 "worker-0's service (the operator's PET_RDZV_ENDPOINT)")
+        choices.append(("rendezvous", "static (bare torchrun)" if r.backend == "static" else
+                        f"{r.backend} at {where}, id {r.rdzv_id}"))
+        if r.backend == "c10d":
+            restarts = (r.max_restarts if r.max_restarts is not None
+                        else plan.elastic.max_restarts if plan.elastic else 0)
+            choices += [
+                ("torchrun max restarts", str(restarts)),
+                ("rendezvous join / read timeout", f"{r.join_timeout_s} s / {r.read_timeout_s} s"),
+            ]
+            if plan.elastic is not None:
+                choices.append(("rendezvous last call", f"{r.last_call_timeout_s} s"
+                                if r.last_call_timeout_s else "torch's default (30 s)"))
+    choices.append(("termination grace period", f"{grace} s (SIGTERM, then SIGKILL)"))
+    name = plan.name
+    resubmit = (f"runai-spec delete {name} --project {plan.project} --yes && "
+                f"runai-spec submit {shlex.quote(profile_path)}")
+    preempt = FaultOutcome(
+        "preemption or eviction",
+        f"every pod gets SIGTERM and {grace} s to checkpoint, then SIGKILL; the operator "
+        "creates the pods anew and the job resumes from its last checkpoint", 0, True)
+    faults: tuple[FaultOutcome, ...]
+    tolerated: int | None
+    if plan.restart_policy == "ExitCode" and plan.pods == 1:
+        faults = (FaultOutcome(
+            "the pod's container fails",
+            "a signal (exit 128 and up: OOM kill, node loss) makes the operator recreate the "
+            "pod, which resumes from its last checkpoint; an error exit (1-127) fails the job "
+            "at once and stops it (fail fast)", 0, True), preempt)
+        return FailureSemantics(tuple(choices), faults, 0, resubmit)
+    if plan.restart_policy in ("Never", "ExitCode"):
+        # ExitCode recreates a pod killed by a signal, but its peers then exit 1 (torchrun's
+        # ChildFailedError), a permanent code: the job fails one recreation later.
+        how = ("the operator marks the job Failed at once and stops every pod"
+               if plan.restart_policy == "Never" else
+               "the operator recreates a pod killed by a signal, but its peers then exit 1, "
+               "a permanent error: the job is marked Failed and every pod stopped")
+        faults = (FaultOutcome("a pod's container fails", f"fails fast: {how}", None, False),
+                  preempt)
+        return FailureSemantics(tuple(choices), faults, 0, resubmit)
+    in_place = "the kubelet restarts that container in place after its back-off (10 s, " \
+               "doubling up to 300 s)"
+    if r is None:
+        faults = (FaultOutcome(
+            "the pod's container fails", f"{in_place}; the job resumes from its last "
+            "checkpoint", 1, True), preempt)
+        worst = 1
+    elif r.backend == "static":
+        faults = (FaultOutcome(
+            "any pod's container fails",
+            f"{in_place}, but torchrun's static rendezvous never re-admits it: a restarted pod "
+            "can meet the others' old store and fail again, so one fault can use the whole "
+            "backoffLimit, and whether the job recovers depends on timing (measured: "
+            "docs/fault-experiments/RESULTS.md)", None, False), preempt)
+        return FailureSemantics(tuple(choices), faults, 0, resubmit)
+    else:
+        host = "master-0" if plan.elastic is None else "worker-0"
+        join = f"torchrun on the other pods waits up to {r.join_timeout_s} s for it to rejoin"
+        others = FaultOutcome(
+            "a worker's container fails" if plan.elastic is None
+            else "another worker's container fails",
+            f"{in_place}; {join}, then every rank resumes from the last checkpoint", 1, True)
+        store = FaultOutcome(
+            f"{name}-{host} fails (it hosts the c10d store)",
+            f"{in_place}; torchrun on the other pods loses the store and exits, so the kubelet "
+            "restarts every pod's container once; the job resumes from the last checkpoint",
+            plan.pods, True)
+        faults = (store, others, preempt)
+        worst = plan.pods
+    # the operator fails the job when the summed restarts reach backoffLimit (0: at once)
+    tolerated = None if limit is None else max((limit - 1) // worst, 0) if limit else 0
+    return FailureSemantics(tuple(choices), faults, tolerated, resubmit)

@@ -70,6 +70,29 @@ class RunPolicy(_Model):
     clean_pod_policy: Literal["All", "Running", "None"] = "Running"
 
 
+class Rendezvous(_Model):
+    """How the torchrun agents of a multi-node job meet, and meet again after a node fault
+    (docs/fault-experiments/RESULTS.md measured each choice under a kubelet/operator model)."""
+
+    backend: Literal["c10d", "static"] = Field(
+        "c10d", description="c10d: the agents re-admit a pod the kubelet restarted in place, "
+        "so one node fault costs one container restart; static (torchrun's default): never "
+        "re-admits, one fault can use the whole backoffLimit (elastic presets: always c10d).")
+    max_restarts: int = Field(
+        3, ge=0, description="torchrun --max-restarts of a fixed-size multi-node job: how many "
+        "times a surviving agent restarts its ranks for a lost peer (at least the faults the "
+        "backoffLimit tolerates). Elastic presets set it in elastic.max_restarts.")
+    join_timeout_seconds: int = Field(
+        900, gt=0, description="rdzv-conf join_timeout: how long the agents wait for a "
+        "restarted pod to rejoin (the kubelet's back-off + image pull + start).")
+    read_timeout_seconds: int = Field(
+        600, gt=0, description="rdzv-conf read_timeout: how long an agent waits on the "
+        "rendezvous store (torch's 60 s default is shorter than a pod restart).")
+    last_call_timeout_seconds: int | None = Field(
+        None, gt=0, description="rdzv-conf last_call_timeout (elastic: how long a round "
+        "waits for more pods once it has the minimum); torch's default (30 s) when unset.")
+
+
 class Preset(_Model):
     """An engineer-approved compute shape: the only source of pods, GPUs and priority."""
 
@@ -92,6 +115,12 @@ class Preset(_Model):
                                          description="Minimum all-reduce bus bandwidth.")
     master_port: int = Field(DEFAULT_PORT, ge=1024, le=65535)
     run_policy: RunPolicy = Field(default_factory=RunPolicy)
+    rendezvous: Rendezvous = Field(
+        default_factory=Rendezvous, description="torchrun's rendezvous of a multi-node "
+        "layout (engineer-owned failure semantics).")
+    termination_grace_period_seconds: int = Field(
+        30, ge=0, description="Every pod's terminationGracePeriodSeconds: how long a rank "
+        "asked to stop (SIGTERM: preemption, deletion) has to checkpoint before SIGKILL.")
 
 
 # Run:ai 2.2x's priority dictionary (the PriorityClasses it serves).
@@ -493,6 +522,27 @@ def _preset_consistency(preset: Preset) -> str | None:
             return "elastic bounds need layout multi-node"
         if not preset.elastic.min <= preset.nodes <= preset.elastic.max:
             return "elastic bounds must satisfy min <= nodes <= max"
+    return _rendezvous_consistency(preset)
+
+
+def _rendezvous_consistency(preset: Preset) -> str | None:
+    """The rendezvous block says only what the layout renders."""
+    written = preset.rendezvous.model_fields_set
+    if preset.layout != "multi-node":
+        if "rendezvous" in preset.model_fields_set:
+            return (f"rendezvous applies to multi-node layouts; {preset.layout} renders its "
+                    "own launcher")
+        return None
+    if preset.elastic is not None:
+        if preset.rendezvous.backend != "c10d":
+            return "an elastic preset needs rendezvous.backend c10d (the operator's elasticPolicy)"
+        if "max_restarts" in written:
+            return "an elastic preset sets torchrun's restarts in elastic.max_restarts"
+    elif preset.rendezvous.backend == "static":
+        extra = sorted(written - {"backend"})
+        if extra:
+            return (f"rendezvous.{extra[0]} has no effect with the static backend "
+                    "(torchrun's static rendezvous has no timeouts or re-admission)")
     return None
 
 

@@ -7,6 +7,7 @@ import shlex
 from typing import Any
 
 from .kubeflow import KIND, operator_env, replica_specs
+from .plan import Plan, failure_semantics
 from .policy import memory_estimate
 from .rehearsals import read_record
 from .report import md_code, md_fence, md_text
@@ -31,6 +32,7 @@ def review_dict(w: Workload) -> dict[str, Any]:
     for i, pod in enumerate(p.pod_names):
         ranks.append({"pod": pod, "gpus": p.procs_per_pod,
                       "ranks": list(range(i * p.procs_per_pod, (i + 1) * p.procs_per_pod))})
+    fs = failure_semantics(p, w.path)
     return {
         "name": p.name, "project": p.project, "namespace": p.namespace, "layout": p.layout,
         "model": None if model is None else {
@@ -55,11 +57,31 @@ def review_dict(w: Workload) -> dict[str, Any]:
         "launcher": shlex.join(p.command), "env": dict(p.env),
         "secret_env": {k: f"secretKeyRef {s}/{key}" for k, s, key in p.secret_env},
         "topology": ranks,
+        "failure_semantics": {
+            "choices": dict(fs.choices),
+            "faults": [{"fault": f.fault, "outcome": f.outcome, "restarts": f.restarts,
+                        "recovers": f.recovers} for f in fs.faults],
+            "tolerated_faults": fs.tolerated, "beyond": fault_tail(fs.tolerated, p),
+            "resubmit": fs.resubmit},
         "findings": [{"rule": f.rule, "severity": f.severity, "message": f.message}
                      for f in w.findings],
         "checklist": list(CHECKLIST),
         **ticket_dict(w),
     }
+
+
+def fault_tail(tolerated: int | None, plan: Plan) -> str:
+    """What happens past the faults the job survives: it fails fast, and how to resume."""
+    limit = dict(plan.run_policy).get("backoffLimit")
+    if tolerated is None:
+        return ("no backoffLimit: the operator restarts failed containers forever, so a job "
+                "that cannot progress keeps its GPUs until someone deletes it")
+    head = (f"the restarts above add up against backoffLimit {limit}: the job survives any "
+            f"{tolerated} fault(s), and the one after reaches it" if tolerated
+            else "at a fault it cannot recover from")
+    return (f"{head}: the operator marks the job Failed and stops every pod at once, so no "
+            "GPUs stay held by a job that cannot progress (fail fast). It does not come back "
+            "by itself: resubmit it, and it resumes from its last checkpoint")
 
 
 def review_json(w: Workload) -> str:
@@ -114,6 +136,15 @@ def review_markdown(w: Workload) -> str:
             "", "## Launcher and environment", "", *md_fence(d["launcher"], "sh"), ""]
     text += [f"- {md_code(f'{k}={v}')}" for k, v in d["env"].items()]
     text += [f"- {md_code(k)} from {md_text(v)}" for k, v in d["secret_env"].items()]
+    fs = d["failure_semantics"]
+    text += ["", "## Failure semantics (preset choices)", "", "| | |", "|---|---|"]
+    text += [f"| {md_text(what)} | {md_text(value)} |" for what, value in fs["choices"].items()]
+    text += ["", "| fault | what happens | restarts used |", "|---|---|---|"]
+    text += [f"| {md_text(f['fault'])} | {md_text(f['outcome'])} | "
+             f"{'all of backoffLimit' if f['restarts'] is None else md_text(f['restarts'])} |"
+             for f in fs["faults"]]
+    text += ["", f"{md_text(fs['beyond'][0].upper() + fs['beyond'][1:])}:", "",
+             *md_fence(fs["resubmit"], "sh")]
     text += ["", "## Topology (global ranks)", ""]
     if d["elastic"]:
         text += ["Elastic: the pods that join form the world; ranks are assigned by torchrun's "

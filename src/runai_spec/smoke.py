@@ -14,7 +14,7 @@ from .kubeflow import ANNOTATION_PREFIX, NAME_MAX, PREFLIGHT_SHA_ANNOTATION, SMO
 from .kubeflow import SMOKE_SUFFIX as SMOKE_SUFFIX
 from .launcher import python_head
 from .manifests import Manifest
-from .plan import Plan
+from .plan import MAX_RESTARTS_FLAG, RDZV_ID_FLAG, Plan
 from .render import render_smoke
 
 if TYPE_CHECKING:
@@ -95,11 +95,19 @@ def smoke_plan(plan: Plan, settings: PreflightSettings | None = None, *,
         world_size=plan.world_size,
         checkpoint_dir=f"{ckpt.rstrip('/')}/{CHECKPOINT_SUBDIR}" if ckpt else None,
         metrics_file=METRICS_FILE)
+    # its own rendezvous id, as for any job of that name (plan.rendezvous_plan), and no
+    # torchrun restarts: a smoke test runs every rank once
+    rendezvous = plan.rendezvous
+    if rendezvous is not None and rendezvous.backend == "c10d":
+        rendezvous = dataclasses.replace(rendezvous, rdzv_id=name, max_restarts=None)
+    head = [arg for arg in python_head(plan.command)
+            if not arg.startswith(f"{MAX_RESTARTS_FLAG}=")]
+    own_id = {f"{RDZV_ID_FLAG}={plan.name}": f"{RDZV_ID_FLAG}={name}"}
     job = dataclasses.replace(
         renamed,
         annotations=tuple({**dict(plan.annotations), **notes}.items()),
-        run_policy=tuple(run_policy.items()), restart_policy="Never",
-        launcher=python_head(plan.command),
+        run_policy=tuple(run_policy.items()), restart_policy="Never", rendezvous=rendezvous,
+        launcher=tuple(own_id.get(arg, arg) for arg in head),
         entrypoint=(f"{SMOKE_MOUNT}/preflight.py", *args))
     # the job's labels carry runai-spec's managed-by label: submit and delete treat the
     # ConfigMap as runai-spec's own, like the job
