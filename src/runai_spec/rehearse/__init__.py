@@ -24,7 +24,7 @@ from .checks import (
     own_script_note,
     result_dict,
 )
-from .faults import hardest_pod, parse_kill, parse_preempt, pod_names
+from .faults import faults_of
 from .job import DEFAULT_PORT, PORT_NAME, find_job, operator_env
 from .pods import (
     MULTICAST_OFF,
@@ -97,17 +97,12 @@ def rehearse_manifests(
     if restart_after_checkpoint and own_script:
         raise InputError(RESTART_OWN_SCRIPT)
     job = find_job(manifests)
-    if (kills or preempt is not None) and (own_script or restart_after_checkpoint):
+    faults = faults_of(job, kills, preempt, restart_after_checkpoint)
+    if faults and own_script:
         raise InputError("--kill and --preempt need the preflight's checkpoint and its own "
-                         "restarts; they do not combine with --own-script or "
-                         "--restart-after-checkpoint (itself a --kill)",
+                         "restarts; they do not combine with --own-script",
                          field="--kill" if kills else "--preempt",
                          hint="rehearse the faults alone")
-    if restart_after_checkpoint:
-        kills = [f"{hardest_pod(job)}@checkpoint"]
-    faults = [parse_kill(k, pod_names(job)) for k in kills]
-    if preempt is not None:
-        faults.append(parse_preempt(preempt))
     if not (math.isfinite(backoff_scale) and backoff_scale >= 0):
         raise InputError(f"{backoff_scale:g} is not a non-negative number", field="--backoff-scale",
                          hint="e.g. --backoff-scale 0.1 (the kubelet's 10 s back-off becomes 1 s)")
@@ -138,8 +133,9 @@ def rehearse_manifests(
         assert hold_dir is not None
         shutil.rmtree(hold_dir, ignore_errors=True)
         hold_dir.mkdir(parents=True)
-        fault_checks, outcomes, lines = rehearse_faults(job, plans, world, faults, timeout_s,
-                                                        backoff_scale, hold_dir)
+        fault_checks, outcomes, lines = rehearse_faults(
+            job, plans, world, faults, timeout_s, backoff_scale, hold_dir,
+            sigterm_save=settings.checkpoint_on_sigterm)
         # the preflight's checks as the job ended; what a fault cut short is in the fault rows
         checks = [c for c in aggregate(final_round(lines), world, outcomes, timeout_s, False)
                   if c.check != "pods"] + fault_checks

@@ -37,7 +37,7 @@ def expand(text: str, env: Mapping[str, str]) -> str:
                 i += 2
                 continue
             name = text[i + 2:close]
-            out.append(env[name] if name in env else f"$({name})")
+            out.append(env.get(name, f"$({name})"))
             i = close + 1
         else:  # an operator that opens nothing: kept with the character after it
             out.append("$" + nxt)

@@ -105,6 +105,11 @@ def _on_loopback(op: Mapping[str, str], port: int) -> dict[str, str]:
     return out
 
 
+def _grace(value: Any) -> float | None:
+    """terminationGracePeriodSeconds as the pod spec gives it (None: Kubernetes' default)."""
+    return None if value is None else float(value)
+
+
 def _flag_value(head: Sequence[str], *names: str) -> str | None:
     """The value of torchrun flag `names` in `head` (`--x=v` or `--x v`), else None."""
     for i, arg in enumerate(head):
@@ -301,7 +306,7 @@ def plan_pods(
         rank = int(op.get("RANK", pod_index))
         out.append(PodPlan(short, rtype, i, rank, tuple(head + entry), penv, cwd, pod_dir,
                            added, store, port,
-                           None if graces[rtype] is None else float(graces[rtype])))
+                           _grace(graces[rtype])))
     return out, world
 
 

@@ -44,9 +44,11 @@ def _delete_all(pods: Sequence[_Pod]) -> dict[str, str]:
 
 def rehearse_faults(job: Mapping[str, Any], plans: Sequence[PodPlan], world: int,
                     faults: Sequence[Fault], timeout_s: float, backoff_scale: float,
-                    hold_dir: Path) -> tuple[list[CheckResult], list[PodOutcome], list[
-                        dict[str, Any]]]:
-    """Run the pods, inject `faults`, follow the model until the job ends or `timeout_s`."""
+                    hold_dir: Path, sigterm_save: bool = False
+                    ) -> tuple[list[CheckResult], list[PodOutcome], list[dict[str, Any]]]:
+    """Run the pods, inject `faults`, follow the model until the job ends or `timeout_s`.
+    `sigterm_save`: the profile says its script saves on SIGTERM; a preemption then fails
+    where a rank did not save within the grace period."""
     model = JobModel.of(job, backoff_scale=backoff_scale)
     by_name = {p.name: p for p in plans}
     attempts = {p.name: 0 for p in plans}
@@ -146,6 +148,16 @@ def rehearse_faults(job: Mapping[str, Any], plans: Sequence[PodPlan], world: int
         if f.kind == "preempt" or recreated:
             moved = (f"every pod deleted ({'; '.join(f'{k}: {v}' for k, v in ended.items())}), "
                      f"pods recreated: {', '.join(sorted(recreated)) or 'none'}; " + moved)
+        saves = sorted({int(r["rank"]) for r in lines if r.get("event") == "sigterm-checkpoint"
+                        and r.get("saved")})
+        if f.kind == "preempt":
+            moved += ("; on SIGTERM rank(s) " + ", ".join(map(str, saves)) + " saved their last "
+                      "step within the grace period" if saves else "; no rank saved on SIGTERM")
+            unsaved = sorted(set(range(world)) - set(saves))
+            if sigterm_save and unsaved and ok:
+                verdict, ok = (f"rank(s) {', '.join(map(str, unsaved))} did not save on "
+                               "SIGTERM within the grace period, as the profile says its "
+                               "script does"), False
         msg = (f"{f.label}: {moved}; restarts used {model.restarts_used}/{limit} (back-off "
                f"scale {backoff_scale:g}); {verdict}; {story}")
         checks.append(CheckResult("fault", "pass" if ok else "fail", msg,
@@ -155,6 +167,7 @@ def rehearse_faults(job: Mapping[str, Any], plans: Sequence[PodPlan], world: int
                                            "restarted": sorted(restarted),
                                            "recreated": sorted(recreated),
                                            "deleted": dict(ended),
+                                           "sigterm_saves": saves,
                                            "saved_step": saved,
                                            "resumed_ranks": sorted(resumed),
                                            "fault_at_s": round(at, 1),
