@@ -155,3 +155,25 @@ def test_a_preemption_deletes_every_pod_and_the_recreated_job_resumes(tmp_path: 
     assert fault.details["resumed_ranks"] == [0, 1]
     assert [(o.name, o.attempt) for o in r.pods if o.attempt == 1] == [
         ("master-0", 1), ("worker-0", 1)]
+
+
+@pytest.mark.parametrize(("args", "what"), [
+    (["--preempt", "soon"], "--preempt: @soon is neither @checkpoint nor a number of seconds"),
+    (["--restart-after-checkpoint", "--kill", "worker-0"],
+     "--restart-after-checkpoint: --restart-after-checkpoint is itself a --kill"),
+])
+def test_cli_bad_fault_options_exit_2_before_anything_runs(tmp_path: Path, args: list[str],
+                                                           what: str) -> None:
+    from typer.testing import CliRunner
+
+    from runai_spec.cli import app
+
+    r = CliRunner().invoke(app, ["rehearse", str(ROOT / "examples" / "multi-node" /
+                                                 "profile.yaml"), *args,
+                                 "--logs", str(tmp_path / "logs")])
+    assert r.exit_code == 2, r.output
+    lines = r.stderr.splitlines()  # the profile's findings come first
+    lines = lines[next(i for i, line in enumerate(lines) if line.startswith("error: ")):]
+    assert len(lines) == 2 and lines[0].startswith(f"error: {what}"), lines
+    assert lines[1].startswith("hint: ") and "Traceback" not in r.output
+    assert not (tmp_path / "logs").exists()
