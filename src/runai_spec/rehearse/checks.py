@@ -202,9 +202,10 @@ def network_note(plans: Sequence[PodPlan], job_name: str) -> CheckResult:
     if not plans:
         return CheckResult("network", "note", "no pod")
     port = plans[0].port
+    names = ", ".join(f"{job_name}-{p.name}" for p in plans)
     lead = (f"loopback: every pod on 127.0.0.1 of this machine, no network namespace of its "
-            f"own; the service names ({job_name}-master-0, {job_name}-worker-N) stand for "
-            f"127.0.0.1 and the job's ports for {port}; no DNS delay before a pod is Ready")
+            f"own; the service names ({names}) stand for 127.0.0.1 and the job's ports for "
+            f"{port}; no DNS delay before a pod is Ready")
     stores = [p for p in plans if p.store is not None]
     if not stores:
         if len(plans) > 1 and any("MASTER_ADDR" in p.env for p in plans):
