@@ -15,11 +15,11 @@ from conftest import BASE_PROFILE, ROOT
 from runai_spec.cli import app
 from runai_spec.errors import PresetError
 from runai_spec.kubeflow import MASTER, WORKER
-from runai_spec.launcher import expand_references
 from runai_spec.manifests import dump
 from runai_spec.plan import failure_semantics, plan_workload
 from runai_spec.presets import PresetRegistry
 from runai_spec.profile import parse_profile
+from runai_spec.rehearse.kubelet import expand
 from runai_spec.rehearse.restarts import static_rendezvous
 from runai_spec.render import render_plan
 
@@ -160,4 +160,4 @@ def test_never_fails_fast_at_the_first_fault(presets_dir: Path) -> None:
 ])
 def test_container_command_references_expand_as_the_kubelet_does(
         text: str, env: dict[str, str], expanded: str) -> None:
-    assert expand_references(text, env) == expanded
+    assert expand(text, env) == expanded

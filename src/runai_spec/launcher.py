@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .errors import InputError
@@ -144,29 +144,3 @@ def python_head(argv: Sequence[str]) -> tuple[str, ...]:
     if launcher.kind == EXECUTABLE_ENTRY:
         return ("python", "-u")
     return tuple(a for a in launcher.head if a not in (NO_PYTHON, "--no_python"))
-
-
-def expand_references(text: str, env: Mapping[str, str]) -> str:
-    """A container command or argument as the kubelet runs it: `$(NAME)` becomes the
-    container's variable NAME when it has one and stays as written otherwise; `$$` is a
-    literal `$` (Kubernetes third_party/forked/golang/expansion/expand.go, the Container API's
-    command/args). The operator's MASTER_ADDR/PORT count: they are in the container's env."""
-    out: list[str] = []
-    i = 0
-    while i < len(text):
-        if text[i] == "$" and i + 1 < len(text):
-            nxt = text[i + 1]
-            if nxt == "$":
-                out.append("$")
-                i += 2
-                continue
-            if nxt == "(":
-                end = text.find(")", i + 2)
-                if end != -1:
-                    name = text[i + 2:end]
-                    out.append(env[name] if name in env else text[i:end + 1])
-                    i = end + 1
-                    continue
-        out.append(text[i])
-        i += 1
-    return "".join(out)

@@ -274,7 +274,10 @@ def connect_store(launch: Launch, timeout: float) -> Store:
     else:
         base = TCPStore(launch.master_addr, launch.master_port, launch.world_size,
                              launch.rank == 0, delta, wait_for_workers=False)
-    return PrefixStore(f"preflight/attempt_{launch.restart_count}", base)
+    # one prefix for every round, as torch's env:// store (rendezvous.py _create_c10d_store, 2.13):
+    # each round of a c10d rendezvous brings a new store, and the agents' restart counts differ
+    # (a survivor's agent restarted its workers, a recreated pod's agent did not)
+    return PrefixStore("preflight", base)
 
 
 def exchange(store: Store, rank: int, world: int, info: dict[str, Any],

@@ -284,9 +284,11 @@ def print_rehearsal(result: RehearseResult, name: str) -> list[str]:
         table.add_row(*row, end_section=after != c.attempt)
     Console(stderr=True).print(table)
     # plain lines: rich would read torchrun's [default0] prefix as markup
+    again = (" (pod.attempt<N>.log: the pod restarted or recreated)"
+             if restarted or any(o.attempt for o in result.pods) else "")
     lines = [f"logs: {result.logs_dir}",
              f"  each pod: {result.logs_dir}/<pod>/pod.log"
-             f"{' (pod.attempt1.log: the restarted job)' if restarted else ''} (launcher and "
+             f"{again} (launcher and "
              "every rank, a rank's lines prefixed [default<local rank>])"]
     if any(o.rank_logs for o in result.pods):
         lines.append(f"  each rank: {result.logs_dir}/<pod>/ranks/<run id>/attempt_0/"

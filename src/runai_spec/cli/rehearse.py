@@ -18,7 +18,8 @@ OwnScriptOpt = Annotated[bool, typer.Option(
     "--own-script", help="Run the profile's own command instead of preflight.py.")]
 RestartOpt = Annotated[bool, typer.Option(
     "--restart-after-checkpoint",
-    help="Kill one pod after the first checkpoint, restart, check the resume.")]
+    help="Shorthand for --kill of the pod whose loss is hardest for the layout "
+         "(master-0, or the elastic store host worker-0) @checkpoint.")]
 LogsOpt = Annotated[Path | None, typer.Option("--logs", help="Folder for per-pod and per-rank "
                                               "logs (default: a new temporary folder).")]
 TimeoutOpt = Annotated[float, typer.Option(
@@ -29,6 +30,10 @@ KillOpt = Annotated[list[str] | None, typer.Option(
     "--kill", metavar="POD[@checkpoint|@SECONDS]",
     help="Kill one pod's container (repeatable); the kubelet and operator model decide what "
          "comes back.")]
+PreemptOpt = Annotated[str | None, typer.Option(
+    "--preempt", metavar="checkpoint|SECONDS",
+    help="Preempt the job (every pod: SIGTERM, SIGKILL after its terminationGracePeriodSeconds, "
+         "recreated by the operator) right after the first checkpoint or SECONDS in.")]
 BackoffOpt = Annotated[float, typer.Option(
     "--backoff-scale", help="Scale the kubelet's crash-loop back-off (10 s, doubling).")]
 
@@ -36,7 +41,7 @@ BackoffOpt = Annotated[float, typer.Option(
 @app.command()
 def rehearse(profile: ProfileArg, procs_per_pod: ProcsOpt = None, own_script: OwnScriptOpt = False,
              restart_after_checkpoint: RestartOpt = False, logs: LogsOpt = None,
-             timeout: TimeoutOpt = 300.0, kill: KillOpt = None,
+             timeout: TimeoutOpt = 300.0, kill: KillOpt = None, preempt: PreemptOpt = None,
              backoff_scale: BackoffOpt = 1.0) -> int:
     """Rehearse the rendered workload here: one process per pod, the operator's environment."""
     from .. import report
@@ -51,8 +56,8 @@ def rehearse(profile: ProfileArg, procs_per_pod: ProcsOpt = None, own_script: Ow
         list(workload.manifests), settings=preflight_settings(workload),
         procs_per_pod=procs_per_pod, own_script=own_script,
         restart_after_checkpoint=restart_after_checkpoint, logs_dir=logs, timeout_s=timeout,
-        kills=kill or (), backoff_scale=backoff_scale)
-    if kill:
+        kills=kill or (), preempt=preempt, backoff_scale=backoff_scale)
+    if kill or preempt is not None or restart_after_checkpoint:
         err([f"back-off scale: {backoff_scale:g}"])
     err(report.print_rehearsal(result, workload.plan.name))
     options = ([f"--procs-per-pod {procs_per_pod}"] * (procs_per_pod is not None)

@@ -14,8 +14,17 @@ from typing import Any
 from ..checklist import PREFLIGHT_LINE, PreflightSettings, parse_lines, preflight_settings, preflight_source
 from ..errors import InputError
 from ..launcher import Launcher, set_nproc, split_command
-from .checks import CHECK_ORDER, CheckResult, RehearseResult, aggregate, own_script_note, result_dict
-from .faults import parse_kill, pod_names
+from .checks import (
+    CHECK_ORDER,
+    CheckResult,
+    RehearseResult,
+    aggregate,
+    command_note,
+    network_note,
+    own_script_note,
+    result_dict,
+)
+from .faults import faults_of
 from .job import DEFAULT_PORT, PORT_NAME, find_job, nproc_of, operator_env
 from .pods import (
     MULTICAST_OFF,
@@ -27,8 +36,8 @@ from .pods import (
     run_attempt,
     write_plan,
 )
-from .restarts import RESTART_OWN_SCRIPT, operator_verdict, rehearse_restart, restart_settings
-from .runner import rehearse_faults
+from .restarts import RESTART_OWN_SCRIPT, operator_verdict, restart_settings
+from .runner import final_round, rehearse_faults
 from .script_checks import ScriptRun, read_audit, script_checks
 
 __all__ = [
@@ -90,6 +99,7 @@ def rehearse_manifests(
     pod_env: Mapping[str, Mapping[str, str]] | None = None,
     skip_pods: Sequence[str] = (),
     kills: Sequence[str] = (),
+    preempt: str | None = None,
     backoff_scale: float = 1.0,
 ) -> RehearseResult:
     """Run the job's topology here and collect the preflight's checks.
@@ -98,23 +108,21 @@ def rehearse_manifests(
     still running then has failed; the profile's own script (`own_script`) is healthy.
     `env`, `pod_env` (by short pod name, e.g. `worker-0`) and `skip_pods` exist to break the
     setup on purpose: CI uses them to prove each check fails when it should.
+    `kills` (`POD[@checkpoint|@SECONDS]`) and `preempt` (`""`, `"@checkpoint"`, `"@SECONDS"`)
+    run the job under the kubelet/operator model; `restart_after_checkpoint` is a kill of the
+    pod whose loss is hardest for the layout (`faults.hardest_pod`) at the first checkpoint.
     """
     settings = settings or PreflightSettings()
     check_timeout(timeout_s)
     if restart_after_checkpoint and own_script:
         raise InputError(RESTART_OWN_SCRIPT)
     job = find_job(manifests)
-    if restart_after_checkpoint and (job.get("spec") or {}).get("elasticPolicy") is not None:
-        raise InputError("--restart-after-checkpoint rehearses a job of fixed size; this one is "
-                         "elastic, and there torchrun restarts its own workers after a peer is "
-                         "lost, which the rehearsal does not model",
-                         field="spec.elasticPolicy",
-                         hint="rehearse it without --restart-after-checkpoint")
-    faults = [parse_kill(k, pod_names(job)) for k in kills]
-    if faults and (own_script or restart_after_checkpoint):
-        raise InputError("--kill needs the preflight's checkpoint and its own restarts; it does "
-                         "not combine with --own-script or --restart-after-checkpoint",
-                         field="--kill", hint="rehearse the faults alone")
+    faults = faults_of(job, kills, preempt, restart_after_checkpoint)
+    if faults and own_script:
+        raise InputError("--kill and --preempt need the preflight's checkpoint and its own "
+                         "restarts; they do not combine with --own-script",
+                         field="--kill" if kills else "--preempt",
+                         hint="rehearse the faults alone")
     if not (math.isfinite(backoff_scale) and backoff_scale >= 0):
         raise InputError(f"{backoff_scale:g} is not a non-negative number", field="--backoff-scale",
                          hint="e.g. --backoff-scale 0.1 (the kubelet's 10 s back-off becomes 1 s)")
@@ -131,8 +139,8 @@ def rehearse_manifests(
     if not gpus and settings.min_busbw_gbps is not None:
         # gloo over loopback says nothing about the cluster's fabric: measure, do not judge
         settings = PreflightSettings(**{**settings.__dict__, "min_busbw_gbps": None})
-    hold_dir = root / "restart" if restart_after_checkpoint or faults else None
-    if restart_after_checkpoint or faults:
+    hold_dir = root / "restart" if faults else None
+    if faults:
         settings = restart_settings(settings)
     plans, world = plan_pods(
         manifests, settings=settings, root=root, procs_per_pod=procs_per_pod,
@@ -145,11 +153,13 @@ def rehearse_manifests(
         assert hold_dir is not None
         shutil.rmtree(hold_dir, ignore_errors=True)
         hold_dir.mkdir(parents=True)
-        fault_checks, outcomes, lines = rehearse_faults(job, plans, world, faults, timeout_s,
-                                                        backoff_scale, hold_dir)
-        checks = [c for c in aggregate(lines, world, outcomes, timeout_s, False)
+        fault_checks, outcomes, lines = rehearse_faults(
+            job, plans, world, faults, timeout_s, backoff_scale, hold_dir,
+            sigterm_save=settings.checkpoint_on_sigterm)
+        # the preflight's checks as the job ended; what a fault cut short is in the fault rows
+        checks = [c for c in aggregate(final_round(lines), world, outcomes, timeout_s, False)
                   if c.check != "pods"] + fault_checks
-    elif hold_dir is None:
+    else:
         run = run_attempt(plans, 0, timeout_s, skip=skip_pods,
                            after_crash_s=OWN_SCRIPT_SETTLE_S if own_script else None)
         checks = aggregate(run.lines, world, run.outcomes, timeout_s, own_script)
@@ -157,10 +167,9 @@ def rehearse_manifests(
             checks = own_script_checks(plans, root, world, manifests, settings, gpus,
                                        run.outcomes, restarted=False) + checks
         outcomes = run.outcomes
-    else:
-        shutil.rmtree(hold_dir, ignore_errors=True)
-        checks, outcomes = rehearse_restart(job, plans, world, settings, timeout_s, skip_pods,
-                                             hold_dir)
+    notes = [network_note(plans, str(job["metadata"]["name"]))] if len(plans) > 1 else []
+    notes += [n for n in [command_note(plans)] if n is not None]
+    checks = notes + checks
     ok = all(c.ok for c in checks if c.status != "not run")
     result = RehearseResult(ok, tuple(checks), tuple(outcomes), root, world, backend, own_script)
     (root / "result.json").write_text(json.dumps(result_dict(result), indent=2) + "\n")

@@ -35,7 +35,8 @@ class CheckResult:
 
     @property
     def ok(self) -> bool:
-        return self.status in ("pass", "skip")
+        # "note": what this machine does differently from the cluster, not a check
+        return self.status in ("pass", "skip", "note")
 
 
 
@@ -193,3 +194,58 @@ def result_dict(result: RehearseResult) -> dict[str, Any]:
                   "stopped_after": o.stopped_after,
                   "attempt": o.attempt} for o in result.pods],
     }
+
+
+def network_note(plans: Sequence[PodPlan], job_name: str) -> CheckResult:
+    """The `network` row: loopback, and who hosts the rendezvous store and why, so that a
+    difference from the cluster shows in the table."""
+    if not plans:
+        return CheckResult("network", "note", "no pod")
+    port = plans[0].port
+    names = ", ".join(f"{job_name}-{p.name}" for p in plans)
+    lead = (f"loopback: every pod on 127.0.0.1 of this machine, no network namespace of its "
+            f"own; the service names ({names}) stand for 127.0.0.1 and the job's ports for "
+            f"{port}; no DNS delay before a pod is Ready")
+    stores = [p for p in plans if p.store is not None]
+    if not stores:
+        if len(plans) > 1 and any("MASTER_ADDR" in p.env for p in plans):
+            host = next((p.name for p in plans if p.rank == 0), plans[0].name)
+            tail = (f"store host: {host}, node rank 0 of the static rendezvous "
+                    "(MASTER_ADDR:MASTER_PORT), as in the cluster")
+        else:
+            tail = "no rendezvous across pods"
+        return CheckResult("network", "note", f"{lead}; {tail}")
+    first = stores[0].store
+    assert first is not None
+    hosts = [p.name for p in stores if p.store is not None and p.store.is_host]
+    explicit = [p.name for p in stores if p.store is not None and p.store.explicit]
+    if explicit:
+        how = f"the rendered rdzv conf of {', '.join(explicit)} sets is_host itself"
+    else:
+        via = sorted({p.store.via for p in stores if p.store is not None})
+        how = (f"on loopback every agent would take itself for the host of 127.0.0.1, so the "
+               f"rehearsal adds is_host=1 to {', '.join(hosts) or 'no pod'}'s and is_host=0 to "
+               f"the other pods' {' / '.join(via)} (torch's _matches_machine_hostname picks the "
+               "pod whose hostname is the endpoint host in the cluster)")
+    who = (f"c10d store host: {', '.join(hosts)} (the endpoint {first.endpoint} names it)"
+           if hosts else f"c10d store host: none of the pods is named {first.host} (the "
+           f"endpoint {first.endpoint}), as in the cluster no agent hosts the store")
+    details = {"port": port, "endpoint": first.endpoint, "store_hosts": hosts,
+               "is_host": {p.name: p.store.is_host for p in stores if p.store is not None}}
+    return CheckResult("network", "note", f"{lead}; {who}; {how}", details=details)
+
+
+def command_note(plans: Sequence[PodPlan]) -> CheckResult | None:
+    """The `command` row: what the rehearsal adds to the rendered launcher, if anything."""
+    with_flags = [p for p in plans if p.added_flags]
+    if not with_flags:
+        return None
+    shown = " ".join("<logs>/<pod>/ranks" if a.endswith("ranks") and a.startswith("/") else a
+                     for a in with_flags[0].added_flags)
+    return CheckResult(
+        "command", "note", "each pod runs its rendered command with $(VAR) expanded from the "
+        "container's env as the kubelet does, torchrun as this machine's `python -m "
+        f"torch.distributed.run`; the rehearsal adds `{shown}` to "
+        f"{', '.join(p.name for p in with_flags)}: it reads each rank's records from those "
+        "files (the render carries no --log-dir of its own)",
+        details={"added": {p.name: list(p.added_flags) for p in with_flags}})

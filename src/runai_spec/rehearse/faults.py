@@ -82,3 +82,23 @@ def hardest_pod(job: Mapping[str, Any]) -> str:
         if host and host == f"{name}-{pod}":
             return pod
     return "worker-0" if "worker-0" in names else names[0]
+
+
+def faults_of(job: Mapping[str, Any], kills: Iterable[str], preempt: str | None,
+              restart_after_checkpoint: bool) -> list[Fault]:
+    """The faults a rehearsal injects: each `--kill`, the `--preempt`, and for
+    `--restart-after-checkpoint` one kill of `hardest_pod` right after the first checkpoint
+    (so that its table is the --kill table)."""
+    kills = list(kills)
+    if restart_after_checkpoint and (kills or preempt is not None):
+        raise InputError("--restart-after-checkpoint is itself a --kill of the hardest pod; it "
+                         "does not combine with --kill or --preempt",
+                         field="--restart-after-checkpoint",
+                         hint=f"e.g. --kill {hardest_pod(job)}@checkpoint and your other faults")
+    if restart_after_checkpoint:
+        kills = [f"{hardest_pod(job)}@{AT_CHECKPOINT}"]
+    names = pod_names(job)
+    out = [parse_kill(k, names) for k in kills]
+    if preempt is not None:
+        out.append(parse_preempt(preempt))
+    return out

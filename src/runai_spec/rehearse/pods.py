@@ -24,6 +24,7 @@ from ..errors import InputError
 from ..launcher import has_flag, python_head, set_nproc, split_command
 from .filesystem import AUDIT_ENV, POD_ENV, audit_layer_dir, pod_filesystem
 from .job import container_of, find_job, nproc_of, operator_env, replicas_of
+from .kubelet import container_env, expand_command
 
 # NVLink multicast can put a shared host's GPUs out of service (device README): always off,
 # also where a container's own env would switch it on.
@@ -53,6 +54,27 @@ class PodPlan:
     wrapper: tuple[str, ...] = ()  # started before argv: the pod's file system (--own-script)
     filesystem_note: str | None = None
     checkpoint_dir: str | None = None  # the checkpoint volume's path as the script sees it
+    added_flags: tuple[str, ...] = ()  # launcher flags the rehearsal adds to the rendered ones
+    store: StoreHost | None = None  # c10d rendezvous: who hosts the store, and how it is said
+    port: int | None = None  # the one free port here that stands for the cluster's ports
+    grace_s: float | None = None  # the pod's terminationGracePeriodSeconds, if it sets one
+
+
+@dataclass(frozen=True)
+class StoreHost:
+    """The c10d rendezvous store of one pod's torchrun, as the cluster decides who hosts it.
+
+    torch 2.13 `c10d_rendezvous_backend.py` `_create_tcp_store`: `is_host` from the rdzv conf,
+    else `_matches_machine_hostname(endpoint host)` (`rendezvous/utils.py`: localhost, a
+    loopback address, this machine's hostname or one of its addresses). In the cluster a pod's
+    hostname is its name, so only the pod named by the endpoint hosts the store; on loopback
+    every agent matches 127.0.0.1 and the first to bind the port would host it."""
+
+    endpoint: str  # as the cluster expands it, e.g. llm-7b-fsdp-master-0:23456
+    host: str
+    is_host: bool  # what the cluster's hostname match gives this pod
+    via: str  # where the rehearsal says it: "--rdzv-conf" (the rendered flag) or "PET_RDZV_CONF"
+    explicit: bool  # the rendered conf sets is_host itself: nothing added
 
 
 @dataclass(frozen=True)
@@ -68,6 +90,88 @@ class PodOutcome:
     stopped_after: str | None = None  # stopped because this other pod had crashed, not timed out
     settle_s: float | None = None  # how long it was given to end after that crash
 
+
+
+_LOOPBACK = "127.0.0.1"
+
+
+def _on_loopback(op: Mapping[str, str], port: int) -> dict[str, str]:
+    """The operator's variables with the cluster's service names on this machine's loopback
+    and its ports on one free port."""
+    out = dict(op)
+    for key in ("MASTER_ADDR", "PET_MASTER_ADDR"):
+        if key in out:
+            out[key] = _LOOPBACK
+    for key in ("MASTER_PORT", "PET_MASTER_PORT"):
+        if key in out:
+            out[key] = str(port)
+    if "PET_RDZV_ENDPOINT" in out:
+        out["PET_RDZV_ENDPOINT"] = f"{_LOOPBACK}:{port}"
+    return out
+
+
+def _grace(value: Any) -> float | None:
+    """terminationGracePeriodSeconds as the pod spec gives it (None: Kubernetes' default)."""
+    return None if value is None else float(value)
+
+
+def _flag_value(head: Sequence[str], *names: str) -> str | None:
+    """The value of torchrun flag `names` in `head` (`--x=v` or `--x v`), else None."""
+    for i, arg in enumerate(head):
+        for name in names:
+            if arg == name and i + 1 < len(head):
+                return head[i + 1]
+            if arg.startswith(name + "="):
+                return arg.split("=", 1)[1]
+    return None
+
+
+def _conf_keys(conf: str) -> set[str]:
+    return {kv.split("=", 1)[0].strip() for kv in conf.split(",") if kv.strip()}
+
+
+def _c10d_store_host(head: Sequence[str], env: Mapping[str, str],
+                     hostname: str) -> StoreHost | None:
+    """Who hosts the c10d store in the cluster, for the pod called `hostname`: None when its
+    torchrun does not use a c10d rendezvous (torchrun reads PET_<FLAG> for a missing flag)."""
+    if has_flag(head, "--standalone"):
+        return None
+    backend = _flag_value(head, "--rdzv-backend", "--rdzv_backend") or env.get(
+        "PET_RDZV_BACKEND", "static")
+    if backend != "c10d":
+        return None
+    endpoint = _flag_value(head, "--rdzv-endpoint", "--rdzv_endpoint") or env.get(
+        "PET_RDZV_ENDPOINT", "")
+    host = endpoint.rsplit(":", 1)[0].strip("[]") if endpoint else "localhost"
+    flag = _flag_value(head, "--rdzv-conf", "--rdzv_conf")
+    conf = flag if flag is not None else env.get("PET_RDZV_CONF", "")
+    matches = (host in ("localhost", hostname) or host.startswith(hostname + ".")
+               or host.startswith("127."))
+    return StoreHost(endpoint, host, matches, "--rdzv-conf" if flag is not None
+                     else "PET_RDZV_CONF", "is_host" in _conf_keys(conf))
+
+
+def _with_is_host(head: list[str], env: dict[str, str], store: StoreHost) -> list[str]:
+    """Say `is_host` explicitly, as the cluster's hostname match decides it: in the rendered
+    --rdzv-conf where there is one, else in PET_RDZV_CONF (changes `env`)."""
+    if store.explicit:
+        return head
+    item = f"is_host={int(store.is_host)}"
+    if store.via == "PET_RDZV_CONF":
+        conf = env.get("PET_RDZV_CONF", "")
+        env["PET_RDZV_CONF"] = f"{conf},{item}" if conf else item
+        return head
+    out = list(head)
+    for i, arg in enumerate(out):
+        for name in ("--rdzv-conf", "--rdzv_conf"):
+            if arg == name and i + 1 < len(out):
+                out[i + 1] = f"{out[i + 1]},{item}" if out[i + 1] else item
+                return out
+            if arg.startswith(name + "="):
+                value = arg.split("=", 1)[1]
+                out[i] = f"{name}={value},{item}" if value else f"{name}={item}"
+                return out
+    return out
 
 
 def free_port() -> int:
@@ -123,6 +227,8 @@ def plan_pods(
                                                "nProcPerNode": procs_per_pod}
     replicas = replicas_of(job)
     containers = {rtype: container_of(rspec, rtype) for rtype, _, rspec in replicas}
+    graces = {rtype: ((rspec.get("template") or {}).get("spec") or {}).get(
+        "terminationGracePeriodSeconds") for rtype, _, rspec in replicas}
     pods = [(rtype, i) for rtype, n, _ in replicas for i in range(n)]
     world = len(pods) * nproc
     if gpus and world > gpus:
@@ -136,22 +242,44 @@ def plan_pods(
     script = preflight_dir / "preflight.py"
     script.write_text(preflight_source(), encoding="utf-8")
     out: list[PodPlan] = []
+    name = str(job["metadata"]["name"])
     for pod_index, (rtype, i) in enumerate(pods):
         short = f"{rtype.lower()}-{i}"
         container = containers[rtype]
-        command = list(container.get("command") or []) + list(container.get("args") or [])
+        # the container's env as the kubelet builds it: its own list, then what the operator
+        # appends; in the cluster, and here with the service names mapped onto loopback
+        own = [(str(item["name"]), str(item["value"])) for item in container.get("env") or []
+               if "value" in item]
+        op_cluster = operator_env(scaled, rtype, i)
+        op = _on_loopback(op_cluster, port)
+        kenv = container_env([*own, *op.items()])
+        kenv.update(MULTICAST_OFF)
+        kenv.update(env or {})
+        kenv.update((pod_env or {}).get(short, {}))
+        kenv.update((pod_env or {}).get(f"{name}-{short}", {}))
+        cluster_env = container_env([*own, *op_cluster.items()])
+        raw = list(container.get("command") or []) + list(container.get("args") or [])
+        # the kubelet expands $(VAR) in command and args from the container's env
+        command = expand_command(raw, kenv)
         launcher = split_command(command)
         head = list(launcher.head)
         if not own_script:  # preflight.py runs with Python, whatever the entry point was
             head = list(python_head(command))
+        added: tuple[str, ...] = ()
+        store: StoreHost | None = None
         if launcher.kind == "torchrun":
             flags = head[1:] if os.path.basename(head[0]) == "torchrun" else head[3:]
             head = [python, "-m", "torch.distributed.run", *flags]
             if procs_per_pod is not None:
                 head = list(set_nproc(head, procs_per_pod))
             if not has_flag(head, "--log-dir", "--log_dir"):
-                head += ["--log-dir", str(root / short / "ranks"), "--redirects", "3",
-                         "--tee", "3"]
+                added = ("--log-dir", str(root / short / "ranks"), "--redirects", "3",
+                         "--tee", "3")
+                head += added
+            store = _c10d_store_host(split_command(expand_command(raw, cluster_env)).head,
+                                     cluster_env, f"{name}-{short}")
+            if store is not None:
+                head = _with_is_host(head, kenv, store)
         elif head:  # with its own script, a one-GPU wrapper script runs itself, as in the pod
             head = [python, *head[1:]]
             if nproc > 1:
@@ -177,21 +305,7 @@ def plan_pods(
                 plan_world_size=len(pods) * declared)]
             cwd = pod_dir
         penv = {k: v for k, v in os.environ.items() if not _OWNED.match(k)}
-        for item in container.get("env") or []:
-            if "value" in item:
-                penv[str(item["name"])] = str(item["value"])
-        op = operator_env(scaled, rtype, i)
-        # the cluster's names become this machine's loopback and one free port
-        for key in ("MASTER_ADDR", "PET_MASTER_ADDR"):
-            if key in op:
-                op[key] = "127.0.0.1"
-        for key in ("MASTER_PORT", "PET_MASTER_PORT"):
-            if key in op:
-                op[key] = str(port)
-        if "PET_RDZV_ENDPOINT" in op:
-            op["PET_RDZV_ENDPOINT"] = f"127.0.0.1:{port}"
-        penv.update(op)  # appended after the container's own env: the operator's wins
-        penv.update(MULTICAST_OFF)
+        penv.update(kenv)  # the operator's variables come after the container's own: they win
         if gpus:
             first = pod_index * nproc
             penv["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in range(first, first + nproc))
@@ -205,11 +319,14 @@ def plan_pods(
                 [str(layer), *filter(None, [penv.get("PYTHONPATH")])])
         penv.update(env or {})
         penv.update((pod_env or {}).get(short, {}))
-        penv.update((pod_env or {}).get(f"{job['metadata']['name']}-{short}", {}))
+        penv.update((pod_env or {}).get(f"{name}-{short}", {}))
         rank = int(op.get("RANK", pod_index))
         out.append(PodPlan(short, rtype, i, rank, tuple(head + entry), penv, cwd, pod_dir,
-                           fs.wrapper if fs else (), fs.note if fs else None,
-                           fs.checkpoint_dir if fs else None))
+                           wrapper=fs.wrapper if fs else (),
+                           filesystem_note=fs.note if fs else None,
+                           checkpoint_dir=fs.checkpoint_dir if fs else None,
+                           added_flags=added, store=store, port=port,
+                           grace_s=_grace(graces[rtype])))
     if own_script:
         install_audit_layer(root)
     return out, world
@@ -327,6 +444,24 @@ class _Pod:
         tree = [self.proc.pid, *_descendants(self.proc.pid)]
         self.killed = True
         self.signal(signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(grace)
+        _wait_gone(tree, grace)
+
+    def term(self) -> list[int]:
+        """The pod deleted: SIGTERM to the container's main process only, as the runtime
+        sends it (torchrun forwards it to its workers); returns the processes of the container
+        now, for `reap` once the grace period is over."""
+        tree = [self.proc.pid, *_descendants(self.proc.pid)]
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(self.proc.pid, signal.SIGTERM)
+        return tree
+
+    def reap(self, tree: Sequence[int], grace: float = 5.0) -> None:
+        """The container is gone: every process it had still running gets SIGKILL."""
+        for pid in [*tree, *_descendants(self.proc.pid)]:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(grace)
         _wait_gone(tree, grace)

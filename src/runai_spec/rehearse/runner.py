@@ -1,6 +1,6 @@
 """Faults on demand under the operator model: kill pods, restart only their containers in place
-after the kubelet's back-off (same pod, same env, same port), recreate, or stop every pod when
-the job ends, as `JobModel` says."""
+after the kubelet's back-off (same pod, same env, same port), recreate, delete every pod on a
+preemption, or stop every pod when the job ends, as `JobModel` says."""
 
 from __future__ import annotations
 
@@ -11,23 +11,52 @@ from typing import Any
 
 from .checks import CheckResult
 from .faults import Fault
-from .operator import Action, JobModel
+from .operator import DEFAULT_GRACE_S, Action, JobModel
 from .pods import PodOutcome, PodPlan, _held, _Pod
 from .restarts import STATIC_RENDEZVOUS_RISK, static_rendezvous
 
 
+def _delete_all(pods: Sequence[_Pod]) -> dict[str, str]:
+    """Pods deleted (a preemption): SIGTERM to each container's main process at once, then
+    SIGKILL to whatever still runs after that pod's terminationGracePeriodSeconds (default
+    30 s). How each pod ended, in words."""
+    trees = {p.plan.name: p.term() for p in pods}
+    start = time.monotonic()
+    ended: dict[str, str] = {}
+    while len(ended) < len(pods):
+        for p in pods:
+            name = p.plan.name
+            if name in ended:
+                continue
+            grace = p.plan.grace_s if p.plan.grace_s is not None else DEFAULT_GRACE_S
+            code = p.proc.poll()
+            if code is not None:
+                ended[name] = (f"exited {128 - code if code < 0 else code} "
+                               f"{time.monotonic() - start:.1f} s after SIGTERM")
+            elif time.monotonic() - start >= grace:
+                ended[name] = f"SIGKILL after the grace period of {grace:g} s"
+                p.kill()
+        time.sleep(0.05)
+    for p in pods:
+        p.reap(trees[p.plan.name])  # the container's other processes go with it
+    return ended
+
+
 def rehearse_faults(job: Mapping[str, Any], plans: Sequence[PodPlan], world: int,
                     faults: Sequence[Fault], timeout_s: float, backoff_scale: float,
-                    hold_dir: Path) -> tuple[list[CheckResult], list[PodOutcome], list[
-                        dict[str, Any]]]:
-    """Run the pods, inject `faults`, follow the model until the job ends or `timeout_s`."""
+                    hold_dir: Path, sigterm_save: bool = False
+                    ) -> tuple[list[CheckResult], list[PodOutcome], list[dict[str, Any]]]:
+    """Run the pods, inject `faults`, follow the model until the job ends or `timeout_s`.
+    `sigterm_save`: the profile says its script saves on SIGTERM; a preemption then fails
+    where a rank did not save within the grace period."""
     model = JobModel.of(job, backoff_scale=backoff_scale)
     by_name = {p.name: p for p in plans}
     attempts = {p.name: 0 for p in plans}
     pods: dict[str, _Pod] = {p.name: _Pod(p, 0) for p in plans}
     done: list[_Pod] = []
     pending = list(faults)
-    fired: list[tuple[Fault, set[str]]] = []
+    # per fault fired: the pods restarted in place, the pods recreated, when, the saved step
+    fired: list[tuple[Fault, set[str], set[str], float, int, dict[str, str]]] = []
     start = time.monotonic()
     deadline = start + timeout_s
     seen_exit: set[int] = set()
@@ -39,11 +68,16 @@ def rehearse_faults(job: Mapping[str, Any], plans: Sequence[PodPlan], world: int
                 old = pods[a.pod]
                 if old.proc.poll() is None:
                     old.stop()
+                seen_exit.add(id(old))
                 done.append(old)
                 pods[a.pod] = _Pod(by_name[a.pod], attempts[a.pod])
-                for _, names in fired:
-                    names.add(a.pod)
-            elif a.kind in ("stop-all", "delete-all"):
+                for _, restarted, recreated, *_rest in fired:
+                    (restarted if a.kind == "restart" else recreated).add(a.pod)
+            elif a.kind == "delete-all":
+                ended = _delete_all(list(pods.values()))
+                seen_exit.update(id(p) for p in pods.values())
+                fired[-1][5].update(ended)
+            elif a.kind == "stop-all":
                 for p in pods.values():
                     if p.proc.poll() is None:
                         p.stop()
@@ -52,12 +86,25 @@ def rehearse_faults(job: Mapping[str, Any], plans: Sequence[PodPlan], world: int
         while time.monotonic() < deadline and model.phase == "Running":
             now = time.monotonic() - start
             for f in list(pending):
-                ready = (len(_held(hold_dir)) >= world if f.at is None else now >= f.at)
-                if ready and f.pod is not None and pods[f.pod].proc.poll() is None:
+                held = _held(hold_dir)
+                ready = (len(held) >= world if f.at is None else now >= f.at)
+                if not ready:
+                    continue
+                saved = min(held.values()) if held else 0
+                if f.kind == "preempt":
+                    pending.remove(f)
+                    fired.append((f, set(), set(), now, saved, {}))
+                    # SIGTERM reaches the ranks where they hold: a script that saves on SIGTERM
+                    # saves that step; then the release, so that the new pods do not hold
+                    actions = model.preempted(now)
+                    apply(actions[:1])
+                    (hold_dir / "release").touch()
+                    apply(actions[1:])
+                elif f.pod is not None and pods[f.pod].proc.poll() is None:
                     pods[f.pod].kill()
                     (hold_dir / "release").touch()
                     pending.remove(f)
-                    fired.append((f, set()))
+                    fired.append((f, set(), set(), now, saved, {}))
             for name, p in list(pods.items()):
                 code = p.proc.poll()
                 if code is not None and id(p) not in seen_exit:
@@ -73,39 +120,101 @@ def rehearse_faults(job: Mapping[str, Any], plans: Sequence[PodPlan], world: int
             if p.proc.poll() is None:
                 p.timed_out = model.phase == "Running"
                 p.stop()
+    ended_at = time.monotonic() - start
     every = [*done, *pods.values()]
     outcomes = [p.finish() for p in every]
     lines = [r for p in every for r in p.lines()]
     limit = "none" if model.backoff_limit is None else str(model.backoff_limit)
-    resumes = {int(r["rank"]) for r in lines
-               if r.get("check") == "resume" and r.get("status") == "pass"}
     checks = []
-    for f, restarted in fired:
+    for f, restarted, recreated, at, saved, ended in fired:
+        resumed, wrong = _resumes(lines, saved)
         if model.phase == "Failed":
             verdict, ok = f"the operator would mark the job Failed: {model.reason}", False
-        elif model.phase == "Succeeded" and set(range(world)) - resumes:
+        elif model.phase == "Succeeded" and (set(range(world)) - resumed or wrong):
             verdict, ok = "the job ended, but not every rank resumed the saved step", False
-        elif model.phase == "Succeeded" and static_rendezvous(job):
+        elif model.phase == "Succeeded" and static_rendezvous(job) and f.kind == "kill":
             # recovered this time; in the cluster the same fault can use the whole budget
             verdict, ok = "recovered here, but " + STATIC_RENDEZVOUS_RISK.format(
                 victim=f.pod or "a pod"), False
         elif model.phase == "Succeeded":
-            verdict, ok = "recovered", True
+            verdict, ok = f"recovered (the job succeeded {ended_at - at:.1f} s after it)", True
         else:
             verdict, ok = f"still running at --timeout {timeout_s:g} s", False
-        resumed = (f"ranks {', '.join(map(str, sorted(resumes)))} resumed the saved step"
-                   if resumes else "no rank resumed the saved step")
-        msg = (f"{f.label}: pods restarted: {', '.join(sorted(restarted)) or 'none'}; restarts "
-               f"used {model.restarts_used}/{limit} (back-off scale {backoff_scale:g}); "
-               f"{verdict}; {resumed}")
+        story = (f"ranks {', '.join(map(str, sorted(resumed)))} resumed the saved step {saved}"
+                 if resumed else f"no rank resumed the saved step {saved}")
+        if wrong:
+            story += "; " + "; ".join(wrong)
+        moved = f"pods restarted in place: {', '.join(sorted(restarted)) or 'none'}"
+        if f.kind == "preempt" or recreated:
+            moved = (f"every pod deleted ({'; '.join(f'{k}: {v}' for k, v in ended.items())}), "
+                     f"pods recreated: {', '.join(sorted(recreated)) or 'none'}; " + moved)
+        saves = sorted({int(r["rank"]) for r in lines if r.get("event") == "sigterm-checkpoint"
+                        and r.get("saved")})
+        if f.kind == "preempt":
+            moved += ("; on SIGTERM rank(s) " + ", ".join(map(str, saves)) + " saved their last "
+                      "step within the grace period" if saves else "; no rank saved on SIGTERM")
+            unsaved = sorted(set(range(world)) - set(saves))
+            if sigterm_save and unsaved and ok:
+                verdict, ok = (f"rank(s) {', '.join(map(str, unsaved))} did not save on "
+                               "SIGTERM within the grace period, as the profile says its "
+                               "script does"), False
+        msg = (f"{f.label}: {moved}; restarts used {model.restarts_used}/{limit} (back-off "
+               f"scale {backoff_scale:g}); {verdict}; {story}")
         checks.append(CheckResult("fault", "pass" if ok else "fail", msg,
                                   details={"phase": model.phase, "reason": model.reason,
                                            "restarts_used": model.restarts_used,
                                            "backoff_limit": model.backoff_limit,
                                            "restarted": sorted(restarted),
-                                           "resumed_ranks": sorted(resumes),
+                                           "recreated": sorted(recreated),
+                                           "deleted": dict(ended),
+                                           "sigterm_saves": saves,
+                                           "saved_step": saved,
+                                           "resumed_ranks": sorted(resumed),
+                                           "fault_at_s": round(at, 1),
+                                           "ended_at_s": round(ended_at, 1),
                                            "backoff_scale": backoff_scale}))
     for f in pending:
         checks.append(CheckResult("fault", "fail", f"{f.label}: never fired (the job ended or "
                                   "--timeout passed first)"))
     return checks, outcomes, lines
+
+
+def _resumes(lines: Sequence[Mapping[str, Any]], saved: int) -> tuple[set[int], list[str]]:
+    """The ranks that resumed from the step saved before the fault (or a later one), and what
+    was wrong with the others' resumes: an older step, or other weights than those saved."""
+    digests = {int(r["saved_step"]): r.get("digest") for r in lines
+               if r.get("check") == "checkpoint" and r.get("status") == "pass"
+               and r.get("saved_step") is not None}
+    digests.update({int(r["step"]): r.get("digest") for r in lines
+                    if r.get("event") == "sigterm-checkpoint" and r.get("saved")})
+    resumed: set[int] = set()
+    older: set[int] = set()
+    other: set[int] = set()
+    for r in lines:
+        if r.get("check") != "resume" or r.get("status") != "pass":
+            continue
+        rank, step = int(r["rank"]), int(r.get("resumed_from", -1))
+        if step < saved:
+            older.add(rank)
+        elif digests.get(step) not in (None, r.get("digest")):
+            other.add(rank)
+        else:
+            resumed.add(rank)
+    wrong = []
+    if older - resumed:
+        wrong.append(f"rank(s) {', '.join(map(str, sorted(older - resumed)))} resumed an older "
+                     "step")
+    if other:
+        wrong.append(f"rank(s) {', '.join(map(str, sorted(other)))} resumed other weights than "
+                     "those saved")
+    return resumed - other, wrong
+
+
+def final_round(lines: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Each rank's records from its last start on (its last `ranks` check): the round the job
+    ended with. The rounds a fault cut short fail on purpose; the fault rows tell their story."""
+    last: dict[Any, int] = {}
+    for i, r in enumerate(lines):
+        if r.get("check") == "ranks":
+            last[r.get("rank")] = i
+    return [r for i, r in enumerate(lines) if i >= last.get(r.get("rank"), 0)]
