@@ -37,7 +37,7 @@ def render(registry: PresetRegistry, preset: str = "h200-2x8-ib") -> dict[str, A
     return job
 
 
-def old_launcher(presets_dir: Path) -> PresetRegistry:
+def old_launcher(presets_dir: Path, key: Path) -> PresetRegistry:
     """The multi-node preset edited back to bare torchrun and backoffLimit 3."""
     path = presets_dir / "h200-2x8-ib.yaml"
     text = path.read_text()
@@ -45,7 +45,7 @@ def old_launcher(presets_dir: Path) -> PresetRegistry:
     text = text[:start] + "rendezvous: {backend: static}\n" + text[end:]
     path.write_text(text.replace("backoff_limit: 5", "backoff_limit: 3"))
     registry = PresetRegistry(presets_dir)
-    registry.approve("h200-2x8-ib", "A. Engineer")
+    registry.approve("h200-2x8-ib", key)
     return registry
 
 
@@ -55,11 +55,11 @@ def command(job: dict[str, Any], role: str) -> list[str]:
 
 
 def test_the_shipped_multi_node_job_is_not_static_and_the_old_launcher_still_is(
-        presets_dir: Path) -> None:
+        presets_dir: Path, engineer_key: Path) -> None:
     shipped = render(PresetRegistry(ROOT / "presets"))
     assert static_rendezvous(shipped) is False
     assert shipped["spec"]["runPolicy"]["backoffLimit"] == 5
-    old = render(old_launcher(presets_dir))
+    old = render(old_launcher(presets_dir, engineer_key))
     assert static_rendezvous(old) is True
     assert old["spec"]["runPolicy"]["backoffLimit"] == 3
     for role in (MASTER, WORKER):
@@ -127,8 +127,9 @@ def test_plan_shows_each_choice_and_what_each_fault_does() -> None:
     assert [f["restarts"] for f in fs["faults"]] == [2, 1, 0]
 
 
-def test_plan_says_the_static_rendezvous_cannot_be_budgeted(presets_dir: Path) -> None:
-    registry = old_launcher(presets_dir)
+def test_plan_says_the_static_rendezvous_cannot_be_budgeted(
+        presets_dir: Path, engineer_key: Path) -> None:
+    registry = old_launcher(presets_dir, engineer_key)
     data = copy.deepcopy(BASE_PROFILE)
     plan = plan_workload(parse_profile(dump([data]), "p.yaml"), registry.get("h200-2x8-ib"),
                          registry.site())
@@ -140,11 +141,11 @@ def test_plan_says_the_static_rendezvous_cannot_be_budgeted(presets_dir: Path) -
     assert fs.resubmit == "runai-spec delete demo --project team-a --yes && runai-spec submit p.yaml"
 
 
-def test_never_fails_fast_at_the_first_fault(presets_dir: Path) -> None:
+def test_never_fails_fast_at_the_first_fault(presets_dir: Path, engineer_key: Path) -> None:
     path = presets_dir / "h200-8gpu.yaml"
     path.write_text(path.read_text().replace("restart_policy: OnFailure", "restart_policy: Never"))
     registry = PresetRegistry(presets_dir)
-    registry.approve("h200-8gpu", "A. Engineer")
+    registry.approve("h200-8gpu", engineer_key)
     data = {**copy.deepcopy(BASE_PROFILE), "preset": "h200-8gpu"}
     plan = plan_workload(parse_profile(dump([data]), "p.yaml"), registry.get("h200-8gpu"),
                          registry.site())

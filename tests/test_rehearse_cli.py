@@ -31,16 +31,6 @@ def test_rehearse_command_prints_the_checks_and_exits_0(tmp_path: Path) -> None:
     assert f"logs `{tmp_path.resolve()}`" in latest and "| ranks | pass |" in latest
 
 
-def test_restart_after_checkpoint_with_own_script_is_refused_in_one_line(tmp_path: Path) -> None:
-    result = CliRunner().invoke(app, ["rehearse", str(ROOT / "examples/multi-node/profile.yaml"),
-                                      "--own-script", "--restart-after-checkpoint",
-                                      "--logs", str(tmp_path / "logs")])
-    assert result.exit_code == 2
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "--own-script" in lines[0]
-    assert not (tmp_path / "logs").exists()  # refused before anything ran
-
-
 @pytest.mark.parametrize("value", ["0", "-5", "nan"])
 def test_a_timeout_that_is_not_a_positive_number_is_refused_in_two_lines(
         tmp_path: Path, value: str) -> None:

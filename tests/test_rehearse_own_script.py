@@ -222,3 +222,88 @@ def test_rehearse_own_script_names_a_checkpoint_off_the_volume_and_metrics_from_
     assert rows["metrics"]["status"] == "fail" and rows["metrics"]["failed_ranks"] == [1]
     assert rows["pods"]["status"] == "pass" and rows["ranks"]["status"] == "pass"
     assert "│ checkpoint   │ fail" in result.stderr
+
+
+# a well-behaved script: rank 0 checkpoints on the volume, every rank restores after a restart
+RESUMES = """\
+import os, time, torch, torch.distributed as dist
+CKPT = os.environ.get("CKPT", "/checkpoints/state.pt")
+dist.init_process_group("gloo")
+step, w = 0, torch.zeros(1)
+if os.path.exists(CKPT):
+    state = torch.load(CKPT)
+    step, w = state["step"], state["w"]
+while step < 8:
+    step += 1
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    w += t
+    if step % 2 == 0 and dist.get_rank() == 0:
+        torch.save({"step": step, "w": w}, CKPT)
+    dist.barrier()
+    time.sleep(0.3)
+dist.destroy_process_group()
+"""
+
+
+def _rehearse_kill(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                   write_profile: Callable[..., Path], profile: dict[str, Any], script: str,
+                   *args: str) -> tuple[Any, dict[str, dict[str, Any]]]:
+    (tmp_path / "train.py").write_text(script)
+    path = write_profile({**profile, "command": ["train.py"]})
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "1000")
+    result = CliRunner().invoke(app, ["rehearse", str(path), "--own-script", "--procs-per-pod",
+                                      "1", "--logs", "logs", "--timeout", "240",
+                                      "--backoff-scale", "0.1", *args])
+    report = tmp_path / "logs" / "result.json"
+    assert report.exists(), result.output
+    return result, {c["check"]: c for c in json.loads(report.read_text())["checks"]}
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_own_script_restart_after_checkpoint_resumes_on_the_volume(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_profile: Callable[..., Path],
+        base_profile: dict[str, Any]) -> None:
+    pytest.importorskip("torch")
+    result, rows = _rehearse_kill(tmp_path, monkeypatch, write_profile, base_profile, RESUMES,
+                                  "--restart-after-checkpoint")
+    assert result.exit_code == 0, result.output
+    assert rows["fault"]["status"] == "pass", rows["fault"]
+    assert rows["fault"]["message"].startswith("kill master-0 after the first checkpoint")
+    assert rows["resume"]["status"] == "pass", rows["resume"]
+    assert "loaded the previous attempt's checkpoint" in rows["resume"]["message"]
+    for name in ("ranks", "world-size", "checkpoint", "shutdown"):
+        assert rows[name]["status"] == "pass", rows[name]
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_a_checkpoint_in_the_working_directory_is_gone_after_the_kill(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_profile: Callable[..., Path],
+        base_profile: dict[str, Any]) -> None:
+    pytest.importorskip("torch")
+    script = RESUMES.replace('os.environ.get("CKPT", "/checkpoints/state.pt")', '"state.pt"')
+    result, rows = _rehearse_kill(tmp_path, monkeypatch, write_profile, base_profile, script,
+                                  "--kill", "master-0")
+    assert result.exit_code == 1, result.output
+    assert rows["checkpoint"]["status"] == "fail" and LOST in rows["checkpoint"]["message"]
+    assert rows["resume"]["status"] == "fail"
+    assert "started again from step 0" in rows["resume"]["message"], rows["resume"]
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+@pytest.mark.long
+def test_a_script_that_ignores_its_checkpoint_after_a_restart_fails_the_resume(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_profile: Callable[..., Path],
+        base_profile: dict[str, Any]) -> None:
+    pytest.importorskip("torch")
+    script = RESUMES.replace("if os.path.exists(CKPT):", "if False:")
+    result, rows = _rehearse_kill(tmp_path, monkeypatch, write_profile, base_profile, script,
+                                  "--kill", "master-0@checkpoint")
+    assert result.exit_code == 1, result.output
+    assert rows["checkpoint"]["status"] == "pass"
+    assert rows["resume"]["status"] == "fail"
+    assert "started again from step 0" in rows["resume"]["message"], rows["resume"]

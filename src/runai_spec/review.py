@@ -10,7 +10,7 @@ from .kubeflow import KIND, operator_env, replica_specs
 from .plan import Plan, failure_semantics
 from .policy import memory_estimate
 from .rehearsals import read_record
-from .report import md_code, md_fence, md_text
+from .report import md_code, md_fence, md_text, one_line
 from .workload import Workload
 
 CHECKLIST = (
@@ -136,14 +136,16 @@ def review_markdown(w: Workload) -> str:
             "", "## Launcher and environment", "", *md_fence(d["launcher"], "sh"), ""]
     text += [f"- {md_code(f'{k}={v}')}" for k, v in d["env"].items()]
     text += [f"- {md_code(k)} from {md_text(v)}" for k, v in d["secret_env"].items()]
+    # plan.failure_semantics writes these sentences from preset numbers and validated names
+    # (DNS-1035): our own Markdown-free text, kept readable; only `|` would break the table
     fs = d["failure_semantics"]
     text += ["", "## Failure semantics (preset choices)", "", "| | |", "|---|---|"]
-    text += [f"| {md_text(what)} | {md_text(value)} |" for what, value in fs["choices"].items()]
+    text += [f"| {_own(what)} | {_own(value)} |" for what, value in fs["choices"].items()]
     text += ["", "| fault | what happens | restarts used |", "|---|---|---|"]
-    text += [f"| {md_text(f['fault'])} | {md_text(f['outcome'])} | "
-             f"{'all of backoffLimit' if f['restarts'] is None else md_text(f['restarts'])} |"
+    text += [f"| {_own(f['fault'])} | {_own(f['outcome'])} | "
+             f"{'all of backoffLimit' if f['restarts'] is None else _own(f['restarts'])} |"
              for f in fs["faults"]]
-    text += ["", f"{md_text(fs['beyond'][0].upper() + fs['beyond'][1:])}:", "",
+    text += ["", f"{_own(fs['beyond'][0].upper() + fs['beyond'][1:])}:", "",
              *md_fence(fs["resubmit"], "sh")]
     text += ["", "## Topology (global ranks)", ""]
     if d["elastic"]:
@@ -204,6 +206,11 @@ def readiness_lines(d: dict[str, Any]) -> list[str]:
         return []
     return ["", f"> **Not ready: {d['errors']} error finding(s); `runai-spec submit` refuses "
             "this profile until they are fixed (see Findings). Do not approve it yet.**"]
+
+
+def _own(text: object) -> str:
+    """The tool's own sentence in a table cell: on one line, `|` escaped, no HTML."""
+    return one_line(text).replace("|", "\\|").replace("<", "&lt;")
 
 
 def ticket_markdown(d: dict[str, Any]) -> list[str]:

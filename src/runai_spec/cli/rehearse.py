@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ..errors import EXIT_FINDINGS, EXIT_OK, InputError
+from ..errors import EXIT_FINDINGS, EXIT_OK
 from ..rehearsals import write_record
 from ..workload import prepare_workload
 from .common import ProfileArg, app, err
@@ -45,10 +45,8 @@ def rehearse(profile: ProfileArg, procs_per_pod: ProcsOpt = None, own_script: Ow
              backoff_scale: BackoffOpt = 1.0) -> int:
     """Rehearse the rendered workload here: one process per pod, the operator's environment."""
     from .. import report
-    from ..rehearse import RESTART_OWN_SCRIPT, check_timeout, preflight_settings, rehearse_manifests
+    from ..rehearse import check_timeout, preflight_settings, rehearse_manifests
 
-    if restart_after_checkpoint and own_script:
-        raise InputError(RESTART_OWN_SCRIPT)
     check_timeout(timeout)
     workload = prepare_workload(profile)
     err(line for finding in workload.findings for line in finding.lines())

@@ -36,13 +36,13 @@ from .pods import (
     run_attempt,
     write_plan,
 )
-from .restarts import RESTART_OWN_SCRIPT, operator_verdict, restart_settings
+from .restarts import operator_verdict, restart_settings
 from .runner import final_round, rehearse_faults
 from .script_checks import ScriptRun, read_audit, script_checks
 
 __all__ = [
     "CHECK_ORDER", "DEFAULT_PORT", "DEFAULT_TIMEOUT_S", "MULTICAST_OFF", "OWN_SCRIPT_SETTLE_S",
-    "PORT_NAME", "PREFLIGHT_LINE", "RESTART_OWN_SCRIPT",
+    "PORT_NAME", "PREFLIGHT_LINE",
     "CheckResult", "Launcher",
     "PodOutcome", "PodPlan", "PreflightSettings", "RehearseResult", "free_port",
     "operator_verdict", "aggregate", "check_timeout", "find_job", "operator_env",
@@ -114,15 +114,8 @@ def rehearse_manifests(
     """
     settings = settings or PreflightSettings()
     check_timeout(timeout_s)
-    if restart_after_checkpoint and own_script:
-        raise InputError(RESTART_OWN_SCRIPT)
     job = find_job(manifests)
     faults = faults_of(job, kills, preempt, restart_after_checkpoint)
-    if faults and own_script:
-        raise InputError("--kill and --preempt need the preflight's checkpoint and its own "
-                         "restarts; they do not combine with --own-script",
-                         field="--kill" if kills else "--preempt",
-                         hint="rehearse the faults alone")
     if not (math.isfinite(backoff_scale) and backoff_scale >= 0):
         raise InputError(f"{backoff_scale:g} is not a non-negative number", field="--backoff-scale",
                          hint="e.g. --backoff-scale 0.1 (the kubelet's 10 s back-off becomes 1 s)")
@@ -155,10 +148,15 @@ def rehearse_manifests(
         hold_dir.mkdir(parents=True)
         fault_checks, outcomes, lines = rehearse_faults(
             job, plans, world, faults, timeout_s, backoff_scale, hold_dir,
-            sigterm_save=settings.checkpoint_on_sigterm)
-        # the preflight's checks as the job ended; what a fault cut short is in the fault rows
-        checks = [c for c in aggregate(final_round(lines), world, outcomes, timeout_s, False)
-                  if c.check != "pods"] + fault_checks
+            sigterm_save=settings.checkpoint_on_sigterm,
+            audit_dir=root / "audit" if own_script else None)
+        if own_script:
+            checks = own_script_checks(plans, root, world, manifests, settings, gpus, outcomes,
+                                       restarted=True) + fault_checks
+        else:
+            # the preflight's checks as the job ended; what a fault cut short is in the rows
+            checks = [c for c in aggregate(final_round(lines), world, outcomes, timeout_s,
+                                           False) if c.check != "pods"] + fault_checks
     else:
         run = run_attempt(plans, 0, timeout_s, skip=skip_pods,
                            after_crash_s=OWN_SCRIPT_SETTLE_S if own_script else None)

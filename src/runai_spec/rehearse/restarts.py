@@ -13,9 +13,6 @@ from .checks import exit_status
 from .job import container_of, replicas_of
 from .pods import PodOutcome
 
-RESTART_OWN_SCRIPT = ("--restart-after-checkpoint needs the preflight's checkpoint; it does "
-                      "not combine with --own-script")
-
 
 def restart_settings(settings: PreflightSettings) -> PreflightSettings:
     """A first checkpoint early, and steps enough after it for a second one: the restarted

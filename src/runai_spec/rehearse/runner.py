@@ -44,11 +44,14 @@ def _delete_all(pods: Sequence[_Pod]) -> dict[str, str]:
 
 def rehearse_faults(job: Mapping[str, Any], plans: Sequence[PodPlan], world: int,
                     faults: Sequence[Fault], timeout_s: float, backoff_scale: float,
-                    hold_dir: Path, sigterm_save: bool = False
+                    hold_dir: Path, sigterm_save: bool = False, audit_dir: Path | None = None
                     ) -> tuple[list[CheckResult], list[PodOutcome], list[dict[str, Any]]]:
     """Run the pods, inject `faults`, follow the model until the job ends or `timeout_s`.
     `sigterm_save`: the profile says its script saves on SIGTERM; a preemption then fails
-    where a rank did not save within the grace period."""
+    where a rank did not save within the grace period. `audit_dir`: the pods run the
+    researcher's own script (`--own-script`), whose first checkpoint is the audit layer's
+    first save record (the script cannot be held there: the fault lands right after it), and
+    whose resume the `resume` row judges from the same records."""
     model = JobModel.of(job, backoff_scale=backoff_scale)
     by_name = {p.name: p for p in plans}
     attempts = {p.name: 0 for p in plans}
@@ -86,8 +89,9 @@ def rehearse_faults(job: Mapping[str, Any], plans: Sequence[PodPlan], world: int
         while time.monotonic() < deadline and model.phase == "Running":
             now = time.monotonic() - start
             for f in list(pending):
-                held = _held(hold_dir)
-                ready = (len(held) >= world if f.at is None else now >= f.at)
+                held = _held(hold_dir) if audit_dir is None else first_saves(audit_dir)
+                ready = ((bool(held) if audit_dir is not None else len(held) >= world)
+                         if f.at is None else now >= f.at)
                 if not ready:
                     continue
                 saved = min(held.values()) if held else 0
@@ -127,7 +131,7 @@ def rehearse_faults(job: Mapping[str, Any], plans: Sequence[PodPlan], world: int
     limit = "none" if model.backoff_limit is None else str(model.backoff_limit)
     checks = []
     for f, restarted, recreated, at, saved, ended in fired:
-        resumed, wrong = _resumes(lines, saved)
+        resumed, wrong = _resumes(lines, saved) if audit_dir is None else (set(range(world)), [])
         if model.phase == "Failed":
             verdict, ok = f"the operator would mark the job Failed: {model.reason}", False
         elif model.phase == "Succeeded" and (set(range(world)) - resumed or wrong):
@@ -142,6 +146,8 @@ def rehearse_faults(job: Mapping[str, Any], plans: Sequence[PodPlan], world: int
             verdict, ok = f"still running at --timeout {timeout_s:g} s", False
         story = (f"ranks {', '.join(map(str, sorted(resumed)))} resumed the saved step {saved}"
                  if resumed else f"no rank resumed the saved step {saved}")
+        if audit_dir is not None:
+            story = "the resume row checks what your script loaded after it"
         if wrong:
             story += "; " + "; ".join(wrong)
         moved = f"pods restarted in place: {', '.join(sorted(restarted)) or 'none'}"
@@ -177,6 +183,19 @@ def rehearse_faults(job: Mapping[str, Any], plans: Sequence[PodPlan], world: int
         checks.append(CheckResult("fault", "fail", f"{f.label}: never fired (the job ended or "
                                   "--timeout passed first)"))
     return checks, outcomes, lines
+
+
+def first_saves(audit_dir: Path) -> dict[int, int]:
+    """{rank: step} of the checkpoints the first start of each rank's script saved, from the
+    audit layer's records (step 0 where the checkpoint says none)."""
+    from .script_checks import read_audit
+
+    out: dict[int, int] = {}
+    for r in read_audit(audit_dir):
+        if r.get("event") == "save" and not r.get("failed") and r.get("rank") is not None \
+                and not r.get("attempt") and not r.get("restart"):
+            out.setdefault(int(r["rank"]), int(r.get("step") or 0))
+    return out
 
 
 def _resumes(lines: Sequence[Mapping[str, Any]], saved: int) -> tuple[set[int], list[str]]:
