@@ -307,3 +307,18 @@ def test_a_script_that_ignores_its_checkpoint_after_a_restart_fails_the_resume(
     assert rows["checkpoint"]["status"] == "pass"
     assert rows["resume"]["status"] == "fail"
     assert "started again from step 0" in rows["resume"]["message"], rows["resume"]
+
+
+def test_the_rehearsal_folder_inside_the_tree_is_not_part_of_the_image(tmp_path: Path) -> None:
+    # `--logs logs` run from the working tree: the image copy must leave the logs out, or each
+    # container start copies the earlier images (and the one being written) into itself
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    root = tmp_path / "logs"
+    pod = root / "master-0"
+    pod.mkdir(parents=True)
+    (root / "volumes").mkdir()
+    fs = pod_filesystem({}, {}, root, pod, tmp_path, isolate=False)
+    for _ in range(2):
+        done = subprocess.run([*fs.wrapper, "ls", "-a"], capture_output=True, text=True,
+                              check=True, cwd=tmp_path, timeout=30)
+        assert sorted(done.stdout.split()) == [".", "..", "train.py"]

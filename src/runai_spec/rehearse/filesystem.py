@@ -86,7 +86,12 @@ def pod_filesystem(pod_spec: Mapping[str, Any], container: Mapping[str, Any], ro
             binds.append((str(folder), path, read_only))
         elif (source.get("emptyDir") or {}).get("medium") == "Memory":
             tmpfs.append(path)
-    ignore = " ".join(f"--exclude={shlex.quote(p)}" for p in COPY_IGNORE)
+    skipped = list(COPY_IGNORE)
+    if root.resolve().is_relative_to(tree.resolve()):
+        # the rehearsal's own folder (--logs) inside the tree: never part of the image, and
+        # copying it would copy the image into itself
+        skipped.append("./" + str(root.resolve().relative_to(tree.resolve())))
+    ignore = " ".join(f"--exclude={shlex.quote(p)}" for p in skipped)
     lines = [
         "set -e",
         # which start of this container this is (0: the first; the kubelet's restarts count up)
