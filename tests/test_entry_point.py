@@ -20,8 +20,11 @@ from runai_spec.workload import Workload, prepare_workload
 LAUNCHERS = {
     "h200-1gpu": [],
     "h200-8gpu": ["torchrun", "--standalone", "--nnodes=1", "--nproc-per-node=8", "--no-python"],
-    "h200-2x8-ib": ["torchrun", "--no-python"],
-    "h200-elastic-2to4x8-ib": ["torchrun", "--nproc-per-node=8", "--no-python"],
+    "h200-2x8-ib": ["torchrun", "--rdzv-backend=c10d", "--rdzv-endpoint=$(MASTER_ADDR):$(MASTER_PORT)",
+                    "--rdzv-id=demo", "--max-restarts=3",
+                    "--rdzv-conf=join_timeout=900,read_timeout=600", "--no-python"],
+    "h200-elastic-2to4x8-ib": ["torchrun", "--nproc-per-node=8", "--rdzv-id=demo",
+                               "--rdzv-conf=join_timeout=900,read_timeout=600", "--no-python"],
 }
 
 
@@ -66,7 +69,7 @@ def test_a_python_script_keeps_its_launcher(base_profile: dict[str, Any],
     w = workload(base_profile, write_profile, "h200-1gpu", ["train.py"])
     assert commands(w) == [["python", "-u", "train.py"]]
     w = workload(base_profile, write_profile, "h200-2x8-ib", ["train.py"])
-    assert commands(w) == [["torchrun", "train.py"]] * 2
+    assert commands(w) == [[*LAUNCHERS["h200-2x8-ib"][:-1], "train.py"]] * 2
 
 
 def test_a_script_without_a_slash_is_refused_with_the_path_form(
@@ -97,7 +100,7 @@ def test_the_kind_is_decided_by_the_name() -> None:
 def test_no_python_comes_from_the_profiles_command(
         base_profile: dict[str, Any], write_profile: Callable[..., Path]) -> None:
     w = workload(base_profile, write_profile, "h200-2x8-ib", ["./run.sh"])
-    origin = w.plan.origins["launcher[1]"]
+    origin = w.plan.origins[f"launcher[{w.plan.command.index('--no-python')}]"]
     assert (origin.kind, origin.field) == ("profile", "command[0]")
     assert any("--no-python" in line and "command[0]" in line
                for line in explain_workload(w).annotated().splitlines())

@@ -170,6 +170,8 @@ def test_every_offline_command_runs(readme_folder: Path, presets_dir: Path,
 
 def test_every_cluster_command_runs_against_the_fake_api(
         readme_folder: Path, api: KubeAPI, kubeconfig: Path) -> None:
+    # the README's resubmit (`delete ... && submit ...`) is for a job already submitted
+    assert runner.invoke(app, ["submit", "profile.yaml"]).exit_code == 0
     for command in of_kind(CLUSTER):
         result = invoke(command)
         assert result.exit_code == 0, f"{command}: {result.output}"

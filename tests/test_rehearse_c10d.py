@@ -82,17 +82,20 @@ def test_the_rendered_c10d_command_runs_expanded_with_the_store_on_master_0(
     assert "loopback" in note.message and "is_host=1 to master-0" in note.message
 
 
-def test_an_elastic_job_says_is_host_in_pet_rdzv_conf_for_worker_0(tmp_path: Path) -> None:
+def test_an_elastic_job_says_is_host_in_its_rdzv_conf_for_worker_0(tmp_path: Path) -> None:
+    # the shipped elastic render carries --rdzv-conf in its command: is_host goes there
     plans, _ = plan_pods([example("elastic")], settings=PreflightSettings(), root=tmp_path,
                          procs_per_pod=1)
-    hosts = {p.name: p.env.get("PET_RDZV_CONF", "") for p in plans}
+    hosts = {p.name: next(a for a in p.argv if a.startswith("--rdzv-conf=")) for p in plans}
     assert hosts["worker-0"].endswith("is_host=1"), hosts
     assert all(v.endswith("is_host=0") for k, v in hosts.items() if k != "worker-0"), hosts
     assert network_note(plans, "x").details["store_hosts"] == ["worker-0"]
 
 
 def test_a_static_job_adds_no_is_host_and_says_node_rank_0_hosts(tmp_path: Path) -> None:
-    plans, _ = plan_pods([example("multi-node")], settings=PreflightSettings(), root=tmp_path,
+    from test_rehearse_cpu import old_launcher
+
+    plans, _ = plan_pods([old_launcher()], settings=PreflightSettings(), root=tmp_path,
                          procs_per_pod=1)
     assert not any("is_host" in a for p in plans for a in p.argv)
     assert "static rendezvous" in network_note(plans, "llm-7b-fsdp").message

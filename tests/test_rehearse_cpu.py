@@ -259,25 +259,21 @@ def test_own_script_that_all_reduces_and_exits_0_passes(
 def test_own_script_that_raises_on_rank_1_fails_and_names_the_pod_and_its_log(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_profile: Callable[..., Path],
         base_profile: dict[str, Any]) -> None:
-    # after a crash its peer's torchrun waits for it: give it 2 s, not 10, to end on its own
-    monkeypatch.setattr(rehearse_module, "OWN_SCRIPT_SETTLE_S", 2.0)
+    # The shipped multi-node launcher lets torchrun restart a failed worker group
+    # (--max-restarts) and its c10d rendezvous waits up to join_timeout for the pod that gave
+    # up: a rank that crashes every time keeps the job running, here as in the cluster. The
+    # rehearsal still fails, on the guide's rows, naming the rank and its error.
     result, report, row = rehearse_own_script(tmp_path, monkeypatch, write_profile,
-                                              base_profile, RANK_1_RAISES)
+                                              base_profile, RANK_1_RAISES, "--timeout", "40")
     assert result.exit_code == 1, result.output
-    pods = checks(report)["pods"]
-    assert pods["status"] == "fail" and pods["message"] in row
-    logs = tmp_path.resolve() / "logs"
-    head, peer = pods["message"].split("; ")
-    assert head.startswith(f"worker-0: crashed with exit 1: see {logs}/worker-0/pod.log and ")
-    assert peer in ("master-0: started, ran and exited 0",
-                    "master-0: still running 2 s after worker-0 crashed (waiting for it?), "
-                    "stopped there")
-    # the rank's log that the message points at holds the rank's traceback
-    rank_log = Path(head.rsplit(" and ", 1)[1].replace("<local rank>", "0"))
-    assert "rank 1 breaks on purpose" in rank_log.read_text()
     shutdown = checks(report)["shutdown"]
     assert shutdown["status"] == "fail" and "rank 1: 1 (RuntimeError: rank 1 breaks on purpose)" \
         in shutdown["message"], shutdown
+    # the rank's own log holds the traceback, in the pod's torchrun log folder
+    logs = tmp_path.resolve() / "logs"
+    traces = [p for p in logs.glob("worker-0/ranks/*/attempt_*/0/stderr.log")
+              if "rank 1 breaks on purpose" in p.read_text()]
+    assert traces, sorted(map(str, logs.glob("worker-0/ranks/**/*")))
 
 
 def test_own_script_still_running_at_the_timeout_is_stopped_and_counted_healthy(
