@@ -16,7 +16,6 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from runai_spec import rehearse as rehearse_module
 from runai_spec.cli import app
 from runai_spec.launcher import split_command
 from runai_spec.rehearse import PreflightSettings, RehearseResult, rehearse_manifests
