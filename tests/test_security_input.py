@@ -79,3 +79,18 @@ def test_a_ledger_date_that_is_no_date_is_bad_input(presets_dir: Path) -> None:
     text = ledger.read_text()
     ledger.write_text(text.replace('expires: "2027-12-31"', 'expires: "2027-13-45"', 1))
     one_error(cli("presets", "verify", "--dir", str(presets_dir)), 1, "approvals.yaml")
+
+
+@pytest.mark.parametrize("pattern", ["runai-{proj}", "runai-{0}", "runai-{project!r}", "runai-{"])
+def test_a_site_namespace_pattern_with_an_unknown_placeholder_is_bad_input(
+        presets_dir: Path, engineer_key: Path, pattern: str) -> None:
+    site = presets_dir / "site.yaml"
+    text = site.read_text()
+    start = text.index("namespace_pattern:")
+    end = text.index("\n", start)
+    site.write_text(text[:start] + f'namespace_pattern: "{pattern}"' + text[end:])
+    # an engineer cannot approve it: one line naming the field, exit 2
+    approve = cli("presets", "approve", "site", "--key", str(engineer_key), "--dir",
+                  str(presets_dir))
+    one_error(approve, 2, "namespace_pattern")
+    assert "placeholder" in approve.stderr or "not a pattern" in approve.stderr

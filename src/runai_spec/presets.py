@@ -148,6 +148,30 @@ class DataSource(_Model):
     def claim_for(self, source: str, project: str) -> str:
         return self.projects.get(project) or self.claim.format(source=source, project=project)
 
+    @field_validator("claim")
+    @classmethod
+    def _claim_placeholders(cls, value: str) -> str:
+        return _only_placeholders(value, ("source", "project"))
+
+
+def _only_placeholders(pattern: str, allowed: tuple[str, ...]) -> str:
+    """PATTERN if every `{...}` in it is one of ALLOWED (a typo such as `{proj}` or `{0}` would
+    crash every render later); ValueError, with the names that are allowed, otherwise."""
+    import string
+
+    try:
+        fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(pattern)
+                  if name is not None]
+    except ValueError as exc:
+        raise ValueError(f"{pattern!r} is not a pattern ({exc})") from None
+    # a conversion or a format spec ({project!r}, {project:>9}) changes the text: refused too
+    wrong = [name + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "")
+             for name, spec, conv in fields if name not in allowed or spec or conv]
+    if wrong:
+        raise ValueError(f"{pattern!r} names the placeholder {{{wrong[0]}}}; only "
+                         + ", ".join(f"{{{a}}}" for a in allowed) + " exist")
+    return pattern
+
 
 class Site(_Model):
     """Cluster-wide settings, engineer-owned."""
@@ -178,6 +202,11 @@ class Site(_Model):
     grants: dict[str, list[str]] | None = Field(
         None, description="Project -> presets it may use (`*`: every project / every preset); "
         "absent: every project may use every preset.")
+
+    @field_validator("namespace_pattern")
+    @classmethod
+    def _namespace_placeholders(cls, value: str) -> str:
+        return _only_placeholders(value, ("project",))
 
     @field_validator("data_sources", mode="before")
     @classmethod

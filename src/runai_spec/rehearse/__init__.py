@@ -21,7 +21,6 @@ from .checks import (
     aggregate,
     command_note,
     network_note,
-    own_script_note,
     result_dict,
 )
 from .faults import faults_of
@@ -46,7 +45,7 @@ __all__ = [
     "CheckResult", "Launcher",
     "PodOutcome", "PodPlan", "PreflightSettings", "RehearseResult", "free_port",
     "operator_verdict", "aggregate", "check_timeout", "find_job", "operator_env",
-    "own_script_note", "parse_lines", "plan_pods", "preflight_settings", "preflight_source",
+    "parse_lines", "plan_pods", "preflight_settings", "preflight_source",
     "probe_gpus", "rehearse_manifests", "result_dict", "set_nproc",
     "split_command",
 ]

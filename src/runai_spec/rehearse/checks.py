@@ -7,7 +7,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..launcher import split_command
 from .pods import PodOutcome, PodPlan
 
 # The preflight's checks, in the order a table shows them.
@@ -148,18 +147,6 @@ def _pod_story(o: PodOutcome, timeout_s: float, own_script: bool) -> str:
         where += f" and {o.rank_logs}/attempt_0/<local rank>/stderr.log"
     # preflight.py exits 1 on a failed check: only a script of one's own "crashes"
     return f"{'crashed with exit' if own_script else 'exit'} {code}{signal_note}: {where}"
-
-
-def own_script_note(plans: Sequence[PodPlan]) -> CheckResult:
-    """The row that says what --own-script did not do: the guide's checklist."""
-    entry = " ".join(split_command(list(plans[0].argv)).entry) if plans else "?"
-    return CheckResult(
-        "checklist", "not run",
-        f"--own-script ran your command ({entry}, in {plans[0].cwd if plans else '?'}) in place "
-        "of preflight.py: none of the guide's checks (ranks, world size, one device per rank, "
-        "global batch, checkpoint and resume, metrics from rank 0, bus bandwidth, clean "
-        "shutdown) was run, only whether the pods start, run and exit; rehearse without "
-        "--own-script for the checklist")
 
 
 def _silent_message(silent: Sequence[int], world: int, outcomes: Sequence[PodOutcome],
