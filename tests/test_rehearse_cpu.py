@@ -85,6 +85,7 @@ def test_two_ranks_on_one_device_fail_the_device_check(tmp_path: Path) -> None:
     assert not r.ok
 
 
+@pytest.mark.long  # CI keeps the representative set under 10 minutes
 def test_a_missing_pod_fails_the_ranks_check(tmp_path: Path) -> None:
     r = rehearse(tmp_path, skip_pods=["worker-0"], timeout_s=30.0)
     ranks = r.check("ranks")
@@ -92,6 +93,7 @@ def test_a_missing_pod_fails_the_ranks_check(tmp_path: Path) -> None:
     assert "worker-0 never started" in ranks.message and not r.ok
 
 
+@pytest.mark.long  # CI keeps the representative set under 10 minutes
 def test_a_pod_with_the_wrong_process_count_fails_world_size(tmp_path: Path) -> None:
     job = copy.deepcopy(multi_node())
     worker = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
@@ -103,6 +105,7 @@ def test_a_pod_with_the_wrong_process_count_fails_world_size(tmp_path: Path) -> 
     assert ws is not None and ws.status == "fail" and "a world of 3" in ws.message
 
 
+@pytest.mark.long  # CI keeps the representative set under 10 minutes
 def test_a_wrong_global_batch_fails_the_batch_check(tmp_path: Path) -> None:
     r = rehearse(tmp_path, settings=PreflightSettings(**{**SETTINGS.__dict__,
                                                          "global_batch": 256}))
