@@ -259,12 +259,31 @@ def test_logs_follow_is_bounded_and_needs_out_dash(api: KubeAPI, kubeconfig: Pat
     api.kube.add_pod(NAME, NS, "master", 0)
     api.kube.logs[(NS, f"{NAME}-master-0", False)] = "step 1\n"
     slept: list[float] = []
-    monkeypatch.setattr("runai_spec.cli.cluster.watch_sleep", slept.append)
+
+    def sleep(seconds: float) -> None:  # the container restarts: its new log is shorter
+        slept.append(seconds)
+        if len(slept) == 1:
+            api.kube.logs[(NS, f"{NAME}-master-0", False)] = "again\n"
+
+    monkeypatch.setattr("runai_spec.cli.cluster.watch_sleep", sleep)
     gave_up = run("logs", PROFILE, "--out", "-", "-f", "--interval", "1", "--watch-timeout", "2")
     assert gave_up.exit_code == 3, gave_up.output
-    assert gave_up.stdout == "step 1\n" and slept == [1.0, 1.0]
+    assert gave_up.stdout == "step 1\nagain\n" and slept == [1.0, 1.0]
     assert error_lines(gave_up.stderr)[0].endswith(f"{NAME}: its pods still run after 2 s")
     to_dir = run("logs", PROFILE, "--out", "somewhere", "--follow")
     assert to_dir.exit_code == 2
     assert error_lines(to_dir.stderr)[0] == ("error: --follow: --follow goes with --out - and "
                                              "without --previous")
+
+
+def test_logs_follow_of_a_job_without_pods_or_not_there(api: KubeAPI, kubeconfig: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    slept: list[float] = []
+    monkeypatch.setattr("runai_spec.cli.cluster.watch_sleep", slept.append)
+    missing = run("logs", PROFILE, "--out", "-", "-f")
+    assert missing.exit_code == 3 and slept == []
+    assert error_lines(missing.stderr)[0].endswith(f"{NAME}: not found")
+    assert run("submit", PROFILE).exit_code == 0
+    none_yet = run("logs", PROFILE, "--out", "-", "-f", "--interval", "1", "--watch-timeout", "1")
+    assert none_yet.exit_code == 3 and slept == [1.0] and none_yet.stdout == ""
+    assert error_lines(none_yet.stderr)[0].endswith(f"{NAME}: has no pods yet after 1 s")

@@ -242,8 +242,9 @@ def logs(job: JobArg, out: LogsOut, previous: PreviousOpt = False, project: Proj
                                timeout=watch_timeout, pod=pod, tail=tail)
         err(f"skipped {line}" for line in followed.skipped)
         if not followed.ended:
-            raise ClusterError(f"{ref}: its pods still run after {followed.waited:g} s",
-                               file="cluster", hint="follow longer with --watch-timeout SECONDS")
+            what = "its pods still run" if followed.pods else "has no pods yet"
+            raise ClusterError(f"{ref}: {what} after {followed.waited:g} s", file="cluster",
+                               hint="follow longer with --watch-timeout SECONDS")
         return
     if str(out) == "-":
         from ..cluster.logs import print_logs

@@ -144,6 +144,7 @@ _ENDED = ("Succeeded", "Failed")
 class FollowResult:
     ended: bool  # every pod had ended (Succeeded or Failed) and its whole log was printed
     waited: float
+    pods: int  # how many pods it followed in its last poll (0: the job has none yet)
     skipped: tuple[str, ...]
 
 
@@ -154,7 +155,8 @@ def follow_logs(name: str, namespace: str, target: Target, sink: Any, *, sleep: 
     gained since, until every pod has ended (its last lines printed) or timeout seconds passed.
     Polls (the whole log each time, printing what lies past what was printed) rather than holding
     one follow=true stream open: a quiet training log would trip the client's read timeout.
-    A log that got shorter (the container restarted) is printed again from its start."""
+    A log that got shorter (the container restarted) is printed again from its start. A job
+    that is not there is an error at once; one without pods yet is polled for them."""
     printed: dict[str, int] = {}
     last_header: str | None = None
     skipped: dict[str, str] = {}
@@ -162,6 +164,9 @@ def follow_logs(name: str, namespace: str, target: Target, sink: Any, *, sleep: 
     while True:
         with Session(target) as session:
             pods = job_pods(session, name, namespace)
+            if not pods and waited == 0 and get_object(session, job_ref(name, namespace)) is None:
+                raise ClusterError(f"{job_ref(name, namespace)}: not found", file="cluster",
+                                   hint="check the name and the project")
             phases = {_safe_name(str(p["metadata"]["name"])): str(
                 (p.get("status") or {}).get("phase") or "Pending") for p in pods}
             if pod is not None:
@@ -198,9 +203,11 @@ def follow_logs(name: str, namespace: str, target: Target, sink: Any, *, sleep: 
                 sink.write(new)
                 sink.flush()
         if phases and all(phase in _ENDED for phase in phases.values()):
-            return FollowResult(True, waited, tuple(f"{p}: {w}" for p, w in skipped.items()))
+            return FollowResult(True, waited, len(phases),
+                                tuple(f"{p}: {w}" for p, w in skipped.items()))
         if waited + interval > timeout:
-            return FollowResult(False, waited, tuple(f"{p}: {w}" for p, w in skipped.items()))
+            return FollowResult(False, waited, len(phases),
+                                tuple(f"{p}: {w}" for p, w in skipped.items()))
         sleep(interval)
         waited += interval
 
