@@ -172,3 +172,118 @@ def test_logs_to_stdout_one_pod(api: KubeAPI, kubeconfig: Path) -> None:
     assert one.exit_code == 0 and one.stdout == "epoch 1 worker\n"
     wrong = run("logs", PROFILE, "--out", "-", "--pod", "nope")
     assert wrong.exit_code == 2 and "is not a pod of" in wrong.stderr
+
+
+def _set_phase(api: KubeAPI, phase: str) -> None:
+    job = api.kube.get("pytorchjobs", NS, NAME)
+    assert job is not None
+    job["status"] = {"conditions": [{"type": phase, "status": "True"}]}
+
+
+def test_submit_wait_polls_until_running(api: KubeAPI, kubeconfig: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        if len(slept) == 2:  # the operator reports it running after the second pause
+            _set_phase(api, "Running")
+
+    monkeypatch.setattr("runai_spec.cli.cluster.watch_sleep", sleep)
+    waited = run("submit", PROFILE, "--wait", "--interval", "2")
+    assert waited.exit_code == 0, waited.output
+    assert slept == [2.0, 2.0] and "Running" in waited.stdout and "Pending" in waited.stdout
+    assert api.kube.count("pytorchjobs") == 1
+    slept.clear()
+    again = run("submit", PROFILE)  # without --wait: no polling, no status lines
+    assert again.exit_code == 0 and again.stdout == "" and slept == []
+
+
+def test_submit_wait_exits_3_when_failed_or_not_running_in_time(
+        api: KubeAPI, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    slept: list[float] = []
+    monkeypatch.setattr("runai_spec.cli.cluster.watch_sleep", slept.append)
+    gave_up = run("submit", PROFILE, "--wait", "--interval", "1", "--watch-timeout", "2")
+    assert gave_up.exit_code == 3, gave_up.output
+    assert error_lines(gave_up.stderr)[-2].endswith(f"{NAME}: still Pending after 2 s")
+    assert slept == [1.0, 1.0] and api.kube.count("pytorchjobs") == 1
+    _set_phase(api, "Failed")
+    failed = run("submit", PROFILE, "--wait")
+    assert failed.exit_code == 3, failed.output
+    assert error_lines(failed.stderr)[-2].endswith(f"{NAME}: Failed (the status above says why)")
+    assert "Failed" in failed.stdout
+    dry = run("submit", PROFILE, "--wait", "--dry-run", "server")
+    assert dry.exit_code == 2 and "--wait goes without --dry-run" in dry.stderr
+
+
+def _terminate(api: KubeAPI, pod: str, phase: str = "Succeeded") -> None:
+    stored = api.kube.get("pods", NS, pod)
+    assert stored is not None
+    stored["status"]["phase"] = phase
+    stored["status"]["containerStatuses"][0]["state"] = {
+        "terminated": {"exitCode": 0, "reason": "Completed"}}
+
+
+def test_logs_follow_prints_new_lines_until_the_pods_end(api: KubeAPI, kubeconfig: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    assert run("submit", PROFILE).exit_code == 0
+    master, worker = f"{NAME}-master-0", f"{NAME}-worker-0"
+    api.kube.add_pod(NAME, NS, "master", 0)
+    api.kube.add_pod(NAME, NS, "worker", 0)
+    api.kube.logs[(NS, master, False)] = "step 1\n"
+    api.kube.logs[(NS, worker, False)] = "w 1\n"
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:  # the logs grow between polls, then the pods end
+        slept.append(seconds)
+        api.kube.logs[(NS, master, False)] += f"step {len(slept) + 1}\n"
+        if len(slept) == 2:
+            api.kube.logs[(NS, worker, False)] += "w 2\n"
+            _terminate(api, master)
+            _terminate(api, worker)
+
+    monkeypatch.setattr("runai_spec.cli.cluster.watch_sleep", sleep)
+    followed = run("logs", PROFILE, "--out", "-", "-f", "--interval", "3")
+    assert followed.exit_code == 0, followed.output
+    assert slept == [3.0, 3.0]
+    assert followed.stdout == (f"==> {master} <==\nstep 1\n==> {worker} <==\nw 1\n"
+                               f"==> {master} <==\nstep 2\nstep 3\n==> {worker} <==\nw 2\n")
+    slept.clear()
+    one = run("logs", PROFILE, "--out", "-", "--follow", "--pod", worker, "--tail", "1")
+    assert one.exit_code == 0 and one.stdout == "w 2\n" and slept == []  # ended: no polling
+
+
+def test_logs_follow_is_bounded_and_needs_out_dash(api: KubeAPI, kubeconfig: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    assert run("submit", PROFILE).exit_code == 0
+    api.kube.add_pod(NAME, NS, "master", 0)
+    api.kube.logs[(NS, f"{NAME}-master-0", False)] = "step 1\n"
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:  # the container restarts: its new log is shorter
+        slept.append(seconds)
+        if len(slept) == 1:
+            api.kube.logs[(NS, f"{NAME}-master-0", False)] = "again\n"
+
+    monkeypatch.setattr("runai_spec.cli.cluster.watch_sleep", sleep)
+    gave_up = run("logs", PROFILE, "--out", "-", "-f", "--interval", "1", "--watch-timeout", "2")
+    assert gave_up.exit_code == 3, gave_up.output
+    assert gave_up.stdout == "step 1\nagain\n" and slept == [1.0, 1.0]
+    assert error_lines(gave_up.stderr)[0].endswith(f"{NAME}: its pods still run after 2 s")
+    to_dir = run("logs", PROFILE, "--out", "somewhere", "--follow")
+    assert to_dir.exit_code == 2
+    assert error_lines(to_dir.stderr)[0] == ("error: --follow: --follow goes with --out - and "
+                                             "without --previous")
+
+
+def test_logs_follow_of_a_job_without_pods_or_not_there(api: KubeAPI, kubeconfig: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    slept: list[float] = []
+    monkeypatch.setattr("runai_spec.cli.cluster.watch_sleep", slept.append)
+    missing = run("logs", PROFILE, "--out", "-", "-f")
+    assert missing.exit_code == 3 and slept == []
+    assert error_lines(missing.stderr)[0].endswith(f"{NAME}: not found")
+    assert run("submit", PROFILE).exit_code == 0
+    none_yet = run("logs", PROFILE, "--out", "-", "-f", "--interval", "1", "--watch-timeout", "1")
+    assert none_yet.exit_code == 3 and slept == [1.0] and none_yet.stdout == ""
+    assert error_lines(none_yet.stderr)[0].endswith(f"{NAME}: has no pods yet after 1 s")

@@ -87,21 +87,47 @@ def diff_live_all(profiles: list[Path], kubeconfig: Path | None, context: str | 
             for w, objects in zip(workloads, live, strict=True)], [], []
 
 
+WatchOpt = Annotated[bool, typer.Option("--watch", "-w", help="Poll until the job is running or "
+                                        "has ended, at most --watch-timeout seconds.")]
+IntervalOpt = Annotated[float, typer.Option("--interval", metavar="SECONDS", min=0.1,
+                                            help="Seconds between polls with --watch.")]
+WatchTimeoutOpt = Annotated[float, typer.Option("--watch-timeout", metavar="SECONDS", min=0,
+                                                help="How long --watch polls before it gives up.")]
+SETTLED = ("Running", "Succeeded", "Failed")
+
+
+def watch_sleep(seconds: float) -> None:
+    """The pause between --watch polls (tests replace it)."""
+    import time
+
+    time.sleep(seconds)
+
+
 DryRunOpt = Annotated[DryRun | None, typer.Option("--dry-run", help="`server`: the API server "
                                                   "checks it and shows what it would store.")]
 ReplaceOpt = Annotated[bool, typer.Option("--replace", help="Delete a different earlier render of "
                                           "the same name and create this one.")]
 
 
+WaitOpt = Annotated[bool, typer.Option("--wait", help="After sending, poll (as `status --watch`) "
+                                       "until the job is running or has ended: exit 3 when it "
+                                       "failed or is not running within --watch-timeout.")]
+
+
 @app.command()
 def submit(profile: Annotated[Path, typer.Argument(help="Profile file.", show_default=False)],
            dry_run: DryRunOpt = None, replace: ReplaceOpt = False, smoke: SmokeOpt = False,
-           kubeconfig: KubeconfigOpt = None, context: ContextOpt = None, debug: DebugOpt = False
-           ) -> None:
+           wait: WaitOpt = False, interval: IntervalOpt = 5.0,
+           watch_timeout: WatchTimeoutOpt = 600.0, kubeconfig: KubeconfigOpt = None,
+           context: ContextOpt = None, debug: DebugOpt = False) -> None:
     """Render, check and send a workload with server-side apply (re-submitting changes nothing);
-    --smoke sends its smoke test instead (a ConfigMap with preflight.py and job <name>-smoke)."""
+    --smoke sends its smoke test instead (a ConfigMap with preflight.py and job <name>-smoke);
+    --wait then polls until it is running or has ended."""
     from .. import cluster, report
 
+    if wait and dry_run is not None:
+        raise InputError("--wait goes without --dry-run (a dry run starts no job)", field="--wait",
+                         hint="drop one of them")
     workload = checked_workload(profile)
     target = cluster_target(kubeconfig, context, debug)
     live_checks(workload, target)
@@ -116,6 +142,12 @@ def submit(profile: Annotated[Path, typer.Argument(help="Profile file.", show_de
         sys.stdout.write(report.dry_run_text(result))
     elif smoke:
         err([report.smoke_note(str(profile))])
+    if wait:
+        ref = next(cluster.ref_of(m) for m in manifests if m.get("kind") == "PyTorchJob")
+        phase = watch_job(ref, target, TextJson.text, True, interval, watch_timeout)
+        if phase == "Failed":
+            raise ClusterError(f"{ref}: Failed (the status above says why)", file="cluster",
+                               hint=f"`runai-spec logs {profile} --out -` shows its logs")
 
 
 def live_checks(workload: Workload, target: cluster.Target) -> None:
@@ -136,22 +168,6 @@ def smoke_manifests(workload: Workload) -> list[Manifest]:
     return smoke_workload(workload)
 
 
-WatchOpt = Annotated[bool, typer.Option("--watch", "-w", help="Poll until the job is running or "
-                                        "has ended, at most --watch-timeout seconds.")]
-IntervalOpt = Annotated[float, typer.Option("--interval", metavar="SECONDS", min=0.1,
-                                            help="Seconds between polls with --watch.")]
-WatchTimeoutOpt = Annotated[float, typer.Option("--watch-timeout", metavar="SECONDS", min=0,
-                                                help="How long --watch polls before it gives up.")]
-SETTLED = ("Running", "Succeeded", "Failed")
-
-
-def watch_sleep(seconds: float) -> None:
-    """The pause between --watch polls (tests replace it)."""
-    import time
-
-    time.sleep(seconds)
-
-
 @app.command()
 def status(job: JobArg, project: ProjectOpt = None, fmt: TextJsonOpt = TextJson.text,
            smoke: SmokeOpt = False, watch: WatchOpt = False, interval: IntervalOpt = 5.0,
@@ -159,10 +175,18 @@ def status(job: JobArg, project: ProjectOpt = None, fmt: TextJsonOpt = TextJson.
            context: ContextOpt = None, debug: DebugOpt = False) -> None:
     """The job's phase, each pod's state and, when it is pending, why; --watch polls until it
     is running or has ended (exit 3 when it has not within --watch-timeout)."""
-    from .. import cluster, report
 
     ref = job_refs(job, project, smoke)[0]
-    target = cluster_target(kubeconfig, context, debug)
+    watch_job(ref, cluster_target(kubeconfig, context, debug), fmt, watch, interval, watch_timeout)
+
+
+def watch_job(ref: cluster.Ref, target: cluster.Target, fmt: TextJson, watch: bool,
+              interval: float, watch_timeout: float) -> str:
+    """Print the job's status (again whenever it changes) until it is running or has ended,
+    polling every interval seconds when watching; returns the phase it settled in (exit 3 when
+    it has not within watch_timeout)."""
+    from .. import cluster, report
+
     waited = 0.0
     shown: list[str] = []
     while True:
@@ -173,7 +197,7 @@ def status(job: JobArg, project: ProjectOpt = None, fmt: TextJsonOpt = TextJson.
             print("\n".join(lines), flush=True)
             shown = lines
         if not watch or result.phase in SETTLED:
-            return
+            return result.phase
         if waited + interval > watch_timeout:
             raise ClusterError(f"{ref}: still {result.phase} after {waited:g} s", file="cluster",
                                hint="watch longer with --watch-timeout SECONDS; the reasons "
@@ -188,6 +212,9 @@ LogsOut = Annotated[Path, typer.Option("--out", "-o", help="Folder for one <pod>
 PodOpt = Annotated[str | None, typer.Option("--pod", help="Only this pod's log (with --out -).")]
 TailOpt = Annotated[int | None, typer.Option("--tail", min=0, help="Only the last N lines of "
                                              "each log (with --out -).")]
+FollowOpt = Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new log lines "
+                                         "(with --out -) until the pods have ended, at most "
+                                         "--watch-timeout seconds, polling every --interval.")]
 PreviousOpt = Annotated[bool, typer.Option("--previous", help="The restarted containers' "
                                            "earlier logs.")]
 
@@ -195,13 +222,30 @@ PreviousOpt = Annotated[bool, typer.Option("--previous", help="The restarted con
 @app.command()
 def logs(job: JobArg, out: LogsOut, previous: PreviousOpt = False, project: ProjectOpt = None,
          smoke: SmokeOpt = False, pod: PodOpt = None, tail: TailOpt = None,
-         kubeconfig: KubeconfigOpt = None, context: ContextOpt = None, debug: DebugOpt = False
-         ) -> None:
+         follow: FollowOpt = False, interval: IntervalOpt = 5.0,
+         watch_timeout: WatchTimeoutOpt = 600.0, kubeconfig: KubeconfigOpt = None,
+         context: ContextOpt = None, debug: DebugOpt = False) -> None:
     """Save every rank's (pod's) log in its own file, so the logs outlive the pods; `--out -`
-    prints them instead (one --pod, the last --tail N lines), as kubectl logs does."""
+    prints them instead (one --pod, the last --tail N lines, --follow until the pods end), as
+    kubectl logs does."""
     from .. import cluster
 
+    if follow and (str(out) != "-" or previous):
+        raise InputError("--follow goes with --out - and without --previous", field="--follow",
+                         hint="`runai-spec logs JOB --out - --follow` prints the logs as they grow")
     ref = job_refs(job, project, smoke)[0]
+    if follow:
+        from ..cluster.logs import follow_logs
+
+        followed = follow_logs(ref.name, ref.namespace, cluster_target(kubeconfig, context, debug),
+                               sys.stdout.buffer, sleep=watch_sleep, interval=interval,
+                               timeout=watch_timeout, pod=pod, tail=tail)
+        err(f"skipped {line}" for line in followed.skipped)
+        if not followed.ended:
+            what = "its pods still run" if followed.pods else "has no pods yet"
+            raise ClusterError(f"{ref}: {what} after {followed.waited:g} s", file="cluster",
+                               hint="follow longer with --watch-timeout SECONDS")
+        return
     if str(out) == "-":
         from ..cluster.logs import print_logs
 

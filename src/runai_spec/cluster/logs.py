@@ -135,3 +135,91 @@ def print_logs(name: str, namespace: str, target: Target, sink: Any, *, previous
                 resp.response.release_conn()
             sink.flush()
     return skipped
+
+
+_ENDED = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class FollowResult:
+    ended: bool  # every pod had ended (Succeeded or Failed) and its whole log was printed
+    waited: float
+    pods: int  # how many pods it followed in its last poll (0: the job has none yet)
+    skipped: tuple[str, ...]
+
+
+def follow_logs(name: str, namespace: str, target: Target, sink: Any, *, sleep: Any,
+                interval: float, timeout: float, pod: str | None = None,
+                tail: int | None = None) -> FollowResult:
+    """`logs --out - --follow`: print each pod's log, then every --interval only what each log
+    gained since, until every pod has ended (its last lines printed) or timeout seconds passed.
+    Polls (the whole log each time, printing what lies past what was printed) rather than holding
+    one follow=true stream open: a quiet training log would trip the client's read timeout.
+    A log that got shorter (the container restarted) is printed again from its start. A job
+    that is not there is an error at once; one without pods yet is polled for them."""
+    printed: dict[str, int] = {}
+    last_header: str | None = None
+    skipped: dict[str, str] = {}
+    waited = 0.0
+    while True:
+        with Session(target) as session:
+            pods = job_pods(session, name, namespace)
+            if not pods and waited == 0 and get_object(session, job_ref(name, namespace)) is None:
+                raise ClusterError(f"{job_ref(name, namespace)}: not found", file="cluster",
+                                   hint="check the name and the project")
+            phases = {_safe_name(str(p["metadata"]["name"])): str(
+                (p.get("status") or {}).get("phase") or "Pending") for p in pods}
+            if pod is not None:
+                if pod not in phases:
+                    raise InputError(f"{pod!r} is not a pod of {job_ref(name, namespace)}",
+                                     field="--pod",
+                                     hint=f"its pods: {', '.join(phases) or 'none yet'}")
+                phases = {pod: phases[pod]}
+            for pod_name in phases:
+                resp = session.call("GET", f"{PODS.item(namespace, pod_name)}/log",
+                                    [("container", CONTAINER)], stream=True)
+                if resp.status in (400, 404):  # not started yet: it may start later
+                    skipped[pod_name] = clean(_message(resp), 200)
+                    continue
+                if resp.status != 200:
+                    raise refusal(resp, Ref(PODS, namespace, pod_name), "read the log of")
+                skipped.pop(pod_name, None)
+                try:
+                    text = b"".join(resp.response.stream(1 << 16))
+                finally:
+                    resp.response.release_conn()
+                start = printed.get(pod_name)
+                if start is None:
+                    start = _tail_start(text, tail) if tail is not None else 0
+                elif len(text) < start:
+                    start = 0
+                new = text[start:]
+                printed[pod_name] = len(text)
+                if not new:
+                    continue
+                if len(phases) > 1 and last_header != pod_name:
+                    sink.write(f"==> {pod_name} <==\n".encode())
+                    last_header = pod_name
+                sink.write(new)
+                sink.flush()
+        if phases and all(phase in _ENDED for phase in phases.values()):
+            return FollowResult(True, waited, len(phases),
+                                tuple(f"{p}: {w}" for p, w in skipped.items()))
+        if waited + interval > timeout:
+            return FollowResult(False, waited, len(phases),
+                                tuple(f"{p}: {w}" for p, w in skipped.items()))
+        sleep(interval)
+        waited += interval
+
+
+def _tail_start(text: bytes, lines: int) -> int:
+    """Where the last `lines` lines of text begin."""
+    if lines == 0:
+        return len(text)
+    end = len(text) - 1 if text.endswith(b"\n") else len(text)
+    pos = end
+    for _ in range(lines):
+        pos = text.rfind(b"\n", 0, pos)
+        if pos < 0:
+            return 0
+    return pos + 1
