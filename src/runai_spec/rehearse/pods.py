@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -535,18 +535,56 @@ def _held(hold_dir: Path | None) -> dict[int, int]:
     return out
 
 
+Progress = Callable[[str], None]
+PROGRESS_EVERY_S = 1.0
+
+
+def progress_line(pods: Sequence[_Pod], total: int, elapsed_s: float, timeout_s: float) -> str:
+    """One status line: pods up of all, the last check each rank reported (preflight.py's
+    PREFLIGHT records; a script of one's own reports none), elapsed against --timeout."""
+    up = sum(p.proc.poll() is None for p in pods)
+    last: dict[int, str] = {}
+    for p in pods:
+        for rec in p.lines():
+            if "rank" in rec and "check" in rec:
+                with contextlib.suppress(TypeError, ValueError):
+                    last[int(rec["rank"])] = str(rec["check"])
+    steps = " ".join(f"r{r}:{c}" for r, c in sorted(last.items()))
+    return (f"pods up {up}/{total}" + (f" | {steps}" if steps else "")
+            + f" | {elapsed_s:.0f}/{timeout_s:g} s")
+
+
+class _Ticker:
+    """Calls `progress` with a fresh status line about once a second (never without one)."""
+
+    def __init__(self, progress: Progress | None, total: int, timeout_s: float) -> None:
+        self.progress, self.total, self.timeout_s = progress, total, timeout_s
+        self.start = time.monotonic()
+        self._next = self.start
+
+    def tick(self, pods: Sequence[_Pod]) -> None:
+        now = time.monotonic()
+        if self.progress is None or now < self._next:
+            return
+        self._next = now + PROGRESS_EVERY_S
+        self.progress(progress_line(pods, self.total, now - self.start, self.timeout_s))
+
+
 def run_attempt(plans: Sequence[PodPlan], attempt: int, timeout_s: float, *,
                  skip: Sequence[str] = (), victim: str | None = None,
                  hold_dir: Path | None = None, world: int = 0,
-                 settle_s: float = 60.0, after_crash_s: float | None = None) -> Attempt:
+                 settle_s: float = 60.0, after_crash_s: float | None = None,
+                 progress: Progress | None = None) -> Attempt:
     """Start every pod, wait for all of them (bounded), return outcomes and PREFLIGHT lines.
 
     With `victim`, the ranks hold after their first checkpoint (preflight.py's
     --hold-after-checkpoint DIR); once all `world` of them hold, the victim pod is killed and
     the others are released: they must then find out on their own, within `settle_s`.
-    With `after_crash_s`, once one pod exits non-zero the others get that long to end too."""
+    With `after_crash_s`, once one pod exits non-zero the others get that long to end too.
+    With `progress`, a status line (`progress_line`) goes to it about once a second."""
     pods = [_Pod(p, attempt) for p in plans if p.name not in skip]
     deadline = time.monotonic() + timeout_s
+    ticker = _Ticker(progress, len(plans), timeout_s)
     target = next((p for p in pods if p.plan.name == victim), None)
     first_crash: str | None = None
     try:
@@ -561,6 +599,7 @@ def run_attempt(plans: Sequence[PodPlan], attempt: int, timeout_s: float, *,
                                     if p.proc.poll() not in (None, 0)), None)
                 if first_crash is not None:
                     deadline = min(deadline, time.monotonic() + after_crash_s)
+            ticker.tick(pods)
             time.sleep(0.05)
     finally:
         if hold_dir is not None and hold_dir.is_dir():
