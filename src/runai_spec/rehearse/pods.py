@@ -407,6 +407,8 @@ class _Pod:
         self.stopped_after: str | None = None
         self.settle_s: float | None = None
         self.records: list[dict[str, Any]] = []
+        self._progress: list[dict[str, Any]] = []  # what last_checks read of the rank files
+        self._read_to: dict[Path, int] = {}
         self._rank_root = _rank_log_root(plan)
         # torchrun names each launch's folder at random: the ones already there are older runs
         self._earlier = (set(self._rank_root.iterdir())
@@ -504,6 +506,24 @@ class _Pod:
                           self.killed, self.log, self.attempt, runs[-1] if runs else None,
                           self.stopped_after, self.settle_s)
 
+    def last_checks(self) -> dict[int, str]:
+        """The last check each rank of this pod reported so far. Read on from where the last
+        call stopped in each rank's stdout file: a script's log may grow large."""
+        files = sorted(f for d in self._runs() for f in d.glob("attempt_*/*/stdout.log"))
+        for f in files:
+            start = self._read_to.get(f, 0)
+            with contextlib.suppress(OSError), f.open("rb") as fh:
+                fh.seek(start)
+                chunk = fh.read()
+                whole = chunk[:chunk.rfind(b"\n") + 1]  # a line still being written waits
+                self._read_to[f] = start + len(whole)
+                self._progress.extend(parse_lines(whole.decode(errors="replace")))
+        last: dict[int, str] = {}
+        for rec in self._progress if files else self.records:
+            with contextlib.suppress(KeyError, TypeError, ValueError):
+                last[int(rec["rank"])] = str(rec["check"])
+        return last
+
     def lines(self) -> list[dict[str, Any]]:
         """This attempt's PREFLIGHT records, in each rank's order. Taken from the ranks' own
         log files where torchrun wrote them: the launcher's copy on stdout is buffered
@@ -545,10 +565,7 @@ def progress_line(pods: Sequence[_Pod], total: int, elapsed_s: float, timeout_s:
     up = sum(p.proc.poll() is None for p in pods)
     last: dict[int, str] = {}
     for p in pods:
-        for rec in p.lines():
-            if "rank" in rec and "check" in rec:
-                with contextlib.suppress(TypeError, ValueError):
-                    last[int(rec["rank"])] = str(rec["check"])
+        last.update(p.last_checks())
     steps = " ".join(f"r{r}:{c}" for r, c in sorted(last.items()))
     return (f"pods up {up}/{total}" + (f" | {steps}" if steps else "")
             + f" | {elapsed_s:.0f}/{timeout_s:g} s")
