@@ -146,3 +146,12 @@ def test_a_crashed_pod_without_rank_logs_shows_the_end_of_its_pod_log(tmp_path: 
     crashed = PodOutcome("master-0", 0, 1, False, False, pod_log, 0)
     row = next(c for c in aggregate([], 1, [crashed], 60, True) if c.check == "pods")
     assert row.message.endswith("; last lines: starting | RuntimeError: no GPU")
+
+
+def test_a_pod_that_raises_shows_its_traceback_end_in_the_pods_row(tmp_path: Path) -> None:
+    plans = [_plan(tmp_path, "master-0", 0, "def main():\n    raise ValueError('boom')\nmain()\n")]
+    run = run_attempt(plans, 0, 30)
+    row = next(c for c in aggregate(run.lines, 1, run.outcomes, 30, True) if c.check == "pods")
+    assert row.status == "fail" and row.message.startswith("master-0: crashed with exit 1: see ")
+    assert row.message.endswith('; last lines:   File "<string>", line 3, in <module> |   File '
+                                '"<string>", line 2, in main | ValueError: boom'), row.message
