@@ -224,7 +224,7 @@ def rehearse_own_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     if not (tmp_path / "logs" / "result.json").exists():
         pytest.fail(f"exit {result.exit_code}, no rehearsal:\n{result.output}")
     report = json.loads((tmp_path / "logs" / "result.json").read_text())
-    row = next(line for line in result.stderr.splitlines() if line.startswith("│ pods "))
+    row = next(line for line in result.stdout.splitlines() if line.startswith("│ pods "))
     return result, report, row
 
 

@@ -221,7 +221,7 @@ def test_rehearse_own_script_names_a_checkpoint_off_the_volume_and_metrics_from_
         in rows["checkpoint"]["message"]
     assert rows["metrics"]["status"] == "fail" and rows["metrics"]["failed_ranks"] == [1]
     assert rows["pods"]["status"] == "pass" and rows["ranks"]["status"] == "pass"
-    assert "│ checkpoint   │ fail" in result.stderr
+    assert "│ checkpoint   │ fail" in result.stdout
 
 
 # a well-behaved script: rank 0 checkpoints on the volume, every rank restores after a restart

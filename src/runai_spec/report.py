@@ -262,8 +262,8 @@ def status_lines(result: StatusResult) -> list[str]:
 
 
 def print_rehearsal(result: RehearseResult, name: str) -> list[str]:
-    """`rehearse`: the checks as a table on stderr (rich, imported only here); returns the
-    lines saying where the logs are."""
+    """`rehearse`: the checks as a table on stdout (rich, imported only here); returns the
+    lines saying where the logs are (for stderr)."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -282,7 +282,7 @@ def print_rehearsal(result: RehearseResult, name: str) -> list[str]:
             row = ("1→2" if c.attempt is None else str(c.attempt + 1), *row)
         after = result.checks[i + 1].attempt if i + 1 < len(result.checks) else c.attempt
         table.add_row(*row, end_section=after != c.attempt)
-    Console(stderr=True).print(table)
+    Console().print(table)
     # plain lines: rich would read torchrun's [default0] prefix as markup
     again = (" (pod.attempt<N>.log: the pod restarted or recreated)"
              if restarted or any(o.attempt for o in result.pods) else "")

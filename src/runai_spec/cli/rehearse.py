@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -10,7 +14,7 @@ import typer
 from ..errors import EXIT_FINDINGS, EXIT_OK
 from ..rehearsals import write_record
 from ..workload import prepare_workload
-from .common import ProfileArg, app, err
+from .common import ProfileArg, TextJson, TextJsonOpt, app, err
 
 ProcsOpt = Annotated[int | None, typer.Option(
     "--procs-per-pod", help="Processes per pod here (scale down on a CPU machine).")]
@@ -38,26 +42,56 @@ BackoffOpt = Annotated[float, typer.Option(
     "--backoff-scale", help="Scale the kubelet's crash-loop back-off (10 s, doubling).")]
 
 
+def _status_line() -> tuple[Callable[[str], None] | None, Callable[[], None]]:
+    """On a terminal: a status line on stderr, rewritten in place, and how to clear it."""
+    if not sys.stderr.isatty():
+        return None, lambda: None
+    shown = [False]
+
+    def show(line: str) -> None:
+        width = max(20, shutil.get_terminal_size().columns - 1)
+        sys.stderr.write("\r\x1b[K" + line[:width])
+        sys.stderr.flush()
+        shown[0] = True
+
+    def clear() -> None:
+        if shown[0]:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+
+    return show, clear
+
+
 @app.command()
 def rehearse(profile: ProfileArg, procs_per_pod: ProcsOpt = None, own_script: OwnScriptOpt = False,
              restart_after_checkpoint: RestartOpt = False, logs: LogsOpt = None,
              timeout: TimeoutOpt = 300.0, kill: KillOpt = None, preempt: PreemptOpt = None,
-             backoff_scale: BackoffOpt = 1.0) -> int:
-    """Rehearse the rendered workload here: one process per pod, the operator's environment."""
+             backoff_scale: BackoffOpt = 1.0, fmt: TextJsonOpt = TextJson.text) -> int:
+    """Rehearse the rendered workload here: one process per pod, the operator's environment.
+    The checks go to stdout (a table, or --format json); on a terminal a status line on
+    stderr shows the pods up, each rank's last check and the time against --timeout."""
     from .. import report
-    from ..rehearse import check_timeout, preflight_settings, rehearse_manifests
+    from ..rehearse import check_timeout, preflight_settings, rehearse_manifests, result_dict
 
     check_timeout(timeout)
     workload = prepare_workload(profile)
     err(line for finding in workload.findings for line in finding.lines())
-    result = rehearse_manifests(
-        list(workload.manifests), settings=preflight_settings(workload),
-        procs_per_pod=procs_per_pod, own_script=own_script,
-        restart_after_checkpoint=restart_after_checkpoint, logs_dir=logs, timeout_s=timeout,
-        kills=kill or (), preempt=preempt, backoff_scale=backoff_scale)
+    show, clear = _status_line()
+    try:
+        result = rehearse_manifests(
+            list(workload.manifests), settings=preflight_settings(workload),
+            procs_per_pod=procs_per_pod, own_script=own_script,
+            restart_after_checkpoint=restart_after_checkpoint, logs_dir=logs, timeout_s=timeout,
+            kills=kill or (), preempt=preempt, backoff_scale=backoff_scale, progress=show)
+    finally:
+        clear()
     if kill or preempt is not None or restart_after_checkpoint:
         err([f"back-off scale: {backoff_scale:g}"])
-    err(report.print_rehearsal(result, workload.plan.name))
+    if fmt == TextJson.json:
+        print(json.dumps(result_dict(result), indent=2))
+        err([f"logs: {result.logs_dir}"])
+    else:
+        err(report.print_rehearsal(result, workload.plan.name))
     options = ([f"--procs-per-pod {procs_per_pod}"] * (procs_per_pod is not None)
                + ["--own-script"] * own_script
                + ["--restart-after-checkpoint"] * restart_after_checkpoint

@@ -29,6 +29,7 @@ from .pods import (
     MULTICAST_OFF,
     PodOutcome,
     PodPlan,
+    Progress,
     free_port,
     plan_pods,
     probe_gpus,
@@ -43,7 +44,7 @@ __all__ = [
     "CHECK_ORDER", "DEFAULT_PORT", "DEFAULT_TIMEOUT_S", "MULTICAST_OFF", "OWN_SCRIPT_SETTLE_S",
     "PORT_NAME", "PREFLIGHT_LINE",
     "CheckResult", "Launcher",
-    "PodOutcome", "PodPlan", "PreflightSettings", "RehearseResult", "free_port",
+    "PodOutcome", "PodPlan", "PreflightSettings", "Progress", "RehearseResult", "free_port",
     "operator_verdict", "aggregate", "check_timeout", "find_job", "operator_env",
     "parse_lines", "plan_pods", "preflight_settings", "preflight_source",
     "probe_gpus", "rehearse_manifests", "result_dict", "set_nproc",
@@ -100,6 +101,7 @@ def rehearse_manifests(
     kills: Sequence[str] = (),
     preempt: str | None = None,
     backoff_scale: float = 1.0,
+    progress: Progress | None = None,
 ) -> RehearseResult:
     """Run the job's topology here and collect the preflight's checks.
 
@@ -110,6 +112,7 @@ def rehearse_manifests(
     `kills` (`POD[@checkpoint|@SECONDS]`) and `preempt` (`""`, `"@checkpoint"`, `"@SECONDS"`)
     run the job under the kubelet/operator model; `restart_after_checkpoint` is a kill of the
     pod whose loss is hardest for the layout (`faults.hardest_pod`) at the first checkpoint.
+    `progress`, if given, gets a one-line status about once a second while the pods run.
     """
     settings = settings or PreflightSettings()
     check_timeout(timeout_s)
@@ -148,7 +151,7 @@ def rehearse_manifests(
         fault_checks, outcomes, lines = rehearse_faults(
             job, plans, world, faults, timeout_s, backoff_scale, hold_dir,
             sigterm_save=settings.checkpoint_on_sigterm,
-            audit_dir=root / "audit" if own_script else None)
+            audit_dir=root / "audit" if own_script else None, progress=progress)
         if own_script:
             checks = own_script_checks(plans, root, world, manifests, settings, gpus, outcomes,
                                        restarted=True) + fault_checks
@@ -158,7 +161,8 @@ def rehearse_manifests(
                                            False) if c.check != "pods"] + fault_checks
     else:
         run = run_attempt(plans, 0, timeout_s, skip=skip_pods,
-                           after_crash_s=OWN_SCRIPT_SETTLE_S if own_script else None)
+                           after_crash_s=OWN_SCRIPT_SETTLE_S if own_script else None,
+                           progress=progress)
         checks = aggregate(run.lines, world, run.outcomes, timeout_s, own_script)
         if own_script:
             checks = own_script_checks(plans, root, world, manifests, settings, gpus,

@@ -7,7 +7,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..report import one_line
 from .pods import PodOutcome, PodPlan
+
+TAIL_LINES = 3  # of a crashed rank's stderr in the pods row: where a traceback ends
 
 # The preflight's checks, in the order a table shows them.
 CHECK_ORDER = (
@@ -145,8 +148,28 @@ def _pod_story(o: PodOutcome, timeout_s: float, own_script: bool) -> str:
     where = f"see {o.log}"
     if o.rank_logs is not None:
         where += f" and {o.rank_logs}/attempt_0/<local rank>/stderr.log"
+    tail = error_tail(o)
+    said = f"; last lines: {' | '.join(tail)}" if tail else ""
     # preflight.py exits 1 on a failed check: only a script of one's own "crashes"
-    return f"{'crashed with exit' if own_script else 'exit'} {code}{signal_note}: {where}"
+    return f"{'crashed with exit' if own_script else 'exit'} {code}{signal_note}: {where}{said}"
+
+
+def error_tail(o: PodOutcome, count: int = TAIL_LINES) -> list[str]:
+    """The last `count` non-empty lines of the first rank's stderr that has any (torchrun's
+    per-rank files), else of the pod's log; each escaped to one line."""
+    files = (sorted(o.rank_logs.glob("attempt_*/*/stderr.log"))
+             if o.rank_logs is not None else [])
+    for path in [*files, o.log]:
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        # the pod log's own notes ("# argv:", "# runai-spec: ...") are not the pod's output
+        lines = [ln for ln in text.splitlines()
+                 if ln.strip() and not (path == o.log and ln.startswith("# "))]
+        if lines:
+            return [one_line(ln.rstrip()) for ln in lines[-count:]]
+    return []
 
 
 def _silent_message(silent: Sequence[int], world: int, outcomes: Sequence[PodOutcome],

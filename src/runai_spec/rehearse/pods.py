@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -407,6 +407,8 @@ class _Pod:
         self.stopped_after: str | None = None
         self.settle_s: float | None = None
         self.records: list[dict[str, Any]] = []
+        self._progress: list[dict[str, Any]] = []  # what last_checks read of the rank files
+        self._read_to: dict[Path, int] = {}
         self._rank_root = _rank_log_root(plan)
         # torchrun names each launch's folder at random: the ones already there are older runs
         self._earlier = (set(self._rank_root.iterdir())
@@ -504,6 +506,24 @@ class _Pod:
                           self.killed, self.log, self.attempt, runs[-1] if runs else None,
                           self.stopped_after, self.settle_s)
 
+    def last_checks(self) -> dict[int, str]:
+        """The last check each rank of this pod reported so far. Read on from where the last
+        call stopped in each rank's stdout file: a script's log may grow large."""
+        files = sorted(f for d in self._runs() for f in d.glob("attempt_*/*/stdout.log"))
+        for f in files:
+            start = self._read_to.get(f, 0)
+            with contextlib.suppress(OSError), f.open("rb") as fh:
+                fh.seek(start)
+                chunk = fh.read()
+                whole = chunk[:chunk.rfind(b"\n") + 1]  # a line still being written waits
+                self._read_to[f] = start + len(whole)
+                self._progress.extend(parse_lines(whole.decode(errors="replace")))
+        last: dict[int, str] = {}
+        for rec in self._progress if files else self.records:
+            with contextlib.suppress(KeyError, TypeError, ValueError):
+                last[int(rec["rank"])] = str(rec["check"])
+        return last
+
     def lines(self) -> list[dict[str, Any]]:
         """This attempt's PREFLIGHT records, in each rank's order. Taken from the ranks' own
         log files where torchrun wrote them: the launcher's copy on stdout is buffered
@@ -535,18 +555,53 @@ def _held(hold_dir: Path | None) -> dict[int, int]:
     return out
 
 
+Progress = Callable[[str], None]
+PROGRESS_EVERY_S = 1.0
+
+
+def progress_line(pods: Sequence[_Pod], total: int, elapsed_s: float, timeout_s: float) -> str:
+    """One status line: pods up of all, the last check each rank reported (preflight.py's
+    PREFLIGHT records; a script of one's own reports none), elapsed against --timeout."""
+    up = sum(p.proc.poll() is None for p in pods)
+    last: dict[int, str] = {}
+    for p in pods:
+        last.update(p.last_checks())
+    steps = " ".join(f"r{r}:{c}" for r, c in sorted(last.items()))
+    return (f"pods up {up}/{total}" + (f" | {steps}" if steps else "")
+            + f" | {elapsed_s:.0f}/{timeout_s:g} s")
+
+
+class _Ticker:
+    """Calls `progress` with a fresh status line about once a second (never without one)."""
+
+    def __init__(self, progress: Progress | None, total: int, timeout_s: float) -> None:
+        self.progress, self.total, self.timeout_s = progress, total, timeout_s
+        self.start = time.monotonic()
+        self._next = self.start
+
+    def tick(self, pods: Sequence[_Pod]) -> None:
+        now = time.monotonic()
+        if self.progress is None or now < self._next:
+            return
+        self._next = now + PROGRESS_EVERY_S
+        self.progress(progress_line(pods, self.total, now - self.start, self.timeout_s))
+
+
 def run_attempt(plans: Sequence[PodPlan], attempt: int, timeout_s: float, *,
                  skip: Sequence[str] = (), victim: str | None = None,
                  hold_dir: Path | None = None, world: int = 0,
-                 settle_s: float = 60.0, after_crash_s: float | None = None) -> Attempt:
+                 settle_s: float = 60.0, after_crash_s: float | None = None,
+                 progress: Progress | None = None) -> Attempt:
     """Start every pod, wait for all of them (bounded), return outcomes and PREFLIGHT lines.
 
     With `victim`, the ranks hold after their first checkpoint (preflight.py's
     --hold-after-checkpoint DIR); once all `world` of them hold, the victim pod is killed and
     the others are released: they must then find out on their own, within `settle_s`.
-    With `after_crash_s`, once one pod exits non-zero the others get that long to end too."""
+    With `after_crash_s`, once one pod exits non-zero the others get that long to end too.
+    With `progress`, a status line (`progress_line`) goes to it about once a second."""
     pods = [_Pod(p, attempt) for p in plans if p.name not in skip]
     deadline = time.monotonic() + timeout_s
+    ticker = _Ticker(progress, len(plans), timeout_s)
     target = next((p for p in pods if p.plan.name == victim), None)
     first_crash: str | None = None
     try:
@@ -561,6 +616,7 @@ def run_attempt(plans: Sequence[PodPlan], attempt: int, timeout_s: float, *,
                                     if p.proc.poll() not in (None, 0)), None)
                 if first_crash is not None:
                     deadline = min(deadline, time.monotonic() + after_crash_s)
+            ticker.tick(pods)
             time.sleep(0.05)
     finally:
         if hold_dir is not None and hold_dir.is_dir():

@@ -12,7 +12,7 @@ from typing import Any
 from .checks import CheckResult
 from .faults import Fault
 from .operator import DEFAULT_GRACE_S, Action, JobModel
-from .pods import PodOutcome, PodPlan, _held, _Pod
+from .pods import PodOutcome, PodPlan, Progress, _held, _Pod, _Ticker
 from .restarts import STATIC_RENDEZVOUS_RISK, static_rendezvous
 
 
@@ -44,7 +44,8 @@ def _delete_all(pods: Sequence[_Pod]) -> dict[str, str]:
 
 def rehearse_faults(job: Mapping[str, Any], plans: Sequence[PodPlan], world: int,
                     faults: Sequence[Fault], timeout_s: float, backoff_scale: float,
-                    hold_dir: Path, sigterm_save: bool = False, audit_dir: Path | None = None
+                    hold_dir: Path, sigterm_save: bool = False, audit_dir: Path | None = None,
+                    progress: Progress | None = None
                     ) -> tuple[list[CheckResult], list[PodOutcome], list[dict[str, Any]]]:
     """Run the pods, inject `faults`, follow the model until the job ends or `timeout_s`.
     `sigterm_save`: the profile says its script saves on SIGTERM; a preemption then fails
@@ -63,6 +64,7 @@ def rehearse_faults(job: Mapping[str, Any], plans: Sequence[PodPlan], world: int
     start = time.monotonic()
     deadline = start + timeout_s
     seen_exit: set[int] = set()
+    ticker = _Ticker(progress, len(plans), timeout_s)
 
     def apply(actions: Sequence[Action]) -> None:
         for a in actions:
@@ -117,6 +119,7 @@ def rehearse_faults(job: Mapping[str, Any], plans: Sequence[PodPlan], world: int
                     apply(model.exited(name, 128 - code if code < 0 else code,
                                        time.monotonic() - start))
             apply(model.due(time.monotonic() - start))
+            ticker.tick(list(pods.values()))
             time.sleep(0.05)
     finally:
         (hold_dir / "release").touch()
