@@ -78,6 +78,7 @@ def test_elastic_worker_only_job_starts_every_process_of_every_pod(tmp_path: Pat
     assert r.world_size == 8 and world is not None and "world of 8" in world.message
 
 
+@pytest.mark.long  # CI keeps the representative set under 10 minutes
 def test_two_ranks_on_one_device_fail_the_device_check(tmp_path: Path) -> None:
     r = rehearse(tmp_path, env={"PREFLIGHT_DEVICE_ID": "cpu:the-same-one"})
     device = r.check("device")
@@ -113,6 +114,7 @@ def test_a_wrong_global_batch_fails_the_batch_check(tmp_path: Path) -> None:
     assert gb is not None and gb.status == "fail" and "256" in gb.message
 
 
+@pytest.mark.long  # CI keeps the representative set under 10 minutes
 def test_a_checkpoint_that_does_not_reload_fails_the_checkpoint_check(tmp_path: Path) -> None:
     r = rehearse(tmp_path, env={"PREFLIGHT_BREAK": "checkpoint"})
     ck = r.check("checkpoint")
@@ -162,6 +164,7 @@ def test_a_pod_killed_after_the_first_checkpoint_resumes_but_the_static_rendezvo
     assert metrics.details["emitters"] == [0] and metrics.details["steps"] >= 1
 
 
+@pytest.mark.long  # CI keeps the representative set under 10 minutes
 def test_a_restarted_job_that_does_not_resume_fails_the_restart_check(tmp_path: Path) -> None:
     r = rehearse(tmp_path, restart_after_checkpoint=True, backoff_scale=0.1,
                  env={"PREFLIGHT_BREAK": "resume"})
@@ -258,6 +261,7 @@ def test_own_script_that_all_reduces_and_exits_0_passes(
     assert [o.strip() for o in outs] == ["rank 0 of world 2: sum 3", "rank 1 of world 2: sum 3"]
 
 
+@pytest.mark.long  # CI keeps the representative set under 10 minutes
 def test_own_script_that_raises_on_rank_1_fails_and_names_the_pod_and_its_log(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_profile: Callable[..., Path],
         base_profile: dict[str, Any]) -> None:
@@ -278,6 +282,7 @@ def test_own_script_that_raises_on_rank_1_fails_and_names_the_pod_and_its_log(
     assert traces, sorted(map(str, logs.glob("worker-0/ranks/**/*")))
 
 
+@pytest.mark.long  # CI keeps the representative set under 10 minutes
 def test_own_script_still_running_at_the_timeout_is_stopped_and_counted_healthy(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_profile: Callable[..., Path],
         base_profile: dict[str, Any]) -> None:
