@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import make_key
 from runai_spec import signing
 from runai_spec.errors import EXIT_INPUT
 from runai_spec.signing import SignatureError, SignedApproval, Statement
@@ -16,13 +17,6 @@ from runai_spec.signing import SignatureError, SignedApproval, Statement
 pytestmark = pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="needs ssh-keygen")
 
 SHA = "80f55c9da0a0fa945399b2184436e3acfac0d6daf5aaed18e7e3f4f57467b334"
-
-
-def keygen(folder: Path, name: str) -> Path:
-    key = folder / name
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(key)],
-                   check=True)
-    return key
 
 
 def public(key: Path) -> str:
@@ -33,7 +27,7 @@ def public(key: Path) -> str:
 @pytest.fixture
 def keys(tmp_path: Path) -> dict[str, Path]:
     """Two engineers in allowed_signers (git's format), one researcher key that is not."""
-    found = {name: keygen(tmp_path, name) for name in ("alice", "bob", "mallory")}
+    found = {name: make_key(tmp_path, name) for name in ("alice", "bob", "mallory")}
     signers = tmp_path / "allowed_signers"
     signers.write_text(
         "# AI Engineers' signing keys (reviewed through CODEOWNERS)\n"
