@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ..errors import EXIT_FINDINGS, EXIT_OK
 from .common import app, err
+
+if TYPE_CHECKING:
+    from ..workload import Workload
 
 
 def _opt(name: str, help: str) -> object:
@@ -67,7 +70,7 @@ def init(
     """Write a new profile.yaml: asks in plain words on a terminal (project, layout, image,
     entry point, batch sizes, checkpoint), or takes every answer from flags in a script; the
     profile is checked with every rule and written only when it has no error."""
-    from ..init import Answers, init_profile, write_profile
+    from ..init import Answers, init_profile
 
     answers = Answers(project=project, preset=preset, name=name, image=image, command=command,
                       working_dir=working_dir, strategy=strategy, local_batch=local_batch,
@@ -76,7 +79,13 @@ def init(
                       checkpoint_dir=checkpoint_dir, checkpoint_format=checkpoint_format,
                       resume=resume, metrics_writer=metrics_writer)
     prompt = TerminalPrompt() if sys.stdin.isatty() and not no_input else None
-    target, workload, text = init_profile(folder, answers, prompt=prompt, force=force)
+    return written(*init_profile(folder, answers, prompt=prompt, force=force))
+
+
+def written(target: Path, workload: Workload, text: str) -> int:
+    """init's findings and, when the profile has no error, the file written and what next."""
+    from ..init import write_profile
+
     err(line for finding in workload.findings for line in finding.lines())
     if workload.errors:
         err([f"error: {target}: nothing written: the profile has "

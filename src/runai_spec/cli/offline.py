@@ -33,6 +33,7 @@ from .common import (
 if TYPE_CHECKING:
     from ..diff import ProfileDiff
     from ..findings import Finding
+    from ..pipeline import ProfileCheck
 
 CrdOpt = Annotated[Path | None, typer.Option(
     "--crd", help="Also validate the rendered manifests against this CRD (the cluster's own: "
@@ -55,22 +56,14 @@ def validate(profiles: Profiles, fmt: FormatOpt = Format.text, crd: CrdOpt = Non
     Text goes to stderr like compiler messages; JSON and Markdown (for a merge-request
     comment) go to stdout."""
     from .. import report
-    from ..pipeline import check_exit, check_profiles
+    from ..errors import EXIT_CLUSTER, ClusterError
+    from ..pipeline import check_exit
 
-    if live:
-        from .. import cluster
-        from ..cluster.checks import live_findings
-        from ..errors import EXIT_CLUSTER, ClusterError
-
-        try:
-            with cluster.Session(cluster.Target(kubeconfig=kubeconfig, context=context)) as s:
-                checks, bad = check_profiles(profiles, crd,
-                                             lambda w: live_findings(s, w))
-        except ClusterError as exc:
-            err(exc.lines())
-            return EXIT_CLUSTER
-    else:
-        checks, bad = check_profiles(profiles, crd)
+    try:
+        checks, bad = validate_checks(profiles, crd, live, kubeconfig, context)
+    except ClusterError as exc:
+        err(exc.lines())
+        return EXIT_CLUSTER
     if fmt is Format.json:
         print(report.validate_json(checks, bad))
     elif fmt is Format.markdown:
@@ -78,6 +71,21 @@ def validate(profiles: Profiles, fmt: FormatOpt = Format.text, crd: CrdOpt = Non
     else:
         err(report.validate_text(checks, bad))
     return check_exit(checks, bad)
+
+
+def validate_checks(profiles: list[Path], crd: Path | None, live: bool,
+                    kubeconfig: Path | None, context: str | None
+                    ) -> tuple[list[ProfileCheck], list[RunaiSpecError]]:
+    """Every profile checked offline, and with --live against the cluster too (read-only)."""
+    from ..pipeline import check_profiles
+
+    if not live:
+        return check_profiles(profiles, crd)
+    from .. import cluster
+    from ..cluster.checks import live_findings
+
+    with cluster.Session(cluster.Target(kubeconfig=kubeconfig, context=context)) as s:
+        return check_profiles(profiles, crd, lambda w: live_findings(s, w))
 
 
 @app.command()
@@ -123,13 +131,7 @@ def diff(profiles: Profiles, against: AgainstOpt = None, live: LiveOpt = False,
     from .. import diff as drift
 
     check_diff_options(against, live, kubeconfig or context or debug)
-    if against is None:
-        from .cluster import diff_live_all
-
-        results, stopped, bad = diff_live_all(profiles, kubeconfig, context, debug)
-    else:
-        results, bad = diff_against(profiles, against)
-        stopped = list(bad)
+    results, stopped, bad = compare(profiles, against, kubeconfig, context, debug)
     err(line for exc in stopped for line in exc.lines())  # stderr too, where a CI log shows it
     if fmt is Format.json:
         print(drift.as_json(results, stopped))
@@ -138,6 +140,19 @@ def diff(profiles: Profiles, against: AgainstOpt = None, live: LiveOpt = False,
                          else drift.as_text(results))
     return EXIT_INPUT if bad else EXIT_FINDINGS if stopped or any(
         r.changed for r in results) else EXIT_OK
+
+
+def compare(profiles: list[Path], against: Path | None, kubeconfig: Path | None,
+            context: str | None, debug: bool
+            ) -> tuple[list[ProfileDiff], list[RunaiSpecError | Finding], list[RunaiSpecError]]:
+    """diff's results, the profiles it stopped on, and which of those were bad input: against
+    committed manifests, or (no folder) against the cluster."""
+    if against is None:
+        from .cluster import diff_live_all
+
+        return diff_live_all(profiles, kubeconfig, context, debug)
+    results, bad = diff_against(profiles, against)
+    return results, list(bad), bad
 
 
 def check_diff_options(against: Path | None, live: bool, cluster_options: object) -> None:
@@ -185,23 +200,7 @@ def render(profiles: Profiles, out_dir: OutDirOpt = None, output: OutputOpt = No
     file per workload with -d DIR."""
     from ..pipeline import Spool, StagedFiles, render_all
 
-    fmt = "yaml"
-    if output in ("yaml", "json"):
-        fmt = output
-    elif output is not None:  # the old `-o DIR`
-        err([f"warning: `-o {output}` as a folder is deprecated; use `--out-dir {output}` "
-             "(-o is the output format: yaml or json)"])
-        if out_dir is not None:
-            raise InputError("give the folder once", field="--out-dir",
-                             hint="-o yaml|json is the format, -d DIR the folder")
-        out_dir = Path(output)
-    if fmt == "json" and (out_dir is not None or explain):
-        raise InputError("JSON goes to stdout as one List; it does not combine with "
-                         f"{'--out-dir' if out_dir is not None else '--explain'}", field="-o")
-    if explain and (out_dir is not None or smoke):
-        raise InputError("prints the annotated manifests to stdout; it does not combine with "
-                         f"{'--out-dir' if out_dir is not None else '--smoke'}", field="--explain",
-                         hint="run `runai-spec render PROFILE --explain` on its own")
+    fmt, out_dir = render_target(output, out_dir, smoke, explain)
     piece = smoke_piece if smoke else explained_piece if explain else manifest_piece
     if fmt == "json":
         lines, code, objects = render_json(profiles, piece)
@@ -216,6 +215,30 @@ def render(profiles: Profiles, out_dir: OutDirOpt = None, output: OutputOpt = No
     if code == EXIT_OK:
         err(sink.commit())
     return code
+
+
+def render_target(output: str | None, out_dir: Path | None, smoke: bool, explain: bool
+                  ) -> tuple[str, Path | None]:
+    """render's format (yaml or json) and folder from its options; bad input where they do
+    not combine. `-o DIR` is the old spelling of `--out-dir DIR` (a warning)."""
+    fmt = "yaml"
+    if output in ("yaml", "json"):
+        fmt = output
+    elif output is not None:
+        err([f"warning: `-o {output}` as a folder is deprecated; use `--out-dir {output}` "
+             "(-o is the output format: yaml or json)"])
+        if out_dir is not None:
+            raise InputError("give the folder once", field="--out-dir",
+                             hint="-o yaml|json is the format, -d DIR the folder")
+        out_dir = Path(output)
+    if fmt == "json" and (out_dir is not None or explain):
+        raise InputError("JSON goes to stdout as one List; it does not combine with "
+                         f"{'--out-dir' if out_dir is not None else '--explain'}", field="-o")
+    if explain and (out_dir is not None or smoke):
+        raise InputError("prints the annotated manifests to stdout; it does not combine with "
+                         f"{'--out-dir' if out_dir is not None else '--smoke'}", field="--explain",
+                         hint="run `runai-spec render PROFILE --explain` on its own")
+    return fmt, out_dir
 
 
 def render_json(profiles: list[Path], piece: Callable[[Workload], tuple[str, str]]

@@ -49,6 +49,16 @@ def presets_approve(
 ) -> None:
     """Sign the current contents of a preset with your SSH key (`ssh-keygen -Y sign`) and
     record the signed approval in the ledger."""
+    registry, signing_key = approval_registry(name, key, directory, by)
+    entry = registry.approve(name, signing_key, expires=expires)
+    err([f"approved {name}: sha256 {entry.sha256} signed by {entry.approved_by} "
+         f"on {entry.approved_at}"])
+
+
+def approval_registry(name: str, key: Path | None, directory: Path | None, by: str | None
+                      ) -> tuple[PresetRegistry, Path]:
+    """The presets folder `presets approve` may sign into; bad input for a typed approver,
+    no key, or the shipped presets inside the installed package."""
     from ..errors import InputError
     from ..loading import inside_installed_package
 
@@ -69,9 +79,7 @@ def presets_approve(
                          "only into a presets repository", file=str(registry.root), field="--dir",
                          hint=f"run it in the presets repository's checkout: "
                               f"`runai-spec presets approve {name} --key KEY --dir presets/`")
-    entry = registry.approve(name, key, expires=expires)
-    err([f"approved {name}: sha256 {entry.sha256} signed by {entry.approved_by} "
-         f"on {entry.approved_at}"])
+    return registry, key
 
 
 LiveOpt = Annotated[bool, typer.Option("--live", help="Also compare the approved presets with "
