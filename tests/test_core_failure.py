@@ -63,7 +63,9 @@ def test_the_shipped_multi_node_job_is_not_static_and_the_old_launcher_still_is(
     assert static_rendezvous(old) is True
     assert old["spec"]["runPolicy"]["backoffLimit"] == 3
     for role in (MASTER, WORKER):
-        assert command(old, role)[:2] == ["torchrun", "train.py"]
+        launcher = command(old, role)
+        head = launcher[:launcher.index("train.py")]  # bare torchrun: only the log flags
+        assert head == ["torchrun", "--log-dir=/checkpoints/logs/$(POD_NAME)", "--tee=3"]
         env = old["spec"]["pytorchReplicaSpecs"][role]["template"]["spec"]["containers"][0]["env"]
         assert all(e["name"] != "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" for e in env)
 

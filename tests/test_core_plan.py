@@ -40,7 +40,7 @@ def pod(job: dict[str, Any], role: str = MASTER) -> dict[str, Any]:
 
 
 def env(job: dict[str, Any], role: str = MASTER) -> dict[str, str]:
-    return {e["name"]: e["value"] for e in pod(job, role)["containers"][0]["env"]}
+    return {e["name"]: e["value"] for e in pod(job, role)["containers"][0]["env"] if "value" in e}
 
 
 def test_single_gpu_is_python_with_local_rank_zero() -> None:
@@ -54,8 +54,8 @@ def test_single_gpu_is_python_with_local_rank_zero() -> None:
 def test_single_node_is_standalone_torchrun_with_one_process_per_gpu() -> None:
     job = job_for("h200-8gpu")
     command = pod(job)["containers"][0]["command"]
-    assert command[:5] == ["torchrun", "--standalone", "--nnodes=1", "--nproc-per-node=8",
-                           "train.py"]
+    assert command[:7] == ["torchrun", "--standalone", "--nnodes=1", "--nproc-per-node=8",
+                           "--log-dir=/checkpoints/logs/$(POD_NAME)", "--tee=3", "train.py"]
     assert pod(job)["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 8
     assert "LOCAL_RANK" not in env(job)
 
@@ -68,10 +68,11 @@ def test_multi_node_master_trains_and_torchrun_reads_the_operator_variables() ->
         container = pod(job, role)["containers"][0]
         assert container["name"] == CONTAINER
         # c10d on the Master's service, so that a pod the kubelet restarts in place rejoins
-        assert container["command"][:7] == [
+        assert container["command"][:9] == [
             "torchrun", "--rdzv-backend=c10d", "--rdzv-endpoint=$(MASTER_ADDR):$(MASTER_PORT)",
             "--rdzv-id=demo", "--max-restarts=3",
-            "--rdzv-conf=join_timeout=900,read_timeout=600", "train.py"]
+            "--rdzv-conf=join_timeout=900,read_timeout=600",
+            "--log-dir=/checkpoints/logs/$(POD_NAME)", "--tee=3", "train.py"]
         assert not any(a.startswith("--nnodes") or a.startswith("--node") for a in container["command"])
         assert {"name": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "value": "1"} in container["env"]
         assert pod(job, role)["terminationGracePeriodSeconds"] == 300
@@ -91,9 +92,10 @@ def test_elastic_is_worker_only_with_c10d_bounds() -> None:
                                             "maxReplicas": 4, "maxRestarts": 3}
     # Without a Master the operator injects no PET_NPROC_PER_NODE from nprocPerNode: the
     # launcher must say it, or torchrun starts one process on an 8-GPU pod.
-    assert pod(job, WORKER)["containers"][0]["command"][:5] == [
+    assert pod(job, WORKER)["containers"][0]["command"][:7] == [
         "torchrun", "--nproc-per-node=8", "--rdzv-id=demo",
-        "--rdzv-conf=join_timeout=900,read_timeout=600", "train.py"]
+        "--rdzv-conf=join_timeout=900,read_timeout=600",
+        "--log-dir=/checkpoints/logs/$(POD_NAME)", "--tee=3", "train.py"]
     assert job["spec"]["runPolicy"]["backoffLimit"] == 9
 
 

@@ -17,14 +17,17 @@ from runai_spec.rehearse import PreflightSettings, plan_pods
 from runai_spec.smoke import smoke_workload
 from runai_spec.workload import Workload, prepare_workload
 
+LOGS = ["--log-dir=/checkpoints/logs/$(POD_NAME)", "--tee=3"]  # a log per rank, on the volume
 LAUNCHERS = {
     "h200-1gpu": [],
-    "h200-8gpu": ["torchrun", "--standalone", "--nnodes=1", "--nproc-per-node=8", "--no-python"],
+    "h200-8gpu": ["torchrun", "--standalone", "--nnodes=1", "--nproc-per-node=8", "--no-python",
+                  *LOGS],
     "h200-2x8-ib": ["torchrun", "--rdzv-backend=c10d", "--rdzv-endpoint=$(MASTER_ADDR):$(MASTER_PORT)",
                     "--rdzv-id=demo", "--max-restarts=3",
-                    "--rdzv-conf=join_timeout=900,read_timeout=600", "--no-python"],
+                    "--rdzv-conf=join_timeout=900,read_timeout=600", "--no-python", *LOGS],
     "h200-elastic-2to4x8-ib": ["torchrun", "--nproc-per-node=8", "--rdzv-id=demo",
-                               "--rdzv-conf=join_timeout=900,read_timeout=600", "--no-python"],
+                               "--rdzv-conf=join_timeout=900,read_timeout=600", "--no-python",
+                               *LOGS],
 }
 
 
@@ -69,7 +72,8 @@ def test_a_python_script_keeps_its_launcher(base_profile: dict[str, Any],
     w = workload(base_profile, write_profile, "h200-1gpu", ["train.py"])
     assert commands(w) == [["python", "-u", "train.py"]]
     w = workload(base_profile, write_profile, "h200-2x8-ib", ["train.py"])
-    assert commands(w) == [[*LAUNCHERS["h200-2x8-ib"][:-1], "train.py"]] * 2
+    launcher = [a for a in LAUNCHERS["h200-2x8-ib"] if a != "--no-python"]
+    assert commands(w) == [[*launcher, "train.py"]] * 2
 
 
 def test_a_script_without_a_slash_is_refused_with_the_path_form(

@@ -96,7 +96,7 @@ def test_profile_values_point_at_their_line_and_preset_values_at_the_preset() ->
     assert flags["--rdzv-id"].origin.kind == "derived"
     command = [f.value for f in fields.values() if f.path.startswith(f"{container}.command[")]
     script = command.index("train.py")
-    assert script == 6 and fields[f"{container}.command[{script}]"].origin.field == "command[0]"
+    assert script == 8 and fields[f"{container}.command[{script}]"].origin.field == "command[0]"
     grace = fields["spec.pytorchReplicaSpecs.Worker.template.spec.terminationGracePeriodSeconds"]
     assert (grace.value, grace.origin.field, grace.origin.line) == (
         300, "termination_grace_period_seconds",

@@ -62,8 +62,9 @@ def test_multi_node_rehearses_on_cpu_and_every_check_passes(tmp_path: Path) -> N
     assert {c.check for c in r.checks if c.status == "pass"} >= {
         "ranks", "world-size", "device", "global-batch", "checkpoint", "metrics",
         "bus-bandwidth", "shutdown", "pods"}
-    # per-rank logs from torchrun, per pod
-    assert len(list(tmp_path.glob("*/ranks/*/attempt_0/*/stdout.log"))) == 4
+    # per-rank logs from the rendered --log-dir, per pod, in the checkpoint volume's folder
+    logs = tmp_path / "volumes" / "nlp-lab-checkpoints" / "logs"
+    assert len(list(logs.glob("llm-7b-fsdp-*/*/attempt_0/*/stdout.log"))) == 4
 
 
 def test_elastic_worker_only_job_starts_every_process_of_every_pod(tmp_path: Path) -> None:

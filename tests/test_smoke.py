@@ -251,8 +251,12 @@ def test_hostile_profile_values_never_change_the_structure_of_the_smoke_render(
     assert [shape(m) for m in nasty] == [shape(m) for m in plain]
     for rspec in replica_specs(nasty[1]).values():
         container = pytorch_container(rspec)
-        assert container["env"] == [*({"name": f"V{i}", "value": v} for i, v in enumerate(HOSTILE)),
-                                    {"name": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "value": "1"}]
+        assert container["env"] == [{"name": "POD_NAME",
+                                     "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                                    *({"name": f"V{i}", "value": v} for i, v in enumerate(HOSTILE)),
+                                    {"name": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "value": "1"},
+                                    {"name": "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE",
+                                     "value": "[rank${rank}]:"}]
         assert container["workingDir"] == "/w: {{ 7*7 }}"
         assert not set(HOSTILE) & set(container["command"])
 

@@ -27,6 +27,8 @@ MASTER = "Master"  # PyTorchJobReplicaTypeMaster
 WORKER = "Worker"  # PyTorchJobReplicaTypeWorker
 REPLICA_TYPES = (MASTER, WORKER)  # the order the operator numbers ranks in
 RDZV_BACKEND = "c10d"  # elasticPolicy.rdzvBackend when unset (elastic.go)
+# The pod's own name from the downward API (env valueFrom.fieldRef), for $(POD_NAME) in args
+POD_NAME_ENV = ("POD_NAME", "metadata.name")
 GPU_RESOURCE = "nvidia.com/gpu"  # the NVIDIA device plugin's resource, which nproc must match
 
 # Pod labels the operator sets (pkg/apis/kubeflow.org/v1/common_types.go).
@@ -82,7 +84,7 @@ def master_addr(job: str) -> str:
 # written in the profile would be overridden or, worse, win.
 INJECTED_ENV = re.compile(r"^(MASTER_ADDR|MASTER_PORT|WORLD_SIZE|RANK|LOCAL_RANK|NODE_RANK|"
                           r"LOCAL_WORLD_SIZE|GROUP_RANK|PET_.*|TORCHELASTIC_.*|"
-                          r"CUDA_VISIBLE_DEVICES|NVIDIA_VISIBLE_DEVICES)$")
+                          r"CUDA_VISIBLE_DEVICES|NVIDIA_VISIBLE_DEVICES|POD_NAME)$")
 
 
 # --- torchrun's processes per pod (the nproc rule) ------------------------------------

@@ -18,6 +18,18 @@ NO_PYTHON = "--no-python"
 SHELLS = frozenset({"bash", "sh"})  # the interpreters a wrapper script may name
 SHELL_SUFFIXES = (".sh", ".bash")
 PYTHON_ENTRY = "python"
+
+# Per-rank logs (torch 2.13 `torch/distributed/run.py`): --log-dir gets one folder per launch,
+# `<log-dir>/<rdzv id>_<random>/attempt_<n>/<local rank>/{stdout,stderr}.log`; --tee=3 writes
+# both streams there AND to the console; TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE (run.py, read in
+# `local_elastic_agent.py` with string.Template: role_name, rank = global rank, local_rank)
+# prefixes each console line, so the pod log carries each rank's lines apart.
+LOG_DIR_FLAG = "--log-dir"
+TEE_FLAG = "--tee"
+RANK_PREFIX_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
+RANK_PREFIX = "[rank${rank}]:"
+RANK_LINE = re.compile(rb"^\[rank(\d{1,6})\]:(.*)$", re.DOTALL)  # a pod log line (bytes) of it
+RANK_LOGS = "logs"  # the folder on the checkpoint volume, one sub-folder per pod
 EXECUTABLE_ENTRY = "executable"
 
 

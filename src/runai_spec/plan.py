@@ -17,6 +17,7 @@ from .kubeflow import (
     MASTER,
     NAME_LABEL,
     NPROC_FLAG,
+    POD_NAME_ENV,
     PRESET_ANNOTATION,
     PRESET_SHA_ANNOTATION,
     PROFILE_SHA_ANNOTATION,
@@ -26,7 +27,15 @@ from .kubeflow import (
     WORKER,
     pod_name,
 )
-from .launcher import NO_PYTHON, for_entry_point
+from .launcher import (
+    LOG_DIR_FLAG,
+    NO_PYTHON,
+    RANK_LOGS,
+    RANK_PREFIX,
+    RANK_PREFIX_ENV,
+    TEE_FLAG,
+    for_entry_point,
+)
 from .presets import LEDGER_FILE, SITE_FILE, ApprovedPreset, Preset, Site
 from .profile import LoadedProfile
 
@@ -128,6 +137,8 @@ class Plan:
     diagnostics: tuple[str, ...]
     # (variable, Secret name, key): rendered as valueFrom.secretKeyRef, never as a value
     secret_env: tuple[tuple[str, str, str], ...] = ()
+    # (variable, pod field): the downward API (valueFrom.fieldRef), listed first in env
+    field_env: tuple[tuple[str, str], ...] = ()
     # the training-operator release of the site (site.yaml operator_version): which env
     # kubeflow.operator_env() predicts for each pod
     operator_version: str = "1.9"
@@ -246,6 +257,12 @@ def launcher_for(layout: str, gpus: int, elastic: bool = False,
     return head + rendezvous_flags(rendezvous)
 
 
+def rank_log_dir(checkpoint_dir: str) -> str:
+    """torchrun's --log-dir: a folder per pod on the checkpoint volume ($(POD_NAME) is
+    expanded by the kubelet from the downward API variable)."""
+    return f"{checkpoint_dir.rstrip('/')}/{RANK_LOGS}/$({POD_NAME_ENV[0]})"
+
+
 def rendezvous_flags(r: RendezvousPlan | None) -> tuple[str, ...]:
     """torchrun's flags for rendezvous R: none for static (bare torchrun: the operator's
     PET_MASTER_ADDR/PORT); for an elastic job backend and endpoint are the operator's
@@ -352,6 +369,9 @@ def plan_workload(loaded: LoadedProfile, approved: ApprovedPreset, site: Site,
     launcher = launcher_for(preset.layout, gpus, elastic=elastic is not None,
                             rendezvous=rendezvous)
     launcher = for_entry_point(launcher, profile.command)  # a wrapper script: --no-python
+    logs = rank_log_dir(profile.checkpoint.dir) if launcher[:1] == ("torchrun",) else None
+    if logs is not None:
+        launcher += (f"{LOG_DIR_FLAG}={logs}", f"{TEE_FLAG}=3")
     for i, arg in enumerate(launcher):
         o[f"launcher[{i}]"] = (src.profile("command[0]") if arg == NO_PYTHON
                                else _launcher_origin(arg, preset.layout, src))
@@ -371,9 +391,20 @@ def plan_workload(loaded: LoadedProfile, approved: ApprovedPreset, site: Site,
         key, value = DISABLE_SHARED_STORE
         env[key] = _same(derived("c10d: a pod restarted in place must be able to rejoin "
                                  "(torch's shared rendezvous store deadlocks it)"), key, value)
+    field_env: list[tuple[str, str]] = []
+    if logs is not None:
+        field_env.append(POD_NAME_ENV)
+        o["field_env[0][0]"] = o["field_env[0][1]"] = derived(
+            "the pod's name (downward API), for its per-rank log folder")
+        env[RANK_PREFIX_ENV] = _same(derived("each pod log line names its global rank "
+                                             "(`logs --out` splits them)"),
+                                     RANK_PREFIX_ENV, RANK_PREFIX)
     diagnostics: list[str] = []
     if profile.diagnostics.nccl_debug:
         env["NCCL_DEBUG"] = _same(src.profile("diagnostics.nccl_debug"), "NCCL_DEBUG", "INFO")
+        if logs is not None:  # %h host, %p pid (NCCL's debug file name): one file per rank
+            env["NCCL_DEBUG_FILE"] = _same(src.profile("diagnostics.nccl_debug"),
+                                           "NCCL_DEBUG_FILE", f"{logs}/nccl.%h.%p.log")
         diagnostics.append("nccl-debug")
     secret_env = []
     for i, (name, ref) in enumerate(profile.secret_env.items()):
@@ -470,6 +501,7 @@ def plan_workload(loaded: LoadedProfile, approved: ApprovedPreset, site: Site,
         preset_name=approved.name,
         diagnostics=tuple(diagnostics),
         secret_env=tuple(secret_env),
+        field_env=tuple(field_env),
         operator_version=site.operator_version,
         checkpoint_on_sigterm=bool(profile.checkpoint and profile.checkpoint.on_sigterm),
         termination_grace_period_seconds=preset.termination_grace_period_seconds,
@@ -490,6 +522,9 @@ def _launcher_origin(arg: str, layout: str, src: _Sources) -> Origin:
                        "MASTER_PORT, expanded by the kubelet")
     if name == RDZV_ID_FLAG:
         return derived("rendezvous id: the job name (unique while the job exists)")
+    if name in (LOG_DIR_FLAG, TEE_FLAG):
+        return derived("a log per rank (site guide), kept on the checkpoint volume so that "
+                       "it outlives the pod; the pod log carries every rank's lines too")
     return derived(f"launcher for the {layout} layout (site guide)")
 
 

@@ -16,6 +16,7 @@ from .kubeflow import (
     INJECTED_ENV,
     KIND,
     NAME_MAX,
+    POD_NAME_ENV,
     SMOKE_MOUNT,
     SMOKE_SUFFIX,
     nproc_flags,
@@ -141,7 +142,9 @@ def check_operator_env(ctx: Context) -> Iterator[Finding]:
     for name in [*ctx.loaded.profile.env, *ctx.loaded.profile.secret_env]:
         if INJECTED_ENV.match(name):
             yield _finding(ctx, "reserved-env", _env_line(name),
-                           f"{name} is injected by the PyTorch operator or torchrun",
+                           f"{name} is injected by the PyTorch operator or torchrun"
+                           + (" (runai-spec sets it for the per-rank log folder)"
+                              if name == POD_NAME_ENV[0] else ""),
                            "remove it; read RANK, LOCAL_RANK and WORLD_SIZE in the script")
 
 

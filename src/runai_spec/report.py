@@ -16,7 +16,7 @@ from .policy import RULES
 from .presets import PresetRegistry
 
 if TYPE_CHECKING:
-    from .cluster import StatusResult, SubmitResult
+    from .cluster import LogsResult, StatusResult, SubmitResult
     from .rehearse import RehearseResult
 
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
@@ -235,6 +235,16 @@ def presets_lines(registry: PresetRegistry) -> list[str]:
 def submit_lines(result: SubmitResult) -> list[str]:
     return [f"{o.action}: {o.ref}{' (dry run: nothing stored)' if result.dry_run else ''}"
             for o in result.outcomes]
+
+
+def saved_log_lines(result: LogsResult) -> list[str]:
+    """`logs --out DIR`: each pod log saved, the ranks split out of it, and the pods skipped."""
+    lines = []
+    for s in result.saved:
+        ranks = (f"; {len(s.ranks)} rank(s) apart in {s.path.parent / s.pod}/rank-<k>.log"
+                 if s.ranks else "; no [rank<k>]: lines to split")
+        lines.append(f"saved {s.path} ({s.size} bytes{ranks})")
+    return lines + [f"skipped {pod}: {why}" for pod, why in result.skipped]
 
 
 def dry_run_text(result: SubmitResult) -> str:

@@ -123,8 +123,6 @@ def submit(profile: Annotated[Path, typer.Argument(help="Profile file.", show_de
     """Render, check and send a workload with server-side apply (re-submitting changes nothing);
     --smoke sends its smoke test instead (a ConfigMap with preflight.py and job <name>-smoke);
     --wait then polls until it is running or has ended."""
-    from .. import cluster, report
-
     if wait and dry_run is not None:
         raise InputError("--wait goes without --dry-run (a dry run starts no job)", field="--wait",
                          hint="drop one of them")
@@ -132,9 +130,19 @@ def submit(profile: Annotated[Path, typer.Argument(help="Profile file.", show_de
     target = cluster_target(kubeconfig, context, debug)
     live_checks(workload, target)
     manifests = smoke_manifests(workload) if smoke else list(workload.manifests)
+    send(profile, manifests, target, dry_run=dry_run is not None, replace=replace, smoke=smoke)
+    if wait:
+        wait_until_running(profile, manifests, target, interval, watch_timeout)
+
+
+def send(profile: Path, manifests: list[Manifest], target: cluster.Target, *, dry_run: bool,
+         replace: bool, smoke: bool) -> None:
+    """Server-side apply of the manifests, and what it did on stderr (a dry run's objects
+    on stdout)."""
+    from .. import cluster, report
+
     try:
-        result = cluster.submit_manifests(manifests, target,
-                                          dry_run=dry_run is not None, replace=replace)
+        result = cluster.submit_manifests(manifests, target, dry_run=dry_run, replace=replace)
     except cluster.AdmissionDenied as exc:
         raise exc.for_file(str(profile)) from None
     err(report.submit_lines(result))
@@ -142,12 +150,17 @@ def submit(profile: Annotated[Path, typer.Argument(help="Profile file.", show_de
         sys.stdout.write(report.dry_run_text(result))
     elif smoke:
         err([report.smoke_note(str(profile))])
-    if wait:
-        ref = next(cluster.ref_of(m) for m in manifests if m.get("kind") == "PyTorchJob")
-        phase = watch_job(ref, target, TextJson.text, True, interval, watch_timeout)
-        if phase == "Failed":
-            raise ClusterError(f"{ref}: Failed (the status above says why)", file="cluster",
-                               hint=f"`runai-spec logs {profile} --out -` shows its logs")
+
+
+def wait_until_running(profile: Path, manifests: list[Manifest], target: cluster.Target,
+                       interval: float, watch_timeout: float) -> None:
+    """submit --wait: poll the job until it runs or ends; Failed is a cluster failure."""
+    from .. import cluster
+
+    ref = next(cluster.ref_of(m) for m in manifests if m.get("kind") == "PyTorchJob")
+    if watch_job(ref, target, TextJson.text, True, interval, watch_timeout) == "Failed":
+        raise ClusterError(f"{ref}: Failed (the status above says why)", file="cluster",
+                           hint=f"`runai-spec logs {profile} --out -` shows its logs")
 
 
 def live_checks(workload: Workload, target: cluster.Target) -> None:
@@ -228,38 +241,46 @@ def logs(job: JobArg, out: LogsOut, previous: PreviousOpt = False, project: Proj
     """Save every rank's (pod's) log in its own file, so the logs outlive the pods; `--out -`
     prints them instead (one --pod, the last --tail N lines, --follow until the pods end), as
     kubectl logs does."""
-    from .. import cluster
-
     if follow and (str(out) != "-" or previous):
         raise InputError("--follow goes with --out - and without --previous", field="--follow",
                          hint="`runai-spec logs JOB --out - --follow` prints the logs as they grow")
     ref = job_refs(job, project, smoke)[0]
+    target = cluster_target(kubeconfig, context, debug)
     if follow:
-        from ..cluster.logs import follow_logs
-
-        followed = follow_logs(ref.name, ref.namespace, cluster_target(kubeconfig, context, debug),
-                               sys.stdout.buffer, sleep=watch_sleep, interval=interval,
-                               timeout=watch_timeout, pod=pod, tail=tail)
-        err(f"skipped {line}" for line in followed.skipped)
-        if not followed.ended:
-            what = "its pods still run" if followed.pods else "has no pods yet"
-            raise ClusterError(f"{ref}: {what} after {followed.waited:g} s", file="cluster",
-                               hint="follow longer with --watch-timeout SECONDS")
-        return
-    if str(out) == "-":
+        follow_job_logs(ref, target, pod, tail, interval, watch_timeout)
+    elif str(out) == "-":
         from ..cluster.logs import print_logs
 
         err(f"skipped {line}" for line in print_logs(
-            ref.name, ref.namespace, cluster_target(kubeconfig, context, debug), sys.stdout.buffer,
-            previous=previous, pod=pod, tail=tail))
-        return
+            ref.name, ref.namespace, target, sys.stdout.buffer, previous=previous, pod=pod, tail=tail))
+    else:
+        save_job_logs(ref, target, out, previous, pod, tail)
+
+
+def follow_job_logs(ref: cluster.Ref, target: cluster.Target, pod: str | None, tail: int | None,
+                    interval: float, watch_timeout: float) -> None:
+    """logs --out - --follow: print the logs as they grow, until every pod has ended."""
+    from ..cluster.logs import follow_logs
+
+    followed = follow_logs(ref.name, ref.namespace, target, sys.stdout.buffer, sleep=watch_sleep,
+                           interval=interval, timeout=watch_timeout, pod=pod, tail=tail)
+    err(f"skipped {line}" for line in followed.skipped)
+    if not followed.ended:
+        what = "its pods still run" if followed.pods else "has no pods yet"
+        raise ClusterError(f"{ref}: {what} after {followed.waited:g} s", file="cluster",
+                           hint="follow longer with --watch-timeout SECONDS")
+
+
+def save_job_logs(ref: cluster.Ref, target: cluster.Target, out: Path, previous: bool,
+                  pod: str | None, tail: int | None) -> None:
+    """logs --out DIR: each pod's whole log, and each of its ranks' lines apart."""
+    from .. import cluster, report
+
     if pod is not None or tail is not None:
         raise InputError("--pod and --tail go with --out - (printing to stdout)", field="--pod",
                          hint="saving to a folder keeps every pod's whole log")
-    result = cluster.save_logs(ref.name, ref.namespace, out,
-                               cluster_target(kubeconfig, context, debug), previous=previous)
-    err([f"saved {s.path} ({s.size} bytes)" for s in result.saved])
-    err([f"skipped {pod}: {why}" for pod, why in result.skipped])
+    result = cluster.save_logs(ref.name, ref.namespace, out, target, previous=previous)
+    err(report.saved_log_lines(result))
     if not result.saved:
         raise ClusterError(f"{ref}: no pod had a log to save", file="cluster",
                            hint="`runai-spec status` shows the pods' states")

@@ -64,12 +64,11 @@ def validate(profiles: Profiles, fmt: FormatOpt = Format.text, crd: CrdOpt = Non
     except ClusterError as exc:
         err(exc.lines())
         return EXIT_CLUSTER
-    if fmt is Format.json:
-        print(report.validate_json(checks, bad))
-    elif fmt is Format.markdown:
-        print(report.validate_markdown(checks, bad))
-    else:
+    if fmt is Format.text:
         err(report.validate_text(checks, bad))
+    else:
+        print(report.validate_json(checks, bad) if fmt is Format.json
+              else report.validate_markdown(checks, bad))
     return check_exit(checks, bad)
 
 
@@ -203,11 +202,7 @@ def render(profiles: Profiles, out_dir: OutDirOpt = None, output: OutputOpt = No
     fmt, out_dir = render_target(output, out_dir, smoke, explain)
     piece = smoke_piece if smoke else explained_piece if explain else manifest_piece
     if fmt == "json":
-        lines, code, objects = render_json(profiles, piece)
-        err(lines)
-        if code == EXIT_OK:
-            print(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2))
-        return code
+        return render_json(profiles, piece)
     # smoke pieces are whole streams (each opens with `---`): no separator between them
     sink = StagedFiles(out_dir) if out_dir is not None else Spool(sys.stdout, "" if smoke else "---\n")
     lines, code = render_all(profiles, piece, sink)
@@ -241,9 +236,9 @@ def render_target(output: str | None, out_dir: Path | None, smoke: bool, explain
     return fmt, out_dir
 
 
-def render_json(profiles: list[Path], piece: Callable[[Workload], tuple[str, str]]
-                ) -> tuple[list[str], int, list[object]]:
-    """render -o json: every object of every workload, parsed back from its YAML."""
+def render_json(profiles: list[Path], piece: Callable[[Workload], tuple[str, str]]) -> int:
+    """render -o json: every object of every workload, parsed back from its YAML, printed as
+    one `List` when every profile rendered; its exit code."""
     from ..manifests import parse
     from ..pipeline import Spool, render_all
 
@@ -256,7 +251,10 @@ def render_json(profiles: list[Path], piece: Callable[[Workload], tuple[str, str
     sink = Collect(sys.stdout, "")
     lines, code = render_all(profiles, piece, sink)
     sink.discard()
-    return lines, code, objects
+    err(lines)
+    if code == EXIT_OK:
+        print(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2))
+    return code
 
 
 def manifest_piece(workload: Workload) -> tuple[str, str]:

@@ -7,7 +7,7 @@ import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -15,6 +15,10 @@ from ..errors import EXIT_FINDINGS, EXIT_OK
 from ..rehearsals import write_record
 from ..workload import prepare_workload
 from .common import ProfileArg, TextJson, TextJsonOpt, app, err
+
+if TYPE_CHECKING:
+    from ..rehearse import RehearseResult
+    from ..workload import Workload
 
 ProcsOpt = Annotated[int | None, typer.Option(
     "--procs-per-pod", help="Processes per pod here (scale down on a CPU machine).")]
@@ -70,32 +74,53 @@ def rehearse(profile: ProfileArg, procs_per_pod: ProcsOpt = None, own_script: Ow
     """Rehearse the rendered workload here: one process per pod, the operator's environment.
     The checks go to stdout (a table, or --format json); on a terminal a status line on
     stderr shows the pods up, each rank's last check and the time against --timeout."""
-    from .. import report
-    from ..rehearse import check_timeout, preflight_settings, rehearse_manifests, result_dict
+    from ..rehearse import check_timeout
 
     check_timeout(timeout)
     workload = prepare_workload(profile)
     err(line for finding in workload.findings for line in finding.lines())
+    result = run_with_status_line(
+        workload, procs_per_pod=procs_per_pod, own_script=own_script,
+        restart_after_checkpoint=restart_after_checkpoint, logs_dir=logs, timeout_s=timeout,
+        kills=kill or (), preempt=preempt, backoff_scale=backoff_scale)
+    faults = bool(kill) or preempt is not None or restart_after_checkpoint
+    show_result(result, workload, fmt, backoff_scale if faults else None)
+    record_result(result, workload, [f"--procs-per-pod {procs_per_pod}"] * (procs_per_pod is not None)
+                  + ["--own-script"] * own_script + ["--restart-after-checkpoint"]
+                  * restart_after_checkpoint + [f"--kill {k}" for k in kill or ()])
+    return EXIT_OK if result.ok else EXIT_FINDINGS
+
+
+def run_with_status_line(workload: Workload, **options: Any) -> RehearseResult:
+    """The rehearsal of the workload's manifests, with the status line on a terminal."""
+    from ..rehearse import preflight_settings, rehearse_manifests
+
     show, clear = _status_line()
     try:
-        result = rehearse_manifests(
-            list(workload.manifests), settings=preflight_settings(workload),
-            procs_per_pod=procs_per_pod, own_script=own_script,
-            restart_after_checkpoint=restart_after_checkpoint, logs_dir=logs, timeout_s=timeout,
-            kills=kill or (), preempt=preempt, backoff_scale=backoff_scale, progress=show)
+        return rehearse_manifests(list(workload.manifests), settings=preflight_settings(workload),
+                                  progress=show, **options)
     finally:
         clear()
-    if kill or preempt is not None or restart_after_checkpoint:
+
+
+def show_result(result: RehearseResult, workload: Workload, fmt: TextJson,
+                backoff_scale: float | None) -> None:
+    """The table (or JSON) on stdout; the back-off scale of a fault run and the logs' folder
+    on stderr."""
+    from .. import report
+    from ..rehearse import result_dict
+
+    if backoff_scale is not None:
         err([f"back-off scale: {backoff_scale:g}"])
     if fmt == TextJson.json:
         print(json.dumps(result_dict(result), indent=2))
         err([f"logs: {result.logs_dir}"])
     else:
         err(report.print_rehearsal(result, workload.plan.name))
-    options = ([f"--procs-per-pod {procs_per_pod}"] * (procs_per_pod is not None)
-               + ["--own-script"] * own_script
-               + ["--restart-after-checkpoint"] * restart_after_checkpoint
-               + [f"--kill {k}" for k in kill or ()])
+
+
+def record_result(result: RehearseResult, workload: Workload, options: list[str]) -> None:
+    """The rehearsal's summary kept as the workload's latest, for `plan`'s ticket."""
     record = write_record(
         project=workload.plan.project, name=workload.plan.name, profile=workload.path,
         profile_sha256=workload.loaded.sha256, ok=result.ok, world_size=result.world_size,
@@ -105,4 +130,3 @@ def rehearse(profile: ProfileArg, procs_per_pod: ProcsOpt = None, own_script: Ow
         logs_dir=str(result.logs_dir))
     if record is not None:
         err([f"recorded for `runai-spec plan`: {record}"])
-    return EXIT_OK if result.ok else EXIT_FINDINGS

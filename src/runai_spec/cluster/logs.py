@@ -10,6 +10,7 @@ from typing import Any
 
 from ..errors import ClusterError, InputError
 from ..kubeflow import CONTAINER
+from ..launcher import RANK_LINE
 from .objects import PODS, Ref, get_object, job_pods, job_ref
 from .refusals import refusal
 from .session import Session, Target, clean, json_body, reason_of
@@ -20,6 +21,7 @@ class SavedLog:
     pod: str
     path: Path
     size: int
+    ranks: tuple[int, ...] = ()  # the ranks split into <out>/<pod>/rank-<k>.log
 
 
 @dataclass(frozen=True)
@@ -55,8 +57,11 @@ def save_logs(name: str, namespace: str, out_dir: Path, target: Target, *,
                     skipped.append((pod_name, clean(_message(resp), 200)))
                     continue
                 raise refusal(resp, ref, "read the log of")
-            path = out_dir / f"{pod_name}{'.previous' if previous else ''}.log"
-            saved.append(SavedLog(pod_name, path, _stream_to(resp, path)))
+            suffix = ".previous" if previous else ""
+            path = out_dir / f"{pod_name}{suffix}.log"
+            size = _stream_to(resp, path)
+            saved.append(SavedLog(pod_name, path, size,
+                                  split_ranks(path, out_dir / pod_name, suffix)))
     return LogsResult(tuple(saved), tuple(skipped))
 
 
@@ -72,6 +77,35 @@ def _safe_name(name: str) -> str:
                            hint="report this to your AI Engineers: the API server's answer "
                            "is not what Kubernetes sends")
     return name
+
+
+MAX_RANK_FILES = 256  # per pod: more distinct prefixes than any pod has processes stay in the pod log
+
+
+def split_ranks(log: Path, folder: Path, suffix: str = "") -> tuple[int, ...]:
+    """Each `[rank<k>]:` line of a pod log (torchrun --tee with the rendered
+    TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE) into `folder/rank-<k><suffix>.log`, prefix taken
+    off; the agent's own lines stay in the pod log only. Returns the ranks found."""
+    files: dict[int, Any] = {}
+    try:
+        with log.open("rb") as src:
+            for raw in src:
+                match = RANK_LINE.match(raw)  # bytes: each line keeps its text exactly
+                if match is None:
+                    continue
+                rank = int(match.group(1))
+                if rank not in files:
+                    if len(files) >= MAX_RANK_FILES:
+                        continue
+                    folder.mkdir(parents=True, exist_ok=True)
+                    files[rank] = (folder / f"rank-{rank}{suffix}.log").open("wb")
+                files[rank].write(match.group(2))
+    except OSError as exc:
+        raise InputError(f"cannot split the log per rank: {exc.strerror}", file=str(folder)) from None
+    finally:
+        for fh in files.values():
+            fh.close()
+    return tuple(sorted(files))
 
 
 def _message(resp: Any) -> str:

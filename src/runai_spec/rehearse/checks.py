@@ -246,16 +246,25 @@ def network_note(plans: Sequence[PodPlan], job_name: str) -> CheckResult:
 
 
 def command_note(plans: Sequence[PodPlan]) -> CheckResult | None:
-    """The `command` row: what the rehearsal adds to the rendered launcher, if anything."""
-    with_flags = [p for p in plans if p.added_flags]
-    if not with_flags:
+    """The `command` row: the rendered launcher as it runs here, what the rehearsal adds to
+    it (nothing when the render keeps a log per rank), and where each rank's log lands."""
+    torchrun = [p for p in plans if p.rank_logs is not None]
+    if not torchrun:
         return None
-    shown = " ".join("<logs>/<pod>/ranks" if a.endswith("ranks") and a.startswith("/") else a
-                     for a in with_flags[0].added_flags)
+    with_flags = [p for p in torchrun if p.added_flags]
+    lead = ("each pod runs its rendered command with $(VAR) expanded from the container's env "
+            "as the kubelet does, torchrun as this machine's `python -m torch.distributed.run`")
+    if with_flags:
+        shown = " ".join("<logs>/<pod>/ranks" if a.endswith("ranks") and a.startswith("/")
+                         else a for a in with_flags[0].added_flags)
+        how = (f"the rehearsal adds `{shown}` to {', '.join(p.name for p in with_flags)}: it "
+               "reads each rank's records from those files (the render carries no --log-dir "
+               "of its own)")
+    else:
+        how = ("nothing added: the rendered --log-dir/--tee keep a log per rank, here in "
+               + ", ".join(str(p.rank_logs) for p in torchrun)
+               + " (the checkpoint volume's folder of this rehearsal)")
     return CheckResult(
-        "command", "note", "each pod runs its rendered command with $(VAR) expanded from the "
-        "container's env as the kubelet does, torchrun as this machine's `python -m "
-        f"torch.distributed.run`; the rehearsal adds `{shown}` to "
-        f"{', '.join(p.name for p in with_flags)}: it reads each rank's records from those "
-        "files (the render carries no --log-dir of its own)",
-        details={"added": {p.name: list(p.added_flags) for p in with_flags}})
+        "command", "note", f"{lead}; {how}",
+        details={"added": {p.name: list(p.added_flags) for p in with_flags},
+                 "rank_logs": {p.name: str(p.rank_logs) for p in torchrun}})

@@ -6,6 +6,7 @@ import contextlib
 import copy
 import json
 import os
+import posixpath
 import re
 import shutil
 import signal
@@ -16,13 +17,14 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..checklist import PREFLIGHT_LINE, PreflightSettings, parse_lines, preflight_source
 from ..errors import InputError
-from ..launcher import has_flag, python_head, set_nproc, split_command
-from .filesystem import AUDIT_ENV, POD_ENV, audit_layer_dir, pod_filesystem
+from ..kubeflow import POD_NAME_ENV
+from ..launcher import LOG_DIR_FLAG, has_flag, python_head, set_nproc, split_command
+from .filesystem import AUDIT_ENV, POD_ENV, audit_layer_dir, can_mount, pod_filesystem
 from .job import container_of, find_job, nproc_of, operator_env, replicas_of
 from .kubelet import container_env, expand_command
 
@@ -55,6 +57,7 @@ class PodPlan:
     filesystem_note: str | None = None
     checkpoint_dir: str | None = None  # the checkpoint volume's path as the script sees it
     added_flags: tuple[str, ...] = ()  # launcher flags the rehearsal adds to the rendered ones
+    rank_logs: Path | None = None  # torchrun's --log-dir as a folder of this machine
     store: StoreHost | None = None  # c10d rendezvous: who hosts the store, and how it is said
     port: int | None = None  # the one free port here that stands for the cluster's ports
     grace_s: float | None = None  # the pod's terminationGracePeriodSeconds, if it sets one
@@ -248,8 +251,7 @@ def plan_pods(
         container = containers[rtype]
         # the container's env as the kubelet builds it: its own list, then what the operator
         # appends; in the cluster, and here with the service names mapped onto loopback
-        own = [(str(item["name"]), str(item["value"])) for item in container.get("env") or []
-               if "value" in item]
+        own = _own_env(container, f"{name}-{short}")
         op_cluster = operator_env(scaled, rtype, i)
         op = _on_loopback(op_cluster, port)
         kenv = container_env([*own, *op.items()])
@@ -266,15 +268,20 @@ def plan_pods(
         if not own_script:  # preflight.py runs with Python, whatever the entry point was
             head = list(python_head(command))
         added: tuple[str, ...] = ()
+        rank_logs: Path | None = None
         store: StoreHost | None = None
         if launcher.kind == "torchrun":
             flags = head[1:] if os.path.basename(head[0]) == "torchrun" else head[3:]
             head = [python, "-m", "torch.distributed.run", *flags]
             if procs_per_pod is not None:
                 head = list(set_nproc(head, procs_per_pod))
-            if not has_flag(head, "--log-dir", "--log_dir"):
-                added = ("--log-dir", str(root / short / "ranks"), "--redirects", "3",
-                         "--tee", "3")
+            rspec = next(spec for t, _, spec in replicas if t == rtype)
+            head, rank_logs = _rank_logs_here(
+                head, _pvc_mounts((rspec.get("template") or {}).get("spec") or {}, container),
+                root, mounted=own_script and can_mount())
+            if rank_logs is None:  # a render without --log-dir: the rehearsal needs the files
+                rank_logs = root / short / "ranks"
+                added = ("--log-dir", str(rank_logs), "--redirects", "3", "--tee", "3")
                 head += added
             store = _c10d_store_host(split_command(expand_command(raw, cluster_env)).head,
                                      cluster_env, f"{name}-{short}")
@@ -325,7 +332,7 @@ def plan_pods(
                            wrapper=fs.wrapper if fs else (),
                            filesystem_note=fs.note if fs else None,
                            checkpoint_dir=fs.checkpoint_dir if fs else None,
-                           added_flags=added, store=store, port=port,
+                           added_flags=added, rank_logs=rank_logs, store=store, port=port,
                            grace_s=_grace(graces[rtype])))
     if own_script:
         install_audit_layer(root)
@@ -361,19 +368,54 @@ def _descendants(root: int) -> list[int]:
     return out
 
 
-def _rank_log_root(plan: PodPlan) -> Path | None:
-    """torchrun's --log-dir in the pod's launcher flags: each rank's own stdout lands there."""
-    try:
-        head = split_command(list(plan.argv)).head
-    except InputError:
-        return None
+def _own_env(container: Mapping[str, Any], pod: str) -> list[tuple[str, str]]:
+    """The container's own env list as the kubelet resolves it: plain values, and the
+    downward API's `metadata.name` (the pod's name); Secret references stay out (the
+    rehearsal has no Secrets: `rehearse --env` stands for them)."""
+    out: list[tuple[str, str]] = []
+    for item in container.get("env") or []:
+        field = ((item.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+        if "value" in item:
+            out.append((str(item["name"]), str(item["value"])))
+        elif field == POD_NAME_ENV[1]:
+            out.append((str(item["name"]), pod))
+    return out
+
+
+def _pvc_mounts(pod_spec: Mapping[str, Any], container: Mapping[str, Any]
+                ) -> list[tuple[str, str]]:
+    """(mount path, claim) of each PersistentVolumeClaim the container mounts."""
+    claims = {str(v.get("name")): str(v["persistentVolumeClaim"].get("claimName", v.get("name")))
+              for v in pod_spec.get("volumes") or []
+              if isinstance(v, dict) and isinstance(v.get("persistentVolumeClaim"), dict)}
+    return [(str(m.get("mountPath")), claims[str(m.get("name"))])
+            for m in container.get("volumeMounts") or [] if str(m.get("name")) in claims]
+
+
+def _rank_logs_here(head: list[str], mounts: Sequence[tuple[str, str]], root: Path, *,
+                    mounted: bool) -> tuple[list[str], Path | None]:
+    """The rendered --log-dir, kept as it is, and the folder of this machine it lands in: a
+    PVC is the rehearsal's `volumes/<claim>` folder (filesystem.py), bind-mounted at its path
+    where the pod has a mount namespace; elsewhere the flag's path is that folder."""
     for i, arg in enumerate(head):
-        for name in ("--log-dir", "--log_dir"):
-            if arg == name and i + 1 < len(head):
-                return plan.cwd / head[i + 1]
-            if arg.startswith(name + "="):
-                return plan.cwd / arg.split("=", 1)[1]
-    return None
+        flag, eq, value = arg.partition("=")
+        if flag not in (LOG_DIR_FLAG, "--log_dir"):
+            continue
+        if not eq:
+            if i + 1 >= len(head):
+                return head, None
+            value = head[i + 1]
+        path = PurePosixPath(posixpath.normpath(value))
+        for mount_path, claim in mounts:
+            if path.is_relative_to(mount_path):
+                here = root / "volumes" / claim / path.relative_to(mount_path)
+                if not mounted:
+                    new = list(head)
+                    new[i:i + (1 if eq else 2)] = [f"{flag}={here}"]
+                    return new, here
+                return head, here
+        return head, None  # a path on no volume: the files die with the pod
+    return head, None
 
 
 def _gone(pids: Sequence[int]) -> bool:
@@ -409,7 +451,7 @@ class _Pod:
         self.records: list[dict[str, Any]] = []
         self._progress: list[dict[str, Any]] = []  # what last_checks read of the rank files
         self._read_to: dict[Path, int] = {}
-        self._rank_root = _rank_log_root(plan)
+        self._rank_root = plan.rank_logs
         # torchrun names each launch's folder at random: the ones already there are older runs
         self._earlier = (set(self._rank_root.iterdir())
                          if self._rank_root is not None and self._rank_root.is_dir() else set())
