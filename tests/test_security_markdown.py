@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 from pathlib import Path
 from typing import Any
 
@@ -77,10 +78,18 @@ def structure(markdown: str) -> list[tuple[Any, ...]]:
     out: list[tuple[Any, ...]] = []
     for tok in MD.parse(markdown):
         out.append((tok.type, tok.tag, tok.nesting, tok.level, tok.info))
+        if tok.type == "html_block":  # (diff's <details>): the HTML's own tags and comments
+            out.append(("  html", *HTML_TAG.findall(tok.content)))
         for child in tok.children or []:
             if child.type != "text":
                 out.append(("  ", child.type, child.tag, child.nesting))
+            if child.type == "html_inline":
+                out.append(("  html", *HTML_TAG.findall(child.content)))
     return out
+
+
+# What opens or closes an element or a comment inside raw HTML.
+HTML_TAG = re.compile(r"</?[A-Za-z][^\s/>]*|<!--|-->|<!|<\?")
 
 
 def workload_of(data: dict[str, Any], source: str = "p.yaml",
