@@ -231,8 +231,9 @@ def string_fields() -> dict[str, tuple[str, ...] | None]:
 STRING_FIELDS = string_fields()
 NONEMPTY = FIELD_TEXT.map(lambda s: s or "x")
 FREE_FIELDS: dict[str, Any] = {
-    # a command that starts with a flag is the launcher rule's error: no smoke job for it
-    "image": NONEMPTY, "command[0]": NONEMPTY.map(lambda s: "x" + s if s[0] == "-" else s),
+    # a command that starts with a flag is the launcher rule's error: no smoke job for it;
+    # the entry point's suffix says how it runs (`.sh`: torchrun --no-python), so a Python one
+    "image": NONEMPTY, "command[0]": NONEMPTY.map(lambda s: ("x" + s if s[0] == "-" else s) + ".py"),
     "command[1]": NONEMPTY, "command[2]": NONEMPTY,
     "working_dir": FIELD_TEXT.map("/".__add__), "env.A_VALUE": FIELD_TEXT,
     "env.OTHER": FIELD_TEXT, "checkpoint.dir": FIELD_TEXT.map("/ckpt".__add__),
@@ -317,6 +318,7 @@ def leaves(value: Any, path: str = "") -> dict[str, Any]:
 
 MARKERS = {field: f"/Qmark{i}Q" if field.endswith(("dir", "path")) or field == "working_dir"
            else f"Qmark{i}Q" for i, field in enumerate(FREE_FIELDS)}
+MARKERS["command[0]"] += ".py"  # a marker carries its field's own prefix or suffix
 BENIGN_EVERY = render_every(MARKERS)
 BENIGN_EVERY_LEAVES = leaves(BENIGN_EVERY)
 BENIGN_EVERY_TYPES = {path: type(v) for path, v in BENIGN_EVERY_LEAVES.items()}
@@ -345,7 +347,6 @@ def test_hostile_text_in_every_string_field_keeps_the_structure(values: dict[str
     for path, (benign, fields) in LANDED.items():
         expected = benign
         for field in fields:
-            # a marker of a path field carries the field's own leading "/"
             expected = expected.replace(MARKERS[field], values[field])
         assert got[path] == expected, path
     for m in manifests:
