@@ -96,8 +96,9 @@ def aggregate(lines: Sequence[Mapping[str, Any]], world: int,
             lead = next((r for r in recs if r.get("status") == "fail"), None) or next(
                 (r for r in recs if r.get("rank") == 0), recs[0])
             message = str(lead.get("message", ""))
-            details = {k: v for k, v in lead.items()
-                       if k not in ("check", "status", "ok", "rank", "message", "_pod")}
+            details = {k: v for k, v in lead.items()  # "_pod", "_start": the rehearsal's
+                       if k not in ("check", "status", "ok", "rank", "message")
+                       and not k.startswith("_")}
             if name == "ranks" and status == "pass" and silent:
                 status, message = "fail", _silent_message(silent, world, outcomes, timeout_s)
                 failed = tuple(silent)

@@ -571,9 +571,17 @@ class _Pod:
         log files where torchrun wrote them: the launcher's copy on stdout is buffered
         (PYTHONUNBUFFERED=0) and lost when the launcher is killed."""
         files = sorted(f for d in self._runs() for f in d.glob("attempt_*/*/stdout.log"))
-        records = ([r for f in files for r in parse_lines(f.read_text(errors="replace"))]
-                   if files else self.records)
+        # which start of the workers each record comes from: the container's attempt, then
+        # torchrun's restart of its workers (the attempt_<k> folder)
+        records = ([{**r, "_start": (self.attempt, _agent_attempt(f))} for f in files
+                    for r in parse_lines(f.read_text(errors="replace"))]
+                   if files else [{**r, "_start": (self.attempt, 0)} for r in self.records])
         return [{**r, "_pod": self.plan.name} for r in records]
+
+
+def _agent_attempt(stdout_log: Path) -> int:
+    """k of torchrun's <log-dir>/<run>/attempt_<k>/<local rank>/stdout.log."""
+    return int(stdout_log.parent.parent.name.removeprefix("attempt_") or 0)
 
 
 @dataclass(frozen=True)

@@ -204,8 +204,10 @@ def first_saves(audit_dir: Path) -> dict[int, int]:
 def _resumes(lines: Sequence[Mapping[str, Any]], saved: int) -> tuple[set[int], list[str]]:
     """The ranks that resumed from the step saved before the fault (or a later one), and what
     was wrong with the others' resumes: an older step, or other weights than those saved."""
+    # a checkpoint row that skips (the profile's format cannot be written here, e.g. DCP
+    # without numpy) still saved and reloaded a copy of that step: its weights count too
     digests = {int(r["saved_step"]): r.get("digest") for r in lines
-               if r.get("check") == "checkpoint" and r.get("status") == "pass"
+               if r.get("check") == "checkpoint" and r.get("status") in ("pass", "skip")
                and r.get("saved_step") is not None}
     digests.update({int(r["step"]): r.get("digest") for r in lines
                     if r.get("event") == "sigterm-checkpoint" and r.get("saved")})
@@ -233,10 +235,14 @@ def _resumes(lines: Sequence[Mapping[str, Any]], saved: int) -> tuple[set[int], 
 
 
 def final_round(lines: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """Each rank's records from its last start on (its last `ranks` check): the round the job
-    ended with. The rounds a fault cut short fail on purpose; the fault rows tell their story."""
-    last: dict[Any, int] = {}
-    for i, r in enumerate(lines):
-        if r.get("check") == "ranks":
-            last[r.get("rank")] = i
-    return [r for i, r in enumerate(lines) if i >= last.get(r.get("rank"), 0)]
+    """The records of the round the job ended with: from each pod, those of its last start of
+    the workers (its last container, torchrun's last restart of its workers in it). By pod,
+    not by rank: a new rendezvous round may give a pod other ranks than it had (an elastic
+    job renumbers its nodes), so a rank's last records can come from a round that a fault cut
+    short in another pod. Those rounds fail on purpose; the fault rows tell their story."""
+    last: dict[Any, Any] = {}
+    for r in lines:
+        if "_start" in r:
+            pod = r.get("_pod")
+            last[pod] = max(last.get(pod, r["_start"]), r["_start"])
+    return [r for r in lines if "_start" not in r or r["_start"] == last[r.get("_pod")]]
