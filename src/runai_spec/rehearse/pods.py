@@ -25,6 +25,7 @@ from ..launcher import has_flag, python_head, set_nproc, split_command
 from .filesystem import AUDIT_ENV, POD_ENV, audit_layer_dir, pod_filesystem
 from .job import container_of, find_job, nproc_of, operator_env, replicas_of
 from .kubelet import container_env, expand_command
+from .network import NetPlan
 
 # NVLink multicast can put a shared host's GPUs out of service (device README): always off,
 # also where a container's own env would switch it on.
@@ -212,8 +213,11 @@ def plan_pods(
     env: Mapping[str, str] | None = None,
     pod_env: Mapping[str, Mapping[str, str]] | None = None,
     hold_dir: Path | None = None,
+    network: NetPlan | None = None,
 ) -> tuple[list[PodPlan], int]:
-    """Every pod's argv, env and folders, and the world size the plan expects."""
+    """Every pod's argv, env and folders, and the world size the plan expects. With `network`
+    (network.py) each pod has its own namespace, address and hostname: the operator's
+    variables stay as in the cluster and torch decides the c10d store host itself."""
     job = find_job(manifests)
     declared = nproc_of(job)
     nproc = procs_per_pod or declared
@@ -251,7 +255,7 @@ def plan_pods(
         own = [(str(item["name"]), str(item["value"])) for item in container.get("env") or []
                if "value" in item]
         op_cluster = operator_env(scaled, rtype, i)
-        op = _on_loopback(op_cluster, port)
+        op = _on_loopback(op_cluster, port) if network is None else dict(op_cluster)
         kenv = container_env([*own, *op.items()])
         kenv.update(MULTICAST_OFF)
         kenv.update(env or {})
@@ -278,7 +282,7 @@ def plan_pods(
                 head += added
             store = _c10d_store_host(split_command(expand_command(raw, cluster_env)).head,
                                      cluster_env, f"{name}-{short}")
-            if store is not None:
+            if store is not None and network is None:
                 head = _with_is_host(head, kenv, store)
         elif head:  # with its own script, a one-GPU wrapper script runs itself, as in the pod
             head = [python, *head[1:]]
@@ -322,10 +326,12 @@ def plan_pods(
         penv.update((pod_env or {}).get(f"{name}-{short}", {}))
         rank = int(op.get("RANK", pod_index))
         out.append(PodPlan(short, rtype, i, rank, tuple(head + entry), penv, cwd, pod_dir,
-                           wrapper=fs.wrapper if fs else (),
+                           wrapper=(network.wrapper(short) if network else ())
+                           + (fs.wrapper if fs else ()),
                            filesystem_note=fs.note if fs else None,
                            checkpoint_dir=fs.checkpoint_dir if fs else None,
-                           added_flags=added, store=store, port=port,
+                           added_flags=added, store=store,
+                           port=port if network is None else None,
                            grace_s=_grace(graces[rtype])))
     if own_script:
         install_audit_layer(root)
