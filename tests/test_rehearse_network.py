@@ -256,4 +256,9 @@ def test_a_worker_kill_while_rank_0_is_busy_recovers_in_netns_mode(tmp_path: Pat
     network = r.check("network")
     assert network is not None and network.details["mode"] == "netns"
     assert network.details["store_hosts"] == ["master-0"]
+    # worker-0's name left master-0's hosts file with the kill, came back with the restart
+    log = (tmp_path / "network.log").read_text().splitlines()
+    events = [ln.split(" s  ", 1)[1] for ln in log if "worker-0" in ln]
+    up, gone = f"{JOB}-worker-0 resolves (container running)", f"{JOB}-worker-0 gone (not ready)"
+    assert events == [up, gone, up, gone], log  # the last: the job's end
     assert _host_state() == before

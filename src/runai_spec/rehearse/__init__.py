@@ -153,7 +153,8 @@ def rehearse_manifests(
     write_plan(root, plans, world, backend)
     shutil.rmtree(root / "checkpoints", ignore_errors=True)
 
-    with pod_network(netplan):  # removed again on the way out, also on error
+    # removed again on the way out, also on error; network.log: when each name resolved
+    with pod_network(netplan, root / "network.log"):
         if faults:
             assert hold_dir is not None
             shutil.rmtree(hold_dir, ignore_errors=True)

@@ -217,8 +217,9 @@ class Network:
     exit (also after an error or Ctrl-C); while inside, a thread keeps every pod's hosts file
     in step with which pods run."""
 
-    def __init__(self, plan: NetPlan) -> None:
+    def __init__(self, plan: NetPlan, log: Path | None = None) -> None:
         self.plan = plan
+        self.log = log  # where __exit__ writes when each pod's name resolved and stopped to
         self._made_ns: list[str] = []
         self._made_dirs: list[Path] = []
         self._made_etc = False  # /etc/netns itself was created here
@@ -243,6 +244,12 @@ class Network:
         if self._thread is not None:
             self._thread.join(5)
         self._teardown()
+        if self.log is not None and self.changes:
+            start = self.changes[0][0]
+            self.log.write_text("".join(
+                f"{t - start:8.2f} s  {self.plan.pod(s).hostname} "
+                f"{'resolves (container running)' if up else 'gone (not ready)'}\n"
+                for t, s, up in self.changes))
 
     def _add_ns(self, name: str) -> None:
         _ip("netns", "add", name)
@@ -323,12 +330,12 @@ class Network:
 
 
 @contextlib.contextmanager
-def pod_network(plan: NetPlan | None) -> Iterator[Network | None]:
-    """`Network(plan)` around the block, or nothing for loopback (plan None)."""
+def pod_network(plan: NetPlan | None, log: Path | None = None) -> Iterator[Network | None]:
+    """`Network(plan, log)` around the block, or nothing for loopback (plan None)."""
     if plan is None:
         yield None
         return
-    with Network(plan) as net:
+    with Network(plan, log) as net:
         yield net
 
 
