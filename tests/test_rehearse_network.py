@@ -22,8 +22,10 @@ from runai_spec.errors import InputError
 from runai_spec.rehearse import PreflightSettings, plan_pods, rehearse_manifests
 from runai_spec.rehearse import network as net_module
 from runai_spec.rehearse.network import (
+    AUTO_ON_GPU,
     ETC_NETNS,
     Network,
+    auto_on_gpu,
     pick_subnet,
     plan_network,
     resolve_mode,
@@ -109,6 +111,11 @@ def test_network_modes_and_availability(monkeypatch: pytest.MonkeyPatch) -> None
         resolve_mode("wifi")
     monkeypatch.setattr(net_module, "unavailable", lambda: None)
     assert resolve_mode("auto") == "netns" == resolve_mode("netns")
+    # with GPUs auto stays on loopback (NCCL would take each pod for a host of its own) and
+    # says why; asked for, netns runs
+    assert auto_on_gpu("auto", "netns", 4) == ("loopback", AUTO_ON_GPU)
+    assert auto_on_gpu("auto", "netns", 0) == ("netns", None)
+    assert auto_on_gpu("netns", "netns", 4) == ("netns", None)
 
 
 def test_netns_where_it_is_unavailable_is_refused_in_two_lines(

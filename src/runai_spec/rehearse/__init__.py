@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -25,7 +26,7 @@ from .checks import (
 )
 from .faults import faults_of
 from .job import DEFAULT_PORT, PORT_NAME, find_job, nproc_of, operator_env, replicas_of
-from .network import netns_note, plan_network, pod_network, resolve_mode
+from .network import auto_on_gpu, netns_note, plan_network, pod_network, resolve_mode
 from .pods import (
     MULTICAST_OFF,
     PodOutcome,
@@ -137,6 +138,7 @@ def rehearse_manifests(
     if device == "cuda" and not gpus:
         raise InputError("--device cuda: torch sees no GPU here")
     backend = "nccl" if gpus else "gloo"
+    mode, auto_why = auto_on_gpu(network, mode, gpus)
     if not gpus and settings.min_busbw_gbps is not None:
         # gloo over loopback says nothing about the cluster's fabric: measure, do not judge
         settings = PreflightSettings(**{**settings.__dict__, "min_busbw_gbps": None})
@@ -181,6 +183,8 @@ def rehearse_manifests(
             outcomes = run.outcomes
     notes = ([netns_note(plans, netplan)] if netplan is not None
              else [network_note(plans, str(job["metadata"]["name"]))] if len(plans) > 1 else [])
+    if auto_why and notes:
+        notes[0] = dataclasses.replace(notes[0], message=f"{notes[0].message}; {auto_why}")
     notes += [n for n in [command_note(plans)] if n is not None]
     checks = notes + checks
     ok = all(c.ok for c in checks if c.status != "not run")

@@ -194,6 +194,22 @@ def resolve_mode(mode: str) -> str:
     return "loopback"
 
 
+# NCCL (src/misc/utils.cc getHostHash) takes two ranks for one host when their hostnames (or
+# NCCL_HOSTID) match: with a hostname per pod, NCCL would carry every byte between pods over
+# the namespaces' veth bridge (its socket transport), and the bus bandwidth row would measure
+# that, not this machine's NVLink as on loopback nor the cluster's fabric
+AUTO_ON_GPU = ("auto keeps loopback with GPUs: in namespaces of their own, with a hostname "
+               "each, NCCL would take the pods for separate hosts and send their traffic over "
+               "the namespaces' bridge (--network netns does that on purpose)")
+
+
+def auto_on_gpu(network: str, mode: str, gpus: int) -> tuple[str, str | None]:
+    """The mode that runs once the GPUs are known, and why auto changed it (else None)."""
+    if network == "auto" and mode == "netns" and gpus:
+        return "loopback", AUTO_ON_GPU
+    return mode, None
+
+
 def _ip(*args: str) -> None:
     done = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30,
                           check=False)
