@@ -196,6 +196,8 @@ def test_every_rehearse_command_parses_and_reaches_the_rehearsal(
         if "--procs-per-pod" in argv:
             assert kw["procs_per_pod"] == int(argv[argv.index("--procs-per-pod") + 1])
         assert kw["restart_after_checkpoint"] == ("--restart-after-checkpoint" in argv)
+        assert kw["network"] == (argv[argv.index("--network") + 1] if "--network" in argv
+                                 else "auto")
 
 
 def test_every_interactive_command_runs_on_a_terminal(tmp_path: Path) -> None:

@@ -44,6 +44,12 @@ PreemptOpt = Annotated[str | None, typer.Option(
          "recreated by the operator) right after the first checkpoint or SECONDS in.")]
 BackoffOpt = Annotated[float, typer.Option(
     "--backoff-scale", help="Scale the kubelet's crash-loop back-off (10 s, doubling).")]
+NetworkOpt = Annotated[str, typer.Option(
+    "--network", metavar="auto|netns|loopback",
+    help="netns: each pod in its own network namespace, with its address, its pod name as "
+         "hostname and the service names in /etc/hosts only while their pod runs (root, "
+         "iproute2, unshare); loopback: every pod on 127.0.0.1; auto (default): netns where "
+         "possible.")]
 
 
 def _status_line() -> tuple[Callable[[str], None] | None, Callable[[], None]]:
@@ -70,25 +76,35 @@ def _status_line() -> tuple[Callable[[str], None] | None, Callable[[], None]]:
 def rehearse(profile: ProfileArg, procs_per_pod: ProcsOpt = None, own_script: OwnScriptOpt = False,
              restart_after_checkpoint: RestartOpt = False, logs: LogsOpt = None,
              timeout: TimeoutOpt = 300.0, kill: KillOpt = None, preempt: PreemptOpt = None,
-             backoff_scale: BackoffOpt = 1.0, fmt: TextJsonOpt = TextJson.text) -> int:
+             backoff_scale: BackoffOpt = 1.0, network: NetworkOpt = "auto",
+             fmt: TextJsonOpt = TextJson.text) -> int:
     """Rehearse the rendered workload here: one process per pod, the operator's environment.
     The checks go to stdout (a table, or --format json); on a terminal a status line on
     stderr shows the pods up, each rank's last check and the time against --timeout."""
     from ..rehearse import check_timeout
+    from ..rehearse.network import resolve_mode
 
     check_timeout(timeout)
+    resolve_mode(network)  # --network netns where it cannot be: refused before anything runs
     workload = prepare_workload(profile)
     err(line for finding in workload.findings for line in finding.lines())
     result = run_with_status_line(
         workload, procs_per_pod=procs_per_pod, own_script=own_script,
         restart_after_checkpoint=restart_after_checkpoint, logs_dir=logs, timeout_s=timeout,
-        kills=kill or (), preempt=preempt, backoff_scale=backoff_scale)
+        kills=kill or (), preempt=preempt, backoff_scale=backoff_scale, network=network)
     faults = bool(kill) or preempt is not None or restart_after_checkpoint
     show_result(result, workload, fmt, backoff_scale if faults else None)
-    record_result(result, workload, [f"--procs-per-pod {procs_per_pod}"] * (procs_per_pod is not None)
-                  + ["--own-script"] * own_script + ["--restart-after-checkpoint"]
-                  * restart_after_checkpoint + [f"--kill {k}" for k in kill or ()])
+    record_result(result, workload, recorded_options(procs_per_pod, own_script,
+                                                     restart_after_checkpoint, kill, network))
     return EXIT_OK if result.ok else EXIT_FINDINGS
+
+
+def recorded_options(procs_per_pod: int | None, own_script: bool, restart: bool,
+                     kill: list[str] | None, network: str) -> list[str]:
+    """The options that change what a rehearsal shows, as `plan`'s ticket lists them."""
+    return ([f"--procs-per-pod {procs_per_pod}"] * (procs_per_pod is not None)
+            + ["--own-script"] * own_script + ["--restart-after-checkpoint"] * restart
+            + [f"--kill {k}" for k in kill or ()] + [f"--network {network}"] * (network != "auto"))
 
 
 def run_with_status_line(workload: Workload, **options: Any) -> RehearseResult:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -24,7 +25,8 @@ from .checks import (
     result_dict,
 )
 from .faults import faults_of
-from .job import DEFAULT_PORT, PORT_NAME, find_job, nproc_of, operator_env
+from .job import DEFAULT_PORT, PORT_NAME, find_job, nproc_of, operator_env, replicas_of
+from .network import auto_on_gpu, netns_note, plan_network, pod_network, resolve_mode
 from .pods import (
     MULTICAST_OFF,
     PodOutcome,
@@ -102,6 +104,7 @@ def rehearse_manifests(
     preempt: str | None = None,
     backoff_scale: float = 1.0,
     progress: Progress | None = None,
+    network: str = "loopback",
 ) -> RehearseResult:
     """Run the job's topology here and collect the preflight's checks.
 
@@ -113,11 +116,15 @@ def rehearse_manifests(
     run the job under the kubelet/operator model; `restart_after_checkpoint` is a kill of the
     pod whose loss is hardest for the layout (`faults.hardest_pod`) at the first checkpoint.
     `progress`, if given, gets a one-line status about once a second while the pods run.
+    `network`: `netns` (a network namespace, address and hostname per pod; network.py),
+    `loopback` (every pod on 127.0.0.1, the default here), or `auto` (netns where this
+    machine allows it, the CLI's default).
     """
     settings = settings or PreflightSettings()
     check_timeout(timeout_s)
     job = find_job(manifests)
     faults = faults_of(job, kills, preempt, restart_after_checkpoint)
+    mode = resolve_mode(network)  # netns where it cannot be: bad input, nothing started
     if not (math.isfinite(backoff_scale) and backoff_scale >= 0):
         raise InputError(f"{backoff_scale:g} is not a non-negative number", field="--backoff-scale",
                          hint="e.g. --backoff-scale 0.1 (the kubelet's 10 s back-off becomes 1 s)")
@@ -131,44 +138,53 @@ def rehearse_manifests(
     if device == "cuda" and not gpus:
         raise InputError("--device cuda: torch sees no GPU here")
     backend = "nccl" if gpus else "gloo"
+    mode, auto_why = auto_on_gpu(network, mode, gpus)
     if not gpus and settings.min_busbw_gbps is not None:
         # gloo over loopback says nothing about the cluster's fabric: measure, do not judge
         settings = PreflightSettings(**{**settings.__dict__, "min_busbw_gbps": None})
     hold_dir = root / "restart" if faults else None
     if faults:
         settings = restart_settings(settings)
+    netplan = (plan_network(str(job["metadata"]["name"]),
+                            [f"{t.lower()}-{i}" for t, n, _ in replicas_of(job) for i in range(n)])
+               if mode == "netns" else None)
     plans, world = plan_pods(
         manifests, settings=settings, root=root, procs_per_pod=procs_per_pod,
         own_script=own_script, gpus=gpus, python=python, workdir=workdir, env=env,
-        pod_env=pod_env, hold_dir=hold_dir)
+        pod_env=pod_env, hold_dir=hold_dir, network=netplan)
     write_plan(root, plans, world, backend)
     shutil.rmtree(root / "checkpoints", ignore_errors=True)
 
-    if faults:
-        assert hold_dir is not None
-        shutil.rmtree(hold_dir, ignore_errors=True)
-        hold_dir.mkdir(parents=True)
-        fault_checks, outcomes, lines = rehearse_faults(
-            job, plans, world, faults, timeout_s, backoff_scale, hold_dir,
-            sigterm_save=settings.checkpoint_on_sigterm,
-            audit_dir=root / "audit" if own_script else None, progress=progress)
-        if own_script:
-            checks = own_script_checks(plans, root, world, manifests, settings, gpus, outcomes,
-                                       restarted=True) + fault_checks
+    # removed again on the way out, also on error; network.log: when each name resolved
+    with pod_network(netplan, root / "network.log"):
+        if faults:
+            assert hold_dir is not None
+            shutil.rmtree(hold_dir, ignore_errors=True)
+            hold_dir.mkdir(parents=True)
+            fault_checks, outcomes, lines = rehearse_faults(
+                job, plans, world, faults, timeout_s, backoff_scale, hold_dir,
+                sigterm_save=settings.checkpoint_on_sigterm,
+                audit_dir=root / "audit" if own_script else None, progress=progress)
+            if own_script:
+                checks = own_script_checks(plans, root, world, manifests, settings, gpus, outcomes,
+                                           restarted=True) + fault_checks
+            else:
+                # the preflight's checks as the job ended; what a fault cut short is in the rows
+                checks = [c for c in aggregate(final_round(lines), world, outcomes, timeout_s,
+                                               False) if c.check != "pods"] + fault_checks
         else:
-            # the preflight's checks as the job ended; what a fault cut short is in the rows
-            checks = [c for c in aggregate(final_round(lines), world, outcomes, timeout_s,
-                                           False) if c.check != "pods"] + fault_checks
-    else:
-        run = run_attempt(plans, 0, timeout_s, skip=skip_pods,
-                           after_crash_s=OWN_SCRIPT_SETTLE_S if own_script else None,
-                           progress=progress)
-        checks = aggregate(run.lines, world, run.outcomes, timeout_s, own_script)
-        if own_script:
-            checks = own_script_checks(plans, root, world, manifests, settings, gpus,
-                                       run.outcomes, restarted=False) + checks
-        outcomes = run.outcomes
-    notes = [network_note(plans, str(job["metadata"]["name"]))] if len(plans) > 1 else []
+            run = run_attempt(plans, 0, timeout_s, skip=skip_pods,
+                               after_crash_s=OWN_SCRIPT_SETTLE_S if own_script else None,
+                               progress=progress)
+            checks = aggregate(run.lines, world, run.outcomes, timeout_s, own_script)
+            if own_script:
+                checks = own_script_checks(plans, root, world, manifests, settings, gpus,
+                                           run.outcomes, restarted=False) + checks
+            outcomes = run.outcomes
+    notes = ([netns_note(plans, netplan)] if netplan is not None
+             else [network_note(plans, str(job["metadata"]["name"]))] if len(plans) > 1 else [])
+    if auto_why and notes:
+        notes[0] = dataclasses.replace(notes[0], message=f"{notes[0].message}; {auto_why}")
     notes += [n for n in [command_note(plans)] if n is not None]
     checks = notes + checks
     ok = all(c.ok for c in checks if c.status != "not run")

@@ -27,6 +27,7 @@ from ..launcher import LOG_DIR_FLAG, has_flag, python_head, set_nproc, split_com
 from .filesystem import AUDIT_ENV, POD_ENV, audit_layer_dir, can_mount, pod_filesystem
 from .job import container_of, find_job, nproc_of, operator_env, replicas_of
 from .kubelet import container_env, expand_command
+from .network import NetPlan
 
 # NVLink multicast can put a shared host's GPUs out of service (device README): always off,
 # also where a container's own env would switch it on.
@@ -215,8 +216,11 @@ def plan_pods(
     env: Mapping[str, str] | None = None,
     pod_env: Mapping[str, Mapping[str, str]] | None = None,
     hold_dir: Path | None = None,
+    network: NetPlan | None = None,
 ) -> tuple[list[PodPlan], int]:
-    """Every pod's argv, env and folders, and the world size the plan expects."""
+    """Every pod's argv, env and folders, and the world size the plan expects. With `network`
+    (network.py) each pod has its own namespace, address and hostname: the operator's
+    variables stay as in the cluster and torch decides the c10d store host itself."""
     job = find_job(manifests)
     declared = nproc_of(job)
     nproc = procs_per_pod or declared
@@ -253,7 +257,7 @@ def plan_pods(
         # appends; in the cluster, and here with the service names mapped onto loopback
         own = _own_env(container, f"{name}-{short}")
         op_cluster = operator_env(scaled, rtype, i)
-        op = _on_loopback(op_cluster, port)
+        op = _on_loopback(op_cluster, port) if network is None else dict(op_cluster)
         kenv = container_env([*own, *op.items()])
         kenv.update(MULTICAST_OFF)
         kenv.update(env or {})
@@ -285,7 +289,7 @@ def plan_pods(
                 head += added
             store = _c10d_store_host(split_command(expand_command(raw, cluster_env)).head,
                                      cluster_env, f"{name}-{short}")
-            if store is not None:
+            if store is not None and network is None:
                 head = _with_is_host(head, kenv, store)
         elif head:  # with its own script, a one-GPU wrapper script runs itself, as in the pod
             head = [python, *head[1:]]
@@ -329,10 +333,12 @@ def plan_pods(
         penv.update((pod_env or {}).get(f"{name}-{short}", {}))
         rank = int(op.get("RANK", pod_index))
         out.append(PodPlan(short, rtype, i, rank, tuple(head + entry), penv, cwd, pod_dir,
-                           wrapper=fs.wrapper if fs else (),
+                           wrapper=(network.wrapper(short) if network else ())
+                           + (fs.wrapper if fs else ()),
                            filesystem_note=fs.note if fs else None,
                            checkpoint_dir=fs.checkpoint_dir if fs else None,
-                           added_flags=added, rank_logs=rank_logs, store=store, port=port,
+                           added_flags=added, rank_logs=rank_logs, store=store,
+                           port=port if network is None else None,
                            grace_s=_grace(graces[rtype])))
     if own_script:
         install_audit_layer(root)
