@@ -174,7 +174,39 @@ def test_hostile_documents_give_a_value_or_a_clear_error(value: Any) -> None:
     except Exception as exc:
         assert type(exc).__name__ == "InputError", exc
         return
-    assert docs == [{"root": value}] or "control characters" in text
+    assert docs == [{"root": as_read(value)}] or "control characters" in text
+
+
+def as_read(value: Any) -> Any:
+    """VALUE as the tool's loader reads PyYAML's dump of it. PyYAML writes YAML 1.1 and
+    leaves a string plain where 1.1 would not read a number (`0E0`, `1e5`: 1.1 floats need a
+    dot and a signed exponent); the loader gives the JSON number grammar its number type
+    (DESIGN section 5: only JSON-shaped scalars are numbers), so that plain text comes
+    back as the number it spells. Every other value comes back as it was."""
+    import yaml
+
+    from runai_spec.loading import _FLOAT, _INT
+
+    if isinstance(value, list):
+        return [as_read(v) for v in value]
+    if isinstance(value, dict):
+        return {k: as_read(v) for k, v in value.items()}
+    plain_in_11 = isinstance(value, str) and yaml.resolver.Resolver().resolve(
+        yaml.ScalarNode, value, (True, False)) == "tag:yaml.org,2002:str"
+    if plain_in_11 and _INT.match(value):
+        return int(value)
+    if plain_in_11 and _FLOAT.match(value):
+        return float(value)
+    return value
+
+
+def test_a_json_number_that_yaml_1_1_writes_plain_is_read_as_that_number() -> None:
+    import yaml
+
+    # found by the property above: PyYAML leaves 0E0 plain, the loader reads a float
+    text = yaml.dump({"root": ["0E0", "1e5", "1.0", "no"]}, Dumper=yaml.CSafeDumper)
+    assert parse_documents(text, "doc") == [{"root": [0.0, 100000.0, "1.0", "no"]}]
+    assert as_read(["0E0", "1e5", "1.0", "no"]) == [0.0, 100000.0, "1.0", "no"]
 
 
 def test_injection_attempt_in_profile_file_stays_a_string(tmp_path: Path) -> None:

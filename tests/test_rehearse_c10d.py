@@ -117,6 +117,7 @@ SETTINGS = PreflightSettings(local_batch=4, grad_accum=8, global_batch=512, join
                              collective_timeout_s=30)
 
 
+@pytest.mark.long
 @pytest.mark.slow
 @pytest.mark.torch
 @pytest.mark.faults

@@ -67,6 +67,7 @@ def test_multi_node_rehearses_on_cpu_and_every_check_passes(tmp_path: Path) -> N
     assert len(list(logs.glob("llm-7b-fsdp-*/*/attempt_0/*/stdout.log"))) == 4
 
 
+@pytest.mark.long
 def test_elastic_worker_only_job_starts_every_process_of_every_pod(tmp_path: Path) -> None:
     # No Master: the operator injects no PET_NPROC_PER_NODE, so only the launcher's own
     # --nproc-per-node makes torchrun start more than one process per pod.
@@ -135,6 +136,7 @@ def test_preflight_alone_names_the_rank_that_never_joined(tmp_path: Path) -> Non
     assert "rank(s) 1 of 2 did not join" in done.stdout
 
 
+@pytest.mark.long
 def test_a_pod_killed_after_the_first_checkpoint_resumes_but_the_static_rendezvous_fails(
         tmp_path: Path) -> None:
     # --restart-after-checkpoint: a --kill of the hardest pod (master-0, the store host) right

@@ -53,6 +53,7 @@ def test_static_rendezvous_worker_kill_with_busy_rank0_fails_the_job(tmp_path: P
 
 
 
+@pytest.mark.long
 @pytest.mark.slow
 @pytest.mark.torch
 def test_a_static_rendezvous_job_never_passes_a_kill_even_when_it_recovers(tmp_path: Path) -> None:

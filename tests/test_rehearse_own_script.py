@@ -278,6 +278,7 @@ def test_own_script_restart_after_checkpoint_resumes_on_the_volume(
         assert rows[name]["status"] == "pass", rows[name]
 
 
+@pytest.mark.long
 @pytest.mark.torch
 @pytest.mark.slow
 def test_a_checkpoint_in_the_working_directory_is_gone_after_the_kill(

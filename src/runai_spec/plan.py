@@ -259,8 +259,9 @@ def launcher_for(layout: str, gpus: int, elastic: bool = False,
 
 def rank_log_dir(checkpoint_dir: str) -> str:
     """torchrun's --log-dir: a folder per pod on the checkpoint volume ($(POD_NAME) is
-    expanded by the kubelet from the downward API variable)."""
-    return f"{checkpoint_dir.rstrip('/')}/{RANK_LOGS}/$({POD_NAME_ENV[0]})"
+    expanded by the kubelet from the downward API variable). The folder's text is kept as
+    written: the mount-path rule refuses a trailing `/`, render never rewrites a value."""
+    return f"{checkpoint_dir}/{RANK_LOGS}/$({POD_NAME_ENV[0]})"
 
 
 def rendezvous_flags(r: RendezvousPlan | None) -> tuple[str, ...]:

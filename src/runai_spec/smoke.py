@@ -93,7 +93,7 @@ def smoke_plan(plan: Plan, settings: PreflightSettings | None = None, *,
     ckpt = settings.checkpoint_dir
     args = settings.args(
         world_size=plan.world_size,
-        checkpoint_dir=f"{ckpt.rstrip('/')}/{CHECKPOINT_SUBDIR}" if ckpt else None,
+        checkpoint_dir=f"{ckpt}/{CHECKPOINT_SUBDIR}" if ckpt else None,
         metrics_file=METRICS_FILE)
     # its own rendezvous id, as for any job of that name (plan.rendezvous_plan), and no
     # torchrun restarts: a smoke test runs every rank once

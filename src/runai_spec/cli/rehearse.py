@@ -81,11 +81,7 @@ def rehearse(profile: ProfileArg, procs_per_pod: ProcsOpt = None, own_script: Ow
     """Rehearse the rendered workload here: one process per pod, the operator's environment.
     The checks go to stdout (a table, or --format json); on a terminal a status line on
     stderr shows the pods up, each rank's last check and the time against --timeout."""
-    from ..rehearse import check_timeout
-    from ..rehearse.network import resolve_mode
-
-    check_timeout(timeout)
-    resolve_mode(network)  # --network netns where it cannot be: refused before anything runs
+    check_options(timeout, network)
     workload = prepare_workload(profile)
     err(line for finding in workload.findings for line in finding.lines())
     result = run_with_status_line(
@@ -97,6 +93,15 @@ def rehearse(profile: ProfileArg, procs_per_pod: ProcsOpt = None, own_script: Ow
     record_result(result, workload, recorded_options(procs_per_pod, own_script,
                                                      restart_after_checkpoint, kill, network))
     return EXIT_OK if result.ok else EXIT_FINDINGS
+
+
+def check_options(timeout: float, network: str) -> None:
+    """Bad --timeout or --network (netns where it cannot be) refused before anything runs."""
+    from ..rehearse import check_timeout
+    from ..rehearse.network import resolve_mode
+
+    check_timeout(timeout)
+    resolve_mode(network)
 
 
 def recorded_options(procs_per_pod: int | None, own_script: bool, restart: bool,
