@@ -1,4 +1,5 @@
-"""Shared fixtures: repo paths, a throw-away presets folder, profile writers, the CRD oracle."""
+"""Shared fixtures and helpers: repo paths, the CLI runners (in-process, the executable, the
+module), the examples' manifests, a throw-away presets folder, profile writers, the CRD oracle."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import copy
 import logging
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from functools import lru_cache
 from pathlib import Path
@@ -13,14 +15,18 @@ from typing import Any
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
 from runai_spec import presets as presets_module
+from runai_spec.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 CRD = SHARED / "schemas" / "kubeflow.org_pytorchjobs.yaml"
 EXAMPLES = sorted(p.parent.name for p in (ROOT / "examples").glob("*/profile.yaml"))
 DIGEST = "sha256:" + "ab" * 32
+NS, NAME = "runai-nlp-lab", "llm-7b-fsdp"  # the multi-node example's project and job
+EXE = str(Path(sys.executable).parent / "runai-spec")  # the installed executable
 
 BASE_PROFILE: dict[str, Any] = {
     "name": "demo",
@@ -36,6 +42,30 @@ BASE_PROFILE: dict[str, Any] = {
     "checkpoint": {"dir": "/checkpoints", "pvc": "team-a-ckpt", "format": "dcp",
                    "resume": "latest"},
 }
+runner = CliRunner()
+
+
+def run(*args: str) -> Any:
+    """The CLI in-process (stdout and stderr apart)."""
+    return runner.invoke(app, list(args))
+
+
+def run_exe(*args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+    """The installed `runai-spec` executable in its own process, from the repository root."""
+    return subprocess.run([EXE, *args], capture_output=True, text=True, cwd=ROOT, check=check)
+
+
+def run_module(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """`python -m runai_spec` in its own process, from the repository root: the library's
+    logging goes where a user's terminal would."""
+    return subprocess.run([sys.executable, "-m", "runai_spec", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT)
+
+
+def example_job(name: str) -> dict[str, Any]:
+    """The committed render of examples/NAME: its manifest.yaml (one PyTorchJob), parsed afresh."""
+    job: dict[str, Any] = yaml.safe_load((ROOT / "examples" / name / "manifest.yaml").read_text())
+    return job
 
 
 @pytest.fixture(autouse=True)

@@ -1,5 +1,5 @@
 """What the cluster tests share besides fixtures (kube_fixtures): the multi-node example's
-names and render, the CLI runner, and reading the fake server's state."""
+render, the names and CLI runner of conftest, and reading the fake server's state."""
 
 from __future__ import annotations
 
@@ -8,24 +8,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from typer.testing import CliRunner
-
-from conftest import ROOT
+from conftest import NAME, NS, ROOT
+from conftest import run as run  # the cluster tests' runner: conftest's
+from conftest import runner as runner
 from kubeapi import KubeAPI
-from runai_spec.cli import app
 from runai_spec.cluster import MANAGED_BY_LABEL
 from runai_spec.workload import prepare_workload
 
 EXAMPLE = ROOT / "examples" / "multi-node" / "profile.yaml"
 PROFILE = str(EXAMPLE)
-NS, NAME = "runai-nlp-lab", "llm-7b-fsdp"  # the multi-node example's project and job
 Render = Callable[[], list[dict[str, Any]]]
-runner = CliRunner()
-
-
-def run(*args: str) -> Any:
-    """The CLI in-process (stdout and stderr apart)."""
-    return runner.invoke(app, list(args))
 
 
 def error_lines(stderr: str) -> list[str]:

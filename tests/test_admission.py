@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from cel_eval import Evaluator
-from conftest import EXAMPLES, ROOT
+from conftest import EXAMPLES, ROOT, example_job
 from runai_spec import admission
 from runai_spec.manifests import parse
 from runai_spec.presets import PresetRegistry
@@ -63,11 +63,6 @@ def policy() -> Policy:
     return Policy(admission.policy_documents(REGISTRY), PROJECTS)
 
 
-def example(name: str) -> Job:
-    job: Job = yaml.safe_load((ROOT / "examples" / name / "manifest.yaml").read_text())
-    return job
-
-
 def smoke_jobs() -> list[Job]:
     profiles = [str(ROOT / "examples" / e / "profile.yaml") for e in EXAMPLES]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
@@ -89,7 +84,7 @@ def container(template: dict[str, Any]) -> dict[str, Any]:
 # -- admitted ----------------------------------------------------------------------------
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_every_example_render_is_admitted(policy: Policy, name: str) -> None:
-    assert policy.denials(example(name)) == {}
+    assert policy.denials(example_job(name)) == {}
 
 
 def test_every_smoke_render_is_admitted(policy: Policy) -> None:
@@ -101,7 +96,7 @@ def test_every_smoke_render_is_admitted(policy: Policy) -> None:
 
 
 def test_a_job_whose_quantities_are_strings_is_admitted(policy: Policy) -> None:
-    job = example("multi-node")
+    job = example_job("multi-node")
     for template in pods(job):
         resources = container(template)["resources"]
         for part in ("requests", "limits"):
@@ -299,7 +294,7 @@ TAMPERED: list[tuple[str, Callable[[Job], None], str, str, str]] = [
 def test_each_tampered_render_is_denied_naming_the_field(
         policy: Policy, name: str, change: Callable[[Job], None], rule: str, starts: str,
         contains: str) -> None:
-    job = example(name)
+    job = example_job(name)
     change(job)
     denied = policy.denials(job)
     assert list(denied) == [rule], denied
@@ -315,7 +310,7 @@ def test_the_preset_s_own_reserved_value_is_allowed() -> None:
     docs = admission.policy_documents(REGISTRY)
     docs[2]["data"]["h200-2x8-ib.env"] = "NCCL_IB_HCA=mlx5"
     policy = Policy(docs, PROJECTS)
-    job = example("multi-node")
+    job = example_job("multi-node")
     for template in pods(job):
         container(template)["env"].append({"name": "NCCL_IB_HCA", "value": "mlx5"})
     assert policy.denials(job) == {}
@@ -342,7 +337,7 @@ def test_an_expired_preset_approval_is_denied(presets_dir: Path) -> None:
     data = docs[2]["data"]
     assert data["h200-2x8-ib.expired"] == "2026-12-31"
     assert "h200-2x8-ib.sha256" not in data
-    denied = Policy(docs, PROJECTS).denials(example("multi-node"))
+    denied = Policy(docs, PROJECTS).denials(example_job("multi-node"))
     assert denied == {"preset-approved": "metadata.annotations.runai-spec/preset: the approval of "
                                          "preset h200-2x8-ib expired on 2026-12-31"}
 
@@ -350,12 +345,12 @@ def test_an_expired_preset_approval_is_denied(presets_dir: Path) -> None:
 def test_a_project_not_granted_the_preset_is_denied() -> None:
     grants = {"vision-lab": ["h200-1gpu", "h200-8gpu"], "*": ["h200-1gpu"]}
     policy = Policy(admission.policy_documents(REGISTRY, grants), PROJECTS)
-    denied = policy.denials(example("multi-node"))
+    denied = policy.denials(example_job("multi-node"))
     assert denied == {"project-granted": "metadata.namespace: project nlp-lab (namespace "
                                          "runai-nlp-lab) is not granted preset h200-2x8-ib"}
-    assert policy.denials(example("single-gpu")) == {}   # granted to every project
-    assert policy.denials(example("single-node")) == {}  # vision-lab is granted h200-8gpu
-    job = example("single-node")
+    assert policy.denials(example_job("single-gpu")) == {}   # granted to every project
+    assert policy.denials(example_job("single-node")) == {}  # vision-lab is granted h200-8gpu
+    job = example_job("single-node")
     job["metadata"]["namespace"] = "runai-nlp-lab"
     for labels in [job["metadata"]["labels"], *(t["metadata"]["labels"] for t in pods(job))]:
         labels["runai/queue"] = "nlp-lab"
@@ -378,7 +373,7 @@ def test_no_grants_in_the_site_grants_every_preset_to_every_project(presets_dir:
 
 
 def test_a_namespace_of_another_project_is_denied(policy: Policy) -> None:
-    job = example("multi-node")
+    job = example_job("multi-node")
     job["metadata"]["namespace"] = "runai-vision-lab"
     # vision-lab is not granted the multi-node preset either (the shipped site's grants)
     assert list(policy.denials(job)) == ["project-granted", "queue"]
@@ -395,7 +390,7 @@ def test_an_update_that_changes_nothing_is_not_judged_again() -> None:
     docs = admission.policy_documents(REGISTRY)
     del docs[2]["data"]["h200-2x8-ib.sha256"]
     policy = Policy(docs, PROJECTS)
-    old = example("multi-node")
+    old = example_job("multi-node")
     new = copy.deepcopy(old)
     new["metadata"]["resourceVersion"] = "2"
     assert policy.denials(new, old=old) == {}
@@ -452,7 +447,7 @@ def test_write_policy_writes_parseable_files_that_round_trip(tmp_path: Path) -> 
 
 def test_the_policy_names_the_keys_the_renderer_and_the_smoke_test_write() -> None:
     from runai_spec import smoke
-    job = example("multi-node")
+    job = example_job("multi-node")
     assert admission.PRESET_ANNOTATION in job["metadata"]["annotations"]
     assert admission.PRESET_SHA_ANNOTATION in job["metadata"]["annotations"]
     assert smoke.SMOKE_LABEL == admission.SMOKE_LABEL
@@ -463,7 +458,7 @@ def test_the_params_are_what_the_renderer_renders_from_each_preset() -> None:
     """Each example's rendered shape is its preset's parameters, field by field."""
     data = admission.params_data(REGISTRY)
     for name in EXAMPLES:
-        job = example(name)
+        job = example_job(name)
         preset = job["metadata"]["annotations"]["runai-spec/preset"]
         limits = container(pods(job)[0])["resources"]["limits"]
         assert data[f"{preset}.resources"] == "\n".join(
@@ -485,7 +480,7 @@ def test_a_smoke_job_may_not_outlast_or_outrestart_the_preset(policy: Policy) ->
 
 
 def test_a_value_of_the_wrong_type_is_denied_not_an_evaluation_error(policy: Policy) -> None:
-    job = example("single-node")
+    job = example_job("single-node")
     job["spec"]["nprocPerNode"] = {"n": 8}
     job["spec"]["runPolicy"]["activeDeadlineSeconds"] = [1]
     assert set(policy.denials(job)) == {"nproc-per-node", "run-policy"}

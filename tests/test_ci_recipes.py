@@ -40,7 +40,7 @@ def recipe_commands(path: Path) -> list[str]:
     return commands
 
 
-def run(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def run_recipe(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """COMMAND as the CI shell runs it, `runai-spec` being this checkout's."""
     if command.startswith("runai-spec "):
         command = f"{sys.executable} -m runai_spec {command.removeprefix('runai-spec ')}"
@@ -50,7 +50,7 @@ def run(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def run_all(commands: list[str], cwd: Path) -> list[int]:
-    return [run(c, cwd).returncode for c in commands]
+    return [run_recipe(c, cwd).returncode for c in commands]
 
 
 def researcher_repository(tmp: Path) -> Path:
@@ -73,7 +73,7 @@ def test_the_researcher_recipe_passes_and_catches_drift(recipe: str, tmp_path: P
     assert not any("presets" in c for c in commands)  # the presets repository's business
     repo = researcher_repository(tmp_path)
     for command in commands:
-        done = run(command, repo)
+        done = run_recipe(command, repo)
         assert done.returncode == 0, (command, done.stdout, done.stderr)
     assert (repo / "drift.md").is_file()
     manifest = next((repo / "manifests").glob("*.yaml"))
@@ -86,7 +86,7 @@ def presets_repository(tmp: Path) -> Path:
     """The AI Engineers' repository: presets/ and the committed policy in deploy/."""
     repo = tmp / "presets-repo"
     shutil.copytree(ROOT / "presets", repo / "presets")
-    done = run("runai-spec presets policy --dir presets/ -o deploy/", repo.parent / repo.name)
+    done = run_recipe("runai-spec presets policy --dir presets/ -o deploy/", repo.parent / repo.name)
     assert done.returncode == 0, done.stderr
     return repo
 
@@ -99,7 +99,7 @@ def test_the_presets_recipe_passes_and_catches_what_it_should(tmp_path: Path) ->
     assert all("--dir presets/" in c for c in commands[:2])
     repo = presets_repository(tmp_path)
     for command in commands:
-        done = run(command, repo)
+        done = run_recipe(command, repo)
         assert done.returncode == 0, (command, done.stdout, done.stderr)
 
     # an approval merged without regenerating the committed policy: the diff step fails
@@ -109,7 +109,7 @@ def test_the_presets_recipe_passes_and_catches_what_it_should(tmp_path: Path) ->
     assert run_all(commands, repo)[0] == 1  # edited, not approved
     key = make_key(tmp_path, "engineer")
     allow_signer(repo / "presets", key, "engineer@scc.example.org")
-    approved = run(f"runai-spec presets approve h200-8gpu --key {key} --dir presets/", repo)
+    approved = run_recipe(f"runai-spec presets approve h200-8gpu --key {key} --dir presets/", repo)
     assert approved.returncode == 0, approved.stderr
     assert run_all(commands, repo) == [0, 0, 1]
     shutil.rmtree(repo / "deploy")

@@ -8,16 +8,9 @@ from typing import Any
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from runai_spec.cli import app
+from conftest import run
 from runai_spec.kubeflow import DIAGNOSTICS_ANNOTATION, NAME_MAX, WORKER, pod_name
-
-runner = CliRunner()
-
-
-def run(*args: str) -> Any:
-    return runner.invoke(app, list(args))
 
 
 def assert_refused(result: Any, code: int, *needles: str) -> None:
@@ -261,7 +254,7 @@ def test_findings_from_several_profiles_are_all_reported(write_profile: Callable
 
 
 def test_usage_error_exits_2() -> None:
-    assert runner.invoke(app, ["render"]).exit_code == 2
+    assert run("render").exit_code == 2
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -272,7 +265,7 @@ def test_usage_error_exits_2() -> None:
 ])
 def test_usage_errors_are_one_error_line_and_a_hint_not_a_panel(argv: list[str],
                                                                 message: str) -> None:
-    result = runner.invoke(app, argv)
+    result = run(*argv)
     assert result.exit_code == 2
     error, hint = result.stderr.splitlines()
     assert error.startswith(message), error

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from conftest import CRD, ROOT
+from conftest import CRD, ROOT, run, upstream_crd
 from runai_spec.crd import crd_findings, load_crd_schemas
 from runai_spec.errors import InputError
 from runai_spec.manifests import parse
@@ -55,11 +55,7 @@ def test_a_file_that_is_not_a_crd_is_bad_input(tmp_path: Path, cache_home: Path)
 # --- the command: validate --crd FILE ------------------------------------------------
 
 def validate_crd(*args: str) -> Any:
-    from typer.testing import CliRunner
-
-    from runai_spec.cli import app
-
-    return CliRunner().invoke(app, ["validate", *args])
+    return run("validate", *args)
 
 
 def test_validate_crd_passes_the_examples_against_the_upstream_crd(cache_home: Path) -> None:
@@ -71,7 +67,7 @@ def test_validate_crd_passes_the_examples_against_the_upstream_crd(cache_home: P
 
 def test_validate_crd_reports_the_field_a_tampered_crd_refuses(tmp_path: Path,
                                                                 cache_home: Path) -> None:
-    crd = yaml.safe_load(CRD.read_text())
+    crd = copy.deepcopy(upstream_crd())
     spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     replica = spec["properties"]["pytorchReplicaSpecs"]["additionalProperties"]
     replica["properties"]["replicas"] = {"type": "string"}

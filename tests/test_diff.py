@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import yaml
 
-from conftest import ROOT
+from conftest import ROOT, run_exe
 from runai_spec.diff import MASK, compare, mask
 
 LAYOUTS = ["single-gpu", "single-node", "multi-node", "elastic"]
 PROFILES = [str(ROOT / "examples" / e / "profile.yaml") for e in LAYOUTS]
-EXE = str(Path(sys.executable).parent / "runai-spec")
 
 
 def committed(tmp: Path) -> Path:
@@ -27,12 +24,8 @@ def committed(tmp: Path) -> Path:
     return out
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([EXE, *args], capture_output=True, text=True, cwd=ROOT)
-
-
 def test_no_change_exits_0(tmp_path: Path) -> None:
-    res = run("diff", *PROFILES, "--against", str(committed(tmp_path)))
+    res = run_exe("diff", *PROFILES, "--against", str(committed(tmp_path)))
     assert res.returncode == 0, res.stderr
     assert "0 changed" in res.stdout
 
@@ -44,7 +37,7 @@ def test_change_and_missing_file_exit_1(tmp_path: Path) -> None:
     second = sorted(d.iterdir())[0]
     second.write_text(second.read_text().replace('nprocPerNode: "8"', 'nprocPerNode: "4"')
                       .replace('"OMP_NUM_THREADS"', '"OMP_NUM_THREADS"'))
-    res = run("diff", *PROFILES, "--against", str(d), "--format", "json")
+    res = run_exe("diff", *PROFILES, "--against", str(d), "--format", "json")
     assert res.returncode == 1, res.stderr
     data = json.loads(res.stdout)
     statuses = sorted(o["status"] for r in data["results"] for o in r["objects"])
@@ -53,16 +46,16 @@ def test_change_and_missing_file_exit_1(tmp_path: Path) -> None:
 
 
 def test_bad_input_exits_2(tmp_path: Path) -> None:
-    res = run("diff", str(tmp_path / "nope.yaml"), "--against", str(committed(tmp_path)))
+    res = run_exe("diff", str(tmp_path / "nope.yaml"), "--against", str(committed(tmp_path)))
     assert res.returncode == 2
     assert res.stderr.startswith("error:")
-    assert run("diff", PROFILES[0], "--against", str(tmp_path / "none")).returncode == 2
+    assert run_exe("diff", PROFILES[0], "--against", str(tmp_path / "none")).returncode == 2
 
 
 def test_markdown_is_a_merge_request_comment(tmp_path: Path) -> None:
     d = tmp_path / "empty"
     d.mkdir()
-    res = run("diff", PROFILES[0], "--against", str(d), "--format", "markdown")
+    res = run_exe("diff", PROFILES[0], "--against", str(d), "--format", "markdown")
     assert res.returncode == 1
     assert res.stdout.startswith("## runai-spec diff") and "```diff" in res.stdout
 
@@ -89,7 +82,7 @@ def test_a_missing_file_is_named_and_a_misnamed_one_is_pointed_at(tmp_path: Path
     d = tmp_path / "manifests"
     d.mkdir()
     shutil.copy(ROOT / "examples" / "multi-node" / "manifest.yaml", d / "manifest.yaml")
-    res = run("diff", str(ROOT / "examples" / "multi-node" / "profile.yaml"), "--against", str(d))
+    res = run_exe("diff", str(ROOT / "examples" / "multi-node" / "profile.yaml"), "--against", str(d))
     assert res.returncode == 1, res.stderr
     assert res.stdout.startswith(
         f"note: no file named llm-7b-fsdp.yaml in {d}: every object shows as added; "
@@ -97,7 +90,7 @@ def test_a_missing_file_is_named_and_a_misnamed_one_is_pointed_at(tmp_path: Path
         "`render -d` does\n")
     assert "stale" not in res.stdout  # the misnamed file is not also called stale
     (d / "manifest.yaml").unlink()
-    res = run("diff", PROFILES[0], "--against", str(d), "--format", "json")
+    res = run_exe("diff", PROFILES[0], "--against", str(d), "--format", "json")
     note = json.loads(res.stdout)["results"][0]["note"]
     assert note.startswith("no file named ") and "holds" not in note
 
@@ -108,14 +101,14 @@ def test_a_stale_manifest_with_no_profile_behind_it_is_reported(tmp_path: Path) 
     old = (d / "old-run.yaml").read_text().replace("llm-7b-fsdp", "old-run")
     (d / "old-run.yaml").write_text(old)
     (d / "kustomization.yaml").write_text("resources: [old-run.yaml]\n")  # not ours: left alone
-    res = run("diff", *PROFILES, "--against", str(d))
+    res = run_exe("diff", *PROFILES, "--against", str(d))
     assert res.returncode == 1, res.stderr
     assert f"note: stale: {d / 'old-run.yaml'} is rendered by none of the profiles given" \
         in res.stdout
     assert "kustomization" not in res.stdout
     assert res.stdout.rstrip().endswith(
         "4 profile(s), 0 changed, 1 object(s) differ, 1 stale manifest(s)")
-    data = json.loads(run("diff", *PROFILES, "--against", str(d), "--format", "json").stdout)
+    data = json.loads(run_exe("diff", *PROFILES, "--against", str(d), "--format", "json").stdout)
     assert data["stale"] == [str(d / "old-run.yaml")]
     stale = next(r for r in data["results"] if not r["profile"])
     assert [o["status"] for o in stale["objects"]] == ["removed"]

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from runai_spec.explain import explain_workload
 from runai_spec.kubeflow import pytorch_container, replica_specs
 from runai_spec.launcher import entry_point_kind
-from runai_spec.provenance import explain_workload
 from runai_spec.rehearse import PreflightSettings, plan_pods
 from runai_spec.smoke import smoke_workload
 from runai_spec.workload import Workload, prepare_workload

@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 
 from conftest import EXAMPLES, ROOT
 from runai_spec.cli import app
+from runai_spec.explain import explain_workload
 from runai_spec.loading import parse_documents
 from runai_spec.presets import PresetRegistry
-from runai_spec.provenance import explain_workload
 from runai_spec.workload import prepare_workload
 
 

@@ -14,17 +14,14 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
-from runai_spec.cli import app
+from conftest import run
 from runai_spec.kubeflow import PROFILE_SHA_ANNOTATION
 from runai_spec.loading import load_mapping_text, parse_documents
 from runai_spec.policy import READS, RULES
 from runai_spec.presets import PresetRegistry
 from runai_spec.profile import parse_profile
 from runai_spec.workload import prepare_workload
-
-runner = CliRunner()
 
 # The base profile of conftest, written by hand so that its values are plain YAML scalars.
 PROFILE = """\
@@ -52,10 +49,6 @@ checkpoint:
   format: dcp
   resume: latest
 """.replace("{digest}", "ab" * 32)
-
-
-def run(*args: str) -> Any:
-    return runner.invoke(app, list(args))
 
 
 def container(text: str) -> dict[str, Any]:

@@ -21,7 +21,7 @@ LAYERS: dict[str, int] = {
     "plan": 3,
     "render": 4, "policy": 4, "crd": 4,
     "pipeline": 5, "workload": 5, "admission": 5, "smoke": 5, "checklist": 5,
-    "report": 6, "explain": 6, "provenance": 6, "diff": 6, "cluster": 6, "rehearse": 6,
+    "report": 6, "explain": 6, "diff": 6, "cluster": 6, "rehearse": 6,
     "review": 6, "init": 6, "rehearsals": 6,
     "cli": 7,
 }

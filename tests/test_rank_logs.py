@@ -9,9 +9,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from conftest import BASE_PROFILE, ROOT
+from conftest import BASE_PROFILE, ROOT, example_job
 from kube_helpers import NAME, NS, PROFILE, run
 from kubeapi import KubeAPI
 from runai_spec.cluster.logs import split_ranks
@@ -28,10 +26,6 @@ pytest_plugins = ("kube_fixtures",)
 REGISTRY = PresetRegistry(ROOT / "presets")
 
 
-def example(name: str) -> dict[str, Any]:
-    return yaml.safe_load((ROOT / "examples" / name / "manifest.yaml").read_text())
-
-
 def containers(job: dict[str, Any]) -> list[dict[str, Any]]:
     return [rs["template"]["spec"]["containers"][0]
             for rs in job["spec"]["pytorchReplicaSpecs"].values()]
@@ -46,7 +40,7 @@ def job_for(preset: str, **changes: Any) -> dict[str, Any]:
 
 def test_every_torchrun_pod_logs_each_rank_on_the_checkpoint_volume() -> None:
     for name in ("single-node", "multi-node", "elastic"):
-        job = example(name)
+        job = example_job(name)
         for c in containers(job):
             assert c["command"][0] == "torchrun"
             assert "--log-dir=/checkpoints/logs/$(POD_NAME)" in c["command"]
@@ -60,7 +54,7 @@ def test_every_torchrun_pod_logs_each_rank_on_the_checkpoint_volume() -> None:
 
 
 def test_the_single_gpu_python_job_has_no_torchrun_and_no_rank_logs() -> None:
-    (c,) = containers(example("single-gpu"))
+    (c,) = containers(example_job("single-gpu"))
     assert c["command"][0] == "python"
     assert not any(a.startswith("--log-dir") for a in c["command"])
     assert all(e["name"] != POD_NAME_ENV[0] for e in c.get("env", []))
@@ -84,7 +78,7 @@ def test_a_profile_cannot_set_pod_name_itself(write_profile: Any) -> None:
 
 
 def test_the_rehearsal_runs_the_rendered_log_flags_on_its_volume_folder(tmp_path: Path) -> None:
-    job = example("multi-node")
+    job = example_job("multi-node")
     claim = next(v["persistentVolumeClaim"]["claimName"] for v in
                  job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["volumes"]
                  if "persistentVolumeClaim" in v)
@@ -98,7 +92,7 @@ def test_the_rehearsal_runs_the_rendered_log_flags_on_its_volume_folder(tmp_path
 
 
 def test_a_render_without_log_flags_still_gets_the_rehearsals_own(tmp_path: Path) -> None:
-    job = example("multi-node")
+    job = example_job("multi-node")
     for c in containers(job):
         c["command"] = [a for a in c["command"] if not a.startswith(("--log-dir", "--tee"))]
     plans, _ = plan_pods([job], settings=PreflightSettings(), root=tmp_path, procs_per_pod=2)

@@ -8,26 +8,21 @@ import copy
 from pathlib import Path
 
 import pytest
-import yaml
 
+from conftest import ROOT, example_job
 from runai_spec.errors import InputError
 from runai_spec.rehearse import PreflightSettings, plan_pods, rehearse_manifests
 from runai_spec.rehearse.checks import network_note
 from runai_spec.rehearse.faults import Fault, faults_of
 from runai_spec.rehearse.kubelet import container_env, expand, expand_command
 
-ROOT = Path(__file__).resolve().parents[1]
 C10D_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
-
-
-def example(name: str) -> dict:
-    return yaml.safe_load((ROOT / "examples" / name / "manifest.yaml").read_text())
 
 
 def c10d_job(grace: int | None = None) -> dict:
     """The multi-node example as the c10d render launches it (issue 11): torchrun's c10d
     rendezvous at $(MASTER_ADDR):$(MASTER_PORT), the shared-store opt-out in the env."""
-    job = copy.deepcopy(example("multi-node"))
+    job = copy.deepcopy(example_job("multi-node"))
     for rspec in job["spec"]["pytorchReplicaSpecs"].values():
         container = rspec["template"]["spec"]["containers"][0]
         container["command"] = [
@@ -84,7 +79,7 @@ def test_the_rendered_c10d_command_runs_expanded_with_the_store_on_master_0(
 
 def test_an_elastic_job_says_is_host_in_its_rdzv_conf_for_worker_0(tmp_path: Path) -> None:
     # the shipped elastic render carries --rdzv-conf in its command: is_host goes there
-    plans, _ = plan_pods([example("elastic")], settings=PreflightSettings(), root=tmp_path,
+    plans, _ = plan_pods([example_job("elastic")], settings=PreflightSettings(), root=tmp_path,
                          procs_per_pod=1)
     hosts = {p.name: next(a for a in p.argv if a.startswith("--rdzv-conf=")) for p in plans}
     assert hosts["worker-0"].endswith("is_host=1"), hosts
@@ -104,12 +99,12 @@ def test_a_static_job_adds_no_is_host_and_says_node_rank_0_hosts(tmp_path: Path)
 # --- the faults: --restart-after-checkpoint is a --kill of the hardest pod
 
 def test_restart_after_checkpoint_is_a_kill_of_the_hardest_pod_at_the_checkpoint() -> None:
-    assert faults_of(example("multi-node"), [], None, True) == [Fault("kill", "master-0", None)]
-    assert faults_of(example("elastic"), [], None, True) == [Fault("kill", "worker-0", None)]
-    assert faults_of(example("multi-node"), ["worker-0@5"], "checkpoint", False) == [
+    assert faults_of(example_job("multi-node"), [], None, True) == [Fault("kill", "master-0", None)]
+    assert faults_of(example_job("elastic"), [], None, True) == [Fault("kill", "worker-0", None)]
+    assert faults_of(example_job("multi-node"), ["worker-0@5"], "checkpoint", False) == [
         Fault("kill", "worker-0", 5.0), Fault("preempt", None, None)]
     with pytest.raises(InputError) as caught:
-        faults_of(example("multi-node"), ["worker-0"], None, True)
+        faults_of(example_job("multi-node"), ["worker-0"], None, True)
     assert caught.value.field == "--restart-after-checkpoint"
 
 

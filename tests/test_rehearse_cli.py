@@ -7,9 +7,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from conftest import ROOT
 from runai_spec.cli import app
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.torch

@@ -13,15 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from typer.testing import CliRunner
 
+from conftest import ROOT, example_job
 from runai_spec.cli import app
 from runai_spec.launcher import split_command
 from runai_spec.rehearse import PreflightSettings, RehearseResult, rehearse_manifests
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = PreflightSettings(local_batch=4, grad_accum=8, global_batch=512, join_timeout_s=20,
                              collective_timeout_s=60)
 
@@ -31,14 +30,10 @@ def _torch() -> None:
     pytest.importorskip("torch")
 
 
-def multi_node() -> dict:
-    return yaml.safe_load((ROOT / "examples" / "multi-node" / "manifest.yaml").read_text())
-
-
 def old_launcher(job: dict | None = None) -> dict:
     """The multi-node example as rendered before issue 11: bare (static) torchrun, without
     TORCH_DISABLE_SHARE_RDZV_TCP_STORE, backoffLimit 3."""
-    job = job or multi_node()
+    job = job or example_job("multi-node")
     for spec in job["spec"]["pytorchReplicaSpecs"].values():
         container = spec["template"]["spec"]["containers"][0]
         container["command"] = ["torchrun", *split_command(container["command"]).entry]
@@ -51,8 +46,8 @@ def old_launcher(job: dict | None = None) -> dict:
 def rehearse(tmp_path: Path, job: dict | None = None, **kw: object) -> RehearseResult:
     kw.setdefault("settings", SETTINGS)
     kw.setdefault("procs_per_pod", 2)
-    return rehearse_manifests([job or multi_node()], device="cpu", logs_dir=tmp_path,
-                              **{"timeout_s": 90.0, **kw})  # type: ignore[arg-type]
+    return rehearse_manifests([job or example_job("multi-node")], device="cpu",
+                              logs_dir=tmp_path, **{"timeout_s": 90.0, **kw})  # type: ignore[arg-type]
 
 
 def test_multi_node_rehearses_on_cpu_and_every_check_passes(tmp_path: Path) -> None:
@@ -71,7 +66,7 @@ def test_multi_node_rehearses_on_cpu_and_every_check_passes(tmp_path: Path) -> N
 def test_elastic_worker_only_job_starts_every_process_of_every_pod(tmp_path: Path) -> None:
     # No Master: the operator injects no PET_NPROC_PER_NODE, so only the launcher's own
     # --nproc-per-node makes torchrun start more than one process per pod.
-    job = yaml.safe_load((ROOT / "examples" / "elastic" / "manifest.yaml").read_text())
+    job = example_job("elastic")
     r = rehearse(tmp_path, job, settings=PreflightSettings(
         local_batch=8, grad_accum=2, global_batch=512, join_timeout_s=30,
         collective_timeout_s=60))
@@ -98,7 +93,7 @@ def test_a_missing_pod_fails_the_ranks_check(tmp_path: Path) -> None:
 
 @pytest.mark.long  # CI keeps the representative set under 10 minutes
 def test_a_pod_with_the_wrong_process_count_fails_world_size(tmp_path: Path) -> None:
-    job = copy.deepcopy(multi_node())
+    job = copy.deepcopy(example_job("multi-node"))
     worker = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
     worker["command"] = ["torchrun", "--nproc-per-node=1", *worker["command"][1:]]
     r = rehearse(tmp_path, job, procs_per_pod=None,

@@ -5,22 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
+from conftest import ROOT, example_job
 from runai_spec.errors import InputError
 from runai_spec.rehearse.faults import hardest_pod, parse_kill, parse_preempt, pod_names
 from runai_spec.rehearse.operator import JobModel, drive, kubelet_backoff
 
 pytestmark = pytest.mark.faults
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def example(name: str) -> dict:
-    return yaml.safe_load((ROOT / "examples" / name / "manifest.yaml").read_text())
 
 
 def job_with(policy: str, backoff: int | None = 3, workers: int = 1) -> dict:
-    job = example("multi-node")
+    job = example_job("multi-node")
     job["spec"]["runPolicy"]["backoffLimit"] = backoff
     job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = workers
     for rspec in job["spec"]["pytorchReplicaSpecs"].values():
@@ -101,7 +96,7 @@ def test_job_success_follows_the_master_or_for_elastic_any_worker() -> None:
     m = JobModel.of(job_with("OnFailure"))
     assert m.exited("worker-0", 0, 1.0) == [] and m.phase == "Running"
     assert m.exited("master-0", 0, 2.0)[0].kind == "stop-all" and m.phase == "Succeeded"
-    e = JobModel.of(example("elastic"))
+    e = JobModel.of(example_job("elastic"))
     assert not e.has_master and e.elastic
     assert e.exited("worker-1", 0, 1.0)[0].kind == "stop-all" and e.phase == "Succeeded"
 
@@ -134,9 +129,9 @@ def test_kill_and_preempt_options_parse_and_unknown_pods_are_bad_input() -> None
 
 
 def test_the_hardest_pod_per_layout() -> None:
-    assert hardest_pod(example("multi-node")) == "master-0"
-    assert hardest_pod(example("elastic")) == "worker-0"
-    assert hardest_pod(example("single-gpu")) == pod_names(example("single-gpu"))[0]
+    assert hardest_pod(example_job("multi-node")) == "master-0"
+    assert hardest_pod(example_job("elastic")) == "worker-0"
+    assert hardest_pod(example_job("single-gpu")) == pod_names(example_job("single-gpu"))[0]
 
 
 @pytest.mark.torch

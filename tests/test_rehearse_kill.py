@@ -5,25 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 from typer.testing import CliRunner
 
+from conftest import ROOT, example_job
 from runai_spec.cli import app
 from runai_spec.errors import InputError
 from runai_spec.rehearse import PreflightSettings, rehearse_manifests
 from test_rehearse_cpu import old_launcher
 
 pytestmark = [pytest.mark.faults]
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def multi_node() -> dict:
-    return yaml.safe_load((ROOT / "examples" / "multi-node" / "manifest.yaml").read_text())
 
 
 def test_unknown_pod_is_bad_input(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="no pod 'worker-9'"):
-        rehearse_manifests([multi_node()], kills=["worker-9@checkpoint"], logs_dir=tmp_path)
+        rehearse_manifests([example_job("multi-node")], kills=["worker-9@checkpoint"],
+                           logs_dir=tmp_path)
 
 
 def test_cli_unknown_pod_exits_2_with_one_line() -> None:

@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 from typer.testing import CliRunner
 
+from conftest import NAME, ROOT, example_job
 from runai_spec.cli import app
 from runai_spec.errors import InputError
 from runai_spec.rehearse import PreflightSettings, plan_pods, rehearse_manifests
@@ -31,14 +31,6 @@ from runai_spec.rehearse.network import (
     resolve_mode,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
-JOB = "llm-7b-fsdp"
-
-
-def example(name: str) -> dict:
-    return yaml.safe_load((ROOT / "examples" / name / "manifest.yaml").read_text())
-
-
 # --- planning (no root needed)
 
 def test_the_subnet_avoids_every_route_of_this_machine() -> None:
@@ -52,23 +44,23 @@ def test_the_subnet_avoids_every_route_of_this_machine() -> None:
 
 
 def test_names_and_addresses_are_unique_per_rehearsal() -> None:
-    a = plan_network(JOB, ["master-0", "worker-0", "worker-1"], pid=4242, routes=[])
-    b = plan_network(JOB, ["master-0", "worker-0", "worker-1"], pid=4242, routes=[])
+    a = plan_network(NAME, ["master-0", "worker-0", "worker-1"], pid=4242, routes=[])
+    b = plan_network(NAME, ["master-0", "worker-0", "worker-1"], pid=4242, routes=[])
     assert a.subnet == "10.233.146.0/24"  # 4242 % 256
     assert [(p.hostname, p.address) for p in a.pods] == [
-        (f"{JOB}-master-0", "10.233.146.2"), (f"{JOB}-worker-0", "10.233.146.3"),
-        (f"{JOB}-worker-1", "10.233.146.4")]
+        (f"{NAME}-master-0", "10.233.146.2"), (f"{NAME}-worker-0", "10.233.146.3"),
+        (f"{NAME}-worker-1", "10.233.146.4")]
     # the pid and a counter: a second rehearsal of the same process collides with nothing
     names_a = {a.bridge_netns, *(p.netns for p in a.pods)}
     names_b = {b.bridge_netns, *(p.netns for p in b.pods)}
     assert len(names_a) == 4 and not names_a & names_b
     assert all(n.startswith("runai-spec-4242-") for n in names_a | names_b)
     assert a.wrapper("worker-0")[:4] == ("ip", "netns", "exec", a.pod("worker-0").netns)
-    assert a.wrapper("worker-0")[-1] == f"{JOB}-worker-0"  # the hostname it sets
+    assert a.wrapper("worker-0")[-1] == f"{NAME}-worker-0"  # the hostname it sets
 
 
 def test_a_pods_hosts_file_names_the_others_only_while_they_run() -> None:
-    plan = plan_network(JOB, ["master-0", "worker-0", "worker-1"], pid=1, routes=[])
+    plan = plan_network(NAME, ["master-0", "worker-0", "worker-1"], pid=1, routes=[])
     idle = plan.hosts_text("worker-0", frozenset())
     running = plan.hosts_text("worker-0", frozenset({"master-0"}))
     lines = [ln.strip() for ln in running.splitlines()]
@@ -86,17 +78,17 @@ def test_a_pods_hosts_file_names_the_others_only_while_they_run() -> None:
 
 
 def test_netns_plan_keeps_the_cluster_env_and_adds_no_is_host(tmp_path: Path) -> None:
-    plan = plan_network(JOB, ["master-0", "worker-0"], pid=1, routes=[])
-    plans, _ = plan_pods([example("multi-node")], settings=PreflightSettings(), root=tmp_path,
-                         procs_per_pod=1, network=plan)
+    plan = plan_network(NAME, ["master-0", "worker-0"], pid=1, routes=[])
+    plans, _ = plan_pods([example_job("multi-node")], settings=PreflightSettings(),
+                         root=tmp_path, procs_per_pod=1, network=plan)
     for pod in plans:
         # the service name, as the operator sets it: the pod resolves it through /etc/hosts
-        assert pod.env["MASTER_ADDR"] == f"{JOB}-master-0"
+        assert pod.env["MASTER_ADDR"] == f"{NAME}-master-0"
         assert pod.wrapper == plan.wrapper(pod.name) and pod.port is None
         assert not any("is_host" in a for a in pod.argv)
     # loopback exactly as before
-    loop, _ = plan_pods([example("multi-node")], settings=PreflightSettings(), root=tmp_path,
-                        procs_per_pod=1)
+    loop, _ = plan_pods([example_job("multi-node")], settings=PreflightSettings(),
+                        root=tmp_path, procs_per_pod=1)
     assert all(p.env["MASTER_ADDR"] == "127.0.0.1" and p.wrapper == () for p in loop)
 
 
@@ -179,8 +171,8 @@ def _wait(predicate: object, timeout: float = 10.0) -> bool:
 @needs_netns
 def test_two_pods_see_their_hostnames_and_each_other_only_while_running() -> None:
     before = _host_state()
-    plan = plan_network(JOB, ["master-0", "worker-0"])
-    master, worker = (f"{JOB}-master-0", f"{JOB}-worker-0")
+    plan = plan_network(NAME, ["master-0", "worker-0"])
+    master, worker = (f"{NAME}-master-0", f"{NAME}-worker-0")
     with Network(plan) as net:
         # nothing runs in master-0: its name does not resolve in worker-0
         assert _in_pod(plan, "worker-0", LOOKUP, master) == [worker, "unreached gaierror"]
@@ -207,7 +199,7 @@ def test_two_pods_see_their_hostnames_and_each_other_only_while_running() -> Non
 @needs_netns
 def test_the_network_is_removed_when_the_block_fails() -> None:
     before = _host_state()
-    plan = plan_network(JOB, ["master-0", "worker-0"])
+    plan = plan_network(NAME, ["master-0", "worker-0"])
     with pytest.raises(KeyboardInterrupt), Network(plan):
         assert plan.pods[0].netns in _host_state()[1]
         raise KeyboardInterrupt  # Ctrl-C in the middle of a rehearsal
@@ -231,12 +223,12 @@ def test_the_multi_node_example_passes_in_netns_mode_and_says_so(tmp_path: Path)
     checks = json.loads((tmp_path / "result.json").read_text())["checks"]
     [row] = [c for c in checks if c["check"] == "network"]
     assert row["details"]["mode"] == "netns", row
-    assert f"{JOB}-master-0 10.233." in row["message"]
+    assert f"{NAME}-master-0 10.233." in row["message"]
     # the c10d endpoint names master-0; torch finds that out from the hostnames, unaided
     assert "c10d store host: master-0" in row["message"] and row["details"]["store_hosts"] == [
         "master-0"]
     pods = json.loads((tmp_path / "pods.json").read_text())["pods"]
-    assert {p["env"]["MASTER_ADDR"] for p in pods} == {f"{JOB}-master-0"}
+    assert {p["env"]["MASTER_ADDR"] for p in pods} == {f"{NAME}-master-0"}
     assert not any("is_host" in a for p in pods for a in p["argv"])
     assert all(c["status"] in ("pass", "note", "skip") for c in checks), checks
     assert _host_state() == before
@@ -266,6 +258,6 @@ def test_a_worker_kill_while_rank_0_is_busy_recovers_in_netns_mode(tmp_path: Pat
     # worker-0's name left master-0's hosts file with the kill, came back with the restart
     log = (tmp_path / "network.log").read_text().splitlines()
     events = [ln.split(" s  ", 1)[1] for ln in log if "worker-0" in ln]
-    up, gone = f"{JOB}-worker-0 resolves (container running)", f"{JOB}-worker-0 gone (not ready)"
+    up, gone = f"{NAME}-worker-0 resolves (container running)", f"{NAME}-worker-0 gone (not ready)"
     assert events == [up, gone, up, gone], log  # the last: the job's end
     assert _host_state() == before

@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from conftest import ROOT
 from runai_spec import rehearse as rehearse_module
 from runai_spec.cli import app
 from runai_spec.cli import rehearse as rehearse_cli
 from runai_spec.rehearse import CheckResult, PodOutcome, PodPlan, RehearseResult, aggregate
 from runai_spec.rehearse.pods import progress_line, run_attempt
 
-ROOT = Path(__file__).resolve().parents[1]
 PROFILE = str(ROOT / "examples/multi-node/profile.yaml")
 
 

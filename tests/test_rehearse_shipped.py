@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
+from conftest import ROOT
 from runai_spec.rehearse import CheckResult, RehearseResult, preflight_settings, rehearse_manifests
 from runai_spec.rehearse.runner import _resumes, final_round
 from runai_spec.workload import prepare_workload
 
-ROOT = Path(__file__).resolve().parents[1]
 SCALE = 0.1  # the kubelet's back-off: 1 s, 2 s, 4 s ... instead of 10 s, 20 s, 40 s ...
 FIRST_BACKOFF_S = 10 * SCALE
 # rank 0 busy after the first checkpoint: past the first back-off and the restarted agent's

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import ROOT, example_job
 from runai_spec.rehearse import (
     MULTICAST_OFF,
     PodOutcome,
@@ -20,15 +21,9 @@ from runai_spec.rehearse import (
     split_command,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def example(name: str) -> dict:
-    return yaml.safe_load((ROOT / "examples" / name / "manifest.yaml").read_text())
-
 
 def test_operator_env_with_master_counts_processes_not_pods() -> None:
-    job = example("multi-node")
+    job = example_job("multi-node")
     env = operator_env(job, "Worker", 0)
     assert env["WORLD_SIZE"] == "16" and env["RANK"] == "1" and env["PET_NODE_RANK"] == "1"
     assert env["PET_NNODES"] == "2" and env["PET_NPROC_PER_NODE"] == "8"
@@ -36,7 +31,7 @@ def test_operator_env_with_master_counts_processes_not_pods() -> None:
 
 
 def test_operator_env_elastic_worker_only_sets_no_rank() -> None:
-    job = example("elastic")
+    job = example_job("elastic")
     env = operator_env(job, "Worker", 1)
     assert "RANK" not in env and "MASTER_ADDR" not in env and "WORLD_SIZE" not in env
     assert env["PET_NNODES"] == "2:4" and env["PET_RDZV_BACKEND"] == "c10d"
@@ -53,7 +48,7 @@ def test_split_command_finds_the_entry_point() -> None:
 
 
 def test_plan_pods_maps_the_cluster_onto_loopback(tmp_path: Path) -> None:
-    pods, world = plan_pods([example("multi-node")], settings=PreflightSettings(),
+    pods, world = plan_pods([example_job("multi-node")], settings=PreflightSettings(),
                             root=tmp_path, procs_per_pod=2)
     assert world == 4 and [p.name for p in pods] == ["master-0", "worker-0"]
     for pod in pods:
@@ -92,7 +87,7 @@ def test_preflight_imports_nothing_from_the_package_and_rehearse_no_torch() -> N
 ])
 def test_the_restart_follows_the_operators_restart_policy(
         policy: str, backoff: int, refused: str | None) -> None:
-    job = example("multi-node")
+    job = example_job("multi-node")
     job["spec"]["runPolicy"]["backoffLimit"] = backoff
     for rspec in job["spec"]["pytorchReplicaSpecs"].values():
         rspec["restartPolicy"] = policy
@@ -112,7 +107,7 @@ def test_a_python_without_torch_is_bad_input_before_anything_is_written(tmp_path
                       "exit 1\n")
     python.chmod(0o755)
     with pytest.raises(InputError) as caught:
-        rehearse_manifests([example("single-gpu")], python=str(python),
+        rehearse_manifests([example_job("single-gpu")], python=str(python),
                            logs_dir=tmp_path / "logs")
     assert caught.value.field == "torch" and "pip install torch" in (caught.value.hint or "")
     assert not (tmp_path / "logs").exists()

@@ -3,27 +3,22 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
-
-EXE = str(Path(sys.executable).parent / "runai-spec")
+from conftest import ROOT, run_exe
 
 
 @pytest.mark.parametrize("layout", ["single-gpu", "single-node", "multi-node", "elastic"])
 def test_plan_markdown_and_json(layout: str) -> None:
     profile = str(ROOT / "examples" / layout / "profile.yaml")
-    md = subprocess.run([EXE, "plan", profile], capture_output=True, text=True, check=True).stdout
+    md = run_exe("plan", profile, check=True).stdout
     for part in ("# Review request", "| world size |", "## Batch arithmetic",
                  "## Memory estimate per GPU", "## Preset and approval", "```sh",
                  "```mermaid", "## Validation checklist", "- [ ] "):
         assert part in md, part
-    data = json.loads(subprocess.run([EXE, "plan", profile, "--format", "json"],
-                                     capture_output=True, text=True, check=True).stdout)
+    data = json.loads(run_exe("plan", profile, "--format", "json", check=True).stdout)
     assert data["world_size"] == data["pods"] * data["processes_per_pod"]
     ranks = [r for pod in data["topology"] for r in pod["ranks"]]
     assert ranks == list(range(len(ranks)))
@@ -31,6 +26,5 @@ def test_plan_markdown_and_json(layout: str) -> None:
 
 
 def test_plan_bad_input_exits_2(tmp_path: Path) -> None:
-    res = subprocess.run([EXE, "plan", str(tmp_path / "nope.yaml")], capture_output=True,
-                         text=True)
+    res = run_exe("plan", str(tmp_path / "nope.yaml"))
     assert res.returncode == 2 and res.stderr.startswith("error:")

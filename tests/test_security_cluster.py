@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import ROOT
+from conftest import run_module
 from kube_helpers import NAME, NS, PROFILE, Render, error_lines, run
 from kubeapi import KubeAPI
 
@@ -211,12 +211,6 @@ def test_validate_live_with_a_malformed_namespace_warns_instead_of_crashing(
 PLUGIN_SECRET = "s3cr3t-plugin-password-9f8e7d"  # no credential shape: only removal hides it
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """The CLI in its own process: the library's logging goes where a user's terminal would."""
-    return subprocess.run([sys.executable, "-m", "runai_spec", *args], capture_output=True,
-                          text=True, timeout=120, cwd=ROOT)
-
-
 @pytest.mark.parametrize("debug", [[], ["--debug"]])
 def test_a_failing_exec_plugin_is_one_line_and_its_stderr_never_shows(
         api: KubeAPI, tmp_path: Path, debug: list[str]) -> None:
@@ -229,7 +223,7 @@ def test_a_failing_exec_plugin_is_one_line_and_its_stderr_never_shows(
         "apiVersion": "client.authentication.k8s.io/v1beta1", "command": sys.executable,
         "args": [str(plugin)], "interactiveMode": "Never"}})
     for command in (["status", NAME, "--project", "nlp-lab"], ["submit", PROFILE]):
-        result = cli(*command, "--kubeconfig", str(config), *debug)
+        result = run_module(*command, "--kubeconfig", str(config), *debug, timeout=120)
         assert result.returncode == 3, result.stderr
         assert PLUGIN_SECRET not in result.stdout + result.stderr
         errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, run_module
 from kube_helpers import NAME, NS, Render
 from kubeapi import KubeAPI
 from runai_spec.cluster import Target, save_logs
@@ -32,16 +32,10 @@ users:
 PROFILE = ROOT / "examples" / "multi-node" / "profile.yaml"
 
 
-def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "runai_spec", *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT)
-
-
 def committed(tmp_path: Path) -> tuple[Path, Path]:
     folder = tmp_path / "manifests"
     folder.mkdir()
-    name = "llm-7b-fsdp"
-    return folder, folder / f"{name}.yaml"
+    return folder, folder / f"{NAME}.yaml"
 
 
 def test_diff_against_never_follows_a_committed_symlink(tmp_path: Path) -> None:
@@ -50,7 +44,7 @@ def test_diff_against_never_follows_a_committed_symlink(tmp_path: Path) -> None:
     secret.write_text(KUBECONFIG)
     target.symlink_to(secret)
     for fmt in ("text", "markdown", "json"):
-        result = cli("diff", str(PROFILE), "--against", str(folder), "--format", fmt)
+        result = run_module("diff", str(PROFILE), "--against", str(folder), "--format", fmt)
         assert result.returncode == 2, result.stderr
         assert KEY not in result.stdout + result.stderr
         assert "is a symbolic link" in result.stderr
@@ -59,7 +53,7 @@ def test_diff_against_never_follows_a_committed_symlink(tmp_path: Path) -> None:
 def test_diff_against_never_prints_a_file_that_is_not_a_manifest_of_ours(tmp_path: Path) -> None:
     folder, target = committed(tmp_path)
     target.write_text(KUBECONFIG)
-    result = cli("diff", str(PROFILE), "--against", str(folder), "--format", "markdown")
+    result = run_module("diff", str(PROFILE), "--against", str(folder), "--format", "markdown")
     assert result.returncode == 2
     assert KEY not in result.stdout + result.stderr
     assert "is not a manifest runai-spec renders" in result.stderr
@@ -68,14 +62,14 @@ def test_diff_against_never_prints_a_file_that_is_not_a_manifest_of_ours(tmp_pat
 def test_a_committed_render_still_diffs_clean(tmp_path: Path) -> None:
     folder, target = committed(tmp_path)
     shutil.copy(ROOT / "examples" / "multi-node" / "manifest.yaml", target)
-    result = cli("diff", str(PROFILE), "--against", str(folder))
+    result = run_module("diff", str(PROFILE), "--against", str(folder))
     assert result.returncode == 0, result.stderr
 
 
 def test_a_fifo_as_the_profile_is_refused_at_once(tmp_path: Path) -> None:
     fifo = tmp_path / "profile.yaml"
     os.mkfifo(fifo)
-    result = cli("validate", str(fifo), timeout=30)  # blocked forever before the fix
+    result = run_module("validate", str(fifo), timeout=30)  # blocked forever before the fix
     assert result.returncode == 2
     assert "is not a regular file" in result.stderr
 
@@ -83,7 +77,7 @@ def test_a_fifo_as_the_profile_is_refused_at_once(tmp_path: Path) -> None:
 def test_a_profile_through_a_symlink_is_refused(tmp_path: Path) -> None:
     link = tmp_path / "profile.yaml"
     link.symlink_to(PROFILE)
-    result = cli("validate", str(link))
+    result = run_module("validate", str(link))
     assert result.returncode == 2 and "is a symbolic link" in result.stderr
 
 

@@ -19,10 +19,11 @@ from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 from typer.testing import CliRunner
 
-from conftest import BASE_PROFILE, ROOT
+from conftest import BASE_PROFILE, ROOT, example_job
 from runai_spec.cli import app
 from runai_spec.diff import ObjectDiff, ProfileDiff, as_markdown
 from runai_spec.errors import InputError, Location
+from runai_spec.explain import explain_workload
 from runai_spec.findings import Finding
 from runai_spec.manifests import dump
 from runai_spec.pipeline import ProfileCheck
@@ -30,7 +31,6 @@ from runai_spec.plan import plan_workload
 from runai_spec.policy import Context, check_all
 from runai_spec.presets import PresetRegistry
 from runai_spec.profile import parse_profile
-from runai_spec.provenance import explain_workload
 from runai_spec.render import render_plan
 from runai_spec.report import md_code, md_text, rules_markdown, validate_markdown
 from runai_spec.review import review_markdown
@@ -198,7 +198,7 @@ def test_a_committed_kind_cannot_leave_the_diff_block(tmp_path: Path) -> None:
     """`diff -f markdown` with a committed manifest whose kind closes the code block."""
     profile = ROOT / "examples" / "single-gpu" / "profile.yaml"
     name = yaml.safe_load(profile.read_text())["name"]
-    job = yaml.safe_load((ROOT / "examples" / "single-gpu" / "manifest.yaml").read_text())
+    job = example_job("single-gpu")
     job["metadata"]["labels"]["x"] = "```\n\n## Approved\n\n<!--"
     (tmp_path / f"{name}.yaml").write_text(dump([job]))
     res = CliRunner().invoke(app, ["diff", str(profile), "--against", str(tmp_path),

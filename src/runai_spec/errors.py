@@ -32,7 +32,25 @@ class Location:
         return ": ".join(part for part in (self.place, self.field) if part)
 
 
-class RunaiSpecError(Exception):
+class Located:
+    """`file`, `line` and `field` read from `self.location`: errors and findings alike."""
+
+    location: Location
+
+    @property
+    def file(self) -> str | None:
+        return self.location.file
+
+    @property
+    def line(self) -> int | None:
+        return self.location.line
+
+    @property
+    def field(self) -> str | None:
+        return self.location.field
+
+
+class RunaiSpecError(Located, Exception):
     """The tool cannot do its job; printed as one `error:` line and an optional `hint:`."""
 
     exit_code = EXIT_INTERNAL
@@ -46,18 +64,6 @@ class RunaiSpecError(Exception):
         self.location = Location(file, line, field)
         self.hint = hint
         self.also = tuple(also)  # more `error:` lines of the same input (all at once)
-
-    @property
-    def file(self) -> str | None:
-        return self.location.file
-
-    @property
-    def line(self) -> int | None:
-        return self.location.line
-
-    @property
-    def field(self) -> str | None:
-        return self.location.field
 
     def located(self, file: str, field: str | None = None,
                 line: int | None = None) -> RunaiSpecError:

@@ -5,14 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from .errors import Location
+from .errors import Located, Location
 
 Severity = Literal["error", "warning", "info"]
 UNNAMED = "<profile>"  # the file of a finding about input that was not read from a file
 
 
 @dataclass(frozen=True)
-class Finding:
+class Finding(Located):
     """A rule's verdict on one field: collected, never raised."""
 
     rule: str
@@ -20,14 +20,6 @@ class Finding:
     message: str
     hint: str | None = None
     severity: Severity = "error"
-
-    @property
-    def file(self) -> str | None:
-        return self.location.file
-
-    @property
-    def line(self) -> int | None:
-        return self.location.line
 
     @property
     def path(self) -> str:

@@ -9,7 +9,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
@@ -33,6 +33,9 @@ LEDGER_FILE = "approvals.yaml"
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+_FileModel = TypeVar("_FileModel", bound=_Model)  # what an approved file holds: Site, Preset
 
 
 class GpuSpec(_Model):
@@ -370,6 +373,18 @@ class PresetRegistry:
                               field="expires", hint=hint_approve)
         return data, entry
 
+    def _approved_model(self, filename: str, what: str,
+                        model: type[_FileModel]) -> tuple[_FileModel, dict[str, int], Approval]:
+        """FILENAME as approved (_approved_bytes), validated as MODEL: the model, the line of
+        each of its fields and the ledger entry."""
+        data, entry = self._approved_bytes(filename, what)
+        source = str(self.root / filename)
+        raw, lines = load_mapping_lines(data.decode("utf-8"), source)
+        try:
+            return model.model_validate(raw), lines, entry
+        except ValidationError as exc:
+            raise _pydantic_error(exc, source) from None
+
     def _verify_signature(self, filename: str, entry: Approval, source: str, hint: str) -> None:
         """Refuse the approval of FILENAME unless an engineer listed in allowed_signers signed
         exactly this entry (as an edited file is refused: one error, exit 2)."""
@@ -392,13 +407,7 @@ class PresetRegistry:
     # -- site and presets -----------------------------------------------------
     def site(self) -> Site:
         if self._site is None:
-            data, _ = self._approved_bytes(SITE_FILE, "site")
-            source = str(self.root / SITE_FILE)
-            raw, lines = load_mapping_lines(data.decode("utf-8"), source)
-            try:
-                site = Site.model_validate(raw)
-            except ValidationError as exc:
-                raise _pydantic_error(exc, source) from None
+            site, lines, _ = self._approved_model(SITE_FILE, "site", Site)
             site._lines = lines
             self._site = site
         return self._site
@@ -415,13 +424,8 @@ class PresetRegistry:
             close = difflib.get_close_matches(name, self.names(), n=1)
             hint = f"did you mean {close[0]!r}?" if close else "run `runai-spec presets list`"
             raise PresetError(f"unknown preset {name!r}", field="preset", hint=hint)
-        data, entry = self._approved_bytes(filename, name)
+        preset, lines, entry = self._approved_model(filename, name, Preset)
         source = str(self.root / filename)
-        raw, lines = load_mapping_lines(data.decode("utf-8"), source)
-        try:
-            preset = Preset.model_validate(raw)
-        except ValidationError as exc:
-            raise _pydantic_error(exc, source) from None
         problem = _preset_consistency(preset) or _priority_problem(preset, self.site())
         if problem:
             about_priority = problem.endswith(PRIORITY_TAIL)

@@ -262,7 +262,7 @@ def manifest_piece(workload: Workload) -> tuple[str, str]:
 
 
 def explained_piece(workload: Workload) -> tuple[str, str]:
-    from ..provenance import explain_workload
+    from ..explain import explain_workload
 
     return f"{workload.plan.name}.yaml", explain_workload(workload).annotated()
 
@@ -281,7 +281,7 @@ def explain(profile: ProfileArg, fmt: TextJsonOpt = TextJson.text) -> int:
 
     Each value is followed by `# <origin>`: the profile with its line, the preset, the site
     file, the approvals ledger, a derived rule, or the template."""
-    from ..provenance import explain_workload
+    from ..explain import explain_workload
 
     workload = prepare_workload(profile)
     print_findings(workload.findings)
