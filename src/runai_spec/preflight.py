@@ -47,10 +47,6 @@ from torch.distributed import (  # type: ignore[attr-defined]  # noqa: E402
 )
 
 PREFIX = "PREFLIGHT"
-CHECKS = (
-    "ranks", "world-size", "device", "global-batch", "resume", "checkpoint", "metrics",
-    "bus-bandwidth", "shutdown",
-)
 BREAKS = ("checkpoint", "shared-device", "metrics", "missing-rank", "resume")
 FORMATS = ("dcp", "torch", "safetensors", "deepspeed")
 GPU_BUSBW_BYTES = 256 * 1024 * 1024
