@@ -273,11 +273,12 @@ def test_own_script_that_raises_on_rank_1_fails_and_names_the_pod_and_its_log(
     shutdown = checks(report)["shutdown"]
     assert shutdown["status"] == "fail" and "rank 1: 1 (RuntimeError: rank 1 breaks on purpose)" \
         in shutdown["message"], shutdown
-    # the rank's own log holds the traceback, in the pod's torchrun log folder
-    logs = tmp_path.resolve() / "logs"
-    traces = [p for p in logs.glob("worker-0/ranks/*/attempt_*/0/stderr.log")
+    # the rank's own log holds the traceback, in the pod's torchrun log folder (the rendered
+    # --log-dir, on the rehearsal's checkpoint volume)
+    (folder,) = {p["rank_logs"] for p in report["pods"] if p["pod"] == "worker-0"}
+    traces = [p for p in Path(folder).glob("**/attempt_*/0/stderr.log")
               if "rank 1 breaks on purpose" in p.read_text()]
-    assert traces, sorted(map(str, logs.glob("worker-0/ranks/**/*")))
+    assert traces, sorted(map(str, Path(folder).glob("**/*")))
 
 
 @pytest.mark.long  # CI keeps the representative set under 10 minutes
