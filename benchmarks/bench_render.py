@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import compileall
+import json
 import shutil
 import statistics
 import subprocess
@@ -44,6 +45,49 @@ def side_by_side(argvs: list[list[str]], runs: int) -> list[float]:
     return [statistics.median(seen) for seen in times]
 
 
+# Where render's time above the floor goes, in one fresh process per run: each phase's
+# milliseconds, printed as JSON on stdout (run with --phases).
+PHASES = r"""
+import contextlib, io, json, sys, time
+marks = [time.perf_counter()]
+import typer, jinja2, yaml
+from pydantic import BaseModel
+marks.append(time.perf_counter())
+class _First(BaseModel):
+    x: int
+marks.append(time.perf_counter())
+import runai_spec.profile
+marks.append(time.perf_counter())
+import runai_spec.presets
+marks.append(time.perf_counter())
+import runai_spec.cli
+marks.append(time.perf_counter())
+sys.argv = ["runai-spec", "render", sys.argv[1]]
+with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    try:
+        runai_spec.cli.main()
+    except SystemExit:
+        pass
+marks.append(time.perf_counter())
+print(json.dumps([(b - a) * 1000 for a, b in zip(marks, marks[1:])]))
+"""
+PHASE_NAMES = ("the floor's imports", "pydantic's first model (any model at all)",
+               "runai_spec.profile (its models)", "runai_spec.presets (its models)",
+               "the rest of runai_spec.cli", "render itself: Typer, Jinja, rules, signatures, print")
+
+
+def phases(runs: int) -> None:
+    """Median milliseconds of each phase over RUNS fresh processes."""
+    seen: list[list[float]] = [[] for _ in PHASE_NAMES]
+    for _ in range(runs):
+        out = subprocess.run([sys.executable, "-c", PHASES, str(PROFILE)], check=True,
+                             capture_output=True, text=True, cwd=ROOT).stdout
+        for bucket, ms in zip(seen, json.loads(out), strict=True):
+            bucket.append(ms)
+    for name, bucket in zip(PHASE_NAMES, seen, strict=True):
+        print(f"{statistics.median(bucket):7.1f} ms  {name}")
+
+
 BUDGET = 1.25  # x the floor of what render must load (DESIGN.md section 8)
 
 
@@ -58,7 +102,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--torchx", help="torchx executable (default: the one on PATH)")
+    parser.add_argument("--phases", action="store_true",
+                        help="print where render's time goes instead (medians, one process a run)")
     args = parser.parse_args()
+    if args.phases:
+        byte_compile()
+        phases(args.runs)
+        return 0
     exe = str(Path(sys.executable))
     bare = [exe, "-c", "import typer, pydantic, jinja2, yaml"]
     # `import pydantic` is lazy: the bare floor loads none of the BaseModel machinery that

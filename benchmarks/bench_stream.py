@@ -67,17 +67,21 @@ def main() -> int:
         counts = (args.count // 10, args.count)
         for count in counts:
             generate(Path(tmp) / f"p{count}", count)
-        committed = Path(tmp) / "committed"
-        paths = sorted(str(p) for p in (Path(tmp) / f"p{args.count}").glob("*.yaml"))
-        subprocess.run(commands(paths, committed, committed)["render -d"], check=True,
-                       env=dict(os.environ, PYTHONPATH=str(ROOT / "src")), capture_output=True)
+        # each count diffs against its own committed folder: a committed file without its
+        # profile is a stale file, which diff reports (exit 1)
+        for count in counts:
+            committed = Path(tmp) / f"committed-{count}"
+            paths = sorted(str(p) for p in (Path(tmp) / f"p{count}").glob("*.yaml"))
+            subprocess.run(commands(paths, committed, committed)["render -d"], check=True,
+                           env=dict(os.environ, PYTHONPATH=str(ROOT / "src")), capture_output=True)
         print(f"{'command':10} {'source':9} {'profiles':>8} {'seconds':>8} {'peak MB':>8}")
         for name in ("render -d", "validate", "diff"):
             results: dict[str, list[tuple[float, float]]] = {}
             for count in counts:
                 paths = sorted(str(p) for p in (Path(tmp) / f"p{count}").glob("*.yaml"))
                 for label, src in sources.items():  # alternated: background load hits both
-                    argv = commands(paths, Path(tmp) / f"out-{label}-{count}", committed)[name]
+                    argv = commands(paths, Path(tmp) / f"out-{label}-{count}",
+                                    Path(tmp) / f"committed-{count}")[name]
                     seconds, peak = measure(argv, src)
                     results.setdefault(label, []).append((seconds, peak))
                     print(f"{name:10} {label:9} {count:8d} {seconds:8.2f} {peak:8.1f}")
