@@ -611,8 +611,8 @@ def _on_sigterm_save(rep: Reporter, ckpt: Checkpointer, snapshot: dict[str, Any]
 def hold(rep: Reporter, folder: Path, step: int, timeout: float) -> None:
     """Wait where a rehearsal wants to kill a pod: right after the first checkpoint.
 
-    The marker is a file, not a line on stdout: torchrun's tee of a rank's output reaches the
-    pod's log only when the launcher flushes it (PYTHONUNBUFFERED=0 leaves it buffered)."""
+    The marker is a file, not a line on stdout: torchrun's --tee copies a rank's output to the
+    pod's log only when its tail of the rank's file next looks, a while later."""
     release = folder / "release"
     if release.exists():  # the restarted run: nothing to wait for
         return

@@ -574,8 +574,9 @@ class _Pod:
 
     def lines(self) -> list[dict[str, Any]]:
         """This attempt's PREFLIGHT records, in each rank's order. Taken from the ranks' own
-        log files where torchrun wrote them: the launcher's copy on stdout is buffered
-        (PYTHONUNBUFFERED=0) and lost when the launcher is killed."""
+        log files where torchrun wrote them: the launcher's copy on stdout (its --tee tails each
+        rank's file now and then) lags behind, and what it had not copied yet is lost when
+        the launcher is killed."""
         files = sorted(f for d in self._runs() for f in d.glob("attempt_*/*/stdout.log"))
         # which start of the workers each record comes from: the container's attempt, then
         # torchrun's restart of its workers (the attempt_<k> folder)
