@@ -14,7 +14,8 @@ from kube_helpers import NAME, NS, PROFILE, run
 from kubeapi import KubeAPI
 from runai_spec.cluster.logs import split_ranks
 from runai_spec.kubeflow import POD_NAME_ENV
-from runai_spec.launcher import RANK_PREFIX, RANK_PREFIX_ENV
+from runai_spec.launcher import NCCL_DEBUG_FILE, RANK_PREFIX, RANK_PREFIX_ENV
+from runai_spec.rehearse.checks import command_note
 from runai_spec.manifests import dump
 from runai_spec.plan import plan_workload
 from runai_spec.presets import PresetRegistry
@@ -65,9 +66,28 @@ def test_nccl_debug_gives_each_rank_its_own_file_next_to_its_logs() -> None:
     for c in containers(job):
         env = {e["name"]: e.get("value") for e in c["env"]}
         # NCCL expands %h (host) and %p (pid): one file per rank process
-        assert env["NCCL_DEBUG_FILE"] == "/checkpoints/logs/$(POD_NAME)/nccl.%h.%p.log"
+        assert env[NCCL_DEBUG_FILE] == "/checkpoints/logs/$(POD_NAME)/nccl.%h.%p.log"
         names = [e["name"] for e in c["env"]]
-        assert names.index(POD_NAME_ENV[0]) < names.index("NCCL_DEBUG_FILE")
+        assert names.index(POD_NAME_ENV[0]) < names.index(NCCL_DEBUG_FILE)
+
+
+def test_the_rehearsal_points_nccl_debug_file_at_its_volume_folder(tmp_path: Path) -> None:
+    # On the H200 (NCCL 2.28.9) the rendered /checkpoints/... path, absent without a mount
+    # namespace, left every NCCL INFO line on the rank's stdout and no file: the cluster,
+    # where torchrun's --log-dir has made the folder on the volume, writes the file. The
+    # rehearsal maps the variable onto its volume folder as it maps --log-dir.
+    job = job_for("h200-2x8-ib", diagnostics={"nccl_debug": True, "reason": "hang at step 1"})
+    plans, _ = plan_pods([job], settings=PreflightSettings(), root=tmp_path, procs_per_pod=1)
+    for p in plans:
+        folder = tmp_path / "volumes" / "team-a-ckpt" / "logs" / f"demo-{p.name}"
+        assert p.env[NCCL_DEBUG_FILE] == f"{folder}/nccl.%h.%p.log"
+        assert p.nccl_debug_file == folder / "nccl.%h.%p.log" and p.rank_logs == folder
+    note = command_note(plans)
+    assert note is not None and "NCCL_DEBUG_FILE (diagnostics.nccl_debug) likewise" in note.message
+    # without the switch nothing is set, and the row says nothing of it
+    plain, _ = plan_pods([job_for("h200-2x8-ib")], settings=PreflightSettings(),
+                         root=tmp_path / "plain", procs_per_pod=1)
+    assert all(NCCL_DEBUG_FILE not in p.env and p.nccl_debug_file is None for p in plain)
 
 
 def test_a_profile_cannot_set_pod_name_itself(write_profile: Any) -> None:

@@ -18,6 +18,7 @@ from .kubeflow import (
     PRESET_SHA_ANNOTATION,
     SMOKE_LABEL,
 )
+from .launcher import NCCL_DIAGNOSTICS
 from .manifests import dump
 from .presets import ApprovedPreset, PresetRegistry, Site
 
@@ -41,7 +42,6 @@ NETWORK_ANNOTATION_PREFIXES = ("k8s.v1.cni.cncf.io/", "v1.multus-cni.io/")
 # are the preset's; NCCL's diagnostics switches are the researcher's.
 RESERVED_ENV_PREFIXES = ("NCCL_", "UCX_", "NVSHMEM_")
 RESERVED_ENV_NAMES = ("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "LD_PRELOAD")
-NCCL_DIAGNOSTICS = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE")
 
 ALL = "*"
 

@@ -32,6 +32,13 @@ RANK_LINE = re.compile(rb"^\[rank(\d{1,6})\]:(.*)$", re.DOTALL)  # a pod log lin
 RANK_LOGS = "logs"  # the folder on the checkpoint volume, one sub-folder per pod
 EXECUTABLE_ENTRY = "executable"
 
+# NCCL's diagnostics switch (NCCL `src/misc/debug.cc`): NCCL_DEBUG's level, its subsystems, and
+# the file it writes to instead of stdout, `%h` the host name and `%p` the process id (one
+# file per rank); a file NCCL cannot open leaves the lines on stdout.
+NCCL_DEBUG = "NCCL_DEBUG"
+NCCL_DEBUG_FILE = "NCCL_DEBUG_FILE"
+NCCL_DIAGNOSTICS = (NCCL_DEBUG, "NCCL_DEBUG_SUBSYS", NCCL_DEBUG_FILE)
+
 
 def entry_point_kind(command: Sequence[str]) -> str | None:
     """How the container runs a profile's entry point. The file is in the image, not here to

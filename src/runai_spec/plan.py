@@ -29,6 +29,8 @@ from .kubeflow import (
 )
 from .launcher import (
     LOG_DIR_FLAG,
+    NCCL_DEBUG,
+    NCCL_DEBUG_FILE,
     NO_PYTHON,
     RANK_LOGS,
     RANK_PREFIX,
@@ -402,10 +404,10 @@ def plan_workload(loaded: LoadedProfile, approved: ApprovedPreset, site: Site,
                                      RANK_PREFIX_ENV, RANK_PREFIX)
     diagnostics: list[str] = []
     if profile.diagnostics.nccl_debug:
-        env["NCCL_DEBUG"] = _same(src.profile("diagnostics.nccl_debug"), "NCCL_DEBUG", "INFO")
+        env[NCCL_DEBUG] = _same(src.profile("diagnostics.nccl_debug"), NCCL_DEBUG, "INFO")
         if logs is not None:  # %h host, %p pid (NCCL's debug file name): one file per rank
-            env["NCCL_DEBUG_FILE"] = _same(src.profile("diagnostics.nccl_debug"),
-                                           "NCCL_DEBUG_FILE", f"{logs}/nccl.%h.%p.log")
+            env[NCCL_DEBUG_FILE] = _same(src.profile("diagnostics.nccl_debug"),
+                                         NCCL_DEBUG_FILE, f"{logs}/nccl.%h.%p.log")
         diagnostics.append("nccl-debug")
     secret_env = []
     for i, (name, ref) in enumerate(profile.secret_env.items()):

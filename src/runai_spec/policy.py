@@ -23,7 +23,13 @@ from .kubeflow import (
     pytorch_container,
     torchrun_procs,
 )
-from .launcher import EXECUTABLE_ENTRY, SHELLS, entry_point_kind, without_launcher
+from .launcher import (
+    EXECUTABLE_ENTRY,
+    NCCL_DIAGNOSTICS,
+    SHELLS,
+    entry_point_kind,
+    without_launcher,
+)
 from .loading import looks_secret
 from .manifests import Manifest
 from .plan import Plan
@@ -81,7 +87,6 @@ IMAGE = re.compile(r"^(?P<registry>[a-z0-9.-]+(:[0-9]+)?)/(?P<repo>[a-z0-9._/-]+
 # them (and NCCL >= 2.23 reads all of them from NCCL_CONF_FILE); so are the other transports'
 # interface and plugin variables and LD_PRELOAD, which can swap the transport library itself.
 # Only the diagnostics switch's own variables are left out, for `nccl-debug-temporary`.
-NCCL_DIAGNOSTICS = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"})
 TRANSPORT_ENV = re.compile(r"^(NCCL_.*|UCX_.*|NVSHMEM_.*|GLOO_SOCKET_IFNAME|TP_SOCKET_IFNAME|"
                            r"LD_PRELOAD)$")
 
@@ -124,7 +129,7 @@ def check_nccl_transport(ctx: Context) -> Iterator[Finding]:
 def check_nccl_debug(ctx: Context) -> Iterator[Finding]:
     """NCCL_DEBUG=INFO is a temporary diagnostic; it is switched on explicitly and reported."""
     profile = ctx.loaded.profile
-    for name in sorted(NCCL_DIAGNOSTICS.intersection([*profile.env, *profile.secret_env])):
+    for name in sorted(set(NCCL_DIAGNOSTICS).intersection([*profile.env, *profile.secret_env])):
         yield _finding(ctx, "nccl-debug-temporary", _env_line(name),
                        f"{name} set as a variable stays on after diagnosis",
                        "use `diagnostics: {nccl_debug: true, reason: ...}` and remove it afterwards")

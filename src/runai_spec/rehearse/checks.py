@@ -265,7 +265,12 @@ def command_note(plans: Sequence[PodPlan]) -> CheckResult | None:
         how = ("nothing added: the rendered --log-dir/--tee keep a log per rank, here in "
                + ", ".join(str(p.rank_logs) for p in torchrun)
                + " (the checkpoint volume's folder of this rehearsal)")
+    nccl = [p for p in plans if p.nccl_debug_file is not None]
+    if nccl:
+        how += ("; NCCL_DEBUG_FILE (diagnostics.nccl_debug) likewise, one file per rank: "
+                + ", ".join(str(p.nccl_debug_file) for p in nccl))
     return CheckResult(
         "command", "note", f"{lead}; {how}",
         details={"added": {p.name: list(p.added_flags) for p in with_flags},
-                 "rank_logs": {p.name: str(p.rank_logs) for p in torchrun}})
+                 "rank_logs": {p.name: str(p.rank_logs) for p in torchrun},
+                 "nccl_debug_file": {p.name: str(p.nccl_debug_file) for p in nccl}})

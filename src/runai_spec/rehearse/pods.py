@@ -23,7 +23,14 @@ from typing import Any
 from ..checklist import PREFLIGHT_LINE, PreflightSettings, parse_lines, preflight_source
 from ..errors import InputError
 from ..kubeflow import POD_NAME_ENV
-from ..launcher import LOG_DIR_FLAG, has_flag, python_head, set_nproc, split_command
+from ..launcher import (
+    LOG_DIR_FLAG,
+    NCCL_DEBUG_FILE,
+    has_flag,
+    python_head,
+    set_nproc,
+    split_command,
+)
 from .filesystem import AUDIT_ENV, POD_ENV, audit_layer_dir, can_mount, pod_filesystem
 from .job import container_of, find_job, nproc_of, operator_env, replicas_of
 from .kubelet import container_env, expand_command
@@ -60,6 +67,7 @@ class PodPlan:
     added_flags: tuple[str, ...] = ()  # launcher flags the rehearsal adds to the rendered ones
     rank_logs: Path | None = None  # torchrun's --log-dir as a folder of this machine
     store: StoreHost | None = None  # c10d rendezvous: who hosts the store, and how it is said
+    nccl_debug_file: Path | None = None  # NCCL_DEBUG_FILE's pattern as a path of this machine
     port: int | None = None  # the one free port here that stands for the cluster's ports
     grace_s: float | None = None  # the pod's terminationGracePeriodSeconds, if it sets one
 
@@ -274,15 +282,15 @@ def plan_pods(
         added: tuple[str, ...] = ()
         rank_logs: Path | None = None
         store: StoreHost | None = None
+        rspec = next(spec for t, _, spec in replicas if t == rtype)
+        mounts = _pvc_mounts((rspec.get("template") or {}).get("spec") or {}, container)
+        mounted = own_script and can_mount()
         if launcher.kind == "torchrun":
             flags = head[1:] if os.path.basename(head[0]) == "torchrun" else head[3:]
             head = [python, "-m", "torch.distributed.run", *flags]
             if procs_per_pod is not None:
                 head = list(set_nproc(head, procs_per_pod))
-            rspec = next(spec for t, _, spec in replicas if t == rtype)
-            head, rank_logs = _rank_logs_here(
-                head, _pvc_mounts((rspec.get("template") or {}).get("spec") or {}, container),
-                root, mounted=own_script and can_mount())
+            head, rank_logs = _rank_logs_here(head, mounts, root, mounted=mounted)
             if rank_logs is None:  # a render without --log-dir: the rehearsal needs the files
                 rank_logs = root / short / "ranks"
                 added = ("--log-dir", str(rank_logs), "--redirects", "3", "--tee", "3")
@@ -331,6 +339,7 @@ def plan_pods(
         penv.update(env or {})
         penv.update((pod_env or {}).get(short, {}))
         penv.update((pod_env or {}).get(f"{name}-{short}", {}))
+        nccl_file = _nccl_debug_file_here(penv, mounts, root, mounted=mounted)
         rank = int(op.get("RANK", pod_index))
         out.append(PodPlan(short, rtype, i, rank, tuple(head + entry), penv, cwd, pod_dir,
                            wrapper=(network.wrapper(short) if network else ())
@@ -338,6 +347,7 @@ def plan_pods(
                            filesystem_note=fs.note if fs else None,
                            checkpoint_dir=fs.checkpoint_dir if fs else None,
                            added_flags=added, rank_logs=rank_logs, store=store,
+                           nccl_debug_file=nccl_file,
                            port=port if network is None else None,
                            grace_s=_grace(graces[rtype])))
     if own_script:
@@ -398,11 +408,22 @@ def _pvc_mounts(pod_spec: Mapping[str, Any], container: Mapping[str, Any]
             for m in container.get("volumeMounts") or [] if str(m.get("name")) in claims]
 
 
+def _on_volume_here(value: str, mounts: Sequence[tuple[str, str]], root: Path) -> Path | None:
+    """The folder of this machine where a container path on a PVC lands: the rehearsal's
+    `volumes/<claim>` folder (filesystem.py); None for a path on no volume (its files die
+    with the pod)."""
+    path = PurePosixPath(posixpath.normpath(value))
+    for mount_path, claim in mounts:
+        if path.is_relative_to(mount_path):
+            return root / "volumes" / claim / path.relative_to(mount_path)
+    return None
+
+
 def _rank_logs_here(head: list[str], mounts: Sequence[tuple[str, str]], root: Path, *,
                     mounted: bool) -> tuple[list[str], Path | None]:
-    """The rendered --log-dir, kept as it is, and the folder of this machine it lands in: a
-    PVC is the rehearsal's `volumes/<claim>` folder (filesystem.py), bind-mounted at its path
-    where the pod has a mount namespace; elsewhere the flag's path is that folder."""
+    """The rendered --log-dir, kept as it is, and the folder of this machine it lands in,
+    bind-mounted at its path where the pod has a mount namespace; elsewhere the flag's path
+    is that folder."""
     for i, arg in enumerate(head):
         flag, eq, value = arg.partition("=")
         if flag not in (LOG_DIR_FLAG, "--log_dir"):
@@ -411,17 +432,27 @@ def _rank_logs_here(head: list[str], mounts: Sequence[tuple[str, str]], root: Pa
             if i + 1 >= len(head):
                 return head, None
             value = head[i + 1]
-        path = PurePosixPath(posixpath.normpath(value))
-        for mount_path, claim in mounts:
-            if path.is_relative_to(mount_path):
-                here = root / "volumes" / claim / path.relative_to(mount_path)
-                if not mounted:
-                    new = list(head)
-                    new[i:i + (1 if eq else 2)] = [f"{flag}={here}"]
-                    return new, here
-                return head, here
-        return head, None  # a path on no volume: the files die with the pod
+        here = _on_volume_here(value, mounts, root)
+        if here is not None and not mounted:
+            new = list(head)
+            new[i:i + (1 if eq else 2)] = [f"{flag}={here}"]
+            return new, here
+        return head, here
     return head, None
+
+
+def _nccl_debug_file_here(penv: dict[str, str], mounts: Sequence[tuple[str, str]], root: Path,
+                          *, mounted: bool) -> Path | None:
+    """The rendered NCCL_DEBUG_FILE (diagnostics.nccl_debug: one file per rank beside the
+    pod's rank logs) as the file pattern of this machine it lands in. Without a mount
+    namespace the container path does not exist here: NCCL, unable to open it, would write
+    to stdout instead (seen on the H200, NCCL 2.28.9), which the cluster never does. So the
+    variable points at the volume's folder, as --log-dir does; NCCL's %h and %p stay."""
+    value = penv.get(NCCL_DEBUG_FILE)
+    here = _on_volume_here(value, mounts, root) if value else None
+    if here is not None and not mounted:
+        penv[NCCL_DEBUG_FILE] = str(here)
+    return here
 
 
 def _gone(pids: Sequence[int]) -> bool:
