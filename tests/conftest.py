@@ -171,3 +171,18 @@ def crd_validator() -> Any:
 def schema_errors(manifest: dict[str, Any]) -> list[str]:
     return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}"
             for e in crd_validator().iter_errors(manifest)]
+
+
+class _EveryName(dict[str, str]):
+    """A container env that defines every name: a `$(NAME)` left unescaped shows up."""
+
+    def get(self, key: str, default: object = None) -> str:  # type: ignore[override]
+        return f"<{key} expanded>"
+
+
+def kubelet_sees(text: str) -> str:
+    """TEXT as the container gets it after the kubelet's `$(VAR)` expansion of command, args
+    and env values (rehearse/kubelet.py, after Kubernetes expand.go), every name defined."""
+    from runai_spec.rehearse.kubelet import expand
+
+    return expand(text, _EveryName())

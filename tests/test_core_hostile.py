@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from conftest import BASE_PROFILE, ROOT
+from conftest import BASE_PROFILE, ROOT, kubelet_sees
+from runai_spec.kubeflow import kubelet_literal
 from runai_spec.loading import parse_documents
 from runai_spec.manifests import dump, parse, parse_rendered, quote
 from runai_spec.plan import plan_workload
@@ -121,9 +122,11 @@ def assert_round_trip(value: str) -> None:
     (job,) = render_profile(hostile_profile(value))
     assert shape(job) == BENIGN_SHAPE
     c = container(job)
-    assert {"name": "HOSTILE", "value": value} in c["env"]
+    # each value written for the kubelet (`$` as `$$`), which passes it on exactly as typed
+    assert {"name": "HOSTILE", "value": kubelet_literal(value)} in c["env"]
+    assert kubelet_sees(kubelet_literal(value)) == value
     command = c["command"]
-    assert command[command.index("train.py") + 1] == (value or "x")
+    assert kubelet_sees(command[command.index("train.py") + 1]) == (value or "x")
     assert "hostNetwork" not in job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
     # The canonical dump reads back identically through the strict loader.
     assert parse(dump([job]), "again") == [job]
@@ -360,6 +363,10 @@ LANDED = {path: (benign, [f for f, m in MARKERS.items() if m in benign])
           if isinstance(benign, str) and "Qmark" in benign}
 
 
+KUBELET_EXPANDED = re.compile(r"\.containers\[\d+\]\.(command|args)\[\d+\]$|"
+                              r"\.containers\[\d+\]\.env\[\d+\]\.value$")
+
+
 def test_every_free_text_field_lands_somewhere_or_is_documentation() -> None:
     """The markers show where each field goes; the fields the manifest does not carry are
     the ones only the review and the rules read."""
@@ -378,8 +385,13 @@ def test_hostile_text_in_every_string_field_keeps_the_structure(values: dict[str
     assert {path: type(v) for path, v in got.items()} == BENIGN_EVERY_TYPES
     for path, (benign, fields) in LANDED.items():
         expected = benign
+        # command, args and env values are read by the kubelet's $(VAR) expansion: the
+        # researcher's text is written for it (`$` as `$$`), the tool's own $(POD_NAME) not
+        expanded = KUBELET_EXPANDED.search(path) is not None
         for field in fields:
-            expected = expected.replace(MARKERS[field], values[field])
+            value = values[field]
+            expected = expected.replace(MARKERS[field],
+                                        kubelet_literal(value) if expanded else value)
         assert got[path] == expected, path
     for m in manifests:
         spec = m.get("spec", {}).get("pytorchReplicaSpecs", {})

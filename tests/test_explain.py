@@ -11,7 +11,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from conftest import EXAMPLES, ROOT
+from conftest import EXAMPLES, ROOT, kubelet_sees
 from runai_spec.cli import app
 from runai_spec.explain import explain_workload
 from runai_spec.loading import parse_documents
@@ -196,7 +196,8 @@ def test_any_hostile_value_keeps_the_annotated_output_exact(tmp_path: Path) -> N
         fields = {f.path: f for f in result.fields}
         at = len(workload.plan.launcher) + 1
         arg = fields[f"spec.pytorchReplicaSpecs.Master.template.spec.containers[0].command[{at}]"]
-        assert arg.value == (value or "x") and arg.origin.field == "command[1]"
+        # the manifest's text, written for the kubelet (`$` as `$$`), gives the value typed
+        assert kubelet_sees(arg.value) == (value or "x") and arg.origin.field == "command[1]"
 
     check()
     assert len(seen) >= 1500  # hypothesis really ran the examples

@@ -15,7 +15,7 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from conftest import run
+from conftest import kubelet_sees, run
 from runai_spec.kubeflow import PROFILE_SHA_ANNOTATION
 from runai_spec.loading import load_mapping_text, parse_documents
 from runai_spec.policy import READS, RULES
@@ -160,8 +160,9 @@ def test_any_scalar_text_in_a_string_field_comes_back_byte_for_byte(value: str) 
     workload = prepare_workload(Path("profile.yaml"), _REGISTRY[0], text=text)
     assert workload.loaded.profile.diagnostics.reason == value
     rendered = container(workload.text)  # the text `render` prints, read back once
-    assert {e["name"]: e.get("value") for e in rendered["env"]}["MY_VALUE"] == value
-    assert rendered["command"][-2:] == ["--tag", value]
+    # the text the container gets, after the kubelet's $(VAR) expansion (`$` written `$$`)
+    assert kubelet_sees({e["name"]: e.get("value") for e in rendered["env"]}["MY_VALUE"]) == value
+    assert [kubelet_sees(a) for a in rendered["command"][-2:]] == ["--tag", value]
 
 
 # --- item 4: every mistake in one pass ---------------------------------------------

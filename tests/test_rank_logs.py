@@ -15,12 +15,12 @@ from kubeapi import KubeAPI
 from runai_spec.cluster.logs import split_ranks
 from runai_spec.kubeflow import POD_NAME_ENV
 from runai_spec.launcher import NCCL_DEBUG_FILE, RANK_PREFIX, RANK_PREFIX_ENV
-from runai_spec.rehearse.checks import command_note
 from runai_spec.manifests import dump
 from runai_spec.plan import plan_workload
 from runai_spec.presets import PresetRegistry
 from runai_spec.profile import parse_profile
 from runai_spec.rehearse import PreflightSettings, plan_pods
+from runai_spec.rehearse.checks import command_note
 from runai_spec.render import render_plan
 
 pytest_plugins = ("kube_fixtures",)

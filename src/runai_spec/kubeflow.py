@@ -31,6 +31,16 @@ RDZV_BACKEND = "c10d"  # elasticPolicy.rdzvBackend when unset (elastic.go)
 POD_NAME_ENV = ("POD_NAME", "metadata.name")
 GPU_RESOURCE = "nvidia.com/gpu"  # the NVIDIA device plugin's resource, which nproc must match
 
+
+def kubelet_literal(text: str) -> str:
+    """TEXT written so that the kubelet passes it on as it is. The kubelet expands `$(NAME)`
+    in a container's command, args and env values (Kubernetes
+    `third_party/forked/golang/expansion/expand.go`, modelled in rehearse/kubelet.py), so a
+    researcher's `$(X).py` would take the value of X, a flag of the profile's own choosing:
+    every `$` becomes `$$`, which expand.go reads back as one `$`. Only the researcher's text is
+    written so; the tool's own `$(MASTER_ADDR)` and `$(POD_NAME)` are meant to expand."""
+    return text.replace("$", "$$")
+
 # Pod labels the operator sets (pkg/apis/kubeflow.org/v1/common_types.go).
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"

@@ -25,6 +25,7 @@ from .kubeflow import (
     SITE_SHA_ANNOTATION,
     VERSION_ANNOTATION,
     WORKER,
+    kubelet_literal,
     pod_name,
 )
 from .launcher import (
@@ -172,8 +173,9 @@ class Plan:
 
     @property
     def command(self) -> tuple[str, ...]:
-        """The container's full argv: launcher then the researcher's entry point."""
-        return self.launcher + self.entrypoint
+        """The container's full argv: launcher then the researcher's entry point, written so
+        that the kubelet's `$(VAR)` expansion leaves it as typed."""
+        return self.launcher + tuple(kubelet_literal(arg) for arg in self.entrypoint)
 
     @property
     def pod_names(self) -> tuple[str, ...]:
@@ -263,7 +265,7 @@ def rank_log_dir(checkpoint_dir: str) -> str:
     """torchrun's --log-dir: a folder per pod on the checkpoint volume ($(POD_NAME) is
     expanded by the kubelet from the downward API variable). The folder's text is kept as
     written: the mount-path rule refuses a trailing `/`, render never rewrites a value."""
-    return f"{checkpoint_dir}/{RANK_LOGS}/$({POD_NAME_ENV[0]})"
+    return f"{kubelet_literal(checkpoint_dir)}/{RANK_LOGS}/$({POD_NAME_ENV[0]})"
 
 
 def rendezvous_flags(r: RendezvousPlan | None) -> tuple[str, ...]:
@@ -382,7 +384,7 @@ def plan_workload(loaded: LoadedProfile, approved: ApprovedPreset, site: Site,
     for i in range(len(profile.command)):
         o[f"entrypoint[{i}]"] = src.profile(f"command[{i}]")
 
-    env = {key: _same(src.profile(f"env.{key}"), key, value)
+    env = {key: _same(src.profile(f"env.{key}"), key, kubelet_literal(value))
            for key, value in profile.env_strings().items()}
     if preset.layout == "single-gpu":
         # Scripts written for torchrun read LOCAL_RANK; nothing else sets it for bare python.
