@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -186,3 +187,81 @@ def test_a_profile_with_error_findings_is_not_written(tmp_path: Path) -> None:
     result = runner.invoke(app, ["init", str(tmp_path / "big"), "--no-input", *flags])
     assert result.exit_code == 1, result.output
     assert "nothing written" in result.stderr and not (tmp_path / "big").exists()
+
+
+# --- issue 12, item 13: numbers no model has, and answers thousands of digits long ---------
+
+PARAMETERS_HINT = "hint: write the model size as 7B, 1.3B, 7e9 or 7000000000 (at most 1000T)"
+
+
+def init_with(tmp_path: Path, flag: str, value: str) -> Any:
+    flags = list(FLAGS)
+    flags[flags.index(flag) + 1] = value
+    return runner.invoke(app, ["init", str(tmp_path / "x"), "--no-input", *flags])
+
+
+@pytest.mark.parametrize(("value", "what"), [
+    ("inf", "'inf' is not a finite number of parameters"),
+    ("-inf", "'-inf' is not a finite number of parameters"),
+    ("Infinity", "'Infinity' is not a finite number of parameters"),
+    ("nan", "'nan' is not a finite number of parameters"),
+    ("1e400", "'1e400' is more parameters than any model has (at most 1000T, 1e15)"),
+    ("7e9999", "'7e9999' is more parameters than any model has (at most 1000T, 1e15)"),
+    ("1001T", "'1001T' is more parameters than any model has (at most 1000T, 1e15)"),
+    ("1e30", "'1e30' is more parameters than any model has (at most 1000T, 1e15)"),
+    ("0.5", "'0.5' is not a whole number of parameters"),
+    ("seven", "'seven' is not a number of parameters"),
+])
+def test_a_parameter_count_that_is_no_count_is_one_line_and_a_hint(
+        tmp_path: Path, value: str, what: str) -> None:
+    result = init_with(tmp_path, "--parameters", value)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == [f"error: --parameters: {what}", PARAMETERS_HINT]
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize(("value", "parameters"), [
+    ("4.1B", 4_100_000_000),  # as a float, 4.1 x 1e9 is 4099999999.9999995: it was refused
+    ("7e9", 7_000_000_000), ("1000T", 10**15), ("250m", 250_000_000), ("7 B", 7 * 10**9)])
+def test_a_parameter_count_is_read_exactly(tmp_path: Path, value: str, parameters: int) -> None:
+    result = init_with(tmp_path, "--parameters", value)
+    assert result.exit_code in (0, 1), result.output  # 1000T: a finding, not bad input
+    if result.exit_code == 0:
+        doc = yaml.safe_load((tmp_path / "x" / "profile.yaml").read_text())
+        assert doc["model"]["parameters"] == parameters
+    else:
+        assert "error: --parameters" not in result.stderr
+
+
+@pytest.mark.parametrize("flag", ["--local-batch", "--grad-accum"])
+def test_a_count_of_thousands_of_digits_is_a_plain_message(tmp_path: Path, flag: str) -> None:
+    result = init_with(tmp_path, flag, "7" * 5000)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == [
+        f"error: {flag}: '77777777777777777777'... (5000 characters) is too large (more than "
+        "9 digits)", "hint: samples per GPU and accumulation steps are small numbers, e.g. 8"]
+    assert "set_int_max_str_digits" not in result.stderr
+
+
+def test_init_never_writes_through_a_link_at_its_old_temporary_name(tmp_path: Path) -> None:
+    """The temporary name was `.profile.yaml.tmp`: a link placed there was written through."""
+    precious = tmp_path / "precious.txt"
+    precious.write_text("precious\n")
+    (tmp_path / "x").mkdir()
+    link = tmp_path / "x" / ".profile.yaml.tmp"
+    link.symlink_to("../precious.txt")
+    result = init_with(tmp_path, "--local-batch", "4")
+    assert result.exit_code == 0, result.output
+    assert precious.read_text() == "precious\n" and link.is_symlink()
+    profile = tmp_path / "x" / "profile.yaml"
+    assert not profile.is_symlink() and "name: llm-test" in profile.read_text()
+    assert sorted(p.name for p in (tmp_path / "x").iterdir()) == [link.name, "profile.yaml"]
+
+
+def test_a_folder_that_cannot_be_made_is_bad_input(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    result = runner.invoke(app, ["init", str(tmp_path / "file" / "x"), "--no-input", *FLAGS])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines()[-2:] == [  # after the profile's info findings
+        f"error: {tmp_path / 'file' / 'x' / 'profile.yaml'}: cannot write: Not a directory",
+        "hint: choose a folder you can write to"]

@@ -6,6 +6,7 @@ import re
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, fields
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, get_args
 
@@ -14,6 +15,7 @@ import yaml
 from .errors import InputError
 from .kubeflow import DNS1035, DNS1123, NAME_MAX
 from .launcher import EXECUTABLE_ENTRY, SHELLS, entry_point_kind, without_launcher
+from .pipeline import write_new
 from .policy import IMAGE, LAUNCHERS
 from .presets import ApprovedPreset, PresetRegistry
 from .profile import CheckpointFormat, Precision
@@ -80,7 +82,8 @@ class _Asker:
             try:
                 return parse(given)
             except ValueError as exc:
-                raise InputError(str(exc), field=flag(field)) from None
+                raise InputError(str(exc), field=flag(field),
+                                 hint=getattr(exc, "hint", None)) from None
         if self.prompt is None:
             if default is not None:
                 return parse(default)
@@ -116,28 +119,58 @@ def _choice(options: tuple[str, ...]) -> Callable[[str], str]:
     return parse
 
 
+class BadAnswer(ValueError):
+    """An answer refused, with how to write it (shown as the `hint:` of a bad flag)."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+MAX_COUNT_DIGITS = 9  # a local batch or accumulation of a billion or more is a slip
+
+
+def _shown(text: str) -> str:
+    """text as a message quotes it: a very long answer cut, with its length."""
+    return repr(text) if len(text) <= 40 else f"{text[:20]!r}... ({len(text)} characters)"
+
+
 def _positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"{text!r} is not a whole number of at least 1")
+    digits = text.lstrip("0")  # counted before int(): thousands of digits are no number
+    if not (text.isascii() and text.isdigit()) or not digits:
+        raise BadAnswer(f"{_shown(text)} is not a whole number of at least 1",
+                        "write digits only, e.g. 8")
+    if len(digits) > MAX_COUNT_DIGITS:
+        raise BadAnswer(f"{_shown(text)} is too large (more than {MAX_COUNT_DIGITS} digits)",
+                        "samples per GPU and accumulation steps are small numbers, e.g. 8")
     return int(text)
 
 
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kKmMbBtT]?)$")
 _SCALE = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "t": 10**12}
+MAX_PARAMETERS = 10**15  # 1000T: far beyond any model trained today
+_PARAMETERS_HINT = "write the model size as 7B, 1.3B, 7e9 or 7000000000 (at most 1000T)"
 
 
 def _parameters(text: str) -> int | None:
-    """7000000000, 7e9, 7B or 1.3B; blank or `unknown`: not declared."""
+    """7000000000, 7e9, 7B or 1.3B; blank or `unknown`: not declared. Read as a decimal
+    (4.1B is 4100000000 exactly); infinity, NaN and more than MAX_PARAMETERS refused."""
     if text.lower() in ("", "unknown", "none", "-"):
         return None
     match = _SIZE.match(text)
     try:
-        value = (float(match.group(1)) * _SCALE[match.group(2).lower()] if match
-                 else float(text))
-    except ValueError:
-        raise ValueError(f"{text!r} is not a number of parameters, e.g. 7e9 or 7B") from None
-    if value < 1 or value != int(value):
-        raise ValueError(f"{text!r} is not a whole number of parameters")
+        value = (Decimal(match.group(1)) * _SCALE[match.group(2).lower()] if match
+                 else Decimal(text.strip()))
+    except (ArithmeticError, ValueError):
+        raise BadAnswer(f"{_shown(text)} is not a number of parameters", _PARAMETERS_HINT
+                        ) from None
+    if not value.is_finite():
+        raise BadAnswer(f"{_shown(text)} is not a finite number of parameters", _PARAMETERS_HINT)
+    if value > MAX_PARAMETERS:
+        raise BadAnswer(f"{_shown(text)} is more parameters than any model has (at most "
+                        "1000T, 1e15)", _PARAMETERS_HINT)
+    if value < 1 or value != value.to_integral_value():
+        raise BadAnswer(f"{_shown(text)} is not a whole number of parameters", _PARAMETERS_HINT)
     return int(value)
 
 
@@ -315,8 +348,17 @@ def init_profile(folder: Path, answers: Answers, *, prompt: Prompt | None = None
 
 
 def write_profile(target: Path, text: str) -> None:
-    """Atomically, so an interrupted init leaves no half profile."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(target)
+    """Atomically, so an interrupted init leaves no half profile; a folder that cannot be
+    made or written is bad input."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # a new file of a random name (O_EXCL): never through a link placed at a guessable name
+        tmp = write_new(target.parent, f".{target.name}.tmp-", text)
+        try:
+            tmp.replace(target)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise InputError(f"cannot write: {exc.strerror or exc}", file=str(target),
+                         hint="choose a folder you can write to") from None

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import secrets
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,9 +29,27 @@ class StdinProfile(type(Path())):  # type: ignore[misc]
         import io
         import sys
 
+        from .loading import MAX_BYTES
+
         if StdinProfile._data is None:
-            StdinProfile._data = sys.stdin.buffer.read()
+            # never more than the loader reads of a file: one byte past its cap, so that an
+            # endless stream (`< /dev/zero`) is refused as too large instead of filling memory
+            StdinProfile._data = _read_at_most(sys.stdin.buffer, MAX_BYTES + 1)
         return io.BytesIO(StdinProfile._data)
+
+
+def _read_at_most(stream: IO[bytes], limit: int) -> bytes:
+    """Up to limit bytes of stream, reading until its end or the limit (a pipe gives a
+    little at a time)."""
+    chunks: list[bytes] = []
+    left = limit
+    while left > 0:
+        chunk = stream.read(min(left, 1 << 16))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
 
 
 def profile_path(path: Path) -> Path:
@@ -151,6 +171,33 @@ class Sink(Protocol):
     def discard(self) -> None: ...
 
 
+def new_file(folder: Path, prefix: str) -> tuple[Path, int]:
+    """A file made now in folder under prefix and a random suffix, and its descriptor open for
+    writing. Created exclusively (O_EXCL, O_NOFOLLOW): never an existing file, never through a
+    link someone placed at a name they guessed. Mode 0666 less the umask, as any new file."""
+    flags = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+             | getattr(os, "O_CLOEXEC", 0))
+    for _ in range(100):
+        path = folder / f"{prefix}{secrets.token_hex(8)}"
+        try:
+            return path, os.open(path, flags, 0o666)
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no unused temporary name", str(folder))
+
+
+def write_new(folder: Path, prefix: str, text: str) -> Path:
+    """text in a new file of folder (see new_file); removed again when the write fails."""
+    path, fd = new_file(folder, prefix)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    return path
+
+
 class StagedFiles:
     """Files written under hidden temporary names as they come; `commit` renames them all into
     place, `discard` (or a failed write) removes them and any folder made for them."""
@@ -170,26 +217,46 @@ class StagedFiles:
     def add(self, name: str, text: str) -> None:
         try:
             self._folder()
-            tmp = self.folder / f".{name}.tmp-{os.getpid()}"
-            self.staged.append((tmp, self.folder / name))
-            tmp.write_text(text, encoding="utf-8")
+            tmp = write_new(self.folder, f".{name}.tmp-", text)
         except OSError as exc:
             self.discard()
             raise InputError(f"cannot write: {exc.strerror}", file=str(self.folder)) from None
+        self.staged.append((tmp, self.folder / name))
 
     def commit(self) -> list[str]:
-        # every target checked before the first rename: all files are replaced, or none
-        for _, final in self.staged:
+        """Every file replaced, or none: each previous file is kept under a backup name until
+        all are in place, and put back when one fails."""
+        for _, final in self.staged:  # every target checked before the first rename
             if final.is_symlink() or (final.exists() and not final.is_file()):
                 self.discard()
                 raise InputError("is not a regular file; nothing was written", file=str(final),
-                                 hint="remove it or choose another --out folder")
+                                 hint="remove it or choose another --out-dir folder")
+        saved: list[tuple[Path, Path]] = []  # (file, its previous content's backup)
+        created: list[Path] = []  # files that were not there before
+        final = self.folder
         try:
             for tmp, final in self.staged:
-                tmp.replace(final)
-        except OSError as exc:
+                backup = _backup(final) if final.exists() else None
+                if backup is not None:
+                    saved.append((final, backup))
+                os.replace(tmp, final)
+                if backup is None:
+                    created.append(final)
+        except BaseException as exc:
+            kept = _roll_back(saved, created)
             self.discard()
-            raise InputError(f"cannot write: {exc.strerror}", file=str(self.folder)) from None
+            if not isinstance(exc, OSError):
+                raise
+            reason = f"cannot write: {exc.strerror or exc}"
+            if kept:
+                raise InputError(f"{reason}; could not undo: {'; '.join(kept)}",
+                                 file=str(final), hint="move each backup over its file by "
+                                 "hand and remove the new files") from None
+            raise InputError(f"{reason}; no file was changed", file=str(final),
+                             hint="check the file's permissions and attributes (`lsattr`), "
+                             "or choose another --out-dir folder") from None
+        for _, backup in saved:
+            backup.unlink(missing_ok=True)
         return [f"wrote {final}" for _, final in self.staged]
 
     def discard(self) -> None:
@@ -201,6 +268,56 @@ class StagedFiles:
                 folder.rmdir()
             except OSError:
                 break
+
+
+def _backup(path: Path) -> Path:
+    """path's present content under a new hidden name beside it: a second hard link, so path
+    itself stays in place; where the file system has no hard links, path renamed."""
+    prefix = f".{path.name}.bak-"
+    for _ in range(100):
+        backup = path.with_name(f"{prefix}{secrets.token_hex(8)}")
+        try:
+            os.link(path, backup, follow_symlinks=False)
+            return backup
+        except FileExistsError:
+            continue
+        except OSError:
+            break
+    backup, fd = new_file(path.parent, prefix)  # the name is ours: the rename lands on it
+    os.close(fd)
+    try:
+        os.replace(path, backup)
+    except BaseException:
+        backup.unlink(missing_ok=True)
+        raise
+    return backup
+
+
+def _roll_back(saved: list[tuple[Path, Path]], created: list[Path]) -> list[str]:
+    """Each saved file's previous content back in place, each created file removed; what
+    could not be undone, in words (such a backup is kept)."""
+    kept: list[str] = []
+    for path in created:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError:
+            kept.append(f"{path} is new and not removed")
+    for path, backup in reversed(saved):
+        try:
+            if not _same_file(path, backup):  # else a hard link of a file never replaced
+                os.replace(backup, path)
+            backup.unlink(missing_ok=True)
+        except OSError:
+            kept.append(f"{path}'s previous content is in {backup}")
+    return kept
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        one, two = os.stat(a, follow_symlinks=False), os.stat(b, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return (one.st_dev, one.st_ino) == (two.st_dev, two.st_ino)
 
 
 class Spool:
