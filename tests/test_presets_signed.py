@@ -232,3 +232,18 @@ def test_every_presets_command_shows_dir_in_its_help(command: str) -> None:
     assert code == 0 and re.search(r"--dir\b", stdout), stdout
     if command == "approve":
         assert "--key" in stdout and "--by" not in stdout
+
+
+def test_approve_never_writes_through_a_link_at_the_old_temporary_name(
+        presets_dir: Path, engineer_key: Path, tmp_path: Path) -> None:
+    # red team: the ledger went through the fixed name `.approvals.yaml.tmp`; a link planted
+    # there sent the new ledger to a file of the planter's choosing
+    outside = tmp_path / "precious.txt"
+    outside.write_text("keep me\n")
+    (presets_dir / ".approvals.yaml.tmp").symlink_to(outside)
+    code, _, stderr = cli("presets", "approve", "h200-8gpu", "--key", str(engineer_key))
+    assert code == 0, stderr
+    assert outside.read_text() == "keep me\n"
+    assert "h200-8gpu.yaml" in yaml.safe_load((presets_dir / "approvals.yaml").read_text())[
+        "approvals"]
+    assert not (presets_dir / "approvals.yaml").is_symlink()

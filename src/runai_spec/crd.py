@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -11,7 +12,7 @@ from typing import Any
 from . import __version__
 from .errors import InputError, Location
 from .findings import Finding
-from .loading import parse_documents, read_text
+from .loading import parse_documents, read_text, replace_file
 from .manifests import Manifest
 
 CRD_MAX_BYTES = 8 * 1024 * 1024
@@ -52,12 +53,8 @@ def load_crd_schemas(path: Path) -> dict[str, dict[str, Any]]:
                          hint="kubectl get crd pytorchjobs.kubeflow.org -o yaml > crd.yaml")
     schemas = crd_schemas(docs[0], str(path))
     if cache is not None:
-        tmp = cache.with_suffix(f".tmp-{os.getpid()}")
-        try:
-            tmp.write_text(json.dumps(schemas), encoding="utf-8")
-            tmp.replace(cache)
-        except OSError:
-            tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a cache that cannot be written: derived again
+            replace_file(cache, json.dumps(schemas))
     return schemas
 
 

@@ -15,7 +15,7 @@ import yaml
 from .errors import InputError
 from .kubeflow import DNS1035, DNS1123, NAME_MAX
 from .launcher import EXECUTABLE_ENTRY, SHELLS, entry_point_kind, without_launcher
-from .pipeline import write_new
+from .loading import write_new
 from .policy import IMAGE, LAUNCHERS
 from .presets import ApprovedPreset, PresetRegistry
 from .profile import CheckpointFormat, Precision

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import os
 import secrets
 from collections.abc import Callable, Iterable, Iterator
@@ -12,6 +11,7 @@ from typing import IO, Protocol
 
 from .errors import EXIT_FINDINGS, EXIT_INPUT, EXIT_OK, InputError, RunaiSpecError
 from .findings import Finding
+from .loading import new_file, write_new
 from .presets import PresetRegistry
 from .workload import Workload, prepare_workload
 
@@ -169,33 +169,6 @@ class Sink(Protocol):
     def add(self, name: str, text: str) -> None: ...
     def commit(self) -> list[str]: ...
     def discard(self) -> None: ...
-
-
-def new_file(folder: Path, prefix: str) -> tuple[Path, int]:
-    """A file made now in folder under prefix and a random suffix, and its descriptor open for
-    writing. Created exclusively (O_EXCL, O_NOFOLLOW): never an existing file, never through a
-    link someone placed at a name they guessed. Mode 0666 less the umask, as any new file."""
-    flags = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-             | getattr(os, "O_CLOEXEC", 0))
-    for _ in range(100):
-        path = folder / f"{prefix}{secrets.token_hex(8)}"
-        try:
-            return path, os.open(path, flags, 0o666)
-        except FileExistsError:
-            continue
-    raise FileExistsError(errno.EEXIST, "no unused temporary name", str(folder))
-
-
-def write_new(folder: Path, prefix: str, text: str) -> Path:
-    """text in a new file of folder (see new_file); removed again when the write fails."""
-    path, fd = new_file(folder, prefix)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-    except BaseException:
-        path.unlink(missing_ok=True)
-        raise
-    return path
 
 
 class StagedFiles:

@@ -15,7 +15,13 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from .errors import InputError, PresetError
 from .kubeflow import DEFAULT_PORT, DNS1123, DNS1123_PATTERN, NAME_MAX
-from .loading import load_mapping_lines, load_mapping_text, read_text, shipped_dir
+from .loading import (
+    load_mapping_lines,
+    load_mapping_text,
+    read_text,
+    replace_file,
+    shipped_dir,
+)
 from .profile import Strategy
 from .signing import (
     ALLOWED_SIGNERS_FILE,
@@ -594,9 +600,7 @@ def write_ledger(path: Path, approvals: dict[str, Approval]) -> None:
         if entry.signature:
             lines.append("    signature: |")
             lines.extend(f"      {line}" for line in entry.signature.splitlines())
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    replace_file(path, "\n".join(lines) + "\n")
 
 
 def preset_summary(approved: ApprovedPreset) -> dict[str, Any]:

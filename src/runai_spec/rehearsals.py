@@ -15,6 +15,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from .loading import replace_file
+
 RECORD_VERSION = 1
 
 
@@ -66,9 +68,7 @@ def write_record(*, project: str, name: str, profile: str, profile_sha256: str, 
     path = record_path(project, name)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(record.as_dict(), indent=2) + "\n", encoding="utf-8")
-        tmp.replace(path)
+        replace_file(path, json.dumps(record.as_dict(), indent=2) + "\n")
     except OSError:
         return None
     return path

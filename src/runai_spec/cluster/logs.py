@@ -11,6 +11,7 @@ from typing import Any
 from ..errors import ClusterError, InputError
 from ..kubeflow import CONTAINER
 from ..launcher import RANK_LINE
+from ..loading import new_file
 from .objects import PODS, Ref, get_object, job_pods, job_ref
 from .refusals import refusal
 from .session import Session, Target, clean, json_body, reason_of
@@ -116,10 +117,14 @@ def _message(resp: Any) -> str:
 def _stream_to(resp: Any, path: Path) -> int:
     import urllib3
 
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     size = 0
     try:
-        with tmp.open("wb") as fh:
+        tmp, fd = new_file(path.parent, f".{path.name}.tmp-")
+    except OSError as exc:
+        resp.response.release_conn()
+        raise InputError(f"cannot write: {exc.strerror}", file=str(path)) from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
             for chunk in resp.response.stream(1 << 16):
                 fh.write(chunk)
                 size += len(chunk)
