@@ -175,6 +175,15 @@ def _ld_preload(job: Job) -> None:
     container(pods(job)[0])["env"].append({"name": "LD_PRELOAD", "value": "/tmp/x.so"})
 
 
+def _ld_library_path(job: Job) -> None:
+    container(pods(job)[0])["env"].append({"name": "LD_LIBRARY_PATH", "value": "/opt/nccl/lib"})
+
+
+def _torch_nccl(job: Job) -> None:
+    container(pods(job)[0])["env"].append({"name": "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC",
+                                           "value": "6000"})
+
+
 def _preemptible(job: Job) -> None:
     job["metadata"]["labels"]["kai.scheduler/preemptibility"] = "preemptible"
 
@@ -268,6 +277,10 @@ TAMPERED: list[tuple[str, Callable[[Job], None], str, str, str]] = [
      MASTER + "spec.containers.securityContext.capabilities.add: "
      "must be IPC_LOCK", ""),
     ("multi-node", _ld_preload, "reserved-env", "spec.pytorchReplicaSpecs.Master", "LD_PRELOAD"),
+    ("multi-node", _ld_library_path, "reserved-env", "spec.pytorchReplicaSpecs.Master",
+     "LD_LIBRARY_PATH"),
+    ("single-node", _torch_nccl, "reserved-env", "spec.pytorchReplicaSpecs.Master",
+     "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"),
     ("multi-node", _preemptible, "preemptibility",
      "metadata.labels.kai.scheduler/preemptibility: must be non-preemptible", ""),
     ("multi-node", _node_pool, "node-pool", "metadata.labels.runai/node-pool: must be h200-ib", ""),
@@ -318,6 +331,20 @@ def test_the_preset_s_own_reserved_value_is_allowed() -> None:
     assert list(policy.denials(job)) == ["reserved-env"]
     container(pods(job)[0])["env"][-1] = {"name": "NCCL_DEBUG", "value": "WARN"}
     assert policy.denials(job) == {}
+
+
+@pytest.mark.parametrize("name", [
+    "NCCL_IB_HCA", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "TORCH_NCCL_BLOCKING_WAIT",
+    "UCX_TLS", "NVSHMEM_REMOTE_TRANSPORT", "FI_PROVIDER", "SHARP_COLL_ENABLE_SAT",
+    "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "MELLANOX_VISIBLE_DEVICES", "LD_PRELOAD",
+    "LD_LIBRARY_PATH", "LD_BIND_NOW", "MY_FLAG", "TORCH_HOME", "FIX", "SHARPNESS"])
+def test_admission_reserves_exactly_what_validate_refuses(policy: Policy, name: str) -> None:
+    """One list (launcher.py): the CEL policy denies a variable iff the rule refuses it."""
+    from runai_spec.policy import transport_variable
+
+    job = example_job("multi-node")
+    container(pods(job)[0])["env"].append({"name": name, "value": "x"})
+    assert ("reserved-env" in policy.denials(job)) == transport_variable(name)
 
 
 def test_an_expired_approval_is_denied_naming_the_date() -> None:

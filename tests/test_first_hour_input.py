@@ -205,9 +205,8 @@ def test_six_mistakes_come_in_one_pass_sorted_by_line(write_profile: Callable[..
         "starting with a letter",
         f"error: {path}:4: image: tag-only images are mutable [image-digest]",
         f"error: {path}:6: workdir: unknown field",
-        f"error: {path}:8: env.NCCL_SOCKET_IFNAME: NCCL_SOCKET_IFNAME configures the network "
-        "path (NCCL, UCX, NVSHMEM, Gloo, TensorPipe or a preloaded library), which the preset "
-        "owns [nccl-transport-env]",
+        f"error: {path}:8: env.NCCL_SOCKET_IFNAME: NCCL_SOCKET_IFNAME configures NCCL (the "
+        "network path between GPUs), which the preset owns [nccl-transport-env]",
         f"error: {path}:13: batch.global: 500 != local 4 x processes 16 x grad_accum 8 = 512 "
         "[global-batch]",
         f"error: {path}:16: model.parameters: '13B' is not a number",

@@ -18,7 +18,7 @@ from .kubeflow import (
     PRESET_SHA_ANNOTATION,
     SMOKE_LABEL,
 )
-from .launcher import NCCL_DIAGNOSTICS
+from .launcher import NCCL_DIAGNOSTICS, TRANSPORT_ENV_NAMES, TRANSPORT_ENV_PREFIXES
 from .manifests import dump
 from .presets import ApprovedPreset, PresetRegistry, Site
 
@@ -37,11 +37,6 @@ PARAMS_FILE = "params.yaml"
 # Keys the renderer writes (plan.py); the smoke label and its fixed run policy are
 # rehearse.py's (test_admission checks that these spellings agree).
 NETWORK_ANNOTATION_PREFIXES = ("k8s.v1.cni.cncf.io/", "v1.multus-cni.io/")
-
-# The reserved variables, as `validate` refuses them: the transport and interface settings
-# are the preset's; NCCL's diagnostics switches are the researcher's.
-RESERVED_ENV_PREFIXES = ("NCCL_", "UCX_", "NVSHMEM_")
-RESERVED_ENV_NAMES = ("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "LD_PRELOAD")
 
 ALL = "*"
 
@@ -121,9 +116,12 @@ def every_container(condition: str) -> str:
 
 
 def reserved(name: str) -> str:
-    prefixes = " || ".join(f"{name}.startsWith({lit(p)})" for p in RESERVED_ENV_PREFIXES)
+    """The reserved variables, as `validate` refuses them (one list, launcher.py): the
+    transport and interface settings are the preset's; NCCL's diagnostics switch is the
+    researcher's."""
+    prefixes = " || ".join(f"{name}.startsWith({lit(p)})" for p in TRANSPORT_ENV_PREFIXES)
     diagnostics = ", ".join(lit(n) for n in NCCL_DIAGNOSTICS)
-    names = ", ".join(lit(n) for n in RESERVED_ENV_NAMES)
+    names = ", ".join(lit(n) for n in TRANSPORT_ENV_NAMES)
     return f"(({prefixes}) && !({name} in [{diagnostics}]) || {name} in [{names}])"
 
 
@@ -336,7 +334,8 @@ def validations(site: Site) -> list[Validation]:
                  f"!({env_ok})).map(e, e.name).join(', ')).filter(s, s != '').join(', '))"
                  ".filter(s, s != '').join(', ')")
     add("reserved-env", f"variables.roles.all(r, {env_rule})",
-        "env: a reserved variable (NCCL transport, UCX, interfaces, LD_PRELOAD) is set",
+        "env: a reserved variable (NCCL and PyTorch's NCCL settings, UCX, libfabric, interfaces, "
+        "LD_PRELOAD, LD_LIBRARY_PATH) is set",
         f"{role_path(env_rule, 'spec.containers.env')} + ': ' + {bad_names} + ' reserved for the "
         "AI Engineers (network transport and interfaces come from the preset)' + "
         "(variables.known ? ' (preset ' + variables.preset + ')' : '')")

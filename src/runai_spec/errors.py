@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -11,6 +12,28 @@ EXIT_FINDINGS = 1
 EXIT_INPUT = 2
 EXIT_CLUSTER = 3
 EXIT_INTERNAL = 70
+
+# What must never reach a terminal as itself inside one line of output: the C0 and C1 controls
+# (LF, CR, VT, FF and U+0085 end a line; ESC starts a terminal sequence), the Unicode line and
+# paragraph separators, and the bidirectional marks, embeddings, overrides and isolates
+# (U+202E shows what follows right to left, so a line can read as another).
+UNSAFE_TEXT = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    code = ord(char)
+    return _NAMED.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+
+
+def visible(text: object) -> str:
+    """TEXT on one line, as it reads: each character UNSAFE_TEXT matches written as a visible
+    escape (`\\n`, `\\r`, `\\x1b`, `\\u2028`, `\\u202e`), never a line break, a terminal
+    sequence or a change of direction. Every `error:`, `warning:`, `info:` and `hint:` line
+    passes here (RunaiSpecError.lines, Finding.lines), so a value cannot forge a line."""
+    return UNSAFE_TEXT.sub(_escape, str(text))
 
 
 @dataclass(frozen=True)
@@ -77,12 +100,13 @@ class RunaiSpecError(Located, Exception):
         return placed
 
     def lines(self) -> list[str]:
+        """The error's lines, each exactly one line of text (see `visible`)."""
         where = str(self.location)
         head = f"error: {where}: {self.message}" if where else f"error: {self.message}"
         out = [head, *self.also]
         if self.hint:
             out.append(f"hint: {self.hint}")
-        return out
+        return [visible(line) for line in out]
 
     def __str__(self) -> str:
         return "\n".join(self.lines())

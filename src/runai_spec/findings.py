@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from .errors import Located, Location
+from .errors import Located, Location, visible
 
 Severity = Literal["error", "warning", "info"]
 UNNAMED = "<profile>"  # the file of a finding about input that was not read from a file
@@ -27,6 +27,8 @@ class Finding(Located):
         return self.location.field or ""
 
     def lines(self) -> list[str]:
+        """The finding's lines, each exactly one line of text (errors.visible)."""
         where = Location(self.file or UNNAMED, self.line)
         head = f"{self.severity}: {where}: {self.path}: {self.message} [{self.rule}]"
-        return [head, f"hint: {self.hint}"] if self.hint else [head]
+        return [visible(line) for line in ([head, f"hint: {self.hint}"] if self.hint
+                                           else [head])]

@@ -39,6 +39,19 @@ NCCL_DEBUG = "NCCL_DEBUG"
 NCCL_DEBUG_FILE = "NCCL_DEBUG_FILE"
 NCCL_DIAGNOSTICS = (NCCL_DEBUG, "NCCL_DEBUG_SUBSYS", NCCL_DEBUG_FILE)
 
+# The network path's variables, the preset's (network.env) and never the profile's, except the
+# diagnostics switch above: the one list `validate` (policy.py, rule nccl-transport-env) and
+# the cluster's admission policy (admission.py, reserved-env) both read. Every NCCL_* (NCCL
+# reads any of them, >= 2.23 also from NCCL_CONF_FILE); PyTorch's NCCL process group
+# (TORCH_NCCL_*: async error handling, the watchdog and heartbeat timeouts that decide how a
+# fault is noticed: the failure semantics); UCX, NVSHMEM, libfabric (FI_*, the EFA/OFI
+# transport) and SHARP; the interfaces of Gloo and TensorPipe; the Mellanox devices the
+# container sees; and the dynamic linker's LD_PRELOAD and LD_LIBRARY_PATH, either of which can
+# swap libnccl or its net plugin for another library.
+TRANSPORT_ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "UCX_", "NVSHMEM_", "FI_", "SHARP_")
+TRANSPORT_ENV_NAMES = ("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "MELLANOX_VISIBLE_DEVICES",
+                       "LD_PRELOAD", "LD_LIBRARY_PATH")
+
 
 def entry_point_kind(command: Sequence[str]) -> str | None:
     """How the container runs a profile's entry point. The file is in the image, not here to

@@ -8,18 +8,24 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from .errors import Location
+from .errors import InputError, Location
 from .findings import Finding, Severity
 from .kubeflow import (
+    CONTAINER,
     DNS1123,
     GPU_RESOURCE,
     INJECTED_ENV,
     KIND,
+    MASTER,
     NAME_MAX,
+    OPERATOR_VERSIONS,
     POD_NAME_ENV,
+    REPLICA_TYPES,
     SMOKE_MOUNT,
     SMOKE_SUFFIX,
+    WORKER,
     nproc_flags,
+    operator_env,
     pytorch_container,
     torchrun_procs,
 )
@@ -27,12 +33,15 @@ from .launcher import (
     EXECUTABLE_ENTRY,
     NCCL_DIAGNOSTICS,
     SHELLS,
+    TRANSPORT_ENV_NAMES,
+    TRANSPORT_ENV_PREFIXES,
     entry_point_kind,
+    split_command,
     without_launcher,
 )
 from .loading import looks_secret
 from .manifests import Manifest
-from .plan import Plan
+from .plan import DISABLE_SHARED_STORE, Plan
 from .presets import Approval, ApprovedPreset, Site
 from .profile import LoadedProfile, Profile
 
@@ -85,15 +94,36 @@ IMAGE = re.compile(r"^(?P<registry>[a-z0-9.-]+(:[0-9]+)?)/(?P<repo>[a-z0-9._/-]+
 
 # Turned around (red team): every NCCL_* variable is the preset's, because NCCL reads any of
 # them (and NCCL >= 2.23 reads all of them from NCCL_CONF_FILE); so are the other transports'
-# interface and plugin variables and LD_PRELOAD, which can swap the transport library itself.
-# Only the diagnostics switch's own variables are left out, for `nccl-debug-temporary`.
-TRANSPORT_ENV = re.compile(r"^(NCCL_.*|UCX_.*|NVSHMEM_.*|GLOO_SOCKET_IFNAME|TP_SOCKET_IFNAME|"
-                           r"LD_PRELOAD)$")
-
-
+# interface and plugin variables and the linker's, which can swap the transport library itself
+# (the list: launcher.py, which admission.py reads too). Only the diagnostics switch's own
+# variables are left out, for `nccl-debug-temporary`.
 def transport_variable(name: str) -> bool:
     """A variable that chooses or configures the network path: the engineers' (the preset's)."""
-    return bool(TRANSPORT_ENV.match(name)) and name not in NCCL_DIAGNOSTICS
+    return ((name.startswith(TRANSPORT_ENV_PREFIXES) or name in TRANSPORT_ENV_NAMES)
+            and name not in NCCL_DIAGNOSTICS)
+
+
+# What each prefix or name of launcher.TRANSPORT_ENV_* configures, for the finding's message.
+TRANSPORT_WHAT = {
+    "NCCL_": "NCCL (the network path between GPUs)",
+    "TORCH_NCCL_": "PyTorch's NCCL process group (its error handling, watchdog and heartbeat "
+                   "timeouts: how a fault is noticed)",
+    "UCX_": "UCX (a network transport)",
+    "NVSHMEM_": "NVSHMEM (a network transport)",
+    "FI_": "libfabric (the EFA/OFI network transport)",
+    "SHARP_": "SHARP (in-network reductions)",
+    "GLOO_SOCKET_IFNAME": "Gloo's network interface",
+    "TP_SOCKET_IFNAME": "TensorPipe's network interface",
+    "MELLANOX_VISIBLE_DEVICES": "the network devices the container sees",
+    "LD_PRELOAD": "a library loaded into every process (it can replace NCCL's)",
+    "LD_LIBRARY_PATH": "where the linker finds libraries (it can swap libnccl or its net plugin)",
+}
+
+
+def transport_what(name: str) -> str:
+    return TRANSPORT_WHAT.get(name) or next(
+        TRANSPORT_WHAT[p] for p in sorted(TRANSPORT_ENV_PREFIXES, key=len, reverse=True)
+        if name.startswith(p))
 
 
 LAUNCHERS = {"python", "python3", "torchrun", "accelerate", "deepspeed", "mpirun", "srun",
@@ -106,6 +136,13 @@ def _env_line(name: str) -> str:
     return f"env.{name}"
 
 
+def _env_fields(profile: Profile) -> list[tuple[str, str]]:
+    """(name, field) of every variable the profile sets: `env.NAME` or `secret_env.NAME`, so
+    that a finding points at the line that sets it."""
+    return ([(name, _env_line(name)) for name in profile.env]
+            + [(name, f"secret_env.{name}") for name in profile.secret_env])
+
+
 @rule("reserved-field", "error", "Fields the site guide reserves for the SCC AI Engineers")
 def check_reserved(ctx: Context) -> Iterator[Finding]:
     """Compute preset values, GPUs per pod, workers, priority, preemptibility, elasticity,
@@ -115,12 +152,17 @@ def check_reserved(ctx: Context) -> Iterator[Finding]:
 
 @rule("nccl-transport-env", "error", "NCCL interface and transport variables are engineer-owned")
 def check_nccl_transport(ctx: Context) -> Iterator[Finding]:
-    """The guide: do not force interface names or transport settings yourself."""
-    for name in [*ctx.loaded.profile.env, *ctx.loaded.profile.secret_env]:
+    """The guide: do not force interface names or transport settings yourself. In `env` and
+    `secret_env` alike: every `NCCL_*` but the diagnostics switch (`nccl-debug-temporary`),
+    `TORCH_NCCL_*` (PyTorch's NCCL process group: its error handling and the watchdog and
+    heartbeat timeouts that decide how a fault is noticed), `UCX_*`, `NVSHMEM_*`, `FI_*`
+    (libfabric), `SHARP_*`, `GLOO_SOCKET_IFNAME`, `TP_SOCKET_IFNAME`,
+    `MELLANOX_VISIBLE_DEVICES`, and the linker's `LD_PRELOAD` and `LD_LIBRARY_PATH`, which can
+    swap libnccl or its net plugin. The cluster's admission policy refuses the same list."""
+    for name, field in _env_fields(ctx.loaded.profile):
         if transport_variable(name):
-            yield _finding(ctx, "nccl-transport-env", _env_line(name),
-                           f"{name} configures the network path (NCCL, UCX, NVSHMEM, Gloo, "
-                           "TensorPipe or a preloaded library), which the preset owns",
+            yield _finding(ctx, "nccl-transport-env", field,
+                           f"{name} configures {transport_what(name)}, which the preset owns",
                            "remove it; the preset supplies the approved network path. "
                            "For a hang, keep per-rank logs and ask your AI Engineer")
 
@@ -129,8 +171,10 @@ def check_nccl_transport(ctx: Context) -> Iterator[Finding]:
 def check_nccl_debug(ctx: Context) -> Iterator[Finding]:
     """NCCL_DEBUG=INFO is a temporary diagnostic; it is switched on explicitly and reported."""
     profile = ctx.loaded.profile
-    for name in sorted(set(NCCL_DIAGNOSTICS).intersection([*profile.env, *profile.secret_env])):
-        yield _finding(ctx, "nccl-debug-temporary", _env_line(name),
+    for name, field in sorted(_env_fields(profile)):
+        if name not in NCCL_DIAGNOSTICS:
+            continue
+        yield _finding(ctx, "nccl-debug-temporary", field,
                        f"{name} set as a variable stays on after diagnosis",
                        "use `diagnostics: {nccl_debug: true, reason: ...}` and remove it afterwards")
     if profile.diagnostics.nccl_debug:
@@ -141,16 +185,71 @@ def check_nccl_debug(ctx: Context) -> Iterator[Finding]:
                        "after diagnosis", severity="warning")
 
 
-@rule("reserved-env", "error", "Variables the operator or torchrun inject")
+def _operator_names() -> frozenset[str]:
+    """Every variable the modelled training-operator releases may append to the pytorch
+    container (kubeflow.operator_env), whatever the job: a Master and Workers, with and
+    without an elasticPolicy that sets all it can."""
+    replica = {"replicas": 1, "template": {"spec": {"containers": [{"name": CONTAINER}]}}}
+    elastic = {"maxRestarts": 1, "nProcPerNode": 1, "rdzvId": "id", "standalone": True,
+               "rdzvConf": [{"key": "key", "value": "value"}]}
+    names: set[str] = set()
+    for version in OPERATOR_VERSIONS:
+        for policy in ({}, {"elasticPolicy": elastic}):
+            job = {"metadata": {"name": "job"}, "spec": {
+                "nprocPerNode": "1", "pytorchReplicaSpecs": {MASTER: replica, WORKER: replica},
+                **policy}}
+            for role in REPLICA_TYPES:
+                names.update(operator_env(job, role, 0, version))
+    return frozenset(names)
+
+
+OPERATOR_ENV_NAMES = _operator_names()
+
+
+def env_owners(plan: Plan) -> dict[str, str]:
+    """Who sets each variable the rendered container gets other than from the profile's `env`
+    (a profile setting one would be dropped, or, in `secret_env`, a second entry of the same
+    name): the preset's network.env, runai-spec's derived variables (whatever this layout
+    renders, and the c10d rendezvous's on every layout), the operator's. The injected ones
+    (INJECTED_ENV) have their own message."""
+    owners = {name: "the training operator (on every pod)" for name in OPERATOR_ENV_NAMES}
+    owners[DISABLE_SHARED_STORE[0]] = "runai-spec (for a c10d rendezvous)"
+    for index, (name, _) in enumerate(plan.env):
+        origin = plan.origins.get(f"env[{index}][1]")
+        if origin is None or (origin.kind == "profile" and origin.field == _env_line(name)):
+            continue
+        owners[name] = (f"the preset ({origin.file} {origin.field})" if origin.kind == "preset"
+                        else "runai-spec" if origin.kind in ("derived", "template")
+                        else f"the profile's {origin.field}")
+    for name, _ in plan.field_env:
+        owners[name] = "runai-spec (the pod's own name, for its per-rank log folder)"
+    return owners
+
+
+@rule("reserved-env", "error", "Variables the operator, torchrun, the preset or runai-spec set")
 def check_operator_env(ctx: Context) -> Iterator[Finding]:
-    """Rank, world size, master address and device visibility are set per process."""
-    for name in [*ctx.loaded.profile.env, *ctx.loaded.profile.secret_env]:
+    """Rank, world size, master address and device visibility are set per process; the
+    operator sets PYTHONUNBUFFERED and its PET_* variables, the preset its network.env, and
+    runai-spec its own (TORCH_DISABLE_SHARE_RDZV_TCP_STORE, the per-rank log line prefix).
+    Set in `env`, the profile's value would be dropped or lose to theirs; in `secret_env` the
+    container would get two variables of one name (the later wins, and a server-side apply
+    refuses the duplicate). The transport variables and the diagnostics switch have rules of
+    their own (`nccl-transport-env`, `nccl-debug-temporary`)."""
+    owners = env_owners(ctx.plan)
+    for name, field in _env_fields(ctx.loaded.profile):
         if INJECTED_ENV.match(name):
-            yield _finding(ctx, "reserved-env", _env_line(name),
+            yield _finding(ctx, "reserved-env", field,
                            f"{name} is injected by the PyTorch operator or torchrun"
                            + (" (runai-spec sets it for the per-rank log folder)"
                               if name == POD_NAME_ENV[0] else ""),
                            "remove it; read RANK, LOCAL_RANK and WORLD_SIZE in the script")
+        elif name in owners and not transport_variable(name) and name not in NCCL_DIAGNOSTICS:
+            yield _finding(ctx, "reserved-env", field,
+                           f"{name} is set by {owners[name]}: "
+                           + ("the container would get a second variable of that name, and "
+                              "the later one wins" if field.startswith("secret_env.")
+                              else "a value set here never reaches the job"),
+                           "remove it; ask your AI Engineer if the job needs another value")
 
 
 @rule("image-digest", "error", "Images are pinned by digest (immutable)")
@@ -271,9 +370,15 @@ def check_checkpoint(ctx: Context) -> Iterator[Finding]:
                            "approved: " + ", ".join(ctx.site.data_sources))
 
 
-# Mounting over these hides what the container needs (its libraries, /proc, the service
-# account's token), or shows the host's devices; `/` is every one of them.
-SYSTEM_PATHS = ("/etc", "/proc", "/sys", "/dev", "/usr", "/var/run/secrets", "/run/secrets")
+# Mounting over these hides what the container needs (its programs and libraries, /proc, the
+# service account's token), or shows the host's devices; `/` is every one of them. On a
+# merged-/usr image /bin, /sbin and /lib* are /usr's (symbolic links the runtime follows), so a
+# mount there hides /usr/bin or /usr/lib. /var/lib holds the image's own state (the package
+# databases, dpkg's alternatives) and no data of a job, and /var/lib/kubelet is the kubelet's
+# folder on the node: the whole of /var/lib is refused, not only the kubelet's folder.
+SYSTEM_PATHS = ("/etc", "/proc", "/sys", "/dev", "/usr", "/bin", "/sbin", "/lib", "/lib32",
+                "/lib64", "/libx32", "/boot", "/var/lib", "/var/run/secrets", "/run/secrets")
+PATH_NAME_MAX = 255  # Linux NAME_MAX: bytes in one path component
 _PATH_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
@@ -296,21 +401,45 @@ def _path_problem(path: str) -> tuple[str, str] | None:
     if normal != path:
         return (f"{path!r} is not a normalised path (`//`, `/./` or a trailing `/`)",
                 f"write {normal}")
+    long = next((p for p in path.split("/") if len(p.encode("utf-8")) > PATH_NAME_MAX), None)
+    if long is not None:
+        return (f"{path[:40]!r}... has a folder name of {len(long.encode('utf-8'))} bytes: Linux "
+                f"allows at most {PATH_NAME_MAX} (NAME_MAX), so nothing can be mounted there",
+                f"shorten {long[:20]!r}... to at most {PATH_NAME_MAX} bytes")
     return None
 
 
-@rule("mount-path", "error", "Mount paths are clean, absolute, not system paths, and never overlap")
+def _system_path(path: str) -> str | None:
+    """The system path that PATH is, lies under or holds (`/`: the root itself)."""
+    return "/" if path == "/" else next((s for s in SYSTEM_PATHS if _nested(path, s)), None)
+
+
+def _holds(folder: str, path: str) -> bool:
+    """FOLDER is PATH or holds it."""
+    return folder == path or path.startswith(folder.rstrip("/") + "/")
+
+
+@rule("mount-path", "error", "Mount paths and the working directory are clean, absolute, not "
+      "system paths, and never overlap")
 def check_mount_paths(ctx: Context) -> Iterator[Finding]:
-    """`checkpoint.dir` and every `data[].path` are absolute and normalised (no `..`, `//`,
-    `/./` or trailing `/`, no control characters) and are not `/` or a system path (`/etc`,
-    `/proc`, `/sys`, `/dev`, `/usr`, `/var/run/secrets`, `/run/secrets` or under one). No two
+    """`checkpoint.dir`, every `data[].path` and `working_dir` are absolute and normalised (no
+    `..`, `//`, `/./` or trailing `/`, no control characters, no folder name over 255 bytes)
+    and are not a system path (`/etc`, `/proc`, `/sys`, `/dev`, `/usr`, `/bin`, `/sbin`,
+    `/lib`, `/lib32`, `/lib64`, `/libx32`, `/boot`, `/var/lib`, `/var/run/secrets`,
+    `/run/secrets`) or under one; a mount is not `/` nor holds a system path either. No two
     mounts are equal or nested: not the profile's own, nor the preset's (`/dev/shm`), nor the
     tool's (`/opt/runai-spec`, where the smoke test mounts preflight.py). Kubernetes mounts
-    `/var/../dev/shm` on the shared memory, and a nested mount hides the files under it."""
+    `/var/../dev/shm` on the shared memory, and a nested mount hides the files under it. No
+    mount is the working directory or holds it: it would hide the image's code there."""
     profile = ctx.loaded.profile
     theirs = [(f"the preset's {v.name} volume", v.mount_path) for v in ctx.plan.volumes
               if v.name != "checkpoint" and not v.name.startswith("data-")]
     theirs.append(("runai-spec's own mount for the smoke test's preflight.py", SMOKE_MOUNT))
+    workdir = profile.working_dir
+    if workdir is not None:
+        yield from _working_dir_findings(ctx, workdir, theirs)
+        if _path_problem(workdir) is not None:
+            workdir = None
     mine = [("checkpoint.dir", profile.checkpoint.dir)]
     mine += [(f"data[{i}].path", d.path) for i, d in enumerate(profile.data)]
     seen: list[tuple[str, str]] = []
@@ -320,7 +449,7 @@ def check_mount_paths(ctx: Context) -> Iterator[Finding]:
             yield _finding(ctx, "mount-path", field, *problem)
             continue
         clash = next(((who, other) for who, other in theirs if _nested(path, other)), None)
-        system = "/" if path == "/" else next((s for s in SYSTEM_PATHS if _nested(path, s)), None)
+        system = _system_path(path)
         mount = next(((who, other) for who, other in seen if _nested(path, other)), None)
         if clash is not None and path != "/":
             yield _finding(ctx, "mount-path", field,
@@ -337,7 +466,37 @@ def check_mount_paths(ctx: Context) -> Iterator[Finding]:
                            f"{path} {'is also' if path == mount[1] else 'overlaps'} "
                            f"{mount[0]} ({mount[1]})",
                            "give each volume a folder of its own, neither inside the other")
+        elif workdir is not None and _holds(path, workdir):
+            yield _finding(ctx, "mount-path", field,
+                           f"{path} {'is' if path == workdir else 'holds'} the working directory "
+                           f"{workdir}: the volume would hide the image's code there",
+                           "mount it somewhere of its own, e.g. /data/<name> or /checkpoints, "
+                           "outside working_dir")
         seen.append((field, path))
+
+
+def _working_dir_findings(ctx: Context, workdir: str, theirs: list[tuple[str, str]]
+                          ) -> Iterator[Finding]:
+    """working_dir is one clean absolute path, not a system path or under one (`/` itself is
+    every image's default and hides nothing), and no mount of the preset or runai-spec holds
+    it. It may lie anywhere else."""
+    problem = _path_problem(workdir)
+    if problem is not None:
+        yield _finding(ctx, "mount-path", "working_dir", *problem)
+        return
+    system = next((s for s in SYSTEM_PATHS if _holds(s, workdir)), None)
+    clash = next(((who, other) for who, other in theirs if _holds(other, workdir)), None)
+    if system is not None:
+        what = "a system path" if system == workdir else f"under the system path {system}"
+        yield _finding(ctx, "mount-path", "working_dir",
+                       f"{workdir} is {what}: the entry point and what the script writes by "
+                       "relative path would be there",
+                       "use the folder of the image that holds the training code, e.g. /workspace")
+    elif clash is not None:
+        yield _finding(ctx, "mount-path", "working_dir",
+                       f"{workdir} is {'' if workdir == clash[1] else 'under '}{clash[0]} "
+                       f"({clash[1]}): that mount would hide the image's code there",
+                       "use the folder of the image that holds the training code, e.g. /workspace")
 
 
 @rule("launcher", "error", "The tool adds the launcher; the command is the entry point only")
@@ -409,6 +568,15 @@ def _entry_point_findings(ctx: Context, command: list[str], kind: str | None
                        f"absolute path, or {['bash', first, *command[1:]]!r}")
 
 
+def _launcher_head(command: list[str]) -> tuple[str, ...]:
+    """The launcher and its flags before the entry point (torchrun passes everything after
+    the script to the script); the whole argv where it starts with no known launcher."""
+    try:
+        return split_command(command).head
+    except InputError:
+        return tuple(command)
+
+
 @rule("nproc-gpus", "error", "Processes per pod equal the GPUs visible in the pod")
 def check_nproc(ctx: Context) -> Iterator[Finding]:
     """The guide: the process count must match the GPUs visible inside the pod."""
@@ -420,8 +588,9 @@ def check_nproc(ctx: Context) -> Iterator[Finding]:
             container = pytorch_container(spec, role)
             gpus = container["resources"]["limits"][GPU_RESOURCE]
             command = container["command"]
-            flags = nproc_flags(command)
-            started = torchrun_procs(manifest, command, ctx.site.operator_version)
+            head = _launcher_head(command)  # after the entry point, the flags are the script's
+            flags = nproc_flags(head)
+            started = torchrun_procs(manifest, head, ctx.site.operator_version)
             if command[:1] == ["torchrun"] and str(started) != str(gpus):
                 yield _finding(ctx, "nproc-gpus", f"spec.pytorchReplicaSpecs.{role}",
                                f"torchrun would start {started} process(es) per pod on {gpus} "
@@ -736,7 +905,7 @@ READS: dict[str, tuple[str, ...]] = {
     "ddp-replica-fits": ("model", "strategy", "zero_stage"),
     "deepspeed-autotune": ("command", "env"), "secret-env": ("env", "secret_env", "command"),
     "preset-not-granted": ("project",), "smoke-name": ("name",),
-    "mount-path": ("checkpoint", "data"),
+    "mount-path": ("checkpoint", "data", "working_dir"),
 }
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic_core import PydanticCustomError
 
 from .errors import InputError, Location, RunaiSpecError
 from .findings import Finding
@@ -30,14 +31,23 @@ Arg = Annotated[str, _AS_WRITTEN]
 Switch = Annotated[bool, Field(strict=True)]
 
 
-def _not_a_switch(value: Any) -> Any:
+COUNT_TEXT = "count_text"  # the error type of a count written as text
+
+
+def _a_number(value: Any) -> Any:
+    """A count is a number as the strict loader reads one (JSON's: `4`, `13e9`): `true` is
+    never 1, and text is never read as a number, whether quoted (`"4"`) or a plain scalar
+    that is no JSON number (`1_000`, `017`, `00004`, `+4`), which Python's int() would take
+    and YAML 1.1 would read otherwise (`017` is 15 there)."""
     if isinstance(value, bool):
         raise ValueError(f"must be a number, not {str(value).lower()}")
+    if isinstance(value, str):
+        raise PydanticCustomError(COUNT_TEXT, "{text} is not a number",
+                                  {"text": repr(value)})
     return value
 
 
-# A count is a number: `true` is never 1.
-Count = Annotated[int, BeforeValidator(_not_a_switch)]
+Count = Annotated[int, BeforeValidator(_a_number)]
 
 Strategy = Literal["ddp", "fsdp", "deepspeed", "tensor", "pipeline", "hybrid"]
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
@@ -331,10 +341,9 @@ def _explained(error: Any) -> tuple[str, str, str | None]:
         hint = (f"write true or false; {value!r} is not a boolean here (YAML 1.1's yes/no/on/off "
                 "are not accepted)" if isinstance(value, str) and value in _YAML11_BOOLS
                 else "write true or false")
-    elif kind == "int_parsing" and path == "model.parameters" and isinstance(value, str):
-        hint = _count_hint(value)
-        if hint:
-            msg = f"{value!r} is not a number"
+    elif kind == COUNT_TEXT:
+        hint = _count_hint(value) or ("write a plain number, e.g. 4 (digits only: no quotes, "
+                                      "leading zeros, `+`, `_` or spaces)")
     return path, msg, hint
 
 

@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from .errors import RunaiSpecError
+from .errors import UNSAFE_TEXT, RunaiSpecError, visible
 from .findings import Finding
 from .pipeline import ProfileCheck
 from .policy import RULES
@@ -43,8 +43,7 @@ def error_dict(exc: RunaiSpecError) -> dict[str, Any]:
 # --- Markdown: every value written into a Markdown output is escaped here, nowhere else ---
 # (plan's ticket, validate -f markdown, diff -f markdown; review.py and diff.py call these)
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_CONTROL = UNSAFE_TEXT
 # Backslash-escaped: every character that opens inline markup, a table cell or a heading's
 # closing sequence; `<`, `>` and `&` become entities, so no HTML (`<!--`, `<details>`) opens.
 _MD_ACTIVE = re.compile(r"[\\`*_\[\]|~$#]")
@@ -54,11 +53,9 @@ _MD_LINE_START = re.compile(r"^([-+=]|\d+[.)])")
 
 
 def one_line(text: object) -> str:
-    """The value on one line: each control character (CR, LF, tab, ESC, U+2028...) written
-    as a visible escape, never a line break or a terminal sequence."""
-    return _CONTROL.sub(lambda m: _NAMED.get(m.group()) or
-                        (f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
-                         else f"\\u{ord(m.group()):04x}"), str(text))
+    """The value on one line: each control character (CR, LF, tab, ESC, U+2028, U+202E...)
+    written as a visible escape, never a line break or a terminal sequence (errors.visible)."""
+    return visible(text)
 
 
 def md_text(text: object) -> str:
@@ -119,7 +116,7 @@ def validate_text(workloads: list[ProfileCheck], bad: list[RunaiSpecError]) -> l
         for finding in workload.findings:
             lines += finding.lines()
         if not workload.errors:
-            lines.append(f"ok: {workload.path}: {workload.summary}")
+            lines.append(one_line(f"ok: {workload.path}: {workload.summary}"))
     return lines
 
 
