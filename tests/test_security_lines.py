@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT, run
+from runai_spec import admission
 from runai_spec.errors import UNSAFE_TEXT, InputError, Location, visible
 from runai_spec.findings import Finding
 from runai_spec.profile import ProfileProblems
@@ -103,3 +104,14 @@ def test_an_error_is_exactly_its_lines(message: str, hint: str, file: str, field
     problems = ProfileProblems([error], [Finding("image-digest", Location(file, 2, field),
                                                  message, hint or None)])
     one_line_each(problems.lines())
+
+
+def test_presets_verify_live_lines_stay_lines_whatever_the_cluster_s_keys(tmp_path: Path
+                                                                         ) -> None:
+    """`presets verify --live` names presets from the cluster's ConfigMap keys."""
+    deployed = {"x\nok: all presets match\u202e.sha256": "0" * 64}
+    out, err = admission.deployment_report(tmp_path, {}, deployed)
+    assert out == []
+    assert len(err) == 2
+    one_line_each(err)
+    assert "x\\nok: all presets match\\u202e.yaml: live: deployed on the cluster" in err[0]

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError
+from .errors import InputError, visible
 from .kubeflow import (
     CONTAINER,
     MANAGED_BY,
@@ -617,8 +617,9 @@ def deployment_report(root: Path, local: Mapping[str, str], deployed: Mapping[st
                         "the cluster)")
     problems += [d.line(root, where) for d in compare_deployed(local, deployed or {})]
     if not problems:
-        return [f"ok: live: {where} matches the approved presets"], []
-    return [], [*problems, "hint: the AI Engineers deploy the approved presets with "
+        return [visible(f"ok: live: {where} matches the approved presets")], []
+    # the names are the cluster's ConfigMap keys: each line stays one line (errors.visible)
+    return [], [*map(visible, problems), "hint: the AI Engineers deploy the approved presets with "
                 "`runai-spec presets policy -o DIR` and `kubectl apply -f DIR` (docs/admission.md)"]
 
 
