@@ -378,6 +378,9 @@ def check_checkpoint(ctx: Context) -> Iterator[Finding]:
 # folder on the node: the whole of /var/lib is refused, not only the kubelet's folder.
 SYSTEM_PATHS = ("/etc", "/proc", "/sys", "/dev", "/usr", "/bin", "/sbin", "/lib", "/lib32",
                 "/lib64", "/libx32", "/boot", "/var/lib", "/var/run/secrets", "/run/secrets")
+# A working directory may lie in the image's own folders (`/usr/src/app` is a common one); only
+# the kernel's virtual file systems and the mounted credentials are never a place to run from.
+WORKDIR_REFUSED = ("/proc", "/sys", "/dev", "/var/run/secrets", "/run/secrets")
 PATH_NAME_MAX = 255  # Linux NAME_MAX: bytes in one path component
 _PATH_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
@@ -477,14 +480,14 @@ def check_mount_paths(ctx: Context) -> Iterator[Finding]:
 
 def _working_dir_findings(ctx: Context, workdir: str, theirs: list[tuple[str, str]]
                           ) -> Iterator[Finding]:
-    """working_dir is one clean absolute path, not a system path or under one (`/` itself is
-    every image's default and hides nothing), and no mount of the preset or runai-spec holds
-    it. It may lie anywhere else."""
+    """working_dir is one clean absolute path, not in the kernel's virtual file systems or
+    the mounted credentials (WORKDIR_REFUSED), and no mount of the preset or runai-spec holds
+    it. It may lie anywhere else, the image's own folders under /usr included."""
     problem = _path_problem(workdir)
     if problem is not None:
         yield _finding(ctx, "mount-path", "working_dir", *problem)
         return
-    system = next((s for s in SYSTEM_PATHS if _holds(s, workdir)), None)
+    system = next((s for s in WORKDIR_REFUSED if _holds(s, workdir)), None)
     clash = next(((who, other) for who, other in theirs if _holds(other, workdir)), None)
     if system is not None:
         what = "a system path" if system == workdir else f"under the system path {system}"

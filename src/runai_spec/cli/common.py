@@ -13,7 +13,7 @@ import typer
 from typer.core import TyperGroup
 
 from .. import __version__
-from ..errors import EXIT_INTERNAL, EXIT_OK, RunaiSpecError
+from ..errors import EXIT_INTERNAL, EXIT_OK, RunaiSpecError, visible
 
 EXIT_INTERRUPTED = 130
 
@@ -51,7 +51,7 @@ def boundary(call: Callable[[], Any]) -> int:
         code = EXIT_INTERRUPTED
     except Exception as exc:  # a bug: say so, never look like findings
         err([f"error: internal error (a bug in runai-spec {__version__}): "
-             f"{type(exc).__name__}: {exc}",
+             f"{type(exc).__name__}: {visible(str(exc))}",
              "hint: please report it with the command you ran"])
         return EXIT_INTERNAL
     if code == EXIT_INTERRUPTED:  # Typer turns Ctrl-C into this code
