@@ -336,6 +336,12 @@ def _explained(error: Any) -> tuple[str, str, str | None]:
             msg = "must be a DNS-1123 label: lowercase letters, digits and '-'"
         suggestion = _dns_suggestion(value, pattern)
         hint = f"use {suggestion!r}" if suggestion else None
+    elif kind == "string_pattern_mismatch" and (error.get("ctx") or {}).get("pattern") in (
+            DNS1123_PATTERN, DNS1035_PATTERN):
+        msg = f"{value!r} is not a Kubernetes name: lowercase letters, digits and '-'"
+        suggestion = _dns_suggestion(value, error["ctx"]["pattern"])
+        hint = (f"use {suggestion!r}" if suggestion
+                else "name the object as it is in the cluster (`kubectl get pvc,secret`)")
     elif kind == "bool_type":
         msg = "must be true or false"
         hint = (f"write true or false; {value!r} is not a boolean here (YAML 1.1's yes/no/on/off "
@@ -344,7 +350,17 @@ def _explained(error: Any) -> tuple[str, str, str | None]:
     elif kind == COUNT_TEXT:
         hint = _count_hint(value) or ("write a plain number, e.g. 4 (digits only: no quotes, "
                                       "leading zeros, `+`, `_` or spaces)")
-    return path, msg, hint
+    return path, msg, hint or _fallback_hint(kind, path)
+
+
+def _fallback_hint(kind: str, path: str) -> str:
+    """Every error gets a hint: where no better one is known, what the field takes."""
+    if kind in ("string_type", "str_type"):
+        return "write text here (a plain scalar or a quoted string; null is not text)"
+    if kind.startswith(("int_", "float_")) or kind in ("greater_than", "greater_than_equal",
+                                                        "less_than", "less_than_equal"):
+        return f"`runai-spec schema` shows the numbers {path or 'this field'} takes"
+    return f"`runai-spec schema` shows what {path or 'a profile'} takes"
 
 
 def _validation_errors(exc: ValidationError, source: str,
