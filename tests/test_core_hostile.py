@@ -442,6 +442,9 @@ def test_a_control_character_in_any_string_field_is_bad_input_on_its_line(
         first = exc.lines()[0]
     else:
         raise AssertionError(f"{field}: {value!r} was accepted")
-    match = re.match(r"error: hostile\.yaml:(\d+): control characters are not allowed", first)
+    match = re.match(r"error: hostile\.yaml:(\d+): (?:(\S+): )?control characters are not "
+                     r"allowed", first)
     assert match, first
+    # the value's own field, where the value is one (a variable's name is a key: its line)
+    assert match.group(2) == (None if field.endswith("{}") else field), first
     assert quote(value)[1:-1] in text.splitlines()[int(match.group(1)) - 1]

@@ -35,3 +35,17 @@ def test_every_schema_error_is_followed_by_a_hint(tmp_path: Path) -> None:
     pvc = next(line for line, _ in pairs if ": checkpoint.pvc: " in line)
     assert "'1.10' is not a Kubernetes name" in pvc and "should match pattern" not in pvc
     assert ("hint: use '1-10'") in result.stderr
+
+
+def test_the_loaders_own_refusals_name_the_field_and_give_a_hint(tmp_path: Path) -> None:
+    for text, field, what in [
+            ("name: demo\nmodel: {parameters: 1e309}\n", "model.parameters", "too large"),
+            ('name: demo\nimage: "a\\x1bb"\n', "image", "control characters"),
+            ("name: demo\nimage: !!str x\n", "image", "YAML tags")]:
+        path = tmp_path / "profile.yaml"
+        path.write_text(text, encoding="utf-8")
+        result = run("validate", str(path))
+        assert result.exit_code == 2, result.output
+        ((line, hint),) = errors_and_hints(result.stderr)
+        assert line.startswith(f"error: {path}:") and f": {field}: " in line and what in line
+        assert hint.startswith("hint: "), result.stderr

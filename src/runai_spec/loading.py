@@ -96,12 +96,13 @@ class _Builder:
         self.track_lines = track_lines
         self.lines: dict[str, int] = {}
 
-    def fail(self, event: Any, what: str, hint: str | None = None) -> InputError:
+    def fail(self, event: Any, what: str, hint: str | None = None, field: str = ""
+             ) -> InputError:
         mark = getattr(event, "start_mark", None)
         line = mark.line + 1 if mark is not None else None
-        return InputError(what, file=self.source, line=line, hint=hint)
+        return InputError(what, file=self.source, line=line, field=field or None, hint=hint)
 
-    def check(self, event: Any) -> None:
+    def check(self, event: Any, path: str = "") -> None:
         self.nodes += 1
         if self.nodes > MAX_NODES:
             raise self.fail(event, f"more than {MAX_NODES} YAML nodes")
@@ -115,29 +116,33 @@ class _Builder:
         tag = getattr(event, "tag", None)
         if tag is not None and tag != "!":
             raise self.fail(event, f"YAML tags ({tag}) are not allowed",
-                            "remove the tag; only plain JSON-like values are accepted")
+                            "remove the tag; only plain JSON-like values are accepted", path)
 
     # One hot loop (every node of every profile and manifest passes here): type() checks
     # and the C parser's get_event instead of isinstance() and a Python generator.
     def value(self, event: Any, depth: int, path: str = "") -> Any:
-        self.check(event)
+        self.check(event, path)
         track = self.track_lines
         if track and path and path not in self.lines and event.start_mark is not None:
             self.lines[path] = event.start_mark.line + 1
         if depth > MAX_DEPTH:
-            raise self.fail(event, f"nesting deeper than {MAX_DEPTH} levels")
+            raise self.fail(event, f"nesting deeper than {MAX_DEPTH} levels",
+                            "no setting nests that deep; check the indentation", path)
         kind = type(event)
         if kind is yaml.ScalarEvent:
             if (len(event.value) > MAX_NUMBER_CHARS and not event.style and event.tag != "!"
                     and _FLOAT.match(event.value)):
                 raise self.fail(event, f"a number of {len(event.value)} characters (at most "
                                 f"{MAX_NUMBER_CHARS})", "no setting needs a number that long; "
-                                "quote it if it is meant as text")
+                                "quote it if it is meant as text", path)
             value = event.value if event.tag == "!" else _scalar(event)
             if type(value) is float and not math.isfinite(value):
-                raise self.fail(event, f"{event.value} is too large for a number")
+                raise self.fail(event, f"{event.value} is too large for a number",
+                                "no setting needs it; quote it if it is meant as text", path)
             if type(value) is str and _CONTROL.search(value):
-                raise self.fail(event, "control characters are not allowed in strings")
+                raise self.fail(event, "control characters are not allowed in strings",
+                                "remove them (an escape such as \\x1b or \\x85 in a quoted "
+                                "string writes one)", path)
             if self.literal and (type(value) is int or type(value) is float):
                 value = (LiteralInt if type(value) is int else LiteralFloat)(value)
                 value.text = event.value
