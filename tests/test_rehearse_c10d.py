@@ -20,16 +20,17 @@ C10D_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 
 
 def c10d_job(grace: int | None = None) -> dict:
-    """The multi-node example as the c10d render launches it (issue 11): torchrun's c10d
-    rendezvous at $(MASTER_ADDR):$(MASTER_PORT), the shared-store opt-out in the env."""
+    """The multi-node example as rendered (torchrun's c10d rendezvous at
+    $(MASTER_ADDR):$(MASTER_PORT), the shared-store opt-out in the env), with rendezvous
+    timeouts short enough for a test. Each flag once, as the render writes it."""
     job = copy.deepcopy(example_job("multi-node"))
     for rspec in job["spec"]["pytorchReplicaSpecs"].values():
         container = rspec["template"]["spec"]["containers"][0]
-        container["command"] = [
-            "torchrun", "--rdzv-backend=c10d", "--rdzv-endpoint=$(MASTER_ADDR):$(MASTER_PORT)",
-            "--rdzv-id=llm-7b-fsdp", "--max-restarts=3",
-            "--rdzv-conf=join_timeout=120,read_timeout=120", *container["command"][1:]]
-        container["env"].append({"name": C10D_ENV, "value": "1"})
+        command = container["command"]
+        assert command[0] == "torchrun" and "--rdzv-backend=c10d" in command
+        assert {"name": C10D_ENV, "value": "1"} in container["env"]
+        container["command"] = ["--rdzv-conf=join_timeout=120,read_timeout=120"
+                                 if a.startswith("--rdzv-conf=") else a for a in command]
         if grace is not None:
             rspec["template"]["spec"]["terminationGracePeriodSeconds"] = grace
     return job
@@ -75,6 +76,23 @@ def test_the_rendered_c10d_command_runs_expanded_with_the_store_on_master_0(
     note = network_note(plans, "llm-7b-fsdp")
     assert note.status == "note" and note.ok and note.details["store_hosts"] == ["master-0"]
     assert "loopback" in note.message and "is_host=1 to master-0" in note.message
+
+
+def test_is_host_goes_into_every_rdzv_conf_since_torchrun_keeps_the_last(tmp_path: Path) -> None:
+    # a command that says --rdzv-conf twice (this file's fixture once prepended its own flags
+    # to the render's): torchrun's argparse keeps the last, so is_host only in the first left
+    # every agent on loopback taking itself for the store host, and the busy-rank-0 kill
+    # below now and then restarted master-0 too (a long run of 2026-12-04)
+    job = c10d_job()
+    for rspec in job["spec"]["pytorchReplicaSpecs"].values():
+        command = rspec["template"]["spec"]["containers"][0]["command"]
+        command[1:1] = ["--rdzv-conf=join_timeout=60", "--rdzv_conf", "read_timeout=60"]
+    plans, _ = plan_pods([job], settings=PreflightSettings(), root=tmp_path, procs_per_pod=1)
+    for plan, flag in zip(plans, ("is_host=1", "is_host=0"), strict=True):
+        argv = list(plan.argv)
+        confs = [a for a in argv if a.startswith("--rdzv-conf=")]
+        confs.append(argv[argv.index("--rdzv_conf") + 1])
+        assert len(confs) == 3 and all(c.endswith(flag) for c in confs), (plan.name, confs)
 
 
 def test_an_elastic_job_says_is_host_in_its_rdzv_conf_for_worker_0(tmp_path: Path) -> None:

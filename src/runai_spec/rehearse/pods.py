@@ -165,7 +165,9 @@ def _c10d_store_host(head: Sequence[str], env: Mapping[str, str],
 
 def _with_is_host(head: list[str], env: dict[str, str], store: StoreHost) -> list[str]:
     """Say `is_host` explicitly, as the cluster's hostname match decides it: in the rendered
-    --rdzv-conf where there is one, else in PET_RDZV_CONF (changes `env`)."""
+    --rdzv-conf where there is one, else in PET_RDZV_CONF (changes `env`). torchrun's
+    argparse keeps the last of a repeated flag, so every --rdzv-conf gets it: one left without
+    would let every agent on loopback take itself for the store host."""
     if store.explicit:
         return head
     item = f"is_host={int(store.is_host)}"
@@ -174,15 +176,19 @@ def _with_is_host(head: list[str], env: dict[str, str], store: StoreHost) -> lis
         env["PET_RDZV_CONF"] = f"{conf},{item}" if conf else item
         return head
     out = list(head)
-    for i, arg in enumerate(out):
+    i = 0
+    while i < len(out):
+        arg = out[i]
         for name in ("--rdzv-conf", "--rdzv_conf"):
             if arg == name and i + 1 < len(out):
                 out[i + 1] = f"{out[i + 1]},{item}" if out[i + 1] else item
-                return out
+                i += 1  # past the value just changed
+                break
             if arg.startswith(name + "="):
                 value = arg.split("=", 1)[1]
                 out[i] = f"{name}={value},{item}" if value else f"{name}={item}"
-                return out
+                break
+        i += 1
     return out
 
 
