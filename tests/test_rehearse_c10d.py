@@ -95,6 +95,22 @@ def test_is_host_goes_into_every_rdzv_conf_since_torchrun_keeps_the_last(tmp_pat
         assert len(confs) == 3 and all(c.endswith(flag) for c in confs), (plan.name, confs)
 
 
+def test_an_elastic_rehearsal_accepts_a_round_of_min_replicas_pods(tmp_path: Path) -> None:
+    # after worker-0 (the store host) is killed, a round may form with 3 of 4 pods while one
+    # still restarts: elastic by design (minReplicas 2). preflight.py failed such a round as a
+    # wrong world size, exited 1, and made the agents restart again (a CI run, 2026-12-04)
+    plans, world = plan_pods([example_job("elastic")], settings=PreflightSettings(),
+                             root=tmp_path, procs_per_pod=1)
+    assert world == 4
+    for p in plans:
+        argv = list(p.argv)
+        assert argv[argv.index("--world-size") + 1] == "4"
+        assert argv[argv.index("--min-world-size") + 1] == "2"
+    fixed, _ = plan_pods([c10d_job()], settings=PreflightSettings(), root=tmp_path / "fixed",
+                         procs_per_pod=1)
+    assert all("--min-world-size" not in p.argv for p in fixed)  # Master + Worker: exact
+
+
 def test_an_elastic_job_says_is_host_in_its_rdzv_conf_for_worker_0(tmp_path: Path) -> None:
     # the shipped elastic render carries --rdzv-conf in its command: is_host goes there
     plans, _ = plan_pods([example_job("elastic")], settings=PreflightSettings(), root=tmp_path,

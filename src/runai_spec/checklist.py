@@ -34,7 +34,8 @@ class PreflightSettings:
 
     def args(self, *, world_size: int | None, checkpoint_dir: str | None,
              metrics_file: str | None, hold_dir: str | None = None,
-             plan_world_size: int | None = None) -> list[str]:
+             plan_world_size: int | None = None,
+             min_world_size: int | None = None) -> list[str]:
         """preflight.py's argv (after the script path)."""
         out = ["--local-batch", str(self.local_batch), "--grad-accum", str(self.grad_accum),
                "--checkpoint-format", self.checkpoint_format, "--steps", str(self.steps),
@@ -45,6 +46,8 @@ class PreflightSettings:
             out += ["--global-batch", str(self.global_batch)]
         if world_size is not None:
             out += ["--world-size", str(world_size)]
+        if min_world_size is not None and world_size is not None and min_world_size < world_size:
+            out += ["--min-world-size", str(min_world_size)]
         if plan_world_size is not None and plan_world_size != world_size:
             out += ["--plan-world-size", str(plan_world_size)]
         if checkpoint_dir:

@@ -80,6 +80,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="the global batch the profile declares")
     p.add_argument("--world-size", type=int, default=_env_int("PREFLIGHT_WORLD_SIZE", None),
                    help="the number of processes the plan expects")
+    p.add_argument("--min-world-size", type=int, default=None,
+                   help="an elastic job: the fewest processes a round may form with "
+                        "(minReplicas x processes per pod); --world-size is then the most")
     p.add_argument("--plan-world-size", type=int,
                    default=_env_int("PREFLIGHT_PLAN_WORLD_SIZE", None),
                    help="the real job's process count, when a rehearsal runs fewer per pod "
@@ -308,13 +311,20 @@ def check_ranks(rep: Reporter, launch: Launch, infos: dict[int, dict[str, Any]],
 
 
 def check_world_size(rep: Reporter, launch: Launch, infos: dict[int, dict[str, Any]],
-                     expected: int | None) -> bool:
+                     expected: int | None, minimum: int | None = None) -> bool:
     reported = sorted({i["world_size"] for i in infos.values()})
     details: dict[str, Any] = {"expected": expected, "reported": reported,
                                "local_world_sizes": sorted({i["local_world_size"]
                                                             for i in infos.values()})}
     if len(reported) != 1:
         return rep.failed("world-size", f"ranks disagree on the world size: {reported}", **details)
+    if expected is not None and minimum is not None:
+        # elastic: a round may form with fewer nodes (a pod still restarting) and grow later
+        if not minimum <= reported[0] <= expected:
+            return rep.failed("world-size", f"the plan allows {minimum} to {expected} processes "
+                              f"(elastic), the ranks report a world of {reported[0]}", **details)
+        return rep.passed("world-size", f"every rank reports a world of {reported[0]}, within "
+                          f"the elastic range {minimum} to {expected}", **details)
     if expected is not None and reported[0] != expected:
         return rep.failed("world-size", f"the plan expects {expected} processes, the ranks "
                           f"report a world of {reported[0]}", **details)
@@ -802,7 +812,7 @@ def run(opts: argparse.Namespace) -> int:
                                     opts.join_timeout)
     if not check_ranks(rep, launch, infos, missing, dups, opts.join_timeout):
         return rep.summary()
-    check_world_size(rep, launch, infos, opts.world_size)
+    check_world_size(rep, launch, infos, opts.world_size, opts.min_world_size)
     device_ok = check_device(rep, infos)
 
     # Two NCCL ranks on one GPU crash at the first collective: after a failed device check

@@ -248,6 +248,10 @@ def plan_pods(
                                                "nProcPerNode": procs_per_pod}
     replicas = replicas_of(job)
     containers = {rtype: container_of(rspec, rtype) for rtype, _, rspec in replicas}
+    # an elastic job's round may form with minReplicas pods while another still restarts
+    elastic = (job.get("spec") or {}).get("elasticPolicy") or {}
+    min_world = (int(elastic["minReplicas"]) * nproc
+                 if str(elastic.get("minReplicas", "")).isdigit() else None)
     graces = {rtype: ((rspec.get("template") or {}).get("spec") or {}).get(
         "terminationGracePeriodSeconds") for rtype, _, rspec in replicas}
     pods = [(rtype, i) for rtype, n, _ in replicas for i in range(n)]
@@ -327,7 +331,7 @@ def plan_pods(
                 else settings.checkpoint_dir,
                 metrics_file=str(pod_dir / "metrics.jsonl"),
                 hold_dir=str(hold_dir) if hold_dir else None,
-                plan_world_size=len(pods) * declared)]
+                plan_world_size=len(pods) * declared, min_world_size=min_world)]
             cwd = pod_dir
         penv = {k: v for k, v in os.environ.items() if not _OWNED.match(k)}
         penv.update(kenv)  # the operator's variables come after the container's own: they win
