@@ -30,5 +30,5 @@ class Finding(Located):
         """The finding's lines, each exactly one line of text (errors.visible)."""
         where = Location(self.file or UNNAMED, self.line)
         head = f"{self.severity}: {where}: {self.path}: {self.message} [{self.rule}]"
-        return [visible(line) for line in ([head, f"hint: {self.hint}"] if self.hint
-                                           else [head])]
+        lines = [head, f"hint: {self.hint}"] if self.hint else [head]
+        return [visible(line) for line in lines]

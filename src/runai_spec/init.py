@@ -15,7 +15,7 @@ import yaml
 from .errors import InputError
 from .kubeflow import DNS1035, DNS1123, NAME_MAX
 from .launcher import EXECUTABLE_ENTRY, SHELLS, entry_point_kind, without_launcher
-from .loading import write_new
+from .loading import replace_file
 from .policy import IMAGE, LAUNCHERS
 from .presets import ApprovedPreset, PresetRegistry
 from .profile import CheckpointFormat, Precision
@@ -352,13 +352,7 @@ def write_profile(target: Path, text: str) -> None:
     made or written is bad input."""
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        # a new file of a random name (O_EXCL): never through a link placed at a guessable name
-        tmp = write_new(target.parent, f".{target.name}.tmp-", text)
-        try:
-            tmp.replace(target)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        replace_file(target, text)  # never through a link placed at a guessable name
     except OSError as exc:
         raise InputError(f"cannot write: {exc.strerror or exc}", file=str(target),
                          hint="choose a folder you can write to") from None

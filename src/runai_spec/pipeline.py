@@ -34,22 +34,9 @@ class StdinProfile(type(Path())):  # type: ignore[misc]
         if StdinProfile._data is None:
             # never more than the loader reads of a file: one byte past its cap, so that an
             # endless stream (`< /dev/zero`) is refused as too large instead of filling memory
-            StdinProfile._data = _read_at_most(sys.stdin.buffer, MAX_BYTES + 1)
+            # (a buffered reader's read(n) reads on until n bytes or the end)
+            StdinProfile._data = sys.stdin.buffer.read(MAX_BYTES + 1)
         return io.BytesIO(StdinProfile._data)
-
-
-def _read_at_most(stream: IO[bytes], limit: int) -> bytes:
-    """Up to limit bytes of stream, reading until its end or the limit (a pipe gives a
-    little at a time)."""
-    chunks: list[bytes] = []
-    left = limit
-    while left > 0:
-        chunk = stream.read(min(left, 1 << 16))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
 
 
 def profile_path(path: Path) -> Path:

@@ -426,10 +426,12 @@ def _holds(folder: str, path: str) -> bool:
       "system paths, and never overlap")
 def check_mount_paths(ctx: Context) -> Iterator[Finding]:
     """`checkpoint.dir`, every `data[].path` and `working_dir` are absolute and normalised (no
-    `..`, `//`, `/./` or trailing `/`, no control characters, no folder name over 255 bytes)
-    and are not a system path (`/etc`, `/proc`, `/sys`, `/dev`, `/usr`, `/bin`, `/sbin`,
+    `..`, `//`, `/./` or trailing `/`, no control characters, no folder name over 255 bytes).
+    A mount is not a system path (`/etc`, `/proc`, `/sys`, `/dev`, `/usr`, `/bin`, `/sbin`,
     `/lib`, `/lib32`, `/lib64`, `/libx32`, `/boot`, `/var/lib`, `/var/run/secrets`,
-    `/run/secrets`) or under one; a mount is not `/` nor holds a system path either. No two
+    `/run/secrets`), under one, `/`, or a folder that holds one; `working_dir` may lie in the
+    image's own folders (`/usr/src/app`) but not under `/proc`, `/sys`, `/dev` or the secrets
+    mounts, nor under the preset's or the tool's mounts. No two
     mounts are equal or nested: not the profile's own, nor the preset's (`/dev/shm`), nor the
     tool's (`/opt/runai-spec`, where the smoke test mounts preflight.py). Kubernetes mounts
     `/var/../dev/shm` on the shared memory, and a nested mount hides the files under it. No

@@ -43,7 +43,6 @@ def error_dict(exc: RunaiSpecError) -> dict[str, Any]:
 # --- Markdown: every value written into a Markdown output is escaped here, nowhere else ---
 # (plan's ticket, validate -f markdown, diff -f markdown; review.py and diff.py call these)
 
-_CONTROL = UNSAFE_TEXT
 # Backslash-escaped: every character that opens inline markup, a table cell or a heading's
 # closing sequence; `<`, `>` and `&` become entities, so no HTML (`<!--`, `<details>`) opens.
 _MD_ACTIVE = re.compile(r"[\\`*_\[\]|~$#]")
@@ -88,7 +87,7 @@ def md_fence(content: str, info: str = "") -> list[str]:
     run in it, so no line of the content can close the block."""
     runs = re.findall(r"`+", content)
     fence = "`" * max(3, max((len(r) for r in runs), default=0) + 1)
-    body = _CONTROL.sub(lambda m: m.group() if m.group() in "\n\t" else one_line(m.group()),
+    body = UNSAFE_TEXT.sub(lambda m: m.group() if m.group() in "\n\t" else one_line(m.group()),
                         content)
     return [f"{fence}{info}", *body.split("\n"), fence]
 
