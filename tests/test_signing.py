@@ -115,14 +115,22 @@ def test_a_key_restricted_to_other_namespaces_cannot_approve(keys: dict[str, Pat
 
 
 def test_an_approval_dated_outside_the_key_s_validity_fails(keys: dict[str, Path]) -> None:
-    """Verified at the approval's date, as git verifies at the commit's."""
+    """Verified at the approval's date, as git verifies at the commit's. The option's value
+    is quoted (sshsig.c reads it with opt_dequote): unquoted, ssh-keygen skips the whole line,
+    so the test refused for that reason alone before (the window check went untested)."""
     signed = approve(keys, "bob", approved_at="2026-12-02")
-    keys["signers"].write_text(keys["signers"].read_text().replace(
-        "bob@scc.example.org ", "bob@scc.example.org valid-after=20270101 "))
+    plain = keys["signers"].read_text()
+
+    def window(options: str) -> None:
+        keys["signers"].write_text(plain.replace("bob@scc.example.org ",
+                                                 f"bob@scc.example.org {options} "))
+
+    window('valid-after="20261201"')  # the window's own line is read: it verifies
+    assert signing.verify_approval(signed, keys["signers"]) == "bob@scc.example.org"
+    window('valid-after="20270101"')
     with pytest.raises(SignatureError, match="does not verify"):
         signing.verify_approval(signed, keys["signers"])
-    keys["signers"].write_text(keys["signers"].read_text().replace(
-        "valid-after=20270101", "valid-before=20261201"))
+    window('valid-before="20261201"')
     with pytest.raises(SignatureError, match="does not verify"):
         signing.verify_approval(signed, keys["signers"])
 

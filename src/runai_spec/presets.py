@@ -374,6 +374,12 @@ class PresetRegistry:
             raise PresetError("edited since it was approved (sha256 differs from the ledger)",
                               file=source, field="sha256", hint=hint_approve)
         self._verify_signature(filename, entry, source, hint_approve)
+        if dt.date.fromisoformat(entry.approved_at) > self.today:
+            # signed at a date still to come: no key window (valid-after) and no review
+            # vouches for it yet (the signer chose the date)
+            raise PresetError(f"approval dated {entry.approved_at}, after today "
+                              f"({self.today.isoformat()})", file=source, field="approved_at",
+                              hint=hint_approve)
         if entry.expires is not None and dt.date.fromisoformat(entry.expires) < self.today:
             raise PresetError(f"approval expired on {entry.expires}", file=source,
                               field="expires", hint=hint_approve)

@@ -73,7 +73,10 @@ def ssh_keygen() -> str:
 
 
 def _run(args: list[str], data: str | None, what: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "LC_ALL": "C"}
+    # TZ=UTC: a valid-after/valid-before without a Z suffix and the approval's date are read
+    # as UTC (ssh-keygen reads them in the local time zone), so an approval verifies alike on
+    # every machine (see verify_time)
+    env = {**os.environ, "LC_ALL": "C", "TZ": "UTC"}
     try:
         return subprocess.run([ssh_keygen(), *args], input=data, capture_output=True, text=True,
                               env=env, timeout=TIMEOUT_S, check=False)
