@@ -6,6 +6,7 @@ names the owner and points at the profile's own line; the transport list is one 
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -130,3 +131,44 @@ def test_each_transport_family_says_what_it_configures_and_the_rule_lists_it() -
     doc = inspect.getdoc(RULES["nccl-transport-env"].check) or ""
     for item in (*TRANSPORT_ENV_NAMES, *(f"{p}*" for p in TRANSPORT_ENV_PREFIXES)):
         assert f"`{item}`" in doc, item
+
+
+# Issue 23 (third red-team pass), item 12: the transport-adjacent families, and the device
+# plugin's NVIDIA_VISIBLE_DEVICES, in the one list the admission policy reads too.
+ISSUE_23_TRANSPORT = ["GLOO_DEVICE_TRANSPORT", "UCC_TLS", "UCC_CLS", "TORCH_UCC_BLOCKING_WAIT",
+                      "IBV_DRIVERS", "IBV_FORK_SAFE", "MLX5_SINGLE_THREADED",
+                      "RDMAV_FORK_SAFE", "HCOLL_ENABLE_MCAST_ALL", "OMPI_MCA_btl",
+                      "OMPI_MCA_pml", "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_MIG_CONFIG_DEVICES",
+                      "NVIDIA_DISABLE_REQUIRE", "NVIDIA_REQUIRE_CUDA",
+                      "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+                      "NVIDIA_VISIBLE_DEVICES"]
+
+
+@pytest.mark.parametrize("name", ISSUE_23_TRANSPORT)
+def test_transport_adjacent_variables_are_one_finding_naming_what_they_configure(
+        base_profile: dict[str, Any], write_profile: Callable[..., Path], name: str) -> None:
+    assert transport_variable(name)
+    base_profile["env"] = {name: "x"}
+    path = write_profile(base_profile)
+    workload = prepare_workload(path)
+    (finding,) = [f for f in workload.findings if f.path == f"env.{name}"]
+    assert finding.rule == "nccl-transport-env" and finding.severity == "error"
+    assert finding.message.startswith(f"{name} configures ")
+
+
+@pytest.mark.parametrize("name", ["WANDB_PROJECT", "HF_HOME", "TOKENIZERS_PARALLELISM",
+                                  "OMP_NUM_THREADS", "NVIDIA_TF32_OVERRIDE", "CUDA_LAUNCH_BLOCKING",
+                                  "UCCX", "MLX5", "PYTORCH_CUDA_ALLOC_CONF"])
+def test_ordinary_application_variables_stay_the_researcher_s(
+        base_profile: dict[str, Any], write_profile: Callable[..., Path], name: str) -> None:
+    # a list of engineer-owned families, not an allow-list (launcher.py says why)
+    assert not transport_variable(name)
+    base_profile["env"] = {name: "1"}
+    assert not [f for f in prepare_workload(write_profile(base_profile)).findings
+                if f.path == f"env.{name}" and f.severity == "error"]
+
+
+def test_the_reserved_list_is_plain_prefixes_and_names() -> None:
+    # admission.py renders it into CEL's startsWith and ==: no pattern may hide in it
+    for item in (*TRANSPORT_ENV_PREFIXES, *TRANSPORT_ENV_NAMES):
+        assert re.fullmatch(r"[A-Z][A-Z0-9_]*", item), item

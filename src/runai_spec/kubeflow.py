@@ -91,10 +91,11 @@ def master_addr(job: str) -> str:
 
 
 # Set per process by the operator (operator_env), torchrun or the GPU device plugin: a value
-# written in the profile would be overridden or, worse, win.
+# written in the profile would be overridden or, worse, win. (NVIDIA_VISIBLE_DEVICES, the
+# device plugin's, is in launcher.TRANSPORT_ENV_NAMES: the list the admission policy reads.)
 INJECTED_ENV = re.compile(r"^(MASTER_ADDR|MASTER_PORT|WORLD_SIZE|RANK|LOCAL_RANK|NODE_RANK|"
                           r"LOCAL_WORLD_SIZE|GROUP_RANK|PET_.*|TORCHELASTIC_.*|"
-                          r"CUDA_VISIBLE_DEVICES|NVIDIA_VISIBLE_DEVICES|POD_NAME)$")
+                          r"CUDA_VISIBLE_DEVICES|POD_NAME)$")
 
 
 # --- torchrun's processes per pod (the nproc rule) ------------------------------------

@@ -48,9 +48,35 @@ NCCL_DIAGNOSTICS = (NCCL_DEBUG, "NCCL_DEBUG_SUBSYS", NCCL_DEBUG_FILE)
 # transport) and SHARP; the interfaces of Gloo and TensorPipe; the Mellanox devices the
 # container sees; and the dynamic linker's LD_PRELOAD and LD_LIBRARY_PATH, either of which can
 # swap libnccl or its net plugin for another library.
-TRANSPORT_ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "UCX_", "NVSHMEM_", "FI_", "SHARP_")
+#
+# Issue 23 (third red-team pass) added the transport-adjacent families: UCC and PyTorch's UCC
+# process group (UCC_*, TORCH_UCC_*), Gloo's transport (GLOO_DEVICE_TRANSPORT), the verbs
+# stack under every RDMA transport (libibverbs IBV_*, RDMAV_*, the mlx5 provider MLX5_*),
+# Mellanox HCOLL (HCOLL_*), Open MPI's MCA parameters (OMPI_MCA_*, which pick its BTL/PML
+# transports), CUDA MPS (CUDA_MPS_*: the GPU shared with other processes and their limits),
+# and what the NVIDIA container toolkit reads when the container is made: the GPUs it sees
+# (NVIDIA_VISIBLE_DEVICES; the device plugin sets it), the driver's libraries it gets
+# (NVIDIA_DRIVER_CAPABILITIES), MIG devices (NVIDIA_MIG_CONFIG_DEVICES,
+# NVIDIA_MIG_MONITOR_DEVICES) and the CUDA/driver version check (NVIDIA_REQUIRE_*,
+# NVIDIA_DISABLE_REQUIRE).
+#
+# A deny-list of families, not an allow-list of what a researcher may set: an allow-list is
+# the fail-closed answer, but it would refuse the ordinary application variables every job
+# sets (WANDB_PROJECT, HF_HOME, TOKENIZERS_PARALLELISM, OMP_NUM_THREADS, the script's own
+# flags) and turn each into a request to the engineers, who cannot know every library's
+# variables either. These families are the ones that choose or configure how GPUs and nodes
+# talk and which devices and driver a container gets, which the preset's engineers own. Each
+# is a plain prefix or an exact name (no patterns), so that admission.py renders the same
+# list into CEL's startsWith and ==. NVIDIA_TF32_OVERRIDE and the other NVIDIA_* switches of
+# a library's arithmetic stay the researcher's: only the toolkit's names above are listed.
+TRANSPORT_ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "UCX_", "NVSHMEM_", "FI_", "SHARP_",
+                          "UCC_", "TORCH_UCC_", "IBV_", "RDMAV_", "MLX5_", "HCOLL_",
+                          "OMPI_MCA_", "CUDA_MPS_", "NVIDIA_REQUIRE_")
 TRANSPORT_ENV_NAMES = ("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "MELLANOX_VISIBLE_DEVICES",
-                       "LD_PRELOAD", "LD_LIBRARY_PATH")
+                       "LD_PRELOAD", "LD_LIBRARY_PATH", "GLOO_DEVICE_TRANSPORT",
+                       "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
+                       "NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES",
+                       "NVIDIA_DISABLE_REQUIRE")
 
 
 def entry_point_kind(command: Sequence[str]) -> str | None:

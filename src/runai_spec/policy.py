@@ -89,8 +89,12 @@ def _finding(ctx: Context, rule_id: str, path: str, message: str, hint: str | No
     return Finding(rule_id, where, message, hint, severity or RULES[rule_id].severity)
 
 
-IMAGE = re.compile(r"^(?P<registry>[a-z0-9.-]+(:[0-9]+)?)/(?P<repo>[a-z0-9._/-]+)"
-                   r"(:(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(@sha256:(?P<digest>[0-9a-f]{64}))?\Z")
+# An image reference's repository and tag (admission_rules.image_pattern builds the policy's
+# from the same two, with the digest required and the registry one of the site's)
+IMAGE_REPO = r"[a-z0-9._/-]+"
+IMAGE_TAG = r":[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
+IMAGE = re.compile(rf"^(?P<registry>[a-z0-9.-]+(:[0-9]+)?)/(?P<repo>{IMAGE_REPO})"
+                   rf"(?P<tagged>{IMAGE_TAG})?(@sha256:(?P<digest>[0-9a-f]{{64}}))?\Z")
 
 # Turned around (red team): every NCCL_* variable is the preset's, because NCCL reads any of
 # them (and NCCL >= 2.23 reads all of them from NCCL_CONF_FILE); so are the other transports'
@@ -117,6 +121,21 @@ TRANSPORT_WHAT = {
     "MELLANOX_VISIBLE_DEVICES": "the network devices the container sees",
     "LD_PRELOAD": "a library loaded into every process (it can replace NCCL's)",
     "LD_LIBRARY_PATH": "where the linker finds libraries (it can swap libnccl or its net plugin)",
+    "UCC_": "UCC (a collective communication library)",
+    "TORCH_UCC_": "PyTorch's UCC process group",
+    "IBV_": "libibverbs (the RDMA verbs under every InfiniBand transport)",
+    "RDMAV_": "libibverbs (the RDMA verbs under every InfiniBand transport)",
+    "MLX5_": "the mlx5 verbs provider (the InfiniBand adapters)",
+    "HCOLL_": "Mellanox HCOLL (hierarchical collectives)",
+    "OMPI_MCA_": "Open MPI's components (its network transports)",
+    "CUDA_MPS_": "CUDA MPS (a GPU shared between processes, and their limits)",
+    "NVIDIA_REQUIRE_": "the CUDA and driver versions the NVIDIA container toolkit checks",
+    "GLOO_DEVICE_TRANSPORT": "Gloo's transport",
+    "NVIDIA_VISIBLE_DEVICES": "the GPUs the container sees (the device plugin sets it)",
+    "NVIDIA_DRIVER_CAPABILITIES": "which driver libraries the NVIDIA container toolkit mounts",
+    "NVIDIA_MIG_CONFIG_DEVICES": "the MIG devices the container may configure",
+    "NVIDIA_MIG_MONITOR_DEVICES": "the MIG devices the container may monitor",
+    "NVIDIA_DISABLE_REQUIRE": "the NVIDIA container toolkit's CUDA and driver version check",
 }
 
 
@@ -158,7 +177,14 @@ def check_nccl_transport(ctx: Context) -> Iterator[Finding]:
     heartbeat timeouts that decide how a fault is noticed), `UCX_*`, `NVSHMEM_*`, `FI_*`
     (libfabric), `SHARP_*`, `GLOO_SOCKET_IFNAME`, `TP_SOCKET_IFNAME`,
     `MELLANOX_VISIBLE_DEVICES`, and the linker's `LD_PRELOAD` and `LD_LIBRARY_PATH`, which can
-    swap libnccl or its net plugin. The cluster's admission policy refuses the same list."""
+    swap libnccl or its net plugin. The transport-adjacent families too: `UCC_*`,
+    `TORCH_UCC_*`, `GLOO_DEVICE_TRANSPORT`, the verbs stack (`IBV_*`, `RDMAV_*`, `MLX5_*`),
+    `HCOLL_*`, Open MPI's `OMPI_MCA_*`, CUDA MPS (`CUDA_MPS_*`), and what the NVIDIA container
+    toolkit reads (`NVIDIA_VISIBLE_DEVICES`, `NVIDIA_DRIVER_CAPABILITIES`,
+    `NVIDIA_MIG_CONFIG_DEVICES`, `NVIDIA_MIG_MONITOR_DEVICES`, `NVIDIA_REQUIRE_*`,
+    `NVIDIA_DISABLE_REQUIRE`). A list of families the engineers own, not an allow-list:
+    ordinary application variables (`WANDB_PROJECT`, `HF_HOME`) stay the researcher's. The
+    cluster's admission policy refuses the same list."""
     for name, field in _env_fields(ctx.loaded.profile):
         if transport_variable(name):
             yield _finding(ctx, "nccl-transport-env", field,
