@@ -8,7 +8,12 @@ from typing import Any
 
 import pytest
 
-from runai_spec.launcher import without_launcher
+from runai_spec.launcher import (
+    LAUNCHER_MODULES,
+    LAUNCHER_SCRIPT_SUFFIXES,
+    launcher_entry,
+    without_launcher,
+)
 from runai_spec.workload import prepare_workload
 
 
@@ -41,3 +46,38 @@ def test_a_one_string_command_gets_the_split_list(
     launcher = [f for f in findings if f.rule == "launcher"]
     assert [f.hint for f in launcher] == [
         "write one list item per argument: ['train.py', '--config', 'c.yaml']"]
+
+
+# Issue 23, item 1: a launcher's own module as the training script starts processes of its own
+# (`[.../torch/distributed/run.py, --nproc-per-node=3, train.py]` ran 3 ranks where 1 was planned).
+@pytest.mark.parametrize(("command", "field"), [
+    (["/usr/local/lib/python3.11/site-packages/torch/distributed/run.py", "--nproc-per-node=3",
+      "train.py"], "command[0]"),
+    (["torch/distributed/run.py", "train.py"], "command[0]"),
+    (["./site-packages/torch/distributed/./launch.py", "train.py"], "command[0]"),
+    (["/opt/conda/lib/python3.11/site-packages/accelerate/commands/launch.py", "train.py"],
+     "command[0]"),
+    (["/usr/lib/python3/dist-packages/deepspeed/launcher/runner.py", "train.py"], "command[0]"),
+    (["-m", "torch.distributed.run", "--nproc-per-node=3", "train.py"], "command[1]"),
+    (["-m", "torch.distributed.launch", "train.py"], "command[1]"),
+    (["--module", "accelerate.commands.launch", "train.py"], "command[1]"),
+    (["-m", "deepspeed.launcher.runner", "train.py"], "command[1]"),
+])
+def test_a_launcher_s_own_module_as_the_entry_point_is_refused(
+        base_profile: dict[str, Any], write_profile: Callable[..., Path], command: list[str],
+        field: str) -> None:
+    base_profile["command"] = command
+    workload = prepare_workload(write_profile(base_profile))
+    (finding,) = [f for f in workload.findings if "a launcher's own module" in f.message]
+    assert (finding.rule, finding.path, finding.severity) == ("launcher", field, "error")
+
+
+@pytest.mark.parametrize("command", [["run.py"], ["tools/launch.py"], ["my_torch/distributed_run.py"],
+                                     ["-m", "torch.distributed.run_tests"], ["launcher/runner.py"]])
+def test_a_script_that_only_looks_like_a_launcher_is_no_launcher(command: list[str]) -> None:
+    assert launcher_entry(command) is None
+
+
+def test_the_refused_names_are_plain_strings_the_admission_generator_can_read() -> None:
+    assert all(isinstance(m, str) and m.count(".") >= 2 for m in LAUNCHER_MODULES)
+    assert tuple(m.replace(".", "/") + ".py" for m in LAUNCHER_MODULES) == LAUNCHER_SCRIPT_SUFFIXES

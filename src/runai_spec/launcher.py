@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -77,6 +78,33 @@ TRANSPORT_ENV_NAMES = ("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "MELLANOX_VISIB
                        "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
                        "NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES",
                        "NVIDIA_DISABLE_REQUIRE")
+
+
+# A launcher's own module run as the training entry point (issue 23, third red-team pass): the
+# preset's torchrun (or python) would run torchrun, accelerate or DeepSpeed again, and that
+# one starts as many processes as its own flags say (`[.../torch/distributed/run.py,
+# --nproc-per-node=3, train.py]` started 3 ranks where 1 was planned). Refused by name, as
+# the file is in the image: the module form (`-m NAME`) and a script whose path ends in one of
+# the suffixes (any site-packages folder before it). Plain strings, so that the admission
+# policy's generator can render the same list.
+LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch",
+                    "accelerate.commands.launch", "accelerate.commands.accelerate_cli",
+                    "deepspeed.launcher.runner", "deepspeed.launcher.launch")
+LAUNCHER_SCRIPT_SUFFIXES = tuple(m.replace(".", "/") + ".py" for m in LAUNCHER_MODULES)
+
+
+def launcher_entry(command: Sequence[str]) -> str | None:
+    """The launcher module that COMMAND's entry point is (`-m torch.distributed.run`, or a
+    script path ending in `torch/distributed/run.py`), else None."""
+    if not command:
+        return None
+    first = command[0]
+    if first in ("-m", "--module"):
+        module = command[1].strip() if len(command) > 1 else ""
+        return module if module in LAUNCHER_MODULES else None
+    path = posixpath.normpath(first)
+    return next((s for s in LAUNCHER_SCRIPT_SUFFIXES if path == s or path.endswith("/" + s)),
+                None)
 
 
 def entry_point_kind(command: Sequence[str]) -> str | None:

@@ -36,6 +36,7 @@ from .launcher import (
     TRANSPORT_ENV_NAMES,
     TRANSPORT_ENV_PREFIXES,
     entry_point_kind,
+    launcher_entry,
     split_command,
     without_launcher,
 )
@@ -539,7 +540,12 @@ def check_launcher(ctx: Context) -> Iterator[Finding]:
     a `*.py` script (or `-m module`) with Python; a wrapper script, `*.sh` (executable, with a
     shebang, and named with a `/`, e.g. `./run.sh`) or `[bash, run.sh]`, as an executable:
     torchrun `--no-python`, and on one GPU the script alone, no `python -u`. Any other name
-    is refused: it cannot be told which it is."""
+    is refused: it cannot be told which it is. A launcher's own module as the entry point is
+    refused too (it would start processes of its own): `-m torch.distributed.run`,
+    `torch.distributed.launch`, `accelerate.commands.launch`,
+    `accelerate.commands.accelerate_cli`, `deepspeed.launcher.runner` or
+    `deepspeed.launcher.launch`, or a script whose path ends in one of them as a file
+    (`.../torch/distributed/run.py`)."""
     command = ctx.loaded.profile.command
     first = command[0]
     kind = entry_point_kind(command)
@@ -549,6 +555,12 @@ def check_launcher(ctx: Context) -> Iterator[Finding]:
                        f"{first!r} is a launcher; runai-spec adds the right one per layout",
                        f"start the command with the script: {rest!r}" if rest
                        else "start the command with the script")
+    elif (module := launcher_entry(command)) is not None:
+        yield _finding(ctx, "launcher", "command[0]" if first.endswith(".py") else "command[1]",
+                       f"{module!r} is a launcher's own module: it would start processes of its "
+                       "own beside the ones the preset plans (runai-spec already runs torchrun "
+                       "or python per layout)",
+                       "start the command with your training script, e.g. [train.py, ...]")
     elif first in ("-m", "--module"):
         if not ctx.site.allow_module_entrypoint:
             yield _finding(ctx, "launcher", "command[0]",
