@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import re
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,8 +89,13 @@ MAX_RANK_FILES = 256  # per pod: more distinct prefixes than any pod has process
 def split_ranks(log: Path, folder: Path, suffix: str = "") -> tuple[int, ...]:
     """Each `[rank<k>]:` line of a pod log (torchrun --tee with the rendered
     TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE) into `folder/rank-<k><suffix>.log`, prefix taken
-    off; the agent's own lines stay in the pod log only. Returns the ranks found."""
-    files: dict[int, Any] = {}
+    off; the agent's own lines stay in the pod log only. Returns the ranks found.
+    Never through a link planted in --out (issue 23): the folder is opened as itself (a link
+    at its name is refused) and each rank file is a new file renamed over its name, so a link
+    or a hard link already there is replaced, never written through."""
+    files: dict[int, tuple[str, Any]] = {}  # rank -> (temporary name, its file)
+    done: tuple[int, ...] = ()
+    dir_fd: int | None = None
     try:
         with log.open("rb") as src:
             for raw in src:
@@ -98,15 +106,49 @@ def split_ranks(log: Path, folder: Path, suffix: str = "") -> tuple[int, ...]:
                 if rank not in files:
                     if len(files) >= MAX_RANK_FILES:
                         continue
-                    folder.mkdir(parents=True, exist_ok=True)
-                    files[rank] = (folder / f"rank-{rank}{suffix}.log").open("wb")
-                files[rank].write(match.group(2))
-    except OSError as exc:
-        raise InputError(f"cannot split the log per rank: {exc.strerror}", file=str(folder)) from None
-    finally:
-        for fh in files.values():
+                    if dir_fd is None:
+                        dir_fd = _open_folder(folder)
+                    files[rank] = _new_in(dir_fd, f".rank-{rank}{suffix}.log.tmp-")
+                files[rank][1].write(match.group(2))
+        for rank, (tmp, fh) in files.items():
             fh.close()
-    return tuple(sorted(files))
+            os.replace(tmp, f"rank-{rank}{suffix}.log", src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        done = tuple(sorted(files))
+        files = {}
+    except OSError as exc:
+        what = ("is a link or not a folder; no rank log is written through it"
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR)
+                else f"cannot split the log per rank: {exc.strerror}")
+        raise InputError(what, file=str(folder), hint="remove it, or choose another --out "
+                         "folder") from None
+    finally:
+        for tmp, fh in files.values():
+            fh.close()
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+        if dir_fd is not None:
+            os.close(dir_fd)
+    return done
+
+
+def _open_folder(folder: Path) -> int:
+    """folder, made if missing, opened as itself: a link placed at its name is refused."""
+    with contextlib.suppress(FileExistsError):
+        folder.mkdir()
+    return os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+
+def _new_in(dir_fd: int, prefix: str) -> tuple[str, Any]:
+    """A file made now in the folder dir_fd under prefix and a random suffix, open for
+    writing: created exclusively, never an existing file or a link."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(100):
+        name = f"{prefix}{secrets.token_hex(8)}"
+        try:
+            return name, os.fdopen(os.open(name, flags, 0o666, dir_fd=dir_fd), "wb")
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no unused temporary name")
 
 
 def _message(resp: Any) -> str:

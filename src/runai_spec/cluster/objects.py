@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -207,6 +208,13 @@ def job_pods(session: Session, name: str, namespace: str) -> list[Manifest]:
     return sorted(pods, key=order)
 
 
+# The operator writes the index as ASCII digits. `str.isdigit` is no check for `int()`:
+# it accepts superscripts (`²`, which int() refuses) and other scripts' digits (`١`, which
+# int() reads as 1); a server's odd label reads as 0, never as a crash or another rank.
+_INDEX = re.compile(r"[0-9]{1,9}")
+
+
 def replica_index(labels: Mapping[str, Any]) -> int:
-    index = str(labels.get(REPLICA_INDEX_LABEL, "0"))
-    return int(index) if index.isdigit() else 0
+    """The pod's replica index from its operator label; 0 when it is not a plain number."""
+    index = labels.get(REPLICA_INDEX_LABEL, "0")
+    return int(index) if isinstance(index, str) and _INDEX.fullmatch(index) else 0
