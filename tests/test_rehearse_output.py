@@ -155,3 +155,20 @@ def test_a_pod_that_raises_shows_its_traceback_end_in_the_pods_row(tmp_path: Pat
     assert row.status == "fail" and row.message.startswith("master-0: crashed with exit 1: see ")
     assert row.message.endswith('; last lines:   File "<string>", line 3, in <module> |   File '
                                 '"<string>", line 2, in main | ValueError: boom'), row.message
+
+
+def test_a_profile_with_error_findings_is_refused_before_anything_runs(
+        calls: list[dict[str, Any]], tmp_path: Path) -> None:
+    # issue 23, item 3: `env: {LD_PRELOAD: ./x.so}` is refused by validate, and rehearse loaded
+    # the library on this machine
+    text = (ROOT / "examples/multi-node/profile.yaml").read_text(encoding="utf-8")
+    assert "\nenv:\n" in text
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(text.replace("\nenv:\n", "\nenv:\n  LD_PRELOAD: ./x.so\n"), encoding="utf-8")
+    result = CliRunner().invoke(app, ["rehearse", str(profile)])
+    assert result.exit_code == 1, result.output
+    assert calls == []  # nothing rehearsed
+    assert "env.LD_PRELOAD: LD_PRELOAD configures" in result.stderr
+    assert f"{profile}: 1 error finding(s): nothing was run" in result.stderr
+    assert result.stdout == ""
+    assert not (tmp_path / "cache" / "runai-spec" / "rehearsals").exists()  # no record either

@@ -84,6 +84,12 @@ def rehearse(profile: ProfileArg, procs_per_pod: ProcsOpt = None, own_script: Ow
     check_options(timeout, network)
     workload = prepare_workload(profile)
     err(line for finding in workload.findings for line in finding.lines())
+    if workload.errors:
+        # What validate refuses never runs here either (issue 23): a reserved variable such as
+        # LD_PRELOAD would load its library on this machine, a launcher's own module as the
+        # entry point would start ranks of its own.
+        err([f"{workload.path}: {len(workload.errors)} error finding(s): nothing was run"])
+        raise typer.Exit(EXIT_FINDINGS)
     result = run_with_status_line(
         workload, procs_per_pod=procs_per_pod, own_script=own_script,
         restart_after_checkpoint=restart_after_checkpoint, logs_dir=logs, timeout_s=timeout,
