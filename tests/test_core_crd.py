@@ -1,4 +1,4 @@
-"""`validate --crd`: the cluster's own CRD, parsed once and cached."""
+"""`validate --crd`: the cluster's own CRD, derived from the file at every call (no cache)."""
 
 from __future__ import annotations
 
@@ -26,11 +26,11 @@ def job(example: str) -> dict[str, object]:
     return obj
 
 
-def test_examples_pass_the_upstream_crd_and_the_schema_is_cached(cache_home: Path) -> None:
+def test_examples_pass_the_upstream_crd_and_nothing_is_cached(cache_home: Path) -> None:
     schemas = load_crd_schemas(CRD)
     assert "v1" in schemas
-    assert len(list(cache_home.rglob("*.json"))) == 1
-    assert load_crd_schemas(CRD) == schemas  # from the cache
+    assert not cache_home.exists()  # nothing written outside the repository
+    assert load_crd_schemas(CRD) == schemas
     for example in ("single-gpu", "multi-node", "elastic"):
         assert crd_findings([job(example)], schemas, "PyTorchJob", example) == []
 
@@ -91,3 +91,29 @@ def test_validate_crd_of_a_file_that_is_not_a_crd_is_bad_input(tmp_path: Path,
     broken.write_text("kind: [\n")
     assert validate_crd(str(ROOT / "examples" / "multi-node" / "profile.yaml"),
                         "--crd", str(broken)).exit_code == 2
+
+
+def test_a_planted_cache_entry_never_turns_a_finding_into_a_pass(tmp_path: Path,
+                                                                  cache_home: Path) -> None:
+    # issue 23, item 10: the schemas derived from a CRD were read back from
+    # ~/.cache/runai-spec/crd-<version>/<sha256 of the file>.json unverified; an entry that
+    # accepts anything there made a tampered CRD's finding pass
+    import hashlib
+
+    from runai_spec import __version__
+
+    crd = copy.deepcopy(upstream_crd())
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    spec["properties"]["pytorchReplicaSpecs"]["additionalProperties"]["properties"][
+        "replicas"] = {"type": "string"}
+    tampered = tmp_path / "crd.yaml"
+    tampered.write_text(json.dumps(crd))
+    digest = hashlib.sha256(tampered.read_bytes()).hexdigest()
+    planted = cache_home / "runai-spec" / f"crd-{__version__}" / f"{digest}.json"
+    planted.parent.mkdir(parents=True)
+    planted.write_text(json.dumps({"v1": {}}))  # a schema that accepts any object
+    profile = str(ROOT / "examples" / "multi-node" / "profile.yaml")
+    result = validate_crd(profile, "--crd", str(tampered))
+    assert result.exit_code == 1, result.output
+    assert "spec.pytorchReplicaSpecs.Master.replicas: 1 is not of type 'string'" in result.stderr
+    assert planted.read_text() == json.dumps({"v1": {}})  # neither read nor rewritten

@@ -2,60 +2,35 @@
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import json
-import os
 from pathlib import Path
 from typing import Any
 
-from . import __version__
 from .errors import InputError, Location
 from .findings import Finding
-from .loading import parse_documents, read_text, replace_file
+from .loading import parse_documents, read_text
 from .manifests import Manifest
 
 CRD_MAX_BYTES = 8 * 1024 * 1024
 
 
-def _cache_file(digest: str) -> Path | None:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    folder = Path(base) / "runai-spec" / f"crd-{__version__}"
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return None
-    return folder / f"{digest}.json"
-
-
 def load_crd_schemas(path: Path) -> dict[str, dict[str, Any]]:
-    """`{version: openAPIV3Schema}` of a CustomResourceDefinition file.
+    """`{version: openAPIV3Schema}` of a CustomResourceDefinition file, derived from the file
+    itself at every call.
 
-    Parsing a 600 KB CRD with the YAML loader costs ~0.4 s, so the derived schemas are
-    cached as JSON under ~/.cache, keyed by the file's sha256.
+    No cache (issue 23, third red-team pass): an entry planted in `~/.cache` turned a
+    finding into a pass, and a cache's own key would sit beside it. With libyaml a 600 KB CRD
+    parses in ~30 ms (the pure-Python loader's ~0.4 s was the reason for the cache, and it is
+    only on the `--crd` path).
     """
-    data = path.read_bytes() if path.is_file() else None
-    if data is None:
+    if not path.is_file():
         read_text(path)  # raises the right "no such file" / "is a directory" error
         raise InputError("cannot read", file=str(path))
-    digest = hashlib.sha256(data).hexdigest()
-    cache = _cache_file(digest)
-    if cache is not None and cache.is_file():
-        try:
-            cached: dict[str, dict[str, Any]] = json.loads(cache.read_text(encoding="utf-8"))
-            return cached
-        except (OSError, ValueError):
-            pass
     docs = parse_documents(read_text(path, max_bytes=CRD_MAX_BYTES), str(path))
     if len(docs) != 1 or not isinstance(docs[0], dict) \
             or docs[0].get("kind") != "CustomResourceDefinition":
         raise InputError("not a CustomResourceDefinition", file=str(path),
                          hint="kubectl get crd pytorchjobs.kubeflow.org -o yaml > crd.yaml")
-    schemas = crd_schemas(docs[0], str(path))
-    if cache is not None:
-        with contextlib.suppress(OSError):  # a cache that cannot be written: derived again
-            replace_file(cache, json.dumps(schemas))
-    return schemas
+    return crd_schemas(docs[0], str(path))
 
 
 def crd_schemas(crd: dict[str, Any], source: str) -> dict[str, dict[str, Any]]:
