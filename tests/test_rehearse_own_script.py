@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from typer.testing import CliRunner
 
 from runai_spec.checklist import PreflightSettings
 from runai_spec.cli import app
-from runai_spec.rehearse.filesystem import audit_layer_dir, pod_filesystem
+from runai_spec.rehearse.filesystem import audit_layer_dir, can_mount, pod_filesystem
 from runai_spec.rehearse.script_checks import LOST, ScriptRun, read_audit, script_checks
 
 SETTINGS = PreflightSettings(local_batch=4, grad_accum=2, global_batch=16)
@@ -184,6 +185,42 @@ def test_the_wrapper_gives_each_container_start_a_fresh_copy_of_the_tree(tmp_pat
     again = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=tmp_path)
     assert first.stdout.split() == ["train.py", "0"]
     assert again.stdout.split() == ["train.py", "1"]  # left-behind is gone: a new image copy
+
+
+@pytest.mark.skipif(not can_mount(), reason="needs root, unshare and mount namespaces")
+def test_the_pod_s_mounts_create_nothing_outside_the_rehearsal_folder(tmp_path: Path) -> None:
+    # issue 23, item 11: the wrapper ran `mkdir -p <mountPath>` as root, making /checkpoints
+    # (and any profile's mount path) on this machine
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "train.py").write_text("print('hi')\n")
+    top = f"/runai-spec-test-{uuid.uuid4().hex[:12]}"
+    beside = tmp_path / "exists"  # a folder of this machine, the mount path below it missing
+    beside.mkdir()
+    (beside / "kept.txt").write_text("kept\n")
+    deep = str(beside / "missing" / "data")
+    root, pod = tmp_path / "root", tmp_path / "root" / "master-0"
+    pod.mkdir(parents=True)
+    container = {"volumeMounts": [
+        {"name": "checkpoint", "mountPath": f"{top}/ckpt"},
+        {"name": "data-0", "mountPath": deep, "readOnly": True},
+        {"name": "shm", "mountPath": f"{top}-shm"}]}
+    spec = {"volumes": [{"name": "checkpoint", "persistentVolumeClaim": {"claimName": "c"}},
+                        {"name": "data-0", "persistentVolumeClaim": {"claimName": "d"}},
+                        {"name": "shm", "emptyDir": {"medium": "Memory"}}]}
+    (root / "volumes" / "d").mkdir(parents=True)
+    (root / "volumes" / "d" / "input.txt").write_text("input\n")
+    fs = pod_filesystem(spec, container, root, pod, tree, isolate=True)
+    script = (f"echo saved > {top}/ckpt/state && cat {deep}/input.txt && echo x > {top}-shm/x "
+              f"&& cat {beside}/kept.txt && ls && pwd")
+    done = subprocess.run([*fs.wrapper, "sh", "-c", script], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["input", "kept", "train.py", str(pod / "image")]
+    assert (root / "volumes" / "c" / "state").read_text() == "saved\n"
+    assert not os.path.lexists(top) and not os.path.lexists(f"{top}-shm")
+    assert sorted(p.name for p in beside.iterdir()) == ["kept.txt"]  # no `missing` made here
+    assert fs.mounted
 
 
 # the CPU rehearsal: a script breaking two rules of the guide at once

@@ -37,6 +37,66 @@ class PodFilesystem:
     note: str  # one line for the table
 
 
+NEW_ROOT = "root"  # under the pod folder: the pod's own `/` where a mount path is missing here
+# A folder of this machine made into a tmpfs (in the pod's mount namespace only) that holds a
+# bind mount of each of its entries, so that a mount point can be made in it: `$new$1` (`$1`
+# "" for `/`). Symbolic links are copied as links.
+_SHADOW = (
+    'shadow() { t="$new$1"; mount -t tmpfs -o mode=0755 tmpfs "$t"; '
+    'for e in "$1"/* "$1"/.[!.]* "$1"/..?*; do '
+    '[ -e "$e" ] || [ -L "$e" ] || continue; b="$t/${e##*/}"; '
+    'if [ -L "$e" ]; then cp -P "$e" "$b"; '
+    'elif [ -d "$e" ]; then mkdir "$b"; mount --rbind "$e" "$b"; '
+    'else : > "$b"; mount --bind "$e" "$b"; fi; done; }')
+
+
+def _existing_folder(path: str) -> str:
+    """The deepest folder of this machine that holds PATH (PATH itself where it is one)."""
+    folder = path
+    while folder != "/" and not os.path.isdir(folder):
+        folder = os.path.dirname(folder)
+    return folder
+
+
+def _mount_script(binds: list[tuple[str, str, bool]], tmpfs: list[str], new: Path) -> str:
+    """The commands, run in the pod's own mount namespace, that mount its volumes at their
+    paths, then run the container's argv.
+
+    Nothing outside the rehearsal's folder is created or written (issue 23, third red-team
+    pass: `mkdir -p <mountPath>` as root made `/checkpoints` on this machine). Where every
+    mount path is a folder here, the volume is mounted over it, and only in the namespace.
+    Where one is missing, the pod gets a `/` of its own (NEW_ROOT, in the pod's folder): a
+    tmpfs of bind mounts of this machine's entries, in which the missing folders are made on
+    tmpfs (the deepest existing folder above each made a tmpfs of binds the same way), and
+    the container runs chrooted there."""
+    targets = [path for _, path, _ in binds] + tmpfs
+    missing = [path for path in targets if not os.path.isdir(path)]
+    mounts: list[str] = []
+    if not missing:
+        for source_dir, path, read_only in binds:
+            mounts.append(f"mount --bind {shlex.quote(source_dir)} {shlex.quote(path)}")
+            if read_only:
+                mounts.append(f"mount -o remount,bind,ro {shlex.quote(path)}")
+        mounts += [f"mount -t tmpfs tmpfs {shlex.quote(path)}" for path in tmpfs]
+        return "; ".join(["set -e", *mounts, 'exec "$@"'])
+    new.mkdir(parents=True, exist_ok=True)
+    shadows = sorted({_existing_folder(path) for path in missing} - {"/"},
+                     key=lambda p: p.count("/"))
+    inner = ["set -e", f"new={shlex.quote(str(new))}", _SHADOW, 'shadow ""']
+    inner += [f"shadow {shlex.quote(folder)}" for folder in shadows]
+    for source_dir, path, read_only in binds:
+        target = shlex.quote(str(new) + path)
+        inner += [f"mkdir -p {target}", f"mount --bind {shlex.quote(source_dir)} {target}"]
+        if read_only:
+            inner.append(f"mount -o remount,bind,ro {target}")
+    for path in tmpfs:
+        target = shlex.quote(str(new) + path)
+        inner += [f"mkdir -p {target}", f"mount -t tmpfs tmpfs {target}"]
+    # the working directory (the image copy) is reached through the binds of the new `/`
+    inner.append('exec chroot "$new" sh -c \'cd "$0" && exec "$@"\' "$(pwd)" "$@"')
+    return "; ".join(inner)
+
+
 def audit_layer_dir() -> Path:
     """The shipped folder of the audit layer (its sitecustomize.py)."""
     return Path(__file__).resolve().parent.parent / "audit"
@@ -105,17 +165,8 @@ def pod_filesystem(pod_spec: Mapping[str, Any], container: Mapping[str, Any], ro
         f"cd {shlex.quote(str(image))}",
     ]
     if isolate and (binds or tmpfs):
-        inner = ["set -e"]
-        for source_dir, path, read_only in binds:
-            inner += [f"mkdir -p {shlex.quote(path)}",
-                      f"mount --bind {shlex.quote(source_dir)} {shlex.quote(path)}"]
-            if read_only:
-                inner.append(f"mount -o remount,bind,ro {shlex.quote(path)}")
-        for path in tmpfs:
-            inner += [f"mkdir -p {shlex.quote(path)}", f"mount -t tmpfs tmpfs {shlex.quote(path)}"]
-        inner.append('exec "$@"')
         lines.append("exec unshare --mount --propagation private sh -c "
-                     f"{shlex.quote('; '.join(inner))} sh \"$@\"")
+                     f"{shlex.quote(_mount_script(binds, tmpfs, pod_dir / NEW_ROOT))} sh \"$@\"")
         note = ("volumes bind-mounted at their paths in a mount namespace per pod ("
                 + ", ".join(p for _, p, _ in binds) + (", " if binds and tmpfs else "")
                 + ", ".join(f"{p} tmpfs" for p in tmpfs) + "); working directory: a fresh "
