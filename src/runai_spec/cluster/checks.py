@@ -210,8 +210,10 @@ def _crd_schema(served: dict[str, Any], w: Workload) -> Iterator[Finding]:
     source = "crd/pytorchjobs.kubeflow.org"
     try:
         schemas = crd_schemas(served, source)
-    except InputError:
-        yield _finding(w, "live-crd-schema", source, "the served PyTorchJob CRD has no schema",
+    except InputError as exc:  # no schema, or one that is no JSON Schema (issue 23)
+        what = ("the served PyTorchJob CRD has no schema" if exc.field is None else
+                f"the served PyTorchJob CRD's schema cannot be used: {exc.field}: {exc.message}")
+        yield _finding(w, "live-crd-schema", source, what,
                        "the render could not be checked against the cluster's schema",
                        "warning")
         return

@@ -7,7 +7,6 @@ import json
 import math
 import shutil
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from .checks import (
 )
 from .faults import faults_of
 from .job import DEFAULT_PORT, PORT_NAME, find_job, nproc_of, operator_env, replicas_of
+from .logs_folder import check_logs_dir, make_logs_dir
 from .network import auto_on_gpu, netns_note, plan_network, pod_network, resolve_mode
 from .pods import (
     MULTICAST_OFF,
@@ -128,13 +128,11 @@ def rehearse_manifests(
     if not (math.isfinite(backoff_scale) and backoff_scale >= 0):
         raise InputError(f"{backoff_scale:g} is not a non-negative number", field="--backoff-scale",
                          hint="e.g. --backoff-scale 0.1 (the kubelet's 10 s back-off becomes 1 s)")
+    check_logs_dir(logs_dir)  # a file, or a link planted there: bad input, nothing started
     gpus = probe_gpus(python)  # first: no torch is bad input, and nothing is written
     if device == "cpu":
         gpus = 0
-    # absolute: the pods run in other folders, and the logs' paths are printed for the user
-    root = (Path(logs_dir) if logs_dir
-            else Path(tempfile.mkdtemp(prefix="runai-spec-rehearse-"))).resolve()
-    root.mkdir(parents=True, exist_ok=True)
+    root = make_logs_dir(logs_dir)
     if device == "cuda" and not gpus:
         raise InputError("--device cuda: torch sees no GPU here")
     backend = "nccl" if gpus else "gloo"
