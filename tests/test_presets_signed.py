@@ -182,21 +182,28 @@ def test_no_allowed_signers_is_one_problem(presets_dir: Path) -> None:
     assert code == 2 and "allowed_signers: no such plain file" in stderr
 
 
-def test_no_ssh_keygen_on_path_is_one_clear_error(presets_dir: Path, engineer_key: Path,
-                                                 tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_ssh_keygen_presets_verify_and_load_and_only_approve_needs_it(
+        presets_dir: Path, engineer_key: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Approvals verify in-process (issue 29 item 3): a slim image without OpenSSH verifies
+    and renders; signing (approve) still needs ssh-keygen, one clear error with a hint."""
     empty = tmp_path / "empty-bin"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))
-    for args in (["presets", "verify"], ["render", SINGLE_NODE],
-                 ["presets", "approve", "h200-8gpu", "--key", str(engineer_key)]):
-        code, stdout, stderr = cli(*args)
-        assert code == 2, (args, stderr)
-        (error,) = error_lines(stderr)
-        assert error.endswith(
-            "signature: ssh-keygen not found; signed approvals need it to sign and verify"), error
-        assert "hint: install OpenSSH 8.2 or newer" in stderr and "Traceback" not in stderr
-        assert stdout == ""
+    code, stdout, stderr = cli("presets", "verify")
+    assert code == 0 and "ok: h200-8gpu.yaml" in stdout and stderr == "", stderr
+    assert cli("render", SINGLE_NODE)[0] == 0
+    assert cli("validate", SINGLE_NODE)[0] == 0
+    code, stdout, stderr = cli("presets", "approve", "h200-8gpu", "--key", str(engineer_key))
+    assert code == 2, stderr
+    (error,) = error_lines(stderr)
+    assert error.endswith(
+        "signature: ssh-keygen not found; approving (signing) needs it"), error
+    assert "hint: install OpenSSH 8.2 or newer" in stderr and "Traceback" not in stderr
+    assert stdout == ""
+    tamper(presets_dir)  # and an edited preset is still refused without ssh-keygen
+    code, _, stderr = cli("render", SINGLE_NODE)
+    assert code == 2 and "sha256: edited since it was approved" in stderr
 
 
 def test_approve_refuses_the_presets_inside_the_installed_package(
