@@ -59,14 +59,17 @@ def compare(rendered: Iterable[Manifest], committed: Iterable[Manifest], *,
     now, before = _by_key(rendered), _by_key(committed)
     out: list[ObjectDiff] = []
     for key in list(before) + [k for k in now if k not in before]:
+        if key in before and key in now and before[key] == now[key]:
+            continue
         old = dump([mask(before[key])]) if key in before else ""
         new = dump([mask(now[key])]) if key in now else ""
-        if old == new:
-            continue
         status = "added" if key not in before else "removed" if key not in now else "changed"
         text = "".join(difflib.unified_diff(old.splitlines(keepends=True),
                                             new.splitlines(keepends=True),
                                             f"{old_label} ({key})", f"{new_label} ({key})"))
+        if old == new:  # only a masked value differs: say so, without showing either
+            text = (f"--- {old_label} ({key})\n+++ {new_label} ({key})\n"
+                    "# a masked (credential-named or credential-shaped) value differs\n")
         out.append(ObjectDiff(key, status, text))
     return tuple(out)
 

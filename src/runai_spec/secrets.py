@@ -108,16 +108,42 @@ def looks_credential(text: str) -> bool:
     return mask_text(text) != text
 
 
+# Words that name a credential in what is masked, beyond loading.looks_secret's (which the
+# `secret-env` rule reads too, so it stays narrow): DB_PASS, DB_PW, REGISTRY_AUTH, API_CREDS.
+_NAME_WORDS = frozenset({"PASS", "PW", "AUTH", "CREDS", "COOKIE", "PASSPHRASE", "PASSWORD"})
+# ...and last words that do with a word before them: SSH_KEY, MYSQL_PWD, tls.key, ssh-keys
+# (never `key` alone as a mapping key, a toleration's or a selector's, nor camelCase such
+# as `topologyKey`; the shell's own `PWD` stays visible).
+_LAST_WORDS = frozenset({"KEY", "KEYS", "PWD", "PRIVKEY", "RSA", "DSA", "ECDSA", "ED25519"})
+_SPLIT = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z])(?=[A-Z])")
+
+
+def secret_name(name: str, *, variable: bool = False) -> bool:
+    """True when a value under this name (a variable's, with `variable`, or a mapping key's)
+    is a credential: loading.looks_secret's names, the credential keys of _KEY_WORDS
+    (`auth`, `client-key-data`), and _NAME_WORDS / _LAST_WORDS."""
+    if looks_secret(name) or _secret_key(name) or re.search(r"(?i)passw(or)?d", name):
+        return True
+    words = [w.upper() for w in _SPLIT.split(name) if w]
+    if _NAME_WORDS.intersection(words):
+        return True
+    separated = variable or bool(re.search(r"[-_.]", name))
+    return separated and len(words) >= 2 and words[-1] in _LAST_WORDS or (
+        variable and words == ["KEY"])
+
+
 def mask_object(value: Any) -> Any:
     """A copy of a parsed object (a manifest, a live object) with credentials masked: the
-    values of secret-named variables (`{name: HF_TOKEN, value: ...}` and mapping keys such as
-    `password`) and every credential-shaped part of any string (keys, certificates, tokens)."""
+    values of secret-named variables (`{name: HF_TOKEN, value: ...}`, also DB_PASS,
+    REGISTRY_AUTH, SSH_KEY) and mapping keys (`password`, `auth`, `client-key-data`; see
+    secret_name) and every credential-shaped part of any string (keys, certificates, tokens)."""
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         named = value.get("name")
         for key, item in value.items():
-            secret_value = key == "value" and isinstance(named, str) and looks_secret(named)
-            secret_key = (isinstance(key, str) and looks_secret(key)
+            secret_value = (key == "value" and isinstance(named, str)
+                            and secret_name(named, variable=True))
+            secret_key = (isinstance(key, str) and secret_name(key)
                           and not isinstance(item, dict | list))
             out[key] = MASK if secret_value or secret_key else mask_object(item)
         return out
