@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from functools import lru_cache
 from pathlib import Path
@@ -66,6 +68,25 @@ def example_job(name: str) -> dict[str, Any]:
     """The committed render of examples/NAME: its manifest.yaml (one PyTorchJob), parsed afresh."""
     job: dict[str, Any] = yaml.safe_load((ROOT / "examples" / name / "manifest.yaml").read_text())
     return job
+
+
+_SUITE_HOME: list[Path] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Tests never read the real home (issue 23: `plan` read ~/.cache/runai-spec/rehearsals, so
+    one rehearsal on the developer's machine failed a test): HOME and XDG_CACHE_HOME point at
+    a temporary folder for the whole suite, session fixtures and child processes included (each
+    xdist worker has its own). Each test also gets a cache folder of its own (_no_user_cache)."""
+    home = Path(tempfile.mkdtemp(prefix="runai-spec-tests-home-"))
+    _SUITE_HOME.append(home)
+    os.environ["HOME"] = str(home)
+    os.environ["XDG_CACHE_HOME"] = str(home / ".cache")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for home in _SUITE_HOME:
+        shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -15,7 +15,14 @@ from typer.testing import CliRunner
 from conftest import ROOT
 from runai_spec.cli import app
 from runai_spec.kubeflow import operator_env
-from runai_spec.rehearsals import read_record, record_path, write_record
+from runai_spec.rehearsals import (
+    ForeignRecord,
+    RehearsalRecord,
+    key_path,
+    read_record,
+    record_path,
+    write_record,
+)
 from runai_spec.workload import prepare_workload
 
 runner = CliRunner()
@@ -108,6 +115,93 @@ def test_an_unreadable_record_is_no_record(tmp_path: Path) -> None:
     path.write_text("{not json")
     assert read_record("nlp-lab", "llm-7b-fsdp") is None
     assert "none recorded" in runner.invoke(app, ["plan", str(MULTI)]).stdout
+
+
+# Issue 23, item 9: `plan` showed a hand-written record in ~/.cache/runai-spec/rehearsals as
+# "passed"; only a record runai-spec wrote (signed with this user's record key) counts, and the
+# ticket says where it came from.
+HAND_WRITTEN = {"version": 1, "project": "nlp-lab", "name": "llm-7b-fsdp", "profile": str(MULTI),
+                "profile_sha256": "", "finished_at": "2026-01-01T00:00:00Z", "ok": True,
+                "world_size": 4, "backend": "gloo", "options": [],
+                "checks": [{"check": "ranks", "status": "pass", "message": "4 ranks"}],
+                "logs_dir": "/tmp/x"}
+
+
+def _latest(md: str) -> str:
+    return md.split("## Latest rehearsal\n\n", 1)[1].split("\n## ", 1)[0]
+
+
+def _signed_record(tmp_path: Path, ok: bool = False) -> Path:
+    path = write_record(project="nlp-lab", name="llm-7b-fsdp", profile=str(MULTI),
+                        profile_sha256=prepare_workload(MULTI).loaded.sha256, ok=ok,
+                        world_size=4, backend="gloo", options=[],
+                        checks=[("ranks", "fail", "1 of 4 ranks")], logs_dir=str(tmp_path))
+    assert path is not None
+    return path
+
+
+@pytest.mark.parametrize("signature", [None, "0" * 64, "forged"])
+def test_a_hand_written_record_is_not_counted(signature: str | None) -> None:
+    doc = {**HAND_WRITTEN, "profile_sha256": prepare_workload(MULTI).loaded.sha256}
+    if signature is not None:
+        doc = {**doc, "version": 2, "signature": signature, "written_by": {
+            "tool": "runai-spec", "version": "0.1.0", "host": "h", "user": "u"}}
+    path = record_path("nlp-lab", "llm-7b-fsdp")
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(doc))
+    assert isinstance(read_record("nlp-lab", "llm-7b-fsdp"), ForeignRecord)
+    latest = _latest(runner.invoke(app, ["plan", str(MULTI)]).stdout)
+    assert "**passed**" not in latest and "| ranks |" not in latest
+    assert latest.startswith(f"a record at `{path}` is **not counted**: ")
+    data = json.loads(runner.invoke(app, ["plan", str(MULTI), "--format", "json"]).stdout)
+    assert data["rehearsal"]["counted"] is False and data["rehearsal"]["record"] == str(path)
+
+
+def test_a_record_edited_after_the_rehearsal_is_not_counted(tmp_path: Path) -> None:
+    path = _signed_record(tmp_path, ok=False)
+    doc = json.loads(path.read_text())
+    doc["ok"] = True
+    path.write_text(json.dumps(doc))
+    record = read_record("nlp-lab", "llm-7b-fsdp")
+    assert isinstance(record, ForeignRecord) and "does not verify" in record.why
+    assert "**passed**" not in runner.invoke(app, ["plan", str(MULTI)]).stdout
+
+
+def test_a_record_signed_with_another_key_is_not_counted(tmp_path: Path) -> None:
+    _signed_record(tmp_path)
+    key_path().write_bytes(b"x" * 32)  # another machine's (or a replaced) key
+    assert isinstance(read_record("nlp-lab", "llm-7b-fsdp"), ForeignRecord)
+    key_path().unlink()
+    record = read_record("nlp-lab", "llm-7b-fsdp")
+    assert isinstance(record, ForeignRecord) and "no record key" in record.why
+
+
+def test_the_ticket_says_where_the_record_came_from(tmp_path: Path) -> None:
+    import getpass
+    import socket
+
+    path = _signed_record(tmp_path)
+    assert oct(key_path().stat().st_mode & 0o777) == "0o600"
+    record = read_record("nlp-lab", "llm-7b-fsdp")
+    assert isinstance(record, RehearsalRecord)
+    assert record.written_by[2:] == (socket.gethostname(), getpass.getuser())
+    latest = _latest(runner.invoke(app, ["plan", str(MULTI)]).stdout)
+    assert latest.startswith("**failed** at ")
+    assert (f"Recorded by runai-spec `0.1.0` on host `{socket.gethostname()}` as user "
+            f"`{getpass.getuser()}`, read from `{path}`") in latest
+    assert "not a proof" in latest
+
+
+def test_the_suite_never_reads_the_real_home() -> None:
+    # the suite's HOME and XDG_CACHE_HOME are temporary folders (conftest.py): one rehearsal
+    # on the developer's machine no longer changes what `plan` shows in a test
+    import os
+    import pwd
+
+    real = Path(pwd.getpwuid(os.getuid()).pw_dir).resolve()
+    assert Path.home().resolve() != real and not Path.home().resolve().is_relative_to(real)
+    assert not record_path("p", "n").resolve().is_relative_to(real)
+    assert not record_path("p", "n").resolve().is_relative_to(Path.home().resolve())
 
 
 @pytest.mark.parametrize("layout", ["single-gpu", "single-node", "elastic"])

@@ -18,7 +18,14 @@ from typer.testing import CliRunner
 from runai_spec.checklist import PreflightSettings
 from runai_spec.cli import app
 from runai_spec.rehearse.filesystem import audit_layer_dir, can_mount, pod_filesystem
-from runai_spec.rehearse.script_checks import LOST, ScriptRun, read_audit, script_checks
+from runai_spec.rehearse.script_checks import (
+    LOST,
+    ScriptRun,
+    foreign_records,
+    foreign_row,
+    read_audit,
+    script_checks,
+)
 
 SETTINGS = PreflightSettings(local_batch=4, grad_accum=2, global_batch=16)
 RUN = ScriptRun(world=2, plan_world=2, checkpoint_dir="/checkpoints", gpus=0, restarted=False,
@@ -49,8 +56,12 @@ def _rank_env(tmp_path: Path, audit: Path | None) -> dict[str, str]:
                MASTER_PORT=str(_free_port()))
     if audit is not None:
         env["RUNAI_SPEC_AUDIT_DIR"] = str(audit)
+        env["RUNAI_SPEC_AUDIT_KEY"] = KEY
         env["PYTHONPATH"] = str(audit_layer_dir())
     return env
+
+
+KEY = "k" * 64  # the rehearsal's key for the audit layer (a fresh random one per rehearsal)
 
 
 def _free_port() -> int:
@@ -80,7 +91,7 @@ def test_the_audit_layer_changes_neither_output_nor_exit_code(
     assert audited.stderr == plain.stderr
     assert "loss" in plain.stdout and plain.returncode == {"CODE": 3, "RAISE": 1}.get(
         next(iter(extra), ""), 0)
-    records = read_audit(tmp_path / "audit")
+    records = read_audit(tmp_path / "audit", KEY)
     events = [r["event"] for r in records]
     assert events[:2] == ["start", "init-process-group"] and events[-1] == "exit"
     save = next(r for r in records if r["event"] == "save")
@@ -186,6 +197,53 @@ def test_the_wrapper_gives_each_container_start_a_fresh_copy_of_the_tree(tmp_pat
     assert first.stdout.split() == ["train.py", "0"]
     assert again.stdout.split() == ["train.py", "1"]  # left-behind is gone: a new image copy
 
+
+# Issue 23, item 9: a script that wrote records into the audit folder itself got every row
+# `pass`; only what the audit layer wrote under the rehearsal's key counts.
+FORGER = """\
+import json, os
+folder = os.environ.get("RUNAI_SPEC_AUDIT_DIR")
+print("key seen:", os.environ.get("RUNAI_SPEC_AUDIT_KEY"))
+for rank in (0, 1):
+    with open(os.path.join(folder, f"rank-{rank}.99{rank}.jsonl"), "a") as fh:
+        fh.write(json.dumps({"event": "init-process-group", "t": 1.0, "rank": rank,
+                             "world_size": 2, "backend": "gloo"}) + "\\n")
+        fh.write("0" * 64 + " " + json.dumps({"event": "exit", "t": 2.0, "rank": rank,
+                                               "exit_code": 0}) + "\\n")
+"""
+
+
+def test_records_a_script_writes_into_the_audit_folder_do_not_count(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(FORGER)
+    done = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60, check=False,
+                          env=_rank_env(tmp_path, tmp_path / "audit"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "key seen: None\n"  # the rank's environment lost the key
+    records = read_audit(tmp_path / "audit", KEY)
+    assert [r["event"] for r in records] == ["start", "exit"]  # the layer's own, rank 0
+    assert {r["pid"] for r in records} != {990, 991}
+    foreign = foreign_records(tmp_path / "audit", KEY)
+    assert foreign == {"rank-0.990.jsonl": 2, "rank-1.991.jsonl": 2}
+    row = foreign_row(foreign)
+    assert row is not None and row.status == "fail" and row.check == "audit"
+    assert row.message.startswith("4 record(s) in the audit folder were not written by the "
+                                  "audit layer (rank-0.990.jsonl, rank-1.991.jsonl)")
+    assert read_audit(tmp_path / "audit", "another key") == []  # another rehearsal's key
+    assert foreign_row({}) is None
+
+
+def test_an_edited_record_of_the_audit_layer_does_not_count(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    env = _rank_env(tmp_path, tmp_path / "audit")
+    subprocess.run([sys.executable, "train.py"], cwd=tmp_path, check=True, env=env, timeout=60)
+    (log,) = (tmp_path / "audit").glob("rank-0.*.jsonl")
+    lines = log.read_text().splitlines()
+    assert len(lines) == 2 and '"exit_code": 0' in lines[1]
+    log.write_text("\n".join([lines[0], lines[1].replace('"exit_code": 0', '"exit_code": 1')])
+                   + "\n")
+    assert [r["event"] for r in read_audit(tmp_path / "audit", KEY)] == ["start"]
+    assert foreign_records(tmp_path / "audit", KEY) == {log.name: 1}
 
 @pytest.mark.skipif(not can_mount(), reason="needs root, unshare and mount namespaces")
 def test_the_pod_s_mounts_create_nothing_outside_the_rehearsal_folder(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 from .kubeflow import KIND, operator_env, replica_specs
 from .plan import Plan, failure_semantics
 from .policy import memory_estimate
-from .rehearsals import read_record
+from .rehearsals import ForeignRecord, read_record
 from .report import md_code, md_fence, md_text, one_line
 from .workload import Workload
 
@@ -196,7 +196,10 @@ def ticket_dict(w: Workload) -> dict[str, Any]:
             "preset_network": {k: env[k] for k in preset.network.env if k in env},
             "operator": operator},
         "rehearsal": None if record is None else {
-            **record.as_dict(), "same_profile": record.profile_sha256 == w.loaded.sha256},
+            "counted": False, "record": record.path, "why": record.why}
+        if isinstance(record, ForeignRecord) else {
+            **record.as_dict(), "counted": True, "record": record.path,
+            "same_profile": record.profile_sha256 == w.loaded.sha256},
     }
 
 
@@ -259,6 +262,10 @@ def ticket_markdown(d: dict[str, Any]) -> list[str]:
     if r is None:
         out.append("none recorded on this machine (`runai-spec rehearse PROFILE` records one)")
         return out
+    if not r["counted"]:
+        out.append(f"a record at {md_code(r['record'])} is **not counted**: {md_text(r['why'])}. "
+                   "Rehearse again (`runai-spec rehearse PROFILE`) for one that counts")
+        return out
     verdict = "**passed**" if r["ok"] else "**failed**"
     of = ("this profile" if r["same_profile"] else
           "**an earlier version** of this profile (its sha256 differs): rehearse again")
@@ -268,5 +275,11 @@ def ticket_markdown(d: dict[str, Any]) -> list[str]:
             f"{md_code(r['logs_dir'])}", "", "| check | status | message |", "|---|---|---|"]
     out += [f"| {md_text(c['check'])} | {md_text(c['status'])} | {md_text(c['message'])} |"
             for c in r["checks"]]
+    by = r["written_by"]
+    out += ["", f"Recorded by {md_text(by['tool'])} {md_code(by['version'])} on host "
+            f"{md_code(by['host'])} as user {md_code(by['user'])}, read from "
+            f"{md_code(r['record'])} on the machine that made this ticket, and signed with that "
+            "user's record key there: runai-spec wrote it, unedited. It is that machine's "
+            "account of a local run, not a proof: ask for the logs folder, or rehearse again."]
     return out
 

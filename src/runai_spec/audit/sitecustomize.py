@@ -1,7 +1,8 @@
 """The rehearsal's audit layer: loaded by Python at start-up in every rank of `rehearse
 --own-script` (this folder is first on the ranks' PYTHONPATH), never imported by runai-spec.
 
-It records, one JSON object per line in `$RUNAI_SPEC_AUDIT_DIR/rank-<RANK>.<pid>.jsonl`, what
+It records, one JSON object per line in `$RUNAI_SPEC_AUDIT_DIR/rank-<RANK>.<pid>.jsonl` (each
+line `<HMAC-SHA256 of the JSON under the rehearsal's key> <JSON>`), what
 the site guide asks of a training script: the process group (backend, rank, local rank, world
 size), the device each rank uses, checkpoint saves and loads (`torch.save`/`torch.load`,
 `torch.distributed.checkpoint`, `safetensors`), metric writers (TensorBoard, wandb, mlflow),
@@ -16,12 +17,19 @@ Rules it keeps:
 - Only stdlib at start-up; torch and the others are patched when the script imports them
   (an import hook), so a script that never imports them pays nothing.
 - Only rank processes record (LOCAL_RANK set), not torchrun's agent.
+- Only its own records count (issue 23): the rehearsal gives it a key for this run
+  ($RUNAI_SPEC_AUDIT_KEY), taken out of a rank's environment before the script runs, and the
+  rehearsal drops (and fails on) every line whose HMAC does not verify, such as one a script
+  wrote into the audit folder itself. Code in the same process that digs the key out of this
+  module or of /proc can still forge: the rehearsal is the researcher's own check.
 """
 
 from __future__ import annotations
 
 import atexit
 import functools
+import hashlib
+import hmac
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -36,6 +44,11 @@ from types import ModuleType
 from typing import Any
 
 ENV_DIR = "RUNAI_SPEC_AUDIT_DIR"
+ENV_KEY = "RUNAI_SPEC_AUDIT_KEY"
+# A rank takes the key out of its environment (the script's os.environ and the processes it
+# starts never see it); torchrun's agent keeps it for the ranks it starts and restarts.
+_KEY = (os.environ.pop(ENV_KEY, "") if "LOCAL_RANK" in os.environ
+        else os.environ.get(ENV_KEY, "")).encode()
 STEP_KEYS = ("step", "global_step", "iteration", "iter", "epoch")
 _lock = threading.Lock()
 _state: dict[str, Any] = {"exit_code": None, "exception": None}
@@ -79,7 +92,8 @@ def record(event: str, **fields: Any) -> None:
                 "attempt": _int_env("RUNAI_SPEC_ATTEMPT") or 0,
                 "restart": _int_env("TORCHELASTIC_RESTART_COUNT") or 0,
                 "pod": os.environ.get("RUNAI_SPEC_POD"), **fields}
-        line = json.dumps(data, default=str) + "\n"
+        body = json.dumps(data, default=str)
+        line = f"{hmac.new(_KEY, body.encode(), hashlib.sha256).hexdigest()} {body}\n"
         name = os.path.join(folder, f"rank-{data['rank']}.{os.getpid()}.jsonl")
         with _lock, open(name, "a", encoding="utf-8") as fh:
             fh.write(line)

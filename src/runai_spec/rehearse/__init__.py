@@ -39,8 +39,8 @@ from .pods import (
     write_plan,
 )
 from .restarts import operator_verdict, restart_settings
-from .runner import final_round, rehearse_faults
-from .script_checks import ScriptRun, read_audit, script_checks
+from .runner import audit_key, final_round, rehearse_faults
+from .script_checks import ScriptRun, foreign_records, foreign_row, read_audit, script_checks
 
 __all__ = [
     "CHECK_ORDER", "DEFAULT_PORT", "DEFAULT_TIMEOUT_S", "MULTICAST_OFF", "OWN_SCRIPT_SETTLE_S",
@@ -79,10 +79,12 @@ def own_script_checks(plans: Sequence[PodPlan], root: Path, world: int,
     note = plans[0].filesystem_note if plans else None
     run = ScriptRun(world=world, plan_world=plan_world, checkpoint_dir=checkpoint_dir, gpus=gpus,
                     restarted=restarted, timed_out=any(o.timed_out for o in outcomes))
-    rows = script_checks(read_audit(root / "audit"), run, settings)
+    key = audit_key(plans)
+    rows = script_checks(read_audit(root / "audit", key), run, settings)
+    forged = foreign_row(foreign_records(root / "audit", key))
     mounted = bool(note) and "NOT mounted" not in str(note)
     head = CheckResult("filesystem", "pass" if mounted else "skip", str(note or ""))
-    return [head, *rows]
+    return [head, *rows, *([forged] if forged else [])]
 
 
 def rehearse_manifests(

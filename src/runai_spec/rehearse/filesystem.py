@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 AUDIT_ENV = "RUNAI_SPEC_AUDIT_DIR"  # where the audit layer writes (audit/sitecustomize.py)
+AUDIT_KEY_ENV = "RUNAI_SPEC_AUDIT_KEY"  # the rehearsal's key its records carry an HMAC of
 POD_ENV = "RUNAI_SPEC_POD"
 IMAGE_DIR = "image"  # the pod's fresh copy of the working tree, under its pod folder
 COPY_IGNORE = (".git", "__pycache__", ".venv", ".mypy_cache", ".pytest_cache")

@@ -8,6 +8,7 @@ import json
 import os
 import posixpath
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -31,7 +32,14 @@ from ..launcher import (
     set_nproc,
     split_command,
 )
-from .filesystem import AUDIT_ENV, POD_ENV, audit_layer_dir, can_mount, pod_filesystem
+from .filesystem import (
+    AUDIT_ENV,
+    AUDIT_KEY_ENV,
+    POD_ENV,
+    audit_layer_dir,
+    can_mount,
+    pod_filesystem,
+)
 from .job import container_of, find_job, nproc_of, operator_env, replicas_of
 from .kubelet import container_env, expand_command
 from .network import NetPlan
@@ -248,6 +256,7 @@ def plan_pods(
                                                "nProcPerNode": procs_per_pod}
     replicas = replicas_of(job)
     containers = {rtype: container_of(rspec, rtype) for rtype, _, rspec in replicas}
+    audit_key = secrets.token_hex(32)  # this rehearsal's: every pod's audit layer signs with it
     # an elastic job's round may form with minReplicas pods while another still restarts
     elastic = (job.get("spec") or {}).get("elasticPolicy") or {}
     min_world = (int(elastic["minReplicas"]) * nproc
@@ -343,6 +352,7 @@ def plan_pods(
         if own_script:
             layer = root / "audit-layer"
             penv[AUDIT_ENV] = str(root / "audit")
+            penv[AUDIT_KEY_ENV] = audit_key  # only what the audit layer wrote counts
             penv[POD_ENV] = short
             penv["PYTHONPATH"] = os.pathsep.join(
                 [str(layer), *filter(None, [penv.get("PYTHONPATH")])])

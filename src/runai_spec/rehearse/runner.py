@@ -91,7 +91,8 @@ def rehearse_faults(job: Mapping[str, Any], plans: Sequence[PodPlan], world: int
         while time.monotonic() < deadline and model.phase == "Running":
             now = time.monotonic() - start
             for f in list(pending):
-                held = _held(hold_dir) if audit_dir is None else first_saves(audit_dir)
+                held = (_held(hold_dir) if audit_dir is None
+                        else first_saves(audit_dir, audit_key(plans)))
                 ready = ((bool(held) if audit_dir is not None else len(held) >= world)
                          if f.at is None else now >= f.at)
                 if not ready:
@@ -188,13 +189,20 @@ def rehearse_faults(job: Mapping[str, Any], plans: Sequence[PodPlan], world: int
     return checks, outcomes, lines
 
 
-def first_saves(audit_dir: Path) -> dict[int, int]:
+def audit_key(plans: Sequence[PodPlan]) -> str:
+    """The key this rehearsal's audit layer signs its records with ("" without one)."""
+    from .filesystem import AUDIT_KEY_ENV
+
+    return next((p.env[AUDIT_KEY_ENV] for p in plans if AUDIT_KEY_ENV in p.env), "")
+
+
+def first_saves(audit_dir: Path, key: str) -> dict[int, int]:
     """{rank: step} of the checkpoints the first start of each rank's script saved, from the
     audit layer's records (step 0 where the checkpoint says none)."""
     from .script_checks import read_audit
 
     out: dict[int, int] = {}
-    for r in read_audit(audit_dir):
+    for r in read_audit(audit_dir, key):
         if r.get("event") == "save" and not r.get("failed") and r.get("rank") is not None \
                 and not r.get("attempt") and not r.get("restart"):
             out.setdefault(int(r["rank"]), int(r.get("step") or 0))

@@ -6,6 +6,8 @@ Each check is one row: pass, fail, or skip with the reason it could not be check
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -22,19 +24,56 @@ SCRIPT_ROWS = ("ranks", "world-size", "device", "global-batch", "checkpoint", "m
                "shutdown")
 
 
-def read_audit(folder: Path) -> list[dict[str, Any]]:
-    """Every record of every rank, in time order; a torn last line (a killed rank) is skipped."""
+def read_audit(folder: Path, key: str) -> list[dict[str, Any]]:
+    """Every record of every rank that the audit layer wrote under this rehearsal's KEY, in
+    time order; a torn last line (a killed rank) is skipped, and so is every line whose HMAC
+    does not verify (`foreign_records` counts those)."""
+    return _read_audit(folder, key)[0]
+
+
+def foreign_records(folder: Path, key: str) -> dict[str, int]:
+    """{file: lines} of what the audit folder holds that the audit layer did not write under
+    KEY (a script writing records there itself, issue 23): never counted."""
+    return _read_audit(folder, key)[1]
+
+
+def _read_audit(folder: Path, key: str) -> tuple[list[dict[str, Any]], dict[str, int]]:
     records: list[dict[str, Any]] = []
-    for path in sorted(folder.glob("rank-*.jsonl")) if folder.is_dir() else []:
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    foreign: dict[str, int] = {}
+    secret = key.encode()
+    entries = sorted(folder.iterdir()) if folder.is_dir() and not folder.is_symlink() else []
+    for path in entries:
+        if not (path.name.startswith("rank-") and path.name.endswith(".jsonl")) \
+                or path.is_symlink() or not path.is_file():
+            foreign[path.name] = foreign.get(path.name, 0) + 1
+            continue
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        for index, line in enumerate(lines):
+            mac, _, body = line.partition(" ")
+            good = bool(secret) and hmac.compare_digest(
+                mac.encode(), hmac.new(secret, body.encode(), hashlib.sha256).hexdigest().encode())
             try:
-                item = json.loads(line)
+                item = json.loads(body) if good else None
             except ValueError:
-                continue
+                item = None
             if isinstance(item, dict) and isinstance(item.get("event"), str):
                 records.append(item)
+            elif not (index == len(lines) - 1 and not line.endswith("}")):  # not a torn tail
+                foreign[path.name] = foreign.get(path.name, 0) + 1
     records.sort(key=lambda r: float(r.get("t") or 0))
-    return records
+    return records, foreign
+
+
+def foreign_row(foreign: Mapping[str, int]) -> CheckResult | None:
+    """The failing row for records the audit layer did not write, or None."""
+    if not foreign:
+        return None
+    files = sorted(foreign)
+    shown = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+    return CheckResult("audit", "fail", f"{sum(foreign.values())} record(s) in the audit folder "
+                       f"were not written by the audit layer ({shown}): not counted; a script "
+                       "that writes there itself fails the rehearsal",
+                       details={"files": files})
 
 
 def _generation(rec: Mapping[str, Any]) -> tuple[int, int]:
