@@ -310,3 +310,28 @@ def _runs_train_py(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state != "Z" and b"train.py" in cmdline
+
+
+# issue 23, item 9: a script that writes records into the audit folder itself (here: a
+# `metrics` record from no rank and a second rank 0 that passes everything) fails the rehearsal
+FORGES_RECORDS = ALL_REDUCE + """\
+import json, os
+folder = os.environ.get("RUNAI_SPEC_AUDIT_DIR") or "."
+with open(os.path.join(folder, f"rank-{os.environ['RANK']}.1.jsonl"), "a") as fh:
+    fh.write(json.dumps({"event": "exit", "t": 1e12, "rank": 0, "exit_code": 0}) + "\\n")
+"""
+
+
+def test_own_script_that_forges_audit_records_fails_the_rehearsal(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_profile: Callable[..., Path],
+        base_profile: dict[str, Any]) -> None:
+    result, report, _ = rehearse_own_script(tmp_path, monkeypatch, write_profile,
+                                            base_profile, FORGES_RECORDS)
+    assert result.exit_code == 1, result.output
+    rows = checks(report)
+    assert rows["audit"]["status"] == "fail"
+    assert rows["audit"]["message"].startswith("2 record(s) in the audit folder were not "
+                                               "written by the audit layer (rank-0.1.jsonl, "
+                                               "rank-1.1.jsonl)")
+    for name in ("ranks", "world-size", "shutdown"):  # the layer's own records still count
+        assert rows[name]["status"] == "pass", rows[name]

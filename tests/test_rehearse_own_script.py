@@ -418,3 +418,16 @@ def test_the_rehearsal_folder_inside_the_tree_is_not_part_of_the_image(tmp_path:
         done = subprocess.run([*fs.wrapper, "ls", "-a"], capture_output=True, text=True,
                               check=True, cwd=tmp_path, timeout=30)
         assert sorted(done.stdout.split()) == [".", "..", "train.py"]
+
+
+def test_a_process_the_rank_starts_afresh_records_nothing(tmp_path: Path) -> None:
+    # the rank took the key out of its environment: a spawned child has none, and its lines
+    # would otherwise read as forged
+    (tmp_path / "train.py").write_text(
+        "import subprocess, sys\n"
+        "subprocess.run([sys.executable, '-c', 'print(1)'], check=True)\n")
+    subprocess.run([sys.executable, "train.py"], cwd=tmp_path, check=True, timeout=60,
+                   env=_rank_env(tmp_path, tmp_path / "audit"))
+    assert len(list((tmp_path / "audit").glob("rank-0.*.jsonl"))) == 1  # the rank's own
+    assert foreign_records(tmp_path / "audit", KEY) == {}
+    assert [r["event"] for r in read_audit(tmp_path / "audit", KEY)] == ["start", "exit"]

@@ -83,7 +83,9 @@ def _step_of(obj: Any) -> int | None:
 def record(event: str, **fields: Any) -> None:
     """Append one record; never raises."""
     folder = os.environ.get(ENV_DIR)
-    if not folder:
+    # a process the rank started afresh (a spawned worker, an exec) has no key: what it would
+    # write could not count, and unsigned lines would read as written by someone else
+    if not folder or not _KEY:
         return
     try:
         data = {"event": event, "t": time.time(), "pid": os.getpid(),
