@@ -16,6 +16,7 @@ import base64
 import binascii
 import datetime as dt
 import hashlib
+import importlib
 import os
 import re
 import shutil
@@ -194,16 +195,16 @@ class _Reader:
             raise Invalid("invalid format (trailing data)")
 
 
-def _crypto() -> Any:
-    """The cryptography package's asymmetric primitives (imported when first needed)."""
+def _crypto(name: str) -> Any:
+    """cryptography.hazmat.primitives.NAME, imported when first needed, only the key type's
+    own module (its Rust bindings are most of a verification's cost in a fresh process)."""
     try:
-        from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+        return importlib.import_module(f"cryptography.hazmat.primitives.{name}")
     except ImportError:  # pragma: no cover - a dependency of runai-spec
         raise SignatureError("the cryptography package is not installed; signed approvals "
                              "need it to verify", field="signature",
                              hint="reinstall runai-spec (pip install runai-spec) in this "
                                   "environment") from None
-    return ec, ed25519, rsa
 
 
 @dataclass(frozen=True)
@@ -246,13 +247,14 @@ class PublicKey:
         return key
 
     def crypto_key(self) -> Any:
-        ec, ed25519, rsa = _crypto()
         try:
             if self.kind == "ssh-ed25519":
+                ed25519 = _crypto("asymmetric.ed25519")
                 return ed25519.Ed25519PublicKey.from_public_bytes(self.material[0])
             if self.kind == "ssh-rsa":
                 e, n = self.material
-                return rsa.RSAPublicNumbers(int(e), int(n)).public_key()
+                return _crypto("asymmetric.rsa").RSAPublicNumbers(int(e), int(n)).public_key()
+            ec = _crypto("asymmetric.ec")
             curve = {"nistp256": ec.SECP256R1, "nistp384": ec.SECP384R1,
                      "nistp521": ec.SECP521R1}[self.kind[11:]]()
             point = self.material[0]
@@ -265,8 +267,6 @@ class PublicKey:
         """Invalid unless SIGNATURE (the SSH signature encoding) is this key's of DATA
         (sshkey_verify: ssh_ed25519_verify, ssh_ecdsa_verify, ssh_rsa_verify)."""
         from cryptography.exceptions import InvalidSignature
-        from cryptography.hazmat.primitives import hashes
-        from cryptography.hazmat.primitives.asymmetric import ec, padding, utils
 
         reader = _Reader(signature)
         sigtype = reader.cstring()
@@ -286,6 +286,7 @@ class PublicKey:
                 size = (int(self.material[1]).bit_length() + 7) // 8
                 if len(raw) > size:
                     raise Invalid("RSA signature longer than the key")
+                hashes, padding = _crypto("hashes"), _crypto("asymmetric.padding")
                 digest = hashes.SHA256() if algorithm == "sha256" else hashes.SHA512()
                 key.verify(raw.rjust(size, b"\0"), data, padding.PKCS1v15(), digest)
             else:
@@ -294,10 +295,11 @@ class PublicKey:
                 inner = _Reader(raw)
                 r, s = inner.mpint(), inner.mpint()
                 inner.end()
-                curve_hash: hashes.HashAlgorithm = {
-                    "sha256": hashes.SHA256(), "sha384": hashes.SHA384(),
-                    "sha512": hashes.SHA512()}[ECDSA_CURVES[self.kind[11:]]]
-                key.verify(utils.encode_dss_signature(r, s), data, ec.ECDSA(curve_hash))
+                hashes, ec = _crypto("hashes"), _crypto("asymmetric.ec")
+                curve_hash = {"sha256": hashes.SHA256(), "sha384": hashes.SHA384(),
+                              "sha512": hashes.SHA512()}[ECDSA_CURVES[self.kind[11:]]]
+                der = _crypto("asymmetric.utils").encode_dss_signature(r, s)
+                key.verify(der, data, ec.ECDSA(curve_hash))
         except InvalidSignature:
             raise Invalid("signature verification failed") from None
 
