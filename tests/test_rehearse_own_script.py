@@ -256,7 +256,8 @@ def test_the_pod_s_mounts_create_nothing_outside_the_rehearsal_folder(tmp_path: 
     beside = tmp_path / "exists"  # a folder of this machine, the mount path below it missing
     beside.mkdir()
     (beside / "kept.txt").write_text("kept\n")
-    deep = str(beside / "missing" / "data")
+    (tmp_path / "link").symlink_to(beside)  # reached through a link of this machine
+    deep = str(tmp_path / "link" / "missing" / "data")
     root, pod = tmp_path / "root", tmp_path / "root" / "master-0"
     pod.mkdir(parents=True)
     container = {"volumeMounts": [

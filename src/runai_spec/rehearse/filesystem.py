@@ -72,14 +72,19 @@ def _mount_script(binds: list[tuple[str, str, bool]], tmpfs: list[str], new: Pat
     the container runs chrooted there."""
     targets = [path for _, path, _ in binds] + tmpfs
     missing = [path for path in targets if not os.path.isdir(path)]
-    mounts: list[str] = []
     if not missing:
+        mounts = ["set -e"]
         for source_dir, path, read_only in binds:
             mounts.append(f"mount --bind {shlex.quote(source_dir)} {shlex.quote(path)}")
             if read_only:
                 mounts.append(f"mount -o remount,bind,ro {shlex.quote(path)}")
         mounts += [f"mount -t tmpfs tmpfs {shlex.quote(path)}" for path in tmpfs]
-        return "; ".join(["set -e", *mounts, 'exec "$@"'])
+        return "; ".join([*mounts, 'exec "$@"'])
+    # this machine's links resolved first (`/var/run` -> `/run`): below the deepest folder that
+    # exists nothing is a link, so mkdir only ever makes folders on the pod's tmpfs
+    binds = [(source, os.path.realpath(path), ro) for source, path, ro in binds]
+    tmpfs = [os.path.realpath(path) for path in tmpfs]
+    missing = [os.path.realpath(path) for path in missing]
     new.mkdir(parents=True, exist_ok=True)
     shadows = sorted({_existing_folder(path) for path in missing} - {"/"},
                      key=lambda p: p.count("/"))
