@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from conftest import run
+from runai_spec import pipeline
 from runai_spec.errors import InputError
 from runai_spec.pipeline import StagedFiles
 
@@ -90,67 +91,80 @@ def links(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> st
     return str(request.param)
 
 
-def fail_replace_on_call(monkeypatch: pytest.MonkeyPatch, which: Callable[[str, str], bool]
-                         ) -> None:
-    """os.replace fails for the renames `which(source, target)` picks (by name)."""
-    real = os.replace
+def fail_swap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exchange of the new folder with the old one fails (issue 23: DIR is replaced as a
+    whole, by one rename)."""
+    def refuse(a: Path, b: Path) -> None:
+        raise PermissionError(1, "Operation not permitted")
 
-    def replace(src: Any, dst: Any, **kwargs: Any) -> None:
-        if which(os.path.basename(src), os.path.basename(dst)):
-            raise PermissionError(1, "Operation not permitted")
-        real(src, dst, **kwargs)
-
-    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(pipeline, "_exchange", refuse)
 
 
-def test_a_failed_second_rename_puts_the_first_file_back(
+def hidden_beside(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.parent.iterdir() if p.name.startswith(f".{folder.name}."))
+
+
+def test_a_failed_swap_leaves_every_file_as_it_was(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, links: str) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
     for name in ("a", "b", "c"):
-        (tmp_path / f"{name}.yaml").write_text(f"old {name}\n")
-    sink = StagedFiles(tmp_path)
+        (out / f"{name}.yaml").write_text(f"old {name}\n")
+    (out / "notes.txt").write_text("mine\n")
+    sink = StagedFiles(out)
     for name in ("a", "b", "c"):
         sink.add(f"{name}.yaml", "new\n")
-    # the staged file's rename over b.yaml fails; the backups' renames go through
-    fail_replace_on_call(monkeypatch, lambda src, dst: ".tmp-" in src and dst == "b.yaml")
+    fail_swap(monkeypatch)
     with pytest.raises(InputError) as caught:
         sink.commit()
     assert caught.value.lines() == [
-        f"error: {tmp_path / 'b.yaml'}: cannot write: Operation not permitted; no file was "
-        "changed",
-        "hint: check the file's permissions and attributes (`lsattr`), or choose another "
+        f"error: {out}: cannot write: Operation not permitted; no file was changed",
+        "hint: check the folder's permissions and attributes (`lsattr`), or choose another "
         "--out-dir folder"]
     for name in ("a", "b", "c"):
-        assert (tmp_path / f"{name}.yaml").read_text() == f"old {name}\n", links
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.yaml", "b.yaml", "c.yaml"]
+        assert (out / f"{name}.yaml").read_text() == f"old {name}\n", links
+    assert sorted(p.name for p in out.iterdir()) == ["a.yaml", "b.yaml", "c.yaml", "notes.txt"]
+    assert hidden_beside(out) == []  # the new folder is gone again
 
 
-def test_a_file_new_in_the_folder_is_removed_when_a_later_rename_fails(
+def test_a_file_new_in_the_folder_never_appears_when_the_swap_fails(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "b.yaml").write_text("old b\n")
     sink = StagedFiles(tmp_path)
     sink.add("a.yaml", "new\n")
     sink.add("b.yaml", "new\n")
-    fail_replace_on_call(monkeypatch, lambda src, dst: ".tmp-" in src and dst == "b.yaml")
+    fail_swap(monkeypatch)
     with pytest.raises(InputError, match="no file was changed"):
         sink.commit()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b.yaml"]
     assert (tmp_path / "b.yaml").read_text() == "old b\n"
 
 
-def test_a_backup_that_cannot_be_put_back_is_named_and_kept(
+def test_a_previous_set_that_cannot_be_removed_is_named_and_the_next_render_removes_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("a", "b"):
-        (tmp_path / f"{name}.yaml").write_text(f"old {name}\n")
-    sink = StagedFiles(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "a.yaml").write_text("old a\n")
+    sink = StagedFiles(out)
     sink.add("a.yaml", "new\n")
-    sink.add("b.yaml", "new\n")
-    fail_replace_on_call(monkeypatch, lambda src, dst: dst == "b.yaml" or ".bak-" in src)
-    with pytest.raises(InputError) as caught:
-        sink.commit()
-    message = caught.value.lines()[0]
-    backup = next(p for p in tmp_path.iterdir() if p.name.startswith(".a.yaml.bak-"))
-    assert f"could not undo: {tmp_path / 'a.yaml'}'s previous content is in {backup}" in message
-    assert backup.read_text() == "old a\n" and caught.value.hint
+    real = shutil.rmtree
+
+    def refuse(path: Any, *args: Any, **kwargs: Any) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(shutil, "rmtree", refuse)
+    lines = sink.commit()
+    (kept,) = hidden_beside(out)
+    assert lines == [f"wrote {out / 'a.yaml'}", f"warning: the previous files stay in "
+                     f"{out.parent / kept}: Operation not permitted"]
+    assert (out / "a.yaml").read_text() == "new\n"
+    assert (out.parent / kept / "a.yaml").read_text() == "old a\n"
+    monkeypatch.setattr(shutil, "rmtree", real)
+    monkeypatch.setattr(pipeline, "_STALE_S", -1.0)  # no render holds it locked: stale at once
+    again = StagedFiles(out)
+    again.add("a.yaml", "newer\n")
+    again.commit()
+    assert hidden_beside(out) == [] and (out / "a.yaml").read_text() == "newer\n"
 
 
 def test_every_backup_is_removed_after_a_commit(tmp_path: Path, links: str) -> None:
