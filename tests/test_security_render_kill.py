@@ -116,7 +116,8 @@ def test_a_link_to_the_folder_stays_a_link_and_its_folder_is_replaced(tmp_path: 
     assert [p.name for p in real.iterdir()] == ["llm-7b-fsdp.yaml"]
 
 
-@pytest.mark.parametrize("what", ["a folder inside", "the current folder", "a file"])
+@pytest.mark.parametrize("what", ["a folder inside", "the current folder", "a file",
+                                  "a mount point"])
 def test_what_cannot_be_swapped_as_a_whole_is_bad_input_and_nothing_changes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, what: str) -> None:
     out = tmp_path / "out"
@@ -127,6 +128,9 @@ def test_what_cannot_be_swapped_as_a_whole_is_bad_input_and_nothing_changes(
         (out / "base").mkdir()
     elif what == "the current folder":
         monkeypatch.chdir(out)
+    elif what == "a mount point":
+        real = os.path.ismount
+        monkeypatch.setattr(os.path, "ismount", lambda p: Path(p) == out or real(p))
     else:
         target = out / "old.yaml"
     profile = str(ROOT / "examples" / "multi-node" / "profile.yaml")

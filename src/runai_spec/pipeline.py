@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -171,7 +172,8 @@ class StagedFiles:
     rename(2) (renameat2 RENAME_EXCHANGE) and removes the hidden one, which then holds the old
     set. A hidden folder that a killed render left is removed by the next render into DIR.
     DIR itself must hold only files and links: a folder inside it is refused, as are the
-    current folder and what holds it (their content, or a shell's place, would move)."""
+    current folder and what holds it (their content, or a shell's place, would move) and a
+    mount point (which no rename moves)."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -201,6 +203,11 @@ class StagedFiles:
         if folder.exists() and not folder.is_dir():
             raise InputError("is not a folder", file=str(self.folder),
                              hint="choose a folder for the manifests, e.g. -d manifests")
+        if folder.exists() and os.path.ismount(folder):
+            raise InputError("is a mount point, which cannot be replaced as a whole (render -d "
+                             "swaps the folder at once)", file=str(self.folder),
+                             hint="render into a folder inside it, e.g. -d "
+                             f"{Path(self.folder) / 'manifests'}")
         cwd = Path(os.path.realpath(Path.cwd()))
         if folder.parent == folder or cwd == folder or folder in cwd.parents:
             raise InputError("is the current folder or holds it; render -d replaces the whole "
@@ -233,8 +240,11 @@ class StagedFiles:
             return []
         target, stage, fd = self.target, self.stage, self.fd
         try:
-            mode = self._carry(target, fd)
+            mode, owner = self._carry(target, fd)
             os.fchmod(fd, mode)
+            if owner is not None and owner != (os.getuid(), os.getgid()):
+                with contextlib.suppress(OSError):  # root rendering into a user's folder
+                    os.fchown(fd, *owner)
             swap = target.exists()
             if swap:
                 _exchange(stage, target)
@@ -262,15 +272,15 @@ class StagedFiles:
         self.made = []
         return lines
 
-    def _carry(self, target: Path, fd: int) -> int:
+    def _carry(self, target: Path, fd: int) -> tuple[int, tuple[int, int] | None]:
         """Every entry of DIR that this render does not write, into the stage (a file as a
         second hard link, or a copy where the file system has none; a link as a link); the
-        mode the new folder gets. Bad input before anything changes: a target that is not a
+        mode and owner the new folder gets (DIR's). Bad input before anything changes: a target that is not a
         regular file, a folder or a FIFO in DIR, a file marked immutable or append-only."""
         if not target.exists():
             umask = os.umask(0)
             os.umask(umask)
-            return 0o777 & ~umask
+            return 0o777 & ~umask, None
         info = os.stat(target)
         staged = set(self.names)
         with os.scandir(target) as listing:
@@ -305,7 +315,7 @@ class StagedFiles:
             except OSError:  # no hard links here: a copy, with its mode and times
                 assert self.stage is not None
                 shutil.copy2(entry.path, self.stage / entry.name, follow_symlinks=False)
-        return stat.S_IMODE(info.st_mode)
+        return stat.S_IMODE(info.st_mode), (info.st_uid, info.st_gid)
 
     def discard(self) -> None:
         if self.fd is not None:
