@@ -137,7 +137,8 @@ def test_hostile_pod_names_labels_and_log_lines_never_crash_nor_escape_the_folde
     before = set(tmp_path.rglob("*")) - set(base.rglob("*")) - {base}
     out = base / "out"
     for args in (["status", PROFILE], ["logs", PROFILE, "--out", str(out)],
-                 ["logs", PROFILE, "--out", "-"]):
+                 ["logs", PROFILE, "--out", "-"],
+                 ["logs", PROFILE, "--out", "-", "--follow", "--watch-timeout", "0"]):
         result = run(*args)
         assert result.exit_code != EXIT_INTERNAL, (args, result.output)
         assert result.exit_code in (0, 2, 3), (args, result.output)
