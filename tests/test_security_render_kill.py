@@ -143,3 +143,25 @@ def test_what_cannot_be_swapped_as_a_whole_is_bad_input_and_nothing_changes(
         ["base", "old.yaml"] if what == "a folder inside" else ["old.yaml"])
     assert (out / "old.yaml").read_text() == "old\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_without_renameat2_the_folder_is_moved_aside_and_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A C library without renameat2: two renames (DIR is missing for that instant), the
+    same result."""
+    import ctypes
+
+    class NoRenameat2:
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            pass
+
+    monkeypatch.setattr(ctypes, "CDLL", NoRenameat2)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "a.yaml").write_text("old\n")
+    (out / "keep.txt").write_text("keep\n")
+    sink = pipeline.StagedFiles(out)
+    sink.add("a.yaml", "new\n")
+    assert sink.commit() == [f"wrote {out / 'a.yaml'}"]
+    assert snapshot(out) == {"a.yaml": "new\n", "keep.txt": "keep\n"}
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
