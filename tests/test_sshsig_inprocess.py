@@ -265,8 +265,9 @@ def signer_files(draw: st.DrawFn, keys: dict[str, tuple[Path, str, str]]) -> str
         if draw(st.booleans()):
             line += " a comment"
         lines.append(draw(st.sampled_from(["", "", "  ", "# "])) + line)
-    text = "\n".join(lines)
-    return text + ("\n" if draw(st.booleans()) else "")
+    newline = draw(st.sampled_from(["\n", "\n", "\r\n"]))
+    text = newline.join(lines)
+    return text + (newline if draw(st.booleans()) else "")
 
 
 @SETTINGS
