@@ -67,9 +67,10 @@ def param(field: str) -> str:
     return f"params.data[variables.key + {lit(field)}]"
 
 
-def listed(field: str, value: str) -> str:
-    """VALUE is one of the comma-separated items of parameter FIELD (core CEL: no split)."""
-    return f"(',' + {param(field)} + ',').contains(',' + {value} + ',')"
+def listed(field: str, pattern: str) -> str:
+    """An item of the comma-separated parameter FIELD matches PATTERN (a CEL string of a
+    regular expression; core CEL has no split): project names are DNS labels."""
+    return f"{param(field)}.matches('(^|,)' + {pattern} + '(,|$)')"
 
 
 # -- the shapes ----------------------------------------------------------------------------
@@ -169,7 +170,7 @@ def validations() -> list[Validation]:
         "' is not an approved preset'")
     add("project-granted",
         f"!variables.known || (variables.project != '' && "
-        f"({listed('projects', lit(ALL))} || {listed('projects', 'variables.project')}))",
+        f"({listed('projects', lit('[*]'))} || {listed('projects', 'variables.project')}))",
         "metadata.namespace: the project is not granted the preset",
         "'metadata.namespace: project ' + (variables.project == '' ? '(none)' : "
         "variables.project) + ' (namespace ' + request.namespace + ') is not granted preset ' "

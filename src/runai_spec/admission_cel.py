@@ -10,7 +10,17 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from .admission_rules import MAX_ARGS, RULES, Rule, RuleContext, balanced, is_string, lit, text
+from .admission_rules import (
+    MAX_ARGS,
+    RULES,
+    Rule,
+    RuleContext,
+    balanced,
+    container_relations,
+    is_string,
+    lit,
+    text,
+)
 from .admission_shape import (
     ItemClass,
     KeyedListShape,
@@ -23,6 +33,7 @@ from .admission_shape import (
     Shape,
     Slot,
 )
+from .kubeflow import CONTAINER
 
 # CEL's reserved words: a schema property of that name is written `__name__` in Kubernetes'
 # CEL and cannot be named the same way in every implementation; the only one in the
@@ -227,12 +238,13 @@ class Emitter:
     def listing(self, shape: ListShape, e: str, where: str, guards: tuple[str, ...]) -> str:
         if shape.tail:
             return self.command(shape, e, where, guards)
-        n = len(shape.head)
-        items = [self.guarded(guards, f"size({e}) == {n}",
-                              _msg(where, f"must have {n} items" + self.tag))]
+        n, k = len(shape.head), shape.optional_tail
+        sized = f"size({e}) == {n}" if not k else f"(size({e}) == {n} || size({e}) == {n - k})"
+        items = [self.guarded(guards, sized, _msg(
+            where, f"must have {n} items" + (f" (or {n - k})" if k else "") + self.tag))]
         for i, leaf in enumerate(shape.head):
             cond, message = self.leaf(leaf, f"{e}[{i}]", f"{where}[{i}]")
-            items.append(self.guarded((*guards, f"size({e}) == {n}"), cond, message))
+            items.append(self.guarded((*guards, sized, f"size({e}) > {i}"), cond, message))
         return ", ".join(items)
 
     def command(self, shape: ListShape, e: str, where: str, guards: tuple[str, ...]) -> str:
@@ -296,6 +308,10 @@ class Emitter:
                     f"{where}[{name}]", "missing: the preset's render has it" + self.tag)))
             var = f"v{depth}"
             cond = balanced("&&", [*guards, present], "true")
+            if name == CONTAINER:
+                relations = [check(c, _msg(f"{where}[{name}]", what + self.tag))
+                             for c, what in container_relations(var)]
+                subs.append(f"({cond} ? {let(ie, var, '[' + ', '.join(relations) + ']')} : [])")
             # each part binds the entry again, so that the parts can go to different variables
             for part in self.mapping(sub, var, f"{where}[{name}]", (), depth + 1):
                 if part != "[]":
@@ -392,7 +408,7 @@ def preset_problems(shape: PresetShape, ctx: RuleContext, smoke: bool, prefix: s
         body = body.replace(role, '" + r + "')
         loop = (f"{ROLES}.map(r, has({specs}[r].template) ? "
                 f"[{specs}[r].template].map(t, {body})[0] : [{missing}])")
-        return f"({loop}.filter(l, size(l) > 0) + [[]])[0]"
+        return f"({loop}.filter(l, l.exists(m, m != '')) + [[]])[0]"
 
     where = f"spec.pytorchReplicaSpecs.{ROLE}.template"
     chunks = job + _pack(emitter.problems(template, "t", where, (), 1), per_role)

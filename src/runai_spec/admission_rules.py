@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -27,7 +28,9 @@ from .policy import (
     SYSTEM_PATHS,
     WORKDIR_REFUSED,
 )
-from .profile import ENV_NAME
+from .profile import ENV_NAME, CheckpointFormat
+
+CHECKPOINT_FORMATS: tuple[str, ...] = typing.get_args(CheckpointFormat)
 
 SPACE = r"\s"
 DOT_PART = r"(^|/)\.\.?(/|$)"
@@ -169,12 +172,20 @@ def _entry_python(e: str, c: RuleContext) -> str:
             f"!{_regex(e, SPACE)} && !{_launcher_name(e)} && !{_launcher_script(e)})")
 
 
-def _entry_executable(e: str, c: RuleContext) -> str:
-    # a wrapper script named with a `/` (./run.sh), or a shell followed by its script
-    shells = "|".join(sorted(launcher.SHELLS))
+def _script(e: str) -> str:
     suffixes = "|".join(re.escape(s) for s in launcher.SHELL_SUFFIXES)
     return (f"({is_string(e)} && !{e}.startsWith('-') && !{_regex(e, SPACE)} && "
-            f"({_regex(e, f'/.*({suffixes})$')} || {_regex(e, f'(^|/)({shells})$')}))")
+            f"{_regex(e, f'({suffixes})$')})")
+
+
+def _entry_executable(e: str, c: RuleContext) -> str:
+    # launcher.entry_point_kind: a wrapper script, named with a `/` (./run.sh)
+    return f"({_script(e)} && {e}.contains('/'))"
+
+
+def _shell(e: str, c: RuleContext) -> str:
+    shells = "|".join(sorted(launcher.SHELLS))
+    return f"({is_string(e)} && {_regex(e, f'^(/[^ ]*/)?({shells})$')})"
 
 
 def _module(e: str, c: RuleContext) -> str:
@@ -241,12 +252,38 @@ def _digest(e: str, c: RuleContext) -> str:
     return f"({is_string(e)} && {_regex(e, c.pattern('[0-9a-f]{64}'))})"
 
 
+def container_relations(c: str) -> list[tuple[str, str]]:
+    """(condition, what) between values of one container that validate's mount-path rule
+    relates: no mount is the working directory or holds it; no two mounts are equal or
+    nested (policy.check_mount_paths)."""
+    mounts = f"{c}.volumeMounts"
+    held = (f"!has({c}.workingDir) || !has({mounts}) || {mounts}.all(m, !has(m.mountPath) || "
+            f"!({c}.workingDir == m.mountPath || {c}.workingDir.startsWith(m.mountPath + '/')))")
+    nested = (f"!has({mounts}) || {mounts}.all(m, {mounts}.all(n, !has(m.mountPath) || "
+              "!has(n.mountPath) || !has(m.name) || !has(n.name) || m.name == n.name || "
+              "!(m.mountPath == n.mountPath || m.mountPath.startsWith(n.mountPath + '/') || "
+              "n.mountPath.startsWith(m.mountPath + '/'))))")
+    return [(held, "no volume may be mounted at the working directory or above it"),
+            (nested, "no two volumes may be mounted at the same or nested paths")]
+
+
+def _count(e: str, c: RuleContext) -> str:
+    return f"({is_string(e)} && {_regex(e, c.pattern('[1-9][0-9]{0,17}'))})"
+
+
+def _checkpoint_format(e: str, c: RuleContext) -> str:
+    formats = ", ".join(lit(f) for f in CHECKPOINT_FORMATS)
+    return f"({e} in [{formats}])"
+
+
 RULES = {r.name: r for r in (
     Rule("name", "a DNS-1035 label short enough for the pod names", _name),
     Rule("project", "the project of the namespace", _project),
     Rule("image", "an image of an allowed registry, pinned by digest", _image),
     Rule("entry-python", "a Python script (*.py), not a launcher", _entry_python, True),
-    Rule("entry-executable", "a wrapper script (./*.sh) or a shell", _entry_executable, True),
+    Rule("entry-executable", "a wrapper script (./*.sh)", _entry_executable, True),
+    Rule("shell", "a shell (bash, sh)", _shell, True),
+    Rule("script", "a shell script (*.sh)", lambda e, c: _script(e), True),
     Rule("module", "a module that is not a launcher", _module, True),
     Rule("arg", "an argument that is no launcher flag and no credential", _arg, True),
     Rule("working-dir", "a clean absolute path outside the system's and the preset's folders",
@@ -261,4 +298,6 @@ RULES = {r.name: r for r in (
     Rule("bool", "true or false", _boolean, True),
     Rule("text", "any text", _any_text, True),
     Rule("digest", "a sha256 (64 hex digits)", _digest),
+    Rule("count", "a positive whole number", _count),
+    Rule("checkpoint-format", "a checkpoint format", _checkpoint_format, True),
 )}

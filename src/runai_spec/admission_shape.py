@@ -49,6 +49,9 @@ def _tokens(minimal: bool) -> dict[str, Token]:
         "checkpoint.dir": Token("/qzckpta", "/qzckptb", "mount"),
         "checkpoint.pvc": Token("qzpvca", "qzpvcb", "claim"),
         "checkpoint.resume": Token("qzresumea", "qzresumeb", "text"),
+        "checkpoint.format": Token("dcp", "safetensors", "checkpoint-format"),
+        "batch.local": Token("3", "5", "count"),
+        "batch.grad_accum": Token("2", "7", "count"),
     }
     if minimal:
         return t
@@ -79,6 +82,7 @@ def _tokens(minimal: bool) -> dict[str, Token]:
 ENTRY_KINDS = {  # entry point kind -> (probe A's command head, probe B's, rule of its items)
     "python": (["qzentrya.py"], ["qzentryb.py"], ["entry-python"]),
     "executable": (["./qzentrya.sh"], ["./qzentryb.sh"], ["entry-executable"]),
+    "shell": (["bash", "./qzentrya.sh"], ["bash", "./qzentryb.sh"], ["shell", "script"]),
     "module": (["-m", "qzmodulea"], ["-m", "qzmoduleb"], ["pin", "module"]),
 }
 
@@ -96,10 +100,11 @@ def _probe(approved: ApprovedPreset, site: Site, side: str, *, minimal: bool,
     profile: dict[str, Any] = {
         "name": v("name"), "project": v("project"), "preset": approved.name,
         "image": v("image"), "command": list(head),
-        "batch": {"local": 1, "grad_accum": 1, "global": world},
+        "batch": {"local": int(v("batch.local")), "grad_accum": int(v("batch.grad_accum")),
+                  "global": world * int(v("batch.local")) * int(v("batch.grad_accum"))},
         "strategy": preset.strategies[0],
         "checkpoint": {"dir": v("checkpoint.dir"), "pvc": v("checkpoint.pvc"),
-                       "resume": v("checkpoint.resume")},
+                       "resume": v("checkpoint.resume"), "format": v("checkpoint.format")},
         "metrics": {"writer": "rank0"},
     }
     if preset.strategies[0] == "deepspeed":
@@ -114,6 +119,7 @@ def _probe(approved: ApprovedPreset, site: Site, side: str, *, minimal: bool,
     profile["data"] = [{"pvc": v(f"data{i}.pvc"), "path": v(f"data{i}.path"),
                         "read_only": v("data.read_only")} for i in (0, 1)]
     profile["diagnostics"] = {"nccl_debug": True, "reason": v("reason")}
+    profile["checkpoint"]["on_sigterm"] = True
     return profile
 
 
@@ -171,6 +177,7 @@ class ListShape:
     variants: list[tuple[list[Shape], list[str]]] = field(default_factory=list)
     # (head, entry rules): other entry-point kinds' launcher heads; the command's tail
     tail: bool = False  # items after the entry point are `arg`s
+    optional_tail: int = 0  # a fixed list: its last items may be absent (all of them)
 
 
 @dataclass
@@ -237,6 +244,18 @@ class _Ctx:
     tokens: dict[str, Token]
     fields: dict[str, list[str]]
     registry: str
+
+    def with_world(self, world: int) -> _Ctx:
+        """The tokens with the global batch of a job of WORLD processes (the probes')."""
+        a, b = (int(self.tokens[f"batch.{k}"].a) for k in ("local", "grad_accum")), \
+            (int(self.tokens[f"batch.{k}"].b) for k in ("local", "grad_accum"))
+        ga, gb = world, world
+        for x in a:
+            ga *= x
+        for x in b:
+            gb *= x
+        tokens = {**self.tokens, "batch.global": Token(str(ga), str(gb), "count")}
+        return _Ctx(tokens, self.fields, self.registry)
 
 
 def _match(a: Scalar, b: Scalar, ctx: _Ctx) -> Leaf | None:
@@ -432,7 +451,7 @@ def preset_shape(registry: PresetRegistry, name: str) -> PresetShape:
     approved = registry.get(name)
     site = registry.site()
     fields = shipped_fields()
-    kinds = ["python", "executable"] + (["module"] if site.allow_module_entrypoint else [])
+    kinds = ["python", "executable", "shell"] + (["module"] if site.allow_module_entrypoint else [])
     full = {k: _renders(registry, approved, site, minimal=False, entry=k) for k in kinds}
     small = _renders(registry, approved, site, minimal=True)
     shapes = [_kind_shape(full, small, smoke, fields, site.registries[0])
@@ -456,17 +475,25 @@ def _kind_shape(full: dict[str, tuple[Any, Any]], small: tuple[Any, Any], smoke:
 
     a, b = (doc(w) for w in full["python"])
     m = doc(small[0])
-    ctx = _Ctx(_tokens(False), fields, registry)
+    ctx = _Ctx(_tokens(False), fields, registry).with_world(full["python"][0].plan.world_size)
     shape = derive(_strip_commands(a), _strip_commands(b), _strip_commands(m), "", "", ctx)
     assert isinstance(shape, MapShape)
     # the minimal probes must differ only where the full ones do (a check of the probes)
     derive(_strip_commands(m), _strip_commands(doc(small[1])), None, "", "",
-           _Ctx(_tokens(True), fields, registry))
+           _Ctx(_tokens(True), fields, registry).with_world(small[0].plan.world_size))
     for role, spec in _pods(shape):
         where = f"spec.pytorchReplicaSpecs.{role}.template.spec.containers[pytorch].command"
         if smoke:
-            _container(spec).keys["command"] = derive(_command(a, role), _command(b, role),
-                                                      None, where, "", ctx)
+            ca, cb, cm = _command(a, role), _command(b, role), _command(m, role)
+            command = derive(ca, cb, None, where, "", ctx)
+            assert isinstance(command, ListShape)
+            # flags that only some profiles give (--checkpoint-on-sigterm) end the list
+            extra = len(ca) - len(cm)
+            if extra < 0 or ca[:len(cm)][:1] != cm[:1]:
+                raise ShapeError(f"{where}: the minimal probe's command is not a head of the "
+                                 "full one's")
+            command.optional_tail = extra
+            _container(spec).keys["command"] = command
             continue
         renders = {k: (_command(doc(w[0]), role), _command(doc(w[1]), role))
                    for k, w in full.items()}

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 _ADMISSION = re.compile(r"ValidatingAdmissionPolicy '(?P<policy>[^']*)'(?: with binding "
                         r"'(?P<binding>[^']*)')? denied request: (?P<message>.*)$", re.S)
 # The generated policy's messages start with the manifest field they judge.
-_FIELD = re.compile(r"^(?P<field>[A-Za-z][\w./-]*): (?P<what>.+)$", re.S)
+_FIELD = re.compile(r"^(?P<field>[A-Za-z][\w./\[\]-]*): (?P<what>.+)$", re.S)
 
 
 class AdmissionDenied(ClusterError):
