@@ -21,7 +21,7 @@ WHERE = f"configmap {admission.PARAMS_NAMESPACE}/{admission.PARAMS_NAME}"
 @pytest.fixture
 def deployed(api: KubeAPI, kubeconfig: Path, cli_sleeps: Sleeps) -> dict[str, str]:
     """The cluster's parameters ConfigMap: the shipped presets' (tests edit its data)."""
-    params = admission.policy_documents(PresetRegistry(ROOT / "presets"))[2]
+    params = admission.policy_documents(PresetRegistry(ROOT / "presets"))[-1]
     stored: dict[str, Any] = api.kube.put("configmaps", params)
     data: dict[str, str] = stored["data"]
     return data
@@ -56,11 +56,11 @@ def test_approved_here_but_not_deployed_is_a_finding(deployed: dict[str, str]) -
 
 def test_deployed_but_different_is_a_finding_naming_the_fields(deployed: dict[str, str]) -> None:
     deployed["h200-8gpu.sha256"] = "0" * 64
-    deployed["h200-8gpu.resources"] = deployed["h200-8gpu.resources"].replace("gpu=8", "gpu=16")
+    deployed["h200-8gpu.shape-sha256"] = "1" * 64  # the shape another policy enforces
     code, lines, _ = verify_live()
     assert code == EXIT_FINDINGS
     (line,) = live_lines(lines)
-    assert line.endswith(f"h200-8gpu.yaml: live: deployed but different: resources, sha256 "
+    assert line.endswith(f"h200-8gpu.yaml: live: deployed but different: sha256, shape-sha256 "
                          f"({WHERE} holds other values)")
 
 
@@ -82,7 +82,7 @@ def test_a_forged_local_approval_differs_from_what_the_cluster_enforces(
     assert code == EXIT_FINDINGS
     (line,) = live_lines(lines)
     assert f"{presets_dir / 'h200-2x8-ib.yaml'}: live: deployed but different:" in line
-    assert "resources" in line and "sha256" in line and "approved-by" in line
+    assert "shape-sha256" in line and "sha256" in line and "approved-by" in line
 
 
 def test_no_parameters_on_the_cluster_means_nothing_is_deployed(api: KubeAPI, kubeconfig: Path,

@@ -20,6 +20,8 @@ def test_presets_policy_prints_the_policy_binding_and_params() -> None:
     assert result.exit_code == 0, result.output
     docs = list(yaml.safe_load_all(result.stdout))
     assert [d["kind"] for d in docs] == ["ValidatingAdmissionPolicy",
+                                         "ValidatingAdmissionPolicyBinding",
+                                         "ValidatingAdmissionPolicy",
                                          "ValidatingAdmissionPolicyBinding", "ConfigMap"]
     assert docs == admission.policy_documents(PresetRegistry(ROOT / "presets"))
 
@@ -36,3 +38,9 @@ def test_presets_policy_into_a_file_is_bad_input(tmp_path: Path) -> None:
     result = runner.invoke(app, ["presets", "policy", "-o", str(tmp_path / "f")])
     assert result.exit_code == 2 and result.stderr.startswith("error: ")
     assert "not a folder" in result.stderr
+
+
+def test_presets_policy_into_proc_is_bad_input_not_an_internal_error() -> None:
+    result = runner.invoke(app, ["presets", "policy", "-o", "/proc/self/x"])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: ") and "hint: " in result.stderr
