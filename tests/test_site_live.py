@@ -205,3 +205,18 @@ def test_every_live_rule_is_documented() -> None:
     doc = (ROOT / "docs" / "live-checks.md").read_text(encoding="utf-8")
     documented = set(re.findall(r"`(live-[a-z-]+)`", doc))
     assert rules and rules == documented, (rules, documented)
+
+
+def test_an_expired_token_is_unauthorised_not_unchecked(site: KubeAPI, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 26 item 1: a 401 stops validate --live and submit with exit 3, not a green run of
+    `not checked: forbidden` warnings."""
+    wrong = site.kubeconfig(tmp_path / "expired", token="expired-token-0123456789abcdef")
+    monkeypatch.setenv("KUBECONFIG", str(wrong))
+    for args in (["validate", "--live", str(MULTI)], ["submit", str(MULTI)]):
+        result = run(*args)
+        assert result.exit_code == 3, result.output
+        assert "unauthorised" in result.stderr and "not checked" not in result.output, result.output
+        assert "expired-token" not in result.output
+        assert not [ln for ln in result.stderr.splitlines() if ln.startswith("warning")]
+    assert not site.kube.writes()

@@ -12,6 +12,7 @@ from ..errors import Location
 from ..findings import Finding, Severity
 from ..kubeflow import GPU_RESOURCE
 from ..workload import Workload
+from .refusals import refusal
 from .session import Session, clean, json_body
 
 DEFAULT_OPERATOR_VERSION = "1.9"
@@ -27,8 +28,11 @@ class _Forbidden(Exception):
 
 
 def _get(session: Session, path: str) -> dict[str, Any] | None:
-    """The object at PATH, None when it does not exist; _Forbidden on 403."""
+    """The object at PATH, None when it does not exist; _Forbidden on 403. A 401 is no
+    finding: the credentials are refused, so nothing at all can be checked (exit 3)."""
     resp = session.call("GET", path)
+    if resp.status == 401:
+        raise refusal(resp, path, "read")
     if resp.status == 403:
         raise _Forbidden(path)
     if resp.status == 404:
