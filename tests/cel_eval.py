@@ -64,13 +64,15 @@ class Evaluator:
 
     def failures(self, job: dict[str, Any], *, params: dict[str, Any] | None,
                  namespace_labels: dict[str, str], old: dict[str, Any] | None = None,
-                 operation: str | None = None) -> list[Failure] | None:
-        """Every failing validation in order; None when a match condition excludes the request."""
+                 operation: str | None = None,
+                 request: dict[str, Any] | None = None) -> list[Failure] | None:
+        """Every failing validation in order; None when a match condition excludes the request.
+        REQUEST: more fields of the request (userInfo, resource, kind)."""
         namespace = str(job.get("metadata", {}).get("namespace", ""))
         data: dict[str, Any] = {
             "object": job, "oldObject": old, "params": params,
             "request": {"operation": operation or ("UPDATE" if old else "CREATE"),
-                        "namespace": namespace},
+                        "namespace": namespace, **(request or {})},
             "namespaceObject": {"metadata": {"name": namespace, "labels": namespace_labels}},
         }
         for condition in self.spec.get("matchConditions", []):

@@ -45,7 +45,7 @@ class Policy:
     both."""
 
     def __init__(self, documents: list[dict[str, Any]], namespaces: dict[str, str]) -> None:
-        policy, binding, _scale, _scale_binding, params = documents
+        policy, binding, params = documents[0], documents[1], documents[-1]
         assert binding["spec"]["paramRef"]["name"] == params["metadata"]["name"]
         self.spec = policy["spec"]
         self.evaluator = Evaluator(self.spec)
@@ -850,3 +850,58 @@ def test_write_policy_is_all_or_nothing(tmp_path: Path) -> None:
     assert sorted(p.name for p in out.iterdir()) == ["params.yaml", "policy.yaml"]
     with pytest.raises(InputError):
         admission.write_policy(REGISTRY, Path("/proc/self/x"))
+
+
+# -- the workload guard (site `workload_guard`) ------------------------------------------
+OPERATOR = "system:serviceaccount:kubeflow:training-operator"
+
+
+def _gpu_pod(**extra: Any) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "sneaky", "namespace": "runai-nlp-lab", **extra},
+            "spec": {"containers": [{"name": "c", "image": "x",
+                                     "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}
+
+
+def test_the_workload_guard_keeps_gpu_pods_to_the_training_operator(
+        presets_dir: Path, engineer_key: Path) -> None:
+    site = presets_dir / "site.yaml"
+    site.write_text(site.read_text() + "workload_guard: {enabled: true}\n")
+    PresetRegistry(presets_dir, today=TODAY).approve("site", engineer_key, expires="2027-12-31")
+    docs = admission.policy_documents(PresetRegistry(presets_dir, today=TODAY))
+    assert [d["metadata"]["name"] for d in docs[4:6]] == [admission.GUARD_POLICY_NAME] * 2
+    guard = Evaluator(docs[4]["spec"])
+    labels = {"runai/queue": "nlp-lab"}
+
+    def denied(obj: dict[str, Any], user: str, group: str = "", resource: str = "pods") -> bool:
+        failures = guard.failures(obj, params=None, namespace_labels=labels, request={
+            "userInfo": {"username": user}, "resource": {"group": group, "resource": resource}})
+        assert failures is not None and not any(f.error for f in failures), failures
+        return bool(failures)
+
+    assert denied(_gpu_pod(), "alice")
+    assert not denied(_gpu_pod(), OPERATOR)
+    plain = _gpu_pod()
+    plain["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "4"}}
+    assert not denied(plain, "alice")
+    rdma = _gpu_pod()
+    rdma["spec"]["containers"][0]["resources"] = {"requests": {"nvidia.com/rdma_ib": 1}}
+    assert denied(rdma, "alice")
+    multus = copy.deepcopy(plain)
+    multus["metadata"]["annotations"] = {"k8s.v1.cni.cncf.io/networks": "runai-ib/x"}
+    assert denied(multus, "alice")
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment",
+                  "metadata": {"name": "d", "namespace": "runai-nlp-lab"},
+                  "spec": {"template": {"metadata": {}, "spec": _gpu_pod()["spec"]}}}
+    assert denied(deployment, "alice", "apps", "deployments")
+    cron = {"apiVersion": "batch/v1", "kind": "CronJob",
+            "metadata": {"name": "c", "namespace": "runai-nlp-lab"},
+            "spec": {"jobTemplate": {"spec": {"template": {"spec": _gpu_pod()["spec"]}}}}}
+    assert denied(cron, "alice", "batch", "cronjobs")
+    tfjob = {"apiVersion": "kubeflow.org/v1", "kind": "TFJob",
+             "metadata": {"name": "t", "namespace": "runai-nlp-lab"}, "spec": {}}
+    assert denied(tfjob, "alice", "kubeflow.org", "tfjobs")
+
+
+def test_the_workload_guard_is_off_unless_the_site_enables_it() -> None:
+    assert admission.GUARD_POLICY_NAME not in {d["metadata"]["name"] for d in documents()}

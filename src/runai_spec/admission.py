@@ -271,6 +271,81 @@ SCALE_UNCHANGED = ("oldObject != null && has(object.spec) && has(oldObject.spec)
                    "(has(oldObject.spec.replicas) ? oldObject.spec.replicas : 0)")
 
 
+GUARD_POLICY_NAME = "runai-spec-workloads"
+NETWORK_ANNOTATION_PREFIXES = ("k8s.v1.cni.cncf.io/", "v1.multus-cni.io/")  # Multus's keys
+# What else can run a pod: the workload kinds of Kubernetes, and the training operator's
+# other job kinds (training-operator v1.9 serves these CRDs beside pytorchjobs).
+GUARDED = (("", "v1", ("pods",)),
+           ("batch", "v1", ("jobs", "cronjobs")),
+           ("apps", "v1", ("deployments", "statefulsets", "daemonsets", "replicasets")),
+           ("kubeflow.org", "v1", ("tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs")))
+
+
+def guard_documents(registry: PresetRegistry) -> list[dict[str, Any]]:
+    """The optional workload guard (site `workload_guard`): in the project namespaces, a Pod,
+    Job, CronJob, Deployment, StatefulSet, DaemonSet or ReplicaSet that requests GPUs, RDMA
+    devices or a network attachment, and any other training-operator job, is admitted only
+    from the listed creators (the training operator, whose PyTorchJobs the preset policy
+    judged). [] where the site does not enable it."""
+    site = registry.site()
+    guard = site.workload_guard
+    if not guard.enabled:
+        return []
+    names = sorted({r for n in registry.names() if n in _approved_names(registry)[0]
+                    for r in registry.get(n).preset.network.resources})
+    device = balanced("||", [f"k.startsWith({lit(p)})" for p in guard.resource_prefixes]
+                      + [f"k in [{', '.join(lit(n) for n in names)}]"], "false")
+    network = balanced("||", [f"k.startsWith({lit(p)})" for p in NETWORK_ANNOTATION_PREFIXES],
+                       "false")
+    asks = (f"(has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(k, "
+            f"{device})) || (has(c.resources.requests) && c.resources.requests.exists(k, "
+            f"{device}))))")
+    claims = (f"variables.templates.exists(t, (has(t.spec) && "
+              f"((has(t.spec.containers) && t.spec.containers.exists(c, {asks})) || "
+              f"(has(t.spec.initContainers) && t.spec.initContainers.exists(c, {asks})))) || "
+              f"(has(t.metadata) && has(t.metadata.annotations) && "
+              f"t.metadata.annotations.exists(k, {network})))")
+    templates = ("(has(object.spec) && has(object.spec.containers) ? [object] : []) + "
+                 "(has(object.spec) && has(object.spec.template) ? [object.spec.template] : []) + "
+                 "(has(object.spec) && has(object.spec.jobTemplate) && "
+                 "has(object.spec.jobTemplate.spec) && has(object.spec.jobTemplate.spec.template)"
+                 " ? [object.spec.jobTemplate.spec.template] : [])")
+    creators = ", ".join(lit(c) for c in guard.creators)
+    labels = {MANAGED_BY_LABEL: MANAGED_BY}
+    notes = {REQUIRES_ANNOTATION: f">={MIN_KUBERNETES}"}
+    rules = [{"apiGroups": [g], "apiVersions": [v], "operations": ["CREATE", "UPDATE"],
+              "resources": list(rs)} for g, v, rs in GUARDED]
+    policy = {
+        "apiVersion": API_VERSION, "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": GUARD_POLICY_NAME, "labels": labels, "annotations": notes},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"namespaceSelector": {"matchExpressions": [
+                {"key": site.queue_label, "operator": "Exists"}]}, "resourceRules": rules},
+            "variables": [
+                {"name": "templates", "expression": templates},
+                {"name": "claims", "expression": f"request.resource.group == 'kubeflow.org' "
+                                                 f"|| {claims}"},
+            ],
+            "validations": [Validation(
+                "creator", f"!variables.claims || request.userInfo.username in [{creators}]",
+                "only PyTorchJobs admitted by the preset policy may run GPU, RDMA or "
+                "network-attachment pods in a project namespace",
+                "request.resource.resource + ' ' + (has(object.metadata.name) ? "
+                "object.metadata.name : '') + ': requests GPUs, RDMA devices or a network "
+                "attachment (or is a training job); in a project namespace only the "
+                "PyTorchJobs the preset policy admits may, run by the training operator'",
+            ).document()],
+        },
+    }
+    binding = {
+        "apiVersion": API_VERSION, "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": GUARD_POLICY_NAME, "labels": labels, "annotations": notes},
+        "spec": {"policyName": GUARD_POLICY_NAME, "validationActions": ["Deny"]},
+    }
+    return [policy, binding]
+
+
 def _match(site: Site, resource: str) -> dict[str, Any]:
     return {
         "namespaceSelector": {"matchExpressions": [
@@ -283,8 +358,8 @@ def _match(site: Site, resource: str) -> dict[str, Any]:
 def policy_documents(registry: PresetRegistry,
                      grants: Mapping[str, Sequence[str]] | None = None,
                      *, params_namespace: str = PARAMS_NAMESPACE) -> list[dict[str, Any]]:
-    """The policy and its binding, the scale policy and its binding, and the parameters (in
-    that order) for `presets policy`.
+    """The policy and its binding, the scale policy and its binding, the workload guard and
+    its binding where the site enables it, and the parameters (last), for `presets policy`.
 
     Raises PresetError where a preset or the site does not verify: a policy is only ever
     generated from a folder that `presets verify` accepts (expired approvals aside)."""
@@ -342,7 +417,7 @@ def policy_documents(registry: PresetRegistry,
         "metadata": {"name": PARAMS_NAME, "namespace": params_namespace, "labels": labels},
         "data": data,
     }
-    return [policy, binding, scale, scale_binding, params]
+    return [policy, binding, scale, scale_binding, *guard_documents(registry), params]
 
 
 def write_policy(registry: PresetRegistry, out_dir: Path,

@@ -181,6 +181,22 @@ def _only_placeholders(pattern: str, allowed: tuple[str, ...]) -> str:
     return pattern
 
 
+class WorkloadGuard(_Model):
+    """The optional second admission policy (`presets policy`): in the project namespaces,
+    only the listed creators may make Pods and workloads that request GPUs, RDMA devices or
+    a network attachment, so the PyTorchJob gate cannot be sidestepped with a bare Pod."""
+
+    enabled: bool = Field(False, description="Generate the workload guard policy.")
+    creators: list[str] = Field(
+        default_factory=lambda: ["system:serviceaccount:kubeflow:training-operator"],
+        description="User names (service accounts) that may create such Pods: the training "
+        "operator's, and any other controller of the site that runs approved workloads.")
+    resource_prefixes: list[str] = Field(
+        default_factory=lambda: ["nvidia.com/", "rdma/"],
+        description="Extended resource name prefixes that count as accelerators or RDMA "
+        "devices (the presets' network.resources are added).")
+
+
 class Site(_Model):
     """Cluster-wide settings, engineer-owned."""
 
@@ -210,6 +226,9 @@ class Site(_Model):
     grants: dict[str, list[str]] | None = Field(
         None, description="Project -> presets it may use (`*`: every project / every preset); "
         "absent: every project may use every preset.")
+    workload_guard: WorkloadGuard = Field(
+        default_factory=WorkloadGuard, description="The optional admission policy that keeps "
+        "GPU, RDMA and network-attachment Pods to the listed creators (docs/admission.md).")
 
     @field_validator("namespace_pattern")
     @classmethod
