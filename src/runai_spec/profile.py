@@ -7,7 +7,7 @@ import difflib
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
@@ -27,6 +27,15 @@ ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 Text = Annotated[str, BeforeValidator(literal_text)]
 _AS_WRITTEN = BeforeValidator(literal_text, json_schema_input_type=str | int | float | bool)
 Arg = Annotated[str, _AS_WRITTEN]
+# An optional text's constraints go inside its type, before the validator: given to the field
+# of a `Text | None`, pydantic left the pattern out of the JSON Schema (issue 26 item 5).
+DnsText = Annotated[str, Field(pattern=DNS1123_PATTERN, max_length=253),
+                    BeforeValidator(literal_text)]
+PathText = Annotated[str, Field(pattern=r"^/"), BeforeValidator(literal_text)]
+SomeText = Annotated[str, Field(min_length=1), BeforeValidator(literal_text)]
+# A torch release as `torch.__version__` writes it (`2.13.0`, `2.13.0+cu130`, `2.12`).
+TorchVersion = Annotated[str, Field(pattern=r"^[0-9]+\.[0-9]+(\.[0-9]+)?([+.a-z0-9]*)$",
+                                    max_length=64), BeforeValidator(literal_text)]
 # Only `true`/`false`: YAML 1.1's yes/no/on/off (and pydantic's "1", "t", ...) never flip a switch.
 Switch = Annotated[bool, Field(strict=True)]
 
@@ -48,6 +57,10 @@ def _a_number(value: Any) -> Any:
 
 
 Count = Annotated[int, BeforeValidator(_a_number)]
+# Likewise an optional count's bounds: given to the field of a `Count | None`, pydantic wrote
+# them into the JSON Schema as `gt`/`ge`/`le`, which no JSON Schema validator knows.
+PositiveCount = Annotated[int, Field(gt=0), BeforeValidator(_a_number)]
+ZeroStage = Annotated[int, Field(ge=0, le=3), BeforeValidator(_a_number)]
 
 Strategy = Literal["ddp", "fsdp", "deepspeed", "tensor", "pipeline", "hybrid"]
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
@@ -72,7 +85,7 @@ class Model(_Model):
 
     parameters: Count = Field(gt=0, description="Number of model parameters, e.g. 7000000000.")
     precision: Precision = Field(description="Training precision of weights and gradients.")
-    sequence_length: Count | None = Field(None, gt=0, description="Tokens per sample, if any.")
+    sequence_length: PositiveCount | None = Field(None, description="Tokens per sample, if any.")
     optimizer: Literal["adamw", "adam", "sgd"] = Field(
         "adamw", description="Optimizer, for the memory estimate (Adam keeps two fp32 moments).")
 
@@ -81,13 +94,12 @@ class Checkpoint(_Model):
     """Where and how checkpoints are written; never the image filesystem."""
 
     dir: Text = Field(pattern=r"^/", description="Absolute mount path of the checkpoints.")
-    pvc: Text | None = Field(None, pattern=DNS1123_PATTERN, max_length=253,
-                            description="PersistentVolumeClaim mounted at `dir`.")
-    source: Text | None = Field(None, pattern=DNS1123_PATTERN, max_length=253,
-                               description="Approved data source (site file) mounted at `dir`.")
+    pvc: DnsText | None = Field(None, description="PersistentVolumeClaim mounted at `dir`.")
+    source: DnsText | None = Field(
+        None, description="Approved data source (site file) mounted at `dir`.")
     format: CheckpointFormat = Field("torch", description="Checkpoint format.")
-    resume: Text | None = Field(None, min_length=1,
-                               description="How the script resumes, e.g. `latest in dir`.")
+    resume: SomeText | None = Field(
+        None, description="How the script resumes, e.g. `latest in dir`.")
     on_sigterm: Switch = Field(False, description="The script writes a checkpoint when it "
                              "receives SIGTERM (preemption, eviction, a restart), within the "
                              "preset's termination grace period.")
@@ -97,10 +109,9 @@ class DataVolume(_Model):
     """A volume to mount in every pod."""
 
     path: Text = Field(pattern=r"^/", description="Absolute mount path in the container.")
-    pvc: Text | None = Field(None, pattern=DNS1123_PATTERN, max_length=253,
-                            description="PersistentVolumeClaim to mount.")
-    source: Text | None = Field(None, pattern=DNS1123_PATTERN, max_length=253,
-                               description="Approved data source (site file) to mount.")
+    pvc: DnsText | None = Field(None, description="PersistentVolumeClaim to mount.")
+    source: DnsText | None = Field(
+        None, description="Approved data source (site file) to mount.")
     read_only: Switch = Field(True, description="Mount read-only (the default).")
 
 
@@ -117,8 +128,8 @@ class Metrics(_Model):
     writer: Literal["rank0", "per-rank", "all-ranks"] = Field(
         description="`rank0`: only global rank 0 writes; `per-rank`: each rank its own files; "
                     "`all-ranks`: every rank writes the same metrics (duplicates).")
-    tracker: Text | None = Field(None, min_length=1,
-                                description="Metrics tracker, e.g. tensorboard, wandb, mlflow.")
+    tracker: SomeText | None = Field(
+        None, description="Metrics tracker, e.g. tensorboard, wandb, mlflow.")
 
 
 class SecretRef(_Model):
@@ -139,7 +150,10 @@ class Profile(_Model):
     image: Text = Field(min_length=1, description="Immutable image: registry/repo[:tag]@sha256:<64 hex>.")
     command: list[Annotated[str, Field(min_length=1), _AS_WRITTEN]] = Field(
         min_length=1, description="Training entry point and arguments, e.g. [train.py, --cfg, c.yaml].")
-    working_dir: Text | None = Field(None, pattern=r"^/", description="Container working directory.")
+    working_dir: PathText | None = Field(None, description="Container working directory.")
+    torch_version: TorchVersion | None = Field(
+        None, description="The image's PyTorch version, e.g. 2.13.0: how long torchrun lets "
+        "the ranks save on SIGTERM (30 s before torch 2.12, the preset's grace period since).")
     env: dict[Annotated[str, Field(pattern=ENV_NAME)], Arg] = Field(
         default_factory=dict, description="Plain environment variables.")
     secret_env: dict[Annotated[str, Field(pattern=ENV_NAME)], SecretRef] = Field(
@@ -147,7 +161,7 @@ class Profile(_Model):
         description="Credentials as variables read from a Secret (never written in the profile).")
     batch: Batch = Field(description="Batch arithmetic.")
     strategy: Strategy = Field("ddp", description="Parallelism strategy.")
-    zero_stage: Count | None = Field(None, ge=0, le=3, description="DeepSpeed ZeRO stage.")
+    zero_stage: ZeroStage | None = Field(None, description="DeepSpeed ZeRO stage.")
     model: Model | None = Field(None, description="Model size, precision, sequence length.")
     checkpoint: Checkpoint = Field(description="Checkpoint location and format.")
     data: list[DataVolume] = Field(default_factory=list, description="Data volumes to mount.")
@@ -523,7 +537,21 @@ def load_profile(path: Path, *, partial: bool = False) -> LoadedProfile:
 def profile_schema() -> dict[str, Any]:
     """The JSON Schema of the profile, for editors."""
     schema = Profile.model_json_schema(by_alias=True)
+    for sub in _subschemas(schema):
+        if "patternProperties" in sub and "additionalProperties" not in sub:
+            sub["additionalProperties"] = False  # a dict's key pattern: other keys are refused
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "runai-spec profile"
     return schema
 
+
+
+def _subschemas(schema: Any) -> Iterator[dict[str, Any]]:
+    """Every mapping in a JSON Schema (enum and default values included: harmless here)."""
+    if isinstance(schema, dict):
+        yield schema
+        for value in schema.values():
+            yield from _subschemas(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            yield from _subschemas(value)
