@@ -117,10 +117,8 @@ def test_the_presets_recipe_passes_and_catches_what_it_should(tmp_path: Path) ->
     assert run_all(commands, repo) == [0, 0, 0]
 
     # a policy edited by hand in the repository: the diff step fails
-    params = repo / "deploy" / "params.yaml"
-    params.write_text(params.read_text().replace('h200-8gpu.nproc-per-node: "8"',
-                                              'h200-8gpu.nproc-per-node: "64"'))
-    assert 'nproc-per-node: "64"' in params.read_text()
+    policy = repo / "deploy" / "policy.yaml"
+    policy.write_text(policy.read_text().replace("terminationGracePeriodSeconds", "x", 1))
     assert run_all(commands, repo) == [0, 0, 1]
 
 

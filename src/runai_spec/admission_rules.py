@@ -84,7 +84,8 @@ def _nested(e: str, folder: str) -> str:
 
 # policy._PATH_CONTROL, policy._path_problem: one clean absolute path
 LONG_NAME = f"[^/]{{{PATH_NAME_MAX + 1},}}"
-_CONTROL = r"[\x00-\x1f\x7f-\x9f\x{2028}\x{2029}]"
+# the characters themselves, not escapes: RE2 writes `\x{2028}`, Python's `re` `\u2028`
+_CONTROL = "[\x00-\x1f\x7f-\x9f\u2028\u2029]"
 
 
 def clean_path(e: str) -> str:
