@@ -163,7 +163,23 @@ def test_name_too_long_for_worker_pods_is_a_finding(write_profile: Callable[...,
     result = run("render", str(write_profile(base_profile)))
     assert result.exit_code == 1
     assert result.stdout == ""
-    assert "[name-length]" in result.stderr and "shorten name to at most 54" in result.stderr
+    assert "[name-length]" in result.stderr and "shorten name to at most 48" in result.stderr
+
+
+def test_a_name_only_the_smoke_test_outgrows_is_refused_by_validate_with_its_line(
+        write_profile: Callable[..., Path], base_profile: dict[str, Any]) -> None:
+    """Issue 26 item 3: validate -> plan -> rehearse -> submit --smoke never fails at the end
+    on a name validate passed."""
+    base_profile["name"] = "a" * 51
+    assert len(pod_name(base_profile["name"], WORKER, 0)) <= NAME_MAX
+    path = write_profile(base_profile)
+    line = next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if ln.startswith("name:"))
+    result = run("validate", str(path))
+    assert result.exit_code == 1, result.output
+    assert (f"error: {path}:{line}: name: the smoke test's pod name '{'a' * 51}-smoke-master-0' "
+            "would have 66 characters (limit 63)") in result.stderr, result.stderr
+    assert "[name-length]" in result.stderr and "shorten name to at most 48" in result.stderr
+    assert run("validate", str(write_profile({**base_profile, "name": "a" * 48}))).exit_code == 0
 
 
 def test_reserved_fields_are_findings_naming_the_rule(write_profile: Callable[..., Path],

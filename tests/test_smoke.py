@@ -210,18 +210,20 @@ def test_render_smoke_with_error_findings_writes_nothing(
 def test_a_name_too_long_for_the_smoke_pods_is_one_clear_error_and_nothing_is_written(
         tmp_path: Path, base_profile: dict[str, Any], write_profile: Callable[..., Path]) -> None:
     # h200-2x8-ib: pods <name>-master-0 and <name>-worker-0. A 50-character name fits the real
-    # job (59 characters) but not the smoke test (65).
+    # job (59 characters) but not the smoke test (65): validate's name-length rule refuses it
+    # (with its line, issue 26 item 3), so neither render passes it.
     base_profile["name"] = "a" * 50
     long = write_profile(base_profile)
-    assert run("render", str(long)).exit_code == 0
+    error = (f"error: {long}:1: name: the smoke test's pod name '{'a' * 50}-smoke-master-0' "
+             "would have 65 characters (limit 63): `render --smoke` and `submit --smoke` refuse "
+             "it [name-length]")
+    assert said(run("render", str(long)).stderr, "error:") == [error]
     result = run("render", "--smoke", MULTI, str(long), "-d", str(tmp_path / "out"))
-    assert result.exit_code == 2 and "Traceback" not in result.output
-    error = (f"error: {long}: name: the smoke test's pod name '{'a' * 50}-smoke-master-0' has "
-             "65 characters (limit 63)")
+    assert result.exit_code == 1 and "Traceback" not in result.output
     assert said(result.stderr, "error:") == [error]
     lines = result.stderr.splitlines()
-    assert lines[lines.index(error) + 1] == ("hint: shorten name to at most 48 characters to run "
-                                             "the smoke test")
+    assert lines[lines.index(error) + 1] == ("hint: shorten name to at most 48 characters (its "
+                                             "smoke test's pods add `-smoke`)")
     assert not (tmp_path / "out").exists()
     base_profile["name"] = "a" * 48
     assert run("render", "--smoke", str(write_profile(base_profile))).exit_code == 0

@@ -343,15 +343,24 @@ def check_strategy(ctx: Context) -> Iterator[Finding]:
                        "zero_stage only applies to strategy deepspeed", "remove zero_stage")
 
 
-@rule("name-length", "error", f"Derived pod names stay within {NAME_MAX} characters")
+@rule("name-length", "error",
+      f"Derived pod names, the smoke test's too, stay within {NAME_MAX} characters")
 def check_name_length(ctx: Context) -> Iterator[Finding]:
-    """Pods and their headless services are named `<name>-worker-<N>`: a DNS label."""
-    longest = ctx.plan.longest_pod_name
+    """Pods and their headless services are named `<name>-worker-<N>`: a DNS label. The smoke
+    test's are `<name>-smoke-worker-<N>`; a name that only they outgrow is refused here too,
+    so that validate passes nothing `render --smoke` and `submit --smoke` then refuse."""
+    name, longest = ctx.plan.name, ctx.plan.longest_pod_name
+    smoke = f"{name}{SMOKE_SUFFIX}{longest[len(name):]}"
+    room = NAME_MAX - (len(smoke) - len(name))
+    hint = f"shorten name to at most {room} characters (its smoke test's pods add `{SMOKE_SUFFIX}`)"
     if len(longest) > NAME_MAX:
-        room = NAME_MAX - (len(longest) - len(ctx.plan.name))
         yield _finding(ctx, "name-length", "name",
                        f"pod name {longest!r} has {len(longest)} characters (limit {NAME_MAX})",
-                       f"shorten name to at most {room} characters")
+                       hint)
+    elif len(smoke) > NAME_MAX:
+        yield _finding(ctx, "name-length", "name",
+                       f"the smoke test's pod name {smoke!r} would have {len(smoke)} characters "
+                       f"(limit {NAME_MAX}): `render --smoke` and `submit --smoke` refuse it", hint)
     namespace = ctx.plan.namespace
     if len(namespace) > NAME_MAX or not DNS1123.match(namespace):  # a namespace is a DNS-1123 label
         yield _finding(ctx, "name-length", "project",
