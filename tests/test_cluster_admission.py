@@ -239,3 +239,31 @@ def test_a_tampered_smoke_test_stores_neither_its_config_map_nor_its_job(
     assert result.exit_code == 0, result.output
     assert [j["metadata"]["name"] for j in jobs(policed)] == [f"{NAME}-smoke"]
     assert len(stored_configmaps(policed)) == len(before) + 1
+
+
+def test_submit_dry_run_server_shows_the_denial_of_a_tampered_manifest(
+        policed: KubeAPI, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`submit --dry-run=server`: the API server runs admission on a dry run too; the denial
+    is the same one line, and nothing is stored."""
+    import dataclasses
+
+    from runai_spec.cli import cluster as cli_cluster
+
+    real = cli_cluster.prepare_workload
+
+    def tampered(path: Path) -> Any:
+        workload = real(path)
+        manifests = [dict(m) for m in workload.manifests]
+        for role in manifests[0]["spec"]["pytorchReplicaSpecs"].values():
+            role["template"]["spec"]["tolerations"] = [{"operator": "Exists"}]
+        return dataclasses.replace(workload, manifests=tuple(manifests))
+
+    monkeypatch.setattr(cli_cluster, "prepare_workload", tampered)
+    result = run("submit", PROFILE, "--dry-run=server")
+    assert result.exit_code == EXIT_CLUSTER, result.output
+    (line,) = [ln for ln in error_lines(result.stderr) if ln.startswith("error: ")]
+    assert line.startswith(f"error: cluster: admission denied {PROFILE}: spec.pytorchReplicaSpecs.")
+    assert line.endswith(".template.spec.tolerations: not allowed: the preset's render has none "
+                         "(preset h200-2x8-ib)"), line
+    assert jobs(policed) == []
+    assert any("dryRun" in r.query for r in policed.kube.requests)
