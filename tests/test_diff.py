@@ -112,3 +112,19 @@ def test_a_stale_manifest_with_no_profile_behind_it_is_reported(tmp_path: Path) 
     assert data["stale"] == [str(d / "old-run.yaml")]
     stale = next(r for r in data["results"] if not r["profile"])
     assert [o["status"] for o in stale["objects"]] == ["removed"]
+
+
+def test_a_report_on_stdout_still_says_why_on_stderr(tmp_path: Path) -> None:
+    """Issue 26 item 7: `diff --format markdown > drift.md` in CI: the failing job's log gets one
+    line naming the drift; no drift, nothing on stderr."""
+    same = tmp_path / "same"
+    assert run_exe("render", PROFILES[2], "-d", str(same)).returncode == 0
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for fmt in ("markdown", "json"):
+        res = run_exe("diff", PROFILES[2], "--against", str(same), "--format", fmt)
+        assert res.returncode == 0 and res.stderr == "", res.stderr
+        res = run_exe("diff", PROFILES[2], "--against", str(empty), "--format", fmt)
+        assert res.returncode == 1
+        assert res.stderr.splitlines() == [
+            f"drift: 1 profile(s), 1 changed, 1 object(s) differ: {PROFILES[2]}"], res.stderr

@@ -225,6 +225,17 @@ def _counts(results: list[ProfileDiff]) -> str:
             + (f", {stale} stale manifest(s)" if stale else ""))
 
 
+def drift_line(results: list[ProfileDiff], shown: int = 3) -> str | None:
+    """One line for stderr when there is drift (the JSON or Markdown report goes to a file in
+    CI, and the failing job's log must still say why): the counts and the first few files."""
+    drifted = [r for r in results if r.changed or not r.profile]
+    if not drifted:
+        return None
+    names = [r.profile or f"{r.committed} (stale)" for r in drifted]
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return f"drift: {_counts(results)}: {', '.join(names[:shown])}{more}"
+
+
 def as_text(results: list[ProfileDiff]) -> str:
     parts = [f"note: {r.note}\n" for r in results if r.note]
     parts += [o.diff for r in results for o in r.objects]

@@ -137,6 +137,8 @@ def diff(profiles: Profiles, against: AgainstOpt = None, live: LiveOpt = False,
     else:
         sys.stdout.write(drift.as_markdown(results, stopped) if fmt is Format.markdown
                          else drift.as_text(results))
+    reason = drift.drift_line(results) if fmt is not Format.text else None
+    err([reason] if reason else [])  # the report may be in a file: the log says why it failed
     return EXIT_INPUT if bad else EXIT_FINDINGS if stopped or any(
         r.changed for r in results) else EXIT_OK
 
