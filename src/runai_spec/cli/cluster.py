@@ -13,7 +13,17 @@ import typer
 
 from ..errors import EXIT_FINDINGS, EXIT_OK, ClusterError, InputError, RunaiSpecError
 from ..workload import Workload, prepare_workload
-from .common import ContextOpt, DebugOpt, KubeconfigOpt, TextJson, TextJsonOpt, app, err
+from .common import (
+    ContextOpt,
+    DebugOpt,
+    KubeconfigOpt,
+    RequestTimeoutOpt,
+    TextJson,
+    TextJsonOpt,
+    app,
+    err,
+    progress_line,
+)
 
 if TYPE_CHECKING:
     from .. import cluster
@@ -32,12 +42,17 @@ class DryRun(StrEnum):
     server = "server"
 
 
-def cluster_target(kubeconfig: Path | None, context: str | None, debug: bool) -> cluster.Target:
+def cluster_target(kubeconfig: Path | None, context: str | None, debug: bool,
+                   request_timeout: float | None = None) -> cluster.Target:
     from .. import cluster
 
     if debug:
         cluster.enable_debug()
-    return cluster.Target(kubeconfig=kubeconfig, context=context)
+    target = cluster.Target(kubeconfig=kubeconfig, context=context, progress=progress_line)
+    if request_timeout is not None:
+        target = dataclasses.replace(target, timeout=(min(target.timeout[0], request_timeout),
+                                                      request_timeout))
+    return target
 
 
 def checked_workload(path: Path) -> Workload:
@@ -66,7 +81,8 @@ def job_refs(job: str, project: str | None, smoke: bool = False) -> list[cluster
     return [cluster.job_ref(name, namespace)]
 
 
-def diff_live_all(profiles: list[Path], kubeconfig: Path | None, context: str | None, debug: bool
+def diff_live_all(profiles: list[Path], kubeconfig: Path | None, context: str | None, debug: bool,
+                  request_timeout: float | None = None
                   ) -> tuple[list[ProfileDiff], list[RunaiSpecError | Finding], list[RunaiSpecError]]:
     """diff --live: (results, what stopped it, bad input); nothing is sent if any profile
     fails, and every checked workload is compared in one session."""
@@ -78,7 +94,7 @@ def diff_live_all(profiles: list[Path], kubeconfig: Path | None, context: str | 
     stopped: list[RunaiSpecError | Finding] = [*bad, *(f for w in workloads for f in w.errors)]
     if stopped:
         return [], stopped, list(bad)
-    target = cluster_target(kubeconfig, context, debug)
+    target = cluster_target(kubeconfig, context, debug, request_timeout)
     live = cluster.live_objects_all([w.manifests for w in workloads], target)
     for objects in live:
         err(f"note: {o.ref}: exists and was not created by runai-spec; submit will not touch it"
@@ -119,7 +135,8 @@ def submit(profile: Annotated[Path, typer.Argument(help="Profile file.", show_de
            dry_run: DryRunOpt = None, replace: ReplaceOpt = False, smoke: SmokeOpt = False,
            wait: WaitOpt = False, interval: IntervalOpt = 5.0,
            watch_timeout: WatchTimeoutOpt = 600.0, kubeconfig: KubeconfigOpt = None,
-           context: ContextOpt = None, debug: DebugOpt = False) -> None:
+           context: ContextOpt = None, request_timeout: RequestTimeoutOpt = None,
+           debug: DebugOpt = False) -> None:
     """Render, check and send a workload with server-side apply (re-submitting changes nothing);
     --smoke sends its smoke test instead (a ConfigMap with preflight.py and job <name>-smoke);
     --wait then polls until it is running or has ended."""
@@ -127,7 +144,7 @@ def submit(profile: Annotated[Path, typer.Argument(help="Profile file.", show_de
         raise InputError("--wait goes without --dry-run (a dry run starts no job)", field="--wait",
                          hint="drop one of them")
     workload = checked_workload(profile)
-    target = cluster_target(kubeconfig, context, debug)
+    target = cluster_target(kubeconfig, context, debug, request_timeout)
     live_checks(workload, target)
     manifests = smoke_manifests(workload) if smoke else list(workload.manifests)
     send(profile, manifests, target, dry_run=dry_run is not None, replace=replace, smoke=smoke)
@@ -185,12 +202,14 @@ def smoke_manifests(workload: Workload) -> list[Manifest]:
 def status(job: JobArg, project: ProjectOpt = None, fmt: TextJsonOpt = TextJson.text,
            smoke: SmokeOpt = False, watch: WatchOpt = False, interval: IntervalOpt = 5.0,
            watch_timeout: WatchTimeoutOpt = 600.0, kubeconfig: KubeconfigOpt = None,
-           context: ContextOpt = None, debug: DebugOpt = False) -> None:
+           context: ContextOpt = None, request_timeout: RequestTimeoutOpt = None,
+           debug: DebugOpt = False) -> None:
     """The job's phase, each pod's state and, when it is pending, why; --watch polls until it
     is running or has ended (exit 3 when it has not within --watch-timeout)."""
 
     ref = job_refs(job, project, smoke)[0]
-    watch_job(ref, cluster_target(kubeconfig, context, debug), fmt, watch, interval, watch_timeout)
+    watch_job(ref, cluster_target(kubeconfig, context, debug, request_timeout), fmt, watch,
+              interval, watch_timeout)
 
 
 def watch_job(ref: cluster.Ref, target: cluster.Target, fmt: TextJson, watch: bool,
@@ -237,7 +256,8 @@ def logs(job: JobArg, out: LogsOut, previous: PreviousOpt = False, project: Proj
          smoke: SmokeOpt = False, pod: PodOpt = None, tail: TailOpt = None,
          follow: FollowOpt = False, interval: IntervalOpt = 5.0,
          watch_timeout: WatchTimeoutOpt = 600.0, kubeconfig: KubeconfigOpt = None,
-         context: ContextOpt = None, debug: DebugOpt = False) -> None:
+         context: ContextOpt = None, request_timeout: RequestTimeoutOpt = None,
+         debug: DebugOpt = False) -> None:
     """Save every rank's (pod's) log in its own file, so the logs outlive the pods; `--out -`
     prints them instead (one --pod, the last --tail N lines, --follow until the pods end), as
     kubectl logs does."""
@@ -245,16 +265,28 @@ def logs(job: JobArg, out: LogsOut, previous: PreviousOpt = False, project: Proj
         raise InputError("--follow goes with --out - and without --previous", field="--follow",
                          hint="`runai-spec logs JOB --out - --follow` prints the logs as they grow")
     ref = job_refs(job, project, smoke)[0]
-    target = cluster_target(kubeconfig, context, debug)
+    target = cluster_target(kubeconfig, context, debug, request_timeout)
     if follow:
         follow_job_logs(ref, target, pod, tail, interval, watch_timeout)
     elif str(out) == "-":
-        from ..cluster.logs import print_logs
-
-        err(f"skipped {line}" for line in print_logs(
-            ref.name, ref.namespace, target, sys.stdout.buffer, previous=previous, pod=pod, tail=tail))
+        print_job_logs(ref, target, previous, pod, tail)
     else:
         save_job_logs(ref, target, out, previous, pod, tail)
+
+
+def print_job_logs(ref: cluster.Ref, target: cluster.Target, previous: bool, pod: str | None,
+                   tail: int | None) -> None:
+    """logs --out -: the logs on stdout; the pods without one on stderr, and exit 3 when no
+    pod had one (as --out DIR does)."""
+    from ..cluster.logs import NoLogs, print_logs
+
+    try:
+        skipped = print_logs(ref.name, ref.namespace, target, sys.stdout.buffer,
+                             previous=previous, pod=pod, tail=tail)
+    except NoLogs as exc:
+        err(f"skipped {line}" for line in exc.skipped)
+        raise
+    err(f"skipped {line}" for line in skipped)
 
 
 def follow_job_logs(ref: cluster.Ref, target: cluster.Target, pod: str | None, tail: int | None,
@@ -266,7 +298,10 @@ def follow_job_logs(ref: cluster.Ref, target: cluster.Target, pod: str | None, t
                            interval=interval, timeout=watch_timeout, pod=pod, tail=tail)
     err(f"skipped {line}" for line in followed.skipped)
     if not followed.ended:
-        what = "its pods still run" if followed.pods else "has no pods yet"
+        what = ("has no pods yet" if not followed.pods else
+                "its pods are still Pending" if followed.pending == followed.pods else
+                f"{followed.pending} of its {followed.pods} pods are still Pending, the others "
+                "still run" if followed.pending else "its pods still run")
         raise ClusterError(f"{ref}: {what} after {followed.waited:g} s", file="cluster",
                            hint="follow longer with --watch-timeout SECONDS")
 
@@ -291,18 +326,23 @@ YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (for scrip
 
 @app.command()
 def delete(job: JobArg, yes: YesOpt = False, project: ProjectOpt = None, smoke: SmokeOpt = False,
-           kubeconfig: KubeconfigOpt = None, context: ContextOpt = None, debug: DebugOpt = False
-           ) -> int:
+           kubeconfig: KubeconfigOpt = None, context: ContextOpt = None,
+           request_timeout: RequestTimeoutOpt = None, debug: DebugOpt = False) -> int:
     """Delete a workload runai-spec created (asks first; its pods and their logs go too);
     --smoke deletes its smoke test, job and ConfigMap (either may already be gone). Declining
     the question deletes nothing and exits 0."""
     from .. import cluster
 
     refs = job_refs(job, project, smoke=smoke)
-    if not yes and not confirmed(refs):
+    if not yes and not stdin_is_terminal():
+        raise InputError("refusing to delete without confirmation", field="--yes",
+                         hint="pass --yes in scripts")
+    # the question comes after the cluster was read: it names what is there to delete
+    result = cluster.delete_job(refs, cluster_target(kubeconfig, context, debug, request_timeout),
+                                missing_ok=smoke, confirm=None if yes else confirmed)
+    if result.declined:
         err(["aborted: nothing deleted"])
         return EXIT_OK
-    result = cluster.delete_job(refs, cluster_target(kubeconfig, context, debug), missing_ok=smoke)
     err(f"deleted: {ref}" for ref in result.deleted)
     err(f"already gone: {ref}" for ref in result.missing)
     return EXIT_OK
@@ -313,8 +353,5 @@ def stdin_is_terminal() -> bool:
 
 
 def confirmed(refs: list[cluster.Ref]) -> bool:
-    if not stdin_is_terminal():
-        raise InputError("refusing to delete without confirmation", field="--yes",
-                         hint="pass --yes in scripts")
     return typer.confirm(f"delete {', '.join(map(str, refs))} and its pods (save logs first "
                          "with `runai-spec logs`)?")

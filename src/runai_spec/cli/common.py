@@ -175,3 +175,12 @@ KubeconfigOpt = Annotated[Path | None, typer.Option(
 ContextOpt = Annotated[str | None, typer.Option("--context", help="kubeconfig context to use.")]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Log each API request to stderr "
                                         "(never headers, tokens or the kubeconfig).")]
+RequestTimeoutOpt = Annotated[float | None, typer.Option(
+    "--request-timeout", metavar="SECONDS", min=0.1, show_default=False,
+    help="How long to wait for the API server's answer to one request (default 30); a request "
+    "without one is retried a few times, each retry said on stderr.")]
+
+
+def progress_line(line: str) -> None:
+    """A cluster wait's progress (a retried request) on stderr, as it happens."""
+    print(line, file=sys.stderr, flush=True)

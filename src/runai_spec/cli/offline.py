@@ -24,6 +24,7 @@ from .common import (
     MarkdownJsonOpt,
     ProfileArg,
     Profiles,
+    RequestTimeoutOpt,
     TextJson,
     TextJsonOpt,
     app,
@@ -48,7 +49,7 @@ ValidateLiveOpt = Annotated[bool, typer.Option(
 @app.command()
 def validate(profiles: Profiles, fmt: FormatOpt = Format.text, crd: CrdOpt = None,
              live: ValidateLiveOpt = False, kubeconfig: KubeconfigOpt = None,
-             context: ContextOpt = None) -> int:
+             context: ContextOpt = None, request_timeout: RequestTimeoutOpt = None) -> int:
     """Check profiles against the preset and the site rules; exit 0 clean, 1 findings, 2 bad
     input (also when findings are listed with it: a profile with schema errors is checked on
     every field that parsed, all in one pass, sorted by line).
@@ -60,7 +61,7 @@ def validate(profiles: Profiles, fmt: FormatOpt = Format.text, crd: CrdOpt = Non
     from ..pipeline import check_exit
 
     try:
-        checks, bad = validate_checks(profiles, crd, live, kubeconfig, context)
+        checks, bad = validate_checks(profiles, crd, live, kubeconfig, context, request_timeout)
     except ClusterError as exc:
         err(exc.lines())
         return EXIT_CLUSTER
@@ -73,7 +74,8 @@ def validate(profiles: Profiles, fmt: FormatOpt = Format.text, crd: CrdOpt = Non
 
 
 def validate_checks(profiles: list[Path], crd: Path | None, live: bool,
-                    kubeconfig: Path | None, context: str | None
+                    kubeconfig: Path | None, context: str | None,
+                    request_timeout: float | None = None
                     ) -> tuple[list[ProfileCheck], list[RunaiSpecError]]:
     """Every profile checked offline, and with --live against the cluster too (read-only)."""
     from ..pipeline import check_profiles
@@ -82,8 +84,9 @@ def validate_checks(profiles: list[Path], crd: Path | None, live: bool,
         return check_profiles(profiles, crd)
     from .. import cluster
     from ..cluster.checks import live_findings
+    from .cluster import cluster_target
 
-    with cluster.Session(cluster.Target(kubeconfig=kubeconfig, context=context)) as s:
+    with cluster.Session(cluster_target(kubeconfig, context, False, request_timeout)) as s:
         return check_profiles(profiles, crd, lambda w: live_findings(s, w))
 
 
@@ -124,13 +127,15 @@ LiveOpt = Annotated[bool, typer.Option("--live", help="Compare with the cluster 
 @app.command()
 def diff(profiles: Profiles, against: AgainstOpt = None, live: LiveOpt = False,
          fmt: FormatOpt = Format.text, kubeconfig: KubeconfigOpt = None,
-         context: ContextOpt = None, debug: DebugOpt = False) -> int:
+         context: ContextOpt = None, request_timeout: RequestTimeoutOpt = None,
+         debug: DebugOpt = False) -> int:
     """What the profiles render now against committed manifests (--against DIR) or the
     cluster (--live); exit 0 same, 1 changed, 2 bad input, 3 cluster error."""
     from .. import diff as drift
 
-    check_diff_options(against, live, kubeconfig or context or debug)
-    results, stopped, bad = compare(profiles, against, kubeconfig, context, debug)
+    check_diff_options(against, live, kubeconfig or context or debug or request_timeout)
+    results, stopped, bad = compare(profiles, against, kubeconfig, context, debug,
+                                    request_timeout)
     err(line for exc in stopped for line in exc.lines())  # stderr too, where a CI log shows it
     if fmt is Format.json:
         print(drift.as_json(results, stopped))
@@ -144,14 +149,14 @@ def diff(profiles: Profiles, against: AgainstOpt = None, live: LiveOpt = False,
 
 
 def compare(profiles: list[Path], against: Path | None, kubeconfig: Path | None,
-            context: str | None, debug: bool
+            context: str | None, debug: bool, request_timeout: float | None = None
             ) -> tuple[list[ProfileDiff], list[RunaiSpecError | Finding], list[RunaiSpecError]]:
     """diff's results, the profiles it stopped on, and which of those were bad input: against
     committed manifests, or (no folder) against the cluster."""
     if against is None:
         from .cluster import diff_live_all
 
-        return diff_live_all(profiles, kubeconfig, context, debug)
+        return diff_live_all(profiles, kubeconfig, context, debug, request_timeout)
     results, bad = diff_against(profiles, against)
     return results, list(bad), bad
 
@@ -163,7 +168,7 @@ def check_diff_options(against: Path | None, live: bool, cluster_options: object
                          field="--against/--live", hint="--against DIR compares with committed "
                          "manifests (CI); --live with what is on the cluster")
     if against is not None and cluster_options:
-        raise InputError("--kubeconfig, --context and --debug go with --live",
+        raise InputError("--kubeconfig, --context, --request-timeout and --debug go with --live",
                          field="--against", hint="drop them, or use --live instead of --against")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,7 @@ from .session import Session, Target, Uncertain
 class DeleteResult:
     deleted: tuple[str, ...]
     missing: tuple[str, ...] = ()  # with missing_ok: already gone, skipped
+    declined: bool = False  # confirm said no: nothing was deleted
 
 
 def delete_object(session: Session, ref: Ref, live: Manifest) -> None:
@@ -55,11 +56,15 @@ def wait_deleted(session: Session, ref: Ref, live: Manifest) -> None:
         session.target.sleep(1.0)
 
 
-def delete_job(refs: Iterable[Ref], target: Target, *, missing_ok: bool = False) -> DeleteResult:
+def delete_job(refs: Iterable[Ref], target: Target, *, missing_ok: bool = False,
+               confirm: Callable[[list[Ref]], bool] | None = None) -> DeleteResult:
     """Delete runai-spec's objects (checked first); anything else is refused untouched.
 
     missing_ok: objects already gone are skipped, as long as one of them is there (a smoke
-    test whose job was deleted by name still has its ConfigMap to clean up)."""
+    test whose job was deleted by name still has its ConfigMap to clean up). confirm is asked
+    about the objects found, after the cluster was read and before anything is deleted: a
+    question about an object that is not there, or not ours, or a cluster that cannot be
+    reached, is never asked."""
     refs = list(refs)
     with Session(target) as session:
         found = []
@@ -76,6 +81,8 @@ def delete_job(refs: Iterable[Ref], target: Target, *, missing_ok: bool = False)
         if missing and not (missing_ok and found):
             raise ClusterError(f"{', '.join(map(str, missing))}: not found", file="cluster",
                                hint="check the name and the project; nothing was deleted")
+        if confirm is not None and not confirm([ref for ref, _ in found]):
+            return DeleteResult((), tuple(str(r) for r in missing), declined=True)
         for ref, live in found:
             delete_object(session, ref, live)
     return DeleteResult(tuple(str(r) for r, _ in found), tuple(str(r) for r in missing))

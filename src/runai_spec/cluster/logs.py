@@ -186,8 +186,11 @@ def _stream_to(resp: Any, path: Path) -> int:
 def print_logs(name: str, namespace: str, target: Target, sink: Any, *, previous: bool = False,
                pod: str | None = None, tail: int | None = None) -> list[str]:
     """`logs --out -`: each rank's log (or one --pod's) written to sink (binary), each after a
-    `==> pod <==` line as `tail` does for several files; returns the pods that were skipped."""
+    `==> pod <==` line as `tail` does for several files; returns the pods that were skipped.
+    When every pod was skipped (all Pending: no log yet) it is the cluster error `--out DIR`
+    gives, after the skipped pods' lines (`on_skipped`)."""
     skipped: list[str] = []
+    printed = 0
     with Session(target) as session:
         pods = [_safe_name(str(p["metadata"]["name"])) for p in job_pods(session, name, namespace)]
         if pod is not None:
@@ -215,7 +218,20 @@ def print_logs(name: str, namespace: str, target: Target, sink: Any, *, previous
             finally:
                 resp.response.release_conn()
             sink.flush()
+            printed += 1
+    if not printed:
+        raise NoLogs(job_ref(name, namespace), skipped)
     return skipped
+
+
+class NoLogs(ClusterError):
+    """No pod had a log (all Pending, or no previous container): exit 3 with --out - as with
+    --out DIR; `skipped` says why for each pod."""
+
+    def __init__(self, ref: Ref, skipped: list[str]) -> None:
+        super().__init__(f"{ref}: no pod had a log to print", file="cluster",
+                         hint="`runai-spec status` shows the pods' states")
+        self.skipped = skipped
 
 
 _ENDED = ("Succeeded", "Failed")
@@ -227,6 +243,7 @@ class FollowResult:
     waited: float
     pods: int  # how many pods it followed in its last poll (0: the job has none yet)
     skipped: tuple[str, ...]
+    pending: int = 0  # how many of those were Pending in the last poll
 
 
 def follow_logs(name: str, namespace: str, target: Target, sink: Any, *, sleep: Any,
@@ -288,7 +305,8 @@ def follow_logs(name: str, namespace: str, target: Target, sink: Any, *, sleep: 
                                 tuple(f"{p}: {w}" for p, w in skipped.items()))
         if waited + interval > timeout:
             return FollowResult(False, waited, len(phases),
-                                tuple(f"{p}: {w}" for p, w in skipped.items()))
+                                tuple(f"{p}: {w}" for p, w in skipped.items()),
+                                sum(1 for phase in phases.values() if phase == "Pending"))
         sleep(interval)
         waited += interval
 

@@ -40,6 +40,9 @@ class Target:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     sleep: Callable[[float], None] = time.sleep
     wait_deleted: float = 120.0  # seconds --replace waits for the old object to go
+    # one line per retried request (a server that accepts and never answers is otherwise
+    # silent for every attempt's read timeout): the CLI prints it on stderr
+    progress: Callable[[str], None] | None = None
 
 
 def json_body(resp: Any) -> Any:
@@ -199,7 +202,10 @@ class Session:
         except (urllib3.exceptions.ConnectTimeoutError, urllib3.exceptions.NewConnectionError) as exc:
             raise _Transport(f"cannot connect to {self.host}: {reason_of(exc)}", sent=False) from None
         except urllib3.exceptions.HTTPError as exc:
-            raise _Transport(f"no answer from {self.host}: {reason_of(exc)}", sent=True) from None
+            reason = reason_of(exc)
+            if reason == "timed out":
+                reason = f"none within {self.target.timeout[1]:g} s (--request-timeout)"
+            raise _Transport(f"no answer from {self.host}: {reason}", sent=True) from None
         except OSError as exc:
             raise _Transport(f"cannot reach {self.host}: {exc.strerror or type(exc).__name__}",
                              sent=True) from None
@@ -249,6 +255,10 @@ class Session:
                                    file="cluster", hint="try again later; check the cluster's "
                                    "status with your engineers if it persists")
             log.debug("retrying in %.2f s (%s)", delay, failure)
+            if self.target.progress is not None:
+                self.target.progress(f"note: {method} {clean(path, 120)}: {failure}; retrying in "
+                                     f"{delay:g} s (attempt {attempt + 1} of at most "
+                                     f"{policy.attempts})")
             self.target.sleep(delay)
             waited += delay
 
