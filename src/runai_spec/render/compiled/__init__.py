@@ -1,0 +1,1 @@
+"""The shipped templates compiled by Jinja (runai_spec.render.write_compiled_templates)."""
