@@ -33,6 +33,38 @@ RANK_LINE = re.compile(rb"^\[rank(\d{1,6})\]:(.*)$", re.DOTALL)  # a pod log lin
 RANK_LOGS = "logs"  # the folder on the checkpoint volume, one sub-folder per pod
 EXECUTABLE_ENTRY = "executable"
 
+# torchrun's shutdown window. On SIGTERM (the kubelet deleting the pod: torchrun is its PID 1)
+# the agent's run() catches the SignalException and closes its workers
+# (`torch/distributed/elastic/agent/server/api.py` -> `local_elastic_agent.py` _shutdown ->
+# `elastic/multiprocessing/api.py` PContext.close(death_sig, timeout)): SIGTERM to every
+# worker, SIGKILL to those alive `timeout` seconds later, whatever the pod's grace period.
+# Read in the wheels: torch 2.11.0 calls close(timeout=30) with no setting (so do 2.5-2.10);
+# torch 2.12.0 and 2.13.0 (pytorch/pytorch#172596) take `--shutdown-timeout`, else
+# TORCH_ELASTIC_SHUTDOWN_TIMEOUT (`launcher/api.py` LaunchConfig.__post_init__), else 30.
+# The render sets the variable, never the flag: a torchrun older than 2.12 ignores a variable
+# it does not read, but refuses a flag it does not know (argparse exits 2).
+SHUTDOWN_TIMEOUT_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
+SHUTDOWN_DEFAULT_S = 30
+SHUTDOWN_SETTING_SINCE = (2, 12)
+
+
+def torch_release(version: str | None) -> tuple[int, int] | None:
+    """(major, minor) of a torch version such as `2.13.0+cu130`; None if it is not one."""
+    m = re.match(r"^(\d+)\.(\d+)", version or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def shutdown_window(torch_version: str | None, grace_s: int) -> int | None:
+    """Seconds a torchrun worker has from SIGTERM to SIGKILL in a pod whose grace period is
+    GRACE_S and whose env sets SHUTDOWN_TIMEOUT_ENV to it (as the render does): the grace
+    period from torch 2.12, min(30, grace) before; None when the version is unknown."""
+    release = torch_release(torch_version)
+    if release is None:
+        return None
+    if release >= SHUTDOWN_SETTING_SINCE:
+        return grace_s
+    return min(SHUTDOWN_DEFAULT_S, grace_s)
+
 # NCCL's diagnostics switch (NCCL `src/misc/debug.cc`): NCCL_DEBUG's level, its subsystems, and
 # the file it writes to instead of stdout, `%h` the host name and `%p` the process id (one
 # file per rank); a file NCCL cannot open leaves the lines on stdout.

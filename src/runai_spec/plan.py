@@ -36,8 +36,11 @@ from .launcher import (
     RANK_LOGS,
     RANK_PREFIX,
     RANK_PREFIX_ENV,
+    SHUTDOWN_DEFAULT_S,
+    SHUTDOWN_TIMEOUT_ENV,
     TEE_FLAG,
     for_entry_point,
+    shutdown_window,
 )
 from .presets import LEDGER_FILE, SITE_FILE, ApprovedPreset, Preset, Site
 from .profile import LoadedProfile
@@ -151,6 +154,8 @@ class Plan:
     termination_grace_period_seconds: int = 30
     # torchrun's rendezvous (multi-node layouts only); the launcher flags say the same
     rendezvous: RendezvousPlan | None = None
+    # profile torch_version: the image's torch, which decides torchrun's shutdown window
+    torch_version: str | None = None
     # Where each leaf came from, by its path in the plan (`env[3][1]`, `volumes[0].claim`),
     # recorded by plan_workload() as it derives the value; `render --explain` reads it.
     origins: Mapping[str, Origin] = field(default_factory=dict, compare=False, repr=False)
@@ -396,6 +401,14 @@ def plan_workload(loaded: LoadedProfile, approved: ApprovedPreset, site: Site,
         key, value = DISABLE_SHARED_STORE
         env[key] = _same(derived("c10d: a pod restarted in place must be able to rejoin "
                                  "(torch's shared rendezvous store deadlocks it)"), key, value)
+    if launcher[:1] == ("torchrun",):
+        # torchrun (PID 1) gives its ranks this long from SIGTERM to SIGKILL (torch >= 2.12;
+        # launcher.SHUTDOWN_TIMEOUT_ENV): the pod's whole grace period, not torch's 30 s
+        grace_origin = src.preset("termination_grace_period_seconds")
+        env[SHUTDOWN_TIMEOUT_ENV] = (
+            SHUTDOWN_TIMEOUT_ENV, str(preset.termination_grace_period_seconds),
+            derived("torchrun's SIGTERM-to-SIGKILL window for its ranks (torch >= 2.12)"),
+            grace_origin)
     field_env: list[tuple[str, str]] = []
     if logs is not None:
         field_env.append(POD_NAME_ENV)
@@ -511,6 +524,7 @@ def plan_workload(loaded: LoadedProfile, approved: ApprovedPreset, site: Site,
         checkpoint_on_sigterm=bool(profile.checkpoint and profile.checkpoint.on_sigterm),
         termination_grace_period_seconds=preset.termination_grace_period_seconds,
         rendezvous=rendezvous,
+        torch_version=profile.torch_version,
         origins=o,
     )
 
@@ -594,6 +608,43 @@ def _backoff_limit(plan: Plan) -> int | None:
     return value if isinstance(value, int) else None
 
 
+def sigterm_window(plan: Plan) -> str:
+    """How long the ranks of PLAN have to save between SIGTERM and SIGKILL, in words: the
+    grace period for python (one GPU); for torchrun (PID 1 of its pod) its shutdown timeout,
+    which the render sets to the grace period and torch reads from 2.12 only
+    (launcher.shutdown_window)."""
+    grace = plan.termination_grace_period_seconds
+    if plan.launcher[:1] != ("torchrun",):
+        return (f"the script, PID 1 of its container, has {grace} s, then SIGKILL; PID 1 has no "
+                "default action for SIGTERM, so a script without a handler keeps running, and "
+                "holds its GPU, until that SIGKILL")
+    window = shutdown_window(plan.torch_version, grace)
+    old = min(SHUTDOWN_DEFAULT_S, grace)
+    if window is None:
+        return (f"torchrun forwards it to the ranks and gives them {grace} s on torch 2.12 and "
+                f"later ({SHUTDOWN_TIMEOUT_ENV}), {old} s on older torch, then SIGKILL "
+                "(torch_version in the profile says which)")
+    if window == grace:
+        return (f"torchrun forwards it to the ranks and gives them the grace period, {grace} s "
+                f"(torch {plan.torch_version} reads {SHUTDOWN_TIMEOUT_ENV}), then SIGKILL")
+    return (f"torchrun forwards it to the ranks and SIGKILLs them {window} s later: torch "
+            f"{plan.torch_version} has no setting for it (2.12 and later read "
+            f"{SHUTDOWN_TIMEOUT_ENV}); the rest of the {grace} s grace period only holds the "
+            "GPUs")
+
+
+def save_time(plan: Plan) -> str:
+    """sigterm_window in a few words: `300 s`, `30 s (torch 2.11)`, `300 s on torch >= 2.12,
+    30 s before`."""
+    grace = plan.termination_grace_period_seconds
+    if plan.launcher[:1] != ("torchrun",):
+        return f"{grace} s (if the script handles SIGTERM)"
+    window = shutdown_window(plan.torch_version, grace)
+    if window is None:
+        return f"{grace} s on torch >= 2.12, {min(SHUTDOWN_DEFAULT_S, grace)} s before"
+    return f"{window} s" + ("" if window == grace else f" (torch {plan.torch_version})")
+
+
 def failure_semantics(plan: Plan, profile_path: str = "PROFILE") -> FailureSemantics:
     """Each failure-semantics choice of PLAN and, per fault, what it does: the kubelet
     restarts a failed container in place (OnFailure/Always), the operator sums the restarts
@@ -623,13 +674,15 @@ def failure_semantics(plan: Plan, profile_path: str = "PROFILE") -> FailureSeman
                 choices.append(("rendezvous last call", f"{r.last_call_timeout_s} s"
                                 if r.last_call_timeout_s else "torch's default (30 s)"))
     choices.append(("termination grace period", f"{grace} s (SIGTERM, then SIGKILL)"))
+    window = sigterm_window(plan)
+    choices.append(("time to save on SIGTERM", window))
     name = plan.name
     resubmit = (f"runai-spec delete {name} --project {plan.project} --yes && "
                 f"runai-spec submit {shlex.quote(profile_path)}")
     preempt = FaultOutcome(
         "preemption or eviction",
-        f"every pod gets SIGTERM and {grace} s to checkpoint, then SIGKILL; the operator "
-        "creates the pods anew and the job resumes from its last checkpoint", 0, True)
+        f"every pod gets SIGTERM and {save_time(plan)} to checkpoint, then SIGKILL; the "
+        "operator creates the pods anew and the job resumes from its last checkpoint", 0, True)
     faults: tuple[FaultOutcome, ...]
     tolerated: int | None
     if plan.restart_policy == "ExitCode" and plan.pods == 1:

@@ -22,6 +22,14 @@ if TYPE_CHECKING:
 
 SMOKE_NOTE = "preflight.py checklist in place of the training command"
 SMOKE_VOLUME = "runai-spec-preflight"
+# activeDeadlineSeconds runs from the operator's status.startTime, which it sets at its first
+# reconcile while the pods are still Pending (training-operator v1.9
+# pkg/controller.v1/pytorch/pytorchjob_controller.go, pkg/core/job.go PastActiveDeadline):
+# the deadline covers the queue too. 30 minutes: the preflight itself takes a few (join
+# timeout MIN_JOIN_TIMEOUT_S at most, then seconds of checks), the rest is for the scheduler
+# to find the GPUs; a smoke test that queues longer fails as DeadlineExceeded without having
+# run (README, `render --smoke`). A deadline of the preflight's own would count from the
+# pods' start, but activeDeadlineSeconds is what stops the pods and frees the GPUs.
 DEFAULT_DEADLINE_S = 1800
 # on the profile's checkpoint volume, beside (never over) the real job's checkpoints
 CHECKPOINT_SUBDIR = ".runai-spec-preflight"
@@ -91,12 +99,18 @@ def smoke_plan(plan: Plan, settings: PreflightSettings | None = None, *,
     settings = dataclasses.replace(
         settings, join_timeout_s=max(settings.join_timeout_s, MIN_JOIN_TIMEOUT_S))
     ckpt = settings.checkpoint_dir
+    # an elastic job may be started with minReplicas pods (KAI gangs the minimum): that
+    # world passes too, as in the rehearsal
+    elastic = plan.elastic
     args = settings.args(
         world_size=plan.world_size,
         checkpoint_dir=f"{ckpt}/{CHECKPOINT_SUBDIR}" if ckpt else None,
-        metrics_file=METRICS_FILE)
+        metrics_file=METRICS_FILE,
+        min_world_size=None if elastic is None else elastic.min_pods * plan.procs_per_pod)
     # its own rendezvous id, as for any job of that name (plan.rendezvous_plan), and no
-    # torchrun restarts: a smoke test runs every rank once
+    # torchrun restarts: a smoke test runs every rank once. An elastic job's restarts are
+    # elasticPolicy.maxRestarts, which the operator passes as PET_MAX_RESTARTS whenever it is
+    # set (v1.9 pkg/controller.v1/pytorch/elastic.go), 0 included: the smoke job says 0
     rendezvous = plan.rendezvous
     if rendezvous is not None and rendezvous.backend == "c10d":
         rendezvous = dataclasses.replace(rendezvous, rdzv_id=name, max_restarts=None)
@@ -107,6 +121,7 @@ def smoke_plan(plan: Plan, settings: PreflightSettings | None = None, *,
         renamed,
         annotations=tuple({**dict(plan.annotations), **notes}.items()),
         run_policy=tuple(run_policy.items()), restart_policy="Never", rendezvous=rendezvous,
+        elastic=None if elastic is None else dataclasses.replace(elastic, max_restarts=0),
         launcher=tuple(own_id.get(arg, arg) for arg in head),
         entrypoint=(f"{SMOKE_MOUNT}/preflight.py", *args))
     # the job's labels carry runai-spec's managed-by label: submit and delete treat the
