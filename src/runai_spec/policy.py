@@ -310,18 +310,23 @@ def check_global_batch(ctx: Context) -> Iterator[Finding]:
     batch = ctx.loaded.profile.batch
     procs = ctx.plan.world_size
     expected = batch.local * procs * batch.grad_accum
+    elastic = ctx.plan.elastic
+    scales = elastic is not None and elastic.min_pods != elastic.max_pods
+    # an elastic job declares its global batch at the most pods (the rendered world size);
+    # the error and the warning below both say so, and name the same number (issue 26 item 2)
+    at_most = f" (at {elastic.max_pods} pods, the elastic preset's most)" if (
+        elastic is not None and scales) else ""
     if expected != batch.global_:
         yield _finding(ctx, "global-batch", "batch.global",
                        f"{batch.global_} != local {batch.local} x processes {procs} x "
-                       f"grad_accum {batch.grad_accum} = {expected}",
+                       f"grad_accum {batch.grad_accum} = {expected}{at_most}",
                        f"set batch.global to {expected}, or change local/grad_accum")
-    elastic = ctx.plan.elastic
-    if elastic and elastic.min_pods != elastic.max_pods:
+    if elastic is not None and scales:
         low = batch.local * elastic.min_pods * ctx.plan.procs_per_pod * batch.grad_accum
-        high = batch.local * elastic.max_pods * ctx.plan.procs_per_pod * batch.grad_accum
         yield _finding(ctx, "global-batch", "batch.global",
-                       f"elastic preset: the effective global batch ranges {low}..{high} "
-                       f"as pods scale {elastic.min_pods}..{elastic.max_pods}",
+                       f"elastic preset: the effective global batch ranges {low}..{expected} "
+                       f"as pods scale {elastic.min_pods}..{elastic.max_pods}; batch.global "
+                       f"is declared at {elastic.max_pods} pods ({expected})",
                        "scale grad_accum or the learning rate with WORLD_SIZE in the script",
                        severity="warning")
 

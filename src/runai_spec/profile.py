@@ -325,6 +325,15 @@ def _dns_suggestion(value: Any, pattern: str) -> str | None:
     return label if label != value and re.match(pattern, label) else None
 
 
+def _meant(loc: tuple[Any, ...]) -> str | None:
+    """The field an unknown key at loc was probably meant to be (`grad_acum`: grad_accum)."""
+    key = str(loc[-1]) if loc else ""
+    names = field_names(loc[:-1])
+    close = ([key.lower()] if key.lower() in names
+             else difflib.get_close_matches(key, names, n=1))
+    return close[0] if close else None
+
+
 def _explained(error: Any) -> tuple[str, str, str | None]:
     """(field path, message, hint) of one pydantic error, in the profile's words."""
     loc = tuple(p for p in error["loc"] if not str(p).startswith("function-"))
@@ -332,12 +341,9 @@ def _explained(error: Any) -> tuple[str, str, str | None]:
     msg, hint, value = error["msg"].removeprefix("Value error, "), None, error.get("input")
     kind = error["type"]
     if kind == "extra_forbidden":
-        key = str(loc[-1]) if loc else ""
-        names = field_names(loc[:-1])
-        close = ([key.lower()] if key.lower() in names
-                 else difflib.get_close_matches(key, names, n=1))
+        close = _meant(loc)
         msg = "unknown field"
-        hint = (f"did you mean {close[0]!r}? (`runai-spec schema` lists every field)" if close
+        hint = (f"did you mean {close!r}? (`runai-spec schema` lists every field)" if close
                 else "see `runai-spec schema` for the fields a profile may set")
     elif kind == "missing":
         msg, hint = "required field is missing", "see examples/ for a complete profile"
@@ -395,6 +401,12 @@ _PLACEHOLDER: dict[str, Any] = {
 }
 
 
+# What an item of a list that did not parse holds meanwhile: valid, on a path of its own.
+_ITEM_PLACEHOLDER: dict[str, Any] = {
+    "data": lambda i: {"path": f"/placeholder/data-{i}", "pvc": "placeholder"},
+}
+
+
 def _loc(error: Any) -> tuple[Any, ...]:
     return tuple(p for p in error["loc"] if not str(p).startswith("function-"))
 
@@ -420,10 +432,23 @@ def _repair(data: dict[str, Any], exc: ValidationError
                 except (KeyError, IndexError, TypeError):
                     continue
                 if isinstance(parent, dict):
-                    parent.pop(loc[-1], None)
+                    value = parent.pop(loc[-1], None)
+                    meant = _meant(loc)
+                    # a typo's value is checked as the field the hint names (`grad_acum: 8` as
+                    # grad_accum), so no finding assumes the default the typo left in place
+                    if meant is not None and meant not in parent and meant != loc[-1]:
+                        parent[meant] = value
+                        invalid.add(_field_path((*loc[:-1], meant)))
                 continue
             if top in _FREE_KEYS and len(loc) >= 2 and isinstance(data.get(top), dict):
                 data[top].pop(loc[1], None)
+                invalid.add(_field_path(loc[:2]))
+                continue
+            if top in _ITEM_PLACEHOLDER and len(loc) >= 2 and isinstance(loc[1], int) \
+                    and isinstance(data.get(top), list) and loc[1] < len(data[top]):
+                # one bad item of a list stands in for itself only: the other items, and the
+                # rules that read the list, are still checked (issue 26 item 2)
+                data[top][loc[1]] = _ITEM_PLACEHOLDER[top](loc[1])
                 invalid.add(_field_path(loc[:2]))
                 continue
             invalid.add(top)
