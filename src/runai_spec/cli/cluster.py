@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ..errors import EXIT_FINDINGS, EXIT_OK, ClusterError, InputError, RunaiSpecError
-from ..workload import Workload, prepare_workload
 from .common import (
     ContextOpt,
     DebugOpt,
@@ -30,6 +29,7 @@ if TYPE_CHECKING:
     from ..diff import ProfileDiff
     from ..findings import Finding
     from ..manifests import Manifest
+    from ..workload import Workload
 
 JobArg = Annotated[str, typer.Argument(help="Workload name, or its profile file.", show_default=False)]
 ProjectOpt = Annotated[str | None, typer.Option(
@@ -57,6 +57,8 @@ def cluster_target(kubeconfig: Path | None, context: str | None, debug: bool,
 
 def checked_workload(path: Path) -> Workload:
     """Render and check a profile; an error finding stops here, before any request."""
+    from ..workload import prepare_workload
+
     workload = prepare_workload(path)
     err(line for finding in workload.findings for line in finding.lines())
     if workload.errors:

@@ -25,8 +25,12 @@ def err(lines: Iterable[str]) -> None:
 
 def usage_lines(exc: typer.TyperException) -> list[str]:
     """A Typer/Click usage error (unknown option, bad value) as one error line and a hint."""
+    from typer._click.exceptions import NoArgsIsHelpError
+
+    if isinstance(exc, NoArgsIsHelpError):  # no arguments: the help, as it is
+        return exc.format_message().rstrip("\n").splitlines()
     message = " ".join(exc.format_message().split())
-    if not message:  # no arguments: the help has been printed already
+    if not message:  # the help has been printed already
         return []
     ctx = getattr(exc, "ctx", None)
     where = f"see `{ctx.command_path} --help`" if ctx is not None else "see `runai-spec --help`"

@@ -12,8 +12,6 @@ import typer
 
 from .. import __version__
 from ..errors import EXIT_FINDINGS, EXIT_INPUT, EXIT_OK, InputError, RunaiSpecError
-from ..presets import PresetRegistry
-from ..workload import Workload, prepare_workload
 from .common import (
     ContextOpt,
     DebugOpt,
@@ -35,6 +33,7 @@ if TYPE_CHECKING:
     from ..diff import ProfileDiff
     from ..findings import Finding
     from ..pipeline import ProfileCheck
+    from ..workload import Workload
 
 CrdOpt = Annotated[Path | None, typer.Option(
     "--crd", help="Also validate the rendered manifests against this CRD (the cluster's own: "
@@ -109,6 +108,8 @@ def plan(profile: ProfileArg, fmt: MarkdownJsonOpt = MarkdownJson.markdown) -> i
     the ticket unchanged. Exit 1 when the profile has error findings (the ticket says so at
     the top: `submit` would refuse it)."""
     from .. import review
+    from ..presets import PresetRegistry
+    from ..workload import prepare_workload
 
     workload = prepare_workload(profile, PresetRegistry())
     print_findings(workload.findings)
@@ -289,6 +290,7 @@ def explain(profile: ProfileArg, fmt: TextJsonOpt = TextJson.text) -> int:
     Each value is followed by `# <origin>`: the profile with its line, the preset, the site
     file, the approvals ledger, a derived rule, or the template."""
     from ..explain import explain_workload
+    from ..workload import prepare_workload
 
     workload = prepare_workload(profile)
     print_findings(workload.findings)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ..errors import EXIT_FINDINGS, EXIT_OK
-from ..presets import PresetRegistry, preset_summary
 from .common import ContextOpt, KubeconfigOpt, app, err
+
+if TYPE_CHECKING:
+    from ..presets import PresetRegistry
 
 presets_app = typer.Typer(help="Engineer-owned presets and their approvals ledger.",
                           no_args_is_help=True)
@@ -24,6 +26,7 @@ PresetsDir = Annotated[Path | None, typer.Option("--dir", help="presets/ folder 
 def presets_list(directory: PresetsDir = None) -> None:
     """List the approved presets."""
     from .. import report
+    from ..presets import PresetRegistry
 
     for line in report.presets_lines(PresetRegistry(directory)):
         print(line)
@@ -33,6 +36,7 @@ def presets_list(directory: PresetsDir = None) -> None:
 def presets_show(name: str, directory: PresetsDir = None) -> None:
     """Show one approved preset and its approval record."""
     from ..manifests import dump
+    from ..presets import PresetRegistry, preset_summary
 
     sys.stdout.write(dump([preset_summary(PresetRegistry(directory).get(name))]))
 
@@ -61,6 +65,7 @@ def approval_registry(name: str, key: Path | None, directory: Path | None, by: s
     no key, or the shipped presets inside the installed package."""
     from ..errors import InputError
     from ..loading import inside_installed_package
+    from ..presets import PresetRegistry
 
     if by is not None:
         raise InputError("an approval carries its engineer's SSH signature; the approver is the "
@@ -92,6 +97,8 @@ def presets_verify(directory: PresetsDir = None, live: LiveOpt = False,
     """Check every file of the presets folder (--dir, default: the shipped one) against the
     ledger and its signatures; exit 1 when any is refused (for CI). --live: also compare them
     with what the cluster enforces (exit 1 on a difference)."""
+    from ..presets import PresetRegistry
+
     registry = PresetRegistry(directory)
     result = registry.verify()
     for name in result.ok:
@@ -139,6 +146,7 @@ def presets_policy(
     (Kubernetes >= 1.30): what the cluster admits. See docs/admission.md."""
     from .. import admission
     from ..manifests import dump
+    from ..presets import PresetRegistry
 
     registry = PresetRegistry(directory)
     if out is None:

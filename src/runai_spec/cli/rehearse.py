@@ -12,8 +12,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from ..errors import EXIT_FINDINGS, EXIT_OK
-from ..rehearsals import write_record
-from ..workload import prepare_workload
 from .common import ProfileArg, TextJson, TextJsonOpt, app, err
 
 if TYPE_CHECKING:
@@ -82,7 +80,7 @@ def rehearse(profile: ProfileArg, procs_per_pod: ProcsOpt = None, own_script: Ow
     The checks go to stdout (a table, or --format json); on a terminal a status line on
     stderr shows the pods up, each rank's last check and the time against --timeout."""
     check_options(timeout, network)
-    workload = prepare_workload(profile)
+    workload = prepared(profile)
     err(line for finding in workload.findings for line in finding.lines())
     if workload.errors:
         # What validate refuses never runs here either (issue 23): a reserved variable such as
@@ -99,6 +97,12 @@ def rehearse(profile: ProfileArg, procs_per_pod: ProcsOpt = None, own_script: Ow
     record_result(result, workload, recorded_options(procs_per_pod, own_script,
                                                      restart_after_checkpoint, kill, network))
     return EXIT_OK if result.ok else EXIT_FINDINGS
+
+
+def prepared(profile: Path) -> Workload:
+    from ..workload import prepare_workload  # its models load only when a command runs
+
+    return prepare_workload(profile)
 
 
 def check_options(timeout: float, network: str) -> None:
@@ -148,6 +152,8 @@ def show_result(result: RehearseResult, workload: Workload, fmt: TextJson,
 
 def record_result(result: RehearseResult, workload: Workload, options: list[str]) -> None:
     """The rehearsal's summary kept as the workload's latest, for `plan`'s ticket."""
+    from ..rehearsals import write_record
+
     record = write_record(
         project=workload.plan.project, name=workload.plan.name, profile=workload.path,
         profile_sha256=workload.loaded.sha256, ok=result.ok, world_size=result.world_size,
