@@ -103,13 +103,31 @@ INJECTED_ENV = re.compile(r"^(MASTER_ADDR|MASTER_PORT|WORLD_SIZE|RANK|LOCAL_RANK
 NPROC_FLAG = "--nproc-per-node"  # torchrun's flag; PET_NPROC_PER_NODE is its default
 
 
+# The operator's defaults (pkg/apis/kubeflow.org/v1/pytorch_defaults.go, v1.7.0-v1.9.0,
+# applied by the controller's Scheme.Default at every reconcile): an unset spec.nprocPerNode
+# becomes "auto" unless the deprecated elasticPolicy.nProcPerNode is set (torchrun's "auto":
+# one process per GPU, else per CPU).
+DEFAULT_NPROC = "auto"
+
+
+def defaulted_nproc(job: Mapping[str, Any]) -> Any:
+    """spec.nprocPerNode after the operator's defaulting (setDefaultNprocPerNode)."""
+    spec = job.get("spec", {})
+    value = spec.get("nprocPerNode")
+    elastic = spec.get("elasticPolicy")
+    if value is None and (elastic is None or elastic.get("nProcPerNode") is None):
+        return DEFAULT_NPROC
+    return value
+
+
 def injected_nproc(job: Mapping[str, Any], version: str = OPERATOR_VERSION) -> Any:
     """PET_NPROC_PER_NODE as operator `version` sets it (the last one wins), or None: from
-    spec.nprocPerNode (v1.8.0+ envvar.go: whenever set; v1.7.0: on the Master branch only),
-    then from the deprecated elasticPolicy.nProcPerNode (elastic.go)."""
+    spec.nprocPerNode as defaulted ("auto" when unset), v1.8.0+ envvar.go whenever set, v1.7.0
+    on the Master branch only; then from the deprecated elasticPolicy.nProcPerNode
+    (elastic.go)."""
     spec = job.get("spec", {})
     replicas = spec.get("pytorchReplicaSpecs") or {}
-    value = spec.get("nprocPerNode") if (MASTER in replicas or version != "1.7") else None
+    value = defaulted_nproc(job) if (MASTER in replicas or version != "1.7") else None
     elastic = spec.get("elasticPolicy")
     if elastic is not None and elastic.get("nProcPerNode") is not None:
         value = elastic["nProcPerNode"]
@@ -134,7 +152,8 @@ def torchrun_procs(job: Mapping[str, Any], command: Sequence[str],
 
 
 def nproc_int(job: Mapping[str, Any]) -> int:
-    """getNprocPerNodeInt() (envvar.go): 1 unless spec.nprocPerNode is an integer string."""
+    """getNprocPerNodeInt() (envvar.go): 1 unless spec.nprocPerNode is an integer string
+    ("auto", the default, counts 1)."""
     value = job.get("spec", {}).get("nprocPerNode")
     try:
         return int(value)
@@ -178,9 +197,11 @@ def container_port(container: Mapping[str, Any]) -> int:
 
 def operator_env(job: Mapping[str, Any], replica_type: str, index: int,
                  version: str = OPERATOR_VERSION) -> dict[str, str]:
-    """The variables training-operator `version` appends, in its order, to the pytorch
-    container of pod `replica_type`/`index`: setPodEnv in pkg/controller.v1/pytorch/envvar.go,
+    """The variables training-operator `version` appends, in its order, to the containers
+    of pod `replica_type`/`index`: setPodEnv in pkg/controller.v1/pytorch/envvar.go,
     master.go and elastic.go at tags v1.7.0, v1.8.0, v1.9.0 (v1.8.0 and v1.9.0 identical).
+    setPodEnv loops over every container of the pod template, so a sidecar gets them as well
+    as `pytorch`. spec.nprocPerNode is read as defaulted ("auto" when unset).
     From v1.7.0 PYTHONUNBUFFERED is "1" (v1.6.0 set "0"). v1.7.0 sets PET_NPROC_PER_NODE
     only with a Master, between RANK and PET_NODE_RANK; v1.8.0+ sets it whenever
     spec.nprocPerNode is set, after PET_NODE_RANK (so also for Worker-only jobs)."""
@@ -192,7 +213,7 @@ def operator_env(job: Mapping[str, Any], replica_type: str, index: int,
     replicas = replica_specs(job)
     by_type = {rtype: (n, s) for rtype, n, s in replicas}
     total = sum(n for _, n, _ in replicas)
-    nproc = spec.get("nprocPerNode")
+    nproc = defaulted_nproc(job)
     env: dict[str, str] = {"PYTHONUNBUFFERED": "1"}
     if MASTER in by_type:
         port = container_port(pytorch_container(by_type[MASTER][1], MASTER))
@@ -211,7 +232,7 @@ def operator_env(job: Mapping[str, Any], replica_type: str, index: int,
     if elastic is not None:
         worker = by_type.get(WORKER)
         lo, hi = elastic.get("minReplicas"), elastic.get("maxReplicas")
-        if lo is None and hi is None:  # the defaulting webhook's setElasticPolicy
+        if lo is None and hi is None:  # pytorch_defaults.go setElasticPolicy (the controller)
             lo = hi = worker[0] if worker else None
         lo, hi = (lo if lo is not None else hi), (hi if hi is not None else lo)
         host = elastic.get("rdzvHost") or pod_name(name, WORKER, 0)
@@ -238,24 +259,40 @@ def operator_env(job: Mapping[str, Any], replica_type: str, index: int,
     return env
 
 
-# --- the operator's own validation (pkg/webhooks/pytorch/pytorchjob_webhook.go) ----------
+# --- the operator's own validation ------------------------------------------------------
+
+OWN_RULE = "runai-spec's layouts, not the operator's"
+
 
 def operator_problems(job: Mapping[str, Any]) -> list[str]:
-    """The webhook's rules, which the CRD schema does not carry: a DNS-1035 name, exactly one
-    Master (a Master at all unless elastic), a `pytorch` container in every replica."""
+    """The operator's validation, which the CRD schema does not carry (v1.8.0/v1.9.0
+    pkg/webhooks/pytorch/pytorchjob_webhook.go validatePyTorchJob; v1.7.0
+    pkg/apis/kubeflow.org/v1/pytorch_validation.go, the same rules): a DNS-1035 name, a
+    Worker when elastic, a Master of exactly 1 replica where there is one, Workers of at
+    least 1, an image in every container and a `pytorch` container in every replica. Then
+    runai-spec's own rule, marked so: a job that is not elastic has a Master (the operator
+    admits a Worker-only job; the layouts never render one)."""
     problems = []
     name = str(job.get("metadata", {}).get("name", ""))
     if not is_dns1035_label(name):
         problems.append(f"metadata.name: {name!r} is not a DNS-1035 label")
     specs = job.get("spec", {}).get("pytorchReplicaSpecs", {})
     elastic = "elasticPolicy" in job.get("spec", {})
+    if elastic and WORKER not in specs:
+        problems.append(f"spec.pytorchReplicaSpecs.{WORKER}: must be configured if elastic "
+                        "policy is used")
     if MASTER in specs:
         if specs[MASTER].get("replicas") != 1:
             problems.append(f"spec.pytorchReplicaSpecs.{MASTER}.replicas: must be exactly 1")
     elif not elastic:
-        problems.append(f"spec.pytorchReplicaSpecs: a {MASTER} replica is required")
+        problems.append(f"spec.pytorchReplicaSpecs: a {MASTER} replica is required "
+                        f"({OWN_RULE})")
     for role, spec in specs.items():
+        if role == WORKER and spec.get("replicas") is not None and spec["replicas"] < 1:
+            problems.append(f"spec.pytorchReplicaSpecs.{WORKER}.replicas: must be at least 1")
         containers = spec.get("template", {}).get("spec", {}).get("containers", [])
+        if any(not c.get("image") for c in containers):
+            problems.append(f"spec.pytorchReplicaSpecs.{role}: a container without an image")
         if not any(c.get("name") == CONTAINER for c in containers):
             problems.append(f"spec.pytorchReplicaSpecs.{role}: no container named {CONTAINER!r}")
     return problems

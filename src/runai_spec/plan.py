@@ -216,9 +216,10 @@ class Plan:
 RDZV_ENDPOINT = "$(MASTER_ADDR):$(MASTER_PORT)"
 RDZV_ID_FLAG = "--rdzv-id"
 MAX_RESTARTS_FLAG = "--max-restarts"
-# torch >= 2.4 shares the rendezvous TCPStore with the trainers and builds its bootstrap info
-# only on an agent's first round (dynamic_rendezvous.py, torch 2.13): a pod restarted in place
-# then waits on MASTER_ADDR until read_timeout and the job fails (docs/fault-experiments).
+# torch 2.6 and later share the rendezvous TCPStore with the trainers by default
+# (pytorch/pytorch#128096) and build its bootstrap info only on an agent's first round
+# (#135957; dynamic_rendezvous.py, torch 2.13): a pod restarted in place then waits on
+# MASTER_ADDR until read_timeout and the job fails (docs/fault-experiments).
 DISABLE_SHARED_STORE = ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
 
 

@@ -129,7 +129,8 @@ def run_with_status_line(workload: Workload, **options: Any) -> RehearseResult:
     show, clear = _status_line()
     try:
         return rehearse_manifests(list(workload.manifests), settings=preflight_settings(workload),
-                                  progress=show, **options)
+                                  progress=show, operator_version=workload.plan.operator_version,
+                                  **options)
     finally:
         clear()
 

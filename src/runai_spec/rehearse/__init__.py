@@ -13,6 +13,7 @@ from typing import Any
 
 from ..checklist import PREFLIGHT_LINE, PreflightSettings, parse_lines, preflight_settings, preflight_source
 from ..errors import InputError
+from ..kubeflow import OPERATOR_VERSION
 from ..launcher import Launcher, set_nproc, split_command
 from .checks import (
     CHECK_ORDER,
@@ -107,6 +108,7 @@ def rehearse_manifests(
     backoff_scale: float = 1.0,
     progress: Progress | None = None,
     network: str = "loopback",
+    operator_version: str = OPERATOR_VERSION,
 ) -> RehearseResult:
     """Run the job's topology here and collect the preflight's checks.
 
@@ -121,6 +123,8 @@ def rehearse_manifests(
     `network`: `netns` (a network namespace, address and hostname per pod; network.py),
     `loopback` (every pod on 127.0.0.1, the default here), or `auto` (netns where this
     machine allows it, the CLI's default).
+    `operator_version`: the training-operator release the site declares (site.yaml), whose
+    env each pod gets (kubeflow.operator_env) and whose restarts the fault model follows.
     """
     settings = settings or PreflightSettings()
     check_timeout(timeout_s)
@@ -151,7 +155,7 @@ def rehearse_manifests(
     plans, world = plan_pods(
         manifests, settings=settings, root=root, procs_per_pod=procs_per_pod,
         own_script=own_script, gpus=gpus, python=python, workdir=workdir, env=env,
-        pod_env=pod_env, hold_dir=hold_dir, network=netplan)
+        pod_env=pod_env, hold_dir=hold_dir, network=netplan, operator_version=operator_version)
     write_plan(root, plans, world, backend)
     shutil.rmtree(root / "checkpoints", ignore_errors=True)
 
@@ -163,7 +167,7 @@ def rehearse_manifests(
             hold_dir.mkdir(parents=True)
             fault_checks, outcomes, lines = rehearse_faults(
                 job, plans, world, faults, timeout_s, backoff_scale, hold_dir,
-                sigterm_save=settings.checkpoint_on_sigterm,
+                sigterm_save=settings.checkpoint_on_sigterm, operator_version=operator_version,
                 audit_dir=root / "audit" if own_script else None, progress=progress)
             if own_script:
                 checks = own_script_checks(plans, root, world, manifests, settings, gpus, outcomes,

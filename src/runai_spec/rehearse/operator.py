@@ -21,7 +21,10 @@ Modelled on training-operator v1.9.0 (v1.7.0 and v1.8.0 behave the same here):
 - Preemption deletes every pod; `ReconcilePods` recreates the missing ones (new pods,
   restartCount 0: a preemption uses none of `backoffLimit`).
 Kubelet (`pkg/kubelet/kubelet.go`): crash-loop back-off 10 s, doubling, capped at 300 s
-(`MaxContainerBackOff`); restartCount increments when the container is started again.
+(`MaxContainerBackOff`); restartCount increments when the container is started again. The
+back-off is client-go's `util/flowcontrol/backoff.go` keyed by pod and container: `Next` starts
+again from 10 s when the failure comes more than 2 x the cap (600 s) after the last one
+(`hasExpired`), i.e. after a container ran ten minutes; a new pod object has a key of its own.
 """
 
 from __future__ import annotations
@@ -30,13 +33,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-OPERATOR_VERSIONS = ("1.7", "1.8", "1.9")
-DEFAULT_OPERATOR_VERSION = "1.9"
+from ..kubeflow import OPERATOR_VERSION as DEFAULT_OPERATOR_VERSION
+from ..kubeflow import OPERATOR_VERSIONS
+
 POLICIES = ("OnFailure", "Always", "ExitCode", "Never")
 DEFAULT_POLICY = "OnFailure"  # pytorch_defaults.go: PyTorchJobDefaultRestartPolicy
 DEFAULT_GRACE_S = 30.0  # Kubernetes' default terminationGracePeriodSeconds
 BACKOFF_BASE_S = 10.0
 BACKOFF_CAP_S = 300.0
+BACKOFF_RESET_AFTER_S = 2 * BACKOFF_CAP_S  # client-go flowcontrol hasExpired: 2 x maxDuration
 RETRYABLE_FROM = 128
 
 
@@ -65,6 +70,8 @@ class PodModel:
     restart_at: float | None = None
     restarts: int = 0  # container restarts over every pod object of this name
     recreations: int = 0
+    backoff_step: int = 0  # the kubelet's back-off entry: the n-th doubling in a row
+    last_failure_at: float | None = None  # when that entry was last updated
 
 
 @dataclass
@@ -128,13 +135,21 @@ class JobModel:
         self._note(now, f"{name}: container exited {code}")
         if pod.policy in ("OnFailure", "Always"):
             pod.phase = "BackOff"
-            wait = kubelet_backoff(pod.restart_count + 1, self.backoff_scale)
+            stable = BACKOFF_RESET_AFTER_S * self.backoff_scale
+            if pod.last_failure_at is not None and now - pod.last_failure_at > stable:
+                pod.backoff_step = 0  # it ran ten minutes: hasExpired, the back-off starts over
+                self._note(now, f"{name}: more than {stable:g} s since its last failure: the "
+                                "kubelet's back-off starts again from the beginning")
+            pod.backoff_step += 1
+            pod.last_failure_at = now
+            wait = kubelet_backoff(pod.backoff_step, self.backoff_scale)
             pod.restart_at = now + wait
             self._note(now, f"{name}: CrashLoopBackOff {wait:g} s")
             return []
         if pod.policy == "ExitCode" and code >= RETRYABLE_FROM:
             pod.recreations += 1
-            pod.restart_count = 0  # a new pod object
+            pod.restart_count = pod.backoff_step = 0  # a new pod object
+            pod.last_failure_at = None
             self._note(now, f"{name}: exit {code} is retryable: the operator recreates the pod")
             return [Action("recreate", name, f"exit {code} is retryable (>= 128)")]
         pod.phase = "Failed"
@@ -174,6 +189,7 @@ class JobModel:
             return []
         for pod in self.pods.values():
             pod.phase, pod.restart_at, pod.restart_count = "Running", None, 0
+            pod.backoff_step, pod.last_failure_at = 0, None  # new pod objects, new back-offs
             pod.recreations += 1
         self._note(now, "preempted: every pod deleted, the operator recreates them")
         return [Action("delete-all", why="preemption"),

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..checklist import PREFLIGHT_LINE, PreflightSettings, parse_lines, preflight_source
 from ..errors import InputError
-from ..kubeflow import POD_NAME_ENV
+from ..kubeflow import OPERATOR_VERSION, POD_NAME_ENV
 from ..launcher import (
     LOG_DIR_FLAG,
     NCCL_DEBUG_FILE,
@@ -239,6 +239,7 @@ def plan_pods(
     pod_env: Mapping[str, Mapping[str, str]] | None = None,
     hold_dir: Path | None = None,
     network: NetPlan | None = None,
+    operator_version: str = OPERATOR_VERSION,
 ) -> tuple[list[PodPlan], int]:
     """Every pod's argv, env and folders, and the world size the plan expects. With `network`
     (network.py) each pod has its own namespace, address and hostname: the operator's
@@ -283,7 +284,7 @@ def plan_pods(
         # the container's env as the kubelet builds it: its own list, then what the operator
         # appends; in the cluster, and here with the service names mapped onto loopback
         own = _own_env(container, f"{name}-{short}")
-        op_cluster = operator_env(scaled, rtype, i)
+        op_cluster = operator_env(scaled, rtype, i, operator_version)
         op = _on_loopback(op_cluster, port) if network is None else dict(op_cluster)
         kenv = container_env([*own, *op.items()])
         kenv.update(MULTICAST_OFF)

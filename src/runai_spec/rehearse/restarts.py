@@ -27,7 +27,8 @@ def operator_verdict(job: Mapping[str, Any], replica_types: Mapping[str, str],
     """(why the operator would not restart these failed pods, or None; what it would do)."""
     spec = job.get("spec") or {}
     replicas = spec.get("pytorchReplicaSpecs") or {}
-    # the operator's defaulting webhook sets OnFailure where the manifest says nothing
+    # the operator's defaults set OnFailure where the manifest says nothing (pytorch_defaults.go
+    # setDefaultRestartPolicy, applied by the controller: its webhook only validates)
     policy = {o.name: str((replicas.get(replica_types.get(o.name, "")) or {}).get(
         "restartPolicy") or "OnFailure") for o in failed}
     never = [o.name for o in failed if policy[o.name] == "Never"]

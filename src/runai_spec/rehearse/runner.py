@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..kubeflow import OPERATOR_VERSION
 from .checks import CheckResult
 from .faults import Fault
 from .operator import DEFAULT_GRACE_S, Action, JobModel
@@ -45,7 +46,7 @@ def _delete_all(pods: Sequence[_Pod]) -> dict[str, str]:
 def rehearse_faults(job: Mapping[str, Any], plans: Sequence[PodPlan], world: int,
                     faults: Sequence[Fault], timeout_s: float, backoff_scale: float,
                     hold_dir: Path, sigterm_save: bool = False, audit_dir: Path | None = None,
-                    progress: Progress | None = None
+                    progress: Progress | None = None, operator_version: str = OPERATOR_VERSION
                     ) -> tuple[list[CheckResult], list[PodOutcome], list[dict[str, Any]]]:
     """Run the pods, inject `faults`, follow the model until the job ends or `timeout_s`.
     `sigterm_save`: the profile says its script saves on SIGTERM; a preemption then fails
@@ -53,7 +54,7 @@ def rehearse_faults(job: Mapping[str, Any], plans: Sequence[PodPlan], world: int
     researcher's own script (`--own-script`), whose first checkpoint is the audit layer's
     first save record (the script cannot be held there: the fault lands right after it), and
     whose resume the `resume` row judges from the same records."""
-    model = JobModel.of(job, backoff_scale=backoff_scale)
+    model = JobModel.of(job, backoff_scale=backoff_scale, version=operator_version)
     by_name = {p.name: p for p in plans}
     attempts = {p.name: 0 for p in plans}
     pods: dict[str, _Pod] = {p.name: _Pod(p, 0) for p in plans}
