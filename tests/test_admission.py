@@ -797,15 +797,21 @@ def test_a_new_template_line_is_enforced_with_no_change_to_the_policy_code(
     assert anchor in text
     job_template.write_text(text.replace(
         anchor, anchor + '\n            "nodeSelector": {"example.org/pool": {{ plan.preset_name }}},'))
+    def clear() -> None:
+        for cached in (render.environment, getattr(render, "template", None)):
+            if cached is not None:
+                cached.cache_clear()
+
     monkeypatch.setattr(render, "shipped_dir", lambda name: templates)
-    render.environment.cache_clear()
+    clear()
     try:
         policy = Policy(admission.policy_documents(REGISTRY), PROJECTS)
         path = ROOT / "examples" / "multi-node" / "profile.yaml"
         job = dict(next(m for m in prepare_workload(path, REGISTRY).manifests
                         if m.get("kind") == "PyTorchJob"))
     finally:
-        render.environment.cache_clear()
+        monkeypatch.undo()
+        clear()
     assert pods(job)[0]["spec"]["nodeSelector"] == {"example.org/pool": "h200-2x8-ib"}
     assert policy.denials(job) == {}
     assert list(policy.denials(example_job("multi-node"))) == ["shape"]  # without it

@@ -281,6 +281,19 @@ GUARDED = (("", "v1", ("pods",)),
            ("kubeflow.org", "v1", ("tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs")))
 
 
+def _document(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """One admission object of ours (a policy or a binding), labelled and annotated alike."""
+    return {"apiVersion": API_VERSION, "kind": kind,
+            "metadata": {"name": name, "labels": {MANAGED_BY_LABEL: MANAGED_BY},
+                         "annotations": {REQUIRES_ANNOTATION: f">={MIN_KUBERNETES}"}},
+            "spec": spec}
+
+
+def _binding(name: str, **extra: Any) -> dict[str, Any]:
+    return _document("ValidatingAdmissionPolicyBinding", name,
+                     {"policyName": name, "validationActions": ["Deny"], **extra})
+
+
 def guard_documents(registry: PresetRegistry) -> list[dict[str, Any]]:
     """The optional workload guard (site `workload_guard`): in the project namespaces, a Pod,
     Job, CronJob, Deployment, StatefulSet, DaemonSet or ReplicaSet that requests GPUs, RDMA
@@ -311,39 +324,28 @@ def guard_documents(registry: PresetRegistry) -> list[dict[str, Any]]:
                  "has(object.spec.jobTemplate.spec) && has(object.spec.jobTemplate.spec.template)"
                  " ? [object.spec.jobTemplate.spec.template] : [])")
     creators = ", ".join(lit(c) for c in guard.creators)
-    labels = {MANAGED_BY_LABEL: MANAGED_BY}
-    notes = {REQUIRES_ANNOTATION: f">={MIN_KUBERNETES}"}
     rules = [{"apiGroups": [g], "apiVersions": [v], "operations": ["CREATE", "UPDATE"],
               "resources": list(rs)} for g, v, rs in GUARDED]
-    policy = {
-        "apiVersion": API_VERSION, "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": GUARD_POLICY_NAME, "labels": labels, "annotations": notes},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"namespaceSelector": {"matchExpressions": [
-                {"key": site.queue_label, "operator": "Exists"}]}, "resourceRules": rules},
-            "variables": [
-                {"name": "templates", "expression": templates},
-                {"name": "claims", "expression": f"request.resource.group == 'kubeflow.org' "
-                                                 f"|| {claims}"},
-            ],
-            "validations": [Validation(
-                "creator", f"!variables.claims || request.userInfo.username in [{creators}]",
-                "only PyTorchJobs admitted by the preset policy may run GPU, RDMA or "
-                "network-attachment pods in a project namespace",
-                "request.resource.resource + ' ' + (has(object.metadata.name) ? "
-                "object.metadata.name : '') + ': requests GPUs, RDMA devices or a network "
-                "attachment (or is a training job); in a project namespace only the "
-                "PyTorchJobs the preset policy admits may, run by the training operator'",
-            ).document()],
-        },
-    }
-    binding = {
-        "apiVersion": API_VERSION, "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": GUARD_POLICY_NAME, "labels": labels, "annotations": notes},
-        "spec": {"policyName": GUARD_POLICY_NAME, "validationActions": ["Deny"]},
-    }
-    return [policy, binding]
+    policy = _document("ValidatingAdmissionPolicy", GUARD_POLICY_NAME, {
+        "failurePolicy": "Fail",
+        "matchConstraints": {"namespaceSelector": {"matchExpressions": [
+            {"key": site.queue_label, "operator": "Exists"}]}, "resourceRules": rules},
+        "variables": [
+            {"name": "templates", "expression": templates},
+            {"name": "claims", "expression": f"request.resource.group == 'kubeflow.org' "
+                                             f"|| {claims}"},
+        ],
+        "validations": [Validation(
+            "creator", f"!variables.claims || request.userInfo.username in [{creators}]",
+            "only PyTorchJobs admitted by the preset policy may run GPU, RDMA or "
+            "network-attachment pods in a project namespace",
+            "request.resource.resource + ' ' + (has(object.metadata.name) ? "
+            "object.metadata.name : '') + ': requests GPUs, RDMA devices or a network "
+            "attachment (or is a training job); in a project namespace only the "
+            "PyTorchJobs the preset policy admits may, run by the training operator'",
+        ).document()],
+    })
+    return [policy, _binding(GUARD_POLICY_NAME)]
 
 
 def _match(site: Site, resource: str) -> dict[str, Any]:
@@ -366,55 +368,34 @@ def policy_documents(registry: PresetRegistry,
     site = registry.site()
     preset_gates = gates(registry)
     data = params_data(registry, grants, preset_gates)
-    labels = {MANAGED_BY_LABEL: MANAGED_BY}
-    notes = {REQUIRES_ANNOTATION: f">={MIN_KUBERNETES}"}
-    policy = {
-        "apiVersion": API_VERSION, "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": POLICY_NAME, "labels": labels, "annotations": notes},
-        "spec": {
-            "failurePolicy": "Fail",
-            "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
-            "matchConstraints": _match(site, PLURAL),
-            # an update that leaves spec, labels and annotations alone (the operator's own
-            # writes) is not judged again, so a job admitted before an approval expired can
-            # still be cleaned up
-            "matchConditions": [{"name": "changes-the-shape", "expression": CHANGES}],
-            "variables": variables(site, preset_gates),
-            "validations": [v.document() for v in validations()],
-        },
-    }
-    binding = {
-        "apiVersion": API_VERSION, "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": POLICY_NAME, "labels": labels, "annotations": notes},
-        "spec": {
-            "policyName": POLICY_NAME,
-            "validationActions": ["Deny"],
-            "paramRef": {"name": PARAMS_NAME, "namespace": params_namespace,
-                         "parameterNotFoundAction": "Deny"},
-        },
-    }
-    scale = {
-        "apiVersion": API_VERSION, "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": SCALE_POLICY_NAME, "labels": labels, "annotations": notes},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": _match(site, f"{PLURAL}/scale"),
-            "validations": [Validation(
-                "scale", SCALE_UNCHANGED, "spec.replicas: a PyTorchJob's replicas are its "
-                "preset's; scaling is refused",
-                "'spec.replicas: the replicas of a PyTorchJob are its approved preset\\'s; "
-                "kubectl scale is refused (elastic presets scale within their own bounds)'",
-            ).document()],
-        },
-    }
-    scale_binding = {
-        "apiVersion": API_VERSION, "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": SCALE_POLICY_NAME, "labels": labels, "annotations": notes},
-        "spec": {"policyName": SCALE_POLICY_NAME, "validationActions": ["Deny"]},
-    }
+    policy = _document("ValidatingAdmissionPolicy", POLICY_NAME, {
+        "failurePolicy": "Fail",
+        "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+        "matchConstraints": _match(site, PLURAL),
+        # an update that leaves spec, labels and annotations alone (the operator's own
+        # writes) is not judged again, so a job admitted before an approval expired can
+        # still be cleaned up
+        "matchConditions": [{"name": "changes-the-shape", "expression": CHANGES}],
+        "variables": variables(site, preset_gates),
+        "validations": [v.document() for v in validations()],
+    })
+    binding = _binding(POLICY_NAME, paramRef={
+        "name": PARAMS_NAME, "namespace": params_namespace, "parameterNotFoundAction": "Deny"})
+    scale = _document("ValidatingAdmissionPolicy", SCALE_POLICY_NAME, {
+        "failurePolicy": "Fail",
+        "matchConstraints": _match(site, f"{PLURAL}/scale"),
+        "validations": [Validation(
+            "scale", SCALE_UNCHANGED, "spec.replicas: a PyTorchJob's replicas are its "
+            "preset's; scaling is refused",
+            "'spec.replicas: the replicas of a PyTorchJob are its approved preset\\'s; "
+            "kubectl scale is refused (elastic presets scale within their own bounds)'",
+        ).document()],
+    })
+    scale_binding = _binding(SCALE_POLICY_NAME)
     params = {
         "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": PARAMS_NAME, "namespace": params_namespace, "labels": labels},
+        "metadata": {"name": PARAMS_NAME, "namespace": params_namespace,
+                     "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
         "data": data,
     }
     return [policy, binding, scale, scale_binding, *guard_documents(registry), params]
