@@ -493,7 +493,9 @@ class PresetRegistry:
                     self.get(filename[:-5])
                 ok.append(filename)
             except InputError as exc:
-                problems.append(exc.lines()[0])
+                line = exc.lines()[0]
+                if line not in problems:  # a site file that fails, failing every preset: once
+                    problems.append(line)
         for filename in sorted(set(ledger.approvals) - set(files)):
             problems.append(f"error: {self.ledger_path}: approvals.{filename}: "
                             "ledger entry for a file that does not exist")
@@ -524,13 +526,8 @@ class PresetRegistry:
                                       hint=PRIORITY_HINT if about_priority else None)
         except ValidationError as exc:
             raise _pydantic_error(exc, str(path)) from None
-        if expires is not None:
-            try:
-                if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", expires):
-                    raise ValueError(expires)  # fromisoformat also takes 20271231, 2027-W52-1
-                dt.date.fromisoformat(expires)
-            except ValueError:
-                raise InputError("not a date (YYYY-MM-DD)", field="--expires") from None
+        current = self.ledger().approvals if self.ledger_path.exists() else {}
+        expires = self._expiry(name, expires, current.get(filename))
         signed = sign_approval(filename, _sha256(path.read_bytes()), key,
                                self.allowed_signers_path, approved_at=self.today.isoformat(),
                                expires=expires)
@@ -538,7 +535,6 @@ class PresetRegistry:
         entry = Approval(sha256=statement.sha256, approved_by=statement.approver,
                          approved_at=statement.approved_at, expires=statement.expires,
                          signature=signed.signature)
-        current = self.ledger().approvals if self.ledger_path.exists() else {}
         approvals = dict(current)
         approvals[filename] = entry
         write_ledger(self.ledger_path, approvals)
@@ -547,6 +543,38 @@ class PresetRegistry:
         if name == "site":
             self._site = None
         return entry
+
+
+    def _expiry(self, name: str, expires: str | None, previous: Approval | None) -> str | None:
+        """The expiry a new approval of NAME carries: the date given (never one already
+        past), none for `never`, and without --expires the earlier approval's, if it has not
+        passed; an earlier expiry that has passed must be renewed or dropped explicitly."""
+        if expires == NO_EXPIRY:
+            return None
+        if expires is None:
+            if previous is None or previous.expires is None:
+                return None
+            if dt.date.fromisoformat(previous.expires) >= self.today:
+                return previous.expires  # re-approving an edit keeps the review's time limit
+            raise InputError(f"the earlier approval of {name} expired on {previous.expires}; "
+                             "say how long this one holds", field="--expires",
+                             hint="`--expires YYYY-MM-DD` (today or later), or `--expires "
+                             f"{NO_EXPIRY}` for an approval without an expiry")
+        try:
+            if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", expires):
+                raise ValueError(expires)  # fromisoformat also takes 20271231, 2027-W52-1
+            date = dt.date.fromisoformat(expires)
+        except ValueError:
+            raise InputError("not a date (YYYY-MM-DD)", field="--expires",
+                             hint=f"e.g. 2027-06-30, or `{NO_EXPIRY}`") from None
+        if date < self.today:
+            raise InputError(f"{expires} has passed (today is {self.today.isoformat()}): the "
+                             "approval would be refused at once", field="--expires",
+                             hint="give today's date or a later one")
+        return expires
+
+
+NO_EXPIRY = "never"  # `presets approve --expires never`: an approval without an expiry
 
 
 def approve_hint(what: str) -> str:
@@ -622,6 +650,15 @@ def write_ledger(path: Path, approvals: dict[str, Approval]) -> None:
             lines.append("    signature: |")
             lines.extend(f"      {line}" for line in entry.signature.splitlines())
     replace_file(path, "\n".join(lines) + "\n")
+
+
+def site_summary(registry: PresetRegistry) -> dict[str, Any]:
+    """A plain mapping of the site file and its approval, for `presets show site`."""
+    site = registry.site()
+    approval = registry.ledger().approvals[SITE_FILE]
+    return {"name": "site", "sha256": approval.sha256,
+            "approval": approval.model_dump(exclude_none=True, exclude={"signature"}),
+            **site.model_dump(exclude_none=True)}
 
 
 def preset_summary(approved: ApprovedPreset) -> dict[str, Any]:

@@ -215,6 +215,11 @@ def presets_lines(registry: PresetRegistry) -> list[str]:
     from .errors import InputError
 
     lines = []
+    try:
+        grants: dict[str, list[str]] | None = registry.site().grants
+        refused = None
+    except InputError as exc:  # the site file does not verify: say so, once
+        grants, refused = None, exc.message
     for name in registry.names():
         try:
             p = registry.get(name).preset
@@ -222,10 +227,25 @@ def presets_lines(registry: PresetRegistry) -> list[str]:
             lines.append(f"{name:28} REFUSED: {exc.message}")
             continue
         elastic = f"  elastic {p.elastic.min}..{p.elastic.max}" if p.elastic else ""
+        granted = "" if refused is not None else f"  granted to {granted_to(grants, name)}"
         lines.append(f"{name:28} {p.layout:12} {p.nodes} x {p.gpus_per_pod} {p.gpu.model} "
                      f"({p.gpu.memory_gb:g} GB)  priority={p.priority} "
-                     f"{'preemptible' if p.preemptible else 'non-preemptible'}{elastic}")
+                     f"{'preemptible' if p.preemptible else 'non-preemptible'}{elastic}{granted}")
+    if refused is not None:
+        lines.append(f"{'site.yaml':28} REFUSED: {refused} (grants not shown)")
     return lines
+
+
+def granted_to(grants: dict[str, list[str]] | None, preset: str) -> str:
+    """Which projects the site's grants let use PRESET, as `presets list` shows it (the
+    `preset-not-granted` hint sends researchers there)."""
+    from .presets import ALL_PROJECTS
+
+    if grants is None or any(n in (preset, ALL_PROJECTS) for n in grants.get(ALL_PROJECTS, [])):
+        return "every project"
+    projects = sorted(p for p, names in grants.items()
+                      if p != ALL_PROJECTS and (preset in names or ALL_PROJECTS in names))
+    return ", ".join(projects) if projects else "no project"
 
 
 def submit_lines(result: SubmitResult) -> list[str]:

@@ -34,11 +34,13 @@ def presets_list(directory: PresetsDir = None) -> None:
 
 @presets_app.command("show")
 def presets_show(name: str, directory: PresetsDir = None) -> None:
-    """Show one approved preset and its approval record."""
+    """Show one approved preset (or `site`, the site file) and its approval record."""
     from ..manifests import dump
-    from ..presets import PresetRegistry, preset_summary
+    from ..presets import PresetRegistry, preset_summary, site_summary
 
-    sys.stdout.write(dump([preset_summary(PresetRegistry(directory).get(name))]))
+    registry = PresetRegistry(directory)
+    summary = site_summary(registry) if name == "site" else preset_summary(registry.get(name))
+    sys.stdout.write(dump([summary]))
 
 
 @presets_app.command("approve")
@@ -47,7 +49,9 @@ def presets_approve(
     key: Annotated[Path | None, typer.Option(
         "--key", help="Your SSH signing key (or its .pub, the private half in ssh-agent), "
         "listed in the folder's allowed_signers; the approver is its principal there.")] = None,
-    expires: Annotated[str | None, typer.Option(help="Expiry date YYYY-MM-DD.")] = None,
+    expires: Annotated[str | None, typer.Option(
+        help="Expiry date YYYY-MM-DD (today or later), or `never`; left out, a re-approval "
+        "keeps the earlier approval's expiry (one that has passed must be given anew).")] = None,
     directory: PresetsDir = None,
     by: Annotated[str | None, typer.Option("--by", hidden=True)] = None,
 ) -> None:
@@ -55,8 +59,11 @@ def presets_approve(
     record the signed approval in the ledger."""
     registry, signing_key = approval_registry(name, key, directory, by)
     entry = registry.approve(name, signing_key, expires=expires)
+    until = (f"; expires {entry.expires}" + (" (kept from the earlier approval; `--expires "
+                                              "never` drops it)" if expires is None else "")
+             if entry.expires else "")
     err([f"approved {name}: sha256 {entry.sha256} signed by {entry.approved_by} "
-         f"on {entry.approved_at}"])
+         f"on {entry.approved_at}{until}"])
 
 
 def approval_registry(name: str, key: Path | None, directory: Path | None, by: str | None
