@@ -461,15 +461,18 @@ def render_all(paths: Iterable[Path], piece: Piece, sink: Sink) -> tuple[list[st
     workloads of one name, then pieces refused (all of one kind reported together): any of
     them and the sink is discarded."""
     gate = Gate()
-    first: dict[str, int] = {}
-    duplicate: tuple[int, str] | None = None
+    first: dict[str, tuple[int, str]] = {}  # name -> (its first profile's index, path)
+    # (the first profile's index, the name, its path, the second profile's path and line)
+    duplicate: tuple[int, str, str, str, int | None] | None = None
     refused: list[str] = []
     try:
         for i, workload in enumerate(gate.passed(workloads(paths))):
             name = workload.plan.name
             if name in first:
-                duplicate = min(duplicate or (first[name], name), (first[name], name))
-            first.setdefault(name, i)
+                again = (*first[name][:1], name, first[name][1], workload.path,
+                         workload.loaded.line("name"))
+                duplicate = min(duplicate or again, again)
+            first.setdefault(name, (i, workload.path))
             if gate.code != EXIT_OK or duplicate is not None:
                 continue
             try:
@@ -483,8 +486,11 @@ def render_all(paths: Iterable[Path], piece: Piece, sink: Sink) -> tuple[list[st
         raise
     lines, code = gate.lines, gate.code
     if code == EXIT_OK and duplicate is not None:
-        lines += InputError(f"two profiles render the workload {duplicate[1]!r}", field="name",
-                            hint="workload names must be unique within one call").lines()
+        _, name, one, other, line = duplicate
+        lines += InputError(f"two profiles render the workload {name!r}: {one} and {other}",
+                            file=other, line=line, field="name",
+                            hint="workload names must be unique within one call: rename one "
+                            "of them").lines()
         code = EXIT_INPUT
     elif code == EXIT_OK and refused:
         lines, code = [*lines, *refused], EXIT_INPUT

@@ -72,14 +72,20 @@ class Rule:
     severity: Severity
     summary: str
     check: RuleFn
+    milder: tuple[Severity, ...] = ()  # what it reports for a milder case (`rules` lists them)
+
+    @property
+    def severities(self) -> tuple[Severity, ...]:
+        return (self.severity, *self.milder)
 
 
 RULES: dict[str, Rule] = {}
 
 
-def rule(rule_id: str, severity: Severity, summary: str) -> Callable[[RuleFn], RuleFn]:
+def rule(rule_id: str, severity: Severity, summary: str, *, milder: tuple[Severity, ...] = ()
+         ) -> Callable[[RuleFn], RuleFn]:
     def register(fn: RuleFn) -> RuleFn:
-        RULES[rule_id] = Rule(rule_id, severity, summary, fn)
+        RULES[rule_id] = Rule(rule_id, severity, summary, fn, milder)
         return fn
     return register
 
@@ -194,7 +200,8 @@ def check_nccl_transport(ctx: Context) -> Iterator[Finding]:
                            "For a hang, keep per-rank logs and ask your AI Engineer")
 
 
-@rule("nccl-debug-temporary", "error", "NCCL_DEBUG only through the temporary diagnostics switch")
+@rule("nccl-debug-temporary", "error", "NCCL_DEBUG only through the temporary diagnostics switch",
+      milder=("warning",))
 def check_nccl_debug(ctx: Context) -> Iterator[Finding]:
     """NCCL_DEBUG=INFO is a temporary diagnostic; it is switched on explicitly and reported."""
     profile = ctx.loaded.profile
@@ -304,7 +311,8 @@ def check_registry(ctx: Context) -> Iterator[Finding]:
                        "use one of: " + ", ".join(ctx.site.registries))
 
 
-@rule("global-batch", "error", "global batch = local x processes x grad_accum")
+@rule("global-batch", "error", "global batch = local x processes x grad_accum",
+      milder=("warning",))
 def check_global_batch(ctx: Context) -> Iterator[Finding]:
     """The guide: record local batch, accumulation and the intended global batch."""
     batch = ctx.loaded.profile.batch
@@ -397,16 +405,25 @@ def check_checkpoint(ctx: Context) -> Iterator[Finding]:
         yield _finding(ctx, "checkpoint-on-pvc", "checkpoint",
                        "set exactly one of checkpoint.pvc or checkpoint.source",
                        "checkpoints written to the image filesystem are lost on restart")
-    elif ckpt.source is not None and ckpt.source not in ctx.site.data_sources:
-        yield _finding(ctx, "checkpoint-on-pvc", "checkpoint.source",
+
+
+@rule("data-source", "error", "Every volume is one PVC or one data source the site approved")
+def check_data_sources(ctx: Context) -> Iterator[Finding]:
+    """A `source` (of the checkpoint or of a data volume) names one of the site file's
+    `data_sources`; a data volume sets exactly one of `pvc` and `source`."""
+    ckpt = ctx.loaded.profile.checkpoint
+    if ckpt.pvc is None and ckpt.source is not None and ckpt.source not in ctx.site.data_sources:
+        yield _finding(ctx, "data-source", "checkpoint.source",
                        f"{ckpt.source!r} is not an approved data source",
                        "approved: " + ", ".join(ctx.site.data_sources))
     for index, data in enumerate(ctx.loaded.profile.data):
         path = f"data[{index}]"
         if (data.pvc is None) == (data.source is None):
-            yield _finding(ctx, "checkpoint-on-pvc", path, "set exactly one of pvc or source")
+            yield _finding(ctx, "data-source", path, "set exactly one of pvc or source",
+                           "a data volume mounts one claim: `pvc: NAME` or `source: NAME` "
+                           "(one of the site's approved data sources)")
         elif data.source is not None and data.source not in ctx.site.data_sources:
-            yield _finding(ctx, "checkpoint-on-pvc", f"{path}.source",
+            yield _finding(ctx, "data-source", f"{path}.source",
                            f"{data.source!r} is not an approved data source",
                            "approved: " + ", ".join(ctx.site.data_sources))
 
@@ -676,7 +693,33 @@ def check_preemptible_resume(ctx: Context) -> Iterator[Finding]:
                        "and test it in the rehearsal")
 
 
-@rule("rank0-metrics", "error", "Only rank 0 writes shared metrics")
+@rule("sigterm-one-gpu", "warning",
+      "One GPU: a script that does not handle SIGTERM holds its GPU for the grace period")
+def check_sigterm_one_gpu(ctx: Context) -> Iterator[Finding]:
+    """In the one-GPU layout the container runs `python -u <script>` (or the wrapper script)
+    as its PID 1, and the kernel gives PID 1 no default action for SIGTERM: a script without
+    a handler keeps running when the pod is deleted (preemption, eviction) and holds the GPU
+    for the whole `terminationGracePeriodSeconds` until SIGKILL (measured in a PID namespace:
+    still running at the grace period; under a forwarding launcher such as torchrun it ended
+    0.8 s after SIGTERM). The layout keeps `python` as PID 1 rather than a forwarding
+    launcher: a launcher would change the one-GPU process tree the site guide prescribes, and
+    torchrun would cut a script that does save on SIGTERM to 30 s on torch before 2.12; so
+    `validate` says so instead, unless the profile declares `checkpoint.on_sigterm` (which
+    the rehearsal's `--preempt` then checks)."""
+    plan = ctx.plan
+    grace = plan.termination_grace_period_seconds
+    if plan.launcher[:1] == ("torchrun",) or plan.checkpoint_on_sigterm or grace <= 0:
+        return
+    yield _finding(ctx, "sigterm-one-gpu", "checkpoint.on_sigterm",
+                   f"the script is PID 1 of its container, which ignores SIGTERM unless the "
+                   f"script handles it: each preemption holds the GPU idle for the preset's "
+                   f"{grace} s grace period before SIGKILL",
+                   "handle SIGTERM in the script (save, then exit) and declare "
+                   "`checkpoint: {on_sigterm: true}`; `rehearse --preempt` checks it",
+                   severity="warning")
+
+
+@rule("rank0-metrics", "error", "Only rank 0 writes shared metrics", milder=("warning",))
 def check_rank0_metrics(ctx: Context) -> Iterator[Finding]:
     """The guide: ensure only rank 0 writes shared metrics or non-sharded output. A tool cannot
     read the script, so the profile declares it (`metrics: {writer: rank0}`): undeclared on
@@ -765,7 +808,8 @@ def memory_estimate(profile: Profile, plan: Plan, capacity_gb: float,
     return None
 
 
-@rule("ddp-replica-fits", "error", "The model state fits the preset's GPU memory")
+@rule("ddp-replica-fits", "error", "The model state fits the preset's GPU memory",
+      milder=("warning", "info"))
 def check_replica_fits(ctx: Context) -> Iterator[Finding]:
     """The guide: DDP assumes a complete replica fits on every GPU. Estimates weights,
     gradients and optimizer state (parameters x bytes at the profile's precision); activations
@@ -957,8 +1001,10 @@ READS: dict[str, tuple[str, ...]] = {
     "nccl-debug-temporary": ("env", "secret_env", "diagnostics"),
     "image-digest": ("image",), "registry": ("image",), "global-batch": ("batch",),
     "strategy-allowed": ("strategy", "zero_stage"), "name-length": ("name", "project"),
-    "checkpoint-on-pvc": ("checkpoint", "data"), "launcher": ("command",),
+    "checkpoint-on-pvc": ("checkpoint",), "data-source": ("checkpoint", "data"),
+    "launcher": ("command",),
     "preemptible-needs-resume": ("checkpoint",), "rank0-metrics": ("metrics",),
+    "sigterm-one-gpu": ("checkpoint",),
     "ddp-replica-fits": ("model", "strategy", "zero_stage"),
     "deepspeed-autotune": ("command", "env"), "secret-env": ("env", "secret_env", "command"),
     "preset-not-granted": ("project",), "smoke-name": ("name",),

@@ -33,13 +33,26 @@ if TYPE_CHECKING:
 
 JobArg = Annotated[str, typer.Argument(help="Workload name, or its profile file.", show_default=False)]
 ProjectOpt = Annotated[str | None, typer.Option(
-    "--project", help="Run:ai project of a workload NAME: the site file maps it to the namespace.")]
+    "--project", "-p", help="Run:ai project of a workload NAME: the site file maps it to the "
+    "namespace (`-p` as in Run:ai's own CLI).")]
 SmokeOpt = Annotated[bool, typer.Option("--smoke", help="The workload's in-cluster smoke test "
                                         "(`render --smoke`): job <name>-smoke and its ConfigMap.")]
 
 
 class DryRun(StrEnum):
     server = "server"
+    client = "client"  # kubectl's spelling: refused with a pointer to `render`
+
+
+def no_client_dry_run(value: DryRun | None) -> DryRun | None:
+    """`--dry-run=client` (kubectl's habit) is what `render` does: say so instead of a bare
+    "not one of"."""
+    if value is DryRun.client:
+        raise InputError("a client-side dry run is `runai-spec render`: it prints exactly what "
+                         "submit would send, and needs no cluster", field="--dry-run",
+                         hint="`runai-spec render PROFILE`; `--dry-run server` has the API "
+                         "server check it and show what it would store")
+    return value
 
 
 def cluster_target(kubeconfig: Path | None, context: str | None, debug: bool,
@@ -121,8 +134,9 @@ def watch_sleep(seconds: float) -> None:
     time.sleep(seconds)
 
 
-DryRunOpt = Annotated[DryRun | None, typer.Option("--dry-run", help="`server`: the API server "
-                                                  "checks it and shows what it would store.")]
+DryRunOpt = Annotated[DryRun | None, typer.Option(
+    "--dry-run", callback=no_client_dry_run, help="`server`: the API server checks it and shows "
+    "what it would store (`client`: use `runai-spec render`).")]
 ReplaceOpt = Annotated[bool, typer.Option("--replace", help="Delete a different earlier render of "
                                           "the same name and create this one.")]
 
