@@ -197,6 +197,37 @@ class WorkloadGuard(_Model):
         "devices (the presets' network.resources are added).")
 
 
+RUNAI_CLUSTER_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+class RunaiControlPlane(_Model):
+    """Run:ai's control plane, for submitting through its Workloads V2 API (issue 27)."""
+
+    url: str = Field(pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$", description="The control "
+                     "plane's URL (the Run:ai UI's address), e.g. https://runai.example.org.")
+    cluster: str = Field(min_length=1, description="The cluster's id (a UUID) or its name, as "
+                         "the control plane lists it.")
+    category: str | None = Field("Train", description="The workload category Run:ai monitors "
+                                 "it under (Build, Train, Deploy); null: the workload type's "
+                                 "default.")
+
+
+class SiteSubmit(_Model):
+    """How the site submits: the Kubernetes API (apply) or Run:ai's Workloads V2 API."""
+
+    via: Literal["kubernetes", "runai"] = Field(
+        "kubernetes", description="The default path: `kubernetes` applies the PyTorchJob with "
+        "the Kubernetes client (Run:ai schedules it as an externally submitted workload); "
+        "`runai` submits it as a Run:ai workload (POST /api/v2/workloads). `--via` overrides "
+        "it per call when `runai` is configured.")
+    runai: RunaiControlPlane | None = Field(None, description="The Run:ai control plane; "
+                                            "needed for `via: runai` and for `--via runai`.")
+
+    def model_post_init(self, context: Any, /) -> None:
+        if self.via == "runai" and self.runai is None:
+            raise ValueError("submit.via is runai but submit.runai (url, cluster) is not set")
+
+
 class Site(_Model):
     """Cluster-wide settings, engineer-owned."""
 
@@ -229,6 +260,8 @@ class Site(_Model):
     workload_guard: WorkloadGuard = Field(
         default_factory=WorkloadGuard, description="The optional admission policy that keeps "
         "GPU, RDMA and network-attachment Pods to the listed creators (docs/admission.md).")
+    submit: SiteSubmit = Field(default_factory=SiteSubmit, description="How `submit`, `status` "
+                               "and `delete` reach the cluster (docs/runai-submit.md).")
 
     @field_validator("namespace_pattern")
     @classmethod

@@ -23,6 +23,7 @@ from .common import (
     err,
     progress_line,
 )
+from .via import ViaOpt, delete_via, status_via, submit_via
 
 if TYPE_CHECKING:
     from .. import cluster
@@ -152,7 +153,7 @@ def submit(profile: Annotated[Path, typer.Argument(help="Profile file.", show_de
            wait: WaitOpt = False, interval: IntervalOpt = 5.0,
            watch_timeout: WatchTimeoutOpt = 600.0, kubeconfig: KubeconfigOpt = None,
            context: ContextOpt = None, request_timeout: RequestTimeoutOpt = None,
-           debug: DebugOpt = False) -> None:
+           debug: DebugOpt = False, via: ViaOpt = None) -> None:
     """Render, check and send a workload with server-side apply (re-submitting changes nothing);
     --smoke sends its smoke test instead (a ConfigMap with preflight.py and job <name>-smoke);
     --wait then polls until it is running or has ended."""
@@ -160,6 +161,10 @@ def submit(profile: Annotated[Path, typer.Argument(help="Profile file.", show_de
         raise InputError("--wait goes without --dry-run (a dry run starts no job)", field="--wait",
                          hint="drop one of them")
     workload = checked_workload(profile)
+    if submit_via(profile, workload, via, dry_run=dry_run is not None, replace=replace,
+                  smoke=smoke, wait=wait, interval=interval, watch_timeout=watch_timeout,
+                  debug=debug, request_timeout=request_timeout):  # issue 27: through Run:ai
+        return
     target = cluster_target(kubeconfig, context, debug, request_timeout)
     live_checks(workload, target)
     manifests = smoke_manifests(workload) if smoke else list(workload.manifests)
@@ -219,10 +224,11 @@ def status(job: JobArg, project: ProjectOpt = None, fmt: TextJsonOpt = TextJson.
            smoke: SmokeOpt = False, watch: WatchOpt = False, interval: IntervalOpt = 5.0,
            watch_timeout: WatchTimeoutOpt = 600.0, kubeconfig: KubeconfigOpt = None,
            context: ContextOpt = None, request_timeout: RequestTimeoutOpt = None,
-           debug: DebugOpt = False) -> None:
+           debug: DebugOpt = False, via: ViaOpt = None) -> None:
     """The job's phase, each pod's state and, when it is pending, why; --watch polls until it
     is running or has ended (exit 3 when it has not within --watch-timeout)."""
-
+    status_via(job, project, via, smoke, fmt, watch, interval, watch_timeout, debug,
+               request_timeout)  # issue 27: through Run:ai, it ends here (typer.Exit)
     ref = job_refs(job, project, smoke)[0]
     watch_job(ref, cluster_target(kubeconfig, context, debug, request_timeout), fmt, watch,
               interval, watch_timeout)
@@ -343,12 +349,13 @@ YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (for scrip
 @app.command()
 def delete(job: JobArg, yes: YesOpt = False, project: ProjectOpt = None, smoke: SmokeOpt = False,
            kubeconfig: KubeconfigOpt = None, context: ContextOpt = None,
-           request_timeout: RequestTimeoutOpt = None, debug: DebugOpt = False) -> int:
+           request_timeout: RequestTimeoutOpt = None, debug: DebugOpt = False,
+           via: ViaOpt = None) -> int:
     """Delete a workload runai-spec created (asks first; its pods and their logs go too);
     --smoke deletes its smoke test, job and ConfigMap (either may already be gone). Declining
     the question deletes nothing and exits 0."""
     from .. import cluster
-
+    delete_via(job, project, via, smoke, yes, debug, request_timeout)  # issue 27: Run:ai ends it
     refs = job_refs(job, project, smoke=smoke)
     if not yes and not stdin_is_terminal():
         raise InputError("refusing to delete without confirmation", field="--yes",

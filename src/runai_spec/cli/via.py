@@ -1,0 +1,180 @@
+"""--via: whether submit, status and delete go through the Kubernetes API or Run:ai's
+Workloads V2 API (site.yaml's `submit.via`, overridden per call), and the Run:ai path."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from ..errors import EXIT_OK, ClusterError, InputError
+from .common import TextJson, err, progress_line
+
+if TYPE_CHECKING:
+    from ..cluster.runai import RunaiTarget
+    from ..presets import Site
+    from ..workload import Workload
+
+
+class Via(StrEnum):
+    kubernetes = "kubernetes"
+    runai = "runai"
+
+
+ViaOpt = Annotated[Via | None, typer.Option(
+    "--via", help="`kubernetes`: the Kubernetes API (apply); `runai`: a Run:ai workload "
+    "through Run:ai's Workloads V2 API. Default: site.yaml's submit.via.", show_default=False)]
+
+
+def chosen(site: Site, via: Via | None) -> Via:
+    """The path of this call: --via, else the site's; `runai` needs the site's control plane."""
+    path = Via(via or site.submit.via)
+    if path is Via.runai and site.submit.runai is None:
+        raise InputError("--via runai needs the site's Run:ai control plane", field="--via",
+                         hint="the AI Engineers set submit.runai (url, cluster) in site.yaml; "
+                         "until then submit with --via kubernetes")
+    return path
+
+
+def runai_target(site: Site, debug: bool, request_timeout: float | None) -> RunaiTarget:
+    from .. import cluster
+    from ..cluster.runai import RunaiTarget
+
+    if debug:
+        cluster.enable_debug()
+    plane = site.submit.runai
+    assert plane is not None  # chosen() checked it
+    target = RunaiTarget(url=plane.url, cluster=plane.cluster, category=plane.category,
+                         progress=progress_line)
+    if request_timeout is not None:
+        target = dataclasses.replace(target, timeout=(min(target.timeout[0], request_timeout),
+                                                      request_timeout))
+    return target
+
+
+def submit_runai(profile: Path, workload: Workload, target: RunaiTarget, *, dry_run: bool,
+                 replace: bool) -> None:
+    """submit --via runai: the rendered PyTorchJob, unchanged, as a Run:ai workload."""
+    from .. import report
+    from ..cluster.runai import WorkloadMetadata, submit_workload
+
+    (manifest,) = [dict(m) for m in workload.manifests if m.get("kind") == "PyTorchJob"]
+    preset = workload.approved.preset
+    meta = WorkloadMetadata(name=workload.plan.name, project=workload.plan.project,
+                            priority=preset.priority, preemptible=preset.preemptible)
+    result = submit_workload(manifest, meta, target, dry_run=dry_run, replace=replace)
+    err(report.submit_lines(result))
+    if result.dry_run:
+        sys.stdout.write(report.dry_run_text(result))
+
+
+def submit_via(profile: Path, workload: Workload, via: Via | None, *, dry_run: bool,
+               replace: bool, smoke: bool, wait: bool, interval: float, watch_timeout: float,
+               debug: bool, request_timeout: float | None) -> bool:
+    """submit's dispatch: True when it went through Run:ai (False: the Kubernetes path's
+    turn). The smoke test (a ConfigMap and a job) always takes the Kubernetes path."""
+    if chosen(workload.site, via) is not Via.runai:
+        return False
+    if smoke:
+        err(["note: the smoke test goes through the Kubernetes client (its ConfigMap is no "
+             "Run:ai workload); the workload itself goes through Run:ai"])
+        return False
+    target = runai_target(workload.site, debug, request_timeout)
+    submit_runai(profile, workload, target, dry_run=dry_run, replace=replace)
+    if wait and watch_runai(workload.plan.name, workload.plan.project, workload.plan.namespace,
+                            target, TextJson.text, True, interval, watch_timeout) == "Failed":
+        raise ClusterError(f"runai workload {workload.plan.project}/{workload.plan.name}: "
+                           "Failed (the status above says why)", file="runai",
+                           hint=f"`runai-spec logs {profile} --out -` shows its logs")
+    return True
+
+
+def resolved(job: str, project: str | None, via: Via | None, smoke: bool
+             ) -> tuple[str, str, str, Site] | None:
+    """status/delete's dispatch: (name, project, namespace, site) when this call goes through
+    Run:ai, None for the Kubernetes path (always for --smoke)."""
+    from ..pipeline import resolve_job
+    from ..presets import PresetRegistry
+
+    site = PresetRegistry().site()  # the one every workload's render uses too
+    if smoke or chosen(site, via) is not Via.runai:
+        return None
+    name, namespace, workload = resolve_job(job, project)
+    return name, (workload.plan.project if workload is not None else str(project)), namespace, site
+
+
+def status_via(job: str, project: str | None, via: Via | None, smoke: bool, fmt: TextJson,
+               watch: bool, interval: float, watch_timeout: float, debug: bool,
+               request_timeout: float | None) -> None:
+    """status's dispatch: through Run:ai, the command ends here (typer.Exit)."""
+    found = resolved(job, project, via, smoke)
+    if found is None:
+        return
+    name, runai_project, namespace, site = found
+    watch_runai(name, runai_project, namespace, runai_target(site, debug, request_timeout), fmt,
+                watch, interval, watch_timeout)
+    raise typer.Exit(EXIT_OK)
+
+
+def delete_via(job: str, project: str | None, via: Via | None, smoke: bool, yes: bool,
+               debug: bool, request_timeout: float | None) -> None:
+    """delete's dispatch: through Run:ai, the command ends here (typer.Exit)."""
+    found = resolved(job, project, via, smoke)
+    if found is None:
+        return
+    name, runai_project, _, site = found
+    raise typer.Exit(delete_runai(name, runai_project, runai_target(site, debug,
+                                                                    request_timeout), yes))
+
+
+def watch_runai(name: str, project: str, namespace: str, target: RunaiTarget, fmt: TextJson,
+                watch: bool, interval: float, watch_timeout: float) -> str:
+    """status --via runai (and submit --wait): the phase Run:ai reports, polled as the
+    Kubernetes path's status --watch polls."""
+    from .. import report
+    from ..cluster.runai import workload_status
+    from .cluster import SETTLED, watch_sleep
+
+    waited = 0.0
+    shown: list[str] = []
+    while True:
+        result = workload_status(name, project, namespace, target)
+        lines = ([json.dumps(dataclasses.asdict(result), indent=2)] if fmt is TextJson.json
+                 else report.status_lines(result))
+        if lines != shown:
+            print("\n".join(lines), flush=True)
+            shown = lines
+        if not watch or result.phase in SETTLED:
+            return result.phase
+        if waited + interval > watch_timeout:
+            raise ClusterError(f"runai workload {project}/{name}: still {result.phase} after "
+                               f"{waited:g} s", file="runai", hint="watch longer with "
+                               "--watch-timeout SECONDS")
+        watch_sleep(interval)
+        waited += interval
+
+
+def delete_runai(name: str, project: str, target: RunaiTarget, yes: bool) -> int:
+    """delete --via runai: the workload runai-spec submitted (asks first)."""
+    from ..cluster.runai import delete_workload
+    from .cluster import stdin_is_terminal
+
+    if not yes and not stdin_is_terminal():
+        raise InputError("refusing to delete without confirmation", field="--yes",
+                         hint="pass --yes in scripts")
+    deleted = delete_workload(name, project, target, confirm=None if yes else _confirmed)
+    if not deleted:
+        err(["aborted: nothing deleted"])
+        return EXIT_OK
+    err(f"deleted: {where}" for where in deleted)
+    return EXIT_OK
+
+
+def _confirmed(where: list[str]) -> bool:
+    return typer.confirm(f"delete {', '.join(where)} and its pods (save logs first with "
+                         "`runai-spec logs`)?")

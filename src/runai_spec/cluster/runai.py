@@ -1,0 +1,567 @@
+"""Run:ai's control plane: a rendered PyTorchJob submitted, read and deleted as a Run:ai
+workload through the Workloads V2 API (issue 27), over urllib3, with tokens never shown.
+
+The endpoints and schemas follow NVIDIA Run:ai's published OpenAPI documents (control-plane
+API 2.24, run-ai-docs.nvidia.com/api/2.24/...; the self-hosted v3.0 reference at
+docs.nvidia.com/run-ai/self-hosted/reference/rest-api/endpoints/...), as republished in
+github.com/api-evangelist/runai openapi/runai-*-api-openapi.yml ("version: latest"):
+
+- Tokens: POST /api/v1/token (operationId grant_token): TokenRequest {grantType:
+  client_credentials, clientID, clientSecret} -> TokenResponse {accessToken, expiresIn}.
+- Clusters: GET /api/v1/clusters (get_clusters): an array of DisplayedCluster {uuid, name}.
+- Projects: GET /api/v1/org-unit/projects?filterBy=name==P (get_projects):
+  {projects: [Project {id, name, clusterId}]}.
+- Workloads: GET /api/v1/workloads?filterBy=name==N,projectId==P (get_workloads):
+  {workloads: [Workload {id, name, projectId, clusterId, phase, phaseMessage}]}; its pods:
+  GET /api/v1/workloads/{workloadId}/pods (get_workload_pods): {pods: [{name, nodeName,
+  k8sPhase}]}.
+- Workloads V2: POST /api/v2/workloads[?dryRun=true] (create_workload_v2):
+  WorkloadV2CreateRequest {metadata: WorkloadV2MetadataCreateParams {name, projectId,
+  clusterId, priority, preemptibility, category}, manifest}; 202 (2.24) or 201 (2.23) with
+  WorkloadV2 {metadata, desiredPhase, workloadManifest, rawManifest}.
+  GET /api/v2/workloads/{WorkloadV2Id} (get_workload_v2_by_id): WorkloadV2GetResponse
+  {workload: WorkloadV2, syncInfo}. PUT the same path (update_workload_v2):
+  WorkloadV2UpdateRequest {metadata: {priority, category}, manifest}. DELETE it
+  (delete_workload_v2): 202.
+- Errors: Error {code, message, details}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from .. import __version__
+from ..errors import ClusterError, InputError
+from ..manifests import Manifest
+from .objects import managed_by_us
+from .session import RetryPolicy, Uncertain, clean, log, reason_of
+from .status import PodState, StatusResult
+from .submit import ObjectOutcome, SubmitResult
+
+# Where the credentials come from, in this order (docs/runai-submit.md).
+ENV_CLIENT_ID = "RUNAI_CLIENT_ID"
+ENV_CLIENT_SECRET = "RUNAI_CLIENT_SECRET"
+ENV_ACCESS_KEY_FILE = "RUNAI_ACCESS_KEY_FILE"  # YAML/JSON: clientId (or clientID), clientSecret
+ENV_CLI = "RUNAI_CLI"  # the runai CLI to ask for the logged-in user's token (default: on PATH)
+CLI_TOKEN_ARGS = ("auth", "get-token", "--output", "plaintext")
+LOGIN_HINT = ("log in again: `runai login` (runai-spec asks `runai auth get-token`), or renew "
+              f"the access key in {ENV_CLIENT_ID}/{ENV_CLIENT_SECRET} or {ENV_ACCESS_KEY_FILE}")
+TOKEN_PATH = "/api/v1/token"
+CLUSTERS_PATH = "/api/v1/clusters"
+PROJECTS_PATH = "/api/v1/org-unit/projects"
+WORKLOADS_V1_PATH = "/api/v1/workloads"
+WORKLOADS_V2_PATH = "/api/v2/workloads"
+EXPIRY_MARGIN = 30.0  # seconds: a token this close to its end is renewed before use
+PREEMPTIBLE, NON_PREEMPTIBLE = "preemptible", "non-preemptible"  # Preemptibility's enum
+
+
+@dataclass(frozen=True)
+class RunaiTarget:
+    """Which control plane and cluster, and how patiently; sleep and environ are injectable."""
+
+    url: str
+    cluster: str  # id (UUID) or name
+    category: str | None = "Train"
+    timeout: tuple[float, float] = (5.0, 30.0)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    sleep: Callable[[float], None] = time.sleep
+    progress: Callable[[str], None] | None = None
+    environ: Mapping[str, str] | None = None  # None: os.environ
+    clock: Callable[[], float] = time.monotonic
+
+
+@dataclass
+class _Token:
+    value: str
+    expires: float | None  # clock() time; None: unknown (a CLI token: renewed on a 401)
+
+
+class _Credentials:
+    """The bearer token: from an access key (exchanged at POST /api/v1/token) or from the
+    runai CLI's login (`runai auth get-token`); renewed when it expires or is refused."""
+
+    def __init__(self, target: RunaiTarget, session: RunaiSession) -> None:
+        self.target, self.session = target, session
+        env = target.environ if target.environ is not None else os.environ
+        self.env = env
+        self.key = _access_key(env)
+        self.token: _Token | None = None
+
+    @property
+    def source(self) -> str:
+        return "the access key" if self.key else "the runai CLI's login"
+
+    def header(self, *, renew: bool = False) -> str:
+        now = self.target.clock()
+        token = self.token
+        if renew or token is None or (token.expires is not None and now >= token.expires):
+            token = self.token = self._fetch()
+        return f"Bearer {token.value}"
+
+    def _fetch(self) -> _Token:
+        if self.key is not None:
+            return self._exchange(*self.key)
+        return _cli_token(self.env)
+
+    def _exchange(self, client_id: str, secret: str) -> _Token:
+        body = {"grantType": "client_credentials", "clientID": client_id, "clientSecret": secret}
+        try:
+            status, data, _ = self.session.send_raw("POST", TOKEN_PATH, body=body, auth=None)
+        except (_Unsent, Uncertain) as exc:
+            raise ClusterError(f"no token from the Run:ai control plane: {exc}", file="runai",
+                               hint="check site.yaml's submit.runai.url and that the control "
+                               "plane is up; try again later") from None
+        if status in (400, 401, 403):
+            raise ClusterError(f"unauthorised: the Run:ai control plane refused the access key "
+                               f"(HTTP {status}: {_message(data, status)})", file="runai",
+                               hint=LOGIN_HINT)
+        if status != 200 or not isinstance(data, dict) or not isinstance(
+                data.get("accessToken"), str) or not data["accessToken"]:
+            raise ClusterError(f"the Run:ai token endpoint answered HTTP {status} without a "
+                               "token", file="runai", hint="try again later; report it if it "
+                               "persists")
+        expires_in = data.get("expiresIn")
+        expires = (self.target.clock() + max(0.0, float(expires_in) - EXPIRY_MARGIN)
+                   if isinstance(expires_in, int | float) else None)
+        return _Token(data["accessToken"], expires)
+
+
+def _access_key(env: Mapping[str, str]) -> tuple[str, str] | None:
+    client_id, secret = env.get(ENV_CLIENT_ID), env.get(ENV_CLIENT_SECRET)
+    if client_id and secret:
+        return client_id, secret
+    if client_id or secret:
+        raise InputError(f"{ENV_CLIENT_ID} and {ENV_CLIENT_SECRET} go together; only one is set",
+                         field=ENV_CLIENT_ID if not client_id else ENV_CLIENT_SECRET,
+                         hint="set both (an access key's client id and secret), or neither")
+    path = env.get(ENV_ACCESS_KEY_FILE)
+    if not path:
+        return None
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise InputError(f"cannot read the access key file ({type(exc).__name__})", file=path,
+                         field=ENV_ACCESS_KEY_FILE, hint="a YAML or JSON file with clientId "
+                         "and clientSecret") from None
+    if isinstance(data, dict):
+        client_id = data.get("clientId") or data.get("clientID")
+        secret = data.get("clientSecret")
+        if isinstance(client_id, str) and isinstance(secret, str) and client_id and secret:
+            return client_id, secret
+    raise InputError("the access key file has no clientId and clientSecret", file=path,
+                     field=ENV_ACCESS_KEY_FILE, hint="a YAML or JSON file with clientId and "
+                     "clientSecret (strings)")
+
+
+def _cli_token(env: Mapping[str, str]) -> _Token:
+    """The logged-in user's token from the runai CLI's configuration; its output is never
+    shown (it is the token), nor its stderr."""
+    cli = env.get(ENV_CLI) or shutil.which("runai", path=env.get("PATH"))
+    if not cli:
+        raise ClusterError("no Run:ai credentials: no access key and no runai CLI to ask for "
+                           "a token", file="runai",
+                           hint=f"set {ENV_CLIENT_ID} and {ENV_CLIENT_SECRET} (an access key), "
+                           f"or {ENV_ACCESS_KEY_FILE}, or install the runai CLI and `runai login`")
+    try:
+        done = subprocess.run([cli, *CLI_TOKEN_ARGS], capture_output=True, timeout=30,
+                              check=False, env=dict(env))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ClusterError(f"cannot run `runai auth get-token` ({type(exc).__name__})",
+                           file="runai", hint=LOGIN_HINT) from None
+    token = done.stdout.decode("utf-8", "replace").strip()
+    if done.returncode != 0 or not token or any(c.isspace() for c in token):
+        raise ClusterError(f"`runai auth get-token` gave no token (exit {done.returncode}); "
+                           "runai-spec never shows its output", file="runai", hint=LOGIN_HINT)
+    return _Token(token, None)
+
+
+def _message(data: Any, status: int) -> str:
+    """The Error schema's message (and details), one clean line."""
+    if isinstance(data, dict) and data.get("message"):
+        details = f" ({data['details']})" if data.get("details") else ""
+        return clean(f"{data['message']}{details}", 300)
+    return f"HTTP {status}"
+
+
+class RunaiSession:
+    """One connection pool to the control plane; every request goes through `call`."""
+
+    def __init__(self, target: RunaiTarget) -> None:
+        import urllib3
+
+        self.target = target
+        self.base = target.url.rstrip("/")
+        self.host = clean(self.base, 200)
+        self.pool = urllib3.PoolManager(headers={"User-Agent": f"runai-spec/{__version__}"},
+                                        retries=False)
+        self.credentials = _Credentials(target, self)
+
+    def __enter__(self) -> RunaiSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.pool.clear()
+
+    def send_raw(self, method: str, path: str, query: Iterable[tuple[str, str]] = (),
+                 body: Any = None, auth: str | None = None) -> tuple[int, Any, float | None]:
+        """One attempt: (status, JSON body or None, Retry-After). The token goes only into
+        the header."""
+        import urllib3
+
+        query = list(query)
+        url = self.base + path + (f"?{urlencode(query)}" if query else "")
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        if auth is not None:
+            headers["Authorization"] = auth
+        started = self.target.clock()
+        try:
+            resp = self.pool.request(method, url, headers=headers,
+                                     body=json.dumps(body) if body is not None else None,
+                                     timeout=urllib3.Timeout(connect=self.target.timeout[0],
+                                                             read=self.target.timeout[1]),
+                                     redirect=False)
+        except (urllib3.exceptions.ConnectTimeoutError,
+                urllib3.exceptions.NewConnectionError) as exc:
+            raise _Unsent(f"cannot connect to {self.host}: {reason_of(exc)}") from None
+        except urllib3.exceptions.SSLError as exc:
+            raise ClusterError(f"cannot connect to {self.host}: TLS failure "
+                               f"({reason_of(exc)})", file="runai", hint="check site.yaml's "
+                               "submit.runai.url and the system's trusted certificates") from None
+        except urllib3.exceptions.HTTPError as exc:
+            reason = reason_of(exc)
+            if reason == "timed out":
+                reason = f"none within {self.target.timeout[1]:g} s (--request-timeout)"
+            raise Uncertain(f"no answer from {self.host}: {reason}") from None
+        log.debug("runai %s %s -> %s (%.3f s)", method, path, resp.status,
+                  self.target.clock() - started)
+        try:
+            data = json.loads(resp.data or b"null")
+        except ValueError:
+            data = None
+        return resp.status, data, _retry_after(resp.headers.get("Retry-After"))
+
+    def call(self, method: str, path: str, query: Iterable[tuple[str, str]] = (),
+             body: Any = None, write: bool = False) -> tuple[int, Any]:
+        """Send with the token, renewed once on a 401; bounded retries on 429/503 and on
+        requests that never left. A write whose outcome is unknown raises Uncertain."""
+        policy = self.target.retry
+        query = list(query)
+        waited, attempt, renewed = 0.0, 0, False
+        while True:
+            attempt += 1
+            auth = self.credentials.header()
+            try:
+                status, data, retry_after = self.send_raw(method, path, query, body, auth)
+            except _Unsent as exc:
+                failure = exc.what
+                if failure.endswith("connection refused"):
+                    raise ClusterError(failure, file="runai", hint="check site.yaml's "
+                                       "submit.runai.url and that the control plane is up"
+                                       ) from None
+                retry_after = None
+            except Uncertain as exc:
+                if write:
+                    raise
+                failure, retry_after = exc.args[0], None
+            else:
+                if status == 401 and not renewed:
+                    renewed = True
+                    self.credentials.header(renew=True)
+                    attempt -= 1
+                    continue
+                if status == 401:
+                    raise ClusterError(f"unauthorised: the Run:ai control plane refused "
+                                       f"{self.credentials.source}'s token ({_message(data, 401)})",
+                                       file="runai", hint=LOGIN_HINT)
+                if status in (429, 503) or (status >= 500 and not write):
+                    failure = f"the Run:ai control plane is busy or failing (HTTP {status})"
+                elif status >= 500:
+                    raise Uncertain(f"HTTP {status}")
+                else:
+                    return status, data
+            delay = min(policy.max_delay, retry_after if retry_after is not None
+                        else policy.base_delay * 2 ** (attempt - 1))
+            if attempt >= policy.attempts or waited + delay > policy.max_total:
+                raise ClusterError(f"{failure}; gave up after {attempt} attempt(s)",
+                                   file="runai", hint="try again later; check the control "
+                                   "plane's status with your engineers if it persists")
+            if self.target.progress is not None:
+                self.target.progress(f"note: {method} {clean(path, 120)}: {failure}; retrying "
+                                     f"in {delay:g} s (attempt {attempt + 1} of at most "
+                                     f"{policy.attempts})")
+            self.target.sleep(delay)
+            waited += delay
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+class _Unsent(Exception):
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+
+def refused(status: int, data: Any, where: str, verb: str) -> ClusterError:
+    """A refused control-plane request as one `error:` line with the server's reason."""
+    message = _message(data, status)
+    if status == 403:
+        return ClusterError(f"{where}: forbidden: {message}", file="runai",
+                            hint=f"ask the Run:ai administrators for a role that may {verb} "
+                            "workloads in the project")
+    if status == 404:
+        return ClusterError(f"{where}: not found: {message}", file="runai",
+                            hint="check the name, the project and site.yaml's submit.runai")
+    if status == 409:
+        return ClusterError(f"{where}: conflict: {message}", file="runai",
+                            hint="a workload of that name exists: `runai-spec status` shows it; "
+                            "--replace updates it")
+    if status in (400, 422):
+        return ClusterError(f"{where}: refused by Run:ai: {message}", file="runai",
+                            hint="the metadata (priority, preemptibility, category) comes from "
+                            "the preset and site.yaml: ask the AI Engineers whether Run:ai "
+                            "knows those values")
+    return ClusterError(f"{where}: HTTP {status}: {message}", file="runai",
+                        hint="try again later; report it if it persists")
+
+
+# -- names to ids ------------------------------------------------------------------------
+
+
+def _is_uuid(value: str) -> bool:
+    from ..presets import RUNAI_CLUSTER_ID
+
+    return bool(RUNAI_CLUSTER_ID.match(value))
+
+
+def resolve_cluster(session: RunaiSession) -> str:
+    """site.yaml's cluster (an id, or a name looked up in GET /api/v1/clusters) -> its id."""
+    cluster = session.target.cluster
+    if _is_uuid(cluster):
+        return cluster
+    status, data = session.call("GET", CLUSTERS_PATH)
+    if status != 200:
+        raise refused(status, data, f"cluster {cluster}", "list")
+    clusters = [c for c in data if isinstance(c, dict)] if isinstance(data, list) else []
+    for c in clusters:
+        if c.get("name") == cluster and isinstance(c.get("uuid"), str):
+            return str(c["uuid"])
+    names = ", ".join(sorted(clean(c.get("name"), 60) for c in clusters)) or "none"
+    raise ClusterError(f"cluster {cluster!r}: not known to the Run:ai control plane",
+                       file="runai", hint=f"site.yaml's submit.runai.cluster; clusters: {names}")
+
+
+def resolve_project(session: RunaiSession, project: str, cluster_id: str) -> str:
+    """A project name -> its id on this cluster (GET /api/v1/org-unit/projects)."""
+    status, data = session.call("GET", PROJECTS_PATH, [("filterBy", f"name=={project}")])
+    if status != 200:
+        raise refused(status, data, f"project {project}", "read")
+    projects = data.get("projects") if isinstance(data, dict) else None
+    found = [p for p in projects or [] if isinstance(p, dict) and p.get("name") == project
+             and p.get("clusterId") == cluster_id]
+    if not found:
+        raise ClusterError(f"project {project!r}: not found on cluster {cluster_id} of the "
+                           "Run:ai control plane", file="runai",
+                           hint="check the profile's project; `runai project list` shows yours")
+    return str(found[0]["id"])
+
+
+@dataclass(frozen=True)
+class Found:
+    """A workload of that name in the project: its id, and (V2) its manifest and phase."""
+
+    id: str
+    raw: Manifest | None
+    phase: str | None
+    message: str | None
+
+
+def find_workload(session: RunaiSession, name: str, project_id: str) -> Found | None:
+    """The project's workload called NAME (GET /api/v1/workloads), with its rawManifest
+    (GET /api/v2/workloads/{id}); None when there is none."""
+    status, data = session.call("GET", WORKLOADS_V1_PATH,
+                                [("filterBy", f"name=={name},projectId=={project_id}")])
+    if status != 200:
+        raise refused(status, data, f"workload {name}", "list")
+    items = data.get("workloads") if isinstance(data, dict) else None
+    match = [w for w in items or [] if isinstance(w, dict) and w.get("name") == name
+             and str(w.get("projectId")) == project_id and not w.get("deletedAt")]
+    if not match:
+        return None
+    item = match[0]
+    workload_id = str(item.get("id"))
+    status, data = session.call("GET", f"{WORKLOADS_V2_PATH}/{quote(workload_id, safe='')}")
+    raw: Manifest | None = None
+    if status == 200 and isinstance(data, dict) and isinstance(data.get("workload"), dict):
+        candidate = data["workload"].get("rawManifest")
+        raw = candidate if isinstance(candidate, dict) else None
+    elif status != 404:  # a V1 workload (not submitted through V2) answers 404 there
+        raise refused(status, data, f"workload {name}", "read")
+    phase = item.get("phase")
+    message = item.get("phaseMessage")
+    return Found(workload_id, raw, clean(phase, 40) if phase else None,
+                 clean(message, 200) if message else None)
+
+
+# -- submit, status, delete ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkloadMetadata:
+    """What Run:ai schedules by, beside the manifest: from the plan and the preset."""
+
+    name: str
+    project: str
+    priority: str
+    preemptible: bool
+
+
+def submit_workload(manifest: Manifest, meta: WorkloadMetadata, target: RunaiTarget, *,
+                    dry_run: bool = False, replace: bool = False) -> SubmitResult:
+    """POST the rendered manifest, unchanged, with its metadata; an identical earlier submit
+    is `unchanged`, a different one is refused without --replace (then PUT, the documented
+    update). A dry run (`dryRun=true`) stores nothing."""
+    with RunaiSession(target) as session:
+        cluster_id = resolve_cluster(session)
+        project_id = resolve_project(session, meta.project, cluster_id)
+        where = f"runai workload {meta.project}/{meta.name}"
+        ref = f"{where} (project id {project_id}, cluster id {cluster_id})"
+        found = find_workload(session, meta.name, project_id)
+        metadata: dict[str, Any] = {
+            "name": meta.name, "projectId": project_id, "clusterId": cluster_id,
+            "priority": meta.priority,
+            "preemptibility": PREEMPTIBLE if meta.preemptible else NON_PREEMPTIBLE}
+        if target.category:
+            metadata["category"] = target.category
+        if found is not None:
+            if found.raw is None or not managed_by_us(found.raw):
+                raise ClusterError(f"{where}: exists and was not submitted by runai-spec; not "
+                                   "touched", file="runai", hint="choose another `name` in the "
+                                   "profile, or ask its owner to delete it")
+            if found.raw == manifest:
+                return SubmitResult((ObjectOutcome(ref, "unchanged", found.raw),), dry_run)
+            if not replace:
+                raise ClusterError(f"{where}: exists with a different render", file="runai",
+                                   hint="submit with --replace to update it (Run:ai's update "
+                                   "call restarts its pods: save logs first)")
+            if dry_run:  # Run:ai documents no dry run of its update call
+                return SubmitResult((ObjectOutcome(ref, "would replace", manifest),), True)
+            update = {"metadata": {k: metadata[k] for k in ("priority", "category")
+                                   if k in metadata}, "manifest": manifest}
+            status, data = session.call(
+                "PUT", f"{WORKLOADS_V2_PATH}/{quote(found.id, safe='')}", body=update,
+                write=True)
+            if status not in (200, 202):
+                raise refused(status, data, where, "update")
+            return SubmitResult((ObjectOutcome(ref, "replaced", _raw(data, manifest)),), False)
+        body = {"metadata": metadata, "manifest": manifest}
+        query = [("dryRun", "true")] if dry_run else []
+        try:
+            status, data = session.call("POST", WORKLOADS_V2_PATH, query, body, write=not dry_run)
+        except Uncertain as exc:  # it may have been stored: read back, never post twice
+            again = find_workload(session, meta.name, project_id)
+            if again is not None and again.raw == manifest:
+                return SubmitResult((ObjectOutcome(ref, "created", manifest),), False)
+            raise ClusterError(f"{where}: {exc}; not stored when read back right after, but "
+                               "it may still appear", file="runai",
+                               hint="`runai-spec status PROFILE` shows whether it did; "
+                               "submitting again is safe (an identical render is unchanged)"
+                               ) from None
+        if status not in (200, 201, 202):
+            raise refused(status, data, where, "create")
+        action = "would create" if dry_run else "created"
+        return SubmitResult((ObjectOutcome(ref, action, _raw(data, manifest)),), dry_run)
+
+
+def _raw(data: Any, sent: Manifest) -> Manifest:
+    raw = data.get("rawManifest") if isinstance(data, dict) else None
+    return raw if isinstance(raw, dict) else sent
+
+
+def workload_status(name: str, project: str, namespace: str, target: RunaiTarget
+                    ) -> StatusResult:
+    """The workload's phase as Run:ai reports it, and its pods (GET .../pods)."""
+    with RunaiSession(target) as session:
+        cluster_id = resolve_cluster(session)
+        project_id = resolve_project(session, project, cluster_id)
+        found = find_workload(session, name, project_id)
+        if found is None:
+            raise ClusterError(f"runai workload {project}/{name}: not found", file="runai",
+                               hint="check the name and the project; `runai workload list` "
+                               "lists what is there")
+        status, data = session.call(
+            "GET", f"{WORKLOADS_V1_PATH}/{quote(found.id, safe='')}/pods")
+        if status != 200:
+            raise refused(status, data, f"runai workload {project}/{name}", "read")
+        pods = []
+        for pod in (data.get("pods") if isinstance(data, dict) else None) or []:
+            if not isinstance(pod, dict):
+                continue
+            pod_name = clean(pod.get("name"), 120)
+            role = "Master" if "-master-" in pod_name else "Worker"
+            index = pod_name.rsplit("-", 1)[-1]
+            phase = clean(pod.get("k8sPhase") or "Pending", 40)
+            node = pod.get("nodeName")
+            pods.append(PodState(pod_name, role, int(index) if index.isdigit() else 0, phase,
+                                 phase.lower(), 0, clean(node, 120) if node else None, None))
+    reasons = (found.message,) if found.message and found.phase == "Pending" else ()
+    return StatusResult(name, namespace, _settled(found.phase or "Unknown"), found.message,
+                        tuple(pods), reasons)
+
+
+def _settled(phase: str) -> str:
+    """Run:ai's Completed is the Kubernetes path's Succeeded (what --watch settles on)."""
+    return "Succeeded" if phase == "Completed" else phase
+
+
+def delete_workload(name: str, project: str, target: RunaiTarget,
+                    confirm: Callable[[list[str]], bool] | None = None) -> tuple[str, ...]:
+    """DELETE the workload runai-spec submitted (checked first); () when confirm says no."""
+    where = f"runai workload {project}/{name}"
+    with RunaiSession(target) as session:
+        cluster_id = resolve_cluster(session)
+        project_id = resolve_project(session, project, cluster_id)
+        found = find_workload(session, name, project_id)
+        if found is None:
+            raise ClusterError(f"{where}: not found", file="runai",
+                               hint="check the name and the project; nothing was deleted")
+        if found.raw is None or not managed_by_us(found.raw):
+            raise ClusterError(f"{where}: was not submitted by runai-spec; not touched",
+                               file="runai", hint="delete it with the tool that created it")
+        if confirm is not None and not confirm([where]):
+            return ()
+        try:
+            status, data = session.call("DELETE", f"{WORKLOADS_V2_PATH}/"
+                                        f"{quote(found.id, safe='')}", write=True)
+        except Uncertain:
+            if find_workload(session, name, project_id) is None:
+                return (where,)
+            raise ClusterError(f"{where}: the delete request got no answer and the workload "
+                               "is still there", file="runai", hint="run delete again") from None
+        if status not in (200, 202, 204, 404):
+            raise refused(status, data, where, "delete")
+    return (where,)
+
+
+__all__ = [
+    "ENV_ACCESS_KEY_FILE", "ENV_CLI", "ENV_CLIENT_ID", "ENV_CLIENT_SECRET", "LOGIN_HINT",
+    "RunaiSession", "RunaiTarget", "WorkloadMetadata", "delete_workload", "find_workload",
+    "refused", "resolve_cluster", "resolve_project", "submit_workload", "workload_status",
+]
