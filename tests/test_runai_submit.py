@@ -14,13 +14,16 @@ import pytest
 import yaml
 
 import runai_schemas
-from conftest import NAME
+from conftest import NAME, NS
 from kube_helpers import PROFILE, Sleeps, error_lines, run
+from kubeapi import KubeAPI
 from runai_spec.cluster import runai
 from runai_spec.cluster.runai import RunaiTarget, WorkloadMetadata, submit_workload
 from runai_spec.errors import EXIT_CLUSTER, EXIT_INPUT, ClusterError
 from runai_spec.presets import PresetRegistry, RunaiControlPlane, SiteSubmit
 from runaiapi import CLIENT_ID, CLIENT_SECRET, CLUSTER_NAME, CLUSTER_UUID, RunaiAPI
+
+pytest_plugins = ("kube_fixtures",)
 
 PROJECT, PROJECT_ID = "nlp-lab", "8"  # the multi-node example's project, as the fake seeds it
 CREDENTIAL_ENV = (runai.ENV_CLIENT_ID, runai.ENV_CLIENT_SECRET, runai.ENV_ACCESS_KEY_FILE,
@@ -419,3 +422,22 @@ def test_the_module_api_raises_cluster_errors_with_the_server_reason(runai_site:
         submit_workload(rendered_job(), WorkloadMetadata(NAME, PROJECT, "high", False), target)
     assert "not known to the Run:ai control plane" in info.value.message
     assert CLUSTER_NAME in (info.value.hint or "")
+
+
+def test_debug_shows_each_request_line_and_never_a_token(runai_site: RunaiAPI) -> None:
+    result = run("submit", PROFILE, "--debug")
+    assert result.exit_code == 0, result.stderr
+    assert "runai POST /api/v2/workloads -> 202" in result.stderr
+    assert "runai POST /api/v1/token -> 200" in result.stderr
+    credentials_absent(result.stdout + result.stderr, runai_site)
+    assert "Bearer" not in result.stderr
+
+
+def test_the_smoke_test_goes_through_the_kubernetes_client_on_a_runai_site(
+        runai_site: RunaiAPI, api: KubeAPI, kubeconfig: Path, cli_sleeps: Sleeps) -> None:
+    result = run("submit", PROFILE, "--smoke")
+    assert result.exit_code == 0, result.stderr
+    assert "the smoke test goes through the Kubernetes client" in result.stderr
+    assert api.kube.get("pytorchjobs", NS, f"{NAME}-smoke") is not None
+    assert api.kube.get("configmaps", NS, f"{NAME}-smoke-preflight") is not None
+    assert runai_site.state.workloads == {} and not runai_site.state.writes()
