@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 import runai_schemas
 from conftest import NAME, NS
@@ -388,12 +389,15 @@ def test_status_reads_the_phase_and_pods_run_ai_reports(runai_site: RunaiAPI) ->
     assert run("submit", PROFILE).exit_code == 0
     stored = runai_site.state.only()
     runai_site.state.pods[stored["metadata"]["id"]] = [
-        {"name": f"{NAME}-master-0", "k8sPhase": "Running", "nodeName": "h200-01"},
-        {"name": f"{NAME}-worker-0", "k8sPhase": "Pending"}]
+        {"name": f"{NAME}-master-0", "k8sPhase": "Running", "nodeName": "h200-01",
+         "containers": [{"name": "pytorch", "image": "x", "startedAt": "2026-12-04T10:00:00Z"}]},
+        {"name": f"{NAME}-worker-0", "k8sPhase": "Pending", "containers": []}]
     result = run("status", PROFILE)
     assert result.exit_code == 0, result.stderr
     assert "Pending: Waiting for resources" in result.stdout
-    assert f"{NAME}-master-0  Master 0  Running" in result.stdout and "h200-01" in result.stdout
+    assert (f"{NAME}-master-0  Master 0  Running  started 2026-12-04T10:00:00Z  restarts 0  on "
+            "h200-01") in result.stdout
+    assert f"{NAME}-worker-0  Worker 0  Pending  not started" in result.stdout
     stored["phase"] = "Completed"
     by_name = run("status", NAME, "--project", PROJECT, "--watch")
     assert by_name.exit_code == 0 and "Succeeded" in by_name.stdout
@@ -441,3 +445,33 @@ def test_the_smoke_test_goes_through_the_kubernetes_client_on_a_runai_site(
     assert api.kube.get("pytorchjobs", NS, f"{NAME}-smoke") is not None
     assert api.kube.get("configmaps", NS, f"{NAME}-smoke-preflight") is not None
     assert runai_site.state.workloads == {} and not runai_site.state.writes()
+
+
+def test_submit_wait_polls_the_phase_run_ai_reports(runai_site: RunaiAPI) -> None:
+    result = run("submit", PROFILE, "--wait", "--watch-timeout", "0")
+    assert result.exit_code == EXIT_CLUSTER
+    assert "Pending: Waiting for resources" in result.stdout
+    assert "still Pending" in result.stderr
+    runai_site.state.only()["phase"] = "Running"
+    again = run("submit", PROFILE, "--wait", "--watch-timeout", "0")
+    assert again.exit_code == 0, again.stderr
+    assert "unchanged" in again.stderr and ": Running" in again.stdout
+
+
+def test_delete_refuses_a_workload_runai_spec_did_not_submit(runai_site: RunaiAPI) -> None:
+    assert run("submit", PROFILE).exit_code == 0
+    del runai_site.state.only()["rawManifest"]["metadata"]["labels"]["app.kubernetes.io/managed-by"]
+    result = run("delete", NAME, "--project", PROJECT, "--yes")
+    assert result.exit_code == EXIT_CLUSTER and "not touched" in result.stderr
+    assert len(runai_site.state.workloads) == 1 and not runai_site.state.sent("DELETE")
+
+
+def test_the_shipped_site_submits_through_kubernetes_and_runai_needs_its_control_plane() -> None:
+    assert PresetRegistry().site().submit == SiteSubmit()
+    assert SiteSubmit().via == "kubernetes"
+    with pytest.raises(ValidationError, match="submit.runai"):
+        SiteSubmit(via="runai")
+    with pytest.raises(ValidationError):
+        RunaiControlPlane(url="ftp://runai.example.org", cluster=CLUSTER_NAME)
+    with pytest.raises(ValidationError):
+        SiteSubmit.model_validate({"via": "slurm"})

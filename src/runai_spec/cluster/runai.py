@@ -41,6 +41,7 @@ from urllib.parse import quote, urlencode
 
 from .. import __version__
 from ..errors import ClusterError, InputError
+from ..kubeflow import CONTAINER
 from ..manifests import Manifest
 from .objects import managed_by_us
 from .session import RetryPolicy, Uncertain, clean, log, reason_of
@@ -510,20 +511,29 @@ def workload_status(name: str, project: str, namespace: str, target: RunaiTarget
             "GET", f"{WORKLOADS_V1_PATH}/{quote(found.id, safe='')}/pods")
         if status != 200:
             raise refused(status, data, f"runai workload {project}/{name}", "read")
-        pods = []
-        for pod in (data.get("pods") if isinstance(data, dict) else None) or []:
-            if not isinstance(pod, dict):
-                continue
-            pod_name = clean(pod.get("name"), 120)
-            role = "Master" if "-master-" in pod_name else "Worker"
-            index = pod_name.rsplit("-", 1)[-1]
-            phase = clean(pod.get("k8sPhase") or "Pending", 40)
-            node = pod.get("nodeName")
-            pods.append(PodState(pod_name, role, int(index) if index.isdigit() else 0, phase,
-                                 phase.lower(), 0, clean(node, 120) if node else None, None))
+        pods = [_pod_state(pod, name) for pod in
+                (data.get("pods") if isinstance(data, dict) else None) or []
+                if isinstance(pod, dict)]
     reasons = (found.message,) if found.message and found.phase == "Pending" else ()
     return StatusResult(name, namespace, _settled(found.phase or "Unknown"), found.message,
                         tuple(pods), reasons)
+
+
+def _pod_state(pod: Manifest, job: str) -> PodState:
+    """One pod as get_workload_pods reports it: the name (<job>-<role>-<index>, the
+    operator's), k8sPhase, nodeName and the training container's startedAt (Container1);
+    Run:ai reports no restart count."""
+    name = clean(pod.get("name"), 120)
+    role, _, index = name.removeprefix(f"{job}-").rpartition("-")
+    containers = [c for c in pod.get("containers") or [] if isinstance(c, dict)]
+    mine = next((c for c in containers if c.get("name") == CONTAINER), {})
+    started = mine.get("startedAt")
+    node = pod.get("nodeName")
+    return PodState(name, clean(role.capitalize() or "?", 40),
+                    int(index) if index.isdigit() else 0,
+                    clean(pod.get("k8sPhase") or "Pending", 40),
+                    f"started {clean(started, 40)}" if started else "not started", 0,
+                    clean(node, 120) if node else None, None)
 
 
 def _settled(phase: str) -> str:
