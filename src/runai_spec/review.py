@@ -101,7 +101,7 @@ def mermaid(d: dict[str, Any]) -> list[str]:
 
 def review_markdown(w: Workload) -> str:
     d = review_dict(w)
-    m, b, mem, pr = d["model"], d["batch"], d["memory_per_gpu"], d["preset"]
+    m, b, pr = d["model"], d["batch"], d["preset"]
     out: list[str | None] = [f"# Review request: {md_code(d['name'])} ({md_text(d['project'])})",
            "",
            "| | |", "|---|---|",
@@ -126,9 +126,13 @@ def review_markdown(w: Workload) -> str:
     else:
         text.append("not declared")
     text += ["", "## Memory estimate per GPU (model state, activations excluded)", ""]
-    text.append(f"{mem['total_gb']} GB of {mem['capacity_gb']:g} GB: weights {mem['weights_gb']}"
-               f" + gradients {mem['grads_gb']} + optimizer {mem['optimizer_gb']} "
-               f"({md_text(mem['method'])})" if mem else "not known for this strategy")
+    # from the estimate itself, to one decimal, as validate's ddp-replica-fits finding says it
+    # (the JSON's two-decimal values rounded again could differ: issue 26 item 9)
+    est = memory_estimate(w.loaded.profile, w.plan, w.approved.preset.gpu.memory_gb)
+    text.append(f"{est.total_gb:.1f} GB of {est.capacity_gb:g} GB: weights "
+               f"{est.weights_gb:.1f} + gradients {est.grads_gb:.1f} + optimizer "
+               f"{est.optimizer_gb:.1f} ({md_text(est.method)})" if est
+               else "not known for this strategy")
     text += ["", "## Preset and approval", "",
             f"{md_code(pr['name'])} ({md_text(pr['gpu'])}), sha256 {md_code(pr['sha256'][:16])}..."
             f", approved by {md_text(pr['approved_by'])} on {md_text(pr['approved_at'])}, "
