@@ -475,3 +475,26 @@ def test_the_shipped_site_submits_through_kubernetes_and_runai_needs_its_control
         RunaiControlPlane(url="ftp://runai.example.org", cluster=CLUSTER_NAME)
     with pytest.raises(ValidationError):
         SiteSubmit.model_validate({"via": "slurm"})
+
+
+@pytest.mark.parametrize("raw", [None, "text", {"metadata": "x"},
+                                 {"metadata": {"labels": ["app.kubernetes.io/managed-by"]}}])
+def test_a_stored_manifest_of_another_shape_is_not_touched_and_no_traceback(
+        runai_site: RunaiAPI, raw: Any) -> None:
+    assert run("submit", PROFILE).exit_code == 0
+    runai_site.state.only()["rawManifest"] = raw
+    for args in (("submit", PROFILE, "--replace"), ("delete", PROFILE, "--yes")):
+        result = run(*args)
+        assert result.exit_code == EXIT_CLUSTER, result.stderr
+        assert "not touched" in result.stderr and "Traceback" not in result.stderr
+    assert not runai_site.state.sent("PUT") and not runai_site.state.sent("DELETE")
+
+
+def test_fields_run_ai_adds_to_the_stored_manifest_still_read_as_unchanged(
+        runai_site: RunaiAPI) -> None:
+    assert run("submit", PROFILE).exit_code == 0
+    stored = runai_site.state.only()["rawManifest"]
+    stored["metadata"].setdefault("labels", {})["run.ai/added"] = "by-the-control-plane"
+    result = run("submit", PROFILE)
+    assert result.exit_code == 0, result.stderr
+    assert "unchanged" in result.stderr and not runai_site.state.sent("PUT")

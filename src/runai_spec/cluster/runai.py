@@ -43,7 +43,7 @@ from .. import __version__
 from ..errors import ClusterError, InputError
 from ..kubeflow import CONTAINER
 from ..manifests import Manifest
-from .objects import managed_by_us
+from .objects import managed_by_us, same_render
 from .session import RetryPolicy, Uncertain, clean, log, reason_of
 from .status import PodState, StatusResult
 from .submit import ObjectOutcome, SubmitResult
@@ -411,14 +411,24 @@ def find_workload(session: RunaiSession, name: str, project_id: str) -> Found | 
     status, data = session.call("GET", f"{WORKLOADS_V2_PATH}/{quote(workload_id, safe='')}")
     raw: Manifest | None = None
     if status == 200 and isinstance(data, dict) and isinstance(data.get("workload"), dict):
-        candidate = data["workload"].get("rawManifest")
-        raw = candidate if isinstance(candidate, dict) else None
+        raw = _manifest(data["workload"].get("rawManifest"))
     elif status != 404:  # a V1 workload (not submitted through V2) answers 404 there
         raise refused(status, data, f"workload {name}", "read")
     phase = item.get("phase")
     message = item.get("phaseMessage")
     return Found(workload_id, raw, clean(phase, 40) if phase else None,
                  clean(message, 200) if message else None)
+
+
+def _manifest(value: Any) -> Manifest | None:
+    """A stored manifest whose metadata, labels and annotations have the shapes runai-spec
+    reads; anything else reads as none (so: not runai-spec's, never touched)."""
+    if not isinstance(value, dict) or not isinstance(value.get("metadata"), dict):
+        return None
+    meta = value["metadata"]
+    if not all(isinstance(meta.get(k, {}), dict) for k in ("labels", "annotations")):
+        return None
+    return value
 
 
 # -- submit, status, delete ---------------------------------------------------------------
@@ -456,7 +466,7 @@ def submit_workload(manifest: Manifest, meta: WorkloadMetadata, target: RunaiTar
                 raise ClusterError(f"{where}: exists and was not submitted by runai-spec; not "
                                    "touched", file="runai", hint="choose another `name` in the "
                                    "profile, or ask its owner to delete it")
-            if found.raw == manifest:
+            if same_render(manifest, found.raw):  # Run:ai may add defaults to what it stores
                 return SubmitResult((ObjectOutcome(ref, "unchanged", found.raw),), dry_run)
             if not replace:
                 raise ClusterError(f"{where}: exists with a different render", file="runai",
@@ -478,7 +488,7 @@ def submit_workload(manifest: Manifest, meta: WorkloadMetadata, target: RunaiTar
             status, data = session.call("POST", WORKLOADS_V2_PATH, query, body, write=not dry_run)
         except Uncertain as exc:  # it may have been stored: read back, never post twice
             again = find_workload(session, meta.name, project_id)
-            if again is not None and again.raw == manifest:
+            if again is not None and again.raw is not None and same_render(manifest, again.raw):
                 return SubmitResult((ObjectOutcome(ref, "created", manifest),), False)
             raise ClusterError(f"{where}: {exc}; not stored when read back right after, but "
                                "it may still appear", file="runai",
