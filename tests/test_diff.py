@@ -128,3 +128,17 @@ def test_a_report_on_stdout_still_says_why_on_stderr(tmp_path: Path) -> None:
         assert res.returncode == 1
         assert res.stderr.splitlines() == [
             f"drift: 1 profile(s), 1 changed, 1 object(s) differ: {PROFILES[2]}"], res.stderr
+
+
+def test_a_profiles_own_smoke_test_file_is_not_stale(tmp_path: Path) -> None:
+    """Issue 26 item 9: `diff --against examples/multi-node` called that profile's own
+    smoke.yaml stale."""
+    folder = tmp_path / "committed"
+    assert run_exe("render", PROFILES[2], "-d", str(folder)).returncode == 0
+    smoke = tmp_path / "smoke"
+    assert run_exe("render", "--smoke", PROFILES[2], "-d", str(smoke)).returncode == 0
+    (smoke / "llm-7b-fsdp-smoke.yaml").rename(folder / "smoke.yaml")
+    res = run_exe("diff", PROFILES[2], "--against", str(folder))
+    assert res.returncode == 0, res.stdout
+    assert "stale" not in res.stdout
+    assert "smoke.yaml holds its smoke test (`render --smoke`): not compared" in res.stdout

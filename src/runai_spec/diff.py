@@ -117,6 +117,7 @@ def diff_all(paths: list[Path], against: Path, *, registry: PresetRegistry | Non
     bad: list[RunaiSpecError] = []
     claimed: set[str] = set()  # file names in `against` that a workload owns
     missing: dict[int, tuple[str, frozenset[str]]] = {}  # index in done -> (name, object keys)
+    smokes: dict[int, tuple[str, frozenset[str]]] = {}  # index in done -> its smoke test's keys
     for item in workloads(paths, registry):  # one at a time: only the (small) diffs are kept
         if not isinstance(item, Workload):
             bad.append(item)
@@ -130,6 +131,7 @@ def diff_all(paths: list[Path], against: Path, *, registry: PresetRegistry | Non
             else:
                 if not Path(result.committed).is_file():
                     missing[len(done)] = (name, frozenset(object_key(m) for m in item.manifests))
+                smokes[len(done)] = (name, smoke_keys(item))
                 done.append(result)
         if step is not None:
             step()
@@ -143,9 +145,29 @@ def diff_all(paths: list[Path], against: Path, *, registry: PresetRegistry | Non
                      f"{name}.yaml, as `render -d` does")
         done[index] = replace(done[index], note=note)
         others = {p: d for p, d in others.items() if p.name not in holders}
+    for index, (name, keys) in smokes.items():  # a file of its smoke test is not stale
+        holders = [path.name for path, docs in others.items()
+                   if {object_key(d) for d in docs} <= keys]
+        if holders:
+            note = (f"{', '.join(holders)} holds its smoke test (`render --smoke`): not "
+                    f"compared; `render --smoke -d` names it {name}-smoke.yaml")
+            done[index] = replace(done[index], note="; ".join(filter(None, (
+                done[index].note, note))))
+            others = {p: d for p, d in others.items() if p.name not in holders}
     if not bad:  # with a profile that did not load, its own file would look stale
         done += [_stale(path, docs) for path, docs in sorted(others.items())]
     return done, bad
+
+
+def smoke_keys(workload: Workload) -> frozenset[str]:
+    """The object keys of a workload's smoke test (its job and ConfigMap), by name alone."""
+    from .smoke import smoke_names
+
+    job, configmap = smoke_names(workload.plan.name)
+    namespace = {"namespace": workload.plan.namespace}
+    return frozenset({object_key({"kind": KIND, "metadata": {**namespace, "name": job}}),
+                      object_key({"kind": "ConfigMap", "metadata": {**namespace,
+                                                                    "name": configmap}})})
 
 
 def _other_manifests(against: Path, claimed: set[str]) -> dict[Path, list[Manifest]]:
