@@ -112,6 +112,8 @@ def test_init_asks_in_plain_words_on_a_terminal(tmp_path: Path) -> None:
     t.type("25e6")
     t.expect(r"Training precision.*\[bf16\]: ")
     t.type("")
+    t.expect(r"Sequence length in tokens per sample \(blank: none\).*: ")
+    t.type("")
     t.expect(r"local batch\): ")
     t.type("32")
     t.expect(r"Gradient accumulation steps \[1\]: ")
@@ -125,7 +127,12 @@ def test_init_asks_in_plain_words_on_a_terminal(tmp_path: Path) -> None:
     t.type("")
     t.expect(r"resume after a restart\? \[latest checkpoint in /checkpoints\]: ")
     t.type("")
+    t.expect(r"Data to mount: SOURCE:/path \(approved: datasets-shared, checkpoints-scratch\)"
+             r".*: ")
+    t.type("")
     t.expect(r"Who writes metrics.*\[rank0\]: ")
+    t.type("")
+    t.expect(r"Metrics tracker .*: ")
     t.type("")
     t.expect(r"wrote resnet/profile.yaml")
     assert t.close() == 0
@@ -265,3 +272,41 @@ def test_a_folder_that_cannot_be_made_is_bad_input(tmp_path: Path) -> None:
     assert result.stderr.splitlines()[-2:] == [  # after the profile's info findings
         f"error: {tmp_path / 'file' / 'x' / 'profile.yaml'}: cannot write: Not a directory",
         "hint: choose a folder you can write to"]
+
+
+def test_init_asks_for_data_sources_the_tracker_and_the_sequence_length(tmp_path: Path) -> None:
+    """Issue 26 item 8: on a terminal and as flags."""
+    code, shown = interview([sys.executable, "-m", "runai_spec", "init", "llm", *FLAGS],
+                            tmp_path, {"Sequence length": "4096",
+                                       "Data to mount": "datasets-shared:/data",
+                                       "Metrics tracker": "wandb"})
+    assert code == 0, shown
+    doc = yaml.safe_load((tmp_path / "llm" / "profile.yaml").read_text())
+    assert doc["model"]["sequence_length"] == 4096
+    assert doc["data"] == [{"source": "datasets-shared", "path": "/data"}]
+    assert doc["metrics"] == {"writer": "rank0", "tracker": "wandb"}
+    flags = [*FLAGS, "--sequence-length", "2048", "--metrics-tracker", "tensorboard",
+             "--data", "datasets-shared:/data, pvc:nlp-lab-extra:/extra"]
+    result = runner.invoke(app, ["init", str(tmp_path / "flags"), "--no-input", *flags])
+    assert result.exit_code == 0, result.output
+    doc = yaml.safe_load((tmp_path / "flags" / "profile.yaml").read_text())
+    assert doc["model"]["sequence_length"] == 2048
+    assert doc["metrics"] == {"writer": "rank0", "tracker": "tensorboard"}
+    assert doc["data"] == [{"source": "datasets-shared", "path": "/data"},
+                           {"pvc": "nlp-lab-extra", "path": "/extra"}]
+    assert runner.invoke(app, ["validate", str(tmp_path / "flags" / "profile.yaml")]
+                         ).exit_code == 0
+
+
+@pytest.mark.parametrize(("flag", "value", "words"), [
+    ("--data", "my-bucket:/data", "'my-bucket' is not an approved data source"),
+    ("--data", "datasets-shared:data", "is not SOURCE:/path or pvc:CLAIM:/path"),
+    ("--data", "disk:x:/data", "is not SOURCE:/path or pvc:CLAIM:/path"),
+    ("--sequence-length", "-5", "is not a whole number of at least 1"),
+])
+def test_init_refuses_bad_data_and_sequence_flags(tmp_path: Path, flag: str, value: str,
+                                                  words: str) -> None:
+    result = runner.invoke(app, ["init", str(tmp_path / "x"), "--no-input", *FLAGS, flag, value])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"error: {flag}: ") and words in result.stderr
+    assert "hint:" in result.stderr and not (tmp_path / "x" / "profile.yaml").exists()

@@ -51,11 +51,14 @@ class Answers:
     grad_accum: str | None = None
     parameters: str | None = None  # 7000000000, 7e9, 7B; "" or "unknown": not declared
     precision: str | None = None
+    sequence_length: str | None = None  # tokens per sample; "" or "none": not declared
+    data: str | None = None  # `SOURCE:/path` or `pvc:CLAIM:/path`, comma-separated; "": none
     checkpoint_pvc: str | None = None
     checkpoint_dir: str | None = None
     checkpoint_format: str | None = None
     resume: str | None = None
     metrics_writer: str | None = None
+    metrics_tracker: str | None = None  # tensorboard, wandb, mlflow, ...; "" or "none": none
 
 
 def flag(field: str) -> str:
@@ -172,6 +175,35 @@ def _parameters(text: str) -> int | None:
     if value < 1 or value != value.to_integral_value():
         raise BadAnswer(f"{_shown(text)} is not a whole number of parameters", _PARAMETERS_HINT)
     return int(value)
+
+
+def _optional_count(text: str) -> int | None:
+    """A positive whole number, or blank / `none` for not declared."""
+    return None if text.lower() in ("", "none", "-") else _positive(text)
+
+
+def _optional_text(text: str) -> str | None:
+    return None if text.lower() in ("", "none", "-") else text
+
+
+def _data_parser(sources: list[str]) -> Callable[[str], list[dict[str, Any]]]:
+    """`datasets-shared:/data, pvc:my-claim:/more` -> the profile's data list; blank: none."""
+    howto = ("write SOURCE:/path for an approved data source (" + (", ".join(sources) or "none")
+             + ") or pvc:CLAIM:/path for a claim, several comma-separated")
+
+    def parse(text: str) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for item in filter(None, (part.strip() for part in text.split(","))):
+            *names, path = item.split(":")
+            if not path.startswith("/") or len(names) not in (1, 2) or (
+                    len(names) == 2 and names[0] != "pvc"):
+                raise BadAnswer(f"{_shown(item)} is not SOURCE:/path or pvc:CLAIM:/path", howto)
+            name = _label(DNS1123, "data source or claim name")(names[-1])
+            if len(names) == 1 and name not in sources:
+                raise BadAnswer(f"{name!r} is not an approved data source", howto)
+            out.append({"pvc" if len(names) == 2 else "source": name, "path": path})
+        return out
+    return parse
 
 
 def _absolute(text: str) -> str:
@@ -293,6 +325,9 @@ def build_profile(answers: Answers, registry: PresetRegistry,
     precision = None if parameters is None else a.get(
         "precision", f"Training precision ({', '.join(precisions)})", _choice(precisions),
         default="bf16")
+    sequence = None if parameters is None else a.get(
+        "sequence_length", "Sequence length in tokens per sample (blank: none)",
+        _optional_count, default="")
     world = preset.nodes * preset.gpus_per_pod
     local = a.get("local_batch", "Samples per GPU per step (local batch)", _positive)
     accum = a.get("grad_accum", "Gradient accumulation steps", _positive, default="1")
@@ -309,8 +344,14 @@ def build_profile(answers: Answers, registry: PresetRegistry,
                 _choice(formats), default="dcp" if strategy == "fsdp" else "torch")
     resume = a.get("resume", "How does the script resume after a restart?", _text,
                    default=f"latest checkpoint in {ckpt_dir}")
+    sources = list(site.data_sources)
+    data = a.get("data", "Data to mount: SOURCE:/path (approved: "
+                 f"{', '.join(sources) or 'none'}) or pvc:CLAIM:/path, comma-separated "
+                 "(blank: none)", _data_parser(sources), default="")
     writer = a.get("metrics_writer", f"Who writes metrics ({', '.join(METRICS_WRITERS)})",
                    _choice(METRICS_WRITERS), default="rank0")
+    tracker = a.get("metrics_tracker", "Metrics tracker (e.g. tensorboard, wandb, mlflow; "
+                    "blank: none)", _optional_text, default="")
     doc: dict[str, Any] = {
         "name": name, "project": project, "preset": approved.name, "image": image,
         "command": command, "working_dir": working_dir, "strategy": strategy,
@@ -318,8 +359,12 @@ def build_profile(answers: Answers, registry: PresetRegistry,
     }
     if parameters is not None:
         doc["model"] = {"parameters": parameters, "precision": precision}
+        if sequence is not None:
+            doc["model"]["sequence_length"] = sequence
     doc["checkpoint"] = {"dir": ckpt_dir, "pvc": pvc, "format": fmt, "resume": resume}
-    doc["metrics"] = {"writer": writer}
+    if data:
+        doc["data"] = data
+    doc["metrics"] = {"writer": writer, **({"tracker": tracker} if tracker else {})}
     return doc
 
 

@@ -52,6 +52,11 @@ def init(
                                            "(unknown: not declared).")] = None,
     precision: Annotated[str | None, _opt("--precision", "bf16 (default), fp16, fp32, tf32 "
                                           "or fp8.")] = None,
+    sequence_length: Annotated[str | None, _opt("--sequence-length", "Tokens per sample "
+                                                "(default: not declared).")] = None,
+    data: Annotated[str | None, _opt("--data", "Data to mount: SOURCE:/path (an approved data "
+                                     "source) or pvc:CLAIM:/path, comma-separated (default: "
+                                     "none).")] = None,
     checkpoint_pvc: Annotated[str | None, _opt("--checkpoint-pvc", "Checkpoint PVC (default "
                                                "<project>-checkpoints).")] = None,
     checkpoint_dir: Annotated[str | None, _opt("--checkpoint-dir", "Checkpoint mount path "
@@ -62,22 +67,26 @@ def init(
                                        "restart.")] = None,
     metrics_writer: Annotated[str | None, _opt("--metrics-writer", "rank0 (default), per-rank "
                                                "or all-ranks.")] = None,
+    metrics_tracker: Annotated[str | None, _opt("--metrics-tracker", "tensorboard, wandb, "
+                                                "mlflow, ... (default: none).")] = None,
     no_input: Annotated[bool, typer.Option("--no-input", help="Never ask: a value no flag "
                                            "gives and that has no default is an error.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing "
                                         "profile.yaml.")] = False,
 ) -> int:
     """Write a new profile.yaml: asks in plain words on a terminal (project, layout, image,
-    entry point, batch sizes, checkpoint), or takes every answer from flags in a script; the
-    profile is checked with every rule and written only when it has no error."""
+    entry point, model, batch sizes, checkpoint, data, metrics), or takes every answer from
+    flags in a script; the profile is checked with every rule and written only when it has no
+    error."""
     from ..init import Answers, init_profile
 
     answers = Answers(project=project, preset=preset, name=name, image=image, command=command,
                       working_dir=working_dir, strategy=strategy, local_batch=local_batch,
                       grad_accum=grad_accum, parameters=parameters, precision=precision,
-                      checkpoint_pvc=checkpoint_pvc,
+                      sequence_length=sequence_length, data=data, checkpoint_pvc=checkpoint_pvc,
                       checkpoint_dir=checkpoint_dir, checkpoint_format=checkpoint_format,
-                      resume=resume, metrics_writer=metrics_writer)
+                      resume=resume, metrics_writer=metrics_writer,
+                      metrics_tracker=metrics_tracker)
     prompt = TerminalPrompt() if sys.stdin.isatty() and not no_input else None
     return written(*init_profile(folder, answers, prompt=prompt, force=force))
 
