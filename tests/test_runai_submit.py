@@ -498,3 +498,21 @@ def test_fields_run_ai_adds_to_the_stored_manifest_still_read_as_unchanged(
     result = run("submit", PROFILE)
     assert result.exit_code == 0, result.stderr
     assert "unchanged" in result.stderr and not runai_site.state.sent("PUT")
+
+
+def test_diff_live_on_a_runai_site_compares_with_what_run_ai_holds(runai_site: RunaiAPI) -> None:
+    absent = run("diff", PROFILE, "--live")
+    assert absent.exit_code == 1, absent.stderr
+    assert runai_site.state.workloads == {}
+    (dry,) = runai_site.state.sent("POST", "/api/v2/workloads")
+    assert dry.query["dryRun"] == ["true"]
+    assert run("submit", PROFILE).exit_code == 0
+    same = run("diff", PROFILE, "--live")
+    assert same.exit_code == 0, same.stdout + same.stderr
+    command = runai_site.state.only()["rawManifest"]["spec"]["pytorchReplicaSpecs"]["Master"][
+        "template"]["spec"]["containers"][0]["command"]
+    command.append("--changed-by-hand")
+    changed = run("diff", PROFILE, "--live")
+    assert changed.exit_code == 1
+    assert "--changed-by-hand" in changed.stdout
+    assert len(runai_site.state.workloads) == 1 and not runai_site.state.sent("PUT")

@@ -23,7 +23,7 @@ from .common import (
     err,
     progress_line,
 )
-from .via import ViaOpt, delete_via, status_via, submit_via
+from .via import ViaOpt, delete_via, diff_via, status_via, submit_via
 
 if TYPE_CHECKING:
     from .. import cluster
@@ -110,6 +110,8 @@ def diff_live_all(profiles: list[Path], kubeconfig: Path | None, context: str | 
     stopped: list[RunaiSpecError | Finding] = [*bad, *(f for w in workloads for f in w.errors)]
     if stopped:
         return [], stopped, list(bad)
+    if (runai := diff_via(workloads, debug, request_timeout)) is not None:  # issue 27
+        return runai, [], []
     target = cluster_target(kubeconfig, context, debug, request_timeout)
     live = cluster.live_objects_all([w.manifests for w in workloads], target)
     for objects in live:

@@ -16,7 +16,9 @@ from ..errors import EXIT_OK, ClusterError, InputError
 from .common import TextJson, err, progress_line
 
 if TYPE_CHECKING:
-    from ..cluster.runai import RunaiTarget
+    from ..cluster.runai import RunaiTarget, WorkloadMetadata
+    from ..diff import ProfileDiff
+    from ..manifests import Manifest
     from ..presets import Site
     from ..workload import Workload
 
@@ -57,17 +59,51 @@ def runai_target(site: Site, debug: bool, request_timeout: float | None) -> Runa
     return target
 
 
+def metadata_of(workload: Workload) -> WorkloadMetadata:
+    """What Run:ai schedules the workload by: its name and project, the preset's priority."""
+    from ..cluster.runai import WorkloadMetadata
+
+    preset = workload.approved.preset
+    return WorkloadMetadata(name=workload.plan.name, project=workload.plan.project,
+                            priority=preset.priority, preemptible=preset.preemptible)
+
+
+def job_of(workload: Workload) -> Manifest:
+    (job,) = [dict(m) for m in workload.manifests if m.get("kind") == "PyTorchJob"]
+    return job
+
+
+def diff_via(workloads: list[Workload], debug: bool, request_timeout: float | None
+             ) -> list[ProfileDiff] | None:
+    """diff --live's dispatch: through Run:ai when site.yaml's submit.via says so (the
+    workloads as Run:ai holds them, against what submitting would store), else None."""
+    from .. import diff as drift
+    from ..cluster.runai import live_workloads
+    from ..presets import PresetRegistry
+
+    site = PresetRegistry().site()
+    if not workloads or chosen(site, None) is not Via.runai:
+        return None
+    from ..cluster import managed_by_us
+
+    pairs = live_workloads([(metadata_of(w), job_of(w)) for w in workloads],
+                           runai_target(site, debug, request_timeout))
+    err(f"note: runai workload {w.plan.project}/{w.plan.name}: exists and was not submitted by "
+        "runai-spec; submit will not touch it" for w, (live, _) in zip(workloads, pairs,
+                                                                        strict=True)
+        if live is not None and not managed_by_us(live))
+    return [drift.diff_live(w.path, [job_of(w)], [pair]) for w, pair in
+            zip(workloads, pairs, strict=True)]
+
+
 def submit_runai(profile: Path, workload: Workload, target: RunaiTarget, *, dry_run: bool,
                  replace: bool) -> None:
     """submit --via runai: the rendered PyTorchJob, unchanged, as a Run:ai workload."""
     from .. import report
-    from ..cluster.runai import WorkloadMetadata, submit_workload
+    from ..cluster.runai import submit_workload
 
-    (manifest,) = [dict(m) for m in workload.manifests if m.get("kind") == "PyTorchJob"]
-    preset = workload.approved.preset
-    meta = WorkloadMetadata(name=workload.plan.name, project=workload.plan.project,
-                            priority=preset.priority, preemptible=preset.preemptible)
-    result = submit_workload(manifest, meta, target, dry_run=dry_run, replace=replace)
+    result = submit_workload(job_of(workload), metadata_of(workload), target, dry_run=dry_run,
+                             replace=replace)
     err(report.submit_lines(result))
     if result.dry_run:
         sys.stdout.write(report.dry_run_text(result))

@@ -455,12 +455,7 @@ def submit_workload(manifest: Manifest, meta: WorkloadMetadata, target: RunaiTar
         where = f"runai workload {meta.project}/{meta.name}"
         ref = f"{where} (project id {project_id}, cluster id {cluster_id})"
         found = find_workload(session, meta.name, project_id)
-        metadata: dict[str, Any] = {
-            "name": meta.name, "projectId": project_id, "clusterId": cluster_id,
-            "priority": meta.priority,
-            "preemptibility": PREEMPTIBLE if meta.preemptible else NON_PREEMPTIBLE}
-        if target.category:
-            metadata["category"] = target.category
+        metadata = _metadata(meta, project_id, cluster_id, target)
         if found is not None:
             if found.raw is None or not managed_by_us(found.raw):
                 raise ClusterError(f"{where}: exists and was not submitted by runai-spec; not "
@@ -499,6 +494,48 @@ def submit_workload(manifest: Manifest, meta: WorkloadMetadata, target: RunaiTar
             raise refused(status, data, where, "create")
         action = "would create" if dry_run else "created"
         return SubmitResult((ObjectOutcome(ref, action, _raw(data, manifest)),), dry_run)
+
+
+def live_workloads(renders: Iterable[tuple[WorkloadMetadata, Manifest]], target: RunaiTarget
+                   ) -> list[tuple[Manifest | None, Manifest]]:
+    """diff --live through Run:ai, one session: per render, (what Run:ai holds, None when
+    absent; what submitting would store). An absent workload's is the answer of a
+    `dryRun=true` create (stores nothing); an existing one's is the render (Run:ai documents
+    no dry run of its update call, which stores the manifest as sent), or what it holds when
+    that is the same render (fields the control plane added are no change)."""
+    out: list[tuple[Manifest | None, Manifest]] = []
+    with RunaiSession(target) as session:
+        cluster_id = resolve_cluster(session)
+        projects: dict[str, str] = {}
+        for meta, manifest in renders:
+            if meta.project not in projects:
+                projects[meta.project] = resolve_project(session, meta.project, cluster_id)
+            project_id = projects[meta.project]
+            found = find_workload(session, meta.name, project_id)
+            if found is not None:
+                same = found.raw is not None and same_render(manifest, found.raw)
+                out.append((found.raw, found.raw if same and found.raw else manifest))
+                continue
+            body = {"metadata": _metadata(meta, project_id, cluster_id, target),
+                    "manifest": manifest}
+            status, data = session.call("POST", WORKLOADS_V2_PATH, [("dryRun", "true")], body)
+            if status not in (200, 201, 202):
+                raise refused(status, data, f"runai workload {meta.project}/{meta.name}",
+                              "create")
+            out.append((None, _raw(data, manifest)))
+    return out
+
+
+def _metadata(meta: WorkloadMetadata, project_id: str, cluster_id: str, target: RunaiTarget
+              ) -> dict[str, Any]:
+    """WorkloadV2MetadataCreateParams for this workload."""
+    metadata: dict[str, Any] = {
+        "name": meta.name, "projectId": project_id, "clusterId": cluster_id,
+        "priority": meta.priority,
+        "preemptibility": PREEMPTIBLE if meta.preemptible else NON_PREEMPTIBLE}
+    if target.category:
+        metadata["category"] = target.category
+    return metadata
 
 
 def _raw(data: Any, sent: Manifest) -> Manifest:
@@ -583,5 +620,5 @@ def delete_workload(name: str, project: str, target: RunaiTarget,
 __all__ = [
     "ENV_ACCESS_KEY_FILE", "ENV_CLI", "ENV_CLIENT_ID", "ENV_CLIENT_SECRET", "LOGIN_HINT",
     "RunaiSession", "RunaiTarget", "WorkloadMetadata", "delete_workload", "find_workload",
-    "refused", "resolve_cluster", "resolve_project", "submit_workload", "workload_status",
+    "live_workloads", "refused", "resolve_cluster", "resolve_project", "submit_workload", "workload_status",
 ]
