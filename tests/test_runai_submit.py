@@ -516,3 +516,27 @@ def test_diff_live_on_a_runai_site_compares_with_what_run_ai_holds(runai_site: R
     assert changed.exit_code == 1
     assert "--changed-by-hand" in changed.stdout
     assert len(runai_site.state.workloads) == 1 and not runai_site.state.sent("PUT")
+
+
+def test_a_server_that_echoes_the_credentials_in_its_error_never_gets_them_printed(
+        runai_site: RunaiAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(runai.ENV_CLIENT_ID)
+    monkeypatch.delenv(runai.ENV_CLIENT_SECRET)
+    token = "cli-login-token-0123456789"
+    runai_site.state.static_tokens.add(token)
+    monkeypatch.setenv(runai.ENV_CLI, str(fake_cli(tmp_path, token)))
+    runai_site.state.inject(403, method="POST", body={
+        "code": 403, "message": f"denied for Bearer {token}", "details": f"token={token}"})
+    result = run("submit", PROFILE, "--debug")
+    assert result.exit_code == EXIT_CLUSTER
+    assert token not in result.stdout + result.stderr
+    assert "denied for Bearer ***" in result.stderr
+
+
+def test_a_token_endpoint_that_echoes_the_secret_never_gets_it_printed(
+        runai_site: RunaiAPI) -> None:
+    runai_site.state.inject(401, path_contains="/api/v1/token", body={
+        "code": 401, "message": f"bad secret {CLIENT_SECRET}"})
+    result = run("submit", PROFILE)
+    assert result.exit_code == EXIT_CLUSTER and "log in again" in result.stderr
+    assert CLIENT_SECRET not in result.stdout + result.stderr

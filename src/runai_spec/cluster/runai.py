@@ -123,7 +123,8 @@ class _Credentials:
                                "plane is up; try again later") from None
         if status in (400, 401, 403):
             raise ClusterError(f"unauthorised: the Run:ai control plane refused the access key "
-                               f"(HTTP {status}: {_message(data, status)})", file="runai",
+                               f"(HTTP {status}: {_message(self.session.scrub(data), status)})",
+                               file="runai",
                                hint=LOGIN_HINT)
         if status != 200 or not isinstance(data, dict) or not isinstance(
                 data.get("accessToken"), str) or not data["accessToken"]:
@@ -214,6 +215,20 @@ class RunaiSession:
     def __exit__(self, *exc: object) -> None:
         self.pool.clear()
 
+    def scrub(self, data: Any) -> Any:
+        """An error answer's message and details without this session's credentials (a
+        server may echo the request): each becomes `***`."""
+        if not isinstance(data, dict):
+            return data
+        secrets = [v for v in (self.credentials.token.value if self.credentials.token else None,
+                               *(self.credentials.key or ())) if v]
+        out = dict(data)
+        for key in ("message", "details"):
+            if isinstance(out.get(key), str):
+                for secret in secrets:
+                    out[key] = out[key].replace(secret, "***")
+        return out
+
     def send_raw(self, method: str, path: str, query: Iterable[tuple[str, str]] = (),
                  body: Any = None, auth: str | None = None) -> tuple[int, Any, float | None]:
         """One attempt: (status, JSON body or None, Retry-After). The token goes only into
@@ -292,7 +307,7 @@ class RunaiSession:
                 elif status >= 500:
                     raise Uncertain(f"HTTP {status}")
                 else:
-                    return status, data
+                    return status, (self.scrub(data) if status >= 400 else data)
             delay = min(policy.max_delay, retry_after if retry_after is not None
                         else policy.base_delay * 2 ** (attempt - 1))
             if attempt >= policy.attempts or waited + delay > policy.max_total:
