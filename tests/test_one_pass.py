@@ -28,7 +28,7 @@ def _said(stderr: str) -> list[str]:
 
 
 def _line_numbers(stderr: str) -> list[int]:
-    return [int(m.group(1)) if m.group(1) else 0 for ln in stderr.splitlines()
+    return [int(m.group(1)) if m.group(1) else 10**9 for ln in stderr.splitlines()
             if (m := re.match(r"^(?:error|warning|info): [^:]+:(?:(\d+):)?", ln))]
 
 

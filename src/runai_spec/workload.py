@@ -79,7 +79,7 @@ def _prepare(loaded: LoadedProfile, registry: PresetRegistry) -> Workload:
     manifests = tuple(render_plan(plan, site.family))
     findings = check_all(Context(loaded, approved, site, plan, manifests, today=registry.today,
                                  site_approval=registry.ledger().approvals.get("site.yaml")))
-    # sorted by line as a compiler lists them (stable: one line's findings in rule order); a
-    # finding without a line (a field left out) comes first, as in ProfileProblems
-    findings.sort(key=lambda f: f.line or 0)
+    # sorted by line as a compiler lists them (stable: one line's findings in rule order); the
+    # findings about a field left out (no line) after them, in rule order
+    findings.sort(key=lambda f: (f.line is None, f.line or 0))
     return Workload(loaded, approved, site, plan, manifests, tuple(findings))
