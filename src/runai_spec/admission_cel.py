@@ -188,7 +188,10 @@ class Emitter:
     def guarded(guards: tuple[str, ...], cond: str, message: str) -> str:
         if not guards:
             return check(cond, message)
-        return check(f"!{balanced('&&', list(guards), 'true')} || ({cond})", message)
+        # a ternary, not `!guard || cond`: CEL absorbs an error on either side of `||`, but
+        # not every implementation does inside a macro; a ternary never evaluates the branch
+        # it does not take
+        return check(f"({balanced('&&', list(guards), 'true')}) ? ({cond}) : true", message)
 
     def _keys(self, shape: MapShape, e: str, where: str) -> list[tuple[str, str]]:
         """(condition, message) of the keys E may and must have."""
@@ -272,7 +275,7 @@ class Emitter:
             size_msg = _msg(where, f"must be the preset's launcher ({n} items), an entry point "
                             f"and at most {MAX_ARGS} arguments" + self.tag)
             listed = [check(sized, size_msg),
-                      *(check(f"!({sized}) || ({c})", m) for c, m in parts),
+                      *(check(f"({sized}) ? ({c}) : true", m) for c, m in parts),
                       f"!({sized}) ? '' : ({args})"]
             variants.append(f"[{', '.join(listed)}]")
         closest = ("ls.exists(l, size(l) == 0) ? '' : (ls.filter(l, size(l) == 1) + "
@@ -286,7 +289,7 @@ class Emitter:
     def keyed(self, shape: KeyedListShape, e: str, where: str, guards: tuple[str, ...],
               depth: int) -> list[str]:
         fixed = ", ".join(lit(n) for n in shape.fixed)
-        matches = [f"(has(x.name) && x.name in [{fixed}])"]
+        matches = [f"(has(x.name) ? x.name in [{fixed}] : false)"]
         matches += [f"({self.class_ok(c, 'x')})" for c in shape.classes]
         every = balanced("||", matches, "false")
         allowed = ", ".join(shape.fixed) or "none"
@@ -297,8 +300,8 @@ class Emitter:
                + lit(f": not an entry the preset renders ({allowed}){extra}{self.tag}") + ")[0]")
         g = balanced("&&", list(guards), "true")
         own = [bad if not guards else f"!{g} ? '' : {bad}",
-               self.guarded(guards, f"{rng(e)}.all(x, !has(x.name) || {rng(e)}.filter(y, has(y.name) && "
-                                    f"y.name == x.name).size() == 1)",
+               self.guarded(guards, f"{rng(e)}.all(x, has(x.name) ? {rng(e)}.filter(y, has(y.name) "
+                                    f"? y.name == x.name : false).size() == 1 : true)",
                             _msg(where, "each name at most once" + self.tag))]
         subs: list[str] = []
         for name, sub in shape.fixed.items():
@@ -324,7 +327,7 @@ class Emitter:
         g = balanced("&&", list(guards), "true")
 
         def under(cond: str) -> str:
-            return f"(!{g} || ({cond}))" if guards else f"({cond})"
+            return f"(({g}) ? ({cond}) : true)" if guards else f"({cond})"
 
         if isinstance(shape, MapShape):
             out = [under(c) for c, _ in self._keys(shape, e, "\0")]
@@ -335,7 +338,7 @@ class Emitter:
         if isinstance(shape, ListShape):
             n = len(shape.head)
             return [under(f"size({e}) == {n}"), *(
-                under(f"size({e}) != {n} || ({self.leaf(h, f'{e}[{i}]', '')[0]})")
+                under(f"size({e}) == {n} ? ({self.leaf(h, f'{e}[{i}]', '')[0]}) : true")
                 for i, h in enumerate(shape.head))]
         if isinstance(shape, KeyedListShape):
             raise ValueError("a list of named entries inside a repeated entry")
@@ -343,7 +346,7 @@ class Emitter:
 
     def class_ok(self, cls: ItemClass, x: str) -> str:
         """X is an item of class CLS: its name, and every check of the class's shape."""
-        return balanced("&&", [f"has({x}.name)", *self.ok(cls.shape, x)], "true")
+        return f"(has({x}.name) ? {balanced('&&', self.ok(cls.shape, x), 'true')} : false)"
 
     @staticmethod
     def class_what(cls: ItemClass) -> str:

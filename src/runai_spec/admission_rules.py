@@ -258,12 +258,14 @@ def container_relations(c: str) -> list[tuple[str, str]]:
     relates: no mount is the working directory or holds it; no two mounts are equal or
     nested (policy.check_mount_paths)."""
     mounts = f"{c}.volumeMounts"
-    held = (f"!has({c}.workingDir) || !has({mounts}) || {mounts}.all(m, !has(m.mountPath) || "
-            f"!({c}.workingDir == m.mountPath || {c}.workingDir.startsWith(m.mountPath + '/')))")
-    nested = (f"!has({mounts}) || {mounts}.all(m, {mounts}.all(n, !has(m.mountPath) || "
-              "!has(n.mountPath) || !has(m.name) || !has(n.name) || m.name == n.name || "
+    # ternaries guard every selection (an implementation may not absorb an error in a macro)
+    held = (f"has({c}.workingDir) && has({mounts}) ? {mounts}.all(m, has(m.mountPath) ? "
+            f"!({c}.workingDir == m.mountPath || {c}.workingDir.startsWith(m.mountPath + '/')) "
+            ": true) : true")
+    nested = (f"has({mounts}) ? {mounts}.all(m, {mounts}.all(n, has(m.mountPath) && "
+              "has(n.mountPath) && has(m.name) && has(n.name) ? (m.name == n.name || "
               "!(m.mountPath == n.mountPath || m.mountPath.startsWith(n.mountPath + '/') || "
-              "n.mountPath.startsWith(m.mountPath + '/'))))")
+              "n.mountPath.startsWith(m.mountPath + '/'))) : true)) : true")
     return [(held, "no volume may be mounted at the working directory or above it"),
             (nested, "no two volumes may be mounted at the same or nested paths")]
 
