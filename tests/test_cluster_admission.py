@@ -182,16 +182,17 @@ def test_submit_of_a_tampered_object_names_the_field(
     """A client that edits the render after it was checked (one more GPU per pod)."""
     import dataclasses
 
-    from runai_spec.cli import cluster as cli_cluster
+    from runai_spec import workload as workload_module
 
-    real = cli_cluster.prepare_workload
+    real = workload_module.prepare_workload
 
     def tampered(path: Path) -> Any:
         workload = real(path)
         manifests = more_gpus([dict(m) for m in workload.manifests])
         return dataclasses.replace(workload, manifests=tuple(manifests))
 
-    monkeypatch.setattr(cli_cluster, "prepare_workload", tampered)
+    # the command imports it when it runs (cli/cluster.py): patched where it lives
+    monkeypatch.setattr(workload_module, "prepare_workload", tampered)
     result = run("submit", PROFILE)
     assert result.exit_code == EXIT_CLUSTER, result.output
     (line,) = [ln for ln in error_lines(result.stderr) if ln.startswith("error: ")]
@@ -247,9 +248,9 @@ def test_submit_dry_run_server_shows_the_denial_of_a_tampered_manifest(
     is the same one line, and nothing is stored."""
     import dataclasses
 
-    from runai_spec.cli import cluster as cli_cluster
+    from runai_spec import workload as workload_module
 
-    real = cli_cluster.prepare_workload
+    real = workload_module.prepare_workload
 
     def tampered(path: Path) -> Any:
         workload = real(path)
@@ -258,7 +259,8 @@ def test_submit_dry_run_server_shows_the_denial_of_a_tampered_manifest(
             role["template"]["spec"]["tolerations"] = [{"operator": "Exists"}]
         return dataclasses.replace(workload, manifests=tuple(manifests))
 
-    monkeypatch.setattr(cli_cluster, "prepare_workload", tampered)
+    # the command imports it when it runs (cli/cluster.py): patched where it lives
+    monkeypatch.setattr(workload_module, "prepare_workload", tampered)
     result = run("submit", PROFILE, "--dry-run=server")
     assert result.exit_code == EXIT_CLUSTER, result.output
     (line,) = [ln for ln in error_lines(result.stderr) if ln.startswith("error: ")]
