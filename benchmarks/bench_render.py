@@ -1,48 +1,29 @@
-"""Time `runai-spec render` of the multi-node example as a whole process, side by side with
-the floor of what it must load, the bare import floor and (when installed) torchx's dry run
-of the same 2x8 job; print medians and ratios against the budget of DESIGN.md section 8."""
+"""`runai-spec render` of the multi-node example, `--version` and `--help`, each a whole
+process, against the floor of what render must load (typer, jinja2, yaml, pydantic's BaseModel
+and runai_spec's models), the bare import floor and (when installed) torchx's dry run of the
+same 2x8 job. Instruction counts (callgrind: the machine's load does not move them) when
+valgrind is installed, else (or with --paired N) paired runs: the sides alternate and each
+ratio is the median of the per-pair ratios. Budgets: issue 29."""
 
 from __future__ import annotations
 
 import argparse
-import compileall
 import json
+import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
+from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from measure import ENV, ROOT, byte_compile, instructions, once, paired, ratio, spread, valgrind
+
 PROFILE = ROOT / "examples" / "multi-node" / "profile.yaml"
-
-
-def byte_compile() -> None:
-    """Write runai_spec's bytecode, as `pip install` does. The floor's packages have theirs in
-    site-packages; a checkout run with PYTHONDONTWRITEBYTECODE=1 would otherwise compile
-    every runai_spec module from source on each run and time the compiler, not render."""
-    found = subprocess.run([sys.executable, "-c", "import runai_spec; print(runai_spec.__file__)"],
-                           check=True, capture_output=True, text=True).stdout.strip()
-    compileall.compile_dir(str(Path(found).parent), quiet=1)
-
-
-def once(argv: list[str]) -> float:
-    start = time.perf_counter()
-    subprocess.run(argv, check=True, capture_output=True)
-    return time.perf_counter() - start
-
-
-def side_by_side(argvs: list[list[str]], runs: int) -> list[float]:
-    """Median seconds of each command, alternated so background load hits them alike."""
-    for argv in argvs:
-        once(argv)  # warm the file cache
-    times: list[list[float]] = [[] for _ in argvs]
-    for _ in range(runs):
-        for argv, seen in zip(argvs, times, strict=True):
-            seen.append(once(argv))
-    return [statistics.median(seen) for seen in times]
+BUDGET_FLOOR = 1.6  # render <= 1.6 x the floor of what it must load
+BUDGET_VERSION = 0.5  # --version <= 0.5 x render
+BUDGET_TORCHX = 0.4  # render <= 0.4 x torchx's dry run
 
 
 # Where render's time above the floor goes, in one fresh process per run: each phase's
@@ -81,14 +62,11 @@ def phases(runs: int) -> None:
     seen: list[list[float]] = [[] for _ in PHASE_NAMES]
     for _ in range(runs):
         out = subprocess.run([sys.executable, "-c", PHASES, str(PROFILE)], check=True,
-                             capture_output=True, text=True, cwd=ROOT).stdout
+                             capture_output=True, text=True, cwd=ROOT, env=ENV).stdout
         for bucket, ms in zip(seen, json.loads(out), strict=True):
             bucket.append(ms)
     for name, bucket in zip(PHASE_NAMES, seen, strict=True):
         print(f"{statistics.median(bucket):7.1f} ms  {name}")
-
-
-BUDGET = 1.25  # x the floor of what render must load (DESIGN.md section 8)
 
 
 def torchx_argv(torchx: str, folder: Path) -> list[str]:
@@ -98,42 +76,81 @@ def torchx_argv(torchx: str, folder: Path) -> list[str]:
             "queue=nlp-lab", "dist.ddp", "-j", "2x8", "--script", str(folder / "train.py")]
 
 
+def sides(folder: Path, torchx: str | None) -> dict[str, list[str]]:
+    exe = sys.executable
+    cli = str(Path(exe).parent / "runai-spec")
+    found = {
+        "bare import floor": [exe, "-c", "import typer, pydantic, jinja2, yaml"],
+        "import floor": [exe, "-c", "import typer, jinja2, yaml; from pydantic import BaseModel"],
+        # what render must load: the import floor and runai_spec's pydantic models defined
+        "floor": [exe, "-c", "import typer, jinja2, yaml; from pydantic import BaseModel; "
+                  "import runai_spec.profile, runai_spec.presets"],
+        "render": [cli, "render", str(PROFILE)],
+        "--version": [cli, "--version"],
+        "--help": [cli, "--help"],
+    }
+    if torchx:
+        found["torchx --dryrun"] = torchx_argv(torchx, folder)
+    return found
+
+
+def report(measured: dict[str, list[float]], unit: str) -> bool:
+    """The ratio lines; True when every budget holds."""
+    render = measured["render"]
+
+    def line(name: str, over: str, budget: float | None = None) -> bool:
+        value = ratio(measured[name], measured[over])
+        shown = f"{value:.3f} x" + (f" (runs {spread(measured[name], measured[over])})"
+                                    if len(render) > 1 else "")
+        verdict = "" if budget is None else f", budget <= {budget}: " + (
+            "ok" if value <= budget else "OVER")
+        print(f"ratio {name} / {over}: {shown}{verdict}")
+        return budget is None or value <= budget
+
+    for name, seen in measured.items():
+        print(f"{name:18} {statistics.median(seen):14,.{0 if unit == 'instructions' else 4}f} {unit}")
+    ok = line("render", "floor", BUDGET_FLOOR)
+    line("render", "import floor")
+    line("render", "bare import floor")
+    ok = line("--version", "render", BUDGET_VERSION) and ok
+    line("--help", "render")
+    if "torchx --dryrun" in measured:
+        ok = line("render", "torchx --dryrun", BUDGET_TORCHX) and ok
+    else:
+        print("torchx not installed: `pip install torchx` to compare (budget: render <= "
+              f"{BUDGET_TORCHX} x its dry run)")
+    return ok
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--paired", type=int, metavar="N",
+                        help="N paired timed runs instead of instruction counts")
     parser.add_argument("--torchx", help="torchx executable (default: the one on PATH)")
-    parser.add_argument("--phases", action="store_true",
-                        help="print where render's time goes instead (medians, one process a run)")
+    parser.add_argument("--phases", type=int, metavar="N",
+                        help="where render's time goes instead (medians of N processes)")
     args = parser.parse_args()
-    if args.phases:
-        byte_compile()
-        phases(args.runs)
-        return 0
-    exe = str(Path(sys.executable))
-    bare = [exe, "-c", "import typer, pydantic, jinja2, yaml"]
-    # `import pydantic` is lazy: the bare floor loads none of the BaseModel machinery that
-    # any pydantic model needs; the budget is read against the floor that does.
-    floor = [exe, "-c", "import typer, jinja2, yaml; from pydantic import BaseModel"]
-    render = [exe, "-m", "runai_spec", "render", str(PROFILE)]
     byte_compile()
-    t_bare, t_floor, t_render = side_by_side([bare, floor, render], args.runs)
-    print(f"bare floor        median {t_bare * 1000:7.1f} ms  (import typer, pydantic, jinja2, yaml)")
-    print(f"floor             median {t_floor * 1000:7.1f} ms  (... from pydantic import BaseModel)")
-    print(f"runai-spec render median {t_render * 1000:7.1f} ms  ratio {t_render / t_floor:.2f} x "
-          f"floor (budget <= {BUDGET}), {t_render / t_bare:.2f} x bare floor")
-    torchx = args.torchx or shutil.which("torchx")
-    if not torchx:
-        print("torchx not installed: `pip install torchx` to compare (render must be ahead of it)")
-    else:
-        with tempfile.TemporaryDirectory() as tmp:
-            try:
-                again, tx = side_by_side([render, torchx_argv(torchx, Path(tmp))],
-                                         max(5, args.runs // 2))
-                print(f"torchx --dryrun   median {tx * 1000:7.1f} ms  render {again * 1000:.1f} ms:"
-                      f" ratio {again / tx:.2f} x torchx (ahead of it: < 1)")
-            except subprocess.CalledProcessError as exc:
-                print(f"torchx --dryrun failed (exit {exc.returncode}); not compared")
-    return 0 if t_render / t_floor <= BUDGET else 1
+    if args.phases:
+        phases(args.phases)
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        argvs = sides(Path(tmp), args.torchx or shutil.which("torchx"))
+        if args.paired or not valgrind():
+            runs = args.paired or 15
+            print(f"paired timed runs: {runs} (median of per-pair ratios)")
+            makers: list[Callable[[], float]] = [
+                lambda argv=argv: once(argv) for argv in argvs.values()]  # type: ignore[misc]
+            measured = dict(zip(argvs, paired(makers, runs), strict=True))
+            ok = report(measured, "s")
+        else:
+            print("instruction counts (callgrind, PYTHONHASHSEED=0)")
+            os.environ["PYTHONHASHSEED"] = "0"
+            ENV["PYTHONHASHSEED"] = "0"
+            measured = {name: [float(instructions(argv))] for name, argv in argvs.items()}
+            ok = report(measured, "instructions")
+    print("OK" if ok else "OVER BUDGET")
+    return 0
 
 
 if __name__ == "__main__":
