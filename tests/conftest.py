@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import settings
 from typer.testing import CliRunner
 
 from runai_spec import presets as presets_module
@@ -45,6 +46,13 @@ BASE_PROFILE: dict[str, Any] = {
                    "resume": "latest"},
 }
 runner = CliRunner()
+
+# Hypothesis: thousands of examples in CI (.ci/run sets HYPOTHESIS_PROFILE=ci), a hundred on a
+# developer's machine; a test that needs another count says so in its own settings.
+HYPOTHESIS_PROFILE_VAR = "HYPOTHESIS_PROFILE"
+settings.register_profile("ci", max_examples=2000, deadline=None)
+settings.register_profile("dev", max_examples=100, deadline=None)
+settings.load_profile(os.environ.get(HYPOTHESIS_PROFILE_VAR, "dev"))
 
 
 def run(*args: str) -> Any:

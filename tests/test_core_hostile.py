@@ -144,13 +144,13 @@ def test_template_syntax_in_a_value_is_not_evaluated() -> None:
     assert "49" not in str(container(job)["command"])
 
 
-@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(TEXT)
 def test_any_string_round_trips_without_changing_structure(value: str) -> None:
     assert_round_trip(value)
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(deadline=None)
 @given(st.text(max_size=80)
        | st.lists(st.sampled_from([*PIECES, *REFUSED]) | st.text(max_size=4), max_size=16
                   ).map("".join))
@@ -163,7 +163,7 @@ def test_quote_reads_back_as_the_same_string(value: str) -> None:
     assert docs == [{"k": value}]
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(deadline=None)
 @given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=10),
                     lambda children: st.lists(children, max_size=3)
                     | st.dictionaries(st.text(min_size=1, max_size=8), children, max_size=3),
@@ -376,7 +376,7 @@ def test_every_free_text_field_lands_somewhere_or_is_documentation() -> None:
     assert [shape(m) for m in BENIGN_EVERY] == [shape(m) for m in render_every({})]
 
 
-@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.fixed_dictionaries(FREE_FIELDS))
 def test_hostile_text_in_every_string_field_keeps_the_structure(values: dict[str, str]) -> None:
     manifests = render_every(values)
@@ -404,7 +404,7 @@ NAME_TEXT = TEXT | st.sampled_from(["a", "x-1", "a.b", "A_B", "team-a", "ddp", "
                                     "dcp", "adamw", "-a", "a-", "1a"])
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(deadline=None)
 @given(st.sampled_from([*PATTERN_FIELDS, *CHOICE_FIELDS]), NAME_TEXT)
 def test_hostile_text_in_a_pattern_field_is_bad_input_or_a_plain_name(field: str, value: str
                                                                       ) -> None:
@@ -425,7 +425,7 @@ def test_hostile_text_in_a_pattern_field_is_bad_input_or_a_plain_name(field: str
     assert _get(loaded.profile.model_dump(by_alias=True), field) == value
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(deadline=None)
 @given(st.sampled_from([*FREE_FIELDS, *PATTERN_FIELDS, *CHOICE_FIELDS]), FIELD_TEXT,
        st.sampled_from(REFUSED), FIELD_TEXT)
 def test_a_control_character_in_any_string_field_is_bad_input_on_its_line(

@@ -185,7 +185,7 @@ def test_any_hostile_value_keeps_the_annotated_output_exact(tmp_path: Path) -> N
     seen: list[str] = []
     registry = PresetRegistry()  # read (ledger, signatures, presets) once, not per example
 
-    @settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(TEXT)
     def check(value: str) -> None:
         seen.append(value)
@@ -200,4 +200,4 @@ def test_any_hostile_value_keeps_the_annotated_output_exact(tmp_path: Path) -> N
         assert kubelet_sees(arg.value) == (value or "x") and arg.origin.field == "command[1]"
 
     check()
-    assert len(seen) >= 1500  # hypothesis really ran the examples
+    assert len(seen) >= settings.default.max_examples * 3 // 4  # hypothesis really ran them

@@ -144,7 +144,7 @@ def _plain(text: str) -> bool:
     return True
 
 
-@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(value=SCALARS)
 def test_any_scalar_text_in_a_string_field_comes_back_byte_for_byte(value: str) -> None:
     assume(_plain(value))

@@ -158,25 +158,25 @@ def test_a_forged_findings_section_does_not_hide_a_real_finding() -> None:
     assert "nccl-transport-env" in text.rsplit("\n## Findings\n", 1)[1].split("\n## ", 1)[0]
 
 
-@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(PROFILE_TEXT)
 def test_plan_structure_is_the_same_for_any_value(value: str) -> None:
     assert structure(plan_markdown(value)) == BENIGN_PLAN
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(deadline=None)
 @given(ANY_TEXT)
 def test_validate_markdown_structure_is_the_same_for_any_value(value: str) -> None:
     assert structure(validate_doc(value)) == BENIGN_VALIDATE
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(deadline=None)
 @given(ANY_TEXT)
 def test_diff_markdown_structure_is_the_same_for_any_value(value: str) -> None:
     assert structure(diff_doc(value)) == BENIGN_DIFF
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(deadline=None)
 @given(ANY_TEXT)
 def test_escaped_text_and_code_render_as_the_value(value: str) -> None:
     """Escaping keeps the value: as text, as inline code and as inline code in a cell."""
@@ -219,7 +219,7 @@ def test_the_rule_catalogue_is_one_table_and_a_section_per_rule() -> None:
     assert not any(t.type == "fence" for t in tokens)
 
 
-@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ANY_TEXT.filter(lambda s: "\x00" not in s))
 def test_explain_yaml_stays_yaml_whatever_the_profile_path(path: str) -> None:
     workload = workload_of(copy.deepcopy(BASE_PROFILE), path or "p")
