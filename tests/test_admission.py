@@ -344,7 +344,7 @@ def test_every_required_key_removed_is_denied(policy: Policy) -> None:
 # The rules whose findings the manifest shows; others (batch arithmetic, memory, metrics)
 # are about values the manifest does not carry, and are validate's alone.
 MANIFEST_RULES = {"image-digest", "registry", "launcher", "nccl-transport-env", "reserved-env",
-                  "nccl-debug-temporary", "mount-path", "name-length", "secret-env"}
+                  "nccl-debug-temporary", "mount-path", "name-length", "secret-env", "smoke-name"}
 
 
 def _job_of(profile: dict[str, Any], tmp: Path) -> tuple[Job | None, set[str]]:
@@ -387,6 +387,10 @@ PROFILE_CHANGES: list[tuple[str, Callable[[dict[str, Any]], None]]] = [
     ("data-none", lambda p: p.update(data=[])),
     ("data-dev-shm", lambda p: p.update(data=[{"pvc": "x", "path": "/dev/shm"}])),
     ("name", lambda p: p.update(name="other-name")),
+    ("name-48", lambda p: p.update(name="n" * 48)),
+    ("name-49", lambda p: p.update(name="n" * 49)),
+    ("name-54", lambda p: p.update(name="n" * 54)),
+    ("name-smoke", lambda p: p.update(name="train-smoke")),
     ("diagnostics", lambda p: p.update(diagnostics={"nccl_debug": True, "reason": "ticket 1"})),
 ]
 

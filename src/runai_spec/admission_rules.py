@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from . import launcher
-from .kubeflow import DNS1035_PATTERN, DNS1123_PATTERN, INJECTED_ENV
+from .kubeflow import DNS1035_PATTERN, DNS1123_PATTERN, INJECTED_ENV, SMOKE_SUFFIX
 from .policy import (
     IMAGE_REPO,
     IMAGE_TAG,
@@ -138,8 +138,10 @@ class RuleContext:
 
 
 def _name(e: str, c: RuleContext) -> str:
+    # policy.check_name_length (name_room) and check_smoke_name (no `-smoke` suffix)
     return (f"({_regex(e, c.pattern(DNS1035_PATTERN))} && "
-            f"size({e}) <= {c.name_max + len(c.prefix) + len(c.suffix)})")
+            f"size({e}) <= {c.name_max + len(c.prefix) + len(c.suffix)} && "
+            f"!{e}.endsWith({lit(SMOKE_SUFFIX + c.suffix)}))")
 
 
 def _project(e: str, c: RuleContext) -> str:

@@ -23,6 +23,7 @@ from typing import Any
 
 from .errors import InternalError, RunaiSpecError
 from .manifests import Manifest
+from .policy import name_room
 from .presets import ApprovedPreset, PresetRegistry, Site
 
 Scalar = str | int | float | bool | None
@@ -457,7 +458,7 @@ def preset_shape(registry: PresetRegistry, name: str) -> PresetShape:
     shapes = [_kind_shape(full, small, smoke, fields, site.registries[0])
               for smoke in (False, True)]
     plan = full["python"][0].plan
-    name_max = 63 - (len(plan.longest_pod_name) - len(plan.name))
+    name_max = name_room(plan)
     reserved = tuple(v.mount_path for v in plan.volumes
                      if v.name != "checkpoint" and not v.name.startswith("data-"))
     from .kubeflow import SMOKE_MOUNT

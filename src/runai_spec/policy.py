@@ -356,6 +356,13 @@ def check_strategy(ctx: Context) -> Iterator[Finding]:
                        "zero_stage only applies to strategy deepspeed", "remove zero_stage")
 
 
+def name_room(plan: Plan) -> int:
+    """The longest workload name whose pods, and its smoke test's, stay DNS labels (the
+    admission policy's bound on the name is this one)."""
+    longest = plan.longest_pod_name
+    return NAME_MAX - (len(longest) - len(plan.name)) - len(SMOKE_SUFFIX)
+
+
 @rule("name-length", "error",
       f"Derived pod names, the smoke test's too, stay within {NAME_MAX} characters")
 def check_name_length(ctx: Context) -> Iterator[Finding]:
@@ -364,7 +371,7 @@ def check_name_length(ctx: Context) -> Iterator[Finding]:
     so that validate passes nothing `render --smoke` and `submit --smoke` then refuse."""
     name, longest = ctx.plan.name, ctx.plan.longest_pod_name
     smoke = f"{name}{SMOKE_SUFFIX}{longest[len(name):]}"
-    room = NAME_MAX - (len(smoke) - len(name))
+    room = name_room(ctx.plan)
     hint = f"shorten name to at most {room} characters (its smoke test's pods add `{SMOKE_SUFFIX}`)"
     if len(longest) > NAME_MAX:
         yield _finding(ctx, "name-length", "name",
