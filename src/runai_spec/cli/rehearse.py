@@ -80,14 +80,7 @@ def rehearse(profile: ProfileArg, procs_per_pod: ProcsOpt = None, own_script: Ow
     The checks go to stdout (a table, or --format json); on a terminal a status line on
     stderr shows the pods up, each rank's last check and the time against --timeout."""
     check_options(timeout, network)
-    workload = prepared(profile)
-    err(line for finding in workload.findings for line in finding.lines())
-    if workload.errors:
-        # What validate refuses never runs here either (issue 23): a reserved variable such as
-        # LD_PRELOAD would load its library on this machine, a launcher's own module as the
-        # entry point would start ranks of its own.
-        err([f"{workload.path}: {len(workload.errors)} error finding(s): nothing was run"])
-        raise typer.Exit(EXIT_FINDINGS)
+    workload = runnable(profile)
     result = run_with_status_line(
         workload, procs_per_pod=procs_per_pod, own_script=own_script,
         restart_after_checkpoint=restart_after_checkpoint, logs_dir=logs, timeout_s=timeout,
@@ -97,6 +90,19 @@ def rehearse(profile: ProfileArg, procs_per_pod: ProcsOpt = None, own_script: Ow
     record_result(result, workload, recorded_options(procs_per_pod, own_script,
                                                      restart_after_checkpoint, kill, network))
     return EXIT_OK if result.ok else EXIT_FINDINGS
+
+
+def runnable(profile: Path) -> Workload:
+    """The workload, its findings printed; exit 1 before anything runs where one is an error:
+    what validate refuses never runs here either (issue 23): a reserved variable such as
+    LD_PRELOAD would load its library on this machine, a launcher's own module as the entry
+    point would start ranks of its own."""
+    workload = prepared(profile)
+    err(line for finding in workload.findings for line in finding.lines())
+    if workload.errors:
+        err([f"{workload.path}: {len(workload.errors)} error finding(s): nothing was run"])
+        raise typer.Exit(EXIT_FINDINGS)
+    return workload
 
 
 def prepared(profile: Path) -> Workload:
