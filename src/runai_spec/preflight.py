@@ -177,6 +177,15 @@ class Launch:
         )
 
 
+def _pid_namespace() -> str:
+    """This process's PID namespace (`pid:[inode]`): two pods of a rehearsal on one host may
+    each have a rank of the same PID, as pods of a cluster do."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -258,7 +267,8 @@ def pick_device(launch: Launch, use_cuda: bool, faults: Sequence[str]) -> Device
         torch.cuda.set_device(index)
         props = torch.cuda.get_device_properties(index)
         return Device("cuda", index, f"GPU-{props.uuid}", props.name, visible, problem)
-    identity = _env("PREFLIGHT_DEVICE_ID") or f"cpu:{socket.gethostname()}:{os.getpid()}"
+    identity = _env("PREFLIGHT_DEVICE_ID") or f"cpu:{socket.gethostname()}:{_pid_namespace()}:" \
+        f"{os.getpid()}"
     if "shared-device" in faults:
         identity = f"cpu:{socket.gethostname()}:shared"
     return Device("cpu", None, identity, "cpu", 0, None)

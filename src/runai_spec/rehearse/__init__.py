@@ -22,6 +22,7 @@ from .checks import (
     aggregate,
     command_note,
     network_note,
+    pid1_note,
     result_dict,
 )
 from .faults import faults_of
@@ -189,7 +190,7 @@ def rehearse_manifests(
              else [network_note(plans, str(job["metadata"]["name"]))] if len(plans) > 1 else [])
     if auto_why and notes:
         notes[0] = dataclasses.replace(notes[0], message=f"{notes[0].message}; {auto_why}")
-    notes += [n for n in [command_note(plans)] if n is not None]
+    notes += [n for n in [command_note(plans)] if n is not None] + [pid1_note(plans)]
     checks = notes + checks
     ok = all(c.ok for c in checks if c.status != "not run")
     result = RehearseResult(ok, tuple(checks), tuple(outcomes), root, world, backend, own_script)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..report import one_line
-from .pods import PodOutcome, PodPlan
+from .pods import PodOutcome, PodPlan, can_pid_namespace
 
 TAIL_LINES = 3  # of a crashed rank's stderr in the pods row: where a traceback ends
 
@@ -244,6 +244,24 @@ def network_note(plans: Sequence[PodPlan], job_name: str) -> CheckResult:
     details = {"port": port, "endpoint": first.endpoint, "store_hosts": hosts,
                "is_host": {p.name: p.store.is_host for p in stores if p.store is not None}}
     return CheckResult("network", "note", f"{lead}; {who}; {how}", details=details)
+
+
+def pid1_note(plans: Sequence[PodPlan]) -> CheckResult:
+    """The `pid-1` row: whether each pod's command ran as PID 1 of its own PID namespace, as
+    in the cluster (so a SIGTERM it does not handle is ignored, as there), or why not."""
+    if plans and all(p.pid_namespace for p in plans):
+        return CheckResult("pid-1", "note", "each pod's command runs as PID 1 of a PID namespace "
+                           "of its own, as in the container: SIGTERM reaches it only through a "
+                           "handler of its own (torchrun has one and forwards it)",
+                           details={"pid_namespace": True})
+    why = ("on loopback the pods share one hostname, and torchrun's rendezvous tells agents "
+           "apart by hostname and PID, so several pods need --network netns for it"
+           if len(plans) > 1 and can_pid_namespace() else
+           "that needs root and util-linux `unshare`")
+    return CheckResult("pid-1", "note", "the pods' commands do NOT run as PID 1 of a PID "
+                       f"namespace of their own ({why}): a script without a SIGTERM handler "
+                       "ends on SIGTERM here, but in the cluster, as PID 1, it would ignore it "
+                       "until the grace period's SIGKILL", details={"pid_namespace": False})
 
 
 def command_note(plans: Sequence[PodPlan]) -> CheckResult | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import json
 import os
 import posixpath
@@ -51,6 +52,54 @@ MULTICAST_OFF = {
     "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
     "NVSHMEM_DISABLE_NVLS": "1",
 }
+# A container's first process is PID 1 of a PID namespace of its own (the container runtime's
+# doing). The kernel gives PID 1 no default action for a signal: SIGTERM from outside reaches
+# it only if it installed a handler (pid_namespaces(7)), so `python train.py` without one
+# runs on until the grace period's SIGKILL, while torchrun handles it and forwards it. The
+# rehearsal starts each pod's command the same way where it can: util-linux `unshare` (its
+# `--fork` parent waits, blocking SIGTERM; `--kill-child` ends the namespace with it), with a
+# /proc of the namespace so that the ranks' own lookups by PID hold.
+PID_NAMESPACE = ("unshare", "--pid", "--fork", "--mount-proc", "--kill-child", "--")
+
+
+@functools.cache
+def can_pid_namespace() -> bool:
+    """Root, `unshare`, and a PID namespace with its own /proc that can be made here."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return False
+    try:
+        done = subprocess.run([*PID_NAMESPACE, "true"], capture_output=True, timeout=10,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+def namespace_init(pid: int) -> int | None:
+    """The first process at or below PID that is PID 1 of a PID namespace below this one
+    (its NSpid line in /proc lists more than one PID, the last 1); None if there is none."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(entry.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.parent.name))
+    todo = [pid]
+    while todo:
+        current = todo.pop(0)
+        try:
+            status = Path(f"/proc/{current}/status").read_text()
+        except OSError:
+            continue
+        ids = next((line.split()[1:] for line in status.splitlines()
+                    if line.startswith("NSpid:")), [])
+        if len(ids) > 1 and ids[-1] == "1":
+            return current
+        todo += children.get(current, [])
+    return None
+
+
 # Set by the operator or by torchrun: never inherited from the shell that runs the rehearsal.
 _OWNED = re.compile(r"^(RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|GROUP_RANK|ROLE_RANK|"
                     r"ROLE_WORLD_SIZE|GROUP_WORLD_SIZE|MASTER_ADDR|MASTER_PORT|PET_.*|"
@@ -78,6 +127,7 @@ class PodPlan:
     nccl_debug_file: Path | None = None  # NCCL_DEBUG_FILE's pattern as a path of this machine
     port: int | None = None  # the one free port here that stands for the cluster's ports
     grace_s: float | None = None  # the pod's terminationGracePeriodSeconds, if it sets one
+    pid_namespace: bool = False  # its command runs as PID 1 of a PID namespace of its own
 
 
 @dataclass(frozen=True)
@@ -270,6 +320,11 @@ def plan_pods(
         raise InputError(f"the rehearsal needs {world} GPUs (one per process), {gpus} visible",
                          hint="scale down with --procs-per-pod, or rehearse on CPU")
     port = free_port()
+    # On loopback the pods share this machine's hostname, and torchrun's dynamic rendezvous
+    # tells agents apart by hostname and PID (dynamic_rendezvous.py _NodeDesc, torch 2.13):
+    # as PID 1 of their namespaces every agent would be one node. So several pods get PID
+    # namespaces only with hostnames of their own (netns mode); one pod always can.
+    pid1 = can_pid_namespace() and (network is not None or len(pods) == 1)
     shared_ckpt = root / "checkpoints"
     preflight_dir = root / "preflight"
     preflight_dir.mkdir(parents=True, exist_ok=True)
@@ -364,13 +419,13 @@ def plan_pods(
         rank = int(op.get("RANK", pod_index))
         out.append(PodPlan(short, rtype, i, rank, tuple(head + entry), penv, cwd, pod_dir,
                            wrapper=(network.wrapper(short) if network else ())
-                           + (fs.wrapper if fs else ()),
+                           + (fs.wrapper if fs else ()) + (PID_NAMESPACE if pid1 else ()),
                            filesystem_note=fs.note if fs else None,
                            checkpoint_dir=fs.checkpoint_dir if fs else None,
                            added_flags=added, rank_logs=rank_logs, store=store,
                            nccl_debug_file=nccl_file,
                            port=port if network is None else None,
-                           grace_s=_grace(graces[rtype])))
+                           grace_s=_grace(graces[rtype]), pid_namespace=pid1))
     if own_script:
         install_audit_layer(root)
     return out, world
@@ -552,11 +607,14 @@ class _Pod:
 
     def term(self) -> list[int]:
         """The pod deleted: SIGTERM to the container's main process only, as the runtime
-        sends it (torchrun forwards it to its workers); returns the processes of the container
-        now, for `reap` once the grace period is over."""
+        sends it (torchrun forwards it to its workers): PID 1 of the pod's PID namespace,
+        where it has one; returns the processes of the container now, for `reap` once the
+        grace period is over."""
         tree = [self.proc.pid, *_descendants(self.proc.pid)]
+        main = (namespace_init(self.proc.pid) if self.plan.pid_namespace else None) \
+            or self.proc.pid
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(self.proc.pid, signal.SIGTERM)
+            os.kill(main, signal.SIGTERM)
         return tree
 
     def reap(self, tree: Sequence[int], grace: float = 5.0) -> None:

@@ -293,7 +293,10 @@ def _resume_row(records: Sequence[Mapping[str, Any]], run: ScriptRun) -> CheckRe
     checked: set[int] = set()
     for start in later:
         rank, gen = int(start["rank"]), _generation(start)
-        mine = [r for r in records if r.get("pid") == start.get("pid") and r.get("rank") == rank]
+        # a PID is this start's only within its generation: each container start is a PID
+        # namespace of its own, whose PIDs the next start may have again
+        mine = [r for r in records if r.get("pid") == start.get("pid") and r.get("rank") == rank
+                and _generation(r) == gen]
         loads = [r for r in mine if r.get("event") == "load" and r.get("path")
                  and _under(str(r["path"]), run.checkpoint_dir)]
         saves = [r for r in mine if r.get("event") == "save"]
