@@ -4,6 +4,7 @@ period to save on SIGTERM (TORCH_ELASTIC_SHUTDOWN_TIMEOUT, read by torch 2.12 an
 
 from __future__ import annotations
 
+import copy
 import os
 import signal
 import subprocess
@@ -176,3 +177,58 @@ def test_a_45_s_save_on_sigterm_completes_with_the_render_s_setting_and_is_kille
     assert not (tmp_path / "without" / "saved").exists()
     # torch's own words (elastic/multiprocessing/api.py): the 30 s were over, SIGKILL
     assert "forcefully exiting via" in logs["without"], logs["without"]
+
+
+# The same save under the rehearsal's preemption of the rendered single-node job: SIGTERM to
+# the pod's PID 1 (torchrun), SIGKILL after the pod's real grace period (300 s, unscaled).
+SLOW_SAVE_ON_VOLUME = """\
+import os, signal, time
+import torch
+if os.path.exists("/checkpoints/started"):
+    raise SystemExit(0)  # the recreated pod: the job ends
+def on_sigterm(signum, frame):
+    time.sleep(45)
+    with open("/checkpoints/saved-on-sigterm", "w") as fh:
+        fh.write("step 1")
+    os._exit(143)
+signal.signal(signal.SIGTERM, on_sigterm)
+open("/checkpoints/started", "w").close()
+torch.save({"step": 1}, "/checkpoints/state.pt")  # the first save: the preemption comes now
+while True:
+    time.sleep(0.2)
+"""
+
+
+def _rehearse_preemption(tmp_path: Path, job: dict[str, Any]) -> tuple[Path, str]:
+    from runai_spec.rehearse import rehearse_manifests
+
+    tree = tmp_path / "tree"
+    tree.mkdir(parents=True)
+    (tree / "train.py").write_text(SLOW_SAVE_ON_VOLUME)
+    result = rehearse_manifests([job], own_script=True, workdir=tree, logs_dir=tmp_path / "logs",
+                                procs_per_pod=1, preempt="checkpoint", timeout_s=240,
+                                device="cpu", backoff_scale=0.0)
+    [fault] = [c for c in result.checks if c.check == "fault"]
+    [pod] = [r["template"]["spec"] for r in job["spec"]["pytorchReplicaSpecs"].values()]
+    [volume] = [m["name"] for m in pod["containers"][0]["volumeMounts"]
+                if m["mountPath"] == "/checkpoints"]
+    [claim] = [v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"]
+               if v["name"] == volume]
+    return tmp_path / "logs" / "volumes" / claim / "saved-on-sigterm", fault.message
+
+
+@pytest.mark.long
+@pytest.mark.slow
+@pytest.mark.torch
+def test_the_rehearsed_preemption_gives_torchrun_s_ranks_the_rendered_window(
+        tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    rendered = example_job("single-node")
+    saved, message = _rehearse_preemption(tmp_path / "rendered", rendered)
+    assert saved.read_text() == "step 1", message
+    without = copy.deepcopy(rendered)
+    for rspec in without["spec"]["pytorchReplicaSpecs"].values():
+        container = rspec["template"]["spec"]["containers"][0]
+        container["env"] = [e for e in container["env"] if e["name"] != SHUTDOWN_TIMEOUT_ENV]
+    saved, message = _rehearse_preemption(tmp_path / "without", without)
+    assert not saved.exists(), message
