@@ -33,10 +33,12 @@ from .launcher import (
     EXECUTABLE_ENTRY,
     NCCL_DIAGNOSTICS,
     SHELLS,
+    SHUTDOWN_TIMEOUT_ENV,
     TRANSPORT_ENV_NAMES,
     TRANSPORT_ENV_PREFIXES,
     entry_point_kind,
     launcher_entry,
+    shutdown_window,
     split_command,
     without_launcher,
 )
@@ -726,6 +728,30 @@ def check_sigterm_one_gpu(ctx: Context) -> Iterator[Finding]:
                    severity="warning")
 
 
+@rule("shutdown-window", "warning",
+      "torch before 2.12 gives torchrun's ranks 30 s to save on SIGTERM, not the grace period")
+def check_shutdown_window(ctx: Context) -> Iterator[Finding]:
+    """torchrun, PID 1 of a torchrun pod, forwards SIGTERM to its ranks and SIGKILLs them its
+    shutdown timeout later (launcher.shutdown_window): the render sets it to the preset's
+    grace period (TORCH_ELASTIC_SHUTDOWN_TIMEOUT), which torch reads from 2.12 on; torch 2.11
+    and older kill the ranks after 30 s. Where the profile declares such a torch and a save on
+    SIGTERM, the save has 30 s, not the grace period."""
+    plan = ctx.plan
+    grace = plan.termination_grace_period_seconds
+    if plan.launcher[:1] != ("torchrun",) or not plan.checkpoint_on_sigterm:
+        return
+    window = shutdown_window(plan.torch_version, grace)
+    if window is None or window >= grace:
+        return
+    yield _finding(ctx, "shutdown-window", "torch_version",
+                   f"torch {plan.torch_version} gives the ranks {window} s from SIGTERM to "
+                   f"SIGKILL (torchrun's fixed shutdown timeout), not the preset's {grace} s "
+                   "grace period: a checkpoint on SIGTERM that takes longer is cut off",
+                   f"use an image with torch 2.12 or later (it reads {SHUTDOWN_TIMEOUT_ENV}, "
+                   f"which the render sets to the grace period), or keep the save on SIGTERM "
+                   f"under {window} s", severity="warning")
+
+
 @rule("rank0-metrics", "error", "Only rank 0 writes shared metrics", milder=("warning",))
 def check_rank0_metrics(ctx: Context) -> Iterator[Finding]:
     """The guide: ensure only rank 0 writes shared metrics or non-sharded output. A tool cannot
@@ -1011,7 +1037,7 @@ READS: dict[str, tuple[str, ...]] = {
     "checkpoint-on-pvc": ("checkpoint",), "data-source": ("checkpoint", "data"),
     "launcher": ("command",),
     "preemptible-needs-resume": ("checkpoint",), "rank0-metrics": ("metrics",),
-    "sigterm-one-gpu": ("checkpoint",),
+    "sigterm-one-gpu": ("checkpoint",), "shutdown-window": ("checkpoint", "torch_version"),
     "ddp-replica-fits": ("model", "strategy", "zero_stage"),
     "deepspeed-autotune": ("command", "env"), "secret-env": ("env", "secret_env", "command"),
     "preset-not-granted": ("project",), "smoke-name": ("name",),
