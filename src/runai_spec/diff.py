@@ -13,7 +13,7 @@ from .errors import InputError, RunaiSpecError
 from .kubeflow import API_VERSION, KIND
 from .loading import MAX_BYTES, load_documents, read_text
 from .manifests import Manifest, dump, object_key
-from .pipeline import workloads
+from .pipeline import Reported, Spooled, workloads
 from .presets import PresetRegistry
 from .report import html_text, md_code, md_fence, md_text
 from .secrets import MASK as MASK
@@ -104,16 +104,16 @@ def diff_workload(workload: Workload, against: Path) -> ProfileDiff:
     return ProfileDiff(str(path), str(committed_path), objects)
 
 
-def diff_all(paths: list[Path], against: Path, *, registry: PresetRegistry | None = None,
+def diff_all(paths: Sequence[Path], against: Path, *, registry: PresetRegistry | None = None,
              step: Callable[[], None] | None = None
-             ) -> tuple[list[ProfileDiff], list[RunaiSpecError]]:
+             ) -> tuple[Spooled[ProfileDiff], list[RunaiSpecError]]:
     """Each profile against its `<name>.yaml` in `against`; then the folder's other manifests:
     one holding a workload whose file is missing is named in that workload's note, and one no
     profile renders is reported as stale (every object removed)."""
     if not against.is_dir():
         raise InputError(f"{against}: not a folder", hint="pass the folder of committed "
                          "manifests, one <name>.yaml per workload")
-    done: list[ProfileDiff] = []
+    done: Spooled[ProfileDiff] = Spooled()  # kept out of memory: one per profile
     bad: list[RunaiSpecError] = []
     claimed: set[str] = set()  # file names in `against` that a workload owns
     missing: dict[int, tuple[str, frozenset[str]]] = {}  # index in done -> (name, object keys)
@@ -136,26 +136,32 @@ def diff_all(paths: list[Path], against: Path, *, registry: PresetRegistry | Non
         if step is not None:
             step()
     others = _other_manifests(against, claimed)
-    for index, (name, keys) in missing.items():
+    for index, result in enumerate(done if missing else ()):
+        if index not in missing:
+            continue
+        name, keys = missing[index]
         holders = [path.name for path, docs in others.items()
                    if keys & {object_key(d) for d in docs}]
         note = f"no file named {name}.yaml in {against}: every object shows as added"
         if holders:
             note += (f"; {', '.join(holders)} holds this workload's objects: name it "
                      f"{name}.yaml, as `render -d` does")
-        done[index] = replace(done[index], note=note)
+        done.replace(index, replace(result, note=note))
         others = {p: d for p, d in others.items() if p.name not in holders}
-    for index, (name, keys) in smokes.items():  # a file of its smoke test is not stale
+    for index, result in enumerate(done if others else ()):  # a smoke test's file: not stale
+        if index not in smokes:
+            continue
+        name, keys = smokes[index]
         holders = [path.name for path, docs in others.items()
                    if {object_key(d) for d in docs} <= keys]
         if holders:
             note = (f"{', '.join(holders)} holds its smoke test (`render --smoke`): not "
                     f"compared; `render --smoke -d` names it {name}-smoke.yaml")
-            done[index] = replace(done[index], note="; ".join(filter(None, (
-                done[index].note, note))))
+            done.replace(index, replace(result, note="; ".join(filter(None, (result.note, note)))))
             others = {p: d for p, d in others.items() if p.name not in holders}
     if not bad:  # with a profile that did not load, its own file would look stale
-        done += [_stale(path, docs) for path, docs in sorted(others.items())]
+        for path, docs in sorted(others.items()):
+            done.append(_stale(path, docs))
     return done, bad
 
 
@@ -235,19 +241,19 @@ def diff_live(profile: str, rendered: Iterable[Manifest],
                                               old_label=LIVE))
 
 
-def summary(results: list[ProfileDiff]) -> tuple[int, int]:
+def summary(results: Reported[ProfileDiff]) -> tuple[int, int]:
     changed = sum(1 for r in results if r.changed and r.profile)
     return changed, sum(len(r.objects) for r in results)
 
 
-def _counts(results: list[ProfileDiff]) -> str:
+def _counts(results: Reported[ProfileDiff]) -> str:
     changed, objects = summary(results)
     stale = sum(1 for r in results if not r.profile)
     return (f"{len(results) - stale} profile(s), {changed} changed, {objects} object(s) differ"
             + (f", {stale} stale manifest(s)" if stale else ""))
 
 
-def drift_line(results: list[ProfileDiff], shown: int = 3) -> str | None:
+def drift_line(results: Reported[ProfileDiff], shown: int = 3) -> str | None:
     """One line for stderr when there is drift (the JSON or Markdown report goes to a file in
     CI, and the failing job's log must still say why): the counts and the first few files."""
     drifted = [r for r in results if r.changed or not r.profile]
@@ -258,14 +264,14 @@ def drift_line(results: list[ProfileDiff], shown: int = 3) -> str | None:
     return f"drift: {_counts(results)}: {', '.join(names[:shown])}{more}"
 
 
-def as_text(results: list[ProfileDiff]) -> str:
+def as_text(results: Reported[ProfileDiff]) -> str:
     parts = [f"note: {r.note}\n" for r in results if r.note]
     parts += [o.diff for r in results for o in r.objects]
     parts.append(_counts(results) + "\n")
     return "".join(parts)
 
 
-def as_json(results: list[ProfileDiff], bad: Sequence[HasLines]) -> str:
+def as_json(results: Reported[ProfileDiff], bad: Sequence[HasLines]) -> str:
     changed, objects = summary(results)
     return json.dumps({
         "profiles": sum(1 for r in results if r.profile), "changed": changed,
@@ -278,7 +284,7 @@ def as_json(results: list[ProfileDiff], bad: Sequence[HasLines]) -> str:
     }, indent=2)
 
 
-def as_markdown(results: list[ProfileDiff], bad: Sequence[HasLines]) -> str:
+def as_markdown(results: Reported[ProfileDiff], bad: Sequence[HasLines]) -> str:
     changed = summary(results)[0]
     lines = ["## runai-spec diff", "",
              _counts(results).replace(f"{changed} changed", f"**{changed} changed**") + ".", ""]

@@ -11,10 +11,10 @@ import shutil
 import stat
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO, Generic, Protocol, TypeVar, overload
 
 from .errors import EXIT_FINDINGS, EXIT_INPUT, EXIT_OK, InputError, RunaiSpecError
 from .findings import Finding
@@ -54,6 +54,30 @@ def profile_path(path: Path) -> Path:
     return path
 
 
+class ProfileArgs(Sequence[Path]):
+    """Profile arguments as given (strings), each made its Path (profile_path) when read: a
+    call with 100,000 profiles keeps their names, not 100,000 Path objects. `-` is read once."""
+
+    def __init__(self, args: Iterable[str]) -> None:
+        self._args: list[str | Path] = [profile_path(Path(a)) if a == "-" else a for a in args]
+
+    def __len__(self) -> int:
+        return len(self._args)
+
+    @overload
+    def __getitem__(self, index: int) -> Path: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Path]: ...
+    def __getitem__(self, index: int | slice) -> Path | list[Path]:
+        if isinstance(index, slice):
+            return [self._path(a) for a in self._args[index]]
+        return self._path(self._args[index])
+
+    @staticmethod
+    def _path(arg: str | Path) -> Path:
+        return arg if isinstance(arg, Path) else profile_path(Path(arg))
+
+
 def workloads(paths: Iterable[Path], registry: PresetRegistry | None = None
               ) -> Iterator[Workload | InputError]:
     """Each profile carried through, in order: its workload, or the bad input that stopped it.
@@ -66,13 +90,76 @@ def workloads(paths: Iterable[Path], registry: PresetRegistry | None = None
             yield exc
 
 
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class Reported(Protocol[T_co]):
+    """What a report reads: iterated (more than once) and counted; a list or a Spooled."""
+
+    def __iter__(self) -> Iterator[T_co]: ...
+    def __len__(self) -> int: ...
+
+
+class Spooled(Generic[T]):
+    """Items kept pickled in a temporary file (in memory up to a MB), read back in order: what
+    a many-profile command reports at its end, so that its memory does not grow with the
+    number of profiles (issue 29 item 2). Appended to and iterated, never indexed."""
+
+    def __init__(self) -> None:
+        import tempfile
+
+        # closed with the object: it lives as long as the command's report
+        self._file: IO[bytes] = tempfile.SpooledTemporaryFile(1 << 20)  # noqa: SIM115
+        self._count = 0
+        self._end = 0
+        self._replaced: dict[int, T] = {}
+
+    def append(self, item: T) -> None:
+        import pickle
+
+        self._file.seek(self._end)
+        pickle.dump(item, self._file, protocol=pickle.HIGHEST_PROTOCOL)
+        self._end = self._file.tell()
+        self._count += 1
+
+    def replace(self, index: int, item: T) -> None:
+        """Item INDEX reads back as ITEM from now on."""
+        self._replaced[index] = item
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __bool__(self) -> bool:
+        return self._count > 0
+
+    def __iter__(self) -> Iterator[T]:
+        import pickle
+
+        at = 0  # each iterator keeps its own place: loops may nest
+        for index in range(self._count):
+            self._file.seek(at)
+            item = pickle.load(self._file)
+            at = self._file.tell()
+            yield self._replaced.get(index, item)
+
+
+class LineSpool(Spooled[str]):
+    """Lines to print at the end, in order, kept out of memory."""
+
+    def __iadd__(self, lines: Iterable[str]) -> LineSpool:
+        for line in lines:
+            self.append(line)
+        return self
+
+
 @dataclass
 class Gate:
     """What stops a many-profile command, collected as the profiles stream past: bad input
     (exit 2) reported before the findings (1), as when every profile was loaded first."""
 
-    bad: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    bad: LineSpool = field(default_factory=LineSpool)
+    notes: LineSpool = field(default_factory=LineSpool)
     bad_count: int = 0
     failed: int = 0
 
@@ -88,8 +175,9 @@ class Gate:
                 self.bad_count += 1
 
     @property
-    def lines(self) -> list[str]:
-        return [*self.bad, *self.notes]
+    def lines(self) -> Iterator[str]:
+        yield from self.bad
+        yield from self.notes
 
     @property
     def code(self) -> int:
@@ -128,7 +216,7 @@ def profile_check(workload: Workload, extra: Iterable[Finding] = ()) -> ProfileC
 
 def check_profiles(paths: Iterable[Path], crd: Path | None = None,
                    live: Callable[[Workload], list[Finding]] | None = None,
-                   ) -> tuple[list[ProfileCheck], list[RunaiSpecError]]:
+                   ) -> tuple[Spooled[ProfileCheck], list[RunaiSpecError]]:
     """`validate`: every profile checked (and, with crd, its rendered objects against that
     CRD's schema), collecting bad input instead of stopping."""
     extra: Callable[[Workload], list[Finding]] = lambda w: []  # noqa: E731
@@ -137,7 +225,7 @@ def check_profiles(paths: Iterable[Path], crd: Path | None = None,
 
         schemas = load_crd_schemas(crd)
         extra = lambda w: crd_findings(list(w.manifests), schemas, "PyTorchJob", w.path)  # noqa: E731
-    checks: list[ProfileCheck] = []
+    checks: Spooled[ProfileCheck] = Spooled()
     bad: list[RunaiSpecError] = []
     for item in workloads(paths):
         if isinstance(item, Workload):
@@ -147,7 +235,7 @@ def check_profiles(paths: Iterable[Path], crd: Path | None = None,
     return checks, bad
 
 
-def check_exit(checks: list[ProfileCheck], bad: list[RunaiSpecError]) -> int:
+def check_exit(checks: Iterable[ProfileCheck], bad: list[RunaiSpecError]) -> int:
     if bad:
         return EXIT_INPUT
     return EXIT_FINDINGS if any(c.errors for c in checks) else EXIT_OK
@@ -455,7 +543,7 @@ class Spool:
 Piece = Callable[[Workload], tuple[str, str]]  # a workload -> (file name, text)
 
 
-def render_all(paths: Iterable[Path], piece: Piece, sink: Sink) -> tuple[list[str], int]:
+def render_all(paths: Iterable[Path], piece: Piece, sink: Sink) -> tuple[Iterable[str], int]:
     """Render every profile into sink, one at a time; (stderr lines, exit code), the caller
     commits the sink when the code is 0. Bad input and error findings first, then two
     workloads of one name, then pieces refused (all of one kind reported together): any of
@@ -484,13 +572,14 @@ def render_all(paths: Iterable[Path], piece: Piece, sink: Sink) -> tuple[list[st
     except BaseException:
         sink.discard()
         raise
-    lines, code = gate.lines, gate.code
+    lines: Iterable[str] = gate.lines
+    code = gate.code
     if code == EXIT_OK and duplicate is not None:
         _, name, one, other, line = duplicate
-        lines += InputError(f"two profiles render the workload {name!r}: {one} and {other}",
+        lines = [*lines, *InputError(f"two profiles render the workload {name!r}: {one} and {other}",
                             file=other, line=line, field="name",
                             hint="workload names must be unique within one call: rename one "
-                            "of them").lines()
+                            "of them").lines()]
         code = EXIT_INPUT
     elif code == EXIT_OK and refused:
         lines, code = [*lines, *refused], EXIT_INPUT

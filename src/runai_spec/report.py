@@ -6,12 +6,12 @@ import html
 import inspect
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from .errors import UNSAFE_TEXT, RunaiSpecError, visible
 from .findings import Finding
-from .pipeline import ProfileCheck
+from .pipeline import ProfileCheck, Reported
 from .policy import RULES
 from .presets import PresetRegistry
 
@@ -106,21 +106,21 @@ def counts(findings: Iterable[Finding]) -> dict[str, int]:
 
 # --- validate --------------------------------------------------------------------
 
-def validate_text(workloads: list[ProfileCheck], bad: list[RunaiSpecError]) -> list[str]:
-    """Compiler-style lines (for stderr): every finding, then `ok:` for clean profiles."""
-    lines: list[str] = []
+def validate_text(workloads: Iterable[ProfileCheck], bad: list[RunaiSpecError]
+                  ) -> Iterator[str]:
+    """Compiler-style lines (for stderr): every finding, then `ok:` for clean profiles; made
+    as they are printed."""
     for exc in bad:
-        lines += exc.lines()
+        yield from exc.lines()
     for workload in workloads:
         for finding in workload.findings:
-            lines += finding.lines()
+            yield from finding.lines()
         if not workload.errors:
-            lines.append(one_line(f"ok: {workload.path}: {workload.summary}"))
-    return lines
+            yield one_line(f"ok: {workload.path}: {workload.summary}")
 
 
-def validate_json(workloads: list[ProfileCheck], bad: list[RunaiSpecError]) -> str:
-    every = [f for w in workloads for f in w.findings]
+def validate_json(workloads: Reported[ProfileCheck], bad: list[RunaiSpecError]) -> str:
+    every = (f for w in workloads for f in w.findings)
     doc = {
         "summary": {"profiles": len(workloads) + len(bad), "bad_input": len(bad),
                     "with_errors": sum(1 for w in workloads if w.errors), **counts(every)},
@@ -133,8 +133,8 @@ def validate_json(workloads: list[ProfileCheck], bad: list[RunaiSpecError]) -> s
     return json.dumps(doc, indent=2)
 
 
-def validate_markdown(workloads: list[ProfileCheck], bad: list[RunaiSpecError]) -> str:
-    every = [f for w in workloads for f in w.findings]
+def validate_markdown(workloads: Reported[ProfileCheck], bad: list[RunaiSpecError]) -> str:
+    every = (f for w in workloads for f in w.findings)
     n = counts(every)
     failed = sum(1 for w in workloads if w.errors) + len(bad)
     verdict = "passed" if failed == 0 else f"{failed} of {len(workloads) + len(bad)} failed"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -97,7 +98,7 @@ def job_refs(job: str, project: str | None, smoke: bool = False) -> list[cluster
     return [cluster.job_ref(name, namespace)]
 
 
-def diff_live_all(profiles: list[Path], kubeconfig: Path | None, context: str | None, debug: bool,
+def diff_live_all(profiles: Sequence[Path], kubeconfig: Path | None, context: str | None, debug: bool,
                   request_timeout: float | None = None
                   ) -> tuple[list[ProfileDiff], list[RunaiSpecError | Finding], list[RunaiSpecError]]:
     """diff --live: (results, what stopped it, bad input); nothing is sent if any profile

@@ -143,12 +143,6 @@ class Format(StrEnum):
     markdown = "markdown"
 
 
-def profile_paths(paths: list[Path]) -> list[Path]:
-    from ..pipeline import profile_path
-
-    return [profile_path(p) for p in paths]
-
-
 def one_profile_path(path: Path) -> Path:
     from ..pipeline import profile_path
 
@@ -167,9 +161,11 @@ class MarkdownJson(StrEnum):
 
 TextJsonOpt = Annotated[TextJson, typer.Option("--format", "-f", help="Output format.")]
 MarkdownJsonOpt = Annotated[MarkdownJson, typer.Option("--format", "-f", help="Output format.")]
-Profiles = Annotated[list[Path], typer.Argument(
+# Strings, each made its Path only when read (pipeline.ProfileArgs): 100,000 Path objects
+# alone would take ~40 MB, and Typer copies a list argument after its callback.
+Profiles = Annotated[list[str], typer.Argument(
     help="Profile files (profile.yaml); a folder means its profile.yaml, `-` standard input.",
-    show_default=False, metavar="PROFILE", callback=profile_paths)]
+    show_default=False, metavar="PROFILE")]
 ProfileArg = Annotated[Path, typer.Argument(
     help="Profile file (profile.yaml); a folder means its profile.yaml, `-` standard input.",
     metavar="PROFILE", callback=one_profile_path)]

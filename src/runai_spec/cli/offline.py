@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -32,7 +32,7 @@ from .common import (
 if TYPE_CHECKING:
     from ..diff import ProfileDiff
     from ..findings import Finding
-    from ..pipeline import ProfileCheck
+    from ..pipeline import ProfileCheck, Reported, Spooled
     from ..workload import Workload
 
 CrdOpt = Annotated[Path | None, typer.Option(
@@ -57,10 +57,10 @@ def validate(profiles: Profiles, fmt: FormatOpt = Format.text, crd: CrdOpt = Non
     comment) go to stdout."""
     from .. import report
     from ..errors import EXIT_CLUSTER, ClusterError
-    from ..pipeline import check_exit
+    from ..pipeline import ProfileArgs, check_exit
 
     try:
-        checks, bad = validate_checks(profiles, crd, live, kubeconfig, context, request_timeout)
+        checks, bad = validate_checks(ProfileArgs(profiles), crd, live, kubeconfig, context, request_timeout)
     except ClusterError as exc:
         err(exc.lines())
         return EXIT_CLUSTER
@@ -72,10 +72,10 @@ def validate(profiles: Profiles, fmt: FormatOpt = Format.text, crd: CrdOpt = Non
     return check_exit(checks, bad)
 
 
-def validate_checks(profiles: list[Path], crd: Path | None, live: bool,
+def validate_checks(profiles: Sequence[Path], crd: Path | None, live: bool,
                     kubeconfig: Path | None, context: str | None,
                     request_timeout: float | None = None
-                    ) -> tuple[list[ProfileCheck], list[RunaiSpecError]]:
+                    ) -> tuple[Spooled[ProfileCheck], list[RunaiSpecError]]:
     """Every profile checked offline, and with --live against the cluster too (read-only)."""
     from ..pipeline import check_profiles
 
@@ -149,11 +149,14 @@ def diff(profiles: Profiles, against: AgainstOpt = None, live: LiveOpt = False,
         r.changed for r in results) else EXIT_OK
 
 
-def compare(profiles: list[Path], against: Path | None, kubeconfig: Path | None,
+def compare(args: Sequence[str], against: Path | None, kubeconfig: Path | None,
             context: str | None, debug: bool, request_timeout: float | None = None
-            ) -> tuple[list[ProfileDiff], list[RunaiSpecError | Finding], list[RunaiSpecError]]:
+            ) -> tuple[Reported[ProfileDiff], list[RunaiSpecError | Finding], list[RunaiSpecError]]:
     """diff's results, the profiles it stopped on, and which of those were bad input: against
     committed manifests, or (no folder) against the cluster."""
+    from ..pipeline import ProfileArgs
+
+    profiles = ProfileArgs(args)
     if against is None:
         from .cluster import diff_live_all
 
@@ -173,8 +176,8 @@ def check_diff_options(against: Path | None, live: bool, cluster_options: object
                          field="--against", hint="drop them, or use --live instead of --against")
 
 
-def diff_against(profiles: list[Path], against: Path
-                 ) -> tuple[list[ProfileDiff], list[RunaiSpecError]]:
+def diff_against(profiles: Sequence[Path], against: Path
+                 ) -> tuple[Reported[ProfileDiff], list[RunaiSpecError]]:
     """diff --against, with a progress bar on a terminal for more than one profile."""
     from .. import diff as drift
 
@@ -205,15 +208,15 @@ def render(profiles: Profiles, out_dir: OutDirOpt = None, output: OutputOpt = No
            smoke: SmokeRenderOpt = False, explain: ExplainOpt = False) -> int:
     """Render profiles to manifests: stdout as YAML (or, with -o json, one JSON `List`), or one
     file per workload with -d DIR."""
-    from ..pipeline import Spool, StagedFiles, render_all
+    from ..pipeline import ProfileArgs, Spool, StagedFiles, render_all
 
     fmt, out_dir = render_target(output, out_dir, smoke, explain)
     piece = smoke_piece if smoke else explained_piece if explain else manifest_piece
     if fmt == "json":
-        return render_json(profiles, piece)
+        return render_json(ProfileArgs(profiles), piece)
     # smoke pieces are whole streams (each opens with `---`): no separator between them
     sink = StagedFiles(out_dir) if out_dir is not None else Spool(sys.stdout, "" if smoke else "---\n")
-    lines, code = render_all(profiles, piece, sink)
+    lines, code = render_all(ProfileArgs(profiles), piece, sink)
     err(lines)
     if code == EXIT_OK:
         err(sink.commit())
@@ -244,7 +247,7 @@ def render_target(output: str | None, out_dir: Path | None, smoke: bool, explain
     return fmt, out_dir
 
 
-def render_json(profiles: list[Path], piece: Callable[[Workload], tuple[str, str]]) -> int:
+def render_json(profiles: Sequence[Path], piece: Callable[[Workload], tuple[str, str]]) -> int:
     """render -o json: every object of every workload, parsed back from its YAML, printed as
     one `List` when every profile rendered; its exit code."""
     from ..manifests import parse
