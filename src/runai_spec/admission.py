@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from typing import Any
 from .admission_cel import ARG_INDEXES, preset_problems
 from .admission_rules import MAX_ARGS, RuleContext, balanced, lit
 from .admission_shape import preset_shape
-from .errors import InputError, visible
+from .errors import InputError, PresetError, visible
 from .kubeflow import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
@@ -44,6 +45,8 @@ PARAMS_NAME = "runai-spec-presets"
 PARAMS_NAMESPACE = "runai-spec-system"
 REQUIRES_ANNOTATION = "runai-spec/requires-kubernetes"
 POLICY_FILE = "policy.yaml"
+# etcd's default --max-request-bytes is 1.5 MiB; the API server adds managedFields and status
+MAX_POLICY_BYTES = 1_400_000
 PARAMS_FILE = "params.yaml"
 
 ALL = "*"
@@ -398,6 +401,14 @@ def policy_documents(registry: PresetRegistry,
                      "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
         "data": data,
     }
+    size = len(json.dumps(policy))
+    if size > MAX_POLICY_BYTES:
+        raise PresetError(f"the generated policy is {size:,} bytes, over the {MAX_POLICY_BYTES:,} "
+                          "that fit etcd's default request limit (1.5 MiB) with room for the "
+                          f"API server's own fields ({len(preset_gates)} presets)",
+                          file=str(registry.root), field="presets",
+                          hint="approve fewer presets per cluster, or raise etcd's "
+                          "--max-request-bytes (docs/admission.md)")
     return [policy, binding, scale, scale_binding, *guard_documents(registry), params]
 
 

@@ -47,6 +47,8 @@ IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # (status; uid, resourceVersion, managedFields, finalizers, ...): not the render's to judge.
 SERVER_KEYS: dict[str, tuple[str, ...] | None] = {"": ("status",), "metadata": None}
 ARG_INDEXES = "variables.argIndexes"
+# A message that starts with LET is a whole check that yields '' or its message itself.
+LET = "\0let\0"
 # The longest list expression written as one piece: cel-go and cel-cpp refuse an expression
 # of more than 100,000 code points (their parsers' default expression size limit, which the
 # API server keeps); the policy packs its checks into variables of at most CHUNK_LIMIT.
@@ -186,6 +188,9 @@ class Emitter:
 
     @staticmethod
     def guarded(guards: tuple[str, ...], cond: str, message: str) -> str:
+        if message.startswith(LET):  # a check that computes its own message ('' when it holds)
+            item = message[len(LET):]
+            return f"({balanced('&&', list(guards), 'true')}) ? {item} : ''" if guards else item
         if not guards:
             return check(cond, message)
         # a ternary, not `!guard || cond`: CEL absorbs an error on either side of `||`, but
@@ -202,11 +207,12 @@ class Emitter:
             if shape.typed:
                 props = [p for p in shape.properties if p not in allowed and p not in RESERVED]
                 if props:
+                    # the names of the keys set, listed once: the condition is that none is
                     named = ", ".join(f"has({e}.{p}) ? {lit(p)} : ''" for p in props)
-                    first = f"[{named}].filter(p, p != '')[0]"
-                    out.append((balanced("&&", [f"!has({e}.{p})" for p in props], "true"),
-                                f"{lit((where + '.') if where else '')} + {first} + "
-                                + lit(": not allowed: the preset's render has none" + self.tag)))
+                    out.append((f"[{named}].all(p, p == '')", LET + let(
+                        f"[{named}].filter(p, p != '')", "b",
+                        f"size(b) == 0 ? '' : {lit((where + '.') if where else '')} + b[0] + "
+                        + lit(": not allowed: the preset's render has none" + self.tag))))
             else:
                 names = ", ".join(lit(k) for k in allowed)
                 out.append((f"{rng(e)}.all(k, k in [{names}])",
@@ -396,7 +402,7 @@ def preset_problems(shape: PresetShape, ctx: RuleContext, smoke: bool, prefix: s
     assert isinstance(replicas, MapShape)
     roles = list(replicas.keys.values())
     templates = [r.keys["template"] for r in roles if isinstance(r, MapShape)]
-    if len(roles) < 2 or not all(_alike(templates[0], t) for t in templates[1:]):
+    if not templates or not all(_alike(templates[0], t) for t in templates[1:]):
         return (_pack(emitter.problems(root, "object", "", (), 0), lambda body: body),
                 list(emitter.anchors.values()))
     template = templates[0]

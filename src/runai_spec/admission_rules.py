@@ -48,6 +48,8 @@ def lit(text: str) -> str:
 def text(value: str) -> str:
     """VALUE as text: CEL's string() of a scalar, `?` for a list or map (so that a comparison
     fails instead of raising an evaluation error)."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):  # bound once: the path is long
+        return f"[{value}].map(s, {text('s')})[0]"
     return (f"(type({value}) == bool ? ({value} ? 'true' : 'false') : type({value}) == string "
             f"|| type({value}) == int || type({value}) == uint || type({value}) == double "
             f"? string({value}) : '?')")
