@@ -280,7 +280,7 @@ FREE_FIELDS: dict[str, Any] = {
 # model): hostile text in them is bad input, never a crash or a render.
 PATTERN_FIELDS = ("name", "project", "preset", "checkpoint.pvc", "checkpoint.source",
                   "data[0].pvc", "data[0].source", "secret_env.HF_TOKEN.secret",
-                  "secret_env.HF_TOKEN.key", "env{}", "secret_env{}")
+                  "secret_env.HF_TOKEN.key", "env{}", "secret_env{}", "torch_version")
 CHOICE_FIELDS = {path: choices for path, choices in STRING_FIELDS.items() if choices}
 
 

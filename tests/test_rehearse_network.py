@@ -30,6 +30,7 @@ from runai_spec.rehearse.network import (
     plan_network,
     resolve_mode,
 )
+from runai_spec.rehearse.pods import PID_NAMESPACE, can_pid_namespace
 
 # --- planning (no root needed)
 
@@ -84,7 +85,10 @@ def test_netns_plan_keeps_the_cluster_env_and_adds_no_is_host(tmp_path: Path) ->
     for pod in plans:
         # the service name, as the operator sets it: the pod resolves it through /etc/hosts
         assert pod.env["MASTER_ADDR"] == f"{NAME}-master-0"
-        assert pod.wrapper == plan.wrapper(pod.name) and pod.port is None
+        # then PID 1 of a PID namespace of its own, where this machine allows it
+        assert pod.wrapper == plan.wrapper(pod.name) + (
+            PID_NAMESPACE if pod.pid_namespace else ()) and pod.port is None
+        assert pod.pid_namespace == can_pid_namespace()
         assert not any("is_host" in a for a in pod.argv)
     # loopback exactly as before
     loop, _ = plan_pods([example_job("multi-node")], settings=PreflightSettings(),
