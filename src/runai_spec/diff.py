@@ -117,7 +117,8 @@ def diff_all(paths: Sequence[Path], against: Path, *, registry: PresetRegistry |
     bad: list[RunaiSpecError] = []
     claimed: set[str] = set()  # file names in `against` that a workload owns
     missing: dict[int, tuple[str, frozenset[str]]] = {}  # index in done -> (name, object keys)
-    smokes: dict[int, tuple[str, frozenset[str]]] = {}  # index in done -> its smoke test's keys
+    # index in done -> (name, namespace): its smoke test's keys are made only when needed
+    smokes: dict[int, tuple[str, str]] = {}
     for item in workloads(paths, registry):  # one at a time: only the (small) diffs are kept
         if not isinstance(item, Workload):
             bad.append(item)
@@ -131,7 +132,7 @@ def diff_all(paths: Sequence[Path], against: Path, *, registry: PresetRegistry |
             else:
                 if not Path(result.committed).is_file():
                     missing[len(done)] = (name, frozenset(object_key(m) for m in item.manifests))
-                smokes[len(done)] = (name, smoke_keys(item))
+                smokes[len(done)] = (name, item.plan.namespace)
                 done.append(result)
         if step is not None:
             step()
@@ -151,7 +152,7 @@ def diff_all(paths: Sequence[Path], against: Path, *, registry: PresetRegistry |
     for index, result in enumerate(done if others else ()):  # a smoke test's file: not stale
         if index not in smokes:
             continue
-        name, keys = smokes[index]
+        name, keys = smokes[index][0], smoke_keys(*smokes[index])
         holders = [path.name for path, docs in others.items()
                    if {object_key(d) for d in docs} <= keys]
         if holders:
@@ -165,15 +166,14 @@ def diff_all(paths: Sequence[Path], against: Path, *, registry: PresetRegistry |
     return done, bad
 
 
-def smoke_keys(workload: Workload) -> frozenset[str]:
-    """The object keys of a workload's smoke test (its job and ConfigMap), by name alone."""
+def smoke_keys(name: str, namespace: str) -> frozenset[str]:
+    """The object keys of workload NAME's smoke test (its job and ConfigMap), by name alone."""
     from .smoke import smoke_names
 
-    job, configmap = smoke_names(workload.plan.name)
-    namespace = {"namespace": workload.plan.namespace}
-    return frozenset({object_key({"kind": KIND, "metadata": {**namespace, "name": job}}),
-                      object_key({"kind": "ConfigMap", "metadata": {**namespace,
-                                                                    "name": configmap}})})
+    job, configmap = smoke_names(name)
+    where = {"namespace": namespace}
+    return frozenset({object_key({"kind": KIND, "metadata": {**where, "name": job}}),
+                      object_key({"kind": "ConfigMap", "metadata": {**where, "name": configmap}})})
 
 
 def _other_manifests(against: Path, claimed: set[str]) -> dict[Path, list[Manifest]]:
