@@ -50,8 +50,9 @@ def only(app: typer.Typer, name: str) -> typer.Typer:
 
 
 def invoked(args: list[str]) -> str | None:
-    """The command ARGS name: the first word that is no option (the root takes only flags)."""
-    return next((a for a in args if not a.startswith("-")), None)
+    """The command ARGS start with; None when they start with an option of the root (its
+    help, completion: every command is listed or reachable)."""
+    return args[0] if args and not args[0].startswith("-") else None
 
 
 def main() -> None:
