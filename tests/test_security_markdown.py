@@ -161,6 +161,14 @@ def test_a_forged_findings_section_does_not_hide_a_real_finding() -> None:
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(PROFILE_TEXT)
 def test_plan_structure_is_the_same_for_any_value(value: str) -> None:
+    from hypothesis import assume
+
+    from runai_spec.policy import SECRET_FLAG, secret_value
+
+    # a value shaped like a credential (`scheme://user:pass@`, `--password=…`) is a finding of
+    # its own, rightly another block of the ticket; every other value leaves its structure
+    shown = (value, value + "x", value + "y")
+    assume(not any(secret_value(v) or (SECRET_FLAG.match(v) and "=" in v) for v in shown))
     assert structure(plan_markdown(value)) == BENIGN_PLAN
 
 
