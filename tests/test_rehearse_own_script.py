@@ -432,3 +432,21 @@ def test_a_process_the_rank_starts_afresh_records_nothing(tmp_path: Path) -> Non
     assert len(list((tmp_path / "audit").glob("rank-0.*.jsonl"))) == 1  # the rank's own
     assert foreign_records(tmp_path / "audit", KEY) == {}
     assert [r["event"] for r in read_audit(tmp_path / "audit", KEY)] == ["start", "exit"]
+
+
+def test_dcp_s_own_in_memory_serialisations_are_no_checkpoints() -> None:
+    """Issue 24 item 1: DCP serialises with torch.save into memory buffers on every rank; a
+    model-only `dcp.save` of a correct script is one sharded checkpoint, not four non-sharded
+    ones at path None."""
+    from runai_spec.rehearse.script_checks import _checkpoint_row
+
+    run = ScriptRun(**{**RUN.__dict__, "world": 4, "plan_world": 4})
+    records = [{"event": "save", "api": "torch.save", "path": None, "rank": r} for r in range(4)]
+    records += [{"event": "save", "api": "torch.distributed.checkpoint.save",
+                 "path": "/checkpoints/step-2", "sharded": True, "rank": r} for r in range(4)]
+    row = _checkpoint_row(records, run)
+    assert row.status == "pass", row.message
+    assert "None" not in row.message and "(and in memory)" in row.message
+    # only serialisations into memory, no checkpoint: still no checkpoint
+    row = _checkpoint_row(records[:4], run)
+    assert row.status == "fail" and row.message.startswith("no rank saved a checkpoint")

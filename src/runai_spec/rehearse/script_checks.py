@@ -232,15 +232,21 @@ def _batch_row(records: Sequence[Mapping[str, Any]], run: ScriptRun,
 
 
 def _checkpoint_row(records: Sequence[Mapping[str, Any]], run: ScriptRun) -> CheckResult:
-    saves = [r for r in records if r.get("event") == "save" and not r.get("failed")]
+    # A save without a path serialises into memory (DCP's planners call torch.save into a
+    # buffer on every rank, torch 2.13 `torch/distributed/checkpoint/`): no checkpoint of its
+    # own, so no rank "wrote a non-sharded checkpoint (None)"; the DCP save itself is recorded
+    # with its folder (audit layer, sharded).
+    in_memory = [r for r in records if r.get("event") == "save" and not r.get("failed")
+                 and not r.get("path")]
+    saves = [r for r in records if r.get("event") == "save" and not r.get("failed")
+             and r.get("path")]
     note = f" ({run.path_note})" if run.path_note else ""
     if not saves:
         more = (" before --timeout stopped it; give it longer" if run.timed_out else "")
         return CheckResult("checkpoint", "fail", "no rank saved a checkpoint (torch.save, "
                            f"torch.distributed.checkpoint, safetensors){more}: the guide asks "
                            f"for periodic checkpoints on the checkpoint volume {run.checkpoint_dir}")
-    outside = [r for r in saves if r.get("path") and not _under(str(r["path"]), run.checkpoint_dir)]
-    in_memory = [r for r in saves if not r.get("path")]
+    outside = [r for r in saves if not _under(str(r["path"]), run.checkpoint_dir)]
     not_zero = [r for r in saves if not r.get("sharded") and r.get("rank") not in (0, None)]
     problems: list[str] = []
     if outside:
