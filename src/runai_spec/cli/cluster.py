@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -23,6 +23,7 @@ from .common import (
     app,
     err,
     progress_line,
+    stop_on_errors,
 )
 from .via import ViaOpt, delete_via, diff_via, status_via, submit_via
 
@@ -74,12 +75,7 @@ def checked_workload(path: Path) -> Workload:
     """Render and check a profile; an error finding stops here, before any request."""
     from ..workload import prepare_workload
 
-    workload = prepare_workload(path)
-    err(line for finding in workload.findings for line in finding.lines())
-    if workload.errors:
-        err([f"{workload.path}: {len(workload.errors)} error finding(s): nothing was sent"])
-        raise typer.Exit(EXIT_FINDINGS)
-    return workload
+    return stop_on_errors(prepare_workload(path), "sent")
 
 
 def job_refs(job: str, project: str | None, smoke: bool = False) -> list[cluster.Ref]:
@@ -242,21 +238,31 @@ def watch_job(ref: cluster.Ref, target: cluster.Target, fmt: TextJson, watch: bo
     """Print the job's status (again whenever it changes) until it is running or has ended,
     polling every interval seconds when watching; returns the phase it settled in (exit 3 when
     it has not within watch_timeout)."""
-    from .. import cluster, report
+    from .. import cluster
+
+    return watch_status(lambda: cluster.job_status(ref.name, ref.namespace, target), str(ref),
+                        "cluster", fmt, watch, interval, watch_timeout)
+
+
+def watch_status(fetch: Callable[[], Any], what: str, source: str, fmt: TextJson, watch: bool,
+                 interval: float, watch_timeout: float) -> str:
+    """FETCH a status (a JobStatus-shaped dataclass) and print it again whenever it changes,
+    until it is running or has ended; the one poll loop of both submit paths."""
+    from .. import report
 
     waited = 0.0
     shown: list[str] = []
     while True:
-        result = cluster.job_status(ref.name, ref.namespace, target)
+        result = fetch()
         lines = ([json.dumps(dataclasses.asdict(result), indent=2)] if fmt is TextJson.json
                  else report.status_lines(result))
         if lines != shown:
             print("\n".join(lines), flush=True)
             shown = lines
         if not watch or result.phase in SETTLED:
-            return result.phase
+            return str(result.phase)
         if waited + interval > watch_timeout:
-            raise ClusterError(f"{ref}: still {result.phase} after {waited:g} s", file="cluster",
+            raise ClusterError(f"{what}: still {result.phase} after {waited:g} s", file=source,
                                hint="watch longer with --watch-timeout SECONDS; the reasons "
                                "above say what it waits for")
         watch_sleep(interval)

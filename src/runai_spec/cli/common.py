@@ -7,15 +7,28 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer.core import TyperGroup
 
 from .. import __version__
-from ..errors import EXIT_INTERNAL, EXIT_OK, RunaiSpecError, visible
+from ..errors import EXIT_FINDINGS, EXIT_INTERNAL, EXIT_OK, RunaiSpecError, visible
+
+if TYPE_CHECKING:
+    from ..workload import Workload
 
 EXIT_INTERRUPTED = 130
+
+
+def stop_on_errors(workload: Workload, done: str) -> Workload:
+    """WORKLOAD (a prepared Workload) with its findings printed on stderr; exit 1, with
+    `nothing was DONE`, where one is an error: before any request or process."""
+    err(line for finding in workload.findings for line in finding.lines())
+    if workload.errors:
+        err([f"{workload.path}: {len(workload.errors)} error finding(s): nothing was {done}"])
+        raise typer.Exit(EXIT_FINDINGS)
+    return workload
 
 
 def err(lines: Iterable[str]) -> None:

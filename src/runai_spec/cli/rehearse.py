@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from ..errors import EXIT_FINDINGS, EXIT_OK
-from .common import ProfileArg, TextJson, TextJsonOpt, app, err
+from .common import ProfileArg, TextJson, TextJsonOpt, app, err, stop_on_errors
 
 if TYPE_CHECKING:
     from ..rehearse import RehearseResult
@@ -97,12 +97,7 @@ def runnable(profile: Path) -> Workload:
     what validate refuses never runs here either (issue 23): a reserved variable such as
     LD_PRELOAD would load its library on this machine, a launcher's own module as the entry
     point would start ranks of its own."""
-    workload = prepared(profile)
-    err(line for finding in workload.findings for line in finding.lines())
-    if workload.errors:
-        err([f"{workload.path}: {len(workload.errors)} error finding(s): nothing was run"])
-        raise typer.Exit(EXIT_FINDINGS)
-    return workload
+    return stop_on_errors(prepared(profile), "run")
 
 
 def prepared(profile: Path) -> Workload:

@@ -4,7 +4,6 @@ Workloads V2 API (site.yaml's `submit.via`, overridden per call), and the Run:ai
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -172,27 +171,12 @@ def watch_runai(name: str, project: str, namespace: str, target: RunaiTarget, fm
                 watch: bool, interval: float, watch_timeout: float) -> str:
     """status --via runai (and submit --wait): the phase Run:ai reports, polled as the
     Kubernetes path's status --watch polls."""
-    from .. import report
     from ..cluster.runai import workload_status
-    from .cluster import SETTLED, watch_sleep
+    from .cluster import watch_status
 
-    waited = 0.0
-    shown: list[str] = []
-    while True:
-        result = workload_status(name, project, namespace, target)
-        lines = ([json.dumps(dataclasses.asdict(result), indent=2)] if fmt is TextJson.json
-                 else report.status_lines(result))
-        if lines != shown:
-            print("\n".join(lines), flush=True)
-            shown = lines
-        if not watch or result.phase in SETTLED:
-            return result.phase
-        if waited + interval > watch_timeout:
-            raise ClusterError(f"runai workload {project}/{name}: still {result.phase} after "
-                               f"{waited:g} s", file="runai", hint="watch longer with "
-                               "--watch-timeout SECONDS")
-        watch_sleep(interval)
-        waited += interval
+    return watch_status(lambda: workload_status(name, project, namespace, target),
+                        f"runai workload {project}/{name}", "runai", fmt, watch, interval,
+                        watch_timeout)
 
 
 def delete_runai(name: str, project: str, target: RunaiTarget, yes: bool) -> int:
