@@ -37,9 +37,9 @@ marks.append(time.perf_counter())
 class _First(BaseModel):
     x: int
 marks.append(time.perf_counter())
-import runai_spec.profile
+import runai_spec.load.profile
 marks.append(time.perf_counter())
-import runai_spec.presets
+import runai_spec.load.presets
 marks.append(time.perf_counter())
 import runai_spec.cli
 marks.append(time.perf_counter())
@@ -53,7 +53,7 @@ marks.append(time.perf_counter())
 print(json.dumps([(b - a) * 1000 for a, b in zip(marks, marks[1:])]))
 """
 PHASE_NAMES = ("the floor's imports", "pydantic's first model (any model at all)",
-               "runai_spec.profile (its models)", "runai_spec.presets (its models)",
+               "runai_spec.load.profile (its models)", "runai_spec.load.presets (its models)",
                "the rest of runai_spec.cli", "render itself: Typer, Jinja, rules, signatures, print")
 
 
@@ -84,7 +84,7 @@ def sides(folder: Path, torchx: str | None) -> dict[str, list[str]]:
         "import floor": [exe, "-c", "import typer, jinja2, yaml; from pydantic import BaseModel"],
         # what render must load: the import floor and runai_spec's pydantic models defined
         "floor": [exe, "-c", "import typer, jinja2, yaml; from pydantic import BaseModel; "
-                  "import runai_spec.profile, runai_spec.presets"],
+                  "import runai_spec.load.profile, runai_spec.load.presets"],
         "render": [cli, "render", str(PROFILE)],
         "--version": [cli, "--version"],
         "--help": [cli, "--help"],

@@ -4,7 +4,7 @@ process a signature, as runai-spec did before issue 29 item 3), alternated round
 print each side's median and the median of the paired ratios in-process / ssh-keygen.
 
 Three measures: `warm`, both in this process after a first call (what a long run pays per
-registry load); `cold`, a fresh interpreter per side (import runai_spec.signing, read the
+registry load); `cold`, a fresh interpreter per side (import runai_spec.load.signing, read the
 ledger, verify all: what `presets verify` pays, cryptography's import included); `render`,
 the same for the two approvals one `render` checks (site.yaml and one preset)."""
 
@@ -25,7 +25,7 @@ SETUP = f"""
 import sys, yaml
 sys.path.insert(0, {str(ROOT / "src")!r})
 from pathlib import Path
-from runai_spec import signing
+from runai_spec.load import signing
 ledger = yaml.safe_load(Path({str(PRESETS / "approvals.yaml")!r}).read_text())["approvals"]
 signed = [signing.SignedApproval(signing.Statement(name, e["sha256"], e["approved_by"],
           e["approved_at"], e.get("expires")), e["signature"]) for name, e in ledger.items()]
@@ -103,7 +103,7 @@ def main() -> None:
                 f"{statistics.quantiles(ratios, n=4)[0]:.3f}-"
                 f"{statistics.quantiles(ratios, n=4)[2]:.3f})")
         if floor:
-            line += (f"; floor (interpreter, yaml, runai_spec.signing, the ledger) "
+            line += (f"; floor (interpreter, yaml, runai_spec.load.signing, the ledger) "
                      f"{median['floor']:.1f} ms, above it paired ratio median "
                      f"{statistics.median(above):.3f}")
         print(line)

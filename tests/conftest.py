@@ -20,8 +20,8 @@ import yaml
 from hypothesis import settings
 from typer.testing import CliRunner
 
-from runai_spec import presets as presets_module
 from runai_spec.cli import app
+from runai_spec.load import presets as presets_module
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -212,6 +212,6 @@ class _EveryName(dict[str, str]):
 def kubelet_sees(text: str) -> str:
     """TEXT as the container gets it after the kubelet's `$(VAR)` expansion of command, args
     and env values (rehearse/kubelet.py, after Kubernetes expand.go), every name defined."""
-    from runai_spec.rehearse.kubelet import expand
+    from runai_spec.facts.kubelet import expand
 
     return expand(text, _EveryName())

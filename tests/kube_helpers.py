@@ -13,7 +13,7 @@ from conftest import run as run  # the cluster tests' runner: conftest's
 from conftest import runner as runner
 from kubeapi import KubeAPI
 from runai_spec.cluster import MANAGED_BY_LABEL
-from runai_spec.workload import prepare_workload
+from runai_spec.pipeline.workload import prepare_workload
 
 EXAMPLE = ROOT / "examples" / "multi-node" / "profile.yaml"
 PROFILE = str(EXAMPLE)

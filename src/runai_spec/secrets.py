@@ -6,8 +6,6 @@ import re
 from functools import lru_cache
 from typing import Any
 
-from .loading import looks_secret
-
 MASK = "***"
 
 # Whole PEM blocks (keys and certificates), also cut short, and their base64 form
@@ -108,7 +106,7 @@ def looks_credential(text: str) -> bool:
     return mask_text(text) != text
 
 
-# Words that name a credential in what is masked, beyond loading.looks_secret's (which the
+# Words that name a credential in what is masked, beyond looks_secret's (which the
 # `secret-env` rule reads too, so it stays narrow): DB_PASS, DB_PW, REGISTRY_AUTH, API_CREDS.
 _NAME_WORDS = frozenset({"PASS", "PW", "AUTH", "CREDS", "COOKIE", "PASSPHRASE", "PASSWORD"})
 # ...and last words that do with a word before them: SSH_KEY, MYSQL_PWD, tls.key, ssh-keys
@@ -120,7 +118,7 @@ _SPLIT = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z])(?=[A-Z])")
 
 def secret_name(name: str, *, variable: bool = False) -> bool:
     """True when a value under this name (a variable's, with `variable`, or a mapping key's)
-    is a credential: loading.looks_secret's names, the credential keys of _KEY_WORDS
+    is a credential: looks_secret's names, the credential keys of _KEY_WORDS
     (`auth`, `client-key-data`), and _NAME_WORDS / _LAST_WORDS."""
     if looks_secret(name) or _secret_key(name) or re.search(r"(?i)passw(or)?d", name):
         return True
@@ -152,3 +150,23 @@ def mask_object(value: Any) -> Any:
     if isinstance(value, str):
         return mask_text(value)
     return value
+
+
+SECRET_WORDS = {"TOKEN", "SECRET", "SECRETS", "PASSWORD", "PASSWD", "PASSPHRASE",
+                "APIKEY", "CREDENTIAL", "CREDENTIALS", "PRIVATEKEY", "ACCESSKEY"}
+
+
+SECRET_PAIRS = {("API", "KEY"), ("PRIVATE", "KEY"), ("ACCESS", "KEY"), ("SECRET", "KEY"),
+                ("AUTH", "KEY"), ("CLIENT", "SECRET")}
+
+
+_WORD = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z])(?=[A-Z])")
+
+
+@lru_cache(maxsize=4096)  # the same few names, on every object a diff masks
+def looks_secret(name: str) -> bool:
+    """True for variable names that name a credential (`HF_TOKEN`, `WANDB_API_KEY`), not for
+    look-alikes such as `TOKENIZERS_PARALLELISM`, `MAX_NEW_TOKENS` or the shell's `PWD`."""
+    upper = [w.upper() for w in _WORD.split(name) if w]
+    return bool(SECRET_WORDS.intersection(upper)) or any(
+        pair in SECRET_PAIRS for pair in zip(upper, upper[1:], strict=False))

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ..errors import EXIT_FINDINGS, EXIT_OK, ClusterError, InputError, RunaiSpecError
+from . import common
 from .common import (
     ContextOpt,
     DebugOpt,
@@ -24,15 +24,16 @@ from .common import (
     err,
     progress_line,
     stop_on_errors,
+    watch_status,
 )
 from .via import ViaOpt, delete_via, diff_via, status_via, submit_via
 
 if TYPE_CHECKING:
     from .. import cluster
-    from ..diff import ProfileDiff
     from ..findings import Finding
-    from ..manifests import Manifest
-    from ..workload import Workload
+    from ..outputs.diff import ProfileDiff
+    from ..pipeline.workload import Workload
+    from ..render.manifests import Manifest
 
 JobArg = Annotated[str, typer.Argument(help="Workload name, or its profile file.", show_default=False)]
 ProjectOpt = Annotated[str | None, typer.Option(
@@ -73,7 +74,7 @@ def cluster_target(kubeconfig: Path | None, context: str | None, debug: bool,
 
 def checked_workload(path: Path) -> Workload:
     """Render and check a profile; an error finding stops here, before any request."""
-    from ..workload import prepare_workload
+    from ..pipeline.workload import prepare_workload
 
     return stop_on_errors(prepare_workload(path), "sent")
 
@@ -81,8 +82,8 @@ def checked_workload(path: Path) -> Workload:
 def job_refs(job: str, project: str | None, smoke: bool = False) -> list[cluster.Ref]:
     """NAME|PROFILE -> the objects on the cluster (with smoke: the smoke job and its ConfigMap)."""
     from .. import cluster
-    from ..pipeline import resolve_job
-    from ..smoke import smoke_names
+    from ..pipeline.smoke import smoke_names
+    from ..pipeline.stream import resolve_job
 
     name, namespace, workload = resolve_job(job, project)
     if smoke:
@@ -100,8 +101,8 @@ def diff_live_all(profiles: Sequence[Path], kubeconfig: Path | None, context: st
     """diff --live: (results, what stopped it, bad input); nothing is sent if any profile
     fails, and every checked workload is compared in one session."""
     from .. import cluster
-    from .. import diff as drift
-    from ..pipeline import prepare_all
+    from ..outputs import diff as drift
+    from ..pipeline.stream import prepare_all
 
     workloads, bad = prepare_all(profiles)
     stopped: list[RunaiSpecError | Finding] = [*bad, *(f for w in workloads for f in w.errors)]
@@ -124,14 +125,6 @@ IntervalOpt = Annotated[float, typer.Option("--interval", metavar="SECONDS", min
                                             help="Seconds between polls with --watch.")]
 WatchTimeoutOpt = Annotated[float, typer.Option("--watch-timeout", metavar="SECONDS", min=0,
                                                 help="How long --watch polls before it gives up.")]
-SETTLED = ("Running", "Succeeded", "Failed")
-
-
-def watch_sleep(seconds: float) -> None:
-    """The pause between --watch polls (tests replace it)."""
-    import time
-
-    time.sleep(seconds)
 
 
 DryRunOpt = Annotated[DryRun | None, typer.Option(
@@ -176,7 +169,8 @@ def send(profile: Path, manifests: list[Manifest], target: cluster.Target, *, dr
          replace: bool, smoke: bool) -> None:
     """Server-side apply of the manifests, and what it did on stderr (a dry run's objects
     on stdout)."""
-    from .. import cluster, report
+    from .. import cluster
+    from ..outputs import report
 
     try:
         result = cluster.submit_manifests(manifests, target, dry_run=dry_run, replace=replace)
@@ -213,7 +207,7 @@ def live_checks(workload: Workload, target: cluster.Target) -> None:
 
 
 def smoke_manifests(workload: Workload) -> list[Manifest]:
-    from ..smoke import smoke_workload
+    from ..pipeline.smoke import smoke_workload
 
     return smoke_workload(workload)
 
@@ -242,31 +236,6 @@ def watch_job(ref: cluster.Ref, target: cluster.Target, fmt: TextJson, watch: bo
 
     return watch_status(lambda: cluster.job_status(ref.name, ref.namespace, target), str(ref),
                         "cluster", fmt, watch, interval, watch_timeout)
-
-
-def watch_status(fetch: Callable[[], Any], what: str, source: str, fmt: TextJson, watch: bool,
-                 interval: float, watch_timeout: float) -> str:
-    """FETCH a status (a JobStatus-shaped dataclass) and print it again whenever it changes,
-    until it is running or has ended; the one poll loop of both submit paths."""
-    from .. import report
-
-    waited = 0.0
-    shown: list[str] = []
-    while True:
-        result = fetch()
-        lines = ([json.dumps(dataclasses.asdict(result), indent=2)] if fmt is TextJson.json
-                 else report.status_lines(result))
-        if lines != shown:
-            print("\n".join(lines), flush=True)
-            shown = lines
-        if not watch or result.phase in SETTLED:
-            return str(result.phase)
-        if waited + interval > watch_timeout:
-            raise ClusterError(f"{what}: still {result.phase} after {waited:g} s", file=source,
-                               hint="watch longer with --watch-timeout SECONDS; the reasons "
-                               "above say what it waits for")
-        watch_sleep(interval)
-        waited += interval
 
 
 LogsOut = Annotated[Path, typer.Option("--out", "-o", help="Folder for one <pod>.log per rank; "
@@ -325,7 +294,7 @@ def follow_job_logs(ref: cluster.Ref, target: cluster.Target, pod: str | None, t
     """logs --out - --follow: print the logs as they grow, until every pod has ended."""
     from ..cluster.logs import follow_logs
 
-    followed = follow_logs(ref.name, ref.namespace, target, sys.stdout.buffer, sleep=watch_sleep,
+    followed = follow_logs(ref.name, ref.namespace, target, sys.stdout.buffer, sleep=common.watch_sleep,
                            interval=interval, timeout=watch_timeout, pod=pod, tail=tail)
     err(f"skipped {line}" for line in followed.skipped)
     if not followed.ended:
@@ -340,7 +309,8 @@ def follow_job_logs(ref: cluster.Ref, target: cluster.Target, pod: str | None, t
 def save_job_logs(ref: cluster.Ref, target: cluster.Target, out: Path, previous: bool,
                   pod: str | None, tail: int | None) -> None:
     """logs --out DIR: each pod's whole log, and each of its ranks' lines apart."""
-    from .. import cluster, report
+    from .. import cluster
+    from ..outputs import report
 
     if pod is not None or tail is not None:
         raise InputError("--pod and --tail go with --out - (printing to stdout)", field="--pod",
@@ -366,7 +336,7 @@ def delete(job: JobArg, yes: YesOpt = False, project: ProjectOpt = None, smoke: 
     from .. import cluster
     delete_via(job, project, via, smoke, yes, debug, request_timeout)  # issue 27: Run:ai ends it
     refs = job_refs(job, project, smoke=smoke)
-    if not yes and not stdin_is_terminal():
+    if not yes and not common.stdin_is_terminal():
         raise InputError("refusing to delete without confirmation", field="--yes",
                          hint="pass --yes in scripts")
     # the question comes after the cluster was read: it names what is there to delete
@@ -378,10 +348,6 @@ def delete(job: JobArg, yes: YesOpt = False, project: ProjectOpt = None, smoke: 
     err(f"deleted: {ref}" for ref in result.deleted)
     err(f"already gone: {ref}" for ref in result.missing)
     return EXIT_OK
-
-
-def stdin_is_terminal() -> bool:
-    return sys.stdin.isatty()
 
 
 def confirmed(refs: list[cluster.Ref]) -> bool:

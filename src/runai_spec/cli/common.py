@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import json
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from enum import StrEnum
@@ -13,10 +15,10 @@ import typer
 from typer.core import TyperGroup
 
 from .. import __version__
-from ..errors import EXIT_FINDINGS, EXIT_INTERNAL, EXIT_OK, RunaiSpecError, visible
+from ..errors import EXIT_FINDINGS, EXIT_INTERNAL, EXIT_OK, ClusterError, RunaiSpecError, visible
 
 if TYPE_CHECKING:
-    from ..workload import Workload
+    from ..pipeline.workload import Workload
 
 EXIT_INTERRUPTED = 130
 
@@ -157,7 +159,7 @@ class Format(StrEnum):
 
 
 def one_profile_path(path: Path) -> Path:
-    from ..pipeline import profile_path
+    from ..pipeline.stream import profile_path
 
     return profile_path(path)
 
@@ -197,3 +199,42 @@ RequestTimeoutOpt = Annotated[float | None, typer.Option(
 def progress_line(line: str) -> None:
     """A cluster wait's progress (a retried request) on stderr, as it happens."""
     print(line, file=sys.stderr, flush=True)
+
+
+def watch_status(fetch: Callable[[], Any], what: str, source: str, fmt: TextJson, watch: bool,
+                 interval: float, watch_timeout: float) -> str:
+    """FETCH a status (a JobStatus-shaped dataclass) and print it again whenever it changes,
+    until it is running or has ended; the one poll loop of both submit paths."""
+    from ..outputs import report
+
+    waited = 0.0
+    shown: list[str] = []
+    while True:
+        result = fetch()
+        lines = ([json.dumps(dataclasses.asdict(result), indent=2)] if fmt is TextJson.json
+                 else report.status_lines(result))
+        if lines != shown:
+            print("\n".join(lines), flush=True)
+            shown = lines
+        if not watch or result.phase in SETTLED:
+            return str(result.phase)
+        if waited + interval > watch_timeout:
+            raise ClusterError(f"{what}: still {result.phase} after {waited:g} s", file=source,
+                               hint="watch longer with --watch-timeout SECONDS; the reasons "
+                               "above say what it waits for")
+        watch_sleep(interval)
+        waited += interval
+
+
+def stdin_is_terminal() -> bool:
+    return sys.stdin.isatty()
+
+
+SETTLED = ("Running", "Succeeded", "Failed")
+
+
+def watch_sleep(seconds: float) -> None:
+    """The pause between --watch polls (tests replace it)."""
+    import time
+
+    time.sleep(seconds)

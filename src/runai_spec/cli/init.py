@@ -12,7 +12,7 @@ from ..errors import EXIT_FINDINGS, EXIT_OK
 from .common import app, err
 
 if TYPE_CHECKING:
-    from ..workload import Workload
+    from ..pipeline.workload import Workload
 
 
 def _opt(name: str, help: str) -> object:
@@ -78,7 +78,7 @@ def init(
     entry point, model, batch sizes, checkpoint, data, metrics), or takes every answer from
     flags in a script; the profile is checked with every rule and written only when it has no
     error."""
-    from ..init import Answers, init_profile
+    from ..outputs.init import Answers, init_profile
 
     answers = Answers(project=project, preset=preset, name=name, image=image, command=command,
                       working_dir=working_dir, strategy=strategy, local_batch=local_batch,
@@ -93,7 +93,7 @@ def init(
 
 def written(target: Path, workload: Workload, text: str) -> int:
     """init's findings and, when the profile has no error, the file written and what next."""
-    from ..init import write_profile
+    from ..outputs.init import write_profile
 
     err(line for finding in workload.findings for line in finding.lines())
     if workload.errors:

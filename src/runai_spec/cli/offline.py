@@ -30,10 +30,10 @@ from .common import (
 )
 
 if TYPE_CHECKING:
-    from ..diff import ProfileDiff
     from ..findings import Finding
-    from ..pipeline import ProfileCheck, Reported, Spooled
-    from ..workload import Workload
+    from ..outputs.diff import ProfileDiff
+    from ..pipeline.stream import ProfileCheck, Reported, Spooled
+    from ..pipeline.workload import Workload
 
 CrdOpt = Annotated[Path | None, typer.Option(
     "--crd", help="Also validate the rendered manifests against this CRD (the cluster's own: "
@@ -55,9 +55,9 @@ def validate(profiles: Profiles, fmt: FormatOpt = Format.text, crd: CrdOpt = Non
 
     Text goes to stderr like compiler messages; JSON and Markdown (for a merge-request
     comment) go to stdout."""
-    from .. import report
     from ..errors import EXIT_CLUSTER, ClusterError
-    from ..pipeline import ProfileArgs, check_exit
+    from ..outputs import report
+    from ..pipeline.stream import ProfileArgs, check_exit
 
     try:
         checks, bad = validate_checks(ProfileArgs(profiles), crd, live, kubeconfig, context, request_timeout)
@@ -77,7 +77,7 @@ def validate_checks(profiles: Sequence[Path], crd: Path | None, live: bool,
                     request_timeout: float | None = None
                     ) -> tuple[Spooled[ProfileCheck], list[RunaiSpecError]]:
     """Every profile checked offline, and with --live against the cluster too (read-only)."""
-    from ..pipeline import check_profiles
+    from ..pipeline.stream import check_profiles
 
     if not live:
         return check_profiles(profiles, crd)
@@ -92,7 +92,7 @@ def validate_checks(profiles: Sequence[Path], crd: Path | None, live: bool,
 @app.command()
 def rules(fmt: FormatOpt = Format.text) -> None:
     """List the site rules (`--format markdown` writes docs/rules.md)."""
-    from .. import report
+    from ..outputs import report
 
     if fmt is Format.json:
         print(json.dumps(report.rule_docs(), indent=2))
@@ -107,9 +107,9 @@ def plan(profile: ProfileArg, fmt: MarkdownJsonOpt = MarkdownJson.markdown) -> i
     """The review request for the AI engineer (Markdown, or --format json); paste it into
     the ticket unchanged. Exit 1 when the profile has error findings (the ticket says so at
     the top: `submit` would refuse it)."""
-    from .. import review
-    from ..presets import PresetRegistry
-    from ..workload import prepare_workload
+    from ..load.presets import PresetRegistry
+    from ..outputs import review
+    from ..pipeline.workload import prepare_workload
 
     workload = prepare_workload(profile, PresetRegistry())
     print_findings(workload.findings)
@@ -132,7 +132,7 @@ def diff(profiles: Profiles, against: AgainstOpt = None, live: LiveOpt = False,
          debug: DebugOpt = False) -> int:
     """What the profiles render now against committed manifests (--against DIR) or the
     cluster (--live); exit 0 same, 1 changed, 2 bad input, 3 cluster error."""
-    from .. import diff as drift
+    from ..outputs import diff as drift
 
     check_diff_options(against, live, kubeconfig or context or debug or request_timeout)
     results, stopped, bad = compare(profiles, against, kubeconfig, context, debug,
@@ -154,7 +154,7 @@ def compare(args: Sequence[str], against: Path | None, kubeconfig: Path | None,
             ) -> tuple[Reported[ProfileDiff], list[RunaiSpecError | Finding], list[RunaiSpecError]]:
     """diff's results, the profiles it stopped on, and which of those were bad input: against
     committed manifests, or (no folder) against the cluster."""
-    from ..pipeline import ProfileArgs
+    from ..pipeline.stream import ProfileArgs
 
     profiles = ProfileArgs(args)
     if against is None:
@@ -179,7 +179,7 @@ def check_diff_options(against: Path | None, live: bool, cluster_options: object
 def diff_against(profiles: Sequence[Path], against: Path
                  ) -> tuple[Reported[ProfileDiff], list[RunaiSpecError]]:
     """diff --against, with a progress bar on a terminal for more than one profile."""
-    from .. import diff as drift
+    from ..outputs import diff as drift
 
     if not sys.stderr.isatty() or len(profiles) < 2:
         return drift.diff_all(profiles, against)
@@ -208,7 +208,7 @@ def render(profiles: Profiles, out_dir: OutDirOpt = None, output: OutputOpt = No
            smoke: SmokeRenderOpt = False, explain: ExplainOpt = False) -> int:
     """Render profiles to manifests: stdout as YAML (or, with -o json, one JSON `List`), or one
     file per workload with -d DIR."""
-    from ..pipeline import ProfileArgs, Spool, StagedFiles, render_all
+    from ..pipeline.stream import ProfileArgs, Spool, StagedFiles, render_all
 
     fmt, out_dir = render_target(output, out_dir, smoke, explain)
     piece = smoke_piece if smoke else explained_piece if explain else manifest_piece
@@ -250,8 +250,8 @@ def render_target(output: str | None, out_dir: Path | None, smoke: bool, explain
 def render_json(profiles: Sequence[Path], piece: Callable[[Workload], tuple[str, str]]) -> int:
     """render -o json: every object of every workload, parsed back from its YAML, printed as
     one `List` when every profile rendered; its exit code."""
-    from ..manifests import parse
-    from ..pipeline import Spool, render_all
+    from ..pipeline.stream import Spool, render_all
+    from ..render.manifests import parse
 
     objects: list[object] = []
 
@@ -273,15 +273,15 @@ def manifest_piece(workload: Workload) -> tuple[str, str]:
 
 
 def explained_piece(workload: Workload) -> tuple[str, str]:
-    from ..explain import explain_workload
+    from ..outputs.explain import explain_workload
 
     return f"{workload.plan.name}.yaml", explain_workload(workload).annotated()
 
 
 def smoke_piece(workload: Workload) -> tuple[str, str]:
     """The workload's smoke test (ConfigMap + job) under the smoke job's name."""
-    from ..manifests import dump
-    from ..smoke import smoke_names, smoke_workload
+    from ..pipeline.smoke import smoke_names, smoke_workload
+    from ..render.manifests import dump
 
     return f"{smoke_names(workload.plan.name)[0]}.yaml", dump(smoke_workload(workload))
 
@@ -292,8 +292,8 @@ def explain(profile: ProfileArg, fmt: TextJsonOpt = TextJson.text) -> int:
 
     Each value is followed by `# <origin>`: the profile with its line, the preset, the site
     file, the approvals ledger, a derived rule, or the template."""
-    from ..explain import explain_workload
-    from ..workload import prepare_workload
+    from ..outputs.explain import explain_workload
+    from ..pipeline.workload import prepare_workload
 
     workload = prepare_workload(profile)
     print_findings(workload.findings)
@@ -313,7 +313,7 @@ def print_findings(findings: tuple[Finding, ...]) -> None:
 @app.command()
 def schema() -> None:
     """Print the profile's JSON Schema (for editors)."""
-    from ..profile import profile_schema
+    from ..load.profile import profile_schema
 
     print(json.dumps(profile_schema(), indent=2))
 

@@ -12,7 +12,7 @@ from ..errors import EXIT_FINDINGS, EXIT_OK
 from .common import ContextOpt, KubeconfigOpt, app, err
 
 if TYPE_CHECKING:
-    from ..presets import PresetRegistry
+    from ..load.presets import PresetRegistry
 
 presets_app = typer.Typer(help="Engineer-owned presets and their approvals ledger.",
                           no_args_is_help=True)
@@ -25,8 +25,8 @@ PresetsDir = Annotated[Path | None, typer.Option("--dir", help="presets/ folder 
 @presets_app.command("list")
 def presets_list(directory: PresetsDir = None) -> None:
     """List the approved presets."""
-    from .. import report
-    from ..presets import PresetRegistry
+    from ..load.presets import PresetRegistry
+    from ..outputs import report
 
     for line in report.presets_lines(PresetRegistry(directory)):
         print(line)
@@ -35,8 +35,8 @@ def presets_list(directory: PresetsDir = None) -> None:
 @presets_app.command("show")
 def presets_show(name: str, directory: PresetsDir = None) -> None:
     """Show one approved preset (or `site`, the site file) and its approval record."""
-    from ..manifests import dump
-    from ..presets import PresetRegistry, preset_summary, site_summary
+    from ..load.presets import PresetRegistry, preset_summary, site_summary
+    from ..render.manifests import dump
 
     registry = PresetRegistry(directory)
     summary = site_summary(registry) if name == "site" else preset_summary(registry.get(name))
@@ -71,8 +71,8 @@ def approval_registry(name: str, key: Path | None, directory: Path | None, by: s
     """The presets folder `presets approve` may sign into; bad input for a typed approver,
     no key, or the shipped presets inside the installed package."""
     from ..errors import InputError
-    from ..loading import inside_installed_package
-    from ..presets import PresetRegistry
+    from ..load.presets import PresetRegistry
+    from ..resources import inside_installed_package
 
     if by is not None:
         raise InputError("an approval carries its engineer's SSH signature; the approver is the "
@@ -104,7 +104,7 @@ def presets_verify(directory: PresetsDir = None, live: LiveOpt = False,
     """Check every file of the presets folder (--dir, default: the shipped one) against the
     ledger and its signatures; exit 1 when any is refused (for CI). --live: also compare them
     with what the cluster enforces (exit 1 on a difference)."""
-    from ..presets import PresetRegistry
+    from ..load.presets import PresetRegistry
 
     registry = PresetRegistry(directory)
     result = registry.verify()
@@ -117,10 +117,10 @@ def presets_verify(directory: PresetsDir = None, live: LiveOpt = False,
 
 def verify_live(registry: PresetRegistry, kubeconfig: Path | None, context: str | None) -> bool:
     """`presets verify --live`: True when the cluster's parameters differ from the ledger's."""
-    from .. import admission
     from ..cluster import Target
     from ..cluster.params import read_params
     from ..errors import InputError
+    from ..outputs.admission import documents as admission
 
     try:
         local = admission.params_data(registry)
@@ -151,9 +151,9 @@ def presets_policy(
 ) -> None:
     """The ValidatingAdmissionPolicy, its binding and its parameters, from the approved presets
     (Kubernetes >= 1.30): what the cluster admits. See docs/admission.md."""
-    from .. import admission
-    from ..manifests import dump
-    from ..presets import PresetRegistry
+    from ..load.presets import PresetRegistry
+    from ..outputs.admission import documents as admission
+    from ..render.manifests import dump
 
     registry = PresetRegistry(directory)
     if out is None:

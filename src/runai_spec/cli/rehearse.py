@@ -15,8 +15,8 @@ from ..errors import EXIT_FINDINGS, EXIT_OK
 from .common import ProfileArg, TextJson, TextJsonOpt, app, err, stop_on_errors
 
 if TYPE_CHECKING:
+    from ..pipeline.workload import Workload
     from ..rehearse import RehearseResult
-    from ..workload import Workload
 
 ProcsOpt = Annotated[int | None, typer.Option(
     "--procs-per-pod", help="Processes per pod here (scale down on a CPU machine).")]
@@ -101,7 +101,7 @@ def runnable(profile: Path) -> Workload:
 
 
 def prepared(profile: Path) -> Workload:
-    from ..workload import prepare_workload  # its models load only when a command runs
+    from ..pipeline.workload import prepare_workload  # its models load only when a command runs
 
     return prepare_workload(profile)
 
@@ -140,7 +140,7 @@ def show_result(result: RehearseResult, workload: Workload, fmt: TextJson,
                 backoff_scale: float | None) -> None:
     """The table (or JSON) on stdout; the back-off scale of a fault run and the logs' folder
     on stderr."""
-    from .. import report
+    from ..outputs import report
     from ..rehearse import result_dict
 
     if backoff_scale is not None:
@@ -154,7 +154,7 @@ def show_result(result: RehearseResult, workload: Workload, fmt: TextJson,
 
 def record_result(result: RehearseResult, workload: Workload, options: list[str]) -> None:
     """The rehearsal's summary kept as the workload's latest, for `plan`'s ticket."""
-    from ..rehearsals import write_record
+    from ..rehearse.records import write_record
 
     record = write_record(
         project=workload.plan.project, name=workload.plan.name, profile=workload.path,

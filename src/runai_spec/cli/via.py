@@ -12,14 +12,15 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ..errors import EXIT_OK, ClusterError, InputError
+from . import common
 from .common import TextJson, err, progress_line
 
 if TYPE_CHECKING:
     from ..cluster.runai import RunaiTarget, WorkloadMetadata
-    from ..diff import ProfileDiff
-    from ..manifests import Manifest
-    from ..presets import Site
-    from ..workload import Workload
+    from ..load.presets import Site
+    from ..outputs.diff import ProfileDiff
+    from ..pipeline.workload import Workload
+    from ..render.manifests import Manifest
 
 
 class Via(StrEnum):
@@ -76,9 +77,9 @@ def diff_via(workloads: list[Workload], debug: bool, request_timeout: float | No
              ) -> list[ProfileDiff] | None:
     """diff --live's dispatch: through Run:ai when site.yaml's submit.via says so (the
     workloads as Run:ai holds them, against what submitting would store), else None."""
-    from .. import diff as drift
     from ..cluster.runai import live_workloads
-    from ..presets import PresetRegistry
+    from ..load.presets import PresetRegistry
+    from ..outputs import diff as drift
 
     site = PresetRegistry().site()
     if not workloads or chosen(site, None) is not Via.runai:
@@ -98,8 +99,8 @@ def diff_via(workloads: list[Workload], debug: bool, request_timeout: float | No
 def submit_runai(profile: Path, workload: Workload, target: RunaiTarget, *, dry_run: bool,
                  replace: bool) -> None:
     """submit --via runai: the rendered PyTorchJob, unchanged, as a Run:ai workload."""
-    from .. import report
     from ..cluster.runai import submit_workload
+    from ..outputs import report
 
     result = submit_workload(job_of(workload), metadata_of(workload), target, dry_run=dry_run,
                              replace=replace)
@@ -133,8 +134,8 @@ def resolved(job: str, project: str | None, via: Via | None, smoke: bool
              ) -> tuple[str, str, str, Site] | None:
     """status/delete's dispatch: (name, project, namespace, site) when this call goes through
     Run:ai, None for the Kubernetes path (always for --smoke)."""
-    from ..pipeline import resolve_job
-    from ..presets import PresetRegistry
+    from ..load.presets import PresetRegistry
+    from ..pipeline.stream import resolve_job
 
     site = PresetRegistry().site()  # the one every workload's render uses too
     if smoke or chosen(site, via) is not Via.runai:
@@ -172,7 +173,7 @@ def watch_runai(name: str, project: str, namespace: str, target: RunaiTarget, fm
     """status --via runai (and submit --wait): the phase Run:ai reports, polled as the
     Kubernetes path's status --watch polls."""
     from ..cluster.runai import workload_status
-    from .cluster import watch_status
+    from .common import watch_status
 
     return watch_status(lambda: workload_status(name, project, namespace, target),
                         f"runai workload {project}/{name}", "runai", fmt, watch, interval,
@@ -182,9 +183,8 @@ def watch_runai(name: str, project: str, namespace: str, target: RunaiTarget, fm
 def delete_runai(name: str, project: str, target: RunaiTarget, yes: bool) -> int:
     """delete --via runai: the workload runai-spec submitted (asks first)."""
     from ..cluster.runai import delete_workload
-    from .cluster import stdin_is_terminal
 
-    if not yes and not stdin_is_terminal():
+    if not yes and not common.stdin_is_terminal():
         raise InputError("refusing to delete without confirmation", field="--yes",
                          hint="pass --yes in scripts")
     deleted = delete_workload(name, project, target, confirm=None if yes else _confirmed)

@@ -1,6 +1,6 @@
 """The only importer of kubernetes (inside functions): submit, diff --live, status, logs, delete."""
 
-from ..kubeflow import (
+from ..facts.kubeflow import (
     CONTAINER,
     JOB_NAME_LABEL,
     MANAGED_BY_LABEL,
@@ -11,23 +11,16 @@ from ..kubeflow import (
 from .delete import DeleteResult, delete_job
 from .logs import LogsResult, SavedLog, save_logs
 from .objects import (
-    CONFIGMAP,
-    EVENTS,
     FIELD_MANAGER,
-    PODS,
-    PYTORCHJOB,
-    RESOURCES,
     SERVER_META,
-    Ref,
-    Resource,
     contains,
     get_object,
-    job_ref,
     managed_by_us,
     ref_of,
     same_render,
     strip_server_fields,
 )
+from .refs import CONFIGMAP, EVENTS, PODS, PYTORCHJOB, RESOURCES, Ref, Resource, job_ref
 from .refusals import AdmissionDenied, admission_denied, profile_field_of, refusal
 from .session import RedactFilter, RetryPolicy, Session, Target, clean, enable_debug
 from .status import PodState, StatusResult, explain, job_status

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import Location
+from ..facts.kubeflow import GPU_RESOURCE
 from ..findings import Finding, Severity
-from ..kubeflow import GPU_RESOURCE
-from ..workload import Workload
+from ..pipeline.workload import Workload
 from .refusals import refusal
 from .session import Session, clean, json_body
 
@@ -208,7 +208,7 @@ def _operator(s: Session, w: Workload) -> Iterator[Finding]:
 def _crd_schema(served: dict[str, Any], w: Workload) -> Iterator[Finding]:
     """The render against the schema the cluster serves (what `validate --crd FILE` does with
     a file): a field the cluster's operator does not know is dropped or refused there."""
-    from ..crd import crd_findings, crd_schemas
+    from ..check.crd import crd_findings, crd_schemas
     from ..errors import InputError
 
     source = "crd/pytorchjobs.kubeflow.org"

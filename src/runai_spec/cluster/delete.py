@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ClusterError
-from ..manifests import Manifest
-from .objects import Ref, get_object, managed_by_us
+from ..render.manifests import Manifest
+from .objects import get_object, managed_by_us
+from .refs import Ref
 from .refusals import refusal
 from .session import Session, Target, Uncertain
 

@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ClusterError, InputError
-from ..kubeflow import CONTAINER
-from ..launcher import RANK_LINE
-from ..loading import new_file
-from .objects import PODS, Ref, get_object, job_pods, job_ref
+from ..facts.kubeflow import CONTAINER
+from ..facts.torchrun import RANK_LINE
+from ..files import new_file
+from .objects import get_object, job_pods
+from .refs import PODS, Ref, job_ref
 from .refusals import refusal
 from .session import Session, Target, clean, json_body, reason_of
 

@@ -4,22 +4,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
 from ..errors import ClusterError, InternalError
-from ..kubeflow import (
-    API_VERSION,
+from ..facts.kubeflow import (
     JOB_NAME_LABEL,
-    KIND,
     MANAGED_BY,
     MANAGED_BY_LABEL,
-    PLURAL,
     REPLICA_INDEX_LABEL,
     REPLICA_TYPE_LABEL,
 )
-from ..manifests import Manifest
+from ..render.manifests import Manifest
+from .refs import PODS, RESOURCES, Ref, Resource
 from .refusals import refusal
 from .session import json_body
 
@@ -30,45 +26,6 @@ FIELD_MANAGER = MANAGED_BY  # the server-side apply field manager
 # Fields the API server owns: never part of what runai-spec renders, so never diffed.
 SERVER_META = ("managedFields", "resourceVersion", "uid", "creationTimestamp", "generation",
                "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds")
-
-
-@dataclass(frozen=True)
-class Resource:
-    """A namespaced API resource and its REST paths."""
-
-    group_version: str
-    kind: str
-    plural: str
-
-    def collection(self, namespace: str) -> str:
-        prefix = "/api/v1" if self.group_version == "v1" else f"/apis/{self.group_version}"
-        return f"{prefix}/namespaces/{quote(namespace, safe='')}/{self.plural}"
-
-    def item(self, namespace: str, name: str) -> str:
-        return f"{self.collection(namespace)}/{quote(name, safe='')}"
-
-
-PYTORCHJOB = Resource(API_VERSION, KIND, PLURAL)
-CONFIGMAP = Resource("v1", "ConfigMap", "configmaps")
-PODS = Resource("v1", "Pod", "pods")
-EVENTS = Resource("v1", "Event", "events")
-RESOURCES = {(r.group_version, r.kind): r for r in (PYTORCHJOB, CONFIGMAP)}
-
-
-@dataclass(frozen=True)
-class Ref:
-    """One object on the cluster: `pytorchjobs/<namespace>/<name>`."""
-
-    resource: Resource
-    namespace: str
-    name: str
-
-    def __str__(self) -> str:
-        return f"{self.resource.plural}/{self.namespace}/{self.name}"
-
-
-def job_ref(name: str, namespace: str) -> Ref:
-    return Ref(PYTORCHJOB, namespace, name)
 
 
 # --- comparing -------------------------------------------------------------------------
@@ -195,7 +152,6 @@ def list_objects(session: Session, resource: Resource, namespace: str,
                            file="cluster", hint="report it to your AI Engineers: the API server "
                            "(or a proxy in front of it) does not answer as Kubernetes does")
     return [checked(item, f"{ref}: items[{index}]") for index, item in enumerate(items or [])]
-
 
 
 def job_pods(session: Session, name: str, namespace: str) -> list[Manifest]:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ClusterError
-from .objects import CONFIGMAP, Ref
+from .refs import CONFIGMAP, Ref
 from .refusals import refusal
 from .session import Session, Target, clean, json_body
 

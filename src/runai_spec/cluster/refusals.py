@@ -10,7 +10,7 @@ from ..errors import ClusterError
 from .session import clean, json_body
 
 if TYPE_CHECKING:
-    from .objects import Ref
+    from .refs import Ref
 
 
 # The API server's message for a request a ValidatingAdmissionPolicy denied (kubernetes

@@ -41,8 +41,8 @@ from urllib.parse import quote, urlencode
 
 from .. import __version__
 from ..errors import ClusterError, InputError
-from ..kubeflow import CONTAINER
-from ..manifests import Manifest
+from ..facts.kubeflow import CONTAINER
+from ..render.manifests import Manifest
 from .objects import managed_by_us, same_render
 from .session import RetryPolicy, Uncertain, clean, log, reason_of
 from .status import PodState, StatusResult
@@ -362,7 +362,7 @@ def refused(status: int, data: Any, where: str, verb: str) -> ClusterError:
 
 
 def _is_uuid(value: str) -> bool:
-    from ..presets import RUNAI_CLUSTER_ID
+    from ..load.presets import RUNAI_CLUSTER_ID
 
     return bool(RUNAI_CLUSTER_ID.match(value))
 

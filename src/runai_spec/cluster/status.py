@@ -7,16 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ClusterError
-from ..kubeflow import CONTAINER, REPLICA_TYPE_LABEL
-from ..manifests import Manifest
-from .objects import (
-    EVENTS,
-    get_object,
-    job_pods,
-    job_ref,
-    list_objects,
-    replica_index,
-)
+from ..facts.kubeflow import CONTAINER, REPLICA_TYPE_LABEL
+from ..render.manifests import Manifest
+from .objects import get_object, job_pods, list_objects, replica_index
+from .refs import EVENTS, job_ref
 from .session import Session, Target, clean
 
 

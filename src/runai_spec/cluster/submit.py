@@ -7,12 +7,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..errors import ClusterError
-from ..kubeflow import PROFILE_SHA_ANNOTATION
-from ..manifests import Manifest
+from ..facts.kubeflow import PROFILE_SHA_ANNOTATION
+from ..render.manifests import Manifest
 from .delete import delete_object, wait_deleted
 from .objects import (
     FIELD_MANAGER,
-    Ref,
     checked,
     get_object,
     managed_by_us,
@@ -21,6 +20,7 @@ from .objects import (
     same_render,
     strip_server_fields,
 )
+from .refs import Ref
 from .refusals import refusal
 from .session import Session, Target, Uncertain, json_body, log
 

@@ -11,16 +11,23 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..checklist import PREFLIGHT_LINE, PreflightSettings, parse_lines, preflight_settings, preflight_source
 from ..errors import InputError
-from ..kubeflow import OPERATOR_VERSION
-from ..launcher import Launcher, set_nproc, split_command
+from ..facts.kubeflow import OPERATOR_VERSION
+from ..facts.torchrun import Launcher, set_nproc, split_command
+from ..pipeline.checklist import (
+    PREFLIGHT_LINE,
+    PreflightSettings,
+    parse_lines,
+    preflight_settings,
+    preflight_source,
+)
 from .checks import (
     CHECK_ORDER,
     CheckResult,
     RehearseResult,
     aggregate,
     command_note,
+    netns_note,
     network_note,
     pid1_note,
     result_dict,
@@ -28,7 +35,7 @@ from .checks import (
 from .faults import faults_of
 from .job import DEFAULT_PORT, PORT_NAME, find_job, nproc_of, operator_env, replicas_of
 from .logs_folder import check_logs_dir, make_logs_dir
-from .network import auto_on_gpu, netns_note, plan_network, pod_network, resolve_mode
+from .network import auto_on_gpu, plan_network, pod_network, resolve_mode
 from .pods import (
     MULTICAST_OFF,
     PodOutcome,

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..report import one_line
+from ..text import one_line
+from .network import NetPlan
 from .pods import PodOutcome, PodPlan, can_pid_namespace
 
 TAIL_LINES = 3  # of a crashed rank's stderr in the pods row: where a traceback ends
@@ -292,3 +293,34 @@ def command_note(plans: Sequence[PodPlan]) -> CheckResult | None:
         details={"added": {p.name: list(p.added_flags) for p in with_flags},
                  "rank_logs": {p.name: str(p.rank_logs) for p in torchrun},
                  "nccl_debug_file": {p.name: str(p.nccl_debug_file) for p in nccl}})
+
+
+def netns_note(plans: Sequence[PodPlan], net: NetPlan) -> CheckResult:
+    """The `network` row in netns mode: each pod's address and hostname, and which pod hosts
+    the c10d store, as torch decided it from the hostnames (the rehearsal adds no is_host)."""
+    from .checks import CheckResult
+
+    pods = ", ".join(f"{p.hostname} {p.address}" for p in net.pods)
+    lead = (f"netns: every pod in a network namespace of its own on {net.subnet} ({pods}), its "
+            "hostname its pod name; another pod's service name resolves (/etc/hosts) only "
+            "while that pod's container runs, as a headless service publishes only Ready pods; "
+            "the job's ports as rendered")
+    details: dict[str, object] = {"mode": "netns", "subnet": net.subnet,
+                                  "addresses": {p.short: p.address for p in net.pods}}
+    stores = [p for p in plans if p.store is not None]
+    if not stores:
+        master = next((p for p in plans if p.rank == 0), plans[0])
+        addr = master.env.get("MASTER_ADDR")
+        tail = (f"store host: {master.name}, node rank 0 of the static rendezvous at "
+                f"{addr}:{master.env.get('MASTER_PORT')}, as in the cluster" if addr
+                else "no rendezvous across pods")
+        return CheckResult("network", "note", f"{lead}; {tail}", details=details)
+    first = stores[0].store
+    assert first is not None
+    hosts = [p.name for p in stores if p.store is not None and p.store.is_host]
+    who = (f"c10d store host: {', '.join(hosts)} (the endpoint {first.endpoint} names it; "
+           "torch's _matches_machine_hostname decides it here as in the cluster)" if hosts
+           else f"c10d store host: none of the pods is named {first.host} (the endpoint "
+           f"{first.endpoint}), as in the cluster no agent hosts the store")
+    details.update(endpoint=first.endpoint, store_hosts=hosts)
+    return CheckResult("network", "note", f"{lead}; {who}", details=details)

@@ -6,16 +6,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import InputError
-from ..kubeflow import (
-    API_VERSION,
-    DEFAULT_PORT,
-    KIND,
-    PORT_NAME,
-    operator_env,
-)
-from ..kubeflow import nproc_int as nproc_of
-from ..kubeflow import pytorch_container as container_of
-from ..kubeflow import replica_specs as replicas_of
+from ..facts.kubeflow import API_VERSION, DEFAULT_PORT, KIND, PORT_NAME, operator_env
+from ..facts.kubeflow import nproc_int as nproc_of
+from ..facts.kubeflow import pytorch_container as container_of
+from ..facts.kubeflow import replica_specs as replicas_of
 
 # The operator's facts live in kubeflow.py; the rehearsal's names for them stay importable.
 __all__ = ["DEFAULT_PORT", "PORT_NAME", "container_of", "find_job", "nproc_of", "operator_env",

@@ -46,8 +46,7 @@ from typing import TYPE_CHECKING
 from ..errors import InputError
 
 if TYPE_CHECKING:
-    from .checks import CheckResult
-    from .pods import PodPlan
+    pass
 
 MODES = ("auto", "netns", "loopback")
 NETNS_RUN = Path("/run/netns")  # where `ip netns add` mounts each namespace
@@ -355,32 +354,3 @@ def pod_network(plan: NetPlan | None, log: Path | None = None) -> Iterator[Netwo
         yield net
 
 
-def netns_note(plans: Sequence[PodPlan], net: NetPlan) -> CheckResult:
-    """The `network` row in netns mode: each pod's address and hostname, and which pod hosts
-    the c10d store, as torch decided it from the hostnames (the rehearsal adds no is_host)."""
-    from .checks import CheckResult
-
-    pods = ", ".join(f"{p.hostname} {p.address}" for p in net.pods)
-    lead = (f"netns: every pod in a network namespace of its own on {net.subnet} ({pods}), its "
-            "hostname its pod name; another pod's service name resolves (/etc/hosts) only "
-            "while that pod's container runs, as a headless service publishes only Ready pods; "
-            "the job's ports as rendered")
-    details: dict[str, object] = {"mode": "netns", "subnet": net.subnet,
-                                  "addresses": {p.short: p.address for p in net.pods}}
-    stores = [p for p in plans if p.store is not None]
-    if not stores:
-        master = next((p for p in plans if p.rank == 0), plans[0])
-        addr = master.env.get("MASTER_ADDR")
-        tail = (f"store host: {master.name}, node rank 0 of the static rendezvous at "
-                f"{addr}:{master.env.get('MASTER_PORT')}, as in the cluster" if addr
-                else "no rendezvous across pods")
-        return CheckResult("network", "note", f"{lead}; {tail}", details=details)
-    first = stores[0].store
-    assert first is not None
-    hosts = [p.name for p in stores if p.store is not None and p.store.is_host]
-    who = (f"c10d store host: {', '.join(hosts)} (the endpoint {first.endpoint} names it; "
-           "torch's _matches_machine_hostname decides it here as in the cluster)" if hosts
-           else f"c10d store host: none of the pods is named {first.host} (the endpoint "
-           f"{first.endpoint}), as in the cluster no agent hosts the store")
-    details.update(endpoint=first.endpoint, store_hosts=hosts)
-    return CheckResult("network", "note", f"{lead}; {who}", details=details)

@@ -22,27 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ..checklist import PREFLIGHT_LINE, PreflightSettings, parse_lines, preflight_source
 from ..errors import InputError
-from ..kubeflow import OPERATOR_VERSION, POD_NAME_ENV
-from ..launcher import (
-    LOG_DIR_FLAG,
-    NCCL_DEBUG_FILE,
-    has_flag,
-    python_head,
-    set_nproc,
-    split_command,
-)
-from .filesystem import (
-    AUDIT_ENV,
-    AUDIT_KEY_ENV,
-    POD_ENV,
-    audit_layer_dir,
-    can_mount,
-    pod_filesystem,
-)
+from ..facts.kubeflow import OPERATOR_VERSION, POD_NAME_ENV
+from ..facts.kubelet import container_env, expand_command
+from ..facts.torchrun import LOG_DIR_FLAG, NCCL_DEBUG_FILE, has_flag, python_head, set_nproc, split_command
+from ..pipeline.checklist import PREFLIGHT_LINE, PreflightSettings, parse_lines, preflight_source
+from .filesystem import AUDIT_ENV, AUDIT_KEY_ENV, POD_ENV, audit_layer_dir, can_mount, pod_filesystem
 from .job import container_of, find_job, nproc_of, operator_env, replicas_of
-from .kubelet import container_env, expand_command
 from .network import NetPlan
 
 # NVLink multicast can put a shared host's GPUs out of service (device README): always off,

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..checklist import PreflightSettings
 from ..errors import InputError
-from ..launcher import has_flag, split_command
+from ..facts.torchrun import has_flag, split_command
+from ..pipeline.checklist import PreflightSettings
 from .checks import exit_status
 from .job import container_of, replicas_of
 from .pods import PodOutcome

@@ -9,10 +9,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..kubeflow import OPERATOR_VERSION
+from ..facts.kubeflow import OPERATOR_VERSION
+from ..facts.operator import DEFAULT_GRACE_S, Action, JobModel
 from .checks import CheckResult
 from .faults import Fault
-from .operator import DEFAULT_GRACE_S, Action, JobModel
 from .pods import PodOutcome, PodPlan, Progress, _held, _Pod, _Ticker
 from .restarts import STATIC_RENDEZVOUS_RISK, static_rendezvous
 

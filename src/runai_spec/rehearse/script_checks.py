@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..checklist import PreflightSettings
+from ..pipeline.checklist import PreflightSettings
 from .checks import CheckResult
 
 GPU_ONLY_HINTS = ("nccl", "cuda", "nvidia driver", "no nvidia", "gpu")

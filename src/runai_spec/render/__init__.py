@@ -10,12 +10,12 @@ from typing import Any
 
 import jinja2
 
-from .. import kubeflow
 from ..errors import InternalError
-from ..kubeflow import operator_problems
-from ..loading import shipped_dir
-from ..manifests import Manifest, parse_rendered, scalar
-from ..plan import Plan
+from ..facts import kubeflow
+from ..facts.kubeflow import operator_problems
+from ..plan.plan import Plan
+from ..resources import shipped_dir
+from .manifests import Manifest, parse_rendered, scalar
 
 TEMPLATES = {"kubeflow": "pytorchjob.json.j2"}
 CONFIGMAP_TEMPLATE = "configmap.json.j2"

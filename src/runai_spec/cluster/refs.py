@@ -1,0 +1,55 @@
+"""TODO one-line docstring."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from ..facts.kubeflow import API_VERSION, KIND, PLURAL
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A namespaced API resource and its REST paths."""
+
+    group_version: str
+    kind: str
+    plural: str
+
+    def collection(self, namespace: str) -> str:
+        prefix = "/api/v1" if self.group_version == "v1" else f"/apis/{self.group_version}"
+        return f"{prefix}/namespaces/{quote(namespace, safe='')}/{self.plural}"
+
+    def item(self, namespace: str, name: str) -> str:
+        return f"{self.collection(namespace)}/{quote(name, safe='')}"
+
+
+PYTORCHJOB = Resource(API_VERSION, KIND, PLURAL)
+
+
+CONFIGMAP = Resource("v1", "ConfigMap", "configmaps")
+
+
+PODS = Resource("v1", "Pod", "pods")
+
+
+EVENTS = Resource("v1", "Event", "events")
+
+
+RESOURCES = {(r.group_version, r.kind): r for r in (PYTORCHJOB, CONFIGMAP)}
+
+
+@dataclass(frozen=True)
+class Ref:
+    """One object on the cluster: `pytorchjobs/<namespace>/<name>`."""
+
+    resource: Resource
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.resource.plural}/{self.namespace}/{self.name}"
+
+
+def job_ref(name: str, namespace: str) -> Ref:
+    return Ref(PYTORCHJOB, namespace, name)

@@ -1,0 +1,228 @@
+"""The kubelet and the training operator as a pure state machine, driven by events.
+
+No processes, no clock of its own: the caller reports what happened (a container exited, the
+scheduler preempted the job, time passed) and gets back what the cluster would do (restart a
+container in place, recreate a pod, stop every pod, mark the job Failed or Succeeded).
+
+Modelled on training-operator v1.9.0 (v1.7.0 and v1.8.0 behave the same here):
+- `pkg/core/pod.go` `SetRestartPolicy`: `ExitCode` becomes pod `restartPolicy: Never`; the
+  other policies are copied to the pod, so `OnFailure`/`Always` mean the kubelet restarts
+  the failed container in place (same pod, same name, other pods untouched).
+- `pkg/util/train/train_util.go` `IsRetryableExitCode`: exit code >= 128 is retryable.
+- `pkg/controller.v1/common/pod.go` `ReconcilePods`: a failed `ExitCode` pod with a
+  retryable code is deleted and recreated (a new pod: restartCount 0); a permanent code, or
+  any failure under `Never`, fails the job.
+- `pkg/core/job.go` `PastBackoffLimit`: container restartCounts summed over the job's pods
+  (OnFailure/Always/ExitCode replicas); `backoffLimit: 0` fails on any restart, otherwise
+  `sum >= backoffLimit` fails the job; `common/job.go` then deletes every pod.
+- `pkg/controller.v1/pytorch/pytorchjob_controller.go` `UpdateJobStatus`: with a Master the
+  job succeeds when the Master does; Worker-only when every worker did, or with an
+  elasticPolicy as soon as one worker did.
+- Preemption deletes every pod; `ReconcilePods` recreates the missing ones (new pods,
+  restartCount 0: a preemption uses none of `backoffLimit`).
+Kubelet (`pkg/kubelet/kubelet.go`): crash-loop back-off 10 s, doubling, capped at 300 s
+(`MaxContainerBackOff`); restartCount increments when the container is started again. The
+back-off is client-go's `util/flowcontrol/backoff.go` keyed by pod and container: `Next` starts
+again from 10 s when the failure comes more than 2 x the cap (600 s) after the last one
+(`hasExpired`), i.e. after a container ran ten minutes; a new pod object has a key of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .kubeflow import OPERATOR_VERSION as DEFAULT_OPERATOR_VERSION
+from .kubeflow import OPERATOR_VERSIONS
+
+POLICIES = ("OnFailure", "Always", "ExitCode", "Never")
+DEFAULT_POLICY = "OnFailure"  # pytorch_defaults.go: PyTorchJobDefaultRestartPolicy
+DEFAULT_GRACE_S = 30.0  # Kubernetes' default terminationGracePeriodSeconds
+BACKOFF_BASE_S = 10.0
+BACKOFF_CAP_S = 300.0
+BACKOFF_RESET_AFTER_S = 2 * BACKOFF_CAP_S  # client-go flowcontrol hasExpired: 2 x maxDuration
+RETRYABLE_FROM = 128
+
+
+def kubelet_backoff(restart: int, scale: float = 1.0) -> float:
+    """The kubelet's wait before the `restart`-th restart of one container (1-based)."""
+    return float(min(BACKOFF_BASE_S * 2 ** (max(restart, 1) - 1), BACKOFF_CAP_S)) * scale
+
+
+@dataclass(frozen=True)
+class Action:
+    """What the cluster does now: `restart` a container in place, `recreate` a pod (new pod
+    object), `delete-all` (preemption: SIGTERM, grace, SIGKILL; recreated after),
+    `stop-all` (the job ended: every pod goes), with the reason in words."""
+
+    kind: str
+    pod: str | None = None
+    why: str = ""
+
+
+@dataclass
+class PodModel:
+    name: str
+    policy: str
+    restart_count: int = 0  # this pod object's container restarts (kubelet)
+    phase: str = "Running"  # Running | BackOff | Succeeded | Failed
+    restart_at: float | None = None
+    restarts: int = 0  # container restarts over every pod object of this name
+    recreations: int = 0
+    backoff_step: int = 0  # the kubelet's back-off entry: the n-th doubling in a row
+    last_failure_at: float | None = None  # when that entry was last updated
+
+
+@dataclass
+class JobModel:
+    """One PyTorchJob as the operator and the kubelet see it."""
+
+    pods: dict[str, PodModel]
+    backoff_limit: int | None
+    has_master: bool
+    elastic: bool
+    backoff_scale: float = 1.0
+    version: str = DEFAULT_OPERATOR_VERSION
+    phase: str = "Running"  # Running | Succeeded | Failed
+    reason: str = ""
+    log: list[tuple[float, str]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, job: Mapping[str, Any], *, backoff_scale: float = 1.0,
+           version: str = DEFAULT_OPERATOR_VERSION) -> JobModel:
+        """The model of a rendered PyTorchJob: its pods, restart policies and backoffLimit."""
+        if version not in OPERATOR_VERSIONS:
+            raise ValueError(f"training-operator {version!r}: modelled are "
+                             f"{', '.join(OPERATOR_VERSIONS)}")
+        spec = job.get("spec") or {}
+        replicas = spec.get("pytorchReplicaSpecs") or {}
+        pods: dict[str, PodModel] = {}
+        for rtype in ("Master", "Worker"):
+            rspec = replicas.get(rtype)
+            if rspec is None:
+                continue
+            policy = str(rspec.get("restartPolicy") or DEFAULT_POLICY)
+            for i in range(int(rspec.get("replicas", 1))):
+                name = f"{rtype.lower()}-{i}"
+                pods[name] = PodModel(name, policy)
+        limit = (spec.get("runPolicy") or {}).get("backoffLimit")
+        return cls(pods, None if limit is None else int(limit), "Master" in replicas,
+                   spec.get("elasticPolicy") is not None, backoff_scale, version)
+
+    @property
+    def restarts_used(self) -> int:
+        """Container restarts summed over the pods, as PastBackoffLimit counts them."""
+        return sum(p.restart_count for p in self.pods.values())
+
+    def _note(self, now: float, text: str) -> None:
+        self.log.append((now, text))
+
+    def _fail(self, now: float, why: str) -> list[Action]:
+        self.phase, self.reason = "Failed", why
+        self._note(now, f"job Failed: {why}")
+        return [Action("stop-all", why=why)]
+
+    def exited(self, name: str, code: int, now: float) -> list[Action]:
+        """The pod's container exited with `code` (Kubernetes' code: 128 + signal)."""
+        if self.phase != "Running":
+            return []
+        pod = self.pods[name]
+        if code == 0:
+            pod.phase = "Succeeded"
+            self._note(now, f"{name}: container exited 0")
+            return self._succeeded(now)
+        self._note(now, f"{name}: container exited {code}")
+        if pod.policy in ("OnFailure", "Always"):
+            pod.phase = "BackOff"
+            stable = BACKOFF_RESET_AFTER_S * self.backoff_scale
+            if pod.last_failure_at is not None and now - pod.last_failure_at > stable:
+                pod.backoff_step = 0  # it ran ten minutes: hasExpired, the back-off starts over
+                self._note(now, f"{name}: more than {stable:g} s since its last failure: the "
+                                "kubelet's back-off starts again from the beginning")
+            pod.backoff_step += 1
+            pod.last_failure_at = now
+            wait = kubelet_backoff(pod.backoff_step, self.backoff_scale)
+            pod.restart_at = now + wait
+            self._note(now, f"{name}: CrashLoopBackOff {wait:g} s")
+            return []
+        if pod.policy == "ExitCode" and code >= RETRYABLE_FROM:
+            pod.recreations += 1
+            pod.restart_count = pod.backoff_step = 0  # a new pod object
+            pod.last_failure_at = None
+            self._note(now, f"{name}: exit {code} is retryable: the operator recreates the pod")
+            return [Action("recreate", name, f"exit {code} is retryable (>= 128)")]
+        pod.phase = "Failed"
+        if pod.policy == "ExitCode":
+            return self._fail(now, f"{name} exited {code}, a permanent error for "
+                                   "restartPolicy ExitCode (retryable only from 128)")
+        return self._fail(now, f"{name} exited {code} under restartPolicy Never")
+
+    def due(self, now: float) -> list[Action]:
+        """Back-offs that have run out: the kubelet restarts those containers in place; the
+        operator then counts the restarts against backoffLimit."""
+        if self.phase != "Running":
+            return []
+        out: list[Action] = []
+        for pod in self.pods.values():
+            if pod.phase == "BackOff" and pod.restart_at is not None and now >= pod.restart_at:
+                pod.phase, pod.restart_at = "Running", None
+                pod.restart_count += 1
+                pod.restarts += 1
+                self._note(now, f"{pod.name}: kubelet restarts the container in place "
+                                f"(restartCount {pod.restart_count}; job {self.restarts_used}"
+                                f"/{self.backoff_limit})")
+                out.append(Action("restart", pod.name, "kubelet back-off over"))
+        limit = self.backoff_limit
+        used = self.restarts_used
+        if out and limit is not None and ((limit == 0 and used > 0) or 0 < limit <= used):
+            return self._fail(now, f"{used} container restart(s) reach backoffLimit {limit}")
+        return out
+
+    def next_due(self) -> float | None:
+        times = [p.restart_at for p in self.pods.values() if p.restart_at is not None]
+        return min(times) if times else None
+
+    def preempted(self, now: float) -> list[Action]:
+        """The scheduler deletes every pod; the operator recreates them all, as new pods."""
+        if self.phase != "Running":
+            return []
+        for pod in self.pods.values():
+            pod.phase, pod.restart_at, pod.restart_count = "Running", None, 0
+            pod.backoff_step, pod.last_failure_at = 0, None  # new pod objects, new back-offs
+            pod.recreations += 1
+        self._note(now, "preempted: every pod deleted, the operator recreates them")
+        return [Action("delete-all", why="preemption"),
+                *(Action("recreate", name, "preemption") for name in self.pods)]
+
+    def _succeeded(self, now: float) -> list[Action]:
+        pods = list(self.pods.values())
+        if self.has_master:
+            done = self.pods.get("master-0") is not None and self.pods["master-0"].phase == (
+                "Succeeded")
+        elif self.elastic:
+            done = any(p.phase == "Succeeded" for p in pods)
+        else:
+            done = all(p.phase == "Succeeded" for p in pods)
+        if not done:
+            return []
+        self.phase, self.reason = "Succeeded", "succeeded"
+        self._note(now, "job Succeeded")
+        return [Action("stop-all", why="job Succeeded (cleanPodPolicy)")]
+
+
+def drive(model: JobModel, events: Sequence[tuple[float, str, str | None, int]]
+          ) -> list[tuple[float, Action]]:
+    """Feed (time, "exit"|"preempt"|"tick", pod, code) events in order; every action taken,
+    with its time. Back-offs that run out between events are served at their due time."""
+    out: list[tuple[float, Action]] = []
+    for now, kind, pod, code in sorted(events, key=lambda e: e[0]):
+        while (due := model.next_due()) is not None and due <= now:
+            out += [(due, a) for a in model.due(due)]
+        if kind == "exit" and pod is not None:
+            out += [(now, a) for a in model.exited(pod, code, now)]
+        elif kind == "preempt":
+            out += [(now, a) for a in model.preempted(now)]
+        else:
+            out += [(now, a) for a in model.due(now)]
+    return out

@@ -1,0 +1,264 @@
+"""Argv rewriting: a container's launcher and its flags, apart from the training entry point."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..errors import InputError
+
+_TORCHRUN_BOOLEAN = {"--standalone", "--no-python", "--no_python", "--run-path", "--run_path",
+                     "-m", "--module"}
+_PYTHON_WITH_VALUE = {"-X", "-W", "-c"}
+
+# torchrun's flag for an entry point that is an executable, not a Python script
+NO_PYTHON = "--no-python"
+SHELLS = frozenset({"bash", "sh"})  # the interpreters a wrapper script may name
+SHELL_SUFFIXES = (".sh", ".bash")
+PYTHON_ENTRY = "python"
+
+# Per-rank logs (torch 2.13 `torch/distributed/run.py`): --log-dir gets one folder per launch,
+# `<log-dir>/<rdzv id>_<random>/attempt_<n>/<local rank>/{stdout,stderr}.log`; --tee=3 writes
+# both streams there AND to the console; TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE (run.py, read in
+# `local_elastic_agent.py` with string.Template: role_name, rank = global rank, local_rank)
+# prefixes each console line, so the pod log carries each rank's lines apart.
+LOG_DIR_FLAG = "--log-dir"
+TEE_FLAG = "--tee"
+RANK_PREFIX_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
+RANK_PREFIX = "[rank${rank}]:"
+RANK_LINE = re.compile(rb"^\[rank(\d{1,6})\]:(.*)$", re.DOTALL)  # a pod log line (bytes) of it
+RANK_LOGS = "logs"  # the folder on the checkpoint volume, one sub-folder per pod
+EXECUTABLE_ENTRY = "executable"
+
+# torchrun's shutdown window. On SIGTERM (the kubelet deleting the pod: torchrun is its PID 1)
+# the agent's run() catches the SignalException and closes its workers
+# (`torch/distributed/elastic/agent/server/api.py` -> `local_elastic_agent.py` _shutdown ->
+# `elastic/multiprocessing/api.py` PContext.close(death_sig, timeout)): SIGTERM to every
+# worker, SIGKILL to those alive `timeout` seconds later, whatever the pod's grace period.
+# Read in the wheels: torch 2.11.0 calls close(timeout=30) with no setting (so do 2.5-2.10);
+# torch 2.12.0 and 2.13.0 (pytorch/pytorch#172596) take `--shutdown-timeout`, else
+# TORCH_ELASTIC_SHUTDOWN_TIMEOUT (`launcher/api.py` LaunchConfig.__post_init__), else 30.
+# The render sets the variable, never the flag: a torchrun older than 2.12 ignores a variable
+# it does not read, but refuses a flag it does not know (argparse exits 2).
+SHUTDOWN_TIMEOUT_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
+SHUTDOWN_DEFAULT_S = 30
+SHUTDOWN_SETTING_SINCE = (2, 12)
+
+
+def torch_release(version: str | None) -> tuple[int, int] | None:
+    """(major, minor) of a torch version such as `2.13.0+cu130`; None if it is not one."""
+    m = re.match(r"^(\d+)\.(\d+)", version or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def shutdown_window(torch_version: str | None, grace_s: int) -> int | None:
+    """Seconds a torchrun worker has from SIGTERM to SIGKILL in a pod whose grace period is
+    GRACE_S and whose env sets SHUTDOWN_TIMEOUT_ENV to it (as the render does): the grace
+    period from torch 2.12, min(30, grace) before; None when the version is unknown."""
+    release = torch_release(torch_version)
+    if release is None:
+        return None
+    if release >= SHUTDOWN_SETTING_SINCE:
+        return grace_s
+    return min(SHUTDOWN_DEFAULT_S, grace_s)
+
+# NCCL's diagnostics switch (NCCL `src/misc/debug.cc`): NCCL_DEBUG's level, its subsystems, and
+# the file it writes to instead of stdout, `%h` the host name and `%p` the process id (one
+# file per rank); a file NCCL cannot open leaves the lines on stdout.
+NCCL_DEBUG = "NCCL_DEBUG"
+NCCL_DEBUG_FILE = "NCCL_DEBUG_FILE"
+NCCL_DIAGNOSTICS = (NCCL_DEBUG, "NCCL_DEBUG_SUBSYS", NCCL_DEBUG_FILE)
+
+# The network path's variables, the preset's (network.env) and never the profile's, except the
+# diagnostics switch above: the one list `validate` (policy.py, rule nccl-transport-env) and
+# the cluster's admission policy (admission.py, reserved-env) both read. Every NCCL_* (NCCL
+# reads any of them, >= 2.23 also from NCCL_CONF_FILE); PyTorch's NCCL process group
+# (TORCH_NCCL_*: async error handling, the watchdog and heartbeat timeouts that decide how a
+# fault is noticed: the failure semantics); UCX, NVSHMEM, libfabric (FI_*, the EFA/OFI
+# transport) and SHARP; the interfaces of Gloo and TensorPipe; the Mellanox devices the
+# container sees; and the dynamic linker's LD_PRELOAD and LD_LIBRARY_PATH, either of which can
+# swap libnccl or its net plugin for another library.
+#
+# Issue 23 (third red-team pass) added the transport-adjacent families: UCC and PyTorch's UCC
+# process group (UCC_*, TORCH_UCC_*), Gloo's transport (GLOO_DEVICE_TRANSPORT), the verbs
+# stack under every RDMA transport (libibverbs IBV_*, RDMAV_*, the mlx5 provider MLX5_*),
+# Mellanox HCOLL (HCOLL_*), Open MPI's MCA parameters (OMPI_MCA_*, which pick its BTL/PML
+# transports), CUDA MPS (CUDA_MPS_*: the GPU shared with other processes and their limits),
+# and what the NVIDIA container toolkit reads when the container is made: the GPUs it sees
+# (NVIDIA_VISIBLE_DEVICES; the device plugin sets it), the driver's libraries it gets
+# (NVIDIA_DRIVER_CAPABILITIES), MIG devices (NVIDIA_MIG_CONFIG_DEVICES,
+# NVIDIA_MIG_MONITOR_DEVICES) and the CUDA/driver version check (NVIDIA_REQUIRE_*,
+# NVIDIA_DISABLE_REQUIRE).
+#
+# A deny-list of families, not an allow-list of what a researcher may set: an allow-list is
+# the fail-closed answer, but it would refuse the ordinary application variables every job
+# sets (WANDB_PROJECT, HF_HOME, TOKENIZERS_PARALLELISM, OMP_NUM_THREADS, the script's own
+# flags) and turn each into a request to the engineers, who cannot know every library's
+# variables either. These families are the ones that choose or configure how GPUs and nodes
+# talk and which devices and driver a container gets, which the preset's engineers own. Each
+# is a plain prefix or an exact name (no patterns), so that admission.py renders the same
+# list into CEL's startsWith and ==. NVIDIA_TF32_OVERRIDE and the other NVIDIA_* switches of
+# a library's arithmetic stay the researcher's: only the toolkit's names above are listed.
+TRANSPORT_ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "UCX_", "NVSHMEM_", "FI_", "SHARP_",
+                          "UCC_", "TORCH_UCC_", "IBV_", "RDMAV_", "MLX5_", "HCOLL_",
+                          "OMPI_MCA_", "CUDA_MPS_", "NVIDIA_REQUIRE_")
+TRANSPORT_ENV_NAMES = ("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "MELLANOX_VISIBLE_DEVICES",
+                       "LD_PRELOAD", "LD_LIBRARY_PATH", "GLOO_DEVICE_TRANSPORT",
+                       "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
+                       "NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES",
+                       "NVIDIA_DISABLE_REQUIRE")
+
+
+# A launcher's own module run as the training entry point (issue 23, third red-team pass): the
+# preset's torchrun (or python) would run torchrun, accelerate or DeepSpeed again, and that
+# one starts as many processes as its own flags say (`[.../torch/distributed/run.py,
+# --nproc-per-node=3, train.py]` started 3 ranks where 1 was planned). Refused by name, as
+# the file is in the image: the module form (`-m NAME`) and a script whose path ends in one of
+# the suffixes (any site-packages folder before it). Plain strings, so that the admission
+# policy's generator can render the same list.
+LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch",
+                    "accelerate.commands.launch", "accelerate.commands.accelerate_cli",
+                    "deepspeed.launcher.runner", "deepspeed.launcher.launch")
+LAUNCHER_SCRIPT_SUFFIXES = tuple(m.replace(".", "/") + ".py" for m in LAUNCHER_MODULES)
+
+
+def launcher_entry(command: Sequence[str]) -> str | None:
+    """The launcher module that COMMAND's entry point is (`-m torch.distributed.run`, or a
+    script path ending in `torch/distributed/run.py`), else None."""
+    if not command:
+        return None
+    first = command[0]
+    if first in ("-m", "--module"):
+        module = command[1].strip() if len(command) > 1 else ""
+        return module if module in LAUNCHER_MODULES else None
+    path = posixpath.normpath(first)
+    return next((s for s in LAUNCHER_SCRIPT_SUFFIXES if path == s or path.endswith("/" + s)),
+                None)
+
+
+def entry_point_kind(command: Sequence[str]) -> str | None:
+    """How the container runs a profile's entry point. The file is in the image, not here to
+    inspect, so its name decides:
+
+    - `python`: a `*.py` script or `-m module`: `python -u` (one GPU) or `torchrun` run it with
+      Python;
+    - `executable`: a wrapper script, `*.sh` / `*.bash` (it needs its executable bit and a
+      shebang in the image), or `[bash|sh, script.sh, ...]` (the interpreter named): run as
+      an executable, by `torchrun --no-python`, or on its own on one GPU;
+    - None: neither can be told (another suffix, or none): the launcher rule refuses it."""
+    if not command:
+        return None
+    first = command[0]
+    if first in ("-m", "--module") or first.endswith(".py"):
+        return PYTHON_ENTRY
+    if first.endswith(SHELL_SUFFIXES):
+        return EXECUTABLE_ENTRY
+    if (os.path.basename(first) in SHELLS and len(command) > 1
+            and command[1].endswith(SHELL_SUFFIXES)):
+        return EXECUTABLE_ENTRY
+    return None
+
+
+def for_entry_point(launcher: tuple[str, ...], command: Sequence[str]) -> tuple[str, ...]:
+    """The layout's launcher, made to run an executable entry point: torchrun gets
+    `--no-python`, and the single-GPU `python -u` is dropped (the script runs itself)."""
+    if entry_point_kind(command) != EXECUTABLE_ENTRY:
+        return launcher
+    if launcher[:1] == ("python",):
+        return ()
+    return (*launcher, NO_PYTHON)
+
+
+@dataclass(frozen=True)
+class Launcher:
+    kind: str  # "python", "torchrun", or "executable" (an entry point run with no launcher)
+    head: tuple[str, ...]  # launcher and its flags, before the entry point
+    entry: tuple[str, ...]  # the script (or -m module) and its arguments
+
+
+def split_command(argv: Sequence[str]) -> Launcher:
+    """Split a container argv into launcher flags and the training entry point."""
+    if not argv:
+        raise InputError("the pytorch container has no command", field="command")
+    if entry_point_kind(argv) == EXECUTABLE_ENTRY:  # one GPU: the wrapper script runs itself
+        return Launcher(EXECUTABLE_ENTRY, (), tuple(argv))
+    prog = os.path.basename(argv[0])
+    if prog == "torchrun":
+        kind, i = "torchrun", 1
+    elif re.fullmatch(r"python(3(\.\d+)?)?", prog):
+        if argv[1:3] in (["-m", "torch.distributed.run"], ["-m", "torch.distributed.launch"]):
+            kind, i = "torchrun", 3
+        else:
+            kind, i = "python", 1
+    else:
+        raise InputError(f"the container command starts with {argv[0]!r}, neither python nor "
+                         "torchrun", field="command",
+                         hint="rehearse knows the launchers runai-spec renders")
+    while i < len(argv):
+        arg = argv[i]
+        if not arg.startswith("-") or arg == "-":
+            break
+        if arg in ("-m", "--module") and kind == "python":
+            break  # `python -m pkg`: the module is the entry point
+        if kind == "torchrun":
+            if arg in _TORCHRUN_BOOLEAN or "=" in arg:
+                i += 1
+                continue
+            i += 2
+        else:
+            i += 2 if arg in _PYTHON_WITH_VALUE else 1
+    return Launcher(kind, tuple(argv[:i]), tuple(argv[i:]))
+
+
+def set_nproc(head: Sequence[str], k: int) -> tuple[str, ...]:
+    """Rewrite torchrun's --nproc-per-node (any spelling) to k; leave it absent if absent."""
+    out: list[str] = []
+    skip = False
+    for i, arg in enumerate(head):
+        if skip:
+            skip = False
+            continue
+        m = re.fullmatch(r"(--nproc[-_]per[-_]node)(=.*)?", arg)
+        if m and m.group(2):
+            out.append(f"{m.group(1)}={k}")
+        elif m and i + 1 < len(head):
+            out += [arg, str(k)]
+            skip = True
+        else:
+            out.append(arg)
+    return tuple(out)
+
+
+def has_flag(head: Sequence[str], *names: str) -> bool:
+    return any(a == n or a.startswith(n + "=") for a in head for n in names)
+
+
+def without_launcher(command: Sequence[str]) -> list[str]:
+    """A researcher's command with a launcher they typed (`torchrun --nnodes=2 ...`, `python -u`,
+    `bash`) and that launcher's own flags taken off: what the profile's command should be."""
+    prog = os.path.basename(command[0]) if command else ""
+    i = 1
+    while i < len(command) and command[i].startswith("-") and command[i] != "-":
+        arg = command[i]
+        if prog == "torchrun":
+            i += 1 if arg in _TORCHRUN_BOOLEAN or "=" in arg else 2
+        elif re.fullmatch(r"python(3(\.\d+)?)?", prog):
+            if arg in ("-m", "--module"):
+                break
+            i += 2 if arg in _PYTHON_WITH_VALUE else 1
+        else:
+            i += 1
+    return list(command[i:])
+
+
+def python_head(argv: Sequence[str]) -> tuple[str, ...]:
+    """The launcher of a rendered container argv, made to run a Python script in place of its
+    entry point (the smoke test's and the rehearsal's preflight.py): without torchrun's
+    `--no-python`, and `python -u` where an executable ran with no launcher."""
+    launcher = split_command(argv)
+    if launcher.kind == EXECUTABLE_ENTRY:
+        return ("python", "-u")
+    return tuple(a for a in launcher.head if a not in (NO_PYTHON, "--no_python"))

@@ -1,0 +1,582 @@
+"""Profile models (researcher-owned) and load_profile()."""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import hashlib
+import json
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal, get_args, get_origin
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic_core import PydanticCustomError
+
+from ..errors import InputError, Location, RunaiSpecError
+from ..facts.kubeflow import DNS1035_PATTERN, DNS1123_PATTERN, NAME_MAX
+from ..findings import Finding
+from .yaml import literal_text, load_mapping_lines, read_text
+
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+# DESIGN section 5: a plain scalar in a string field is exactly the text written (`1.10`
+# stays "1.10", `--epochs, 90` gives "90"); Arg also says so in the JSON Schema, for editors.
+Text = Annotated[str, BeforeValidator(literal_text)]
+_AS_WRITTEN = BeforeValidator(literal_text, json_schema_input_type=str | int | float | bool)
+Arg = Annotated[str, _AS_WRITTEN]
+# An optional text's constraints go inside its type, before the validator: given to the field
+# of a `Text | None`, pydantic left the pattern out of the JSON Schema (issue 26 item 5).
+DnsText = Annotated[str, Field(pattern=DNS1123_PATTERN, max_length=253),
+                    BeforeValidator(literal_text)]
+PathText = Annotated[str, Field(pattern=r"^/"), BeforeValidator(literal_text)]
+SomeText = Annotated[str, Field(min_length=1), BeforeValidator(literal_text)]
+# A torch release as `torch.__version__` writes it (`2.13.0`, `2.13.0+cu130`, `2.12`).
+TorchVersion = Annotated[str, Field(pattern=r"^[0-9]+\.[0-9]+(\.[0-9]+)?([+.a-z0-9]*)$",
+                                    max_length=64), BeforeValidator(literal_text)]
+# Only `true`/`false`: YAML 1.1's yes/no/on/off (and pydantic's "1", "t", ...) never flip a switch.
+Switch = Annotated[bool, Field(strict=True)]
+
+
+COUNT_TEXT = "count_text"  # the error type of a count written as text
+
+
+def _a_number(value: Any) -> Any:
+    """A count is a number as the strict loader reads one (JSON's: `4`, `13e9`): `true` is
+    never 1, and text is never read as a number, whether quoted (`"4"`) or a plain scalar
+    that is no JSON number (`1_000`, `017`, `00004`, `+4`), which Python's int() would take
+    and YAML 1.1 would read otherwise (`017` is 15 there)."""
+    if isinstance(value, bool):
+        raise ValueError(f"must be a number, not {str(value).lower()}")
+    if isinstance(value, str):
+        raise PydanticCustomError(COUNT_TEXT, "{text} is not a number",
+                                  {"text": repr(value)})
+    return value
+
+
+Count = Annotated[int, BeforeValidator(_a_number)]
+# Likewise an optional count's bounds: given to the field of a `Count | None`, pydantic wrote
+# them into the JSON Schema as `gt`/`ge`/`le`, which no JSON Schema validator knows.
+PositiveCount = Annotated[int, Field(gt=0), BeforeValidator(_a_number)]
+ZeroStage = Annotated[int, Field(ge=0, le=3), BeforeValidator(_a_number)]
+
+Strategy = Literal["ddp", "fsdp", "deepspeed", "tensor", "pipeline", "hybrid"]
+Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
+CheckpointFormat = Literal["dcp", "torch", "safetensors", "deepspeed"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class Batch(_Model):
+    """The batch-size arithmetic the site guide asks every project to record."""
+
+    local: Count = Field(gt=0, description="Samples per process per step (the local batch).")
+    grad_accum: Count = Field(1, gt=0, description="Gradient accumulation steps.")
+    global_: Count = Field(alias="global", gt=0,
+                         description="Intended global batch = local x processes x grad_accum.")
+
+
+class Model(_Model):
+    """What the AI engineer needs to approve a topology."""
+
+    parameters: Count = Field(gt=0, description="Number of model parameters, e.g. 7000000000.")
+    precision: Precision = Field(description="Training precision of weights and gradients.")
+    sequence_length: PositiveCount | None = Field(None, description="Tokens per sample, if any.")
+    optimizer: Literal["adamw", "adam", "sgd"] = Field(
+        "adamw", description="Optimizer, for the memory estimate (Adam keeps two fp32 moments).")
+
+
+class Checkpoint(_Model):
+    """Where and how checkpoints are written; never the image filesystem."""
+
+    dir: Text = Field(pattern=r"^/", description="Absolute mount path of the checkpoints.")
+    pvc: DnsText | None = Field(None, description="PersistentVolumeClaim mounted at `dir`.")
+    source: DnsText | None = Field(
+        None, description="Approved data source (site file) mounted at `dir`.")
+    format: CheckpointFormat = Field("torch", description="Checkpoint format.")
+    resume: SomeText | None = Field(
+        None, description="How the script resumes, e.g. `latest in dir`.")
+    on_sigterm: Switch = Field(False, description="The script writes a checkpoint when it "
+                             "receives SIGTERM (preemption, eviction, a restart), within the "
+                             "preset's termination grace period.")
+
+
+class DataVolume(_Model):
+    """A volume to mount in every pod."""
+
+    path: Text = Field(pattern=r"^/", description="Absolute mount path in the container.")
+    pvc: DnsText | None = Field(None, description="PersistentVolumeClaim to mount.")
+    source: DnsText | None = Field(
+        None, description="Approved data source (site file) to mount.")
+    read_only: Switch = Field(True, description="Mount read-only (the default).")
+
+
+class Diagnostics(_Model):
+    """Temporary switches for diagnosing a failing run; reported in every output."""
+
+    nccl_debug: Switch = Field(False, description="Set NCCL_DEBUG=INFO temporarily (per-rank logs).")
+    reason: Text | None = Field(None, description="Why the switch is on (ticket, date).")
+
+
+class Metrics(_Model):
+    """How the script writes shared metrics; the site guide: only rank 0 writes them."""
+
+    writer: Literal["rank0", "per-rank", "all-ranks"] = Field(
+        description="`rank0`: only global rank 0 writes; `per-rank`: each rank its own files; "
+                    "`all-ranks`: every rank writes the same metrics (duplicates).")
+    tracker: SomeText | None = Field(
+        None, description="Metrics tracker, e.g. tensorboard, wandb, mlflow.")
+
+
+class SecretRef(_Model):
+    """A key of a Kubernetes Secret in the project's namespace (valueFrom.secretKeyRef)."""
+
+    secret: Text = Field(pattern=DNS1123_PATTERN, max_length=253, description="Secret name.")
+    key: Text = Field(pattern=r"^[-._a-zA-Z0-9]+$", max_length=253, description="Key in the Secret.")
+
+
+
+class Profile(_Model):
+    """A researcher's project profile: what to run, never how the cluster runs it."""
+
+    name: Text = Field(pattern=DNS1035_PATTERN, max_length=NAME_MAX,
+                      description="Workload name (DNS-1035 label).")
+    project: Text = Field(pattern=DNS1123_PATTERN, max_length=NAME_MAX, description="Run:ai project.")
+    preset: Text = Field(pattern=DNS1123_PATTERN, max_length=NAME_MAX, description="Approved preset name.")
+    image: Text = Field(min_length=1, description="Immutable image: registry/repo[:tag]@sha256:<64 hex>.")
+    command: list[Annotated[str, Field(min_length=1), _AS_WRITTEN]] = Field(
+        min_length=1, description="Training entry point and arguments, e.g. [train.py, --cfg, c.yaml].")
+    working_dir: PathText | None = Field(None, description="Container working directory.")
+    torch_version: TorchVersion | None = Field(
+        None, description="The image's PyTorch version, e.g. 2.13.0: how long torchrun lets "
+        "the ranks save on SIGTERM (30 s before torch 2.12, the preset's grace period since).")
+    env: dict[Annotated[str, Field(pattern=ENV_NAME)], Arg] = Field(
+        default_factory=dict, description="Plain environment variables.")
+    secret_env: dict[Annotated[str, Field(pattern=ENV_NAME)], SecretRef] = Field(
+        default_factory=dict,
+        description="Credentials as variables read from a Secret (never written in the profile).")
+    batch: Batch = Field(description="Batch arithmetic.")
+    strategy: Strategy = Field("ddp", description="Parallelism strategy.")
+    zero_stage: ZeroStage | None = Field(None, description="DeepSpeed ZeRO stage.")
+    model: Model | None = Field(None, description="Model size, precision, sequence length.")
+    checkpoint: Checkpoint = Field(description="Checkpoint location and format.")
+    data: list[DataVolume] = Field(default_factory=list, description="Data volumes to mount.")
+    metrics: Metrics | None = Field(None, description="Who writes shared metrics (rank 0 only).")
+    diagnostics: Diagnostics = Field(default_factory=Diagnostics,
+                                     description="Temporary diagnostic switches.")
+
+    def env_strings(self) -> dict[str, str]:
+        return dict(self.env)
+
+
+# The site guide reserves these for the engineers; a profile naming one gets a finding
+# that names the rule, not a silent drop or a generic "unknown field".
+RESERVED: dict[str, str] = {
+    key: "reserved-field" for key in (
+        "gpus", "gpu", "gpus_per_pod", "gpu_devices", "gpu_devices_per_pod", "num_gpus",
+        "resources", "cpu", "memory", "shared_memory", "shm", "compute", "compute_preset",
+        "workers", "num_workers", "replicas", "nodes", "num_nodes", "nnodes", "nproc_per_node",
+        "priority", "priority_class", "priorityClassName", "preemptible", "preemptibility",
+        "elastic", "elasticity", "elastic_policy", "elasticPolicy", "min_replicas",
+        "max_replicas", "node_pool", "node_pools", "nodePool", "node_selector",
+        "nodeSelector", "affinity", "tolerations", "network", "annotations", "labels",
+        "infiniband", "rdma", "extended_resources", "capabilities", "hostNetwork",
+        "host_network", "privileged", "securityContext", "namespace", "scheduler",
+        "schedulerName", "restart_policy", "backoff_limit",
+    )
+}
+
+
+# Where a finding about a field the profile left out points instead.
+_NEAR = {"zero_stage": "strategy", "strategy": "model"}
+
+
+@dataclass(frozen=True)
+class LoadedProfile:
+    """A validated profile with its source file, sha256, line map and pre-model findings.
+
+    From parse_partial, a profile with schema errors too: `problems` are its errors (one
+    InputError each), and the fields that did not parse hold a default or a placeholder;
+    `invalid` names those field paths, `replaced` their top-level fields, so that the rules
+    run on every field that parsed and nothing else (issue 16 item 4)."""
+
+    profile: Profile
+    path: str
+    sha256: str
+    lines: dict[str, int] = field(default_factory=dict)
+    findings: tuple[Finding, ...] = ()
+    problems: tuple[InputError, ...] = ()
+    invalid: frozenset[str] = frozenset()
+    replaced: frozenset[str] = frozenset()
+
+    def line(self, path: str) -> int | None:
+        """The line of a field, else of its nearest parent or the field written near it."""
+        line = _line_of(path, self.lines)
+        if line is None and path in _NEAR:
+            return self.line(_NEAR[path])
+        return line
+
+    def trusted(self, finding: Finding, reads: tuple[str, ...] | None) -> bool:
+        """False for a finding about a field that did not parse, or from a rule that reads a
+        field holding a placeholder (reads None: a rule that says nothing of what it reads)."""
+        path = finding.path
+        if any(path == p or path.startswith((f"{p}.", f"{p}[")) for p in self.invalid):
+            return False
+        if not self.replaced:
+            return True
+        return reads is not None and not self.replaced.intersection(reads)
+
+
+class ProfileProblems(InputError):
+    """Everything wrong with one profile in one pass, sorted by line: its schema errors and
+    the findings of the rules on the fields that parsed, each with its own hint. Bad input
+    (exit 2) even where findings are listed too."""
+
+    def __init__(self, errors: Sequence[RunaiSpecError], findings: Sequence[Finding] = ()
+                 ) -> None:
+        first = min(errors, key=lambda e: e.line or 0)
+        super().__init__(first.message, file=first.file, line=first.line, field=first.field,
+                         hint=first.hint)
+        self.errors = tuple(sorted(errors, key=lambda e: e.line or 0))
+        self.findings = tuple(sorted(findings, key=lambda f: f.line or 0))
+
+    def lines(self) -> list[str]:
+        items: list[tuple[int, list[str]]] = [(e.line or 0, e.lines()) for e in self.errors]
+        items += [(f.line or 0, f.lines()) for f in self.findings]
+        return [line for _, block in sorted(items, key=lambda item: item[0]) for line in block]
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            name = "global" if part == "global_" else str(part)
+            out = f"{out}.{name}" if out else name
+    return out
+
+
+def _line_of(path: str, lines: dict[str, int]) -> int | None:
+    """The line of a field, or of its nearest parent (a missing field has none of its own)."""
+    while path:
+        if path in lines:
+            return lines[path]
+        cut = max(path.rfind("."), path.rfind("["))
+        path = path[:cut] if cut > 0 else ""
+    return None
+
+
+def _submodel(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _submodel(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def field_names(loc: tuple[Any, ...]) -> list[str]:
+    """The field names a profile may write in the mapping at loc (`("checkpoint",)`: dir, pvc,
+    ...), as written (aliases); [] where loc is not a model (env, a list)."""
+    model: type[BaseModel] = Profile
+    parts = [p for p in loc if not isinstance(p, int)]
+    index = 0
+    while index < len(parts):
+        fields = {f.alias or n: f for n, f in model.model_fields.items()}
+        info = fields.get(str(parts[index]))
+        sub = _submodel(info.annotation) if info is not None else None
+        if info is None or sub is None:
+            return []
+        model = sub
+        index += 2 if get_origin(info.annotation) is dict else 1  # skip the variable name
+    return [f.alias or n for n, f in model.model_fields.items()]
+
+
+_SUFFIX = {"k": 3, "m": 6, "b": 9, "g": 9, "t": 12}
+_COUNT = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([kKmMbBgGtT])\s*\Z")
+_YAML11_BOOLS = {"yes", "no", "on", "off", "y", "n", "True", "False", "TRUE", "FALSE", "Yes",
+                 "No", "On", "Off", "YES", "NO", "ON", "OFF", "1", "0"}
+
+
+def _count_hint(text: str) -> str | None:
+    """`13B` -> "write 13000000000 or 13e9" (parameter counts are plain numbers)."""
+    match = _COUNT.match(text)
+    if match is None:
+        return None
+    digits, exp = match.group(1), _SUFFIX[match.group(2).lower()]
+    whole, _, frac = digits.partition(".")
+    if len(frac) > exp:
+        return None
+    full = str(int(whole + frac + "0" * (exp - len(frac))))
+    return f"write the number out: {full} or {digits}e{exp}"
+
+
+def _dns_suggestion(value: Any, pattern: str) -> str | None:
+    """A lower-case DNS label close to value (`ResNet_Baseline` -> `resnet-baseline`)."""
+    if not isinstance(value, str):
+        return None
+    label = re.sub(r"[^a-z0-9-]+", "-", value.lower()).strip("-")[:NAME_MAX].rstrip("-")
+    return label if label != value and re.match(pattern, label) else None
+
+
+def _meant(loc: tuple[Any, ...]) -> str | None:
+    """The field an unknown key at loc was probably meant to be (`grad_acum`: grad_accum)."""
+    key = str(loc[-1]) if loc else ""
+    names = field_names(loc[:-1])
+    close = ([key.lower()] if key.lower() in names
+             else difflib.get_close_matches(key, names, n=1))
+    return close[0] if close else None
+
+
+def _explained(error: Any) -> tuple[str, str, str | None]:
+    """(field path, message, hint) of one pydantic error, in the profile's words."""
+    loc = tuple(p for p in error["loc"] if not str(p).startswith("function-"))
+    path = _field_path(loc)
+    msg, hint, value = error["msg"].removeprefix("Value error, "), None, error.get("input")
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        close = _meant(loc)
+        msg = "unknown field"
+        hint = (f"did you mean {close!r}? (`runai-spec schema` lists every field)" if close
+                else "see `runai-spec schema` for the fields a profile may set")
+    elif kind == "missing":
+        msg, hint = "required field is missing", "see examples/ for a complete profile"
+    elif kind == "string_pattern_mismatch" and path in ("name", "project", "preset"):
+        pattern = DNS1035_PATTERN if path == "name" else DNS1123_PATTERN
+        if path == "name":
+            msg = ("must be a DNS-1035 label: lowercase letters, digits and '-', starting with "
+                   "a letter")
+        else:
+            msg = "must be a DNS-1123 label: lowercase letters, digits and '-'"
+        suggestion = _dns_suggestion(value, pattern)
+        hint = f"use {suggestion!r}" if suggestion else None
+    elif kind == "string_pattern_mismatch" and (error.get("ctx") or {}).get("pattern") in (
+            DNS1123_PATTERN, DNS1035_PATTERN):
+        msg = f"{value!r} is not a Kubernetes name: lowercase letters, digits and '-'"
+        suggestion = _dns_suggestion(value, error["ctx"]["pattern"])
+        hint = (f"use {suggestion!r}" if suggestion
+                else "name the object as it is in the cluster (`kubectl get pvc,secret`)")
+    elif kind == "bool_type":
+        msg = "must be true or false"
+        hint = (f"write true or false; {value!r} is not a boolean here (YAML 1.1's yes/no/on/off "
+                "are not accepted)" if isinstance(value, str) and value in _YAML11_BOOLS
+                else "write true or false")
+    elif kind == COUNT_TEXT:
+        hint = _count_hint(value) or ("write a plain number, e.g. 4 (digits only: no quotes, "
+                                      "leading zeros, `+`, `_` or spaces)")
+    return path, msg, hint or _fallback_hint(kind, path)
+
+
+def _fallback_hint(kind: str, path: str) -> str:
+    """Every error gets a hint: where no better one is known, what the field takes."""
+    if kind in ("string_type", "str_type"):
+        return "write text here (a plain scalar or a quoted string; null is not text)"
+    if kind.startswith(("int_", "float_")) or kind in ("greater_than", "greater_than_equal",
+                                                        "less_than", "less_than_equal"):
+        return f"`runai-spec schema` shows the numbers {path or 'this field'} takes"
+    return f"`runai-spec schema` shows what {path or 'a profile'} takes"
+
+
+def _validation_errors(exc: ValidationError, source: str,
+                       lines: dict[str, int] | None = None) -> list[InputError]:
+    """Every problem pydantic found, one InputError each (a profile with five mistakes
+    shows five), each with its own hint."""
+    return [InputError(msg, file=source, line=_line_of(path, lines or {}), field=path or None,
+                       hint=hint) for path, msg, hint in map(_explained, exc.errors())]
+
+
+# What a required field that did not parse holds while the rules look at the rest: valid,
+# and never the subject of a finding that is kept (`trusted` leaves out their rules).
+_PLACEHOLDER: dict[str, Any] = {
+    "name": "placeholder", "project": "placeholder", "preset": "placeholder",
+    "image": "registry.invalid/placeholder@sha256:" + "0" * 64,
+    "command": ["placeholder.py"], "batch": {"local": 1, "global": 1},
+    "checkpoint": {"dir": "/placeholder/checkpoints", "pvc": "placeholder"},
+}
+
+
+# What an item of a list that did not parse holds meanwhile: valid, on a path of its own.
+_ITEM_PLACEHOLDER: dict[str, Any] = {
+    "data": lambda i: {"path": f"/placeholder/data-{i}", "pvc": "placeholder"},
+}
+
+
+def _loc(error: Any) -> tuple[Any, ...]:
+    return tuple(p for p in error["loc"] if not str(p).startswith("function-"))
+
+
+def _repair(data: dict[str, Any], exc: ValidationError
+            ) -> tuple[Profile, set[str], set[str]] | None:
+    """A valid Profile from data: unknown keys dropped, each variable that did not parse
+    dropped, any other field that did not parse back to its default or a placeholder."""
+    data = copy.deepcopy(data)
+    invalid: set[str] = set()
+    replaced: set[str] = set()
+    for _ in range(4):
+        for error in exc.errors():
+            loc = _loc(error)
+            if not loc:
+                return None
+            top = str(loc[0])
+            if error["type"] == "extra_forbidden":
+                parent: Any = data
+                try:  # (its parent may be replaced already, by an earlier error)
+                    for part in loc[:-1]:
+                        parent = parent[part]
+                except (KeyError, IndexError, TypeError):
+                    continue
+                if isinstance(parent, dict):
+                    value = parent.pop(loc[-1], None)
+                    meant = _meant(loc)
+                    # a typo's value is checked as the field the hint names (`grad_acum: 8` as
+                    # grad_accum), so no finding assumes the default the typo left in place
+                    if meant is not None and meant not in parent and meant != loc[-1]:
+                        parent[meant] = value
+                        invalid.add(_field_path((*loc[:-1], meant)))
+                continue
+            if top in _FREE_KEYS and len(loc) >= 2 and isinstance(data.get(top), dict):
+                data[top].pop(loc[1], None)
+                invalid.add(_field_path(loc[:2]))
+                continue
+            if top in _ITEM_PLACEHOLDER and len(loc) >= 2 and isinstance(loc[1], int) \
+                    and isinstance(data.get(top), list) and loc[1] < len(data[top]):
+                # one bad item of a list stands in for itself only: the other items, and the
+                # rules that read the list, are still checked (issue 26 item 2)
+                data[top][loc[1]] = _ITEM_PLACEHOLDER[top](loc[1])
+                invalid.add(_field_path(loc[:2]))
+                continue
+            invalid.add(top)
+            replaced.add(top)
+            if top in _PLACEHOLDER:
+                data[top] = copy.deepcopy(_PLACEHOLDER[top])
+            else:
+                data.pop(top, None)
+        try:
+            return Profile.model_validate(data), invalid, replaced
+        except ValidationError as again:
+            exc = again
+    return None
+
+
+_RESERVED_MESSAGE = ("reserved for the SCC AI Engineers (compute preset, workers, priority, "
+                     "elasticity, node pools, network attachment are set by the preset)")
+# Variable names are the researcher's own namespace: `env.GPUS` is a plain variable.
+_FREE_KEYS = ("env", "secret_env")
+
+
+def _strip_reserved(value: Any, path: str, source: str, lines: dict[str, int],
+                    findings: list[Finding]) -> Any:
+    # Nested too: `checkpoint.annotations` or `nvidia.com/rdma_ib` copied from another
+    # project must name the rule, not fail as a generic unknown field.
+    if isinstance(value, list):
+        return [_strip_reserved(item, f"{path}[{i}]", source, lines, findings)
+                for i, item in enumerate(value)]
+    if not isinstance(value, dict):
+        return value
+    kept = {}
+    for key, child in value.items():
+        child_path = f"{path}.{key}" if path else key
+        if key in RESERVED or "/" in key:
+            what = ("extended resources, annotations and InfiniBand devices come from the preset"
+                    if "/" in key else _RESERVED_MESSAGE)
+            if "/" in key:
+                what = f"reserved for the SCC AI Engineers ({what})"
+            findings.append(Finding(
+                "reserved-field", Location(source, lines.get(child_path), child_path), what,
+                "remove it; ask your AI Engineer for a preset that has what you need"))
+        elif not path and key in _FREE_KEYS:
+            kept[key] = child
+        else:
+            kept[key] = _strip_reserved(child, child_path, source, lines, findings)
+    return kept
+
+
+def _reserved_findings(raw: dict[str, Any], source: str,
+                       lines: dict[str, int]) -> tuple[dict[str, Any], list[Finding]]:
+    findings: list[Finding] = []
+    kept = _strip_reserved(raw, "", source, lines, findings)
+    return kept, findings
+
+
+def parse_partial(text: str, source: str) -> LoadedProfile:
+    """Profile text -> LoadedProfile, with its schema errors as `problems` (the fields that
+    did not parse replaced) rather than raised; YAML that does not load is still raised."""
+    raw, lines = load_mapping_lines(text, source, literal=True)
+    kept, findings = _reserved_findings(raw, source, lines)
+    digest = canonical_sha256(raw)
+    try:
+        profile = Profile.model_validate(kept)
+    except ValidationError as exc:
+        errors = _validation_errors(exc, source, lines)
+        repaired = _repair(kept, exc)
+        if repaired is None:
+            raise ProfileProblems(errors, findings) from None
+        profile, invalid, replaced = repaired
+        return LoadedProfile(profile, source, digest, lines, tuple(findings), tuple(errors),
+                             frozenset(invalid), frozenset(replaced))
+    return LoadedProfile(profile, source, digest, lines, tuple(findings))
+
+
+def parse_profile(text: str, source: str) -> LoadedProfile:
+    """Validate profile text; reserved fields become findings, everything else must be valid
+    (ProfileProblems, every schema error at once, where it is not)."""
+    loaded = parse_partial(text, source)
+    if loaded.problems:
+        raise ProfileProblems(loaded.problems, loaded.findings)
+    return loaded
+
+
+def _canonical(value: Any) -> Any:
+    kind = type(value)
+    if kind is dict:
+        return {key: _canonical(child) for key, child in value.items()}
+    if kind is list:
+        return [_canonical(child) for child in value]
+    text = getattr(value, "text", None)  # a plain-scalar number: its text, marked as one
+    return "\x00" + text if type(text) is str else value  # (strings hold no NUL: the loader)
+
+
+def canonical_json(value: Any) -> str:
+    """The parsed profile as sorted-key JSON with every number as the text written: what the
+    profile says, not how the file is laid out (line endings, comments, quoting, key order)."""
+    return json.dumps(_canonical(value), sort_keys=True, ensure_ascii=False,
+                      separators=(",", ":"))
+
+
+def canonical_sha256(raw: dict[str, Any]) -> str:
+    """The `profile-sha256` annotation: sha256 of canonical_json (issue 16 item 6)."""
+    return hashlib.sha256(canonical_json(raw).encode("utf-8")).hexdigest()
+
+
+def load_profile(path: Path, *, partial: bool = False) -> LoadedProfile:
+    """Read and validate a profile file (partial: see parse_partial)."""
+    return (parse_partial if partial else parse_profile)(read_text(path), str(path))
+
+
+def profile_schema() -> dict[str, Any]:
+    """The JSON Schema of the profile, for editors."""
+    schema = Profile.model_json_schema(by_alias=True)
+    for sub in _subschemas(schema):
+        if "patternProperties" in sub and "additionalProperties" not in sub:
+            sub["additionalProperties"] = False  # a dict's key pattern: other keys are refused
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "runai-spec profile"
+    return schema
+
+
+
+def _subschemas(schema: Any) -> Iterator[dict[str, Any]]:
+    """Every mapping in a JSON Schema (enum and default values included: harmless here)."""
+    if isinstance(schema, dict):
+        yield schema
+        for value in schema.values():
+            yield from _subschemas(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            yield from _subschemas(value)

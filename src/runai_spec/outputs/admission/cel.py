@@ -1,0 +1,423 @@
+"""A preset's derived shape (admission_shape) written as CEL: a list of the problems found.
+
+Each place of the shape binds its value once, with a one-element list's `map` (core CEL's
+only `let`), so that the checks under it read `v3.cpu` and not the whole path again; a
+check is `cond ? '' : message`, and the policy keeps the non-empty messages.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from ...facts.kubeflow import CONTAINER
+from .rules import MAX_ARGS, RULES, Rule, RuleContext, balanced, container_relations, is_string, lit, text
+from .shape import ItemClass, KeyedListShape, ListShape, MapShape, Named, Pin, PresetShape, Same, Shape, Slot
+
+# CEL's reserved words: a schema property of that name is written `__name__` in Kubernetes'
+# CEL and cannot be named the same way in every implementation; the only one in the
+# PyTorchJob schema is the pod template's metadata.namespace, which the operator ignores
+# (pods are created in the job's namespace).
+RESERVED = frozenset({"as", "break", "const", "continue", "else", "for", "function", "if",
+                      "import", "let", "loop", "package", "namespace", "return", "var", "void",
+                      "while", "in", "true", "false", "null"})
+IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Keys at the top of the job and of its metadata that the API server or the operator writes
+# (status; uid, resourceVersion, managedFields, finalizers, ...): not the render's to judge.
+SERVER_KEYS: dict[str, tuple[str, ...] | None] = {"": ("status",), "metadata": None}
+ARG_INDEXES = "variables.argIndexes"
+# A message that starts with LET is a whole check that yields '' or its message itself.
+LET = "\0let\0"
+# The longest list expression written as one piece: cel-go and cel-cpp refuse an expression
+# of more than 100,000 code points (their parsers' default expression size limit, which the
+# API server keeps); the policy packs its checks into variables of at most CHUNK_LIMIT.
+CHUNK_LIMIT = 60_000
+
+
+def check(cond: str, message: str) -> str:
+    return f"({cond}) ? '' : {message}"
+
+
+def _msg(path: str, what: str) -> str:
+    return lit(f"{path}: {what}")
+
+
+def rng(e: str) -> str:
+    """E as the range of a comprehension: cel-cpp's checker refuses an index expression of
+    type dyn there (`o["a"].all(...)`), `dyn(...)` around it is the same value everywhere."""
+    return f"dyn({e})" if e.endswith("]") else e
+
+
+def child(e: str, key: str, typed: bool) -> tuple[str, str]:
+    """(expression, presence test) of KEY under E (a map's key that is a CEL identifier is
+    selected like a field)."""
+    if IDENT.match(key) and key not in RESERVED:
+        return f"{e}.{key}", f"has({e}.{key})"
+    return f"{e}[{lit(key)}]", f"{lit(key)} in {e}"
+
+
+def item(e: str, name: str) -> tuple[str, str]:
+    return (f"{rng(e)}.filter(x, has(x.name) && x.name == {lit(name)})[0]",
+            f"{rng(e)}.exists(x, has(x.name) && x.name == {lit(name)})")
+
+
+def let(value: str, var: str, body: str) -> str:
+    """BODY (a list) with VAR bound to VALUE."""
+    return f"[{value}].map({var}, {body})[0]"
+
+
+def let_all(value: str, var: str, body: str) -> str:
+    """BODY (a condition) with VAR bound to VALUE."""
+    return f"[{value}].all({var}, {body})"
+
+
+def concat(parts: list[str]) -> str:
+    items = [p for p in parts if not p.startswith("[") or p != "[]"]
+    return balanced("+", items, "[]")
+
+
+class Emitter:
+    """The problems of one preset's shape, with its rules' context."""
+
+    def __init__(self, shape: PresetShape, ctx: RuleContext, root: MapShape,
+                 prefix: str = "") -> None:
+        self.ctx = ctx
+        self.prefix = prefix  # of the names of the anchors' variables
+        self.anchors: dict[tuple[object, ...], tuple[str, str]] = {}
+        self.root = root
+        self.tag = ""  # the validation's message names the preset once
+        self.skip: set[int] = set()  # role shapes whose template is checked in a loop
+
+    # -- the anchors of derived values (absolute places) -----------------------------------
+    def locate(self, path: tuple[object, ...]) -> tuple[str, list[str], str]:
+        """Expression, guards and dotted text of PATH (an admission_shape anchor)."""
+        e, guards, where = "object", [], ""
+        node: Shape = self.root
+        for step in path:
+            if isinstance(step, tuple):
+                assert isinstance(node, KeyedListShape)
+                e, present = item(e, str(step[1]))
+                guards.append(present)
+                where += f"[{step[1]}]"
+                node = node.fixed[str(step[1])]
+            elif isinstance(step, int):
+                assert isinstance(node, ListShape)
+                guards.append(f"size({e}) > {step}")
+                e, where = f"{e}[{step}]", f"{where}[{step}]"
+                node = node.head[step]
+            else:
+                assert isinstance(node, MapShape)
+                e, present = child(e, str(step), node.typed)
+                guards.append(present)
+                where = f"{where}.{step}" if where else str(step)
+                node = node.keys[str(step)]
+        return e, guards, where
+
+    # -- leaves ---------------------------------------------------------------------------
+    def leaf(self, leaf: Shape, e: str, where: str) -> tuple[str, str]:
+        """(condition, message) of one scalar."""
+        if isinstance(leaf, Named):
+            return (f"{is_string(e)} && {self.named(leaf.stem, e)}",
+                    _msg(where, f"must be {leaf.stem}<n>" + self.tag))
+        if isinstance(leaf, Pin):
+            want = ("true" if leaf.value is True else "false" if leaf.value is False
+                    else str(leaf.value))
+            return f"{text(e)} == {lit(want)}", _msg(where, f"must be {want!r}")
+        if isinstance(leaf, Slot):
+            rule = RULES[leaf.rule]
+            return (rule.cel(e, self.ctx, leaf.prefix, leaf.suffix),
+                    _msg(where, self._what(rule, leaf.prefix, leaf.suffix)))
+        assert isinstance(leaf, Same)
+        anchor, guards, anchor_where = self.locate(leaf.anchor)
+        # the anchor's value is a variable of the policy (a selection path of a dozen
+        # levels would not fit a parser's recursion limit inside the checks)
+        if leaf.anchor not in self.anchors:
+            name = f"{self.prefix}a{len(self.anchors)}"
+            self.anchors[leaf.anchor] = (
+                name, f"{balanced('&&', guards, 'true')} ? {text(anchor)} : ''")
+        var = f"variables.{self.anchors[leaf.anchor][0]}"
+        return (f"{e} == {lit(leaf.prefix)} + {var} + {lit(leaf.suffix)}",
+                _msg(where, f"must be {leaf.prefix!r} + {anchor_where} + {leaf.suffix!r}"
+                     + self.tag))
+
+    @staticmethod
+    def named(stem: str, e: str) -> str:
+        return f"{e}.matches({lit('^' + re.escape(stem) + '[0-9]+$')})"
+
+    def _what(self, rule: Rule, prefix: str, suffix: str) -> str:
+        framed = f" after {prefix!r}" if prefix else ""
+        framed += f" before {suffix!r}" if suffix else ""
+        return f"must be {rule.what}{framed}{self.tag}"
+
+    # -- problems (a CEL list of messages) --------------------------------------------------
+    # -- problems (CEL lists of messages) ------------------------------------------------
+    # A place is reached by plain selection from the nearest bound variable (the pod
+    # template, a named list entry), its checks guarded by the presence of every key on the
+    # way: a parser counts each nested `let` several levels deep, a selection one.
+    def problems(self, shape: Shape, e: str, where: str, guards: tuple[str, ...], depth: int
+                 ) -> list[str]:
+        """List expressions whose concatenation is the problems of SHAPE at E."""
+        if isinstance(shape, MapShape):
+            return self.mapping(shape, e, where, guards, depth)
+        if isinstance(shape, KeyedListShape):
+            return self.keyed(shape, e, where, guards, depth)
+        if isinstance(shape, ListShape):
+            return [f"[{self.listing(shape, e, where, guards)}]"]
+        return [f"[{self.guarded(guards, *self.leaf(shape, e, where))}]"]
+
+    @staticmethod
+    def guarded(guards: tuple[str, ...], cond: str, message: str) -> str:
+        if message.startswith(LET):  # a check that computes its own message ('' when it holds)
+            item = message[len(LET):]
+            return f"({balanced('&&', list(guards), 'true')}) ? {item} : ''" if guards else item
+        if not guards:
+            return check(cond, message)
+        # a ternary, not `!guard || cond`: CEL absorbs an error on either side of `||`, but
+        # not every implementation does inside a macro; a ternary never evaluates the branch
+        # it does not take
+        return check(f"({balanced('&&', list(guards), 'true')}) ? ({cond}) : true", message)
+
+    def _keys(self, shape: MapShape, e: str, where: str) -> list[tuple[str, str]]:
+        """(condition, message) of the keys E may and must have."""
+        out = []
+        server = SERVER_KEYS.get(where, ())
+        if server is not None:
+            allowed = [*shape.keys, *server]
+            if shape.typed:
+                props = [p for p in shape.properties if p not in allowed and p not in RESERVED]
+                if props:
+                    # the names of the keys set, listed once: the condition is that none is
+                    named = ", ".join(f"has({e}.{p}) ? {lit(p)} : ''" for p in props)
+                    out.append((f"[{named}].all(p, p == '')", LET + let(
+                        f"[{named}].filter(p, p != '')", "b",
+                        f"size(b) == 0 ? '' : {lit((where + '.') if where else '')} + b[0] + "
+                        + lit(": not allowed: the preset's render has none" + self.tag))))
+            else:
+                names = ", ".join(lit(k) for k in allowed)
+                out.append((f"{rng(e)}.all(k, k in [{names}])",
+                            f"{lit((where + '.') if where else '')} + "
+                            f"{rng(e)}.filter(k, !(k in [{names}]))[0] + "
+                            + lit(": not allowed: the preset renders only "
+                                  + ", ".join(shape.keys) + self.tag)))
+        for key in shape.keys:
+            if key not in shape.optional and not (where == "metadata" and key == "namespace"):
+                _, present = child(e, key, shape.typed)
+                path = f"{where}.{key}" if where else key
+                out.append((present, _msg(path, "missing: the preset's render has it" + self.tag)))
+        return out
+
+    def mapping(self, shape: MapShape, e: str, where: str, guards: tuple[str, ...], depth: int
+                ) -> list[str]:
+        own = [self.guarded(guards, c, m) for c, m in self._keys(shape, e, where)]
+        subs: list[str] = []
+        for key, sub in shape.keys.items():
+            if where == "metadata" and key == "namespace":
+                continue  # the request's own: the project is the namespace's (variables.project)
+            if key == "template" and id(shape) in self.skip:
+                continue
+            ce, present = child(e, key, shape.typed)
+            path = f"{where}.{key}" if where else key
+            if isinstance(sub, MapShape | KeyedListShape | ListShape):
+                subs += self.problems(sub, ce, path, (*guards, present), depth)
+            else:
+                own.append(self.guarded((*guards, present), *self.leaf(sub, ce, path)))
+        return [f"[{', '.join(own)}]", *subs]
+
+    def listing(self, shape: ListShape, e: str, where: str, guards: tuple[str, ...]) -> str:
+        if shape.tail:
+            return self.command(shape, e, where, guards)
+        n, k = len(shape.head), shape.optional_tail
+        sized = f"size({e}) == {n}" if not k else f"(size({e}) == {n} || size({e}) == {n - k})"
+        items = [self.guarded(guards, sized, _msg(
+            where, f"must have {n} items" + (f" (or {n - k})" if k else "") + self.tag))]
+        for i, leaf in enumerate(shape.head):
+            cond, message = self.leaf(leaf, f"{e}[{i}]", f"{where}[{i}]")
+            items.append(self.guarded((*guards, sized, f"size({e}) > {i}"), cond, message))
+        return ", ".join(items)
+
+    def command(self, shape: ListShape, e: str, where: str, guards: tuple[str, ...]) -> str:
+        """The container command: one of the launcher heads, an entry point of that head's
+        kind, then arguments. Each head's problems are listed once; the command passes when
+        one head has none, and a denial names the first problem of the closest head."""
+        variants = []
+        for head, entry in shape.variants:
+            n, k = len(head), len(head) + len(entry)
+            sized = f"size({e}) >= {k} && size({e}) <= {k + MAX_ARGS}"
+            parts = [self.leaf(h, f"{e}[{i}]", f"{where}[{i}]") for i, h in enumerate(head)]
+            for j, rule in enumerate(entry):
+                at = f"{e}[{n + j}]"
+                if rule.startswith("="):
+                    parts.append((f"{at} == {lit(rule[1:])}",
+                                  _msg(f"{where}[{n + j}]", f"must be {rule[1:]!r}" + self.tag)))
+                else:
+                    parts.append((RULES[rule].cel(at, self.ctx), _msg(
+                        f"{where}[{n + j}]", f"the entry point must be {RULES[rule].what}"
+                        + self.tag)))
+            arg = RULES["arg"].cel(f"{e}[i]", self.ctx)
+            bad = f"{ARG_INDEXES}.filter(i, i >= {k} && i < size({e}) && !({arg}))"
+            args = (f"size({bad}) == 0 ? '' : {lit(where + '[')} + string({bad}[0]) + "
+                    f"{lit(']: must be ' + RULES['arg'].what + self.tag)}")
+            size_msg = _msg(where, f"must be the preset's launcher ({n} items), an entry point "
+                            f"and at most {MAX_ARGS} arguments" + self.tag)
+            listed = [check(sized, size_msg),
+                      *(check(f"({sized}) ? ({c}) : true", m) for c, m in parts),
+                      f"!({sized}) ? '' : ({args})"]
+            variants.append(f"[{', '.join(listed)}]")
+        closest = ("ls.exists(l, size(l) == 0) ? '' : (ls.filter(l, size(l) == 1) + "
+                   "ls.filter(l, size(l) == 2) + ls)[0][0]")
+        lists = f"[{', '.join(variants)}].map(l, l.filter(m, m != ''))"
+        body = f"[{lists}].map(ls, {closest})[0]"
+        if not guards:
+            return body
+        return f"!{balanced('&&', list(guards), 'true')} ? '' : {body}"
+
+    def keyed(self, shape: KeyedListShape, e: str, where: str, guards: tuple[str, ...],
+              depth: int) -> list[str]:
+        fixed = ", ".join(lit(n) for n in shape.fixed)
+        matches = [f"(has(x.name) ? x.name in [{fixed}] : false)"]
+        matches += [f"({self.class_ok(c, 'x')})" for c in shape.classes]
+        every = balanced("||", matches, "false")
+        allowed = ", ".join(shape.fixed) or "none"
+        classes = "; ".join(self.class_what(c) for c in shape.classes)
+        extra = f" or the profile may add ({classes})" if classes else ""
+        bad = (f"[{rng(e)}.filter(x, !({every}))].map(bad, size(bad) == 0 ? '' : "
+               f"{lit(where + ': ')} + (has(bad[0].name) ? {text('bad[0].name')} : '(no name)') + "
+               + lit(f": not an entry the preset renders ({allowed}){extra}{self.tag}") + ")[0]")
+        g = balanced("&&", list(guards), "true")
+        own = [bad if not guards else f"!{g} ? '' : {bad}",
+               self.guarded(guards, f"{rng(e)}.all(x, has(x.name) ? {rng(e)}.filter(y, has(y.name) "
+                                    f"? y.name == x.name : false).size() == 1 : true)",
+                            _msg(where, "each name at most once" + self.tag))]
+        subs: list[str] = []
+        for name, sub in shape.fixed.items():
+            ie, present = item(e, name)
+            if name not in shape.optional:
+                own.append(self.guarded(guards, present, _msg(
+                    f"{where}[{name}]", "missing: the preset's render has it" + self.tag)))
+            var = f"v{depth}"
+            cond = balanced("&&", [*guards, present], "true")
+            if name == CONTAINER:
+                relations = [check(c, _msg(f"{where}[{name}]", what + self.tag))
+                             for c, what in container_relations(var)]
+                subs.append(f"({cond} ? {let(ie, var, '[' + ', '.join(relations) + ']')} : [])")
+            # each part binds the entry again, so that the parts can go to different variables
+            for part in self.mapping(sub, var, f"{where}[{name}]", (), depth + 1):
+                if part != "[]":
+                    subs.append(f"({cond} ? {let(ie, var, part)} : [])")
+        return [f"[{', '.join(own)}]", *subs]
+
+    # -- conditions (for the entries a profile may repeat) -------------------------------
+    def ok(self, shape: Shape, e: str, guards: tuple[str, ...] = ()) -> list[str]:
+        """The conditions of SHAPE at E."""
+        g = balanced("&&", list(guards), "true")
+
+        def under(cond: str) -> str:
+            return f"(({g}) ? ({cond}) : true)" if guards else f"({cond})"
+
+        if isinstance(shape, MapShape):
+            out = [under(c) for c, _ in self._keys(shape, e, "\0")]
+            for key, sub in shape.keys.items():
+                ce, present = child(e, key, shape.typed)
+                out += self.ok(sub, ce, (*guards, present))
+            return out
+        if isinstance(shape, ListShape):
+            n = len(shape.head)
+            return [under(f"size({e}) == {n}"), *(
+                under(f"size({e}) == {n} ? ({self.leaf(h, f'{e}[{i}]', '')[0]}) : true")
+                for i, h in enumerate(shape.head))]
+        if isinstance(shape, KeyedListShape):
+            raise ValueError("a list of named entries inside a repeated entry")
+        return [under(self.leaf(shape, e, "")[0])]
+
+    def class_ok(self, cls: ItemClass, x: str) -> str:
+        """X is an item of class CLS: its name, and every check of the class's shape."""
+        return f"(has({x}.name) ? {balanced('&&', self.ok(cls.shape, x), 'true')} : false)"
+
+    @staticmethod
+    def class_what(cls: ItemClass) -> str:
+        if cls.indexed:
+            return f"{cls.name.value}<n>" if isinstance(cls.name, Pin) else "indexed"
+        keys = "/".join(k for k in cls.shape.keys if k != "name")
+        return f"a variable of your own ({keys})" if keys else "an entry of your own"
+
+
+ROLE = "\0ROLE\0"  # a role's name in a message, filled in by the loop over the roles
+ROLES = "variables.roles"
+
+
+def _alike(x: Shape, y: Shape) -> bool:
+    """Equal shapes, but that a derived value (Same) may stand where the other has the
+    value's own rule (Slot): the second role's copy of the first's value."""
+    if isinstance(x, MapShape) and isinstance(y, MapShape):
+        return (list(x.keys) == list(y.keys) and x.optional == y.optional and x.typed == y.typed
+                and all(_alike(x.keys[k], y.keys[k]) for k in x.keys))
+    if isinstance(x, KeyedListShape) and isinstance(y, KeyedListShape):
+        return (list(x.fixed) == list(y.fixed) and x.optional == y.optional
+                and all(_alike(x.fixed[k], y.fixed[k]) for k in x.fixed)
+                and len(x.classes) == len(y.classes)
+                and all(_alike(a.shape, b.shape) for a, b in zip(x.classes, y.classes, strict=True)))
+    if isinstance(x, ListShape) and isinstance(y, ListShape):
+        return (x.tail == y.tail and len(x.variants) == len(y.variants)
+                and all(len(a) == len(b) and all(_alike(p, q) for p, q in zip(a, b, strict=True))
+                        and r == t for (a, r), (b, t) in zip(x.variants, y.variants, strict=True))
+                and len(x.head) == len(y.head)
+                and all(_alike(p, q) for p, q in zip(x.head, y.head, strict=True)))
+    if isinstance(x, Slot | Same) and isinstance(y, Slot | Same):
+        return True
+    return x == y
+
+
+def preset_problems(shape: PresetShape, ctx: RuleContext, smoke: bool, prefix: str = ""
+                    ) -> tuple[list[str], list[tuple[str, str]]]:
+    """The job's problems under SHAPE, as CEL lists of lists of messages ('' where none),
+    each below the parser's size limit, and the variables (name, expression) of the values
+    other values derive from. Where every role's pod
+    template has the same shape, it is written once and checked for each role."""
+    root = shape.smoke if smoke else shape.job
+    emitter = Emitter(shape, ctx, root, prefix)
+    spec = root.keys["spec"]
+    assert isinstance(spec, MapShape)
+    replicas = spec.keys["pytorchReplicaSpecs"]
+    assert isinstance(replicas, MapShape)
+    roles = list(replicas.keys.values())
+    templates = [r.keys["template"] for r in roles if isinstance(r, MapShape)]
+    if not templates or not all(_alike(templates[0], t) for t in templates[1:]):
+        return (_pack(emitter.problems(root, "object", "", (), 0), lambda body: body),
+                list(emitter.anchors.values()))
+    template = templates[0]
+    emitter.skip = {id(role) for role in roles}
+    job = _pack(emitter.problems(root, "object", "", (), 0), lambda body: body)
+    role = lit(ROLE)[1:-1]
+    missing = _msg(f"spec.pytorchReplicaSpecs.{ROLE}.template",
+                   "missing: the preset's render has it").replace(role, '" + r + "')
+    specs = "object.spec.pytorchReplicaSpecs"
+
+    def per_role(body: str) -> str:
+        body = body.replace(role, '" + r + "')
+        loop = (f"{ROLES}.map(r, has({specs}[r].template) ? "
+                f"[{specs}[r].template].map(t, {body})[0] : [{missing}])")
+        return f"({loop}.filter(l, l.exists(m, m != '')) + [[]])[0]"
+
+    where = f"spec.pytorchReplicaSpecs.{ROLE}.template"
+    chunks = job + _pack(emitter.problems(template, "t", where, (), 1), per_role)
+    return chunks, list(emitter.anchors.values())
+
+
+def _pack(parts: list[str], wrap: Callable[[str], str]) -> list[str]:
+    """PARTS (list expressions), each WRAP-ped, as lists of lists of at most CHUNK_LIMIT
+    characters: a list literal of lists adds one level for a parser, where a chain of `+`
+    adds one per operand."""
+    chunks: list[list[str]] = [[]]
+    for part in parts:
+        if part == "[]":
+            continue
+        part = wrap(part)
+        if len(part) > CHUNK_LIMIT:
+            raise ValueError(f"a check of {len(part)} characters cannot be split further")
+        if chunks[-1] and sum(len(p) + 2 for p in chunks[-1]) + len(part) > CHUNK_LIMIT:
+            chunks.append([])
+        chunks[-1].append(part)
+    return [f"[{', '.join(c)}]" for c in chunks if c]
+
+
+__all__ = ["ARG_INDEXES", "Emitter", "preset_problems"]

@@ -1,0 +1,523 @@
+"""The cluster's gate: a ValidatingAdmissionPolicy generated from the approved presets' renders.
+
+Each approved preset's job and smoke test are rendered on probe profiles (admission_shape)
+and written as CEL (admission_cel): every leaf the preset, the site, the ledger or the
+template decides is pinned, every profile value is checked by validate's rule for it, and
+any key the render does not produce is refused. The parameters (a ConfigMap) carry each
+approval: its sha256, who approved it, until when, the projects granted it, and the digest of
+the shape the policy enforces for it, so that a policy and parameters from two different
+generations deny instead of disagreeing silently.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...errors import InputError, PresetError, visible
+from ...facts.kubeflow import MANAGED_BY, MANAGED_BY_LABEL, PLURAL, PRESET_ANNOTATION, SMOKE_LABEL
+from ...load.presets import PresetRegistry, Site
+from ...render.manifests import dump
+from .cel import ARG_INDEXES, preset_problems
+from .rules import MAX_ARGS, RuleContext, balanced, lit
+from .shape import preset_shape
+
+API_VERSION = "admissionregistration.k8s.io/v1"
+# admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy is GA (served by default) from 1.30
+MIN_KUBERNETES = "1.30"
+POLICY_NAME = "runai-spec-presets"
+SCALE_POLICY_NAME = "runai-spec-presets-scale"
+PARAMS_NAME = "runai-spec-presets"
+# The parameters must live where researchers cannot write: a paramRef without a namespace
+# would read the ConfigMap from the request's own namespace.
+PARAMS_NAMESPACE = "runai-spec-system"
+REQUIRES_ANNOTATION = "runai-spec/requires-kubernetes"
+POLICY_FILE = "policy.yaml"
+# etcd's default --max-request-bytes is 1.5 MiB; the API server adds managedFields and status
+MAX_POLICY_BYTES = 1_400_000
+PARAMS_FILE = "params.yaml"
+
+ALL = "*"
+
+
+@dataclass(frozen=True)
+class Validation:
+    """One CEL rule of the policy, with the message a denial reads as."""
+
+    name: str
+    expression: str
+    message: str
+    message_expression: str
+
+    def document(self) -> dict[str, Any]:
+        return {"expression": self.expression, "message": self.message,
+                "messageExpression": self.message_expression, "reason": "Forbidden"}
+
+
+def param(field: str) -> str:
+    return f"params.data[variables.key + {lit(field)}]"
+
+
+def listed(field: str, pattern: str) -> str:
+    """An item of the comma-separated parameter FIELD matches PATTERN (a CEL string of a
+    regular expression; core CEL has no split): project names are DNS labels."""
+    return f"{param(field)}.matches('(^|,)' + {pattern} + '(,|$)')"
+
+
+# -- the shapes ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PresetGate:
+    """One approved preset's checks (job and smoke test) and their digest."""
+
+    name: str
+    job: tuple[str, ...]  # CEL lists of lists of messages: the job's problems
+    smoke: tuple[str, ...]  # the same for its smoke test
+    anchors: tuple[tuple[str, str], ...] = ()  # variables (name, expression) they read
+
+    @property
+    def digest(self) -> str:
+        text = "\n".join([self.name, *self.job, "--smoke--", *self.smoke,
+                          *(f"{n}={x}" for n, x in self.anchors)])
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def preset_gate(registry: PresetRegistry, name: str, index: int = 0) -> PresetGate:
+    """Preset NAME's checks, derived from its renders (INDEX: its place in the policy, which
+    names its variables)."""
+    site = registry.site()
+    shape = preset_shape(registry, name)
+    ctx = RuleContext(tuple(site.registries), shape.name_max, shape.reserved_mounts,
+                      site.allow_module_entrypoint)
+    job, job_anchors = preset_problems(shape, ctx, smoke=False, prefix=f"p{index}job")
+    smoke, smoke_anchors = preset_problems(shape, ctx, smoke=True, prefix=f"p{index}smoke")
+    return PresetGate(name, tuple(job), tuple(smoke), tuple(job_anchors + smoke_anchors))
+
+
+def _shape_variables(gates: Sequence[PresetGate]) -> list[tuple[str, str]]:
+    """One variable per piece of each preset's checks (each below the CEL parser's size
+    limit; a list of lists of messages), evaluated only for a job of that preset, and
+    `problems`: the non-empty lists of non-empty messages of them all, in order."""
+    items: list[tuple[str, str]] = []
+    for i, gate in enumerate(gates):
+        params_ok = (f"{param('shape-sha256')} == {lit(gate.digest)} ? '' : "
+                     + lit(f"the deployed parameters of preset {gate.name} are not those of "
+                           "this policy; the AI Engineers apply policy.yaml and params.yaml "
+                           "together"))
+        items.append((f"p{i}", f"variables.preset == {lit(gate.name)} ? [[{params_ok}]] : []"))
+        items += [(n, f"variables.preset == {lit(gate.name)} ? ({x}) : ''") for n, x in gate.anchors]
+        for kind, pieces in (("job", gate.job), ("smoke", gate.smoke)):
+            smoke = "variables.smoke" if kind == "smoke" else "!variables.smoke"
+            for j, piece in enumerate(pieces):
+                items.append((f"p{i}{kind}{j}",
+                              f"variables.preset == {lit(gate.name)} && {smoke} ? {piece} : []"))
+    anchors = {n for gate in gates for n, _ in gate.anchors}
+    every = balanced("+", [f"variables.{name}" for name, _ in items if name not in anchors], "[]")
+    items.append(("problems", f"!variables.known ? [] : ({every}).map(l, l.filter(m, m != ''))"
+                              ".filter(l, size(l) > 0)"))
+    return items
+
+
+def variables(site: Site, gates: Sequence[PresetGate]) -> list[dict[str, str]]:
+    queue = lit(site.queue_label)
+    nslabels = "namespaceObject.metadata.labels"
+    items = [
+        ("project", f"has({nslabels}) && {queue} in {nslabels} ? {nslabels}[{queue}] : ''"),
+        ("labels", "has(object.metadata.labels) ? object.metadata.labels : {}"),
+        ("annotations", "has(object.metadata.annotations) ? object.metadata.annotations : {}"),
+        ("preset", f"{lit(PRESET_ANNOTATION)} in variables.annotations "
+                   f"? variables.annotations[{lit(PRESET_ANNOTATION)}] : ''"),
+        ("key", "variables.preset + '.'"),
+        ("known", "variables.preset != '' && (variables.key + 'sha256') in params.data"),
+        ("smoke", f"{lit(SMOKE_LABEL)} in variables.labels && "
+                  f"variables.labels[{lit(SMOKE_LABEL)}] == 'true'"),
+        ("roles", "has(object.spec) && has(object.spec.pytorchReplicaSpecs) ? "
+                  "object.spec.pytorchReplicaSpecs.filter(r, true) : []"),
+        ("argIndexes", "[" + ", ".join(str(i) for i in range(MAX_ARGS + 32)) + "]"),
+        *_shape_variables(gates),
+    ]
+    assert ARG_INDEXES == "variables.argIndexes"
+    return [{"name": name, "expression": expression} for name, expression in items]
+
+
+def validations() -> list[Validation]:
+    """The policy's rules: an approved preset, granted to the namespace's project, and the
+    exact shape of that preset's render."""
+    rules: list[Validation] = []
+
+    def add(name: str, expression: str, message: str, message_expression: str) -> None:
+        rules.append(Validation(name, expression, message, message_expression))
+
+    add("preset-annotation", "variables.preset != ''",
+        f"metadata.annotations.{PRESET_ANNOTATION}: missing; only jobs rendered by runai-spec "
+        "from an approved preset are admitted",
+        f"'metadata.annotations.{PRESET_ANNOTATION}: missing; only jobs rendered by runai-spec "
+        "from an approved preset are admitted'")
+    add("preset-approved", "variables.preset == '' || variables.known",
+        f"metadata.annotations.{PRESET_ANNOTATION}: not an approved preset",
+        f"(variables.key + 'expired') in params.data ? 'metadata.annotations.{PRESET_ANNOTATION}:"
+        f" the approval of preset ' + variables.preset + ' expired on ' + "
+        "params.data[variables.key + 'expired'] : "
+        f"'metadata.annotations.{PRESET_ANNOTATION}: ' + variables.preset + "
+        "' is not an approved preset'")
+    add("project-granted",
+        f"!variables.known || (variables.project != '' && "
+        f"({listed('projects', lit('[*]'))} || {listed('projects', 'variables.project')}))",
+        "metadata.namespace: the project is not granted the preset",
+        "'metadata.namespace: project ' + (variables.project == '' ? '(none)' : "
+        "variables.project) + ' (namespace ' + request.namespace + ') is not granted preset ' "
+        "+ variables.preset")
+    add("shape", "size(variables.problems) == 0",
+        "the job is not the exact shape of its approved preset's render",
+        "variables.problems[0][0] + ' (preset ' + variables.preset + "
+        "(size(variables.problems) > 1 || size(variables.problems[0]) > 1 ? '; and more)' : ')')")
+    return rules
+
+
+# -- parameters ------------------------------------------------------------------------
+def preset_params(registry: PresetRegistry, name: str, projects: Sequence[str],
+                  gate: PresetGate | None = None) -> dict[str, str]:
+    """The flat ConfigMap entries of one approved preset: `<name>.<field>` -> text: the
+    approval itself and the digest of the shape the policy enforces for it."""
+    approved = registry.get(name)
+    gate = gate or preset_gate(registry, name)
+    fields = {
+        "sha256": approved.sha256,
+        "approved-by": approved.approval.approved_by,
+        "approved-at": approved.approval.approved_at,
+        "expires": approved.approval.expires or "",
+        "projects": ",".join(projects),
+        "shape-sha256": gate.digest,
+    }
+    return {f"{name}.{field}": text for field, text in fields.items()}
+
+
+def granted_projects(grants: Mapping[str, Sequence[str]] | None, name: str) -> list[str]:
+    """Projects granted preset NAME: grants map project -> preset names; project `*` is every
+    project, preset `*` every preset. No grants at all: every preset to every project."""
+    if grants is None:
+        return [ALL]
+    projects = sorted(project for project, names in grants.items()
+                      if name in names or ALL in names)
+    return [ALL] if ALL in projects else projects
+
+
+def site_grants(site: Site) -> Mapping[str, Sequence[str]] | None:
+    """The site file's grants, or None where it has none."""
+    return None if site.grants is None else dict(site.grants)
+
+
+def _approved_names(registry: PresetRegistry) -> tuple[list[str], dict[str, str]]:
+    """(presets whose approval holds today, {expired preset: its expiry date})."""
+    ledger = registry.ledger()
+    names, expired = [], {}
+    for name in registry.names():
+        entry = ledger.approvals.get(f"{name}.yaml")
+        if entry is not None and entry.expires is not None \
+                and dt.date.fromisoformat(entry.expires) < registry.today:
+            expired[name] = entry.expires
+        else:
+            names.append(name)
+    return names, expired
+
+
+def gates(registry: PresetRegistry) -> list[PresetGate]:
+    """Every approved, unexpired preset's checks (raises PresetError where one does not
+    verify: a policy is only generated from a folder that `presets verify` accepts)."""
+    return [preset_gate(registry, name, i) for i, name in enumerate(_approved_names(registry)[0])]
+
+
+def params_data(registry: PresetRegistry,
+                grants: Mapping[str, Sequence[str]] | None = None,
+                preset_gates: Sequence[PresetGate] | None = None) -> dict[str, str]:
+    """The ConfigMap data: every approved, unexpired preset's approval; an expired approval
+    only as `<name>.expired`, so that the policy names it (the policy has no clock: the AI
+    Engineers regenerate and apply the parameters when an approval expires)."""
+    site = registry.site()
+    if grants is None:
+        grants = site_grants(site)
+    names, expired = _approved_names(registry)
+    by_name = {g.name: g for g in (preset_gates if preset_gates is not None else gates(registry))}
+    data: dict[str, str] = {f"{name}.expired": date for name, date in expired.items()}
+    for name in names:
+        projects = granted_projects(grants, name)
+        for project in projects:
+            if "," in project:
+                raise InputError(f"project {project!r} has a comma", field="grants")
+        data.update(preset_params(registry, name, projects, by_name.get(name)))
+    return dict(sorted(data.items()))
+
+
+CHANGES = ("request.operation != 'UPDATE' || oldObject == null || "
+           "!has(oldObject.spec) || !has(object.spec) || object.spec != oldObject.spec || "
+           "(has(object.metadata.labels) ? object.metadata.labels : {}) != "
+           "(has(oldObject.metadata.labels) ? oldObject.metadata.labels : {}) || "
+           "(has(object.metadata.annotations) ? object.metadata.annotations : {}) != "
+           "(has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {})")
+
+# `kubectl scale` (the CRD's scale subresource: spec.pytorchReplicaSpecs.Worker.replicas)
+# never reaches a policy on pytorchjobs: it is matched on its own. A Scale that keeps the
+# replicas (a read-modify-write that changes nothing) is admitted; any other is not.
+SCALE_UNCHANGED = ("oldObject != null && has(object.spec) && has(oldObject.spec) && "
+                   "(has(object.spec.replicas) ? object.spec.replicas : 0) == "
+                   "(has(oldObject.spec.replicas) ? oldObject.spec.replicas : 0)")
+
+
+GUARD_POLICY_NAME = "runai-spec-workloads"
+NETWORK_ANNOTATION_PREFIXES = ("k8s.v1.cni.cncf.io/", "v1.multus-cni.io/")  # Multus's keys
+# What else can run a pod: the workload kinds of Kubernetes, and the training operator's
+# other job kinds (training-operator v1.9 serves these CRDs beside pytorchjobs).
+GUARDED = (("", "v1", ("pods",)),
+           ("batch", "v1", ("jobs", "cronjobs")),
+           ("apps", "v1", ("deployments", "statefulsets", "daemonsets", "replicasets")),
+           ("kubeflow.org", "v1", ("tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs")))
+
+
+def _document(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """One admission object of ours (a policy or a binding), labelled and annotated alike."""
+    return {"apiVersion": API_VERSION, "kind": kind,
+            "metadata": {"name": name, "labels": {MANAGED_BY_LABEL: MANAGED_BY},
+                         "annotations": {REQUIRES_ANNOTATION: f">={MIN_KUBERNETES}"}},
+            "spec": spec}
+
+
+def _binding(name: str, **extra: Any) -> dict[str, Any]:
+    return _document("ValidatingAdmissionPolicyBinding", name,
+                     {"policyName": name, "validationActions": ["Deny"], **extra})
+
+
+def guard_documents(registry: PresetRegistry) -> list[dict[str, Any]]:
+    """The optional workload guard (site `workload_guard`): in the project namespaces, a Pod,
+    Job, CronJob, Deployment, StatefulSet, DaemonSet or ReplicaSet that requests GPUs, RDMA
+    devices or a network attachment, and any other training-operator job, is admitted only
+    from the listed creators (the training operator, whose PyTorchJobs the preset policy
+    judged). [] where the site does not enable it."""
+    site = registry.site()
+    guard = site.workload_guard
+    if not guard.enabled:
+        return []
+    names = sorted({r for n in registry.names() if n in _approved_names(registry)[0]
+                    for r in registry.get(n).preset.network.resources})
+    device = balanced("||", [f"k.startsWith({lit(p)})" for p in guard.resource_prefixes]
+                      + [f"k in [{', '.join(lit(n) for n in names)}]"], "false")
+    network = balanced("||", [f"k.startsWith({lit(p)})" for p in NETWORK_ANNOTATION_PREFIXES],
+                       "false")
+    asks = (f"(has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(k, "
+            f"{device})) || (has(c.resources.requests) && c.resources.requests.exists(k, "
+            f"{device}))))")
+    claims = (f"variables.templates.exists(t, (has(t.spec) && "
+              f"((has(t.spec.containers) && t.spec.containers.exists(c, {asks})) || "
+              f"(has(t.spec.initContainers) && t.spec.initContainers.exists(c, {asks})))) || "
+              f"(has(t.metadata) && has(t.metadata.annotations) && "
+              f"t.metadata.annotations.exists(k, {network})))")
+    templates = ("(has(object.spec) && has(object.spec.containers) ? [object] : []) + "
+                 "(has(object.spec) && has(object.spec.template) ? [object.spec.template] : []) + "
+                 "(has(object.spec) && has(object.spec.jobTemplate) && "
+                 "has(object.spec.jobTemplate.spec) && has(object.spec.jobTemplate.spec.template)"
+                 " ? [object.spec.jobTemplate.spec.template] : [])")
+    creators = ", ".join(lit(c) for c in guard.creators)
+    rules = [{"apiGroups": [g], "apiVersions": [v], "operations": ["CREATE", "UPDATE"],
+              "resources": list(rs)} for g, v, rs in GUARDED]
+    policy = _document("ValidatingAdmissionPolicy", GUARD_POLICY_NAME, {
+        "failurePolicy": "Fail",
+        "matchConstraints": {"namespaceSelector": {"matchExpressions": [
+            {"key": site.queue_label, "operator": "Exists"}]}, "resourceRules": rules},
+        "variables": [
+            {"name": "templates", "expression": templates},
+            {"name": "claims", "expression": f"request.resource.group == 'kubeflow.org' "
+                                             f"|| {claims}"},
+        ],
+        "validations": [Validation(
+            "creator", f"!variables.claims || request.userInfo.username in [{creators}]",
+            "only PyTorchJobs admitted by the preset policy may run GPU, RDMA or "
+            "network-attachment pods in a project namespace",
+            "request.resource.resource + ' ' + (has(object.metadata.name) ? "
+            "object.metadata.name : '') + ': requests GPUs, RDMA devices or a network "
+            "attachment (or is a training job); in a project namespace only the "
+            "PyTorchJobs the preset policy admits may, run by the training operator'",
+        ).document()],
+    })
+    return [policy, _binding(GUARD_POLICY_NAME)]
+
+
+def _match(site: Site, resource: str) -> dict[str, Any]:
+    return {
+        "namespaceSelector": {"matchExpressions": [
+            {"key": site.queue_label, "operator": "Exists"}]},
+        "resourceRules": [{"apiGroups": ["kubeflow.org"], "apiVersions": ["v1"],
+                           "operations": ["CREATE", "UPDATE"], "resources": [resource]}],
+    }
+
+
+def policy_documents(registry: PresetRegistry,
+                     grants: Mapping[str, Sequence[str]] | None = None,
+                     *, params_namespace: str = PARAMS_NAMESPACE) -> list[dict[str, Any]]:
+    """The policy and its binding, the scale policy and its binding, the workload guard and
+    its binding where the site enables it, and the parameters (last), for `presets policy`.
+
+    Raises PresetError where a preset or the site does not verify: a policy is only ever
+    generated from a folder that `presets verify` accepts (expired approvals aside)."""
+    site = registry.site()
+    preset_gates = gates(registry)
+    data = params_data(registry, grants, preset_gates)
+    policy = _document("ValidatingAdmissionPolicy", POLICY_NAME, {
+        "failurePolicy": "Fail",
+        "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+        "matchConstraints": _match(site, PLURAL),
+        # an update that leaves spec, labels and annotations alone (the operator's own
+        # writes) is not judged again, so a job admitted before an approval expired can
+        # still be cleaned up
+        "matchConditions": [{"name": "changes-the-shape", "expression": CHANGES}],
+        "variables": variables(site, preset_gates),
+        "validations": [v.document() for v in validations()],
+    })
+    binding = _binding(POLICY_NAME, paramRef={
+        "name": PARAMS_NAME, "namespace": params_namespace, "parameterNotFoundAction": "Deny"})
+    scale = _document("ValidatingAdmissionPolicy", SCALE_POLICY_NAME, {
+        "failurePolicy": "Fail",
+        "matchConstraints": _match(site, f"{PLURAL}/scale"),
+        "validations": [Validation(
+            "scale", SCALE_UNCHANGED, "spec.replicas: a PyTorchJob's replicas are its "
+            "preset's; scaling is refused",
+            "'spec.replicas: the replicas of a PyTorchJob are its approved preset\\'s; "
+            "kubectl scale is refused (elastic presets scale within their own bounds)'",
+        ).document()],
+    })
+    scale_binding = _binding(SCALE_POLICY_NAME)
+    params = {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": PARAMS_NAME, "namespace": params_namespace,
+                     "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
+        "data": data,
+    }
+    size = len(json.dumps(policy))
+    if size > MAX_POLICY_BYTES:
+        raise PresetError(f"the generated policy is {size:,} bytes, over the {MAX_POLICY_BYTES:,} "
+                          "that fit etcd's default request limit (1.5 MiB) with room for the "
+                          f"API server's own fields ({len(preset_gates)} presets)",
+                          file=str(registry.root), field="presets",
+                          hint="approve fewer presets per cluster, or raise etcd's "
+                          "--max-request-bytes (docs/admission.md)")
+    return [policy, binding, scale, scale_binding, *guard_documents(registry), params]
+
+
+def write_policy(registry: PresetRegistry, out_dir: Path,
+                 grants: Mapping[str, Sequence[str]] | None = None,
+                 *, params_namespace: str = PARAMS_NAMESPACE) -> list[Path]:
+    """Write policy.yaml (the policies and bindings) and params.yaml (the approvals) into
+    OUT_DIR, both or neither: each is written to a temporary file beside it first, and only
+    when both are complete are they renamed into place. Returns the paths."""
+    *policies, params = policy_documents(registry, grants, params_namespace=params_namespace)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError("not a folder", file=str(out_dir), field="--out")
+    header = (f"# Generated by `runai-spec presets policy` from the approved presets of "
+              f"{registry.site().cluster}; needs Kubernetes >= {MIN_KUBERNETES}.\n"
+              "# Apply params.yaml and policy.yaml together: the policy checks the parameters' "
+              "shape digests.\n")
+    texts = {POLICY_FILE: header + dump(policies), PARAMS_FILE: header + dump([params])}
+    paths = [out_dir / name for name in texts]
+    for path in paths:
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            raise InputError("is a symlink or not a plain file", file=str(path), field="--out")
+    staged: list[tuple[Path, Path]] = []
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for path in paths:
+            tmp = out_dir / f".{path.name}.{os.getpid()}.tmp"
+            with open(tmp, "x", encoding="utf-8") as fh:
+                fh.write(texts[path.name])
+                fh.flush()
+                os.fsync(fh.fileno())
+            staged.append((tmp, path))
+        for tmp, path in staged:
+            os.replace(tmp, path)
+    except OSError as exc:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+        raise InputError(f"cannot write the policy: {exc.strerror or exc}", file=str(out_dir),
+                         field="--out", hint="give a folder you can write, e.g. deploy/") from None
+    return paths
+
+
+# -- presets verify --live --------------------------------------------------------------
+@dataclass(frozen=True)
+class Deployment:
+    """How one preset's approved parameters here compare with those the cluster enforces."""
+
+    name: str
+    state: str  # "not deployed", "different", "not approved here", "expired here"
+    fields: tuple[str, ...] = ()  # the parameters that differ; "expired here": the date
+
+    def line(self, root: Path, where: str) -> str:
+        file = root / f"{self.name}.yaml"
+        if self.state == "not deployed":
+            return (f"error: {file}: live: approved here but not yet deployed by the AI "
+                    f"Engineers ({where} has no {self.name}; the cluster denies its jobs)")
+        if self.state == "expired here":
+            return (f"error: {file}: live: deployed on the cluster ({where}) but its approval "
+                    f"here expired on {self.fields[0]}; the cluster still admits its jobs")
+        if self.state == "not approved here":
+            return (f"error: {file}: live: deployed on the cluster ({where}) but not approved "
+                    "here (the cluster admits jobs of a preset this ledger does not vouch for)")
+        return (f"error: {file}: live: deployed but different: {', '.join(self.fields)} "
+                f"({where} holds other values)")
+
+
+def _by_preset(data: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for key, value in data.items():
+        name, _, field = key.partition(".")
+        out.setdefault(name, {})[field] = value
+    return out
+
+
+def compare_deployed(local: Mapping[str, str], deployed: Mapping[str, str]) -> list[Deployment]:
+    """The presets whose parameters here (params_data) and on the cluster (the ConfigMap's
+    data) disagree, sorted by name. A preset counts as approved where its sha256 is present;
+    an expired approval (only `<name>.expired`) is neither approved nor deployable."""
+    mine, theirs = _by_preset(local), _by_preset(deployed)
+    out = []
+    for name in sorted(set(mine) | set(theirs)):
+        here, there = mine.get(name, {}), theirs.get(name, {})
+        if here == there:
+            continue
+        if "sha256" in here and "sha256" not in there:
+            out.append(Deployment(name, "not deployed"))
+        elif "sha256" in there and "expired" in here:
+            out.append(Deployment(name, "expired here", (here["expired"],)))
+        elif "sha256" in there and "sha256" not in here:
+            out.append(Deployment(name, "not approved here"))
+        else:
+            fields = sorted(f for f in set(here) | set(there) if here.get(f) != there.get(f))
+            out.append(Deployment(name, "different", tuple(fields)))
+    return out
+
+
+DEPLOYED = f"configmap {PARAMS_NAMESPACE}/{PARAMS_NAME}"
+
+
+def deployment_report(root: Path, local: Mapping[str, str], deployed: Mapping[str, str] | None,
+                      where: str = DEPLOYED) -> tuple[list[str], list[str]]:
+    """`presets verify --live`'s (stdout, stderr) lines for the parameters here (params_data)
+    and on the cluster (None: no ConfigMap); any stderr line is a finding."""
+    problems = []
+    if deployed is None:
+        problems.append(f"error: cluster: {where}: not deployed (no admission parameters on "
+                        "the cluster)")
+    problems += [d.line(root, where) for d in compare_deployed(local, deployed or {})]
+    if not problems:
+        return [visible(f"ok: live: {where} matches the approved presets")], []
+    # the names are the cluster's ConfigMap keys: each line stays one line (errors.visible)
+    return [], [*map(visible, problems), "hint: the AI Engineers deploy the approved presets with "
+                "`runai-spec presets policy -o DIR` and `kubectl apply -f DIR` (docs/admission.md)"]
+
+
+__all__ = ["API_VERSION", "MIN_KUBERNETES", "PARAMS_NAME", "PARAMS_NAMESPACE", "POLICY_NAME",
+           "DEPLOYED", "Deployment", "PresetGate", "Validation", "compare_deployed",
+           "deployment_report", "gates", "params_data", "policy_documents", "preset_gate",
+           "preset_params", "validations", "variables", "write_policy"]

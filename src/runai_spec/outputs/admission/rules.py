@@ -1,0 +1,310 @@
+"""The profile-side rules of the admission policy, in CEL, built from validate's own definitions.
+
+Each rule is what `validate` (policy.py, profile.py) refuses of one kind of profile value,
+written once there and translated here: the same regular expressions, prefix lists and
+name lists, never a second copy. tests/test_admission_shape.py feeds values through both and
+checks that they agree.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import typing
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ...check.policy import (
+    IMAGE_REPO,
+    IMAGE_TAG,
+    LAUNCHER_FLAGS,
+    LAUNCHERS,
+    OPERATOR_ENV_NAMES,
+    PATH_NAME_MAX,
+    SECRET_FLAG,
+    SECRET_VALUE,
+    SYSTEM_PATHS,
+    WORKDIR_REFUSED,
+)
+from ...facts import torchrun
+from ...facts.kubeflow import DNS1035_PATTERN, DNS1123_PATTERN, INJECTED_ENV, SMOKE_SUFFIX
+from ...load.profile import ENV_NAME, CheckpointFormat
+
+CHECKPOINT_FORMATS: tuple[str, ...] = typing.get_args(CheckpointFormat)
+
+SPACE = r"\s"
+DOT_PART = r"(^|/)\.\.?(/|$)"
+# The longest argv a profile may give after its entry point (the policy checks each
+# argument by position, up to this many).
+MAX_ARGS = 256
+SUBDOMAIN_MAX = 253  # a PVC, Secret or key name (profile.py: max_length=253)
+
+
+def lit(text: str) -> str:
+    """A CEL string literal (JSON's escapes are a subset of CEL's)."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def text(value: str) -> str:
+    """VALUE as text: CEL's string() of a scalar, `?` for a list or map (so that a comparison
+    fails instead of raising an evaluation error)."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):  # bound once: the path is long
+        return f"[{value}].map(s, {text('s')})[0]"
+    return (f"(type({value}) == bool ? ({value} ? 'true' : 'false') : type({value}) == string "
+            f"|| type({value}) == int || type({value}) == uint || type({value}) == double "
+            f"? string({value}) : '?')")
+
+
+def balanced(op: str, items: list[str], empty: str) -> str:
+    """ITEMS joined by the binary operator OP as a balanced tree: a parser counts a chain of
+    n operands as n levels of recursion (cel-cpp refuses more than 32)."""
+    if not items:
+        return empty
+    if len(items) == 1:
+        return items[0]
+    half = len(items) // 2
+    return f"({balanced(op, items[:half], empty)} {op} {balanced(op, items[half:], empty)})"
+
+
+def is_string(e: str) -> str:
+    return f"type({e}) == string"
+
+
+def _regex(e: str, pattern: str) -> str:
+    return f"{e}.matches({lit(pattern)})"
+
+
+def _under(e: str, folder: str) -> str:
+    """E is FOLDER or lies under it."""
+    return f"({e} == {lit(folder)} || {e}.startsWith({lit(folder.rstrip('/') + '/')}))"
+
+
+def _nested(e: str, folder: str) -> str:
+    """E and FOLDER are the same, or one holds the other (policy._nested)."""
+    return f"({_under(e, folder)} || {lit(folder)}.startsWith({e} + '/'))"
+
+
+# policy._PATH_CONTROL, policy._path_problem: one clean absolute path
+LONG_NAME = f"[^/]{{{PATH_NAME_MAX + 1},}}"
+# the characters themselves, not escapes: RE2 writes `\x{2028}`, Python's `re` `\u2028`
+_CONTROL = "[\x00-\x1f\x7f-\x9f\u2028\u2029]"
+
+
+def clean_path(e: str) -> str:
+    # RE2 counts characters where NAME_MAX counts bytes: the policy admits a folder name of
+    # 128..255 multi-byte characters that validate refuses (docs/admission.md)
+    return (f"({is_string(e)} && {e}.startsWith('/') && !{_regex(e, _CONTROL)} && "
+            f"!{e}.contains('//') && !{_regex(e, DOT_PART)} && "
+            f"({e} == '/' || !{e}.endsWith('/')) && !{_regex(e, LONG_NAME)})")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One kind of profile value: its CEL condition on the rendered text E (with the text
+    PREFIX before and SUFFIX after the profile's own value) and what it admits, in words."""
+
+    name: str
+    what: str
+    build: Callable[[str, RuleContext], str]
+    whole_value: bool = False  # needs the value alone (no prefix or suffix around it)
+
+    def cel(self, e: str, ctx: RuleContext, prefix: str = "", suffix: str = "") -> str:
+        if (prefix or suffix) and self.whole_value:
+            raise ValueError(f"rule {self.name} cannot be checked inside a longer text")
+        if not (prefix or suffix):
+            return self.build(e, ctx)
+        framing = (f"{is_string(e)} && {e}.startsWith({lit(prefix)}) && {e}.endsWith({lit(suffix)})"
+                   f" && size({e}) >= {len(prefix) + len(suffix)}")
+        return f"({framing} && {self.build(e, ctx.framed(prefix, suffix))})"
+
+
+@dataclass(frozen=True)
+class RuleContext:
+    """What a rule needs from the site and the preset's render."""
+
+    registries: tuple[str, ...]
+    name_max: int  # the longest workload name whose pod names stay DNS labels
+    reserved_mounts: tuple[str, ...]  # the preset's and runai-spec's own mount paths
+    allow_module: bool
+    prefix: str = ""
+    suffix: str = ""
+
+    def framed(self, prefix: str, suffix: str) -> RuleContext:
+        return RuleContext(self.registries, self.name_max, self.reserved_mounts,
+                           self.allow_module, prefix, suffix)
+
+    def pattern(self, inner: str) -> str:
+        """INNER (a pattern for the value alone) with the frame around it, anchored."""
+        return "^" + re.escape(self.prefix) + "(" + inner.strip("^$") + ")" + \
+            re.escape(self.suffix) + "$"
+
+
+def _name(e: str, c: RuleContext) -> str:
+    # policy.check_name_length (name_room) and check_smoke_name (no `-smoke` suffix)
+    return (f"({_regex(e, c.pattern(DNS1035_PATTERN))} && "
+            f"size({e}) <= {c.name_max + len(c.prefix) + len(c.suffix)} && "
+            f"!{e}.endsWith({lit(SMOKE_SUFFIX + c.suffix)}))")
+
+
+def _project(e: str, c: RuleContext) -> str:
+    return f"({e} == {lit(c.prefix)} + variables.project + {lit(c.suffix)})"
+
+
+def image_pattern(registries: Sequence[str]) -> str:
+    """policy.IMAGE with the digest required and the registry one of the site's."""
+    names = "|".join(re.escape(r) for r in registries)
+    return f"^({names})/{IMAGE_REPO}({IMAGE_TAG})?@sha256:[0-9a-f]{{64}}$"
+
+
+def _image(e: str, c: RuleContext) -> str:
+    return f"({is_string(e)} && {_regex(e, c.pattern(image_pattern(c.registries)))})"
+
+
+def _launcher_name(e: str) -> str:
+    names = "|".join(re.escape(n) for n in sorted(LAUNCHERS))
+    return _regex(e, f"(^|/)({names})$")
+
+
+def _launcher_script(e: str) -> str:
+    """torchrun's own module and the other launchers' scripts, named as a file."""
+    suffixes = getattr(torchrun, "LAUNCHER_SCRIPT_SUFFIXES", ())
+    return balanced("||", [f"{e}.endsWith({lit(s)})" for s in suffixes], "false")
+
+
+def _entry_python(e: str, c: RuleContext) -> str:
+    # torchrun.entry_point_kind: a `*.py` script; policy.check_launcher: no flag, no space
+    return (f"({is_string(e)} && {e}.endsWith('.py') && !{e}.startsWith('-') && "
+            f"!{_regex(e, SPACE)} && !{_launcher_name(e)} && !{_launcher_script(e)})")
+
+
+def _script(e: str) -> str:
+    suffixes = "|".join(re.escape(s) for s in torchrun.SHELL_SUFFIXES)
+    return (f"({is_string(e)} && !{e}.startsWith('-') && !{_regex(e, SPACE)} && "
+            f"{_regex(e, f'({suffixes})$')})")
+
+
+def _entry_executable(e: str, c: RuleContext) -> str:
+    # torchrun.entry_point_kind: a wrapper script, named with a `/` (./run.sh)
+    return f"({_script(e)} && {e}.contains('/'))"
+
+
+def _shell(e: str, c: RuleContext) -> str:
+    shells = "|".join(sorted(torchrun.SHELLS))
+    return f"({is_string(e)} && {_regex(e, f'^(/[^ ]*/)?({shells})$')})"
+
+
+def _module(e: str, c: RuleContext) -> str:
+    modules = getattr(torchrun, "LAUNCHER_MODULES", ())
+    refused = f"{e} in [{', '.join(lit(m) for m in modules)}]"
+    return f"({is_string(e)} && !{e}.startsWith('-') && !{_regex(e, SPACE)} && !({refused}))"
+
+
+def _arg(e: str, c: RuleContext) -> str:
+    return (f"({is_string(e)} && !{_regex(e, LAUNCHER_FLAGS.pattern)} && "
+            f"!{_regex(e, SECRET_FLAG.pattern)} && !{_regex(e, SECRET_VALUE.pattern)})")
+
+
+def _working_dir(e: str, c: RuleContext) -> str:
+    refused = [_under(e, p) for p in WORKDIR_REFUSED] + [_under(e, m) for m in c.reserved_mounts]
+    return f"({clean_path(e)} && !({' || '.join(refused)}))"
+
+
+def _mount(e: str, c: RuleContext) -> str:
+    refused = [_nested(e, p) for p in (*SYSTEM_PATHS, *c.reserved_mounts)]
+    return f"({clean_path(e)} && {e} != '/' && !({' || '.join(refused)}))"
+
+
+def reserved_env_pattern() -> str:
+    """The variables `validate` refuses in `env` and `secret_env` whoever sets them, as one
+    regular expression: the transport list (torchrun.TRANSPORT_ENV_*), the diagnostics
+    switch (only through `diagnostics`), what the operator and torchrun inject
+    (kubeflow.INJECTED_ENV) and every variable the modelled operators set."""
+    injected = INJECTED_ENV.pattern.strip("^$")
+    names = sorted({*torchrun.TRANSPORT_ENV_NAMES, *torchrun.NCCL_DIAGNOSTICS,
+                    *OPERATOR_ENV_NAMES}
+                   - {n for n in OPERATOR_ENV_NAMES if INJECTED_ENV.match(n)})
+    prefixes = "|".join(re.escape(p) for p in torchrun.TRANSPORT_ENV_PREFIXES)
+    return f"^(({prefixes}).*|{'|'.join(re.escape(n) for n in names)}|{injected})$"
+
+
+def env_name_reserved(e: str) -> str:
+    return _regex(e, reserved_env_pattern())
+
+
+def _env_name(e: str, c: RuleContext) -> str:
+    return f"({is_string(e)} && {_regex(e, ENV_NAME)} && !{env_name_reserved(e)})"
+
+
+def _env_value(e: str, c: RuleContext) -> str:
+    return f"({is_string(e)} && !{_regex(e, SECRET_VALUE.pattern)})"
+
+
+def _subdomain(pattern: str) -> Callable[[str, RuleContext], str]:
+    def build(e: str, c: RuleContext) -> str:
+        return f"({is_string(e)} && {_regex(e, c.pattern(pattern))} && size({e}) <= {SUBDOMAIN_MAX})"
+    return build
+
+
+def _boolean(e: str, c: RuleContext) -> str:
+    return f"type({e}) == bool"
+
+
+def _any_text(e: str, c: RuleContext) -> str:
+    return is_string(e)
+
+
+def _digest(e: str, c: RuleContext) -> str:
+    return f"({is_string(e)} && {_regex(e, c.pattern('[0-9a-f]{64}'))})"
+
+
+def container_relations(c: str) -> list[tuple[str, str]]:
+    """(condition, what) between values of one container that validate's mount-path rule
+    relates: no mount is the working directory or holds it; no two mounts are equal or
+    nested (policy.check_mount_paths)."""
+    mounts = f"{c}.volumeMounts"
+    # ternaries guard every selection (an implementation may not absorb an error in a macro)
+    held = (f"has({c}.workingDir) && has({mounts}) ? {mounts}.all(m, has(m.mountPath) ? "
+            f"!({c}.workingDir == m.mountPath || {c}.workingDir.startsWith(m.mountPath + '/')) "
+            ": true) : true")
+    nested = (f"has({mounts}) ? {mounts}.all(m, {mounts}.all(n, has(m.mountPath) && "
+              "has(n.mountPath) && has(m.name) && has(n.name) ? (m.name == n.name || "
+              "!(m.mountPath == n.mountPath || m.mountPath.startsWith(n.mountPath + '/') || "
+              "n.mountPath.startsWith(m.mountPath + '/'))) : true)) : true")
+    return [(held, "no volume may be mounted at the working directory or above it"),
+            (nested, "no two volumes may be mounted at the same or nested paths")]
+
+
+def _count(e: str, c: RuleContext) -> str:
+    return f"({is_string(e)} && {_regex(e, c.pattern('[1-9][0-9]{0,17}'))})"
+
+
+def _checkpoint_format(e: str, c: RuleContext) -> str:
+    formats = ", ".join(lit(f) for f in CHECKPOINT_FORMATS)
+    return f"({e} in [{formats}])"
+
+
+RULES = {r.name: r for r in (
+    Rule("name", "a DNS-1035 label short enough for the pod names", _name),
+    Rule("project", "the project of the namespace", _project),
+    Rule("image", "an image of an allowed registry, pinned by digest", _image),
+    Rule("entry-python", "a Python script (*.py), not a launcher", _entry_python, True),
+    Rule("entry-executable", "a wrapper script (./*.sh)", _entry_executable, True),
+    Rule("shell", "a shell (bash, sh)", _shell, True),
+    Rule("script", "a shell script (*.sh)", lambda e, c: _script(e), True),
+    Rule("module", "a module that is not a launcher", _module, True),
+    Rule("arg", "an argument that is no launcher flag and no credential", _arg, True),
+    Rule("working-dir", "a clean absolute path outside the system's and the preset's folders",
+         _working_dir, True),
+    Rule("mount", "a clean absolute path, no system path, not overlapping the preset's mounts",
+         _mount, True),
+    Rule("env-name", "a variable name that is not reserved", _env_name, True),
+    Rule("env-value", "a plain value (credentials come from a Secret)", _env_value, True),
+    Rule("claim", "a claim name (DNS-1123)", _subdomain(DNS1123_PATTERN)),
+    Rule("secret", "a Secret name (DNS-1123)", _subdomain(DNS1123_PATTERN)),
+    Rule("secret-key", "a key of the Secret", _subdomain(r"^[-._a-zA-Z0-9]+$")),
+    Rule("bool", "true or false", _boolean, True),
+    Rule("text", "any text", _any_text, True),
+    Rule("digest", "a sha256 (64 hex digits)", _digest),
+    Rule("count", "a positive whole number", _count),
+    Rule("checkpoint-format", "a checkpoint format", _checkpoint_format, True),
+)}

@@ -1,0 +1,301 @@
+"""`diff --against DIR`: what profiles render now against committed manifests, for CI."""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..errors import InputError, RunaiSpecError
+from ..facts.kubeflow import API_VERSION, KIND
+from ..load.presets import PresetRegistry
+from ..load.yaml import MAX_BYTES, load_documents, read_text
+from ..pipeline.stream import Reported, Spooled, workloads
+from ..pipeline.workload import Workload
+from ..render.manifests import Manifest, dump, object_key
+from ..secrets import MASK as MASK
+from ..secrets import mask_object
+from ..text import html_text, md_code, md_fence, md_text
+
+
+class HasLines(Protocol):
+    """An error or a finding: what stopped a profile, as its printed lines."""
+
+    def lines(self) -> list[str]: ...
+
+
+# A copy with secret-named variables' values and every credential-shaped string masked.
+mask = mask_object
+
+
+@dataclass(frozen=True)
+class ObjectDiff:
+    key: str
+    status: str  # added, removed, changed
+    diff: str
+
+
+@dataclass(frozen=True)
+class ProfileDiff:
+    profile: str  # "" for a stale manifest: a committed file no profile renders
+    committed: str
+    objects: tuple[ObjectDiff, ...]
+    note: str = ""  # what the diff alone does not say: no such file, a stale manifest
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.objects)
+
+
+def _by_key(manifests: Iterable[Manifest]) -> dict[str, Manifest]:
+    return {object_key(m): m for m in manifests}
+
+
+def compare(rendered: Iterable[Manifest], committed: Iterable[Manifest], *,
+            new_label: str, old_label: str) -> tuple[ObjectDiff, ...]:
+    now, before = _by_key(rendered), _by_key(committed)
+    out: list[ObjectDiff] = []
+    for key in list(before) + [k for k in now if k not in before]:
+        if key in before and key in now and before[key] == now[key]:
+            continue
+        old = dump([mask(before[key])]) if key in before else ""
+        new = dump([mask(now[key])]) if key in now else ""
+        status = "added" if key not in before else "removed" if key not in now else "changed"
+        text = "".join(difflib.unified_diff(old.splitlines(keepends=True),
+                                            new.splitlines(keepends=True),
+                                            f"{old_label} ({key})", f"{new_label} ({key})"))
+        if old == new:  # only a masked value differs: say so, without showing either
+            text = (f"--- {old_label} ({key})\n+++ {new_label} ({key})\n"
+                    "# a masked (credential-named or credential-shaped) value differs\n")
+        out.append(ObjectDiff(key, status, text))
+    return tuple(out)
+
+
+# What runai-spec renders: a committed document of any other kind is never printed (a merge
+# request could commit a kubeconfig or a Docker config under a manifest's name).
+OUR_KINDS = frozenset({(API_VERSION, KIND), ("v1", "ConfigMap")})
+
+
+def _only_our_manifests(documents: Iterable[Manifest], path: Path) -> None:
+    for index, doc in enumerate(documents):
+        kind = (doc.get("apiVersion"), doc.get("kind")) if isinstance(doc, dict) else None
+        if kind not in OUR_KINDS:
+            raise InputError(f"document {index + 1} is not a manifest runai-spec renders "
+                             "(PyTorchJob or ConfigMap); its content is not shown",
+                             file=str(path), hint="commit only the output of `runai-spec render`")
+
+
+def diff_workload(workload: Workload, against: Path) -> ProfileDiff:
+    path = workload.path
+    committed_path = against / f"{workload.plan.name}.yaml"
+    if committed_path.is_file():
+        # the common CI case: the committed file is byte-identical to the canonical dump
+        if read_text(committed_path, max_bytes=16 * MAX_BYTES) == dump(list(workload.manifests)):
+            return ProfileDiff(str(path), str(committed_path), ())
+        committed = load_documents(committed_path)
+        _only_our_manifests(committed, committed_path)
+    else:
+        committed = []
+    objects = compare(workload.manifests, committed, new_label=f"render {path}",
+                      old_label=str(committed_path))
+    return ProfileDiff(str(path), str(committed_path), objects)
+
+
+def diff_all(paths: Sequence[Path], against: Path, *, registry: PresetRegistry | None = None,
+             step: Callable[[], None] | None = None
+             ) -> tuple[Spooled[ProfileDiff], list[RunaiSpecError]]:
+    """Each profile against its `<name>.yaml` in `against`; then the folder's other manifests:
+    one holding a workload whose file is missing is named in that workload's note, and one no
+    profile renders is reported as stale (every object removed)."""
+    if not against.is_dir():
+        raise InputError(f"{against}: not a folder", hint="pass the folder of committed "
+                         "manifests, one <name>.yaml per workload")
+    done: Spooled[ProfileDiff] = Spooled()  # kept out of memory: one per profile
+    bad: list[RunaiSpecError] = []
+    claimed: set[str] = set()  # file names in `against` that a workload owns
+    missing: dict[int, tuple[str, frozenset[str]]] = {}  # index in done -> (name, object keys)
+    # index in done -> (name, namespace): its smoke test's keys are made only when needed
+    smokes: dict[int, tuple[str, str]] = {}
+    for item in workloads(paths, registry):  # one at a time: only the (small) diffs are kept
+        if not isinstance(item, Workload):
+            bad.append(item)
+        else:
+            name = item.plan.name
+            claimed.update({f"{name}.yaml", f"{name}-smoke.yaml"})  # render -d, render --smoke -d
+            try:
+                result = diff_workload(item, against)
+            except InputError as exc:  # an unreadable committed file
+                bad.append(exc)
+            else:
+                if not Path(result.committed).is_file():
+                    missing[len(done)] = (name, frozenset(object_key(m) for m in item.manifests))
+                smokes[len(done)] = (name, item.plan.namespace)
+                done.append(result)
+        if step is not None:
+            step()
+    others = _other_manifests(against, claimed)
+    for index, result in enumerate(done if missing else ()):
+        if index not in missing:
+            continue
+        name, keys = missing[index]
+        holders = [path.name for path, docs in others.items()
+                   if keys & {object_key(d) for d in docs}]
+        note = f"no file named {name}.yaml in {against}: every object shows as added"
+        if holders:
+            note += (f"; {', '.join(holders)} holds this workload's objects: name it "
+                     f"{name}.yaml, as `render -d` does")
+        done.replace(index, replace(result, note=note))
+        others = {p: d for p, d in others.items() if p.name not in holders}
+    for index, result in enumerate(done if others else ()):  # a smoke test's file: not stale
+        if index not in smokes:
+            continue
+        name, keys = smokes[index][0], smoke_keys(*smokes[index])
+        holders = [path.name for path, docs in others.items()
+                   if {object_key(d) for d in docs} <= keys]
+        if holders:
+            note = (f"{', '.join(holders)} holds its smoke test (`render --smoke`): not "
+                    f"compared; `render --smoke -d` names it {name}-smoke.yaml")
+            done.replace(index, replace(result, note="; ".join(filter(None, (result.note, note)))))
+            others = {p: d for p, d in others.items() if p.name not in holders}
+    if not bad:  # with a profile that did not load, its own file would look stale
+        for path, docs in sorted(others.items()):
+            done.append(_stale(path, docs))
+    return done, bad
+
+
+def smoke_keys(name: str, namespace: str) -> frozenset[str]:
+    """The object keys of workload NAME's smoke test (its job and ConfigMap), by name alone."""
+    from ..pipeline.smoke import smoke_names
+
+    job, configmap = smoke_names(name)
+    where = {"namespace": namespace}
+    return frozenset({object_key({"kind": KIND, "metadata": {**where, "name": job}}),
+                      object_key({"kind": "ConfigMap", "metadata": {**where, "name": configmap}})})
+
+
+def _other_manifests(against: Path, claimed: set[str]) -> dict[Path, list[Manifest]]:
+    """The folder's `*.yaml` files no workload owns, that hold manifests runai-spec renders
+    (others, and files that do not parse, are not ours to judge and are left alone)."""
+    found: dict[Path, list[Manifest]] = {}
+    for path in sorted(against.glob("*.yaml")):
+        if path.name in claimed or not path.is_file() or path.is_symlink():
+            continue
+        try:
+            docs = load_documents(path)
+            _only_our_manifests(docs, path)
+        except InputError:
+            continue
+        if docs:
+            found[path] = docs
+    return found
+
+
+def _stale(path: Path, docs: list[Manifest]) -> ProfileDiff:
+    objects = compare([], docs, new_label="no profile", old_label=str(path))
+    return ProfileDiff("", str(path), objects, note=f"stale: {path} is rendered by none of "
+                       "the profiles given (its profile removed or renamed?): delete it, or "
+                       "pass its profile too")
+
+
+LIVE = "live"
+
+
+def ordered_like(value: Any, like: Any) -> Any:
+    """`value` with its keys in `like`'s order, then the others sorted.
+
+    The canonical dump keeps key order, and a server's key order is its own: two objects
+    that hold the same must dump to the same text whatever order they arrived in.
+    """
+    if isinstance(value, dict):
+        template = like if isinstance(like, dict) else {}
+        keys = [k for k in template if k in value] + sorted((k for k in value if k not in template),
+                                                            key=str)
+        return {k: ordered_like(value[k], template.get(k)) for k in keys}
+    if isinstance(value, list):
+        items = like if isinstance(like, list) else []
+        return [ordered_like(item, items[i] if i < len(items) else None)
+                for i, item in enumerate(value)]
+    return value
+
+
+def diff_live(profile: str, rendered: Iterable[Manifest],
+              objects: Iterable[tuple[Manifest | None, Manifest]]) -> ProfileDiff:
+    """`diff --live`: each object as it is live (old; None when absent, so `added`) against
+    what a server-side dry-run apply would store (new).
+
+    Both sides come from the server with its managed fields stripped, so defaults the server
+    fills in are on both sides and only what submitting would change shows.
+    """
+    order = _by_key(rendered)
+    live: list[Manifest] = []
+    applied: list[Manifest] = []
+    for before, after in objects:
+        like = order.get(object_key(after), after)
+        applied.append(ordered_like(after, like))
+        if before is not None:
+            live.append(ordered_like(before, like))
+    return ProfileDiff(profile, LIVE, compare(applied, live, new_label=f"dry-run apply {profile}",
+                                              old_label=LIVE))
+
+
+def summary(results: Reported[ProfileDiff]) -> tuple[int, int]:
+    changed = sum(1 for r in results if r.changed and r.profile)
+    return changed, sum(len(r.objects) for r in results)
+
+
+def _counts(results: Reported[ProfileDiff]) -> str:
+    changed, objects = summary(results)
+    stale = sum(1 for r in results if not r.profile)
+    return (f"{len(results) - stale} profile(s), {changed} changed, {objects} object(s) differ"
+            + (f", {stale} stale manifest(s)" if stale else ""))
+
+
+def drift_line(results: Reported[ProfileDiff], shown: int = 3) -> str | None:
+    """One line for stderr when there is drift (the JSON or Markdown report goes to a file in
+    CI, and the failing job's log must still say why): the counts and the first few files."""
+    drifted = [r for r in results if r.changed or not r.profile]
+    if not drifted:
+        return None
+    names = [r.profile or f"{r.committed} (stale)" for r in drifted]
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return f"drift: {_counts(results)}: {', '.join(names[:shown])}{more}"
+
+
+def as_text(results: Reported[ProfileDiff]) -> str:
+    parts = [f"note: {r.note}\n" for r in results if r.note]
+    parts += [o.diff for r in results for o in r.objects]
+    parts.append(_counts(results) + "\n")
+    return "".join(parts)
+
+
+def as_json(results: Reported[ProfileDiff], bad: Sequence[HasLines]) -> str:
+    changed, objects = summary(results)
+    return json.dumps({
+        "profiles": sum(1 for r in results if r.profile), "changed": changed,
+        "objects_differing": objects, "stale": [r.committed for r in results if not r.profile],
+        "results": [{"profile": r.profile, "committed": r.committed, "changed": r.changed,
+                     "note": r.note,
+                     "objects": [{"key": o.key, "status": o.status, "diff": o.diff}
+                                 for o in r.objects]} for r in results],
+        "errors": [" ".join(e.lines()) for e in bad],
+    }, indent=2)
+
+
+def as_markdown(results: Reported[ProfileDiff], bad: Sequence[HasLines]) -> str:
+    changed = summary(results)[0]
+    lines = ["## runai-spec diff", "",
+             _counts(results).replace(f"{changed} changed", f"**{changed} changed**") + ".", ""]
+    for e in bad:
+        lines.append(f"- :x: {md_code(' '.join(e.lines()))}")
+    lines += [f"- :warning: {md_text(r.note)}" for r in results if r.note]
+    if any(r.note for r in results):
+        lines.append("")
+    for r in results:
+        for o in r.objects:
+            lines += [f"<details><summary><code>{html_text(r.profile or r.committed)}</code>: "
+                      f"{html_text(o.key)} ({html_text(o.status)})</summary>", "",
+                      *md_fence(o.diff.rstrip("\n"), "diff"), "", "</details>", ""]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,141 @@
+"""The in-cluster smoke test: the workload's plan as a short job whose every pod runs
+preflight.py from a ConfigMap, rendered through templates/ like the real job."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..errors import InputError
+from ..facts.kubeflow import ANNOTATION_PREFIX, NAME_MAX, PREFLIGHT_SHA_ANNOTATION, SMOKE_LABEL, SMOKE_MOUNT
+from ..facts.kubeflow import SMOKE_SUFFIX as SMOKE_SUFFIX
+from ..facts.torchrun import python_head
+from ..plan.plan import MAX_RESTARTS_FLAG, RDZV_ID_FLAG, Plan
+from ..render import render_smoke
+from ..render.manifests import Manifest
+from .checklist import PreflightSettings, preflight_settings, preflight_source
+
+if TYPE_CHECKING:
+    from .workload import Workload
+
+SMOKE_NOTE = "preflight.py checklist in place of the training command"
+SMOKE_VOLUME = "runai-spec-preflight"
+# activeDeadlineSeconds runs from the operator's status.startTime, which it sets at its first
+# reconcile while the pods are still Pending (training-operator v1.9
+# pkg/controller.v1/pytorch/pytorchjob_controller.go, pkg/core/job.go PastActiveDeadline):
+# the deadline covers the queue too. 30 minutes: the preflight itself takes a few (join
+# timeout MIN_JOIN_TIMEOUT_S at most, then seconds of checks), the rest is for the scheduler
+# to find the GPUs; a smoke test that queues longer fails as DeadlineExceeded without having
+# run (README, `render --smoke`). A deadline of the preflight's own would count from the
+# pods' start, but activeDeadlineSeconds is what stops the pods and frees the GPUs.
+DEFAULT_DEADLINE_S = 1800
+# on the profile's checkpoint volume, beside (never over) the real job's checkpoints
+CHECKPOINT_SUBDIR = ".runai-spec-preflight"
+METRICS_FILE = "/tmp/runai-spec-preflight/metrics.jsonl"
+# pods of one job may start minutes apart in a cluster (image pulls): wait for them longer
+MIN_JOIN_TIMEOUT_S = 600.0
+POD_NAME_LIMIT = NAME_MAX  # a pod name is a DNS label
+
+
+@dataclass(frozen=True)
+class ConfigMapPlan:
+    """A ConfigMap of text files, as templates/configmap.json.j2 renders it."""
+
+    name: str
+    namespace: str
+    labels: tuple[tuple[str, str], ...]
+    annotations: tuple[tuple[str, str], ...]
+    data: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class SmokePlan:
+    """A workload's smoke test: its job (the workload's plan, renamed, never restarted, every
+    pod running preflight.py) and the ConfigMap that ships preflight.py to the pods."""
+
+    job: Plan
+    config_map: ConfigMapPlan
+    run_policy_after: tuple[tuple[str, int], ...]  # run limits the real job does not set
+    volume: str = SMOKE_VOLUME
+    mount_path: str = SMOKE_MOUNT
+    label: str = SMOKE_LABEL  # on the job and its ConfigMap, never on the pods
+
+
+def smoke_names(name: str) -> tuple[str, str]:
+    """(PyTorchJob, ConfigMap) names of a workload's smoke test: beside the real job, so a
+    smoke test can run (and be deleted) while the real job exists."""
+    job = f"{name}{SMOKE_SUFFIX}"
+    return job, f"{job}-preflight"
+
+
+def smoke_plan(plan: Plan, settings: PreflightSettings | None = None, *,
+               deadline_s: int = DEFAULT_DEADLINE_S, source: str | None = None,
+               file: str | None = None) -> SmokePlan:
+    """The same workload, short: the world size, batch arithmetic and bandwidth minimum that
+    preflight.py checks are the real job's. Bad input (in `file`, the profile) when a pod name
+    would outgrow a DNS label with `-smoke`."""
+    settings = settings or PreflightSettings()
+    source = preflight_source() if source is None else source
+    name, cm_name = smoke_names(plan.name)
+    renamed = dataclasses.replace(plan, name=name)
+    longest = renamed.longest_pod_name
+    if len(longest) > POD_NAME_LIMIT:
+        room = POD_NAME_LIMIT - (len(longest) - len(plan.name))
+        raise InputError(f"the smoke test's pod name {longest!r} has {len(longest)} characters "
+                         f"(limit {POD_NAME_LIMIT})", file=file, field="name",
+                         hint=f"shorten name to at most {room} characters to run the smoke test")
+    notes = {k: v for k, v in plan.annotations if k.startswith(ANNOTATION_PREFIX)}
+    notes[SMOKE_LABEL] = SMOKE_NOTE
+    # a changed preflight.py is a different render of both objects: resubmit says so
+    notes[PREFLIGHT_SHA_ANNOTATION] = hashlib.sha256(source.encode("utf-8")).hexdigest()
+    run_policy = {**dict(plan.run_policy), "backoffLimit": 0}
+    after: tuple[tuple[str, int], ...] = ()
+    if "activeDeadlineSeconds" in run_policy:
+        run_policy["activeDeadlineSeconds"] = deadline_s
+    else:
+        after = (("activeDeadlineSeconds", deadline_s),)
+    settings = dataclasses.replace(
+        settings, join_timeout_s=max(settings.join_timeout_s, MIN_JOIN_TIMEOUT_S))
+    ckpt = settings.checkpoint_dir
+    # an elastic job may be started with minReplicas pods (KAI gangs the minimum): that
+    # world passes too, as in the rehearsal
+    elastic = plan.elastic
+    args = settings.args(
+        world_size=plan.world_size,
+        checkpoint_dir=f"{ckpt}/{CHECKPOINT_SUBDIR}" if ckpt else None,
+        metrics_file=METRICS_FILE,
+        min_world_size=None if elastic is None else elastic.min_pods * plan.procs_per_pod)
+    # its own rendezvous id, as for any job of that name (plan.rendezvous_plan), and no
+    # torchrun restarts: a smoke test runs every rank once. An elastic job's restarts are
+    # elasticPolicy.maxRestarts, which the operator passes as PET_MAX_RESTARTS whenever it is
+    # set (v1.9 pkg/controller.v1/pytorch/elastic.go), 0 included: the smoke job says 0
+    rendezvous = plan.rendezvous
+    if rendezvous is not None and rendezvous.backend == "c10d":
+        rendezvous = dataclasses.replace(rendezvous, rdzv_id=name, max_restarts=None)
+    head = [arg for arg in python_head(plan.command)
+            if not arg.startswith(f"{MAX_RESTARTS_FLAG}=")]
+    own_id = {f"{RDZV_ID_FLAG}={plan.name}": f"{RDZV_ID_FLAG}={name}"}
+    job = dataclasses.replace(
+        renamed,
+        annotations=tuple({**dict(plan.annotations), **notes}.items()),
+        run_policy=tuple(run_policy.items()), restart_policy="Never", rendezvous=rendezvous,
+        elastic=None if elastic is None else dataclasses.replace(elastic, max_restarts=0),
+        launcher=tuple(own_id.get(arg, arg) for arg in head),
+        entrypoint=(f"{SMOKE_MOUNT}/preflight.py", *args))
+    # the job's labels carry runai-spec's managed-by label: submit and delete treat the
+    # ConfigMap as runai-spec's own, like the job
+    config_map = ConfigMapPlan(cm_name, plan.namespace, (*job.labels, (SMOKE_LABEL, "true")),
+                               tuple(notes.items()),
+                               (("preflight.py", source),))
+    return SmokePlan(job, config_map, after)
+
+
+def smoke_workload(workload: Workload, *,
+                   deadline_s: int = DEFAULT_DEADLINE_S) -> list[Manifest]:
+    """`render --smoke`: the workload's smoke test (ConfigMap, then job), expecting what the
+    real job declares."""
+    smoke = smoke_plan(workload.plan, preflight_settings(workload, in_cluster=True),
+                       deadline_s=deadline_s, file=workload.path)
+    return render_smoke(smoke, workload.site.family)

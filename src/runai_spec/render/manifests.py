@@ -1,0 +1,150 @@
+"""Manifest values: parse rendered text strictly, one canonical dump."""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from json.encoder import encode_basestring
+from typing import Any
+
+from ..load.yaml import parse_documents
+
+Manifest = dict[str, Any]
+_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*$")
+# YAML 1.1 readers (PyYAML, older tools) would turn these plain keys into non-strings.
+_AMBIGUOUS = re.compile(r"^(y|Y|yes|Yes|YES|n|N|no|No|NO|true|True|TRUE|false|False|FALSE|"
+                        r"on|On|ON|off|Off|OFF|null|Null|NULL|~)$")
+# Escape what PyYAML's reader refuses even inside quotes, and the YAML 1.1 line breaks
+# (NEL, LS, PS) that a reader would fold into spaces. Compiled on first non-ASCII value:
+# the class spans most of Unicode and costs ~9 ms to compile.
+_UNPRINTABLE_CLASS = ("[^\x09\x0a\x0d\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufffd"
+                      "\U00010000-\U0010ffff]")
+
+
+@lru_cache(maxsize=1)
+def _unprintable() -> re.Pattern[str]:
+    return re.compile(_UNPRINTABLE_CLASS)
+
+
+@lru_cache(maxsize=8192)
+def quote(text: str) -> str:
+    """A YAML double-quoted scalar that any YAML 1.1 or 1.2 reader reads back as `text`."""
+    # json.dumps(text, ensure_ascii=False) without its per-call overhead (libjson's C encoder);
+    # cached because labels, keys and image names repeat across the objects of a batch.
+    encoded: str = encode_basestring(text)
+    if encoded.isascii() and "\x7f" not in encoded:
+        return encoded  # json already escaped every ASCII control character
+    return _unprintable().sub(lambda m: f"\\u{ord(m.group()):04x}", encoded)
+
+
+def scalar(value: Any) -> str:
+    """Encode one value as a YAML scalar; anything but str/int/float/bool/None is a bug."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return quote(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return json.dumps(value)
+    if value is None:
+        return "null"
+    raise TypeError(f"cannot encode {type(value).__name__} as a YAML scalar")
+
+
+@lru_cache(maxsize=4096)
+def _key(key: str) -> str:
+    return key if _PLAIN_KEY.match(key) and not _AMBIGUOUS.match(key) else quote(key)
+
+
+def _emit(value: Any, indent: int, out: list[str],
+          comments: dict[str, str] | None = None, path: str = "") -> None:
+    # comments (path -> text) is for `render --explain`; None keeps the hot path lean.
+    pad = "  " * indent
+    if isinstance(value, dict):
+        for key, child in value.items():
+            sub = (f"{path}.{key}" if path else key) if comments is not None else ""
+            if isinstance(child, dict) and child or isinstance(child, list) and child:
+                out.append(f"{pad}{_key(key)}:")
+                _emit(child, indent + 1, out, comments, sub)
+            else:
+                out.append(_commented(f"{pad}{_key(key)}: {_flow(child)}", comments, sub))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            sub = f"{path}[{index}]" if comments is not None else ""
+            if isinstance(item, (dict, list)) and item:
+                lines: list[str] = []
+                _emit(item, indent + 1, lines, comments, sub)
+                first = lines[0][len(pad) + 2:]
+                out.append(f"{pad}- {first}")
+                out.extend(lines[1:])
+            else:
+                out.append(_commented(f"{pad}- {_flow(item)}", comments, sub))
+
+
+def _commented(line: str, comments: dict[str, str] | None, path: str) -> str:
+    if not comments or path not in comments:
+        return line
+    # A comment ends at the line break: one in the text (a profile path with a newline) would
+    # start a line of YAML of its own, so each break or control character is written escaped.
+    return f"{line.ljust(72)}  # {_COMMENT_BREAKS.sub(_escaped, comments[path])}"
+
+
+_COMMENT_BREAKS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ufeff]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return json.dumps(match.group())[1:-1]
+
+
+def _flow(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{}"
+    if isinstance(value, list):
+        return "[]"
+    return scalar(value)
+
+
+def dump(manifests: list[Manifest], *, comments: dict[str, str] | None = None) -> str:
+    """One canonical YAML text: keys in the order given, every string double-quoted.
+    With comments ({field path: text}), each such value's line ends in `# text`."""
+    parts = []
+    for manifest in manifests:
+        lines: list[str] = []
+        _emit(manifest, 0, lines, comments)
+        parts.append("\n".join(lines) + "\n")
+    return "---\n" + "---\n".join(parts) if len(parts) > 1 else "".join(parts)
+
+
+def parse(text: str, source: str) -> list[Manifest]:
+    """Parse rendered or committed manifests with the strict loader."""
+    return [doc for doc in parse_documents(text, source) if doc is not None]
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen = [k for i, (k, _) in enumerate(pairs) if k in dict(pairs[:i])]
+        raise ValueError(f"duplicate key {seen[0]!r}")
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def parse_rendered(text: str) -> Manifest:
+    """Parse one rendered template (JSON, a subset of YAML 1.2) strictly: duplicate keys,
+    NaN/Infinity and a top level that is not a mapping are refused, so a value that could
+    change the structure shows up as an error here instead of in the cluster."""
+    value = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+    if not isinstance(value, dict):
+        raise ValueError(f"top level is {type(value).__name__}, not a mapping")
+    return value
+
+
+def object_key(manifest: Manifest) -> str:
+    """`Kind/namespace/name`, how diff and submit identify an object."""
+    meta = manifest.get("metadata") or {}
+    return f"{manifest.get('kind')}/{meta.get('namespace', '')}/{meta.get('name')}"

@@ -1,0 +1,52 @@
+"""Start-up (issue 29 item 1): a run imports only what its command needs. Checked by the
+modules a fresh interpreter holds after the command, never by time."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+PROBE = """
+import contextlib, io, json, sys
+sys.argv = ["runai-spec", *json.loads(sys.argv[1])]
+from runai_spec.cli import main
+with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(io.StringIO()):
+    try:
+        main()
+    except SystemExit:
+        pass
+print(json.dumps({"out": out.getvalue(), "modules": sorted(sys.modules)}))
+"""
+MULTI = str(ROOT / "examples" / "multi-node" / "profile.yaml")
+
+
+def loaded(*args: str) -> tuple[str, set[str]]:
+    done = subprocess.run([sys.executable, "-c", PROBE, json.dumps(args)], capture_output=True,
+                          text=True, check=True, cwd=ROOT)
+    result = json.loads(done.stdout)
+    return result["out"], set(result["modules"])
+
+
+@pytest.mark.parametrize("args", [["--version"], ["version"]])
+def test_version_is_answered_before_typer_or_pydantic_load(args: list[str]) -> None:
+    out, modules = loaded(*args)
+    assert out.strip() and not {"typer", "pydantic", "jinja2"} & modules
+
+
+def test_help_loads_no_model_and_piped_no_rich() -> None:
+    out, modules = loaded("--help")
+    assert "Commands:" in out and "render" in out and "presets" in out
+    assert not {"runai_spec.load.profile", "runai_spec.load.presets", "pydantic.main", "rich"} & modules
+
+
+def test_a_command_imports_only_its_own_module_of_the_cli() -> None:
+    out, modules = loaded("render", MULTI)
+    assert 'kind: "PyTorchJob"' in out
+    assert {m for m in modules if m.startswith("runai_spec.cli.")} == {
+        "runai_spec.cli.common", "runai_spec.cli.offline"}
+    assert "runai_spec.render.compiled.pytorchjob_json" in modules  # the shipped compiled template

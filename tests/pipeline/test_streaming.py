@@ -1,0 +1,52 @@
+"""Many-profile commands keep no result per profile in memory: the spool their reports read
+back, and profile arguments that stay strings until read (issue 29 item 2)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from runai_spec.pipeline.stream import LineSpool, ProfileArgs, Spooled, StdinProfile
+
+
+def test_spooled_items_read_back_in_order_also_in_nested_loops() -> None:
+    spool: Spooled[tuple[int, str]] = Spooled()
+    assert not spool and len(spool) == 0 and list(spool) == []
+    items = [(i, "x" * i) for i in range(3000)]  # past the in-memory MB: on disk
+    for item in items:
+        spool.append(item)
+    assert len(spool) == 3000 and spool
+    assert list(spool) == items
+    pairs = [(a[0], b[0]) for a in spool if a[0] < 3 for b in spool if b[0] < 2]
+    assert pairs == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
+
+
+def test_a_replaced_item_reads_back_replaced_and_appending_after_reading_works() -> None:
+    spool: Spooled[str] = Spooled()
+    for word in ("a", "b", "c"):
+        spool.append(word)
+    spool.replace(1, "B")
+    assert list(spool) == ["a", "B", "c"]
+    spool.append("d")
+    assert list(spool) == ["a", "B", "c", "d"]
+
+
+def test_line_spool_takes_lines_with_plus_equals() -> None:
+    lines = LineSpool()
+    lines += ["one", "two"]
+    lines += iter(["three"])
+    assert list(lines) == ["one", "two", "three"]
+
+
+def test_profile_args_stay_strings_and_read_as_their_paths(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "folder").mkdir()
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"name: x\n")))
+    args = ProfileArgs([str(tmp_path / "folder"), "p.yaml", "-"])
+    assert [type(a) for a in args._args[:2]] == [str, str]
+    assert len(args) == 3
+    assert list(args)[:2] == [tmp_path / "folder" / "profile.yaml", Path("p.yaml")]
+    assert isinstance(args[2], StdinProfile) and args[2] is args[-1]
+    assert args[0:2] == list(args)[:2]
