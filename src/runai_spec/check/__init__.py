@@ -1,1 +1,1 @@
-"""check."""
+"""Plan + manifests -> findings: the site rules, one module per topic, and the CRD check."""

@@ -1,1 +1,1 @@
-"""facts."""
+"""Other systems' behaviour, pure and versioned: the training operator, torchrun, the kubelet, Run:ai."""

@@ -1,1 +1,1 @@
-"""admission."""
+"""The cluster's gate: a ValidatingAdmissionPolicy derived from the approved presets' renders."""
