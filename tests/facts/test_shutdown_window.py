@@ -19,7 +19,7 @@ import pytest
 from conftest import ROOT, example_job, run
 from runai_spec.facts.torchrun import SHUTDOWN_DEFAULT_S, SHUTDOWN_TIMEOUT_ENV, shutdown_window, torch_release
 from runai_spec.pipeline.workload import prepare_workload
-from runai_spec.plan.plan import failure_semantics, save_time
+from runai_spec.plan.failure import failure_semantics, save_time
 
 TORCHRUN_EXAMPLES = ("single-node", "multi-node", "elastic")
 

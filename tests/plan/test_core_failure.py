@@ -18,7 +18,8 @@ from runai_spec.facts.kubeflow import MASTER, WORKER
 from runai_spec.facts.kubelet import expand
 from runai_spec.load.presets import PresetRegistry
 from runai_spec.load.profile import parse_profile
-from runai_spec.plan.plan import failure_semantics, plan_workload
+from runai_spec.plan.failure import failure_semantics
+from runai_spec.plan.plan import plan_workload
 from runai_spec.rehearse.restarts import static_rendezvous
 from runai_spec.render import render_plan
 from runai_spec.render.manifests import dump

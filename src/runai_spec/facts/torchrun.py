@@ -33,6 +33,15 @@ RANK_LINE = re.compile(rb"^\[rank(\d{1,6})\]:(.*)$", re.DOTALL)  # a pod log lin
 RANK_LOGS = "logs"  # the folder on the checkpoint volume, one sub-folder per pod
 EXECUTABLE_ENTRY = "executable"
 
+# torchrun's rendezvous flags that runai-spec renders and the smoke test rewrites
+RDZV_ID_FLAG = "--rdzv-id"
+MAX_RESTARTS_FLAG = "--max-restarts"
+# torch 2.6 and later share the rendezvous TCPStore with the trainers by default
+# (pytorch/pytorch#128096) and build its bootstrap info only on an agent's first round
+# (#135957; dynamic_rendezvous.py, torch 2.13): a pod restarted in place then waits on
+# MASTER_ADDR until read_timeout and the job fails (docs/fault-experiments).
+DISABLE_SHARED_STORE = ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+
 # torchrun's shutdown window. On SIGTERM (the kubelet deleting the pod: torchrun is its PID 1)
 # the agent's run() catches the SignalException and closes its workers
 # (`torch/distributed/elastic/agent/server/api.py` -> `local_elastic_agent.py` _shutdown ->

@@ -9,7 +9,8 @@ from typing import Any
 from ..errors import InternalError
 from ..facts.kubeflow import KIND
 from ..pipeline.workload import Workload
-from ..plan.plan import Origin, Plan
+from ..plan.origins import Origin
+from ..plan.plan import Plan
 from ..render import render_text
 from ..render.manifests import Manifest, dump, parse_rendered
 

@@ -9,7 +9,8 @@ from typing import Any
 from ..check.policy import memory_estimate
 from ..facts.kubeflow import KIND, operator_env, replica_specs
 from ..pipeline.workload import Workload
-from ..plan.plan import Plan, failure_semantics
+from ..plan.failure import failure_semantics
+from ..plan.plan import Plan
 from ..rehearse.records import ForeignRecord, read_record
 from ..text import md_code, md_fence, md_text, one_line
 

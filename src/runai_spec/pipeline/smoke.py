@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 from ..errors import InputError
 from ..facts.kubeflow import ANNOTATION_PREFIX, NAME_MAX, PREFLIGHT_SHA_ANNOTATION, SMOKE_LABEL, SMOKE_MOUNT
 from ..facts.kubeflow import SMOKE_SUFFIX as SMOKE_SUFFIX
-from ..facts.torchrun import python_head
-from ..plan.plan import MAX_RESTARTS_FLAG, RDZV_ID_FLAG, Plan
+from ..facts.torchrun import MAX_RESTARTS_FLAG, RDZV_ID_FLAG, python_head
+from ..plan.plan import Plan
 from ..render import render_smoke
 from ..render.manifests import Manifest
 from .checklist import PreflightSettings, preflight_settings, preflight_source

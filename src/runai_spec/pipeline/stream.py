@@ -605,7 +605,7 @@ def resolve_job(job: str, project: str | None) -> tuple[str, str, Workload | Non
     """NAME|PROFILE -> (workload name, namespace, its workload when a profile was given); the
     namespace always comes from the site file."""
     from ..facts.kubeflow import DNS1035
-    from ..plan.plan import namespace_for
+    from ..plan.metadata import namespace_for
 
     if Path(job).suffix in (".yaml", ".yml") or Path(job).is_file():
         workload = prepare_workload(Path(job))

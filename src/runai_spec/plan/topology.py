@@ -1,0 +1,51 @@
+"""The job's replicas and elastic bounds: how many pods of which replica type."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..facts.kubeflow import MASTER, WORKER
+from ..load.presets import Preset
+from .origins import Origin, Sources, derived
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One replica type of the PyTorchJob."""
+
+    role: str  # kubeflow.MASTER or kubeflow.WORKER
+    replicas: int
+
+
+@dataclass(frozen=True)
+class ElasticPlan:
+    """Elastic bounds (pods) and torchrun restarts."""
+
+    min_pods: int
+    max_pods: int
+    max_restarts: int
+
+
+def plan_topology(preset: Preset, src: Sources, o: dict[str, Origin]
+                  ) -> tuple[ElasticPlan | None, tuple[Replica, ...]]:
+    """The preset's elastic bounds and replicas; their origins into `o`."""
+    elastic = None
+    if preset.elastic is not None:
+        elastic = ElasticPlan(preset.elastic.min, preset.elastic.max, preset.elastic.max_restarts)
+        o |= {"elastic.min_pods": src.preset("elastic.min"),
+              "elastic.max_pods": src.preset("elastic.max"),
+              "elastic.max_restarts": src.preset("elastic.max_restarts")}
+        replicas: tuple[Replica, ...] = (Replica(WORKER, preset.nodes),)
+        counts = [src.preset("nodes")]
+    elif preset.nodes == 1:
+        replicas = (Replica(MASTER, 1),)
+        counts = [derived("exactly one Master")]
+    else:
+        replicas = (Replica(MASTER, 1), Replica(WORKER, preset.nodes - 1))
+        counts = [derived("exactly one Master"),
+                  derived(f"preset nodes ({preset.nodes}) - 1 Master")]
+    for i, count in enumerate(counts):
+        o[f"replicas[{i}].role"] = derived("Master trains; Workers join it" if elastic is None
+                                           else "elastic: Worker-only job")
+        o[f"replicas[{i}].replicas"] = count
+    return elastic, replicas
