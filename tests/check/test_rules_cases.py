@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 
 from conftest import ROOT
-from runai_spec.check.policy import RULES, Context, check_all
+from runai_spec.check.catalogue import RULES, check_all
+from runai_spec.check.rules import Context
 from runai_spec.findings import Finding
-from runai_spec.load.presets import PresetRegistry
+from runai_spec.load.registry import PresetRegistry
 from runai_spec.pipeline.workload import prepare_workload
 
 CASES = ROOT / "tests" / "rules"

@@ -7,7 +7,7 @@ import json
 from typer.testing import CliRunner
 
 from conftest import ROOT
-from runai_spec.check.policy import RULES
+from runai_spec.check.catalogue import RULES
 from runai_spec.cli import app
 from runai_spec.outputs.report import rules_markdown
 

@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 import yaml
 
-from runai_spec.check.policy import OPERATOR_ENV_NAMES, RULES, TRANSPORT_WHAT, env_owners, transport_variable
+from runai_spec.check.catalogue import RULES
+from runai_spec.check.env import OPERATOR_ENV_NAMES, TRANSPORT_WHAT, env_owners, transport_variable
 from runai_spec.facts.kubeflow import CONTAINER, OPERATOR_VERSIONS, WORKER, operator_env
 from runai_spec.facts.torchrun import NCCL_DIAGNOSTICS, TRANSPORT_ENV_NAMES, TRANSPORT_ENV_PREFIXES
-from runai_spec.load.presets import PresetRegistry
+from runai_spec.load.registry import PresetRegistry
 from runai_spec.pipeline.workload import prepare_workload
 
 

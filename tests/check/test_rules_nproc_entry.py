@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from runai_spec.check.policy import Context, check_all
+from runai_spec.check.catalogue import check_all
+from runai_spec.check.rules import Context
 from runai_spec.pipeline.workload import prepare_workload
 
 

@@ -11,7 +11,7 @@ import yaml
 from typer.testing import CliRunner
 
 from conftest import schema_errors
-from runai_spec.check.policy import secret_value
+from runai_spec.check.env import secret_value
 from runai_spec.cli import app
 from runai_spec.pipeline.workload import prepare_workload
 from runai_spec.secrets import looks_secret as secret_name

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from conftest import kubelet_sees, run
-from runai_spec.check.policy import READS, RULES
+from runai_spec.check.catalogue import READS, RULES
 from runai_spec.facts.kubeflow import PROFILE_SHA_ANNOTATION
 from runai_spec.load.presets import PresetRegistry
 from runai_spec.load.profile import parse_profile

@@ -102,7 +102,8 @@ def test_elastic_is_worker_only_with_c10d_bounds() -> None:
 def test_nproc_rule_catches_a_worker_only_job_whose_torchrun_would_start_one_process() -> None:
     import dataclasses
 
-    from runai_spec.check.policy import Context, check_nproc
+    from runai_spec.check.launcher import check_nproc
+    from runai_spec.check.rules import Context
 
     data = copy.deepcopy(BASE_PROFILE)
     data.update(preset="h200-elastic-2to4x8-ib", batch={"local": 4, "grad_accum": 1,

@@ -20,7 +20,8 @@ from markdown_it import MarkdownIt
 from typer.testing import CliRunner
 
 from conftest import BASE_PROFILE, ROOT, example_job
-from runai_spec.check.policy import Context, check_all
+from runai_spec.check.catalogue import check_all
+from runai_spec.check.rules import Context
 from runai_spec.cli import app
 from runai_spec.errors import InputError, Location
 from runai_spec.findings import Finding
@@ -164,7 +165,7 @@ def test_a_forged_findings_section_does_not_hide_a_real_finding() -> None:
 def test_plan_structure_is_the_same_for_any_value(value: str) -> None:
     from hypothesis import assume
 
-    from runai_spec.check.policy import SECRET_FLAG, secret_value
+    from runai_spec.check.env import SECRET_FLAG, secret_value
 
     # a value shaped like a credential (`scheme://user:pass@`, `--password=…`) is a finding of
     # its own, rightly another block of the ticket; every other value leaves its structure
@@ -219,7 +220,7 @@ def test_a_committed_kind_cannot_leave_the_diff_block(tmp_path: Path) -> None:
 
 
 def test_the_rule_catalogue_is_one_table_and_a_section_per_rule() -> None:
-    from runai_spec.check.policy import RULES
+    from runai_spec.check.catalogue import RULES
 
     tokens = MD.parse(rules_markdown())
     assert [t.tag for t in tokens if t.type == "heading_open"] == ["h1"] + ["h2"] * len(RULES)

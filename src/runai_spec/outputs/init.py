@@ -12,7 +12,8 @@ from typing import Any, Protocol, TypeVar, get_args
 
 import yaml
 
-from ..check.policy import IMAGE, LAUNCHERS
+from ..check.identity import IMAGE
+from ..check.launcher import LAUNCHERS
 from ..errors import InputError
 from ..facts.kubeflow import DNS1035, DNS1123, NAME_MAX
 from ..facts.torchrun import EXECUTABLE_ENTRY, SHELLS, entry_point_kind, without_launcher

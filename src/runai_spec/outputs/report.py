@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..check.policy import RULES
+from ..check.catalogue import RULES
 from ..errors import RunaiSpecError
 from ..findings import Finding
 from ..load.presets import PresetRegistry

@@ -6,7 +6,7 @@ import json
 import shlex
 from typing import Any
 
-from ..check.policy import memory_estimate
+from ..check.training import memory_estimate
 from ..facts.kubeflow import KIND, operator_env, replica_specs
 from ..pipeline.workload import Workload
 from ..plan.failure import failure_semantics

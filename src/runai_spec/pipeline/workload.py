@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..check.policy import READS, Context, check_all
+from ..check.catalogue import READS, check_all
+from ..check.rules import Context
 from ..errors import InputError, PresetError, RunaiSpecError
 from ..findings import Finding
 from ..load.presets import ApprovedPreset, PresetRegistry, Site

@@ -1,6 +1,6 @@
 """The profile-side rules of the admission policy, in CEL, built from validate's own definitions.
 
-Each rule is what `validate` (policy.py, profile.py) refuses of one kind of profile value,
+Each rule is what `validate` (check/, load/profile.py) refuses of one kind of profile value,
 written once there and translated here: the same regular expressions, prefix lists and
 name lists, never a second copy. tests/test_admission_shape.py feeds values through both and
 checks that they agree.
@@ -14,18 +14,10 @@ import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ...check.policy import (
-    IMAGE_REPO,
-    IMAGE_TAG,
-    LAUNCHER_FLAGS,
-    LAUNCHERS,
-    OPERATOR_ENV_NAMES,
-    PATH_NAME_MAX,
-    SECRET_FLAG,
-    SECRET_VALUE,
-    SYSTEM_PATHS,
-    WORKDIR_REFUSED,
-)
+from ...check.env import OPERATOR_ENV_NAMES, SECRET_FLAG, SECRET_VALUE
+from ...check.identity import IMAGE_REPO, IMAGE_TAG
+from ...check.launcher import LAUNCHER_FLAGS, LAUNCHERS
+from ...check.storage import PATH_NAME_MAX, SYSTEM_PATHS, WORKDIR_REFUSED
 from ...facts import torchrun
 from ...facts.kubeflow import DNS1035_PATTERN, DNS1123_PATTERN, INJECTED_ENV, SMOKE_SUFFIX
 from ...load.profile import ENV_NAME, CheckpointFormat
@@ -80,11 +72,11 @@ def _under(e: str, folder: str) -> str:
 
 
 def _nested(e: str, folder: str) -> str:
-    """E and FOLDER are the same, or one holds the other (policy._nested)."""
+    """E and FOLDER are the same, or one holds the other (storage._nested)."""
     return f"({_under(e, folder)} || {lit(folder)}.startsWith({e} + '/'))"
 
 
-# policy._PATH_CONTROL, policy._path_problem: one clean absolute path
+# storage._PATH_CONTROL, storage._path_problem: one clean absolute path
 LONG_NAME = f"[^/]{{{PATH_NAME_MAX + 1},}}"
 # the characters themselves, not escapes: RE2 writes `\x{2028}`, Python's `re` `\u2028`
 _CONTROL = "[\x00-\x1f\x7f-\x9f\u2028\u2029]"
@@ -140,7 +132,7 @@ class RuleContext:
 
 
 def _name(e: str, c: RuleContext) -> str:
-    # policy.check_name_length (name_room) and check_smoke_name (no `-smoke` suffix)
+    # identity.check_name_length (name_room) and check_smoke_name (no `-smoke` suffix)
     return (f"({_regex(e, c.pattern(DNS1035_PATTERN))} && "
             f"size({e}) <= {c.name_max + len(c.prefix) + len(c.suffix)} && "
             f"!{e}.endsWith({lit(SMOKE_SUFFIX + c.suffix)}))")
@@ -151,7 +143,7 @@ def _project(e: str, c: RuleContext) -> str:
 
 
 def image_pattern(registries: Sequence[str]) -> str:
-    """policy.IMAGE with the digest required and the registry one of the site's."""
+    """identity.IMAGE with the digest required and the registry one of the site's."""
     names = "|".join(re.escape(r) for r in registries)
     return f"^({names})/{IMAGE_REPO}({IMAGE_TAG})?@sha256:[0-9a-f]{{64}}$"
 
@@ -172,7 +164,7 @@ def _launcher_script(e: str) -> str:
 
 
 def _entry_python(e: str, c: RuleContext) -> str:
-    # torchrun.entry_point_kind: a `*.py` script; policy.check_launcher: no flag, no space
+    # torchrun.entry_point_kind: a `*.py` script; launcher.check_launcher: no flag, no space
     return (f"({is_string(e)} && {e}.endsWith('.py') && !{e}.startsWith('-') && "
             f"!{_regex(e, SPACE)} && !{_launcher_name(e)} && !{_launcher_script(e)})")
 
@@ -260,7 +252,7 @@ def _digest(e: str, c: RuleContext) -> str:
 def container_relations(c: str) -> list[tuple[str, str]]:
     """(condition, what) between values of one container that validate's mount-path rule
     relates: no mount is the working directory or holds it; no two mounts are equal or
-    nested (policy.check_mount_paths)."""
+    nested (storage.check_mount_paths)."""
     mounts = f"{c}.volumeMounts"
     # ternaries guard every selection (an implementation may not absorb an error in a macro)
     held = (f"has({c}.workingDir) && has({mounts}) ? {mounts}.all(m, has(m.mountPath) ? "

@@ -21,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ...check.policy import name_room
+from ...check.identity import name_room
 from ...errors import InternalError, RunaiSpecError
 from ...load.presets import ApprovedPreset, PresetRegistry, Site
 from ...render.manifests import Manifest
