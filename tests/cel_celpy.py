@@ -29,16 +29,16 @@ class PyEvaluator:
         """The plain value, or the evaluation error (returned, not raised)."""
         try:
             value = self._program(expression).evaluate(data)
-        except self.celpy.CELEvalError as exc:
+        except self.celpy.evaluation.CELEvalError as exc:
             return RuntimeError(str(exc))
-        if isinstance(value, self.celpy.CELEvalError):
+        if isinstance(value, self.celpy.evaluation.CELEvalError):
             return RuntimeError(str(value))
         return value
 
     def failures(self, job: dict[str, Any], *, params: dict[str, Any] | None,
                  namespace_labels: dict[str, str], old: dict[str, Any] | None = None,
                  operation: str | None = None) -> list[Failure] | None:
-        to_cel = self.celpy.json_to_cel
+        to_cel = self.celpy.adapter.json_to_cel
         namespace = str(job.get("metadata", {}).get("namespace", ""))
         data: dict[str, Any] = {
             "object": to_cel(job), "oldObject": to_cel(old),

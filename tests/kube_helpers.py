@@ -8,7 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from conftest import NAME, NS, ROOT
+from conftest import NAME as NAME  # the cluster tests' job name and namespace: conftest's
+from conftest import NS as NS
+from conftest import ROOT
 from conftest import run as run  # the cluster tests' runner: conftest's
 from conftest import runner as runner
 from kubeapi import KubeAPI
