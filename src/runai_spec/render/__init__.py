@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from functools import cache, lru_cache
 from importlib import import_module
 from pathlib import Path
@@ -13,21 +14,47 @@ import jinja2
 from ..errors import InternalError
 from ..facts import kubeflow
 from ..facts.kubeflow import operator_problems
+from ..plan.env import env_entries
 from ..plan.plan import Plan
 from ..resources import shipped_dir
-from .manifests import Manifest, parse_rendered, scalar
+from .manifests import Manifest, encode, encode_pairs, parse_rendered, scalar
 
 TEMPLATES = {"kubeflow": "pytorchjob.json.j2"}
 CONFIGMAP_TEMPLATE = "configmap.json.j2"
 
 
+class Encoded(str):
+    """JSON the encoder wrote for a whole container (the `json` and `mapping` filters)."""
+
+
 def _finalize(value: Any) -> str:
     # Every {{ }} ends here: strings become double-quoted YAML scalars, so a value can
-    # never open a mapping, a list or a new document, whatever characters it holds.
+    # never open a mapping, a list or a new document, whatever characters it holds. Only a
+    # container filter's output passes as it is: the same encoder wrote each of its values.
+    if type(value) is Encoded:
+        return value
     try:
         return scalar(value)
     except TypeError as exc:
         raise InternalError(f"template produced a non-scalar value: {exc}") from None
+
+
+def _json(value: Any) -> Encoded:
+    """`{{ plan.command | json }}`: a mapping, a list of scalars (or of such values), or a
+    scalar, as one JSON value: no loop and no comma in the template."""
+    try:
+        return Encoded(encode(value))
+    except TypeError as exc:
+        raise InternalError(f"template produced a value it cannot encode: {exc}") from None
+
+
+def _mapping(pairs: Iterable[tuple[str, Any]], *more: Iterable[tuple[str, Any]]) -> Encoded:
+    """`{{ plan.labels | mapping(extra) }}`: (key, value) pairs, then those of each of MORE,
+    as one JSON object in that order."""
+    try:
+        return Encoded(encode_pairs([*pairs, *(pair for extra in more for pair in extra)]))
+    except TypeError as exc:
+        raise InternalError(f"template produced a value it cannot encode: {exc}") from None
 
 
 # How the templates are compiled; part of what a compiled module must match.
@@ -46,6 +73,7 @@ def environment() -> jinja2.Environment:
                              finalize=_finalize, **OPTIONS)
     # The operator's names (container, port, kind) come from kubeflow.py, not the template.
     env.globals["kubeflow"] = kubeflow
+    env.filters |= {"json": _json, "mapping": _mapping, "env_entries": env_entries}
     return env
 
 

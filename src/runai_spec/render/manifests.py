@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from json.encoder import encode_basestring
 from typing import Any
@@ -51,6 +52,27 @@ def scalar(value: Any) -> str:
     if value is None:
         return "null"
     raise TypeError(f"cannot encode {type(value).__name__} as a YAML scalar")
+
+
+def encode(value: Any) -> str:
+    """One JSON value (YAML 1.2 flow too) for a mapping, a list or tuple, or a scalar, nested:
+    every key and scalar through `scalar`, so no value can add a key or an item."""
+    if isinstance(value, Mapping):
+        return encode_pairs(value.items())
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(encode(item) for item in value) + "]"
+    return scalar(value)
+
+
+def encode_pairs(pairs: Iterable[tuple[Any, Any]]) -> str:
+    """A JSON object of (key, value) PAIRS in their order. A key given twice is written twice,
+    so the strict parse (parse_rendered) refuses it, as it refuses any duplicate key."""
+    parts = []
+    for key, value in pairs:
+        if not isinstance(key, str):
+            raise TypeError(f"cannot encode {type(key).__name__} as a mapping key")
+        parts.append(f"{quote(key)}: {encode(value)}")
+    return "{" + ", ".join(parts) + "}"
 
 
 @lru_cache(maxsize=4096)

@@ -2,7 +2,7 @@
 # fmt: off
 # ruff: noqa
 # mypy: ignore-errors
-STAMP = "301c5b66729e4759f9ed70f15ab38178ae86252605d9fbb007e131193aeed459 jinja2-3.1.6 [('autoescape', False), ('keep_trailing_newline', True), ('lstrip_blocks', False), ('trim_blocks', False), ('undefined', 'StrictUndefined')]"
+STAMP = "73f96492128f6fa570fca50641b2e36e18c8dd6a5be26a428819ca13659434c2 jinja2-3.1.6 [('autoescape', False), ('keep_trailing_newline', True), ('lstrip_blocks', False), ('trim_blocks', False), ('undefined', 'StrictUndefined')]"
 from jinja2.runtime import LoopContext, Macro, Markup, Namespace, TemplateNotFound, TemplateReference, TemplateRuntimeError, Undefined, escape, identity, internalcode, markup_join, missing, str_join
 name = 'configmap.json.j2'
 
@@ -13,51 +13,24 @@ def root(context, missing=missing):
     cond_expr_undefined = Undefined
     if 0: yield None
     l_0_config_map = resolve('config_map')
+    try:
+        t_1 = environment.filters['mapping']
+    except KeyError:
+        @internalcode
+        def t_1(*unused):
+            raise TemplateRuntimeError("No filter named 'mapping' found.")
     pass
     yield '{\n  "apiVersion": "v1",\n  "kind": "ConfigMap",\n  "metadata": {\n    "name": '
     yield str(environment.finalize(environment.getattr((undefined(name='config_map') if l_0_config_map is missing else l_0_config_map), 'name')))
     yield ',\n    "namespace": '
     yield str(environment.finalize(environment.getattr((undefined(name='config_map') if l_0_config_map is missing else l_0_config_map), 'namespace')))
-    yield ',\n    "labels": {'
-    l_1_loop = missing
-    for (l_1_key, l_1_value), l_1_loop in LoopContext(environment.getattr((undefined(name='config_map') if l_0_config_map is missing else l_0_config_map), 'labels'), undefined):
-        _loop_vars = {}
-        pass
-        yield '\n      '
-        yield str(environment.finalize(l_1_key))
-        yield ': '
-        yield str(environment.finalize(l_1_value))
-        if (not environment.getattr(l_1_loop, 'last')):
-            pass
-            yield ','
-    l_1_loop = l_1_key = l_1_value = missing
-    yield '\n    },\n    "annotations": {'
-    l_1_loop = missing
-    for (l_1_key, l_1_value), l_1_loop in LoopContext(environment.getattr((undefined(name='config_map') if l_0_config_map is missing else l_0_config_map), 'annotations'), undefined):
-        _loop_vars = {}
-        pass
-        yield '\n      '
-        yield str(environment.finalize(l_1_key))
-        yield ': '
-        yield str(environment.finalize(l_1_value))
-        if (not environment.getattr(l_1_loop, 'last')):
-            pass
-            yield ','
-    l_1_loop = l_1_key = l_1_value = missing
-    yield '\n    }\n  },\n  "data": {'
-    l_1_loop = missing
-    for (l_1_key, l_1_value), l_1_loop in LoopContext(environment.getattr((undefined(name='config_map') if l_0_config_map is missing else l_0_config_map), 'data'), undefined):
-        _loop_vars = {}
-        pass
-        yield '\n    '
-        yield str(environment.finalize(l_1_key))
-        yield ': '
-        yield str(environment.finalize(l_1_value))
-        if (not environment.getattr(l_1_loop, 'last')):
-            pass
-            yield ','
-    l_1_loop = l_1_key = l_1_value = missing
-    yield '\n  }\n}\n'
+    yield ',\n    "labels": '
+    yield str(environment.finalize(t_1(environment.getattr((undefined(name='config_map') if l_0_config_map is missing else l_0_config_map), 'labels'))))
+    yield ',\n    "annotations": '
+    yield str(environment.finalize(t_1(environment.getattr((undefined(name='config_map') if l_0_config_map is missing else l_0_config_map), 'annotations'))))
+    yield '\n  },\n  "data": '
+    yield str(environment.finalize(t_1(environment.getattr((undefined(name='config_map') if l_0_config_map is missing else l_0_config_map), 'data'))))
+    yield '\n}\n'
 
 blocks = {}
-debug_info = '7=13&8=15&10=18&11=22&15=31&16=35&21=44&22=48'
+debug_info = '7=19&8=21&9=23&10=25&12=27'

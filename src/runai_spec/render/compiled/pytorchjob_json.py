@@ -2,7 +2,7 @@
 # fmt: off
 # ruff: noqa
 # mypy: ignore-errors
-STAMP = "88b48caf3dc184b3392cb719916784307439e18607ea041f333d5d8f5584329a jinja2-3.1.6 [('autoescape', False), ('keep_trailing_newline', True), ('lstrip_blocks', False), ('trim_blocks', False), ('undefined', 'StrictUndefined')]"
+STAMP = "97be493514cb56998dc7c7d715d2f5b76cdb21fb00a8f020d444316085e8efe2 jinja2-3.1.6 [('autoescape', False), ('keep_trailing_newline', True), ('lstrip_blocks', False), ('trim_blocks', False), ('undefined', 'StrictUndefined')]"
 from jinja2.runtime import LoopContext, Macro, Markup, Namespace, TemplateNotFound, TemplateReference, TemplateRuntimeError, Undefined, escape, identity, internalcode, markup_join, missing, str_join
 name = 'pytorchjob.json.j2'
 
@@ -12,17 +12,68 @@ def root(context, missing=missing):
     concat = environment.concat
     cond_expr_undefined = Undefined
     if 0: yield None
-    l_0_kubeflow = resolve('kubeflow')
+    l_0_namespace = resolve('namespace')
     l_0_plan = resolve('plan')
     l_0_smoke = resolve('smoke')
+    l_0_kubeflow = resolve('kubeflow')
+    l_0_pod = l_0_env = missing
     try:
-        t_1 = environment.filters['string']
+        t_1 = environment.filters['env_entries']
     except KeyError:
         @internalcode
         def t_1(*unused):
+            raise TemplateRuntimeError("No filter named 'env_entries' found.")
+    try:
+        t_2 = environment.filters['json']
+    except KeyError:
+        @internalcode
+        def t_2(*unused):
+            raise TemplateRuntimeError("No filter named 'json' found.")
+    try:
+        t_3 = environment.filters['mapping']
+    except KeyError:
+        @internalcode
+        def t_3(*unused):
+            raise TemplateRuntimeError("No filter named 'mapping' found.")
+    try:
+        t_4 = environment.filters['string']
+    except KeyError:
+        @internalcode
+        def t_4(*unused):
             raise TemplateRuntimeError("No filter named 'string' found.")
     pass
-    yield '{\n  "apiVersion": '
+    l_0_pod = context.call((undefined(name='namespace') if l_0_namespace is missing else l_0_namespace), mounts=[], volumes=[])
+    context.vars['pod'] = l_0_pod
+    context.exported_vars.add('pod')
+    for l_1_volume in environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'volumes'):
+        _loop_vars = {}
+        pass
+        if not isinstance(l_0_pod, Namespace):
+            raise TemplateRuntimeError("cannot assign attribute on non-namespace object")
+        l_0_pod['mounts'] = (environment.getattr((undefined(name='pod') if l_0_pod is missing else l_0_pod), 'mounts') + [{'name': environment.getattr(l_1_volume, 'name'), 'mountPath': environment.getattr(l_1_volume, 'mount_path'), 'readOnly': environment.getattr(l_1_volume, 'read_only')}])
+        if environment.getattr(l_1_volume, 'claim'):
+            pass
+            if not isinstance(l_0_pod, Namespace):
+                raise TemplateRuntimeError("cannot assign attribute on non-namespace object")
+            l_0_pod['volumes'] = (environment.getattr((undefined(name='pod') if l_0_pod is missing else l_0_pod), 'volumes') + [{'name': environment.getattr(l_1_volume, 'name'), 'persistentVolumeClaim': {'claimName': environment.getattr(l_1_volume, 'claim'), 'readOnly': environment.getattr(l_1_volume, 'read_only')}}])
+        else:
+            pass
+            if not isinstance(l_0_pod, Namespace):
+                raise TemplateRuntimeError("cannot assign attribute on non-namespace object")
+            l_0_pod['volumes'] = (environment.getattr((undefined(name='pod') if l_0_pod is missing else l_0_pod), 'volumes') + [{'name': environment.getattr(l_1_volume, 'name'), 'emptyDir': {'medium': 'Memory', 'sizeLimit': environment.getattr(l_1_volume, 'memory_size')}}])
+    l_1_volume = missing
+    if (undefined(name='smoke') if l_0_smoke is missing else l_0_smoke):
+        pass
+        if not isinstance(l_0_pod, Namespace):
+            raise TemplateRuntimeError("cannot assign attribute on non-namespace object")
+        l_0_pod['mounts'] = (environment.getattr((undefined(name='pod') if l_0_pod is missing else l_0_pod), 'mounts') + [{'name': environment.getattr((undefined(name='smoke') if l_0_smoke is missing else l_0_smoke), 'volume'), 'mountPath': environment.getattr((undefined(name='smoke') if l_0_smoke is missing else l_0_smoke), 'mount_path'), 'readOnly': True}])
+        if not isinstance(l_0_pod, Namespace):
+            raise TemplateRuntimeError("cannot assign attribute on non-namespace object")
+        l_0_pod['volumes'] = (environment.getattr((undefined(name='pod') if l_0_pod is missing else l_0_pod), 'volumes') + [{'name': environment.getattr((undefined(name='smoke') if l_0_smoke is missing else l_0_smoke), 'volume'), 'configMap': {'name': environment.getattr(environment.getattr((undefined(name='smoke') if l_0_smoke is missing else l_0_smoke), 'config_map'), 'name')}}])
+    l_0_env = t_1((undefined(name='plan') if l_0_plan is missing else l_0_plan))
+    context.vars['env'] = l_0_env
+    context.exported_vars.add('env')
+    yield '\n{\n  "apiVersion": '
     yield str(environment.finalize(environment.getattr((undefined(name='kubeflow') if l_0_kubeflow is missing else l_0_kubeflow), 'API_VERSION')))
     yield ',\n  "kind": '
     yield str(environment.finalize(environment.getattr((undefined(name='kubeflow') if l_0_kubeflow is missing else l_0_kubeflow), 'KIND')))
@@ -30,61 +81,15 @@ def root(context, missing=missing):
     yield str(environment.finalize(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'name')))
     yield ',\n    "namespace": '
     yield str(environment.finalize(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'namespace')))
-    yield ',\n    "labels": {'
-    l_1_loop = missing
-    for (l_1_key, l_1_value), l_1_loop in LoopContext(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'labels'), undefined):
-        _loop_vars = {}
-        pass
-        yield '\n      '
-        yield str(environment.finalize(l_1_key))
-        yield ': '
-        yield str(environment.finalize(l_1_value))
-        if ((not environment.getattr(l_1_loop, 'last')) or (undefined(name='smoke') if l_0_smoke is missing else l_0_smoke)):
-            pass
-            yield ','
-    l_1_loop = l_1_key = l_1_value = missing
-    if (undefined(name='smoke') if l_0_smoke is missing else l_0_smoke):
-        pass
-        yield '\n      '
-        yield str(environment.finalize(environment.getattr((undefined(name='smoke') if l_0_smoke is missing else l_0_smoke), 'label')))
-        yield ': "true"'
-    yield '\n    },\n    "annotations": {'
-    l_1_loop = missing
-    for (l_1_key, l_1_value), l_1_loop in LoopContext(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'annotations'), undefined):
-        _loop_vars = {}
-        pass
-        yield '\n      '
-        yield str(environment.finalize(l_1_key))
-        yield ': '
-        yield str(environment.finalize(l_1_value))
-        if (not environment.getattr(l_1_loop, 'last')):
-            pass
-            yield ','
-    l_1_loop = l_1_key = l_1_value = missing
-    yield '\n    }\n  },\n  "spec": {\n    "nprocPerNode": '
-    yield str(environment.finalize(t_1(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'procs_per_pod'))))
-    yield ',\n    "runPolicy": {'
-    for (l_1_key, l_1_value) in environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'run_policy'):
-        _loop_vars = {}
-        pass
-        yield '\n      '
-        yield str(environment.finalize(l_1_key))
-        yield ': '
-        yield str(environment.finalize(l_1_value))
-        yield ','
-    l_1_key = l_1_value = missing
-    yield '\n      "suspend": false'
-    if (undefined(name='smoke') if l_0_smoke is missing else l_0_smoke):
-        pass
-        for (l_1_key, l_1_value) in environment.getattr((undefined(name='smoke') if l_0_smoke is missing else l_0_smoke), 'run_policy_after'):
-            _loop_vars = {}
-            pass
-            yield ',\n      '
-            yield str(environment.finalize(l_1_key))
-            yield ': '
-            yield str(environment.finalize(l_1_value))
-        l_1_key = l_1_value = missing
-    yield '\n    },'
+    yield ',\n    "labels": '
+    yield str(environment.finalize(t_3(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'labels'), ([(environment.getattr((undefined(name='smoke') if l_0_smoke is missing else l_0_smoke), 'label'), 'true')] if (undefined(name='smoke') if l_0_smoke is missing else l_0_smoke) else []))))
+    yield ',\n    "annotations": '
+    yield str(environment.finalize(t_3(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'annotations'))))
+    yield '\n  },\n  "spec": {\n    "nprocPerNode": '
+    yield str(environment.finalize(t_4(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'procs_per_pod'))))
+    yield ',\n    "runPolicy": '
+    yield str(environment.finalize(t_3(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'run_policy'), [('suspend', False)], (environment.getattr((undefined(name='smoke') if l_0_smoke is missing else l_0_smoke), 'run_policy_after') if (undefined(name='smoke') if l_0_smoke is missing else l_0_smoke) else []))))
+    yield ','
     if environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'elastic'):
         pass
         yield '\n    "elasticPolicy": {\n      "rdzvBackend": '
@@ -107,36 +112,12 @@ def root(context, missing=missing):
         yield str(environment.finalize(environment.getattr(l_1_replica, 'replicas')))
         yield ',\n        "restartPolicy": '
         yield str(environment.finalize(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'restart_policy')))
-        yield ',\n        "template": {\n          "metadata": {\n            "labels": {'
-        l_2_loop = missing
-        for (l_2_key, l_2_value), l_2_loop in LoopContext(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'pod_labels'), undefined):
-            _loop_vars = {}
-            pass
-            yield '\n              '
-            yield str(environment.finalize(l_2_key))
-            yield ': '
-            yield str(environment.finalize(l_2_value))
-            if (not environment.getattr(l_2_loop, 'last')):
-                pass
-                yield ','
-        l_2_loop = l_2_key = l_2_value = missing
-        yield '\n            }'
+        yield ',\n        "template": {\n          "metadata": {\n            "labels": '
+        yield str(environment.finalize(t_3(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'pod_labels'))))
         if environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'pod_annotations'):
             pass
-            yield ',\n            "annotations": {'
-            l_2_loop = missing
-            for (l_2_key, l_2_value), l_2_loop in LoopContext(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'pod_annotations'), undefined):
-                _loop_vars = {}
-                pass
-                yield '\n              '
-                yield str(environment.finalize(l_2_key))
-                yield ': '
-                yield str(environment.finalize(l_2_value))
-                if (not environment.getattr(l_2_loop, 'last')):
-                    pass
-                    yield ','
-            l_2_loop = l_2_key = l_2_value = missing
-            yield '\n            }'
+            yield ',\n            "annotations": '
+            yield str(environment.finalize(t_3(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'pod_annotations'))))
         yield '\n          },\n          "spec": {\n            "schedulerName": '
         yield str(environment.finalize(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'scheduler_name')))
         yield ',\n            "terminationGracePeriodSeconds": '
@@ -145,169 +126,38 @@ def root(context, missing=missing):
         yield str(environment.finalize(environment.getattr((undefined(name='kubeflow') if l_0_kubeflow is missing else l_0_kubeflow), 'CONTAINER')))
         yield ',\n                "image": '
         yield str(environment.finalize(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'image')))
-        yield ',\n                "imagePullPolicy": "IfNotPresent",\n                "command": ['
-        l_2_loop = missing
-        for l_2_arg, l_2_loop in LoopContext(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'command'), undefined):
-            _loop_vars = {}
-            pass
-            yield '\n                  '
-            yield str(environment.finalize(l_2_arg))
-            if (not environment.getattr(l_2_loop, 'last')):
-                pass
-                yield ','
-        l_2_loop = l_2_arg = missing
-        yield '\n                ],'
+        yield ',\n                "imagePullPolicy": "IfNotPresent",\n                "command": '
+        yield str(environment.finalize(t_2(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'command'))))
+        yield ','
         if environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'working_dir'):
             pass
             yield '\n                "workingDir": '
             yield str(environment.finalize(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'working_dir')))
             yield ','
-        if ((environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'field_env') or environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'env')) or environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'secret_env')):
+        if (undefined(name='env') if l_0_env is missing else l_0_env):
             pass
-            yield '\n                "env": ['
-            l_2_loop = missing
-            for (l_2_key, l_2_path), l_2_loop in LoopContext(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'field_env'), undefined):
-                _loop_vars = {}
-                pass
-                yield '\n                  {"name": '
-                yield str(environment.finalize(l_2_key))
-                yield ', "valueFrom": {"fieldRef": {"fieldPath": '
-                yield str(environment.finalize(l_2_path))
-                yield '}}}'
-                if (((not environment.getattr(l_2_loop, 'last')) or environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'env')) or environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'secret_env')):
-                    pass
-                    yield ','
-            l_2_loop = l_2_key = l_2_path = missing
-            l_2_loop = missing
-            for (l_2_key, l_2_value), l_2_loop in LoopContext(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'env'), undefined):
-                _loop_vars = {}
-                pass
-                yield '\n                  {"name": '
-                yield str(environment.finalize(l_2_key))
-                yield ', "value": '
-                yield str(environment.finalize(l_2_value))
-                yield '}'
-                if ((not environment.getattr(l_2_loop, 'last')) or environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'secret_env')):
-                    pass
-                    yield ','
-            l_2_loop = l_2_key = l_2_value = missing
-            l_2_loop = missing
-            for (l_2_key, l_2_secret, l_2_secret_key), l_2_loop in LoopContext(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'secret_env'), undefined):
-                _loop_vars = {}
-                pass
-                yield '\n                  {"name": '
-                yield str(environment.finalize(l_2_key))
-                yield ', "valueFrom": {"secretKeyRef": {"name": '
-                yield str(environment.finalize(l_2_secret))
-                yield ', "key": '
-                yield str(environment.finalize(l_2_secret_key))
-                yield '}}}'
-                if (not environment.getattr(l_2_loop, 'last')):
-                    pass
-                    yield ','
-            l_2_loop = l_2_key = l_2_secret = l_2_secret_key = missing
-            yield '\n                ],'
+            yield '\n                "env": '
+            yield str(environment.finalize(t_2((undefined(name='env') if l_0_env is missing else l_0_env))))
+            yield ','
         yield '\n                "ports": [\n                  {"name": '
         yield str(environment.finalize(environment.getattr((undefined(name='kubeflow') if l_0_kubeflow is missing else l_0_kubeflow), 'PORT_NAME')))
         yield ', "containerPort": '
         yield str(environment.finalize(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'master_port')))
-        yield '}\n                ],\n                "resources": {\n                  "limits": {'
-        l_2_loop = missing
-        for (l_2_key, l_2_value), l_2_loop in LoopContext(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'limits'), undefined):
-            _loop_vars = {}
-            pass
-            yield '\n                    '
-            yield str(environment.finalize(l_2_key))
-            yield ': '
-            yield str(environment.finalize(l_2_value))
-            if (not environment.getattr(l_2_loop, 'last')):
-                pass
-                yield ','
-        l_2_loop = l_2_key = l_2_value = missing
-        yield '\n                  },\n                  "requests": {'
-        l_2_loop = missing
-        for (l_2_key, l_2_value), l_2_loop in LoopContext(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'requests'), undefined):
-            _loop_vars = {}
-            pass
-            yield '\n                    '
-            yield str(environment.finalize(l_2_key))
-            yield ': '
-            yield str(environment.finalize(l_2_value))
-            if (not environment.getattr(l_2_loop, 'last')):
-                pass
-                yield ','
-        l_2_loop = l_2_key = l_2_value = missing
-        yield '\n                  }\n                },'
+        yield '}\n                ],\n                "resources": {\n                  "limits": '
+        yield str(environment.finalize(t_3(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'limits'))))
+        yield ',\n                  "requests": '
+        yield str(environment.finalize(t_3(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'requests'))))
+        yield '\n                },'
         if environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'capabilities'):
             pass
-            yield '\n                "securityContext": {\n                  "capabilities": {\n                    "add": ['
-            l_2_loop = missing
-            for l_2_cap, l_2_loop in LoopContext(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'capabilities'), undefined):
-                _loop_vars = {}
-                pass
-                yield '\n                      '
-                yield str(environment.finalize(l_2_cap))
-                if (not environment.getattr(l_2_loop, 'last')):
-                    pass
-                    yield ','
-            l_2_loop = l_2_cap = missing
-            yield '\n                    ]\n                  }\n                },'
-        yield '\n                "volumeMounts": ['
-        l_2_loop = missing
-        for l_2_volume, l_2_loop in LoopContext(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'volumes'), undefined):
-            _loop_vars = {}
-            pass
-            yield '\n                  {"name": '
-            yield str(environment.finalize(environment.getattr(l_2_volume, 'name')))
-            yield ', "mountPath": '
-            yield str(environment.finalize(environment.getattr(l_2_volume, 'mount_path')))
-            yield ', "readOnly": '
-            yield str(environment.finalize(environment.getattr(l_2_volume, 'read_only')))
-            yield '}'
-            if ((not environment.getattr(l_2_loop, 'last')) or (undefined(name='smoke') if l_0_smoke is missing else l_0_smoke)):
-                pass
-                yield ','
-        l_2_loop = l_2_volume = missing
-        if (undefined(name='smoke') if l_0_smoke is missing else l_0_smoke):
-            pass
-            yield '\n                  {"name": '
-            yield str(environment.finalize(environment.getattr((undefined(name='smoke') if l_0_smoke is missing else l_0_smoke), 'volume')))
-            yield ', "mountPath": '
-            yield str(environment.finalize(environment.getattr((undefined(name='smoke') if l_0_smoke is missing else l_0_smoke), 'mount_path')))
-            yield ', "readOnly": true}'
-        yield '\n                ]\n              }\n            ],\n            "volumes": ['
-        l_2_loop = missing
-        for l_2_volume, l_2_loop in LoopContext(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'volumes'), undefined):
-            _loop_vars = {}
-            pass
-            yield '\n              {\n                "name": '
-            yield str(environment.finalize(environment.getattr(l_2_volume, 'name')))
-            yield ','
-            if environment.getattr(l_2_volume, 'claim'):
-                pass
-                yield '\n                "persistentVolumeClaim": {"claimName": '
-                yield str(environment.finalize(environment.getattr(l_2_volume, 'claim')))
-                yield ', "readOnly": '
-                yield str(environment.finalize(environment.getattr(l_2_volume, 'read_only')))
-                yield '}'
-            else:
-                pass
-                yield '\n                "emptyDir": {"medium": "Memory", "sizeLimit": '
-                yield str(environment.finalize(environment.getattr(l_2_volume, 'memory_size')))
-                yield '}'
-            yield '\n              }'
-            if ((not environment.getattr(l_2_loop, 'last')) or (undefined(name='smoke') if l_0_smoke is missing else l_0_smoke)):
-                pass
-                yield ','
-        l_2_loop = l_2_volume = missing
-        if (undefined(name='smoke') if l_0_smoke is missing else l_0_smoke):
-            pass
-            yield '\n              {"name": '
-            yield str(environment.finalize(environment.getattr((undefined(name='smoke') if l_0_smoke is missing else l_0_smoke), 'volume')))
-            yield ', "configMap": {"name": '
-            yield str(environment.finalize(environment.getattr(environment.getattr((undefined(name='smoke') if l_0_smoke is missing else l_0_smoke), 'config_map'), 'name')))
-            yield '}}'
-        yield '\n            ]\n          }\n        }\n      }'
+            yield '\n                "securityContext": {\n                  "capabilities": {\n                    "add": '
+            yield str(environment.finalize(t_2(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'capabilities'))))
+            yield '\n                  }\n                },'
+        yield '\n                "volumeMounts": '
+        yield str(environment.finalize(t_2(environment.getattr((undefined(name='pod') if l_0_pod is missing else l_0_pod), 'mounts'))))
+        yield '\n              }\n            ],\n            "volumes": '
+        yield str(environment.finalize(t_2(environment.getattr((undefined(name='pod') if l_0_pod is missing else l_0_pod), 'volumes'))))
+        yield '\n          }\n        }\n      }'
         if (not environment.getattr(l_1_loop, 'last')):
             pass
             yield ','
@@ -315,4 +165,4 @@ def root(context, missing=missing):
     yield '\n    }\n  }\n}\n'
 
 blocks = {}
-debug_info = '10=21&11=23&13=25&14=27&16=30&17=34&19=41&20=44&24=48&25=52&30=60&32=62&33=66&36=72&37=74&38=78&42=83&44=86&45=88&46=90&47=92&51=96&52=100&53=102&54=104&58=107&59=111&62=119&64=123&65=127&71=136&72=138&75=140&76=142&79=145&80=149&83=155&84=158&86=160&88=164&89=168&91=177&92=181&94=190&95=194&100=206&104=211&105=215&109=224&110=228&114=236&118=240&119=244&126=252&127=256&129=266&130=269&136=275&138=279&139=281&140=284&142=291&144=294&146=298&147=301&152=306'
+debug_info = '14=40&15=43&16=48&17=49&18=53&20=58&23=60&24=64&25=67&27=68&29=72&30=74&32=76&33=78&34=80&35=82&38=84&39=86&40=88&42=91&43=93&44=95&45=97&49=101&50=105&51=107&52=109&55=111&56=112&57=115&61=117&62=119&65=121&66=123&68=125&69=127&70=130&72=132&73=135&76=138&79=142&80=144&82=146&85=149&89=152&92=154&95=156'
