@@ -6,11 +6,11 @@ import json
 import shlex
 from typing import Any
 
-from ..check.training import memory_estimate
 from ..facts.kubeflow import KIND, operator_env, replica_specs
 from ..pipeline.workload import Workload
 from ..plan.failure import failure_semantics
 from ..plan.plan import Plan
+from ..plan.memory import memory_estimate
 from ..rehearse.records import ForeignRecord, read_record
 from ..text import md_code, md_fence, md_text, one_line
 
