@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 from hypothesis import settings
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from runai_spec.cli import app
 from runai_spec.load import presets as presets_module
@@ -55,7 +55,7 @@ settings.register_profile("dev", max_examples=100, deadline=None)
 settings.load_profile(os.environ.get(HYPOTHESIS_PROFILE_VAR, "dev"))
 
 
-def run(*args: str) -> Any:
+def run(*args: str) -> Result:
     """The CLI in-process (stdout and stderr apart)."""
     return runner.invoke(app, list(args))
 
@@ -205,7 +205,7 @@ def schema_errors(manifest: dict[str, Any]) -> list[str]:
 class _EveryName(dict[str, str]):
     """A container env that defines every name: a `$(NAME)` left unescaped shows up."""
 
-    def get(self, key: str, default: object = None) -> str:  # type: ignore[override]
+    def get(self, key: str, default: object = None) -> str:
         return f"<{key} expanded>"
 
 

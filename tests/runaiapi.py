@@ -261,7 +261,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(409, "Resource with this name already exists")
             return
         manifest = body.get("manifest") or {}
-        workload = {
+        workload: dict[str, Any] = {
             "metadata": {**metadata, "id": str(uuid.uuid4()), "projectName": project["name"],
                          "tenantId": 1001, "gvk": {"group": "kubeflow.org", "version": "v1",
                                                    "kind": manifest.get("kind", "")}},

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tarfile
 from pathlib import Path
+from typing import Any
 
 out = Path(os.environ.get("OUT", "/tmp/out"))
 logs = Path("/tmp/gpu-rehearse")
@@ -18,7 +19,7 @@ safe = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
         "NVSHMEM_DISABLE_NVLS": "1", "COLUMNS": "160"}
 env = {**os.environ, **safe}
 transcript: list[str] = []
-results = {}
+results: dict[str, Any] = {}  # per run: its result.json
 
 
 def run(argv: list[str], name: str, **extra: str) -> int:

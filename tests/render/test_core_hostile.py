@@ -115,7 +115,8 @@ BENIGN_SHAPE = shape(render_profile(hostile_profile("benign"))[0])
 
 
 def container(job: dict[str, Any]) -> dict[str, Any]:
-    return job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    first: dict[str, Any] = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    return first
 
 
 def assert_round_trip(value: str) -> None:
