@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,7 @@ from runai_spec.rehearse.faults import Fault, faults_of
 C10D_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 
 
-def c10d_job(grace: int | None = None) -> dict:
+def c10d_job(grace: int | None = None) -> dict[str, Any]:
     """The multi-node example as rendered (torchrun's c10d rendezvous at
     $(MASTER_ADDR):$(MASTER_PORT), the shared-store opt-out in the env), with rendezvous
     timeouts short enough for a test. Each flag once, as the render writes it."""
@@ -122,7 +123,7 @@ def test_an_elastic_job_says_is_host_in_its_rdzv_conf_for_worker_0(tmp_path: Pat
 
 
 def test_a_static_job_adds_no_is_host_and_says_node_rank_0_hosts(tmp_path: Path) -> None:
-    from test_rehearse_cpu import old_launcher
+    from rehearse.test_rehearse_cpu import old_launcher
 
     plans, _ = plan_pods([old_launcher()], settings=PreflightSettings(), root=tmp_path,
                          procs_per_pod=1)

@@ -30,7 +30,7 @@ def _torch() -> None:
     pytest.importorskip("torch")
 
 
-def old_launcher(job: dict | None = None) -> dict:
+def old_launcher(job: dict[str, Any] | None = None) -> dict[str, Any]:
     """The multi-node example as rendered before issue 11: bare (static) torchrun, without
     TORCH_DISABLE_SHARE_RDZV_TCP_STORE, backoffLimit 3."""
     job = job or example_job("multi-node")
@@ -43,7 +43,7 @@ def old_launcher(job: dict | None = None) -> dict:
     return job
 
 
-def rehearse(tmp_path: Path, job: dict | None = None, **kw: object) -> RehearseResult:
+def rehearse(tmp_path: Path, job: dict[str, Any] | None = None, **kw: object) -> RehearseResult:
     kw.setdefault("settings", SETTINGS)
     kw.setdefault("procs_per_pod", 2)
     return rehearse_manifests([job or example_job("multi-node")], device="cpu",

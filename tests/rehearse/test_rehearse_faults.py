@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,7 @@ from runai_spec.rehearse.faults import hardest_pod, parse_kill, parse_preempt, p
 pytestmark = pytest.mark.faults
 
 
-def job_with(policy: str, backoff: int | None = 3, workers: int = 1) -> dict:
+def job_with(policy: str, backoff: int | None = 3, workers: int = 1) -> dict[str, Any]:
     job = example_job("multi-node")
     job["spec"]["runPolicy"]["backoffLimit"] = backoff
     job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = workers

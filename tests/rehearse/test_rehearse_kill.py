@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_rehearse_cpu import old_launcher
 from typer.testing import CliRunner
 
 from conftest import ROOT, example_job
+from rehearse.test_rehearse_cpu import old_launcher
 from runai_spec.cli import app
 from runai_spec.errors import InputError
 from runai_spec.rehearse import PreflightSettings, rehearse_manifests

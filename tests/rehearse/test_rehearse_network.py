@@ -246,7 +246,7 @@ def test_a_worker_kill_while_rank_0_is_busy_recovers_in_netns_mode(tmp_path: Pat
     """test_rehearse_c10d's busy-rank-0 kill with real hostnames: torch picks the store host
     itself, and worker-0's name is gone from master-0's hosts file during the back-off."""
     pytest.importorskip("torch")
-    from test_rehearse_c10d import SETTINGS, c10d_job
+    from rehearse.test_rehearse_c10d import SETTINGS, c10d_job
 
     settings = PreflightSettings(**{**SETTINGS.__dict__, "busy_rank0_s": 3.0})
     before = _host_state()
