@@ -15,7 +15,8 @@ from runai_spec.facts.torchrun import entry_point_kind
 from runai_spec.outputs.explain import explain_workload
 from runai_spec.pipeline.smoke import smoke_workload
 from runai_spec.pipeline.workload import Workload, prepare_workload
-from runai_spec.rehearse import PreflightSettings, plan_pods
+from runai_spec.rehearse import plan_pods
+from runai_spec.rehearse.spec import RehearsalSpec
 
 LOGS = ["--log-dir=/checkpoints/logs/$(POD_NAME)", "--tee=3"]  # a log per rank, on the volume
 LAUNCHERS = {
@@ -120,13 +121,13 @@ def test_the_smoke_test_and_the_rehearsal_run_preflight_with_python(
         argv = list(pytorch_container(spec, role)["command"])
         assert "--no-python" not in argv and argv[-1] != "./run.sh"
         assert argv[:2] == ["python", "-u"] if preset == "h200-1gpu" else argv[0] == "torchrun"
-    pods, _ = plan_pods(list(w.manifests), settings=PreflightSettings(), root=tmp_path,
-                        procs_per_pod=1, python=sys.executable)
+    pods, _ = plan_pods(list(w.manifests), RehearsalSpec(procs_per_pod=1, python=sys.executable),
+                        root=tmp_path)
     for pod in pods:
         assert "--no-python" not in pod.argv and pod.argv[0] == sys.executable
         assert any(a.endswith("preflight.py") for a in pod.argv)
-    own, _ = plan_pods(list(w.manifests), settings=PreflightSettings(), root=tmp_path / "own",
-                       procs_per_pod=1, python=sys.executable, own_script=True)
+    own, _ = plan_pods(list(w.manifests), RehearsalSpec(procs_per_pod=1, python=sys.executable,
+                                                        own_script=True), root=tmp_path / "own")
     for pod in own:
         if preset == "h200-1gpu":  # the wrapper script runs itself, as in the pod
             assert list(pod.argv) == ["./run.sh"]

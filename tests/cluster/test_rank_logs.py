@@ -18,8 +18,9 @@ from runai_spec.facts.torchrun import NCCL_DEBUG_FILE, RANK_PREFIX, RANK_PREFIX_
 from runai_spec.load.presets import PresetRegistry
 from runai_spec.load.profile import parse_profile
 from runai_spec.plan.plan import plan_workload
-from runai_spec.rehearse import PreflightSettings, plan_pods
+from runai_spec.rehearse import plan_pods
 from runai_spec.rehearse.checks import command_note
+from runai_spec.rehearse.spec import RehearsalSpec
 from runai_spec.render import render_plan
 from runai_spec.render.manifests import dump
 
@@ -77,7 +78,7 @@ def test_the_rehearsal_points_nccl_debug_file_at_its_volume_folder(tmp_path: Pat
     # where torchrun's --log-dir has made the folder on the volume, writes the file. The
     # rehearsal maps the variable onto its volume folder as it maps --log-dir.
     job = job_for("h200-2x8-ib", diagnostics={"nccl_debug": True, "reason": "hang at step 1"})
-    plans, _ = plan_pods([job], settings=PreflightSettings(), root=tmp_path, procs_per_pod=1)
+    plans, _ = plan_pods([job], RehearsalSpec(procs_per_pod=1), root=tmp_path)
     for p in plans:
         folder = tmp_path / "volumes" / "team-a-ckpt" / "logs" / f"demo-{p.name}"
         assert p.env[NCCL_DEBUG_FILE] == f"{folder}/nccl.%h.%p.log"
@@ -85,8 +86,8 @@ def test_the_rehearsal_points_nccl_debug_file_at_its_volume_folder(tmp_path: Pat
     note = command_note(plans)
     assert note is not None and "NCCL_DEBUG_FILE (diagnostics.nccl_debug) likewise" in note.message
     # without the switch nothing is set, and the row says nothing of it
-    plain, _ = plan_pods([job_for("h200-2x8-ib")], settings=PreflightSettings(),
-                         root=tmp_path / "plain", procs_per_pod=1)
+    plain, _ = plan_pods([job_for("h200-2x8-ib")], RehearsalSpec(procs_per_pod=1),
+                         root=tmp_path / "plain")
     assert all(NCCL_DEBUG_FILE not in p.env and p.nccl_debug_file is None for p in plain)
 
 
@@ -102,7 +103,7 @@ def test_the_rehearsal_runs_the_rendered_log_flags_on_its_volume_folder(tmp_path
     claim = next(v["persistentVolumeClaim"]["claimName"] for v in
                  job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["volumes"]
                  if "persistentVolumeClaim" in v)
-    plans, _ = plan_pods([job], settings=PreflightSettings(), root=tmp_path, procs_per_pod=2)
+    plans, _ = plan_pods([job], RehearsalSpec(procs_per_pod=2), root=tmp_path)
     for p in plans:
         here = tmp_path / "volumes" / claim / "logs" / f"{NAME}-{p.name}"
         assert p.rank_logs == here and p.added_flags == ()
@@ -115,7 +116,7 @@ def test_a_render_without_log_flags_still_gets_the_rehearsals_own(tmp_path: Path
     job = example_job("multi-node")
     for c in containers(job):
         c["command"] = [a for a in c["command"] if not a.startswith(("--log-dir", "--tee"))]
-    plans, _ = plan_pods([job], settings=PreflightSettings(), root=tmp_path, procs_per_pod=2)
+    plans, _ = plan_pods([job], RehearsalSpec(procs_per_pod=2), root=tmp_path)
     for p in plans:
         assert p.added_flags[:2] == ("--log-dir", str(tmp_path / p.name / "ranks"))
         assert p.rank_logs == tmp_path / p.name / "ranks"

@@ -24,8 +24,8 @@ from runai_spec.facts.kubeflow import (
 )
 from runai_spec.facts.operator import BACKOFF_RESET_AFTER_S, JobModel
 from runai_spec.load.presets import PresetRegistry
-from runai_spec.pipeline.checklist import PreflightSettings
 from runai_spec.rehearse.pods import plan_pods
+from runai_spec.rehearse.spec import RehearsalSpec
 
 # --- the kubelet's back-off (client-go util/flowcontrol/backoff.go hasExpired) ------------
 
@@ -117,8 +117,8 @@ def test_the_operator_s_own_rules_elastic_without_workers_and_a_container_withou
 
 def _pod_env(tmp_path: Path, version: str) -> dict[str, str]:
     manifests = [example_job("elastic")]
-    plans, _ = plan_pods(manifests, settings=PreflightSettings(), root=tmp_path / version,
-                         procs_per_pod=1, operator_version=version)
+    plans, _ = plan_pods(manifests, RehearsalSpec(procs_per_pod=1, operator_version=version),
+                         root=tmp_path / version)
     return dict(plans[0].env)
 
 
@@ -135,8 +135,8 @@ def test_rehearse_passes_the_site_s_operator_version(
     class Stop(Exception):
         pass
 
-    def fake(manifests: Any, **options: Any) -> Any:
-        seen.update(options)
+    def fake(manifests: Any, spec: Any) -> Any:
+        seen.update(vars(spec))
         raise Stop
 
     old = PresetRegistry.site

@@ -20,6 +20,7 @@ from conftest import ROOT, example_job, run
 from runai_spec.facts.torchrun import SHUTDOWN_DEFAULT_S, SHUTDOWN_TIMEOUT_ENV, shutdown_window, torch_release
 from runai_spec.pipeline.workload import prepare_workload
 from runai_spec.plan.failure import failure_semantics, save_time
+from runai_spec.rehearse.spec import RehearsalSpec
 
 TORCHRUN_EXAMPLES = ("single-node", "multi-node", "elastic")
 
@@ -200,9 +201,9 @@ def _rehearse_preemption(tmp_path: Path, job: dict[str, Any]) -> tuple[Path, str
     tree = tmp_path / "tree"
     tree.mkdir(parents=True)
     (tree / "train.py").write_text(SLOW_SAVE_ON_VOLUME)
-    result = rehearse_manifests([job], own_script=True, workdir=tree, logs_dir=tmp_path / "logs",
-                                procs_per_pod=1, preempt="checkpoint", timeout_s=240,
-                                device="cpu", backoff_scale=0.0)
+    result = rehearse_manifests([job], RehearsalSpec(
+        own_script=True, workdir=tree, logs_dir=tmp_path / "logs", procs_per_pod=1,
+        preempt="checkpoint", timeout_s=240, device="cpu", backoff_scale=0.0))
     [fault] = [c for c in result.checks if c.check == "fault"]
     [pod] = [r["template"]["spec"] for r in job["spec"]["pytorchReplicaSpecs"].values()]
     [volume] = [m["name"] for m in pod["containers"][0]["volumeMounts"]

@@ -89,11 +89,11 @@ def test_the_presets_nccl_settings_are_in_the_ticket(presets_dir: Path, engineer
 
 def test_the_latest_rehearsal_is_in_the_ticket(tmp_path: Path) -> None:
     workload = prepare_workload(MULTI)
-    checks = [("ranks", "pass", "4 ranks"), ("checkpoint", "skip", "dcp not tested: x | y")]
-    path = write_record(project="nlp-lab", name="llm-7b-fsdp", profile=str(MULTI),
-                        profile_sha256=workload.loaded.sha256, ok=True, world_size=4,
-                        backend="gloo", options=["--procs-per-pod 2"], checks=checks,
-                        logs_dir=str(tmp_path))
+    checks = (("ranks", "pass", "4 ranks"), ("checkpoint", "skip", "dcp not tested: x | y"))
+    path = write_record(RehearsalRecord(
+        project="nlp-lab", name="llm-7b-fsdp", profile=str(MULTI),
+        profile_sha256=workload.loaded.sha256, ok=True, world_size=4, backend="gloo",
+        options=("--procs-per-pod 2",), checks=checks, logs_dir=str(tmp_path)))
     assert path == record_path("nlp-lab", "llm-7b-fsdp") and path.is_file()
     assert read_record("nlp-lab", "llm-7b-fsdp") is not None
     md = runner.invoke(app, ["plan", str(MULTI)]).stdout
@@ -102,9 +102,10 @@ def test_the_latest_rehearsal_is_in_the_ticket(tmp_path: Path) -> None:
         "`--procs-per-pod 2`" in rehearsal
     assert "| checkpoint | skip | dcp not tested: x \\| y |" in rehearsal
     # a record of another version of the profile says so
-    write_record(project="nlp-lab", name="llm-7b-fsdp", profile=str(MULTI),
-                 profile_sha256="0" * 64, ok=False, world_size=4, backend="gloo", options=[],
-                 checks=checks, logs_dir=str(tmp_path))
+    write_record(RehearsalRecord(
+        project="nlp-lab", name="llm-7b-fsdp", profile=str(MULTI), profile_sha256="0" * 64,
+        ok=False, world_size=4, backend="gloo", options=(), checks=checks,
+        logs_dir=str(tmp_path)))
     md = runner.invoke(app, ["plan", str(MULTI)]).stdout
     assert "**failed** at " in md and "**an earlier version** of this profile" in md
 
@@ -132,10 +133,11 @@ def _latest(md: str) -> str:
 
 
 def _signed_record(tmp_path: Path, ok: bool = False) -> Path:
-    path = write_record(project="nlp-lab", name="llm-7b-fsdp", profile=str(MULTI),
-                        profile_sha256=prepare_workload(MULTI).loaded.sha256, ok=ok,
-                        world_size=4, backend="gloo", options=[],
-                        checks=[("ranks", "fail", "1 of 4 ranks")], logs_dir=str(tmp_path))
+    path = write_record(RehearsalRecord(
+        project="nlp-lab", name="llm-7b-fsdp", profile=str(MULTI),
+        profile_sha256=prepare_workload(MULTI).loaded.sha256, ok=ok, world_size=4,
+        backend="gloo", options=(), checks=(("ranks", "fail", "1 of 4 ranks"),),
+        logs_dir=str(tmp_path)))
     assert path is not None
     return path
 

@@ -183,8 +183,8 @@ def test_every_rehearse_command_parses_and_reaches_the_rehearsal(
     # arguments only (see the module's docstring): the rehearsal is the slow tests' subject
     calls: list[dict[str, Any]] = []
 
-    def rehearse_manifests(manifests: list[Any], **kw: Any) -> RehearseResult:
-        calls.append(kw)
+    def rehearse_manifests(manifests: list[Any], spec: Any) -> RehearseResult:
+        calls.append(vars(spec))
         return RehearseResult(True, (), (), readme_folder / "logs", 4, "gloo", False)
 
     monkeypatch.setattr(rehearse_module, "rehearse_manifests", rehearse_manifests)

@@ -16,6 +16,7 @@ from runai_spec.facts.kubelet import container_env, expand, expand_command
 from runai_spec.rehearse import PreflightSettings, plan_pods, rehearse_manifests
 from runai_spec.rehearse.checks import network_note
 from runai_spec.rehearse.faults import Fault, faults_of
+from runai_spec.rehearse.spec import RehearsalSpec
 
 C10D_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 
@@ -62,8 +63,7 @@ def test_env_values_expand_from_earlier_variables_only() -> None:
 
 def test_the_rendered_c10d_command_runs_expanded_with_the_store_on_master_0(
         tmp_path: Path) -> None:
-    plans, world = plan_pods([c10d_job()], settings=PreflightSettings(), root=tmp_path,
-                             procs_per_pod=1)
+    plans, world = plan_pods([c10d_job()], RehearsalSpec(procs_per_pod=1), root=tmp_path)
     assert world == 2 and [p.name for p in plans] == ["master-0", "worker-0"]
     port = plans[0].env["MASTER_PORT"]
     for plan in plans:
@@ -88,7 +88,7 @@ def test_is_host_goes_into_every_rdzv_conf_since_torchrun_keeps_the_last(tmp_pat
     for rspec in job["spec"]["pytorchReplicaSpecs"].values():
         command = rspec["template"]["spec"]["containers"][0]["command"]
         command[1:1] = ["--rdzv-conf=join_timeout=60", "--rdzv_conf", "read_timeout=60"]
-    plans, _ = plan_pods([job], settings=PreflightSettings(), root=tmp_path, procs_per_pod=1)
+    plans, _ = plan_pods([job], RehearsalSpec(procs_per_pod=1), root=tmp_path)
     for plan, flag in zip(plans, ("is_host=1", "is_host=0"), strict=True):
         argv = list(plan.argv)
         confs = [a for a in argv if a.startswith("--rdzv-conf=")]
@@ -100,22 +100,20 @@ def test_an_elastic_rehearsal_accepts_a_round_of_min_replicas_pods(tmp_path: Pat
     # after worker-0 (the store host) is killed, a round may form with 3 of 4 pods while one
     # still restarts: elastic by design (minReplicas 2). preflight.py failed such a round as a
     # wrong world size, exited 1, and made the agents restart again (a CI run, 2026-12-04)
-    plans, world = plan_pods([example_job("elastic")], settings=PreflightSettings(),
-                             root=tmp_path, procs_per_pod=1)
+    plans, world = plan_pods([example_job("elastic")], RehearsalSpec(procs_per_pod=1),
+                             root=tmp_path)
     assert world == 4
     for p in plans:
         argv = list(p.argv)
         assert argv[argv.index("--world-size") + 1] == "4"
         assert argv[argv.index("--min-world-size") + 1] == "2"
-    fixed, _ = plan_pods([c10d_job()], settings=PreflightSettings(), root=tmp_path / "fixed",
-                         procs_per_pod=1)
+    fixed, _ = plan_pods([c10d_job()], RehearsalSpec(procs_per_pod=1), root=tmp_path / "fixed")
     assert all("--min-world-size" not in p.argv for p in fixed)  # Master + Worker: exact
 
 
 def test_an_elastic_job_says_is_host_in_its_rdzv_conf_for_worker_0(tmp_path: Path) -> None:
     # the shipped elastic render carries --rdzv-conf in its command: is_host goes there
-    plans, _ = plan_pods([example_job("elastic")], settings=PreflightSettings(), root=tmp_path,
-                         procs_per_pod=1)
+    plans, _ = plan_pods([example_job("elastic")], RehearsalSpec(procs_per_pod=1), root=tmp_path)
     hosts = {p.name: next(a for a in p.argv if a.startswith("--rdzv-conf=")) for p in plans}
     assert hosts["worker-0"].endswith("is_host=1"), hosts
     assert all(v.endswith("is_host=0") for k, v in hosts.items() if k != "worker-0"), hosts
@@ -125,8 +123,7 @@ def test_an_elastic_job_says_is_host_in_its_rdzv_conf_for_worker_0(tmp_path: Pat
 def test_a_static_job_adds_no_is_host_and_says_node_rank_0_hosts(tmp_path: Path) -> None:
     from rehearse.test_rehearse_cpu import old_launcher
 
-    plans, _ = plan_pods([old_launcher()], settings=PreflightSettings(), root=tmp_path,
-                         procs_per_pod=1)
+    plans, _ = plan_pods([old_launcher()], RehearsalSpec(procs_per_pod=1), root=tmp_path)
     assert not any("is_host" in a for p in plans for a in p.argv)
     assert "static rendezvous" in network_note(plans, "llm-7b-fsdp").message
 
@@ -156,9 +153,9 @@ def test_c10d_recovers_from_a_worker_kill_while_rank_0_is_busy(tmp_path: Path) -
     # rank 0 busy 3 s after the checkpoint, longer than the first back-off (1 s at 0.1): the
     # restarted worker meets a master that has not yet noticed (RESULTS.md C-kill-w0-busy)
     settings = PreflightSettings(**{**SETTINGS.__dict__, "busy_rank0_s": 3.0})
-    r = rehearse_manifests([c10d_job()], settings=settings, procs_per_pod=1, device="cpu",
-                           logs_dir=tmp_path, timeout_s=150.0, kills=["worker-0@checkpoint"],
-                           backoff_scale=0.1)
+    r = rehearse_manifests([c10d_job()], RehearsalSpec(
+        settings=settings, procs_per_pod=1, device="cpu", logs_dir=tmp_path, timeout_s=150.0,
+        kills=["worker-0@checkpoint"], backoff_scale=0.1))
     [fault] = [c for c in r.checks if c.check == "fault"]
     assert fault.status == "pass" and r.ok, [(c.check, c.status, c.message) for c in r.checks]
     assert fault.details["phase"] == "Succeeded" and fault.details["restarted"] == ["worker-0"]
@@ -176,9 +173,9 @@ def test_c10d_recovers_from_a_worker_kill_while_rank_0_is_busy(tmp_path: Path) -
 def test_a_preemption_deletes_every_pod_and_the_recreated_job_resumes(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     settings = PreflightSettings(**{**SETTINGS.__dict__, "checkpoint_on_sigterm": True})
-    r = rehearse_manifests([c10d_job(grace=5)], settings=settings, procs_per_pod=1,
-                           device="cpu", logs_dir=tmp_path, timeout_s=150.0,
-                           preempt="checkpoint", backoff_scale=0.1)
+    r = rehearse_manifests([c10d_job(grace=5)], RehearsalSpec(
+        settings=settings, procs_per_pod=1, device="cpu", logs_dir=tmp_path, timeout_s=150.0,
+        preempt="checkpoint", backoff_scale=0.1))
     [fault] = [c for c in r.checks if c.check == "fault"]
     assert fault.status == "pass" and r.ok, [(c.check, c.status, c.message) for c in r.checks]
     assert fault.message.startswith("preemption after the first checkpoint: every pod deleted")

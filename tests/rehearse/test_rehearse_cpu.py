@@ -19,6 +19,7 @@ from conftest import ROOT, example_job
 from runai_spec.cli import app
 from runai_spec.facts.torchrun import split_command
 from runai_spec.rehearse import PreflightSettings, RehearseResult, rehearse_manifests
+from runai_spec.rehearse.spec import RehearsalSpec
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 SETTINGS = PreflightSettings(local_batch=4, grad_accum=8, global_batch=512, join_timeout_s=20,
@@ -46,8 +47,8 @@ def old_launcher(job: dict[str, Any] | None = None) -> dict[str, Any]:
 def rehearse(tmp_path: Path, job: dict[str, Any] | None = None, **kw: object) -> RehearseResult:
     kw.setdefault("settings", SETTINGS)
     kw.setdefault("procs_per_pod", 2)
-    return rehearse_manifests([job or example_job("multi-node")], device="cpu",
-                              logs_dir=tmp_path, **{"timeout_s": 90.0, **kw})  # type: ignore[arg-type]
+    return rehearse_manifests([job or example_job("multi-node")], RehearsalSpec(
+        device="cpu", logs_dir=tmp_path, **{"timeout_s": 90.0, **kw}))  # type: ignore[arg-type]
 
 
 def test_multi_node_rehearses_on_cpu_and_every_check_passes(tmp_path: Path) -> None:

@@ -12,14 +12,15 @@ from rehearse.test_rehearse_cpu import old_launcher
 from runai_spec.cli import app
 from runai_spec.errors import InputError
 from runai_spec.rehearse import PreflightSettings, rehearse_manifests
+from runai_spec.rehearse.spec import RehearsalSpec
 
 pytestmark = [pytest.mark.faults]
 
 
 def test_unknown_pod_is_bad_input(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="no pod 'worker-9'"):
-        rehearse_manifests([example_job("multi-node")], kills=["worker-9@checkpoint"],
-                           logs_dir=tmp_path)
+        rehearse_manifests([example_job("multi-node")], RehearsalSpec(kills=["worker-9@checkpoint"],
+                                                                      logs_dir=tmp_path))
 
 
 def test_cli_unknown_pod_exits_2_with_one_line() -> None:
@@ -37,9 +38,9 @@ def test_static_rendezvous_worker_kill_with_busy_rank0_fails_the_job(tmp_path: P
                                  join_timeout_s=15, collective_timeout_s=20, busy_rank0_s=3.0)
     # one process per pod, as in docs/fault-experiments: with two, master-0's idle rank 1
     # sees the lost peer at once and the master's container restarts with the worker's
-    r = rehearse_manifests([old_launcher()], settings=settings, procs_per_pod=1, device="cpu",
-                           logs_dir=tmp_path, timeout_s=90.0, kills=["worker-0@checkpoint"],
-                           backoff_scale=0.1)
+    r = rehearse_manifests([old_launcher()], RehearsalSpec(
+        settings=settings, procs_per_pod=1, device="cpu", logs_dir=tmp_path, timeout_s=90.0,
+        kills=["worker-0@checkpoint"], backoff_scale=0.1))
     faults = [c for c in r.checks if c.check == "fault"]
     assert len(faults) == 1, [(c.check, c.status, c.message) for c in r.checks]
     fault = faults[0]
@@ -58,9 +59,9 @@ def test_a_static_rendezvous_job_never_passes_a_kill_even_when_it_recovers(tmp_p
                                  join_timeout_s=15, collective_timeout_s=20)
     # two processes per pod: here the master notices at once and the job often recovers, but
     # in the cluster the same fault can use the whole backoffLimit: never a pass
-    r = rehearse_manifests([old_launcher()], settings=settings, procs_per_pod=2, device="cpu",
-                           logs_dir=tmp_path, timeout_s=90.0, kills=["worker-0@checkpoint"],
-                           backoff_scale=0.1)
+    r = rehearse_manifests([old_launcher()], RehearsalSpec(
+        settings=settings, procs_per_pod=2, device="cpu", logs_dir=tmp_path, timeout_s=90.0,
+        kills=["worker-0@checkpoint"], backoff_scale=0.1))
     fault = next(c for c in r.checks if c.check == "fault")
     assert fault.status == "fail" and not r.ok, fault.message
     assert ("recovered here, but the job uses torchrun's static rendezvous" in fault.message

@@ -31,6 +31,7 @@ from runai_spec.rehearse.network import (
     resolve_mode,
 )
 from runai_spec.rehearse.pods import PID_NAMESPACE, can_pid_namespace
+from runai_spec.rehearse.spec import RehearsalSpec
 
 # --- planning (no root needed)
 
@@ -80,8 +81,8 @@ def test_a_pods_hosts_file_names_the_others_only_while_they_run() -> None:
 
 def test_netns_plan_keeps_the_cluster_env_and_adds_no_is_host(tmp_path: Path) -> None:
     plan = plan_network(NAME, ["master-0", "worker-0"], pid=1, routes=[])
-    plans, _ = plan_pods([example_job("multi-node")], settings=PreflightSettings(),
-                         root=tmp_path, procs_per_pod=1, network=plan)
+    plans, _ = plan_pods([example_job("multi-node")], RehearsalSpec(procs_per_pod=1), root=tmp_path,
+                         network=plan)
     for pod in plans:
         # the service name, as the operator sets it: the pod resolves it through /etc/hosts
         assert pod.env["MASTER_ADDR"] == f"{NAME}-master-0"
@@ -91,8 +92,7 @@ def test_netns_plan_keeps_the_cluster_env_and_adds_no_is_host(tmp_path: Path) ->
         assert pod.pid_namespace == can_pid_namespace()
         assert not any("is_host" in a for a in pod.argv)
     # loopback exactly as before
-    loop, _ = plan_pods([example_job("multi-node")], settings=PreflightSettings(),
-                        root=tmp_path, procs_per_pod=1)
+    loop, _ = plan_pods([example_job("multi-node")], RehearsalSpec(procs_per_pod=1), root=tmp_path)
     assert all(p.env["MASTER_ADDR"] == "127.0.0.1" and p.wrapper == () for p in loop)
 
 
@@ -250,9 +250,9 @@ def test_a_worker_kill_while_rank_0_is_busy_recovers_in_netns_mode(tmp_path: Pat
 
     settings = PreflightSettings(**{**SETTINGS.__dict__, "busy_rank0_s": 3.0})
     before = _host_state()
-    r = rehearse_manifests([c10d_job()], settings=settings, procs_per_pod=1, device="cpu",
-                           logs_dir=tmp_path, timeout_s=150.0, kills=["worker-0@checkpoint"],
-                           backoff_scale=0.1, network="netns")
+    r = rehearse_manifests([c10d_job()], RehearsalSpec(
+        settings=settings, procs_per_pod=1, device="cpu", logs_dir=tmp_path, timeout_s=150.0,
+        kills=["worker-0@checkpoint"], backoff_scale=0.1, network="netns"))
     [fault] = [c for c in r.checks if c.check == "fault"]
     assert fault.status == "pass" and r.ok, [(c.check, c.status, c.message) for c in r.checks]
     assert fault.details["restarted"] == ["worker-0"] and fault.details["resumed_ranks"] == [0, 1]

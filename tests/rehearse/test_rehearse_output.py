@@ -35,7 +35,8 @@ def calls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any
     when given a callback; the rehearsal record lands in tmp_path."""
     seen: list[dict[str, Any]] = []
 
-    def rehearse_manifests(manifests: list[Any], **kw: Any) -> RehearseResult:
+    def rehearse_manifests(manifests: list[Any], spec: Any) -> RehearseResult:
+        kw = vars(spec)
         seen.append(kw)
         if kw.get("progress") is not None:
             kw["progress"]("pods up 2/2 | r0:ranks | 1/300 s")

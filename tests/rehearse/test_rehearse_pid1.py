@@ -18,6 +18,7 @@ from conftest import example_job
 from runai_spec.rehearse import pods as pods_module
 from runai_spec.rehearse import rehearse_manifests
 from runai_spec.rehearse.pods import PID_NAMESPACE, can_pid_namespace, namespace_init
+from runai_spec.rehearse.spec import RehearsalSpec
 
 needs_pid_ns = pytest.mark.skipif(not can_pid_namespace(),
                                   reason="needs root and util-linux unshare")
@@ -69,9 +70,9 @@ def _preempted(tmp_path: Path, name: str) -> str:
     work = tmp_path / name / "tree"
     work.mkdir()
     (work / "train.py").write_text(NO_HANDLER)
-    result = rehearse_manifests([_one_gpu_job(6)], own_script=True, workdir=work,
-                                logs_dir=tmp_path / name / "logs", preempt="@3", timeout_s=120,
-                                device="cpu", backoff_scale=0.0)
+    result = rehearse_manifests([_one_gpu_job(6)], RehearsalSpec(
+        own_script=True, workdir=work, logs_dir=tmp_path / name / "logs", preempt="@3",
+        timeout_s=120, device="cpu", backoff_scale=0.0))
     [fault] = [c for c in result.checks if c.check == "fault"]
     return str(fault.details["deleted"])
 

@@ -18,6 +18,7 @@ from conftest import ROOT
 from runai_spec.pipeline.workload import prepare_workload
 from runai_spec.rehearse import CheckResult, RehearseResult, preflight_settings, rehearse_manifests
 from runai_spec.rehearse.runner import _resumes, final_round
+from runai_spec.rehearse.spec import RehearsalSpec
 
 SCALE = 0.1  # the kubelet's back-off: 1 s, 2 s, 4 s ... instead of 10 s, 20 s, 40 s ...
 FIRST_BACKOFF_S = 10 * SCALE
@@ -36,10 +37,10 @@ def rehearse_shipped(tmp_path: Path, example: str, procs: int, *, kill: str | No
     workload = prepare_workload(ROOT / "examples" / example / "profile.yaml")
     assert not [f for f in workload.findings if f.severity == "error"], workload.findings
     settings = replace(preflight_settings(workload), busy_rank0_s=busy_s)
-    r = rehearse_manifests(list(workload.manifests), settings=settings, procs_per_pod=procs,
-                           device="cpu", logs_dir=tmp_path, timeout_s=TIMEOUT_S,
-                           kills=[f"{kill}@checkpoint"] if kill else (),
-                           preempt="checkpoint" if preempt else None, backoff_scale=SCALE)
+    r = rehearse_manifests(list(workload.manifests), RehearsalSpec(
+        settings=settings, procs_per_pod=procs, device="cpu", logs_dir=tmp_path,
+        timeout_s=TIMEOUT_S, kills=[f"{kill}@checkpoint"] if kill else (),
+        preempt="checkpoint" if preempt else None, backoff_scale=SCALE))
     faults = [c for c in r.checks if c.check == "fault"]
     assert len(faults) == 1, [(c.check, c.status, c.message) for c in r.checks]
     job = next(m for m in workload.manifests if m.get("kind") == "PyTorchJob")

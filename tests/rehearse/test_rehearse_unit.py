@@ -12,7 +12,6 @@ from conftest import ROOT, example_job
 from runai_spec.rehearse import (
     MULTICAST_OFF,
     PodOutcome,
-    PreflightSettings,
     operator_env,
     operator_verdict,
     parse_lines,
@@ -20,6 +19,7 @@ from runai_spec.rehearse import (
     set_nproc,
     split_command,
 )
+from runai_spec.rehearse.spec import RehearsalSpec
 
 
 def test_operator_env_with_master_counts_processes_not_pods() -> None:
@@ -48,8 +48,8 @@ def test_split_command_finds_the_entry_point() -> None:
 
 
 def test_plan_pods_maps_the_cluster_onto_loopback(tmp_path: Path) -> None:
-    pods, world = plan_pods([example_job("multi-node")], settings=PreflightSettings(),
-                            root=tmp_path, procs_per_pod=2)
+    pods, world = plan_pods([example_job("multi-node")], RehearsalSpec(procs_per_pod=2),
+                            root=tmp_path)
     assert world == 4 and [p.name for p in pods] == ["master-0", "worker-0"]
     for pod in pods:
         assert pod.env["MASTER_ADDR"] == "127.0.0.1" == pod.env["PET_MASTER_ADDR"]
@@ -108,8 +108,8 @@ def test_a_python_without_torch_is_bad_input_before_anything_is_written(tmp_path
                       "exit 1\n")
     python.chmod(0o755)
     with pytest.raises(InputError) as caught:
-        rehearse_manifests([example_job("single-gpu")], python=str(python),
-                           logs_dir=tmp_path / "logs")
+        rehearse_manifests([example_job("single-gpu")], RehearsalSpec(python=str(python),
+                                                                      logs_dir=tmp_path / "logs"))
     assert caught.value.field == "torch" and "pip install torch" in (caught.value.hint or "")
     assert not (tmp_path / "logs").exists()
 

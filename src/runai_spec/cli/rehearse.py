@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -17,6 +18,7 @@ from .common import ProfileArg, TextJson, TextJsonOpt, app, err, stop_on_errors
 if TYPE_CHECKING:
     from ..pipeline.workload import Workload
     from ..rehearse import RehearseResult
+    from ..rehearse.spec import RehearsalSpec
 
 ProcsOpt = Annotated[int | None, typer.Option(
     "--procs-per-pod", help="Processes per pod here (scale down on a CPU machine).")]
@@ -79,16 +81,17 @@ def rehearse(profile: ProfileArg, procs_per_pod: ProcsOpt = None, own_script: Ow
     """Rehearse the rendered workload here: one process per pod, the operator's environment.
     The checks go to stdout (a table, or --format json); on a terminal a status line on
     stderr shows the pods up, each rank's last check and the time against --timeout."""
+    from ..rehearse.spec import RehearsalSpec
+
     check_options(timeout, network)
     workload = runnable(profile)
-    result = run_with_status_line(
-        workload, procs_per_pod=procs_per_pod, own_script=own_script,
-        restart_after_checkpoint=restart_after_checkpoint, logs_dir=logs, timeout_s=timeout,
-        kills=kill or (), preempt=preempt, backoff_scale=backoff_scale, network=network)
-    faults = bool(kill) or preempt is not None or restart_after_checkpoint
-    show_result(result, workload, fmt, backoff_scale if faults else None)
-    record_result(result, workload, recorded_options(procs_per_pod, own_script,
-                                                     restart_after_checkpoint, kill, network))
+    spec = RehearsalSpec(procs_per_pod=procs_per_pod, own_script=own_script,
+                         restart_after_checkpoint=restart_after_checkpoint, logs_dir=logs,
+                         timeout_s=timeout, kills=tuple(kill or ()), preempt=preempt,
+                         backoff_scale=backoff_scale, network=network)
+    result = run_with_status_line(workload, spec)
+    show_result(result, workload, fmt, backoff_scale if spec.faults_asked else None)
+    record_result(result, workload, spec.recorded_options())
     return EXIT_OK if result.ok else EXIT_FINDINGS
 
 
@@ -115,23 +118,16 @@ def check_options(timeout: float, network: str) -> None:
     resolve_mode(network)
 
 
-def recorded_options(procs_per_pod: int | None, own_script: bool, restart: bool,
-                     kill: list[str] | None, network: str) -> list[str]:
-    """The options that change what a rehearsal shows, as `plan`'s ticket lists them."""
-    return ([f"--procs-per-pod {procs_per_pod}"] * (procs_per_pod is not None)
-            + ["--own-script"] * own_script + ["--restart-after-checkpoint"] * restart
-            + [f"--kill {k}" for k in kill or ()] + [f"--network {network}"] * (network != "auto"))
-
-
-def run_with_status_line(workload: Workload, **options: Any) -> RehearseResult:
-    """The rehearsal of the workload's manifests, with the status line on a terminal."""
+def run_with_status_line(workload: Workload, spec: RehearsalSpec) -> RehearseResult:
+    """The rehearsal of the workload's manifests, with the workload's settings and operator
+    and the status line on a terminal."""
     from ..rehearse import preflight_settings, rehearse_manifests
 
     show, clear = _status_line()
     try:
-        return rehearse_manifests(list(workload.manifests), settings=preflight_settings(workload),
-                                  progress=show, operator_version=workload.plan.operator_version,
-                                  **options)
+        return rehearse_manifests(list(workload.manifests), dataclasses.replace(
+            spec, settings=preflight_settings(workload), progress=show,
+            operator_version=workload.plan.operator_version))
     finally:
         clear()
 
@@ -154,14 +150,14 @@ def show_result(result: RehearseResult, workload: Workload, fmt: TextJson,
 
 def record_result(result: RehearseResult, workload: Workload, options: list[str]) -> None:
     """The rehearsal's summary kept as the workload's latest, for `plan`'s ticket."""
-    from ..rehearse.records import write_record
+    from ..rehearse.records import RehearsalRecord, write_record
 
-    record = write_record(
+    record = write_record(RehearsalRecord(
         project=workload.plan.project, name=workload.plan.name, profile=workload.path,
         profile_sha256=workload.loaded.sha256, ok=result.ok, world_size=result.world_size,
-        backend=result.backend, options=options,
-        checks=[(c.check if c.attempt is None else f"{c.check} (attempt {c.attempt + 1})",
-                 c.status, c.message) for c in result.checks],
-        logs_dir=str(result.logs_dir))
+        backend=result.backend, options=tuple(options),
+        checks=tuple((c.check if c.attempt is None else f"{c.check} (attempt {c.attempt + 1})",
+                      c.status, c.message) for c in result.checks),
+        logs_dir=str(result.logs_dir)))
     if record is not None:
         err([f"recorded for `runai-spec plan`: {record}"])

@@ -14,22 +14,30 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..errors import InputError
-from ..facts.kubeflow import OPERATOR_VERSION, POD_NAME_ENV
+from ..facts.kubeflow import POD_NAME_ENV
 from ..facts.kubelet import container_env, expand_command
-from ..facts.torchrun import LOG_DIR_FLAG, NCCL_DEBUG_FILE, has_flag, python_head, set_nproc, split_command
-from ..pipeline.checklist import PREFLIGHT_LINE, PreflightSettings, parse_lines, preflight_source
+from ..facts.torchrun import (
+    LOG_DIR_FLAG,
+    NCCL_DEBUG_FILE,
+    Launcher,
+    has_flag,
+    python_head,
+    set_nproc,
+    split_command,
+)
+from ..pipeline.checklist import PREFLIGHT_LINE, parse_lines, preflight_source
 from .filesystem import AUDIT_ENV, AUDIT_KEY_ENV, POD_ENV, audit_layer_dir, can_mount, pod_filesystem
 from .job import container_of, find_job, nproc_of, operator_env, replicas_of
 from .network import NetPlan
+from .spec import Progress, RehearsalSpec
 
 # NVLink multicast can put a shared host's GPUs out of service (device README): always off,
 # also where a container's own env would switch it on.
@@ -261,36 +269,63 @@ def probe_gpus(python: str) -> int:
         return 0
 
 
-def plan_pods(
-    manifests: Sequence[Mapping[str, Any]],
-    *,
-    settings: PreflightSettings,
-    root: Path,
-    procs_per_pod: int | None = None,
-    own_script: bool = False,
-    gpus: int = 0,
-    python: str = sys.executable,
-    workdir: Path | None = None,
-    env: Mapping[str, str] | None = None,
-    pod_env: Mapping[str, Mapping[str, str]] | None = None,
-    hold_dir: Path | None = None,
-    network: NetPlan | None = None,
-    operator_version: str = OPERATOR_VERSION,
-) -> tuple[list[PodPlan], int]:
-    """Every pod's argv, env and folders, and the world size the plan expects. With `network`
-    (network.py) each pod has its own namespace, address and hostname: the operator's
-    variables stay as in the cluster and torch decides the c10d store host itself."""
-    job = find_job(manifests)
-    declared = nproc_of(job)
-    nproc = procs_per_pod or declared
-    if procs_per_pod is not None and procs_per_pod < 1:
-        raise InputError("--procs-per-pod must be at least 1")
+@dataclass(frozen=True)
+class _Layout:
+    """What every pod of the job shares: the spec, the job scaled to --procs-per-pod, its
+    replicas and world, and what this machine gives them (GPUs, port, network, folders)."""
+
+    spec: RehearsalSpec
+    root: Path
+    name: str  # the job's
+    scaled: Mapping[str, Any]  # the job with the processes per pod of this rehearsal
+    replicas: list[tuple[str, int, Mapping[str, Any]]]
+    containers: dict[str, Mapping[str, Any]]  # each replica type's pytorch container
+    nproc: int
+    declared: int  # processes per pod as rendered
+    min_world: int | None
+    pods: list[tuple[str, int]]
+    gpus: int
+    port: int
+    network: NetPlan | None
+    hold_dir: Path | None
+    script: Path  # this rehearsal's copy of preflight.py
+    audit_key: str
+    pid1: bool
+
+    @property
+    def world(self) -> int:
+        return len(self.pods) * self.nproc
+
+    def pod_spec(self, rtype: str) -> Mapping[str, Any]:
+        rspec = next(spec for t, _, spec in self.replicas if t == rtype)
+        return (rspec.get("template") or {}).get("spec") or {}
+
+    def overrides(self, short: str) -> dict[str, str]:
+        """`env`, then the pod's `pod_env` by its short and its full name: set on purpose."""
+        pod_env = self.spec.pod_env
+        return {**self.spec.env, **pod_env.get(short, {}),
+                **pod_env.get(f"{self.name}-{short}", {})}
+
+
+def _scaled(job: Mapping[str, Any], procs_per_pod: int | None) -> dict[str, Any]:
+    """The job with --procs-per-pod processes per pod, where given."""
     scaled = copy.deepcopy(dict(job))
     if procs_per_pod is not None:
         scaled["spec"] = {**scaled.get("spec", {}), "nprocPerNode": str(procs_per_pod)}
         if (scaled["spec"].get("elasticPolicy") or {}).get("nProcPerNode") is not None:
             scaled["spec"]["elasticPolicy"] = {**scaled["spec"]["elasticPolicy"],
                                                "nProcPerNode": procs_per_pod}
+    return scaled
+
+
+def _layout(job: Mapping[str, Any], spec: RehearsalSpec, root: Path, gpus: int,
+            hold_dir: Path | None, network: NetPlan | None) -> _Layout:
+    """The job's shape here; bad input (too few GPUs) before any folder is made."""
+    declared = nproc_of(job)
+    nproc = spec.procs_per_pod or declared
+    if spec.procs_per_pod is not None and spec.procs_per_pod < 1:
+        raise InputError("--procs-per-pod must be at least 1")
+    scaled = _scaled(job, spec.procs_per_pod)
     replicas = replicas_of(job)
     containers = {rtype: container_of(rspec, rtype) for rtype, _, rspec in replicas}
     audit_key = secrets.token_hex(32)  # this rehearsal's: every pod's audit layer signs with it
@@ -298,8 +333,6 @@ def plan_pods(
     elastic = (job.get("spec") or {}).get("elasticPolicy") or {}
     min_world = (int(elastic["minReplicas"]) * nproc
                  if str(elastic.get("minReplicas", "")).isdigit() else None)
-    graces = {rtype: ((rspec.get("template") or {}).get("spec") or {}).get(
-        "terminationGracePeriodSeconds") for rtype, _, rspec in replicas}
     pods = [(rtype, i) for rtype, n, _ in replicas for i in range(n)]
     world = len(pods) * nproc
     if gpus and world > gpus:
@@ -311,110 +344,143 @@ def plan_pods(
     # as PID 1 of their namespaces every agent would be one node. So several pods get PID
     # namespaces only with hostnames of their own (netns mode); one pod always can.
     pid1 = can_pid_namespace() and (network is not None or len(pods) == 1)
-    shared_ckpt = root / "checkpoints"
     preflight_dir = root / "preflight"
     preflight_dir.mkdir(parents=True, exist_ok=True)
     # a copy, so that the package's siblings never come first on the script's sys.path
     script = preflight_dir / "preflight.py"
     script.write_text(preflight_source(), encoding="utf-8")
-    out: list[PodPlan] = []
-    name = str(job["metadata"]["name"])
-    for pod_index, (rtype, i) in enumerate(pods):
-        short = f"{rtype.lower()}-{i}"
-        container = containers[rtype]
-        # the container's env as the kubelet builds it: its own list, then what the operator
-        # appends; in the cluster, and here with the service names mapped onto loopback
-        own = _own_env(container, f"{name}-{short}")
-        op_cluster = operator_env(scaled, rtype, i, operator_version)
-        op = _on_loopback(op_cluster, port) if network is None else dict(op_cluster)
-        kenv = container_env([*own, *op.items()])
-        kenv.update(MULTICAST_OFF)
-        kenv.update(env or {})
-        kenv.update((pod_env or {}).get(short, {}))
-        kenv.update((pod_env or {}).get(f"{name}-{short}", {}))
-        cluster_env = container_env([*own, *op_cluster.items()])
-        raw = list(container.get("command") or []) + list(container.get("args") or [])
-        # the kubelet expands $(VAR) in command and args from the container's env
-        command = expand_command(raw, kenv)
-        launcher = split_command(command)
-        head = list(launcher.head)
-        if not own_script:  # preflight.py runs with Python, whatever the entry point was
-            head = list(python_head(command))
-        added: tuple[str, ...] = ()
-        rank_logs: Path | None = None
-        store: StoreHost | None = None
-        rspec = next(spec for t, _, spec in replicas if t == rtype)
-        mounts = _pvc_mounts((rspec.get("template") or {}).get("spec") or {}, container)
-        mounted = own_script and can_mount()
-        if launcher.kind == "torchrun":
-            flags = head[1:] if os.path.basename(head[0]) == "torchrun" else head[3:]
-            head = [python, "-m", "torch.distributed.run", *flags]
-            if procs_per_pod is not None:
-                head = list(set_nproc(head, procs_per_pod))
-            head, rank_logs = _rank_logs_here(head, mounts, root, mounted=mounted)
-            if rank_logs is None:  # a render without --log-dir: the rehearsal needs the files
-                rank_logs = root / short / "ranks"
-                added = ("--log-dir", str(rank_logs), "--redirects", "3", "--tee", "3")
-                head += added
-            store = _c10d_store_host(split_command(expand_command(raw, cluster_env)).head,
-                                     cluster_env, f"{name}-{short}")
-            if store is not None and network is None:
-                head = _with_is_host(head, kenv, store)
-        elif head:  # with its own script, a one-GPU wrapper script runs itself, as in the pod
-            head = [python, *head[1:]]
-            if nproc > 1:
-                raise InputError(f"{short}: a bare {command[0]!r} starts one process, but the "
-                                 f"job asks for {nproc} per pod", field="command",
-                                 hint="more than one process per pod needs torchrun")
-        pod_dir = root / short
-        pod_dir.mkdir(parents=True, exist_ok=True)
-        fs = None
-        if own_script:
-            entry = list(launcher.entry)
-            cwd = pod_dir
-            rspec = next(spec for t, _, spec in replicas if t == rtype)
-            fs = pod_filesystem((rspec.get("template") or {}).get("spec") or {}, container,
-                                root, pod_dir, (workdir or Path.cwd()).resolve())
-        else:
-            entry = [str(script), *settings.args(
-                world_size=world,
-                checkpoint_dir=str(shared_ckpt) if settings.checkpoint_dir is None
-                else settings.checkpoint_dir,
-                metrics_file=str(pod_dir / "metrics.jsonl"),
-                hold_dir=str(hold_dir) if hold_dir else None,
-                plan_world_size=len(pods) * declared, min_world_size=min_world)]
-            cwd = pod_dir
-        penv = {k: v for k, v in os.environ.items() if not _OWNED.match(k)}
-        penv.update(kenv)  # the operator's variables come after the container's own: they win
-        if gpus:
-            first = pod_index * nproc
-            penv["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in range(first, first + nproc))
-        else:
-            penv["CUDA_VISIBLE_DEVICES"] = ""
-        if own_script:
-            layer = root / "audit-layer"
-            penv[AUDIT_ENV] = str(root / "audit")
-            penv[AUDIT_KEY_ENV] = audit_key  # only what the audit layer wrote counts
-            penv[POD_ENV] = short
-            penv["PYTHONPATH"] = os.pathsep.join(
-                [str(layer), *filter(None, [penv.get("PYTHONPATH")])])
-        penv.update(env or {})
-        penv.update((pod_env or {}).get(short, {}))
-        penv.update((pod_env or {}).get(f"{name}-{short}", {}))
-        nccl_file = _nccl_debug_file_here(penv, mounts, root, mounted=mounted)
-        rank = int(op.get("RANK", pod_index))
-        out.append(PodPlan(short, rtype, i, rank, tuple(head + entry), penv, cwd, pod_dir,
-                           wrapper=(network.wrapper(short) if network else ())
-                           + (fs.wrapper if fs else ()) + (PID_NAMESPACE if pid1 else ()),
-                           filesystem_note=fs.note if fs else None,
-                           checkpoint_dir=fs.checkpoint_dir if fs else None,
-                           added_flags=added, rank_logs=rank_logs, store=store,
-                           nccl_debug_file=nccl_file,
-                           port=port if network is None else None,
-                           grace_s=_grace(graces[rtype]), pid_namespace=pid1))
-    if own_script:
+    return _Layout(spec, root, str(job["metadata"]["name"]), scaled, replicas, containers, nproc,
+                   declared,
+                   min_world, pods, gpus, port, network, hold_dir, script, audit_key, pid1)
+
+
+def plan_pods(manifests: Sequence[Mapping[str, Any]], spec: RehearsalSpec, *, root: Path,
+              gpus: int = 0, hold_dir: Path | None = None, network: NetPlan | None = None
+              ) -> tuple[list[PodPlan], int]:
+    """Every pod's argv, env and folders, and the world size the plan expects. With `network`
+    (network.py) each pod has its own namespace, address and hostname: the operator's
+    variables stay as in the cluster and torch decides the c10d store host itself."""
+    layout = _layout(find_job(manifests), spec, root, gpus, hold_dir, network)
+    out = [_plan_pod(layout, pod_index, rtype, i)
+           for pod_index, (rtype, i) in enumerate(layout.pods)]
+    if spec.own_script:
         install_audit_layer(root)
-    return out, world
+    return out, layout.world
+
+
+def _plan_pod(lay: _Layout, pod_index: int, rtype: str, i: int) -> PodPlan:
+    """One pod's plan: its env as the kubelet builds it, its launcher as this machine runs it,
+    its entry point (preflight.py, or the profile's own script) and folders."""
+    short = f"{rtype.lower()}-{i}"
+    container = lay.containers[rtype]
+    # the container's env as the kubelet builds it: its own list, then what the operator
+    # appends; in the cluster, and here with the service names mapped onto loopback
+    own = _own_env(container, f"{lay.name}-{short}")
+    op_cluster = operator_env(lay.scaled, rtype, i, lay.spec.operator_version)
+    op = _on_loopback(op_cluster, lay.port) if lay.network is None else dict(op_cluster)
+    kenv = container_env([*own, *op.items()])
+    kenv.update(MULTICAST_OFF)
+    kenv.update(lay.overrides(short))
+    cluster_env = container_env([*own, *op_cluster.items()])
+    raw = list(container.get("command") or []) + list(container.get("args") or [])
+    # the kubelet expands $(VAR) in command and args from the container's env
+    command = expand_command(raw, kenv)
+    launcher = split_command(command)
+    mounts = _pvc_mounts(lay.pod_spec(rtype), container)
+    mounted = lay.spec.own_script and can_mount()
+    head, added, rank_logs = _launcher_here(lay, short, launcher, command, mounts, mounted)
+    store: StoreHost | None = None
+    if launcher.kind == "torchrun":
+        store = _c10d_store_host(split_command(expand_command(raw, cluster_env)).head,
+                                 cluster_env, f"{lay.name}-{short}")
+        if store is not None and lay.network is None:
+            head = _with_is_host(head, kenv, store)
+    pod_dir = lay.root / short
+    pod_dir.mkdir(parents=True, exist_ok=True)
+    fs = None
+    if lay.spec.own_script:
+        entry = list(launcher.entry)
+        fs = pod_filesystem(lay.pod_spec(rtype), container, lay.root, pod_dir,
+                            (lay.spec.workdir or Path.cwd()).resolve())
+    else:
+        entry = _preflight_entry(lay, pod_dir)
+    penv = _process_env(lay, kenv, pod_index, short)
+    nccl_file = _nccl_debug_file_here(penv, mounts, lay.root, mounted=mounted)
+    rank = int(op.get("RANK", pod_index))
+    grace = lay.pod_spec(rtype).get("terminationGracePeriodSeconds")
+    return PodPlan(short, rtype, i, rank, tuple(head + entry), penv, pod_dir, pod_dir,
+                   wrapper=(lay.network.wrapper(short) if lay.network else ())
+                   + (fs.wrapper if fs else ()) + (PID_NAMESPACE if lay.pid1 else ()),
+                   filesystem_note=fs.note if fs else None,
+                   checkpoint_dir=fs.checkpoint_dir if fs else None,
+                   added_flags=added, rank_logs=rank_logs, store=store,
+                   nccl_debug_file=nccl_file,
+                   port=lay.port if lay.network is None else None,
+                   grace_s=_grace(grace), pid_namespace=lay.pid1)
+
+
+def _launcher_here(lay: _Layout, short: str, launcher: Launcher, command: Sequence[str],
+                   mounts: Sequence[tuple[str, str]], mounted: bool
+                   ) -> tuple[list[str], tuple[str, ...], Path | None]:
+    """The pod's launcher as this machine runs it, the flags the rehearsal added to it, and
+    where torchrun's per-rank logs land here."""
+    head = list(launcher.head)
+    if not lay.spec.own_script:  # preflight.py runs with Python, whatever the entry point was
+        head = list(python_head(command))
+    added: tuple[str, ...] = ()
+    rank_logs: Path | None = None
+    python = lay.spec.python
+    if launcher.kind == "torchrun":
+        flags = head[1:] if os.path.basename(head[0]) == "torchrun" else head[3:]
+        head = [python, "-m", "torch.distributed.run", *flags]
+        if lay.spec.procs_per_pod is not None:
+            head = list(set_nproc(head, lay.spec.procs_per_pod))
+        head, rank_logs = _rank_logs_here(head, mounts, lay.root, mounted=mounted)
+        if rank_logs is None:  # a render without --log-dir: the rehearsal needs the files
+            rank_logs = lay.root / short / "ranks"
+            added = ("--log-dir", str(rank_logs), "--redirects", "3", "--tee", "3")
+            head += added
+    elif head:  # with its own script, a one-GPU wrapper script runs itself, as in the pod
+        head = [python, *head[1:]]
+        if lay.nproc > 1:
+            raise InputError(f"{short}: a bare {command[0]!r} starts one process, but the "
+                             f"job asks for {lay.nproc} per pod", field="command",
+                             hint="more than one process per pod needs torchrun")
+    return head, added, rank_logs
+
+
+def _preflight_entry(lay: _Layout, pod_dir: Path) -> list[str]:
+    """preflight.py and its arguments, in place of the profile's entry point."""
+    settings = lay.spec.settings
+    return [str(lay.script), *settings.args(
+        world_size=lay.world,
+        checkpoint_dir=str(lay.root / "checkpoints") if settings.checkpoint_dir is None
+        else settings.checkpoint_dir,
+        metrics_file=str(pod_dir / "metrics.jsonl"),
+        hold_dir=str(lay.hold_dir) if lay.hold_dir else None,
+        plan_world_size=len(lay.pods) * lay.declared, min_world_size=lay.min_world)]
+
+
+def _process_env(lay: _Layout, kenv: Mapping[str, str], pod_index: int,
+                 short: str) -> dict[str, str]:
+    """The pod's process env: this shell's (less what the operator or torchrun own), the
+    container's, its GPUs, the audit layer (--own-script), and the overrides on purpose."""
+    penv = {k: v for k, v in os.environ.items() if not _OWNED.match(k)}
+    penv.update(kenv)  # the operator's variables come after the container's own: they win
+    if lay.gpus:
+        first = pod_index * lay.nproc
+        penv["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in range(first, first + lay.nproc))
+    else:
+        penv["CUDA_VISIBLE_DEVICES"] = ""
+    if lay.spec.own_script:
+        layer = lay.root / "audit-layer"
+        penv[AUDIT_ENV] = str(lay.root / "audit")
+        penv[AUDIT_KEY_ENV] = lay.audit_key  # only what the audit layer wrote counts
+        penv[POD_ENV] = short
+        penv["PYTHONPATH"] = os.pathsep.join(
+            [str(layer), *filter(None, [penv.get("PYTHONPATH")])])
+    penv.update(lay.overrides(short))
+    return penv
 
 
 def install_audit_layer(root: Path) -> None:
@@ -536,7 +602,7 @@ def _wait_gone(pids: Sequence[int], grace: float) -> None:
         time.sleep(0.02)
 
 
-class _Pod:
+class Pod:
     """A running pod: its process group, a log file, and the PREFLIGHT lines seen so far."""
 
     def __init__(self, plan: PodPlan, attempt: int) -> None:
@@ -689,15 +755,15 @@ def _agent_attempt(stdout_log: Path) -> int:
 
 @dataclass(frozen=True)
 class Attempt:
-    """One run of the whole job: how each pod ended, the ranks' records, and the kill."""
+    """One run of the whole job: how each pod ended, and the ranks' records."""
 
     outcomes: list[PodOutcome]
     lines: list[dict[str, Any]]
-    held: dict[int, int]  # rank -> step of the first checkpoint it held at
-    killed: str | None  # the pod killed there, if it was
 
 
-def _held(hold_dir: Path | None) -> dict[int, int]:
+def held(hold_dir: Path | None) -> dict[int, int]:
+    """{rank: step} of the ranks that hold after their first checkpoint (preflight.py's
+    --hold-after-checkpoint DIR)."""
     out: dict[int, int] = {}
     if hold_dir is None or not hold_dir.is_dir():
         return out
@@ -708,11 +774,10 @@ def _held(hold_dir: Path | None) -> dict[int, int]:
     return out
 
 
-Progress = Callable[[str], None]
 PROGRESS_EVERY_S = 1.0
 
 
-def progress_line(pods: Sequence[_Pod], total: int, elapsed_s: float, timeout_s: float) -> str:
+def progress_line(pods: Sequence[Pod], total: int, elapsed_s: float, timeout_s: float) -> str:
     """One status line: pods up of all, the last check each rank reported (preflight.py's
     PREFLIGHT records; a script of one's own reports none), elapsed against --timeout."""
     up = sum(p.proc.poll() is None for p in pods)
@@ -724,7 +789,7 @@ def progress_line(pods: Sequence[_Pod], total: int, elapsed_s: float, timeout_s:
             + f" | {elapsed_s:.0f}/{timeout_s:g} s")
 
 
-class _Ticker:
+class Ticker:
     """Calls `progress` with a fresh status line about once a second (never without one)."""
 
     def __init__(self, progress: Progress | None, total: int, timeout_s: float) -> None:
@@ -732,7 +797,7 @@ class _Ticker:
         self.start = time.monotonic()
         self._next = self.start
 
-    def tick(self, pods: Sequence[_Pod]) -> None:
+    def tick(self, pods: Sequence[Pod]) -> None:
         now = time.monotonic()
         if self.progress is None or now < self._next:
             return
@@ -741,29 +806,18 @@ class _Ticker:
 
 
 def run_attempt(plans: Sequence[PodPlan], attempt: int, timeout_s: float, *,
-                 skip: Sequence[str] = (), victim: str | None = None,
-                 hold_dir: Path | None = None, world: int = 0,
-                 settle_s: float = 60.0, after_crash_s: float | None = None,
-                 progress: Progress | None = None) -> Attempt:
+                skip: Sequence[str] = (), after_crash_s: float | None = None,
+                progress: Progress | None = None) -> Attempt:
     """Start every pod, wait for all of them (bounded), return outcomes and PREFLIGHT lines.
 
-    With `victim`, the ranks hold after their first checkpoint (preflight.py's
-    --hold-after-checkpoint DIR); once all `world` of them hold, the victim pod is killed and
-    the others are released: they must then find out on their own, within `settle_s`.
     With `after_crash_s`, once one pod exits non-zero the others get that long to end too.
     With `progress`, a status line (`progress_line`) goes to it about once a second."""
-    pods = [_Pod(p, attempt) for p in plans if p.name not in skip]
+    pods = [Pod(p, attempt) for p in plans if p.name not in skip]
     deadline = time.monotonic() + timeout_s
-    ticker = _Ticker(progress, len(plans), timeout_s)
-    target = next((p for p in pods if p.plan.name == victim), None)
+    ticker = Ticker(progress, len(plans), timeout_s)
     first_crash: str | None = None
     try:
         while time.monotonic() < deadline and any(p.proc.poll() is None for p in pods):
-            if (target is not None and not target.killed and hold_dir is not None
-                    and target.proc.poll() is None and len(_held(hold_dir)) >= world):
-                target.kill()
-                (hold_dir / "release").touch()
-                deadline = min(deadline, time.monotonic() + settle_s)
             if after_crash_s is not None and first_crash is None:
                 first_crash = next((p.plan.name for p in pods
                                     if p.proc.poll() not in (None, 0)), None)
@@ -772,8 +826,6 @@ def run_attempt(plans: Sequence[PodPlan], attempt: int, timeout_s: float, *,
             ticker.tick(pods)
             time.sleep(0.05)
     finally:
-        if hold_dir is not None and hold_dir.is_dir():
-            (hold_dir / "release").touch()  # nobody waits for a kill that will not come
         for p in pods:
             if p.proc.poll() is None:
                 p.timed_out = True
@@ -786,8 +838,7 @@ def run_attempt(plans: Sequence[PodPlan], attempt: int, timeout_s: float, *,
         outcomes.append(PodOutcome(name, plan.rank, None, False, False, plan.log_dir / "pod.log",
                                    attempt))
     lines = [r for p in pods for r in p.lines()]
-    killed = target.plan.name if target is not None and target.killed else None
-    return Attempt(outcomes, lines, _held(hold_dir), killed)
+    return Attempt(outcomes, lines)
 
 
 def write_plan(root: Path, plans: Sequence[PodPlan], world: int, backend: str) -> None:

@@ -15,6 +15,7 @@ rehearse anything: the ticket says where the record came from."""
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import hashlib
 import hmac
@@ -23,7 +24,7 @@ import os
 import secrets
 import socket
 import stat
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -102,14 +103,15 @@ class RehearsalRecord:
     name: str
     profile: str
     profile_sha256: str
-    finished_at: str  # ISO 8601, UTC
     ok: bool
     world_size: int
     backend: str
     options: tuple[str, ...]  # the rehearse options that shaped it (--own-script, ...)
     checks: tuple[tuple[str, str, str], ...]  # (check, status, message)
     logs_dir: str
-    written_by: tuple[str, str, str, str]  # (tool, its version, host, user)
+    # stamped by write_record: when (ISO 8601, UTC), and (tool, its version, host, user)
+    finished_at: str = ""
+    written_by: tuple[str, str, str, str] = ("", "", "", "")
     path: str = ""  # where the record was read from
 
     def as_dict(self) -> dict[str, Any]:
@@ -131,18 +133,14 @@ class ForeignRecord:
     why: str
 
 
-def write_record(*, project: str, name: str, profile: str, profile_sha256: str, ok: bool,
-                 world_size: int, backend: str, options: Sequence[str],
-                 checks: Sequence[tuple[str, str, str]], logs_dir: str,
-                 now: datetime | None = None) -> Path | None:
-    """Replace the workload's record atomically, signed; None when the cache or its key cannot
-    be written (a read-only home must not fail the rehearsal itself)."""
-    record = RehearsalRecord(
-        project, name, profile, profile_sha256,
-        (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ"), ok, world_size, backend,
-        tuple(options), tuple(checks), logs_dir,
-        (TOOL, __version__, socket.gethostname(), _user()))
-    path = record_path(project, name)
+def write_record(record: RehearsalRecord, *, now: datetime | None = None) -> Path | None:
+    """Replace the workload's record atomically, stamped with the time and who wrote it, and
+    signed; None when the cache or its key cannot be written (a read-only home must not fail
+    the rehearsal itself)."""
+    record = dataclasses.replace(
+        record, finished_at=(now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        written_by=(TOOL, __version__, socket.gethostname(), _user()))
+    path = record_path(record.project, record.name)
     try:
         key = record_key(create=True)
         if key is None:
@@ -183,11 +181,11 @@ def read_record(project: str, name: str) -> RehearsalRecord | ForeignRecord | No
         by = doc["written_by"]
         return RehearsalRecord(
             str(doc["project"]), str(doc["name"]), str(doc["profile"]),
-            str(doc["profile_sha256"]), str(doc["finished_at"]), bool(doc["ok"]),
+            str(doc["profile_sha256"]), bool(doc["ok"]),
             int(doc["world_size"]), str(doc["backend"]),
             tuple(str(o) for o in doc["options"]),
             tuple((str(c["check"]), str(c["status"]), str(c["message"]))
-                  for c in doc["checks"]), str(doc["logs_dir"]),
+                  for c in doc["checks"]), str(doc["logs_dir"]), str(doc["finished_at"]),
             (str(by["tool"]), str(by["version"]), str(by["host"]), str(by["user"])), str(path))
     except (ValueError, KeyError, TypeError):
         return None

@@ -6,18 +6,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..facts.kubeflow import OPERATOR_VERSION
 from ..facts.operator import DEFAULT_GRACE_S, Action, JobModel
 from .checks import CheckResult
 from .faults import Fault
-from .pods import PodOutcome, PodPlan, Progress, _held, _Pod, _Ticker
+from .pods import Pod, PodOutcome, PodPlan, Ticker, held
 from .restarts import STATIC_RENDEZVOUS_RISK, static_rendezvous
+from .spec import RehearsalSpec
 
 
-def _delete_all(pods: Sequence[_Pod]) -> dict[str, str]:
+def _delete_all(pods: Sequence[Pod]) -> dict[str, str]:
     """Pods deleted (a preemption): SIGTERM to each container's main process at once, then
     SIGKILL to whatever still runs after that pod's terminationGracePeriodSeconds (default
     30 s). How each pod ended, in words."""
@@ -43,147 +44,189 @@ def _delete_all(pods: Sequence[_Pod]) -> dict[str, str]:
     return ended
 
 
-def rehearse_faults(job: Mapping[str, Any], plans: Sequence[PodPlan], world: int,
-                    faults: Sequence[Fault], timeout_s: float, backoff_scale: float,
-                    hold_dir: Path, sigterm_save: bool = False, audit_dir: Path | None = None,
-                    progress: Progress | None = None, operator_version: str = OPERATOR_VERSION
-                    ) -> tuple[list[CheckResult], list[PodOutcome], list[dict[str, Any]]]:
-    """Run the pods, inject `faults`, follow the model until the job ends or `timeout_s`.
-    `sigterm_save`: the profile says its script saves on SIGTERM; a preemption then fails
-    where a rank did not save within the grace period. `audit_dir`: the pods run the
-    researcher's own script (`--own-script`), whose first checkpoint is the audit layer's
-    first save record (the script cannot be held there: the fault lands right after it), and
-    whose resume the `resume` row judges from the same records."""
-    model = JobModel.of(job, backoff_scale=backoff_scale, version=operator_version)
-    by_name = {p.name: p for p in plans}
-    attempts = {p.name: 0 for p in plans}
-    pods: dict[str, _Pod] = {p.name: _Pod(p, 0) for p in plans}
-    done: list[_Pod] = []
-    pending = list(faults)
-    # per fault fired: the pods restarted in place, the pods recreated, when, the saved step
-    fired: list[tuple[Fault, set[str], set[str], float, int, dict[str, str]]] = []
-    start = time.monotonic()
-    deadline = start + timeout_s
-    seen_exit: set[int] = set()
-    ticker = _Ticker(progress, len(plans), timeout_s)
+@dataclass
+class Fired:
+    """A fault that fired: when, the step saved before it, and what the cluster did after."""
 
-    def apply(actions: Sequence[Action]) -> None:
+    fault: Fault
+    at: float
+    saved: int
+    restarted: set[str] = field(default_factory=set)  # pods restarted in place
+    recreated: set[str] = field(default_factory=set)  # pods recreated
+    ended: dict[str, str] = field(default_factory=dict)  # how each deleted pod ended
+
+
+class FaultRun:
+    """The pods of one fault rehearsal, as the kubelet/operator model drives them.
+
+    `audit_dir`: the pods run the researcher's own script (`--own-script`), whose first
+    checkpoint is the audit layer's first save record (the script cannot be held there: the
+    fault lands right after it), and whose resume the `resume` row judges from the same
+    records. `spec.settings.checkpoint_on_sigterm`: the profile says its script saves on
+    SIGTERM; a preemption then fails where a rank did not save within the grace period."""
+
+    def __init__(self, job: Mapping[str, Any], plans: Sequence[PodPlan], world: int,
+                 spec: RehearsalSpec, hold_dir: Path, audit_dir: Path | None) -> None:
+        self.job, self.plans, self.world, self.spec = job, plans, world, spec
+        self.hold_dir, self.audit_dir = hold_dir, audit_dir
+        self.model = JobModel.of(job, backoff_scale=spec.backoff_scale,
+                                 version=spec.operator_version)
+        self.by_name = {p.name: p for p in plans}
+        self.attempts = {p.name: 0 for p in plans}
+        self.pods: dict[str, Pod] = {p.name: Pod(p, 0) for p in plans}
+        self.done: list[Pod] = []
+        self.fired: list[Fired] = []
+        self.seen_exit: set[int] = set()
+        self.start = time.monotonic()
+        self.ended_at = 0.0
+
+    def apply(self, actions: Sequence[Action]) -> None:
         for a in actions:
             if a.kind in ("restart", "recreate") and a.pod is not None:
-                attempts[a.pod] += 1
-                old = pods[a.pod]
+                self.attempts[a.pod] += 1
+                old = self.pods[a.pod]
                 if old.proc.poll() is None:
                     old.stop()
-                seen_exit.add(id(old))
-                done.append(old)
-                pods[a.pod] = _Pod(by_name[a.pod], attempts[a.pod])
-                for _, restarted, recreated, *_rest in fired:
-                    (restarted if a.kind == "restart" else recreated).add(a.pod)
+                self.seen_exit.add(id(old))
+                self.done.append(old)
+                self.pods[a.pod] = Pod(self.by_name[a.pod], self.attempts[a.pod])
+                for f in self.fired:
+                    (f.restarted if a.kind == "restart" else f.recreated).add(a.pod)
             elif a.kind == "delete-all":
-                ended = _delete_all(list(pods.values()))
-                seen_exit.update(id(p) for p in pods.values())
-                fired[-1][5].update(ended)
+                ended = _delete_all(list(self.pods.values()))
+                self.seen_exit.update(id(p) for p in self.pods.values())
+                self.fired[-1].ended.update(ended)
             elif a.kind == "stop-all":
-                for p in pods.values():
+                for p in self.pods.values():
                     if p.proc.poll() is None:
                         p.stop()
 
-    try:
-        while time.monotonic() < deadline and model.phase == "Running":
-            now = time.monotonic() - start
-            for f in list(pending):
-                held = (_held(hold_dir) if audit_dir is None
-                        else first_saves(audit_dir, audit_key(plans)))
-                ready = ((bool(held) if audit_dir is not None else len(held) >= world)
-                         if f.at is None else now >= f.at)
-                if not ready:
-                    continue
-                saved = min(held.values()) if held else 0
-                if f.kind == "preempt":
-                    pending.remove(f)
-                    fired.append((f, set(), set(), now, saved, {}))
-                    # SIGTERM reaches the ranks where they hold: a script that saves on SIGTERM
-                    # saves that step; then the release, so that the new pods do not hold
-                    actions = model.preempted(now)
-                    apply(actions[:1])
-                    (hold_dir / "release").touch()
-                    apply(actions[1:])
-                elif f.pod is not None and pods[f.pod].proc.poll() is None:
-                    pods[f.pod].kill()
-                    (hold_dir / "release").touch()
-                    pending.remove(f)
-                    fired.append((f, set(), set(), now, saved, {}))
-            for name, p in list(pods.items()):
-                code = p.proc.poll()
-                if code is not None and id(p) not in seen_exit:
-                    seen_exit.add(id(p))
-                    # Kubernetes reports a signal as 128 + signal
-                    apply(model.exited(name, 128 - code if code < 0 else code,
-                                       time.monotonic() - start))
-            apply(model.due(time.monotonic() - start))
-            ticker.tick(list(pods.values()))
-            time.sleep(0.05)
-    finally:
-        (hold_dir / "release").touch()
-        for p in pods.values():
-            if p.proc.poll() is None:
-                p.timed_out = model.phase == "Running"
-                p.stop()
-    ended_at = time.monotonic() - start
-    every = [*done, *pods.values()]
-    outcomes = [p.finish() for p in every]
-    lines = [r for p in every for r in p.lines()]
-    limit = "none" if model.backoff_limit is None else str(model.backoff_limit)
-    checks = []
-    for f, restarted, recreated, at, saved, ended in fired:
-        resumed, wrong = _resumes(lines, saved) if audit_dir is None else (set(range(world)), [])
+    def fire(self, pending: list[Fault], now: float) -> None:
+        """Each pending fault whose moment has come: at its second, or at the first
+        checkpoint (every rank holding there; with its own script, the first save)."""
+        for f in list(pending):
+            saves = (held(self.hold_dir) if self.audit_dir is None
+                     else first_saves(self.audit_dir, audit_key(self.plans)))
+            ready = ((bool(saves) if self.audit_dir is not None else len(saves) >= self.world)
+                     if f.at is None else now >= f.at)
+            if not ready:
+                continue
+            saved = min(saves.values()) if saves else 0
+            if f.kind == "preempt":
+                pending.remove(f)
+                self.fired.append(Fired(f, now, saved))
+                # SIGTERM reaches the ranks where they hold: a script that saves on SIGTERM
+                # saves that step; then the release, so that the new pods do not hold
+                actions = self.model.preempted(now)
+                self.apply(actions[:1])
+                (self.hold_dir / "release").touch()
+                self.apply(actions[1:])
+            elif f.pod is not None and self.pods[f.pod].proc.poll() is None:
+                self.pods[f.pod].kill()
+                (self.hold_dir / "release").touch()
+                pending.remove(f)
+                self.fired.append(Fired(f, now, saved))
+
+    def follow(self, faults: Sequence[Fault]) -> list[Fault]:
+        """Run the pods, inject the faults, follow the model until the job ends or the
+        timeout; the faults that never fired."""
+        pending = list(faults)
+        deadline = self.start + self.spec.timeout_s
+        ticker = Ticker(self.spec.progress, len(self.plans), self.spec.timeout_s)
+        model = self.model
+        try:
+            while time.monotonic() < deadline and model.phase == "Running":
+                self.fire(pending, time.monotonic() - self.start)
+                for name, p in list(self.pods.items()):
+                    code = p.proc.poll()
+                    if code is not None and id(p) not in self.seen_exit:
+                        self.seen_exit.add(id(p))
+                        # Kubernetes reports a signal as 128 + signal
+                        self.apply(model.exited(name, 128 - code if code < 0 else code,
+                                                time.monotonic() - self.start))
+                self.apply(model.due(time.monotonic() - self.start))
+                ticker.tick(list(self.pods.values()))
+                time.sleep(0.05)
+        finally:
+            (self.hold_dir / "release").touch()
+            for p in self.pods.values():
+                if p.proc.poll() is None:
+                    p.timed_out = model.phase == "Running"
+                    p.stop()
+        self.ended_at = time.monotonic() - self.start
+        return pending
+
+    def verdict(self, f: Fired, resumed: set[int], wrong: list[str]) -> tuple[str, bool]:
+        """What the fault did to the job, in words, and whether the layout survived it."""
+        model, world = self.model, self.world
         if model.phase == "Failed":
-            verdict, ok = f"the operator would mark the job Failed: {model.reason}", False
-        elif model.phase == "Succeeded" and (set(range(world)) - resumed or wrong):
-            verdict, ok = "the job ended, but not every rank resumed the saved step", False
-        elif model.phase == "Succeeded" and static_rendezvous(job) and f.kind == "kill":
+            return f"the operator would mark the job Failed: {model.reason}", False
+        if model.phase == "Succeeded" and (set(range(world)) - resumed or wrong):
+            return "the job ended, but not every rank resumed the saved step", False
+        if model.phase == "Succeeded" and static_rendezvous(self.job) and f.fault.kind == "kill":
             # recovered this time; in the cluster the same fault can use the whole budget
-            verdict, ok = "recovered here, but " + STATIC_RENDEZVOUS_RISK.format(
-                victim=f.pod or "a pod"), False
-        elif model.phase == "Succeeded":
-            verdict, ok = f"recovered (the job succeeded {ended_at - at:.1f} s after it)", True
-        else:
-            verdict, ok = f"still running at --timeout {timeout_s:g} s", False
-        story = (f"ranks {', '.join(map(str, sorted(resumed)))} resumed the saved step {saved}"
-                 if resumed else f"no rank resumed the saved step {saved}")
-        if audit_dir is not None:
+            return "recovered here, but " + STATIC_RENDEZVOUS_RISK.format(
+                victim=f.fault.pod or "a pod"), False
+        if model.phase == "Succeeded":
+            return f"recovered (the job succeeded {self.ended_at - f.at:.1f} s after it)", True
+        return f"still running at --timeout {self.spec.timeout_s:g} s", False
+
+    def row(self, f: Fired, lines: Sequence[Mapping[str, Any]]) -> CheckResult:
+        """The fault's row: what the cluster did, the restarts used, the verdict, the resume."""
+        model, world, scale = self.model, self.world, self.spec.backoff_scale
+        resumed, wrong = (_resumes(lines, f.saved) if self.audit_dir is None
+                          else (set(range(world)), []))
+        verdict, ok = self.verdict(f, resumed, wrong)
+        story = (f"ranks {', '.join(map(str, sorted(resumed)))} resumed the saved step {f.saved}"
+                 if resumed else f"no rank resumed the saved step {f.saved}")
+        if self.audit_dir is not None:
             story = "the resume row checks what your script loaded after it"
         if wrong:
             story += "; " + "; ".join(wrong)
-        moved = f"pods restarted in place: {', '.join(sorted(restarted)) or 'none'}"
-        if f.kind == "preempt" or recreated:
-            moved = (f"every pod deleted ({'; '.join(f'{k}: {v}' for k, v in ended.items())}), "
-                     f"pods recreated: {', '.join(sorted(recreated)) or 'none'}; " + moved)
+        moved = f"pods restarted in place: {', '.join(sorted(f.restarted)) or 'none'}"
+        if f.fault.kind == "preempt" or f.recreated:
+            moved = (f"every pod deleted ({'; '.join(f'{k}: {v}' for k, v in f.ended.items())}), "
+                     f"pods recreated: {', '.join(sorted(f.recreated)) or 'none'}; " + moved)
         saves = sorted({int(r["rank"]) for r in lines if r.get("event") == "sigterm-checkpoint"
                         and r.get("saved")})
-        if f.kind == "preempt":
+        if f.fault.kind == "preempt":
             moved += ("; on SIGTERM rank(s) " + ", ".join(map(str, saves)) + " saved their last "
                       "step within the grace period" if saves else "; no rank saved on SIGTERM")
             unsaved = sorted(set(range(world)) - set(saves))
-            if sigterm_save and unsaved and ok:
+            if self.spec.settings.checkpoint_on_sigterm and unsaved and ok:
                 verdict, ok = (f"rank(s) {', '.join(map(str, unsaved))} did not save on "
                                "SIGTERM within the grace period, as the profile says its "
                                "script does"), False
-        msg = (f"{f.label}: {moved}; restarts used {model.restarts_used}/{limit} (back-off "
-               f"scale {backoff_scale:g}); {verdict}; {story}")
-        checks.append(CheckResult("fault", "pass" if ok else "fail", msg,
-                                  details={"phase": model.phase, "reason": model.reason,
-                                           "restarts_used": model.restarts_used,
-                                           "backoff_limit": model.backoff_limit,
-                                           "restarted": sorted(restarted),
-                                           "recreated": sorted(recreated),
-                                           "deleted": dict(ended),
-                                           "sigterm_saves": saves,
-                                           "saved_step": saved,
-                                           "resumed_ranks": sorted(resumed),
-                                           "fault_at_s": round(at, 1),
-                                           "ended_at_s": round(ended_at, 1),
-                                           "backoff_scale": backoff_scale}))
+        limit = "none" if model.backoff_limit is None else str(model.backoff_limit)
+        msg = (f"{f.fault.label}: {moved}; restarts used {model.restarts_used}/{limit} (back-off "
+               f"scale {scale:g}); {verdict}; {story}")
+        return CheckResult("fault", "pass" if ok else "fail", msg,
+                           details={"phase": model.phase, "reason": model.reason,
+                                    "restarts_used": model.restarts_used,
+                                    "backoff_limit": model.backoff_limit,
+                                    "restarted": sorted(f.restarted),
+                                    "recreated": sorted(f.recreated),
+                                    "deleted": dict(f.ended),
+                                    "sigterm_saves": saves,
+                                    "saved_step": f.saved,
+                                    "resumed_ranks": sorted(resumed),
+                                    "fault_at_s": round(f.at, 1),
+                                    "ended_at_s": round(self.ended_at, 1),
+                                    "backoff_scale": scale})
+
+
+def rehearse_faults(job: Mapping[str, Any], plans: Sequence[PodPlan], world: int,
+                    faults: Sequence[Fault], spec: RehearsalSpec, hold_dir: Path,
+                    audit_dir: Path | None = None
+                    ) -> tuple[list[CheckResult], list[PodOutcome], list[dict[str, Any]]]:
+    """Run the pods, inject `faults`, follow the model until the job ends or the spec's
+    timeout (FaultRun): a row per fault, how each pod ended, the ranks' records."""
+    run = FaultRun(job, plans, world, spec, hold_dir, audit_dir)
+    pending = run.follow(faults)
+    every = [*run.done, *run.pods.values()]
+    outcomes = [p.finish() for p in every]
+    lines = [r for p in every for r in p.lines()]
+    checks = [run.row(f, lines) for f in run.fired]
     for f in pending:
         checks.append(CheckResult("fault", "fail", f"{f.label}: never fired (the job ended or "
                                   "--timeout passed first)"))
