@@ -24,7 +24,7 @@ from runai_spec.facts.kubeflow import (
 )
 from runai_spec.facts.operator import BACKOFF_RESET_AFTER_S, JobModel
 from runai_spec.load.presets import PresetRegistry
-from runai_spec.rehearse.pods import plan_pods
+from runai_spec.rehearse.argv import plan_pods
 from runai_spec.rehearse.spec import RehearsalSpec
 
 # --- the kubelet's back-off (client-go util/flowcontrol/backoff.go hasExpired) ------------

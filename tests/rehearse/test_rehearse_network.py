@@ -30,7 +30,7 @@ from runai_spec.rehearse.network import (
     plan_network,
     resolve_mode,
 )
-from runai_spec.rehearse.pods import PID_NAMESPACE, can_pid_namespace
+from runai_spec.rehearse.process_tree import PID_NAMESPACE, can_pid_namespace
 from runai_spec.rehearse.spec import RehearsalSpec
 
 # --- planning (no root needed)

@@ -17,7 +17,7 @@ from runai_spec import rehearse as rehearse_module
 from runai_spec.cli import app
 from runai_spec.cli import rehearse as rehearse_cli
 from runai_spec.rehearse import CheckResult, PodOutcome, PodPlan, RehearseResult, aggregate
-from runai_spec.rehearse.pods import progress_line, run_attempt
+from runai_spec.rehearse.processes import progress_line, run_attempt
 
 PROFILE = str(ROOT / "examples/multi-node/profile.yaml")
 

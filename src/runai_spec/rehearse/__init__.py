@@ -19,6 +19,7 @@ from ..pipeline.checklist import (
     preflight_settings,
     preflight_source,
 )
+from .argv import MULTICAST_OFF, PodPlan, free_port, plan_pods, probe_gpus, write_plan
 from .checks import (
     CHECK_ORDER,
     CheckResult,
@@ -34,16 +35,7 @@ from .faults import Fault, faults_of
 from .job import DEFAULT_PORT, PORT_NAME, find_job, nproc_of, operator_env, replicas_of
 from .logs_folder import check_logs_dir, make_logs_dir
 from .network import NetPlan, auto_on_gpu, plan_network, pod_network, resolve_mode
-from .pods import (
-    MULTICAST_OFF,
-    PodOutcome,
-    PodPlan,
-    free_port,
-    plan_pods,
-    probe_gpus,
-    run_attempt,
-    write_plan,
-)
+from .processes import PodOutcome, run_attempt
 from .restarts import operator_verdict, restart_settings
 from .runner import audit_key, final_round, rehearse_faults
 from .script_checks import ScriptRun, foreign_records, foreign_row, read_audit, script_checks

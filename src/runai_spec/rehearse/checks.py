@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from ..text import one_line
+from .argv import PodPlan
 from .network import NetPlan
-from .pods import PodOutcome, PodPlan, can_pid_namespace
+from .process_tree import can_pid_namespace
+from .processes import PodOutcome
 
 TAIL_LINES = 3  # of a crashed rank's stderr in the pods row: where a traceback ends
 

@@ -1,6 +1,6 @@
 """The pods' network in the rehearsal: a network namespace, an address and a hostname per pod,
 and the job's service names resolving only while that pod's container runs, as in the cluster;
-or, where the machine does not allow it, this machine's loopback (pods.py's `_on_loopback`).
+or, where the machine does not allow it, this machine's loopback (argv.py's `_on_loopback`).
 
 What this models (facts from the sources named):
 - training-operator v1.9 `pkg/controller.v1/common/service.go` `CreateNewService`: one Service

@@ -11,7 +11,7 @@ from ..facts.torchrun import has_flag, split_command
 from ..pipeline.checklist import PreflightSettings
 from .checks import exit_status
 from .job import container_of, replicas_of
-from .pods import PodOutcome
+from .processes import PodOutcome
 
 
 def restart_settings(settings: PreflightSettings) -> PreflightSettings:

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from ..facts.operator import DEFAULT_GRACE_S, Action, JobModel
+from .argv import PodPlan
 from .checks import CheckResult
 from .faults import Fault
-from .pods import Pod, PodOutcome, PodPlan, Ticker, held
+from .processes import Pod, PodOutcome, Ticker, held
 from .restarts import STATIC_RENDEZVOUS_RISK, static_rendezvous
 from .spec import RehearsalSpec
 
