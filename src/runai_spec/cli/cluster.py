@@ -187,8 +187,9 @@ def wait_until_running(profile: Path, manifests: list[Manifest], target: cluster
                        interval: float, watch_timeout: float) -> None:
     """submit --wait: poll the job until it runs or ends; Failed is a cluster failure."""
     from .. import cluster
+    from ..facts.kubeflow import KIND
 
-    ref = next(cluster.ref_of(m) for m in manifests if m.get("kind") == "PyTorchJob")
+    ref = next(cluster.ref_of(m) for m in manifests if m.get("kind") == KIND)
     if watch_job(ref, target, TextJson.text, True, interval, watch_timeout) == "Failed":
         raise ClusterError(f"{ref}: Failed (the status above says why)", file="cluster",
                            hint=f"`runai-spec logs {profile} --out -` shows its logs")

@@ -69,7 +69,9 @@ def metadata_of(workload: Workload) -> WorkloadMetadata:
 
 
 def job_of(workload: Workload) -> Manifest:
-    (job,) = [dict(m) for m in workload.manifests if m.get("kind") == "PyTorchJob"]
+    from ..facts.kubeflow import KIND
+
+    (job,) = [dict(m) for m in workload.manifests if m.get("kind") == KIND]
     return job
 
 

@@ -9,13 +9,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import Location
-from ..facts.kubeflow import GPU_RESOURCE
+from ..facts.kubeflow import GPU_RESOURCE, KIND, OPERATOR_VERSION
 from ..findings import Finding, Severity
 from ..pipeline.workload import Workload
 from .refusals import refusal
 from .session import Session, clean, json_body
 
-DEFAULT_OPERATOR_VERSION = "1.9"
 NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
 GPU_PRODUCT = "nvidia.com/gpu.product"
 QUEUES = "/apis/scheduling.run.ai/v2/queues"
@@ -190,7 +189,7 @@ def _operator(s: Session, w: Workload) -> Iterator[Finding]:
                        "the PyTorchJob CRD is not served", "the training operator is not installed")
         return
     yield from _crd_schema(served, w)
-    want = str(getattr(w.site, "operator_version", None) or DEFAULT_OPERATOR_VERSION)
+    want = str(getattr(w.site, "operator_version", None) or OPERATOR_VERSION)
     deploy = _get(s, OPERATOR)
     if deploy is None:
         yield _finding(w, "live-operator", "deployment/kubeflow/training-operator",
@@ -221,7 +220,7 @@ def _crd_schema(served: dict[str, Any], w: Workload) -> Iterator[Finding]:
                        "the render could not be checked against the cluster's schema",
                        "warning")
         return
-    for problem in crd_findings(list(w.manifests), schemas, "PyTorchJob", w.path):
+    for problem in crd_findings(list(w.manifests), schemas, KIND, w.path):
         yield Finding("live-crd-schema", Location(w.path, None, f"{source}: {problem.path}"),
                       problem.message, problem.hint, problem.severity)
 

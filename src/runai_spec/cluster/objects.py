@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ClusterError, InternalError
 from ..facts.kubeflow import (
+    ANNOTATION_PREFIX,
     JOB_NAME_LABEL,
     MANAGED_BY,
     MANAGED_BY_LABEL,
@@ -60,7 +61,7 @@ def same_render(manifest: Manifest, live: Manifest) -> bool:
     """The live object is exactly this render: contains it, with the same runai-spec provenance."""
     def ours(obj: Manifest) -> dict[str, Any]:
         notes = (obj.get("metadata") or {}).get("annotations") or {}
-        return {k: v for k, v in notes.items() if k.startswith("runai-spec/")}
+        return {k: v for k, v in notes.items() if k.startswith(ANNOTATION_PREFIX)}
     return ours(manifest) == ours(live) and contains(manifest, live)
 
 

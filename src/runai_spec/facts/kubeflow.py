@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final, Literal, get_args
 
 from ..errors import InputError
+from .torchrun import split_flag
 
-OPERATOR_VERSION = "1.9"
-OPERATOR_VERSIONS = ("1.7", "1.8", "1.9")  # the versions operator_env() models
+# The training-operator releases operator_env() models (site.yaml operator_version), and the
+# one a site gets when it names none.
+OperatorVersion = Literal["1.7", "1.8", "1.9"]
+OPERATOR_VERSIONS: tuple[str, ...] = get_args(OperatorVersion)
+OPERATOR_VERSION: OperatorVersion = "1.9"
 
 # pkg/apis/kubeflow.org/v1/pytorch_types.go
 API_VERSION = "kubeflow.org/v1"
@@ -26,7 +30,7 @@ DEFAULT_PORT = 23456  # PytorchJobDefaultPort
 MASTER = "Master"  # PyTorchJobReplicaTypeMaster
 WORKER = "Worker"  # PyTorchJobReplicaTypeWorker
 REPLICA_TYPES = (MASTER, WORKER)  # the order the operator numbers ranks in
-RDZV_BACKEND = "c10d"  # elasticPolicy.rdzvBackend when unset (elastic.go)
+RDZV_BACKEND: Final = "c10d"  # elasticPolicy.rdzvBackend when unset (elastic.go)
 # The pod's own name from the downward API (env valueFrom.fieldRef), for $(POD_NAME) in args
 POD_NAME_ENV = ("POD_NAME", "metadata.name")
 GPU_RESOURCE = "nvidia.com/gpu"  # the NVIDIA device plugin's resource, which nproc must match
@@ -79,10 +83,23 @@ def is_dns1035_label(name: str) -> bool:
     return bool(DNS1035.match(name)) and len(name) <= NAME_MAX
 
 
+def short_pod_name(replica_type: str, index: int) -> str:
+    """`master-0`, `worker-N`: a pod's name without its job's (what rehearse and the restart
+    model call a pod)."""
+    return f"{replica_type.lower()}-{index}"
+
+
 def pod_name(job: str, replica_type: str, index: int) -> str:
     """`<job>-master-0`, `<job>-worker-N`: each pod and its headless service
     (pkg/common/util/util.go GenGeneralName)."""
-    return f"{job}-{replica_type.lower()}-{index}"
+    return f"{job}-{short_pod_name(replica_type, index)}"
+
+
+def name_room(job: str, longest_pod: str) -> int:
+    """The longest name job JOB could have and keep LONGEST_POD, a pod name derived from it
+    (`<job>-worker-N`, `<job>-smoke-worker-N`), within a DNS label: what "shorten the name to
+    at most N characters" says."""
+    return NAME_MAX - (len(longest_pod) - len(job))
 
 
 def master_addr(job: str) -> str:
@@ -136,8 +153,8 @@ def injected_nproc(job: Mapping[str, Any], version: str = OPERATOR_VERSION) -> A
 
 def nproc_flags(command: Sequence[str]) -> list[str]:
     """The values of every `--nproc-per-node=N` in a container's argv."""
-    prefix = f"{NPROC_FLAG}="
-    return [arg[len(prefix):] for arg in command if arg.startswith(prefix)]
+    return [value for name, value in map(split_flag, command)
+            if name == NPROC_FLAG and value is not None]
 
 
 def torchrun_procs(job: Mapping[str, Any], command: Sequence[str],

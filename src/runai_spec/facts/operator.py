@@ -33,8 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .kubeflow import OPERATOR_VERSION as DEFAULT_OPERATOR_VERSION
-from .kubeflow import OPERATOR_VERSIONS
+from .kubeflow import MASTER, OPERATOR_VERSION, OPERATOR_VERSIONS, REPLICA_TYPES, short_pod_name
 
 POLICIES = ("OnFailure", "Always", "ExitCode", "Never")
 DEFAULT_POLICY = "OnFailure"  # pytorch_defaults.go: PyTorchJobDefaultRestartPolicy
@@ -83,14 +82,14 @@ class JobModel:
     has_master: bool
     elastic: bool
     backoff_scale: float = 1.0
-    version: str = DEFAULT_OPERATOR_VERSION
+    version: str = OPERATOR_VERSION
     phase: str = "Running"  # Running | Succeeded | Failed
     reason: str = ""
     log: list[tuple[float, str]] = field(default_factory=list)
 
     @classmethod
     def of(cls, job: Mapping[str, Any], *, backoff_scale: float = 1.0,
-           version: str = DEFAULT_OPERATOR_VERSION) -> JobModel:
+           version: str = OPERATOR_VERSION) -> JobModel:
         """The model of a rendered PyTorchJob: its pods, restart policies and backoffLimit."""
         if version not in OPERATOR_VERSIONS:
             raise ValueError(f"training-operator {version!r}: modelled are "
@@ -98,16 +97,16 @@ class JobModel:
         spec = job.get("spec") or {}
         replicas = spec.get("pytorchReplicaSpecs") or {}
         pods: dict[str, PodModel] = {}
-        for rtype in ("Master", "Worker"):
+        for rtype in REPLICA_TYPES:
             rspec = replicas.get(rtype)
             if rspec is None:
                 continue
             policy = str(rspec.get("restartPolicy") or DEFAULT_POLICY)
             for i in range(int(rspec.get("replicas", 1))):
-                name = f"{rtype.lower()}-{i}"
+                name = short_pod_name(rtype, i)
                 pods[name] = PodModel(name, policy)
         limit = (spec.get("runPolicy") or {}).get("backoffLimit")
-        return cls(pods, None if limit is None else int(limit), "Master" in replicas,
+        return cls(pods, None if limit is None else int(limit), MASTER in replicas,
                    spec.get("elasticPolicy") is not None, backoff_scale, version)
 
     @property
@@ -198,8 +197,8 @@ class JobModel:
     def _succeeded(self, now: float) -> list[Action]:
         pods = list(self.pods.values())
         if self.has_master:
-            done = self.pods.get("master-0") is not None and self.pods["master-0"].phase == (
-                "Succeeded")
+            master = self.pods.get(short_pod_name(MASTER, 0))
+            done = master is not None and master.phase == "Succeeded"
         elif self.elastic:
             done = any(p.phase == "Succeeded" for p in pods)
         else:

@@ -16,6 +16,10 @@ _PYTHON_WITH_VALUE = {"-X", "-W", "-c"}
 
 # torchrun's flag for an entry point that is an executable, not a Python script
 NO_PYTHON = "--no-python"
+# The single-GPU layout's launcher. -u: operator 1.7+ already sets PYTHONUNBUFFERED=1 (1.6 set
+# "0"); -u keeps stdout unbuffered whatever the operator or the image sets, so a pod killed by
+# OOM or preemption keeps its last log lines. torchrun already starts its workers with -u.
+SINGLE_GPU_LAUNCHER = ("python", "-u")
 SHELLS = frozenset({"bash", "sh"})  # the interpreters a wrapper script may name
 SHELL_SUFFIXES = (".sh", ".bash")
 PYTHON_ENTRY = "python"
@@ -188,6 +192,47 @@ class Launcher:
     entry: tuple[str, ...]  # the script (or -m module) and its arguments
 
 
+# --- torchrun's flag grammar (argparse): `--name=value` or `--name value`, a boolean alone ---
+
+def flag(name: str, value: object) -> str:
+    """The flag as runai-spec renders it: `--name=value`."""
+    return f"{name}={value}"
+
+
+def split_flag(arg: str) -> tuple[str, str | None]:
+    """(name, value) of `--name=value`; (arg, None) for an argument without `=`."""
+    name, eq, value = arg.partition("=")
+    return (name, value) if eq else (arg, None)
+
+
+def _flag_width(arg: str, kind: str) -> int:
+    """How many items of argv flag ARG of launcher KIND takes: torchrun's flags take a value
+    unless boolean or written `--x=v`; python's -X, -W and -c take one."""
+    if kind == "torchrun":
+        return 1 if arg in _TORCHRUN_BOOLEAN or "=" in arg else 2
+    if kind == "python":
+        return 2 if arg in _PYTHON_WITH_VALUE else 1
+    return 1
+
+
+def _head_end(argv: Sequence[str], kind: str, start: int) -> int:
+    """Where launcher KIND's flags end in ARGV, from START: at the first argument that is no
+    flag, or at python's `-m` (the module is the entry point)."""
+    i = start
+    while i < len(argv):
+        arg = argv[i]
+        if not arg.startswith("-") or arg == "-":
+            break
+        if arg in ("-m", "--module") and kind == "python":
+            break
+        i += _flag_width(arg, kind)
+    return i
+
+
+def _python(prog: str) -> bool:
+    return re.fullmatch(r"python(3(\.\d+)?)?", prog) is not None
+
+
 def split_command(argv: Sequence[str]) -> Launcher:
     """Split a container argv into launcher flags and the training entry point."""
     if not argv:
@@ -197,7 +242,7 @@ def split_command(argv: Sequence[str]) -> Launcher:
     prog = os.path.basename(argv[0])
     if prog == "torchrun":
         kind, i = "torchrun", 1
-    elif re.fullmatch(r"python(3(\.\d+)?)?", prog):
+    elif _python(prog):
         if argv[1:3] in (["-m", "torch.distributed.run"], ["-m", "torch.distributed.launch"]):
             kind, i = "torchrun", 3
         else:
@@ -206,19 +251,7 @@ def split_command(argv: Sequence[str]) -> Launcher:
         raise InputError(f"the container command starts with {argv[0]!r}, neither python nor "
                          "torchrun", field="command",
                          hint="rehearse knows the launchers runai-spec renders")
-    while i < len(argv):
-        arg = argv[i]
-        if not arg.startswith("-") or arg == "-":
-            break
-        if arg in ("-m", "--module") and kind == "python":
-            break  # `python -m pkg`: the module is the entry point
-        if kind == "torchrun":
-            if arg in _TORCHRUN_BOOLEAN or "=" in arg:
-                i += 1
-                continue
-            i += 2
-        else:
-            i += 2 if arg in _PYTHON_WITH_VALUE else 1
+    i = _head_end(argv, kind, i)
     return Launcher(kind, tuple(argv[:i]), tuple(argv[i:]))
 
 
@@ -230,10 +263,11 @@ def set_nproc(head: Sequence[str], k: int) -> tuple[str, ...]:
         if skip:
             skip = False
             continue
-        m = re.fullmatch(r"(--nproc[-_]per[-_]node)(=.*)?", arg)
-        if m and m.group(2):
-            out.append(f"{m.group(1)}={k}")
-        elif m and i + 1 < len(head):
+        name, value = split_flag(arg)
+        nproc = re.fullmatch(r"--nproc[-_]per[-_]node", name) is not None
+        if nproc and value is not None:
+            out.append(flag(name, k))
+        elif nproc and i + 1 < len(head):
             out += [arg, str(k)]
             skip = True
         else:
@@ -245,22 +279,53 @@ def has_flag(head: Sequence[str], *names: str) -> bool:
     return any(a == n or a.startswith(n + "=") for a in head for n in names)
 
 
+@dataclass(frozen=True)
+class FlagUse:
+    """One use of a launcher flag in an argv: `--x=v` (width 1) or `--x v` (width 2)."""
+
+    index: int  # where the flag is
+    width: int
+    name: str  # the spelling used, e.g. --rdzv_conf
+    value: str
+
+
+def flag_uses(head: Sequence[str], *names: str) -> list[FlagUse]:
+    """Each use of flag NAMES (any of its spellings) in HEAD with its value, left to right; a
+    name last with no value after it is no use."""
+    out: list[FlagUse] = []
+    i = 0
+    while i < len(head):
+        arg = head[i]
+        for name in names:
+            if arg == name and i + 1 < len(head):
+                out.append(FlagUse(i, 2, name, head[i + 1]))
+                i += 1  # past the value
+                break
+            if arg.startswith(name + "="):
+                out.append(FlagUse(i, 1, name, arg.split("=", 1)[1]))
+                break
+        i += 1
+    return out
+
+
+def flag_value(head: Sequence[str], *names: str) -> str | None:
+    """The value of the first use of flag NAMES in HEAD, else None."""
+    uses = flag_uses(head, *names)
+    return uses[0].value if uses else None
+
+
+def rdzv_conf_keys(conf: str) -> set[str]:
+    """The keys of a `--rdzv-conf` value (`key=value,key=value`; torch's
+    `_parse_rendezvous_config`)."""
+    return {kv.split("=", 1)[0].strip() for kv in conf.split(",") if kv.strip()}
+
+
 def without_launcher(command: Sequence[str]) -> list[str]:
     """A researcher's command with a launcher they typed (`torchrun --nnodes=2 ...`, `python -u`,
     `bash`) and that launcher's own flags taken off: what the profile's command should be."""
     prog = os.path.basename(command[0]) if command else ""
-    i = 1
-    while i < len(command) and command[i].startswith("-") and command[i] != "-":
-        arg = command[i]
-        if prog == "torchrun":
-            i += 1 if arg in _TORCHRUN_BOOLEAN or "=" in arg else 2
-        elif re.fullmatch(r"python(3(\.\d+)?)?", prog):
-            if arg in ("-m", "--module"):
-                break
-            i += 2 if arg in _PYTHON_WITH_VALUE else 1
-        else:
-            i += 1
-    return list(command[i:])
+    kind = "torchrun" if prog == "torchrun" else "python" if _python(prog) else prog
+    return list(command[_head_end(command, kind, 1):])
 
 
 def python_head(argv: Sequence[str]) -> tuple[str, ...]:
@@ -269,5 +334,5 @@ def python_head(argv: Sequence[str]) -> tuple[str, ...]:
     `--no-python`, and `python -u` where an executable ran with no launcher."""
     launcher = split_command(argv)
     if launcher.kind == EXECUTABLE_ENTRY:
-        return ("python", "-u")
+        return SINGLE_GPU_LAUNCHER
     return tuple(a for a in launcher.head if a not in (NO_PYTHON, "--no_python"))

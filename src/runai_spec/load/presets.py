@@ -14,7 +14,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from ..errors import InputError, PresetError
-from ..facts.kubeflow import DEFAULT_PORT, DNS1123, DNS1123_PATTERN, NAME_MAX
+from ..facts.kubeflow import DEFAULT_PORT, DNS1123, DNS1123_PATTERN, NAME_MAX, RDZV_BACKEND
 from ..files import replace_file
 from ..resources import shipped_dir
 from .profile import Strategy
@@ -79,7 +79,7 @@ class Rendezvous(_Model):
     (docs/fault-experiments/RESULTS.md measured each choice under a kubelet/operator model)."""
 
     backend: Literal["c10d", "static"] = Field(
-        "c10d", description="c10d: the agents re-admit a pod the kubelet restarted in place, "
+        RDZV_BACKEND, description="c10d: the agents re-admit a pod the kubelet restarted in place, "
         "so one node fault costs one container restart; static (torchrun's default): never "
         "re-admits, one fault can use the whole backoffLimit (elastic presets: always c10d).")
     max_restarts: int = Field(
@@ -651,7 +651,7 @@ def _rendezvous_consistency(preset: Preset) -> str | None:
                     "own launcher")
         return None
     if preset.elastic is not None:
-        if preset.rendezvous.backend != "c10d":
+        if preset.rendezvous.backend != RDZV_BACKEND:
             return "an elastic preset needs rendezvous.backend c10d (the operator's elasticPolicy)"
         if "max_restarts" in written:
             return "an elastic preset sets torchrun's restarts in elastic.max_restarts"

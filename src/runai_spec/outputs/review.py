@@ -7,6 +7,7 @@ import shlex
 from typing import Any
 
 from ..facts.kubeflow import KIND, operator_env, replica_specs
+from ..pipeline.checklist import GUIDE_CHECKLIST
 from ..pipeline.workload import Workload
 from ..plan.failure import failure_semantics
 from ..plan.plan import Plan
@@ -14,14 +15,7 @@ from ..plan.memory import memory_estimate
 from ..rehearse.records import ForeignRecord, read_record
 from ..text import md_code, md_fence, md_text, one_line
 
-CHECKLIST = (
-    "Every expected rank starts once and reports the same world size.",
-    "Each process sees one intended GPU and no two processes claim the same device.",
-    "The global batch size equals local batch size x process count x gradient accumulation.",
-    "A checkpoint is written, reloaded, and produces the expected next step.",
-    "Metrics are emitted once rather than duplicated by every rank.",
-    "The run stops cleanly and its important logs are saved before they disappear.",
-)
+CHECKLIST = tuple(item.text for item in GUIDE_CHECKLIST)
 
 
 def review_dict(w: Workload) -> dict[str, Any]:

@@ -15,6 +15,35 @@ PREFLIGHT_LINE = "PREFLIGHT {"
 
 
 @dataclass(frozen=True)
+class GuideItem:
+    """One item of the site guide's "validate before the real run" checklist: its words, and
+    the checks of preflight.py (and of `rehearse --own-script`) that test it."""
+
+    text: str
+    checks: tuple[str, ...]
+
+
+# The guide's checklist, in the guide's order: `plan` prints the words, rehearse's tables
+# derive their rows from the checks.
+GUIDE_CHECKLIST = (
+    GuideItem("Every expected rank starts once and reports the same world size.",
+              ("ranks", "world-size")),
+    GuideItem("Each process sees one intended GPU and no two processes claim the same device.",
+              ("device",)),
+    GuideItem("The global batch size equals local batch size x process count x gradient "
+              "accumulation.", ("global-batch",)),
+    GuideItem("A checkpoint is written, reloaded, and produces the expected next step.",
+              ("checkpoint", "resume")),
+    GuideItem("Metrics are emitted once rather than duplicated by every rank.", ("metrics",)),
+    GuideItem("The run stops cleanly and its important logs are saved before they disappear.",
+              ("shutdown",)),
+)
+GUIDE_CHECKS = tuple(check for item in GUIDE_CHECKLIST for check in item.checks)
+# what preflight.py checks beyond the guide: the preset's bus bandwidth, a few training steps
+PREFLIGHT_ONLY_CHECKS = ("bus-bandwidth", "training")
+
+
+@dataclass(frozen=True)
 class PreflightSettings:
     """What the profile and preset say the run should look like, for preflight.py's checks."""
 

@@ -9,9 +9,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import InputError
-from ..facts.kubeflow import ANNOTATION_PREFIX, NAME_MAX, PREFLIGHT_SHA_ANNOTATION, SMOKE_LABEL, SMOKE_MOUNT
+from ..facts.kubeflow import (
+    ANNOTATION_PREFIX,
+    NAME_MAX,
+    PREFLIGHT_SHA_ANNOTATION,
+    RDZV_BACKEND,
+    SMOKE_LABEL,
+    SMOKE_MOUNT,
+    name_room,
+)
 from ..facts.kubeflow import SMOKE_SUFFIX as SMOKE_SUFFIX
-from ..facts.torchrun import MAX_RESTARTS_FLAG, RDZV_ID_FLAG, python_head
+from ..facts.torchrun import MAX_RESTARTS_FLAG, RDZV_ID_FLAG, flag, python_head, split_flag
 from ..plan.plan import Plan
 from ..render import render_smoke
 from ..render.manifests import Manifest
@@ -36,7 +44,6 @@ CHECKPOINT_SUBDIR = ".runai-spec-preflight"
 METRICS_FILE = "/tmp/runai-spec-preflight/metrics.jsonl"
 # pods of one job may start minutes apart in a cluster (image pulls): wait for them longer
 MIN_JOIN_TIMEOUT_S = 600.0
-POD_NAME_LIMIT = NAME_MAX  # a pod name is a DNS label
 
 
 @dataclass(frozen=True)
@@ -81,10 +88,10 @@ def smoke_plan(plan: Plan, settings: PreflightSettings | None = None, *,
     name, cm_name = smoke_names(plan.name)
     renamed = dataclasses.replace(plan, name=name)
     longest = renamed.longest_pod_name
-    if len(longest) > POD_NAME_LIMIT:
-        room = POD_NAME_LIMIT - (len(longest) - len(plan.name))
+    if len(longest) > NAME_MAX:
+        room = name_room(plan.name, longest)
         raise InputError(f"the smoke test's pod name {longest!r} has {len(longest)} characters "
-                         f"(limit {POD_NAME_LIMIT})", file=file, field="name",
+                         f"(limit {NAME_MAX})", file=file, field="name",
                          hint=f"shorten name to at most {room} characters to run the smoke test")
     notes = {k: v for k, v in plan.annotations if k.startswith(ANNOTATION_PREFIX)}
     notes[SMOKE_LABEL] = SMOKE_NOTE
@@ -112,11 +119,10 @@ def smoke_plan(plan: Plan, settings: PreflightSettings | None = None, *,
     # elasticPolicy.maxRestarts, which the operator passes as PET_MAX_RESTARTS whenever it is
     # set (v1.9 pkg/controller.v1/pytorch/elastic.go), 0 included: the smoke job says 0
     rendezvous = plan.rendezvous
-    if rendezvous is not None and rendezvous.backend == "c10d":
+    if rendezvous is not None and rendezvous.backend == RDZV_BACKEND:
         rendezvous = dataclasses.replace(rendezvous, rdzv_id=name, max_restarts=None)
-    head = [arg for arg in python_head(plan.command)
-            if not arg.startswith(f"{MAX_RESTARTS_FLAG}=")]
-    own_id = {f"{RDZV_ID_FLAG}={plan.name}": f"{RDZV_ID_FLAG}={name}"}
+    head = [arg for arg in python_head(plan.command) if split_flag(arg)[0] != MAX_RESTARTS_FLAG]
+    own_id = {flag(RDZV_ID_FLAG, plan.name): flag(RDZV_ID_FLAG, name)}
     job = dataclasses.replace(
         renamed,
         annotations=tuple({**dict(plan.annotations), **notes}.items()),

@@ -222,9 +222,10 @@ def check_profiles(paths: Iterable[Path], crd: Path | None = None,
     extra: Callable[[Workload], list[Finding]] = lambda w: []  # noqa: E731
     if crd is not None:
         from ..check.crd import crd_findings, load_crd_schemas
+        from ..facts.kubeflow import KIND
 
         schemas = load_crd_schemas(crd)
-        extra = lambda w: crd_findings(list(w.manifests), schemas, "PyTorchJob", w.path)  # noqa: E731
+        extra = lambda w: crd_findings(list(w.manifests), schemas, KIND, w.path)  # noqa: E731
     checks: Spooled[ProfileCheck] = Spooled()
     bad: list[RunaiSpecError] = []
     for item in workloads(paths):

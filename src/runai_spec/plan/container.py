@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..facts.kubeflow import GPU_RESOURCE, POD_NAME_ENV, kubelet_literal
+from ..facts.kubeflow import GPU_RESOURCE, POD_NAME_ENV, RDZV_BACKEND, kubelet_literal
 from ..facts.torchrun import (
     DISABLE_SHARED_STORE,
     NCCL_DEBUG,
@@ -39,7 +39,7 @@ def _launcher_env(preset: Preset, launcher: tuple[str, ...], logs: str | None,
                                  "LOCAL_RANK", "0")
     for key, value in preset.network.env.items():
         env[key] = same(src.preset(f"network.env.{key}"), key, value)
-    if rendezvous is not None and rendezvous.backend == "c10d":
+    if rendezvous is not None and rendezvous.backend == RDZV_BACKEND:
         key, value = DISABLE_SHARED_STORE
         env[key] = same(derived("c10d: a pod restarted in place must be able to rejoin "
                                 "(torch's shared rendezvous store deadlocks it)"), key, value)

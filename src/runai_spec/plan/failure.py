@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from ..facts.kubeflow import MASTER, RDZV_BACKEND, WORKER, pod_name, short_pod_name
 from ..facts.torchrun import SHUTDOWN_DEFAULT_S, SHUTDOWN_TIMEOUT_ENV, shutdown_window
 from .plan import Plan
 
@@ -81,10 +82,10 @@ def _choices(plan: Plan) -> tuple[tuple[str, str], ...]:
     ]
     if r is not None:
         where = (f"{r.endpoint} (the Master's service)" if r.endpoint else
-                 "worker-0's service (the operator's PET_RDZV_ENDPOINT)")
+                 f"{short_pod_name(WORKER, 0)}'s service (the operator's PET_RDZV_ENDPOINT)")
         choices.append(("rendezvous", "static (bare torchrun)" if r.backend == "static" else
                         f"{r.backend} at {where}, id {r.rdzv_id}"))
-        if r.backend == "c10d":
+        if r.backend == RDZV_BACKEND:
             restarts = (r.max_restarts if r.max_restarts is not None
                         else plan.elastic.max_restarts if plan.elastic else 0)
             choices += [
@@ -121,14 +122,14 @@ def _faults_in_place(plan: Plan, preempt: FaultOutcome
             "can meet the others' old store and fail again, so one fault can use the whole "
             "backoffLimit, and whether the job recovers depends on timing (measured: "
             "docs/fault-experiments/RESULTS.md)", None, False), preempt), None
-    host = "master-0" if plan.elastic is None else "worker-0"
+    host = pod_name(plan.name, MASTER if plan.elastic is None else WORKER, 0)
     join = f"torchrun on the other pods waits up to {r.join_timeout_s} s for it to rejoin"
     others = FaultOutcome(
         "a worker's container fails" if plan.elastic is None
         else "another worker's container fails",
         f"{IN_PLACE}; {join}, then every rank resumes from the last checkpoint", 1, True)
     store = FaultOutcome(
-        f"{plan.name}-{host} fails (it hosts the c10d store)",
+        f"{host} fails (it hosts the c10d store)",
         f"{IN_PLACE}; torchrun on the other pods loses the store and exits, so the kubelet "
         "restarts every pod's container once; the job resumes from the last checkpoint",
         plan.pods, True)

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..facts.kubeflow import NPROC_FLAG, POD_NAME_ENV, kubelet_literal
+from ..facts.kubeflow import NPROC_FLAG, POD_NAME_ENV, RDZV_BACKEND, kubelet_literal
 from ..facts.torchrun import (
     LOG_DIR_FLAG,
     MAX_RESTARTS_FLAG,
     NO_PYTHON,
     RANK_LOGS,
     RDZV_ID_FLAG,
+    SINGLE_GPU_LAUNCHER,
     TEE_FLAG,
+    flag,
     for_entry_point,
+    split_flag,
 )
 from ..load.presets import Preset
 from ..load.profile import Profile
@@ -55,7 +58,7 @@ def rendezvous_plan(preset: Preset, job: str) -> RendezvousPlan | None:
     # operator sets PET_RDZV_ID only from elasticPolicy.rdzvId, and a per-submission value
     # would make every render differ (diff, submit's "unchanged").
     return RendezvousPlan(
-        "c10d", None if preset.elastic else RDZV_ENDPOINT, job,
+        RDZV_BACKEND, None if preset.elastic else RDZV_ENDPOINT, job,
         None if preset.elastic else r.max_restarts, r.join_timeout_seconds,
         r.read_timeout_seconds, r.last_call_timeout_seconds)
 
@@ -64,12 +67,9 @@ def launcher_for(layout: str, gpus: int, elastic: bool = False,
                  rendezvous: RendezvousPlan | None = None) -> tuple[str, ...]:
     """The site guide's launcher for each layout, with the preset's rendezvous flags."""
     if layout == "single-gpu":
-        # -u: operator 1.7+ already sets PYTHONUNBUFFERED=1 (1.6 set "0"); -u keeps stdout
-        # unbuffered whatever the operator or the image sets, so a pod killed by OOM or
-        # preemption keeps its last log lines. torchrun already starts its workers with -u.
-        return ("python", "-u")
+        return SINGLE_GPU_LAUNCHER
     if layout == "single-node":
-        return ("torchrun", "--standalone", "--nnodes=1", f"{NPROC_FLAG}={gpus}")
+        return ("torchrun", "--standalone", flag("--nnodes", 1), flag(NPROC_FLAG, gpus))
     # Multi-node: nodes, node rank, master and processes per node come from the operator's
     # PET_* variables, which torchrun reads as the defaults of its flags; an explicit flag
     # wins over its variable (torch/distributed/argparse_util.py).
@@ -78,7 +78,7 @@ def launcher_for(layout: str, gpus: int, elastic: bool = False,
         # Operator 1.7 gives a Worker-only job no PET_NPROC_PER_NODE (it set it in the
         # Master branch only); 1.8+ sets it from spec.nprocPerNode. The explicit flag makes
         # the process count the same on every supported operator version.
-        head += (f"{NPROC_FLAG}={gpus}",)
+        head += (flag(NPROC_FLAG, gpus),)
     return head + rendezvous_flags(rendezvous)
 
 
@@ -97,16 +97,16 @@ def rendezvous_flags(r: RendezvousPlan | None) -> tuple[str, ...]:
         return ()
     flags: list[str] = []
     if r.endpoint is not None:
-        flags += [f"--rdzv-backend={r.backend}", f"--rdzv-endpoint={r.endpoint}"]
+        flags += [flag("--rdzv-backend", r.backend), flag("--rdzv-endpoint", r.endpoint)]
     if r.rdzv_id is not None:
-        flags.append(f"{RDZV_ID_FLAG}={r.rdzv_id}")
+        flags.append(flag(RDZV_ID_FLAG, r.rdzv_id))
     if r.max_restarts is not None:
-        flags.append(f"{MAX_RESTARTS_FLAG}={r.max_restarts}")
+        flags.append(flag(MAX_RESTARTS_FLAG, r.max_restarts))
     conf = [f"{key}={value}" for key, value in (
         ("join_timeout", r.join_timeout_s), ("read_timeout", r.read_timeout_s),
         ("last_call_timeout", r.last_call_timeout_s)) if value is not None]
     if conf:
-        flags.append(f"--rdzv-conf={','.join(conf)}")
+        flags.append(flag("--rdzv-conf", ",".join(conf)))
     return tuple(flags)
 
 
@@ -114,7 +114,7 @@ def _launcher_origin(arg: str, layout: str, src: Sources) -> Origin:
     """Where launcher flag ARG came from: the preset field it renders, or the layout."""
     fields = {NPROC_FLAG: "gpus_per_pod", MAX_RESTARTS_FLAG: "rendezvous.max_restarts",
               "--rdzv-backend": "rendezvous.backend", "--rdzv-conf": "rendezvous"}
-    name = arg.split("=", 1)[0]
+    name = split_flag(arg)[0]
     if name in fields:
         return src.preset(fields[name])
     if name == "--rdzv-endpoint":
@@ -138,7 +138,7 @@ def plan_launcher(profile: Profile, preset: Preset, elastic: bool,
     launcher = for_entry_point(launcher, profile.command)  # a wrapper script: --no-python
     logs = rank_log_dir(profile.checkpoint.dir) if launcher[:1] == ("torchrun",) else None
     if logs is not None:
-        launcher += (f"{LOG_DIR_FLAG}={logs}", f"{TEE_FLAG}=3")
+        launcher += (flag(LOG_DIR_FLAG, logs), flag(TEE_FLAG, 3))
     for i, arg in enumerate(launcher):
         o[f"launcher[{i}]"] = (src.profile("command[0]") if arg == NO_PYTHON
                                else _launcher_origin(arg, preset.layout, src))

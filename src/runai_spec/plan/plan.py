@@ -6,8 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..facts.kubeflow import WORKER, kubelet_literal, pod_name
-from ..facts.torchrun import DISABLE_SHARED_STORE as DISABLE_SHARED_STORE  # check/policy.py's
+from ..facts.kubeflow import OPERATOR_VERSION, WORKER, kubelet_literal, pod_name
 from ..load.profile import LoadedProfile
 from ..load.registry import ApprovedPreset
 from ..load.site import Site
@@ -62,7 +61,7 @@ class Plan:
     field_env: tuple[tuple[str, str], ...] = ()
     # the training-operator release of the site (site.yaml operator_version): which env
     # kubeflow.operator_env() predicts for each pod
-    operator_version: str = "1.9"
+    operator_version: str = OPERATOR_VERSION
     # profile checkpoint.on_sigterm: the script checkpoints on SIGTERM (preflight reads it)
     checkpoint_on_sigterm: bool = False
     # every pod's terminationGracePeriodSeconds (preset): SIGTERM to SIGKILL

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import InputError, PresetError, visible
-from ...facts.kubeflow import MANAGED_BY, MANAGED_BY_LABEL, PLURAL, PRESET_ANNOTATION, SMOKE_LABEL
+from ...facts.kubeflow import ANNOTATION_PREFIX, MANAGED_BY, MANAGED_BY_LABEL, PLURAL, PRESET_ANNOTATION, SMOKE_LABEL
 from ...load.presets import PresetRegistry, Site
 from ...render.manifests import dump
 from .cel import ARG_INDEXES, preset_problems
@@ -37,7 +37,7 @@ PARAMS_NAME = "runai-spec-presets"
 # The parameters must live where researchers cannot write: a paramRef without a namespace
 # would read the ConfigMap from the request's own namespace.
 PARAMS_NAMESPACE = "runai-spec-system"
-REQUIRES_ANNOTATION = "runai-spec/requires-kubernetes"
+REQUIRES_ANNOTATION = f"{ANNOTATION_PREFIX}requires-kubernetes"
 POLICY_FILE = "policy.yaml"
 # etcd's default --max-request-bytes is 1.5 MiB; the API server adds managedFields and status
 MAX_POLICY_BYTES = 1_400_000
