@@ -21,7 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import InputError, PresetError, visible
-from ...facts.kubeflow import ANNOTATION_PREFIX, MANAGED_BY, MANAGED_BY_LABEL, PLURAL, PRESET_ANNOTATION, SMOKE_LABEL
+from ...facts.kubeflow import (
+    ANNOTATION_PREFIX,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    PLURAL,
+    PRESET_ANNOTATION,
+    SMOKE_LABEL,
+)
 from ...load.presets import PresetRegistry, Site
 from ...render.manifests import dump
 from .cel import ARG_INDEXES, preset_problems
