@@ -1,6 +1,6 @@
 """A fake Run:ai control plane for tests (standard library, 127.0.0.1 only), as tests/kubeapi.py
 fakes the Kubernetes API. The endpoints and their answers follow Run:ai's published OpenAPI
-documents (control-plane API 2.24; see src/runai_spec/cluster/runai.py for each endpoint and
+documents (control-plane API 2.24; see src/runai_spec/cluster/runai_api.py for each endpoint and
 tests/runai_schemas.py for the request schemas it validates):
 
 - POST /api/v1/token (grant_token): TokenRequest client_credentials -> {accessToken, expiresIn}

@@ -1,11 +1,19 @@
-"""Files written whole or not at all: exclusive new files and atomic replacement."""
+"""Files written whole or not at all: exclusive new files, atomic replacement, folders swapped."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import os
 import secrets
+import shutil
+import stat
+import sys
+import time
 from pathlib import Path
+
+from .errors import InputError
 
 
 def new_file(folder: Path, prefix: str) -> tuple[Path, int]:
@@ -45,3 +53,262 @@ def replace_file(path: Path, text: str) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+class StagedFiles:
+    """`render -d DIR`: the folder replaced as a whole, so that whoever looks at DIR sees the
+    old set of files or the new one, never a mix and never a temporary, even when the process
+    is killed (SIGKILL) half-way (issue 23). The files are written into a new hidden folder
+    beside DIR, `.<DIR>.render-<random>`, which also gets every other entry of DIR (each file
+    as a second hard link, a link as a link); `commit` exchanges the two folders in one
+    rename(2) (renameat2 RENAME_EXCHANGE) and removes the hidden one, which then holds the old
+    set. A hidden folder that a killed render left is removed by the next render into DIR.
+    DIR itself must hold only files and links: a folder inside it is refused, as are the
+    current folder and what holds it (their content, or a shell's place, would move) and a
+    mount point (which no rename moves)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.names: list[str] = []
+        self.made: list[Path] = []  # missing parents made for DIR, deepest first
+        self.target: Path | None = None  # DIR's real path (a link to a folder followed)
+        self.stage: Path | None = None
+        self.fd: int | None = None  # the stage, open and locked (flock) while this render works
+
+    def _start(self) -> None:
+        target = self._target()
+        parent = target.parent
+        missing = [p for p in (parent, *parent.parents) if not p.exists()]
+        parent.mkdir(parents=True, exist_ok=True)
+        self.made = missing
+        _remove_stale(parent, target.name)
+        self.stage, self.fd = _new_stage(parent, f".{target.name}.render-")
+        self.target = target
+
+    def _target(self) -> Path:
+        folder = Path(os.path.abspath(self.folder))
+        if folder.is_symlink():
+            if not folder.exists():
+                raise InputError("is a link to nothing", file=str(self.folder),
+                                 hint="remove the link or choose another --out-dir folder")
+            folder = Path(os.path.realpath(folder))
+        if folder.exists() and not folder.is_dir():
+            raise InputError("is not a folder", file=str(self.folder),
+                             hint="choose a folder for the manifests, e.g. -d manifests")
+        if folder.exists() and os.path.ismount(folder):
+            raise InputError("is a mount point, which cannot be replaced as a whole (render -d "
+                             "swaps the folder at once)", file=str(self.folder),
+                             hint="render into a folder inside it, e.g. -d "
+                             f"{Path(self.folder) / 'manifests'}")
+        cwd = Path(os.path.realpath(Path.cwd()))
+        if folder.parent == folder or cwd == folder or folder in cwd.parents:
+            raise InputError("is the current folder or holds it; render -d replaces the whole "
+                             "folder at once", file=str(self.folder),
+                             hint="give a folder of its own for the manifests, e.g. -d manifests")
+        return folder
+
+    def add(self, name: str, text: str) -> None:
+        try:
+            if self.fd is None:
+                self._start()
+            assert self.fd is not None
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o666, dir_fd=self.fd)
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(text)
+        except OSError as exc:
+            self.discard()
+            raise InputError(f"cannot write: {exc.strerror or exc}", file=str(self.folder),
+                             hint="check the folder and its parent can be written") from None
+        except BaseException:
+            self.discard()
+            raise
+        self.names.append(name)
+
+    def commit(self) -> list[str]:
+        """Every file replaced, or none: DIR's other entries are carried into the new folder,
+        then the two folders are exchanged at once."""
+        if self.fd is None or self.target is None or self.stage is None:
+            return []
+        target, stage, fd = self.target, self.stage, self.fd
+        try:
+            mode, owner = self._carry(target, fd)
+            os.fchmod(fd, mode)
+            if owner is not None and owner != (os.getuid(), os.getgid()):
+                with contextlib.suppress(OSError):  # root rendering into a user's folder
+                    os.fchown(fd, *owner)
+            swap = target.exists()
+            if swap:
+                _exchange(stage, target)
+            else:
+                os.rename(stage, target)
+        except InputError:
+            self.discard()
+            raise
+        except OSError as exc:
+            self.discard()
+            raise InputError(f"cannot write: {exc.strerror or exc}; no file was changed",
+                             file=str(self.folder), hint="check the folder's permissions and "
+                             "attributes (`lsattr`), or choose another --out-dir folder") from None
+        except BaseException:
+            self.discard()
+            raise
+        lines = [f"wrote {self.folder / name}" for name in self.names]
+        try:  # the stage's name now holds the old set
+            if swap:
+                shutil.rmtree(stage)
+        except OSError as exc:
+            lines.append(f"warning: the previous files stay in {stage}: {exc.strerror or exc}")
+        os.close(fd)
+        self.fd = self.stage = None
+        self.made = []
+        return lines
+
+    def _carry(self, target: Path, fd: int) -> tuple[int, tuple[int, int] | None]:
+        """Every entry of DIR that this render does not write, into the stage (a file as a
+        second hard link, or a copy where the file system has none; a link as a link); the
+        mode and owner the new folder gets (DIR's). Bad input before anything changes: a target that is not a
+        regular file, a folder or a FIFO in DIR, a file marked immutable or append-only."""
+        if not target.exists():
+            umask = os.umask(0)
+            os.umask(umask)
+            return 0o777 & ~umask, None
+        info = os.stat(target)
+        staged = set(self.names)
+        with os.scandir(target) as listing:
+            entries = sorted(listing, key=lambda e: e.name)
+        for entry in entries:
+            shown = str(self.folder / entry.name)
+            st = entry.stat(follow_symlinks=False)
+            if entry.name in staged:
+                if not stat.S_ISREG(st.st_mode):
+                    raise InputError("is not a regular file; nothing was written", file=shown,
+                                     hint="remove it or choose another --out-dir folder")
+            elif stat.S_ISDIR(st.st_mode):
+                raise InputError("is a folder; render -d replaces the whole folder at once, "
+                                 "so it writes only into a folder of files; nothing was "
+                                 "written", file=shown,
+                                 hint="give the manifests a folder of their own")
+            elif not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+                raise InputError("is not a file, a link or a folder; nothing was written",
+                                 file=shown, hint="remove it or choose another --out-dir folder")
+            if stat.S_ISREG(st.st_mode) and _pinned(entry.path):
+                raise InputError("cannot write: Operation not permitted; no file was changed",
+                                 file=shown, hint="check the file's permissions and attributes "
+                                 "(`lsattr`), or choose another --out-dir folder")
+        for entry in entries:
+            if entry.name in staged:
+                continue
+            if entry.is_symlink():
+                os.symlink(os.readlink(entry.path), entry.name, dir_fd=fd)
+                continue
+            try:
+                os.link(entry.path, entry.name, dst_dir_fd=fd, follow_symlinks=False)
+            except OSError:  # no hard links here: a copy, with its mode and times
+                assert self.stage is not None
+                shutil.copy2(entry.path, self.stage / entry.name, follow_symlinks=False)
+        return stat.S_IMODE(info.st_mode), (info.st_uid, info.st_gid)
+
+    def discard(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        if self.stage is not None:
+            shutil.rmtree(self.stage, ignore_errors=True)
+            self.stage = None
+        self.names = []
+        for folder in self.made:
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        self.made = []
+
+
+_FS_IOC_GETFLAGS = 0x80086601  # linux/fs.h: _IOR('f', 1, long)
+_PINNED_FLAGS = 0x10 | 0x20  # FS_IMMUTABLE_FL, FS_APPEND_FL (chattr +i, +a)
+
+
+def _pinned(path: str) -> bool:
+    """True for a file marked immutable or append-only: it can be neither linked nor
+    removed, so the folder holding it cannot be replaced (nor the file)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        flags = fcntl.ioctl(fd, _FS_IOC_GETFLAGS, bytes(8))
+    except OSError:  # no such attributes on this file system
+        return False
+    finally:
+        os.close(fd)
+    return bool(int.from_bytes(flags[:4], sys.byteorder) & _PINNED_FLAGS)
+
+
+_STALE_S = 2.0  # a stage younger than this may be a render's that has not locked it yet
+
+
+def _new_stage(parent: Path, prefix: str) -> tuple[Path, int]:
+    """A new folder beside DIR (mode 0700 until commit), open and locked (flock): the lock
+    tells a later render that this one still works in it."""
+    for _ in range(100):
+        stage = parent / f"{prefix}{secrets.token_hex(8)}"
+        try:
+            os.mkdir(stage, 0o700)
+        except FileExistsError:
+            continue
+        fd = os.open(stage, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return stage, fd
+    raise FileExistsError(errno.EEXIST, "no unused folder name", str(parent))
+
+
+def _remove_stale(parent: Path, name: str) -> None:
+    """Remove what a killed render into DIR left beside it: a stage nobody holds locked."""
+    prefix = f".{name}.render-"
+    try:
+        with os.scandir(parent) as listing:
+            stale = [e.path for e in listing if e.name.startswith(prefix)
+                     and e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return
+    for path in stale:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held: another render is at work
+            if time.time() - os.fstat(fd).st_mtime > _STALE_S:
+                shutil.rmtree(path, ignore_errors=True)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
+_RENAME_EXCHANGE = 2  # linux/fs.h
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> None:
+    """Swap two folders at once: renameat2(RENAME_EXCHANGE) (Linux 3.15, glibc 2.28). Where
+    the file system or the C library has no such call: b moved aside, then a moved to b (b is
+    missing for that instant)."""
+    import ctypes
+
+    call = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if call is not None:
+        if call(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+            return
+        code = ctypes.get_errno()
+        if code not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            raise OSError(code, os.strerror(code), str(b))
+    aside = a.with_name(a.name + "-old")
+    os.rename(b, aside)
+    try:
+        os.rename(a, b)
+    except OSError:
+        os.rename(aside, b)
+        raise
+    os.rename(aside, a)

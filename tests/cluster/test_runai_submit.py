@@ -18,17 +18,19 @@ import runai_schemas
 from conftest import NAME, NS
 from kube_helpers import PROFILE, Sleeps, error_lines, run
 from kubeapi import KubeAPI
-from runai_spec.cluster import runai
-from runai_spec.cluster.runai import RunaiTarget, WorkloadMetadata, submit_workload
+from runai_spec.cluster import runai_api
+from runai_spec.cluster.runai import WorkloadMetadata, submit_workload
+from runai_spec.cluster.runai_api import RunaiTarget
 from runai_spec.errors import EXIT_CLUSTER, EXIT_INPUT, ClusterError
-from runai_spec.load.presets import PresetRegistry, RunaiControlPlane, SiteSubmit
+from runai_spec.load.registry import PresetRegistry
+from runai_spec.load.site import RunaiControlPlane, SiteSubmit
 from runaiapi import CLIENT_ID, CLIENT_SECRET, CLUSTER_NAME, CLUSTER_UUID, RunaiAPI
 
 pytest_plugins = ("kube_fixtures",)
 
 PROJECT, PROJECT_ID = "nlp-lab", "8"  # the multi-node example's project, as the fake seeds it
-CREDENTIAL_ENV = (runai.ENV_CLIENT_ID, runai.ENV_CLIENT_SECRET, runai.ENV_ACCESS_KEY_FILE,
-                  runai.ENV_CLI)
+CREDENTIAL_ENV = (runai_api.ENV_CLIENT_ID, runai_api.ENV_CLIENT_SECRET, runai_api.ENV_ACCESS_KEY_FILE,
+                  runai_api.ENV_CLI)
 
 
 @pytest.fixture
@@ -44,7 +46,7 @@ def plane() -> Iterator[RunaiAPI]:
 def sleeps(monkeypatch: pytest.MonkeyPatch) -> Sleeps:
     """The CLI's RunaiTarget sleeps into a list (its own retry policy, no real waiting)."""
     recorded = Sleeps()
-    monkeypatch.setattr(runai, "RunaiTarget", functools.partial(RunaiTarget, sleep=recorded))
+    monkeypatch.setattr(runai_api, "RunaiTarget", functools.partial(RunaiTarget, sleep=recorded))
     return recorded
 
 
@@ -52,8 +54,8 @@ def sleeps(monkeypatch: pytest.MonkeyPatch) -> Sleeps:
 def access_key(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in CREDENTIAL_ENV:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv(runai.ENV_CLIENT_ID, CLIENT_ID)
-    monkeypatch.setenv(runai.ENV_CLIENT_SECRET, CLIENT_SECRET)
+    monkeypatch.setenv(runai_api.ENV_CLIENT_ID, CLIENT_ID)
+    monkeypatch.setenv(runai_api.ENV_CLIENT_SECRET, CLIENT_SECRET)
 
 
 def use_site(monkeypatch: pytest.MonkeyPatch, submit: SiteSubmit) -> None:
@@ -232,7 +234,7 @@ def test_a_401_after_renewing_the_token_is_exit_3_log_in_again_and_no_token_show
 def test_an_expired_token_is_renewed_once_and_the_call_goes_on(runai_site: RunaiAPI) -> None:
     session_target = RunaiTarget(url=runai_site.url, cluster=CLUSTER_NAME)
     meta = WorkloadMetadata(NAME, PROJECT, "high", False)
-    with runai.RunaiSession(session_target) as session:
+    with runai_api.RunaiSession(session_target) as session:
         assert session.call("GET", "/api/v1/clusters")[0] == 200
         runai_site.state.revoke_tokens()
         assert session.call("GET", "/api/v1/clusters")[0] == 200
@@ -244,9 +246,9 @@ def test_an_expired_token_is_renewed_once_and_the_call_goes_on(runai_site: Runai
 def test_a_token_near_its_end_is_renewed_before_use(runai_site: RunaiAPI) -> None:
     now = [0.0]
     target = RunaiTarget(url=runai_site.url, cluster=CLUSTER_NAME, clock=lambda: now[0])
-    with runai.RunaiSession(target) as session:
+    with runai_api.RunaiSession(target) as session:
         session.call("GET", "/api/v1/clusters")
-        now[0] = runai_site.state.expires_in - runai.EXPIRY_MARGIN + 1
+        now[0] = runai_site.state.expires_in - runai_api.EXPIRY_MARGIN + 1
         session.call("GET", "/api/v1/clusters")
     assert runai_site.state.issued == 2
     assert not [r for r in runai_site.state.requests if r.path != "/api/v1/token"
@@ -255,7 +257,7 @@ def test_a_token_near_its_end_is_renewed_before_use(runai_site: RunaiAPI) -> Non
 
 def test_a_refused_access_key_is_exit_3_and_the_secret_never_shown(
         runai_site: RunaiAPI, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(runai.ENV_CLIENT_SECRET, "wrong-" + CLIENT_SECRET)
+    monkeypatch.setenv(runai_api.ENV_CLIENT_SECRET, "wrong-" + CLIENT_SECRET)
     result = run("submit", PROFILE, "--debug")
     assert result.exit_code == EXIT_CLUSTER
     assert "refused the access key" in result.stderr and "log in again" in result.stderr
@@ -265,11 +267,11 @@ def test_a_refused_access_key_is_exit_3_and_the_secret_never_shown(
 
 def test_the_access_key_may_come_from_a_file(runai_site: RunaiAPI, tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(runai.ENV_CLIENT_ID)
-    monkeypatch.delenv(runai.ENV_CLIENT_SECRET)
+    monkeypatch.delenv(runai_api.ENV_CLIENT_ID)
+    monkeypatch.delenv(runai_api.ENV_CLIENT_SECRET)
     key = tmp_path / "access-key.yaml"
     key.write_text(f"clientId: {CLIENT_ID}\nclientSecret: {CLIENT_SECRET}\n", encoding="utf-8")
-    monkeypatch.setenv(runai.ENV_ACCESS_KEY_FILE, str(key))
+    monkeypatch.setenv(runai_api.ENV_ACCESS_KEY_FILE, str(key))
     assert run("submit", PROFILE).exit_code == 0
     assert len(runai_site.state.workloads) == 1
 
@@ -285,10 +287,10 @@ def fake_cli(tmp_path: Path, token: str, code: int = 0) -> Path:
 
 def test_without_an_access_key_the_runai_cli_login_gives_the_token(
         runai_site: RunaiAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(runai.ENV_CLIENT_ID)
-    monkeypatch.delenv(runai.ENV_CLIENT_SECRET)
+    monkeypatch.delenv(runai_api.ENV_CLIENT_ID)
+    monkeypatch.delenv(runai_api.ENV_CLIENT_SECRET)
     runai_site.state.static_tokens.add("cli-login-token-0123456789")
-    monkeypatch.setenv(runai.ENV_CLI, str(fake_cli(tmp_path, "cli-login-token-0123456789")))
+    monkeypatch.setenv(runai_api.ENV_CLI, str(fake_cli(tmp_path, "cli-login-token-0123456789")))
     result = run("submit", PROFILE, "--debug")
     assert result.exit_code == 0, result.stderr
     assert "cli-login-token-0123456789" not in result.stdout + result.stderr
@@ -297,9 +299,9 @@ def test_without_an_access_key_the_runai_cli_login_gives_the_token(
 
 def test_a_failing_runai_cli_is_exit_3_without_its_output(
         runai_site: RunaiAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(runai.ENV_CLIENT_ID)
-    monkeypatch.delenv(runai.ENV_CLIENT_SECRET)
-    monkeypatch.setenv(runai.ENV_CLI, str(fake_cli(tmp_path, "half-token-0123456789", code=1)))
+    monkeypatch.delenv(runai_api.ENV_CLIENT_ID)
+    monkeypatch.delenv(runai_api.ENV_CLIENT_SECRET)
+    monkeypatch.setenv(runai_api.ENV_CLI, str(fake_cli(tmp_path, "half-token-0123456789", code=1)))
     result = run("submit", PROFILE)
     assert result.exit_code == EXIT_CLUSTER
     assert "half-token-0123456789" not in result.stdout + result.stderr
@@ -313,7 +315,7 @@ def test_without_any_credentials_it_says_how_to_get_some(
     monkeypatch.setenv("PATH", os.defpath if "runai" not in os.defpath else "/nonexistent")
     result = run("submit", PROFILE)
     assert result.exit_code == EXIT_CLUSTER
-    assert "no Run:ai credentials" in result.stderr and runai.ENV_CLIENT_ID in result.stderr
+    assert "no Run:ai credentials" in result.stderr and runai_api.ENV_CLIENT_ID in result.stderr
 
 
 # -- faults -------------------------------------------------------------------------------
@@ -520,11 +522,11 @@ def test_diff_live_on_a_runai_site_compares_with_what_run_ai_holds(runai_site: R
 
 def test_a_server_that_echoes_the_credentials_in_its_error_never_gets_them_printed(
         runai_site: RunaiAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(runai.ENV_CLIENT_ID)
-    monkeypatch.delenv(runai.ENV_CLIENT_SECRET)
+    monkeypatch.delenv(runai_api.ENV_CLIENT_ID)
+    monkeypatch.delenv(runai_api.ENV_CLIENT_SECRET)
     token = "cli-login-token-0123456789"
     runai_site.state.static_tokens.add(token)
-    monkeypatch.setenv(runai.ENV_CLI, str(fake_cli(tmp_path, token)))
+    monkeypatch.setenv(runai_api.ENV_CLI, str(fake_cli(tmp_path, token)))
     runai_site.state.inject(403, method="POST", body={
         "code": 403, "message": f"denied for Bearer {token}", "details": f"token={token}"})
     result = run("submit", PROFILE, "--debug")

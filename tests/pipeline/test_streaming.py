@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from runai_spec.pipeline.stream import LineSpool, ProfileArgs, Spooled, StdinProfile
+from runai_spec.pipeline.spool import LineSpool, Spooled
+from runai_spec.pipeline.stream import ProfileArgs, StdinProfile
 
 
 def test_spooled_items_read_back_in_order_also_in_nested_loops() -> None:

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from conftest import BASE_PROFILE, ROOT, run
-from runai_spec.pipeline import stream as pipeline
+from runai_spec import files as pipeline
 
 PROFILES = 1500  # as the red-team pass measured it: 56 new, 1,444 old, 1,500 leftovers
 KILLS = 8

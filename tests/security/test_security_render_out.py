@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from conftest import run
+from runai_spec import files as pipeline
 from runai_spec.errors import InputError
-from runai_spec.pipeline import stream as pipeline
-from runai_spec.pipeline.stream import StagedFiles
+from runai_spec.files import StagedFiles
 
 
 def test_a_directory_as_second_target_leaves_the_first_file_unchanged(tmp_path: Path) -> None:

@@ -32,7 +32,8 @@ from .common import (
 if TYPE_CHECKING:
     from ..findings import Finding
     from ..outputs.diff import ProfileDiff
-    from ..pipeline.stream import ProfileCheck, Reported, Spooled
+    from ..pipeline.spool import Reported, Spooled
+    from ..pipeline.stream import ProfileCheck
     from ..pipeline.workload import Workload
 
 CrdOpt = Annotated[Path | None, typer.Option(
@@ -107,7 +108,7 @@ def plan(profile: ProfileArg, fmt: MarkdownJsonOpt = MarkdownJson.markdown) -> i
     """The review request for the AI engineer (Markdown, or --format json); paste it into
     the ticket unchanged. Exit 1 when the profile has error findings (the ticket says so at
     the top: `submit` would refuse it)."""
-    from ..load.presets import PresetRegistry
+    from ..load.registry import PresetRegistry
     from ..outputs import review
     from ..pipeline.workload import prepare_workload
 
@@ -208,7 +209,9 @@ def render(profiles: Profiles, out_dir: OutDirOpt = None, output: OutputOpt = No
            smoke: SmokeRenderOpt = False, explain: ExplainOpt = False) -> int:
     """Render profiles to manifests: stdout as YAML (or, with -o json, one JSON `List`), or one
     file per workload with -d DIR."""
-    from ..pipeline.stream import ProfileArgs, Spool, StagedFiles, render_all
+    from ..files import StagedFiles
+    from ..pipeline.spool import Spool
+    from ..pipeline.stream import ProfileArgs, render_all
 
     fmt, out_dir = render_target(output, out_dir, smoke, explain)
     piece = smoke_piece if smoke else explained_piece if explain else manifest_piece
@@ -250,7 +253,8 @@ def render_target(output: str | None, out_dir: Path | None, smoke: bool, explain
 def render_json(profiles: Sequence[Path], piece: Callable[[Workload], tuple[str, str]]) -> int:
     """render -o json: every object of every workload, parsed back from its YAML, printed as
     one `List` when every profile rendered; its exit code."""
-    from ..pipeline.stream import Spool, render_all
+    from ..pipeline.spool import Spool
+    from ..pipeline.stream import render_all
     from ..render.manifests import parse
 
     objects: list[object] = []

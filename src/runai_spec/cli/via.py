@@ -16,8 +16,9 @@ from . import common
 from .common import TextJson, err, progress_line
 
 if TYPE_CHECKING:
-    from ..cluster.runai import RunaiTarget, WorkloadMetadata
-    from ..load.presets import Site
+    from ..cluster.runai import WorkloadMetadata
+    from ..cluster.runai_api import RunaiTarget
+    from ..load.site import Site
     from ..outputs.diff import ProfileDiff
     from ..pipeline.workload import Workload
     from ..render.manifests import Manifest
@@ -45,7 +46,7 @@ def chosen(site: Site, via: Via | None) -> Via:
 
 def runai_target(site: Site, debug: bool, request_timeout: float | None) -> RunaiTarget:
     from .. import cluster
-    from ..cluster.runai import RunaiTarget
+    from ..cluster.runai_api import RunaiTarget
 
     if debug:
         cluster.enable_debug()
@@ -80,7 +81,7 @@ def diff_via(workloads: list[Workload], debug: bool, request_timeout: float | No
     """diff --live's dispatch: through Run:ai when site.yaml's submit.via says so (the
     workloads as Run:ai holds them, against what submitting would store), else None."""
     from ..cluster.runai import live_workloads
-    from ..load.presets import PresetRegistry
+    from ..load.registry import PresetRegistry
     from ..outputs import diff as drift
 
     site = PresetRegistry().site()
@@ -136,7 +137,7 @@ def resolved(job: str, project: str | None, via: Via | None, smoke: bool
              ) -> tuple[str, str, str, Site] | None:
     """status/delete's dispatch: (name, project, namespace, site) when this call goes through
     Run:ai, None for the Kubernetes path (always for --smoke)."""
-    from ..load.presets import PresetRegistry
+    from ..load.registry import PresetRegistry
     from ..pipeline.stream import resolve_job
 
     site = PresetRegistry().site()  # the one every workload's render uses too

@@ -11,9 +11,10 @@ from typing import Any, Protocol
 
 from ..errors import InputError, RunaiSpecError
 from ..facts.kubeflow import API_VERSION, KIND
-from ..load.presets import PresetRegistry
+from ..load.registry import PresetRegistry
 from ..load.yaml import MAX_BYTES, load_documents, read_text
-from ..pipeline.stream import Reported, Spooled, workloads
+from ..pipeline.spool import Reported, Spooled
+from ..pipeline.stream import workloads
 from ..pipeline.workload import Workload
 from ..render.manifests import Manifest, dump, object_key
 from ..secrets import MASK as MASK

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 from ..check.catalogue import RULES
 from ..errors import RunaiSpecError
 from ..findings import Finding
-from ..load.presets import PresetRegistry
-from ..pipeline.stream import ProfileCheck, Reported
+from ..load.registry import PresetRegistry
+from ..pipeline.spool import Reported
+from ..pipeline.stream import ProfileCheck
 from ..text import md_code, md_text, one_line
 
 if TYPE_CHECKING:
@@ -198,7 +199,7 @@ def presets_lines(registry: PresetRegistry) -> list[str]:
 def granted_to(grants: dict[str, list[str]] | None, preset: str) -> str:
     """Which projects the site's grants let use PRESET, as `presets list` shows it (the
     `preset-not-granted` hint sends researchers there)."""
-    from ..load.presets import ALL_PROJECTS
+    from ..load.site import ALL_PROJECTS
 
     if grants is None or any(n in (preset, ALL_PROJECTS) for n in grants.get(ALL_PROJECTS, [])):
         return "every project"

@@ -1,0 +1,436 @@
+"""Run:ai's control plane over urllib3: tokens (never shown), retried requests, names to ids."""
+
+# The endpoints and schemas follow NVIDIA Run:ai's published OpenAPI documents (control-plane
+# API 2.24, run-ai-docs.nvidia.com/api/2.24/...; the self-hosted v3.0 reference at
+# docs.nvidia.com/run-ai/self-hosted/reference/rest-api/endpoints/...), as republished in
+# github.com/api-evangelist/runai openapi/runai-*-api-openapi.yml ("version: latest"):
+#
+# - Tokens: POST /api/v1/token (operationId grant_token): TokenRequest {grantType:
+#   client_credentials, clientID, clientSecret} -> TokenResponse {accessToken, expiresIn}.
+# - Clusters: GET /api/v1/clusters (get_clusters): an array of DisplayedCluster {uuid, name}.
+# - Projects: GET /api/v1/org-unit/projects?filterBy=name==P (get_projects):
+#   {projects: [Project {id, name, clusterId}]}.
+# - Workloads: GET /api/v1/workloads?filterBy=name==N,projectId==P (get_workloads):
+#   {workloads: [Workload {id, name, projectId, clusterId, phase, phaseMessage}]}; its pods:
+#   GET /api/v1/workloads/{workloadId}/pods (get_workload_pods): {pods: [{name, nodeName,
+#   k8sPhase}]}.
+# - Workloads V2: POST /api/v2/workloads[?dryRun=true] (create_workload_v2):
+#   WorkloadV2CreateRequest {metadata: WorkloadV2MetadataCreateParams {name, projectId,
+#   clusterId, priority, preemptibility, category}, manifest}; 202 (2.24) or 201 (2.23) with
+#   WorkloadV2 {metadata, desiredPhase, workloadManifest, rawManifest}.
+#   GET /api/v2/workloads/{WorkloadV2Id} (get_workload_v2_by_id): WorkloadV2GetResponse
+#   {workload: WorkloadV2, syncInfo}. PUT the same path (update_workload_v2):
+#   WorkloadV2UpdateRequest {metadata: {priority, category}, manifest}. DELETE it
+#   (delete_workload_v2): 202.
+# - Errors: Error {code, message, details}.
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from .. import __version__
+from ..errors import ClusterError, InputError
+from ..render.manifests import Manifest
+from .session import RetryPolicy, Uncertain, clean, log, reason_of
+
+# Where the credentials come from, in this order (docs/runai-submit.md).
+ENV_CLIENT_ID = "RUNAI_CLIENT_ID"
+ENV_CLIENT_SECRET = "RUNAI_CLIENT_SECRET"
+ENV_ACCESS_KEY_FILE = "RUNAI_ACCESS_KEY_FILE"  # YAML/JSON: clientId (or clientID), clientSecret
+ENV_CLI = "RUNAI_CLI"  # the runai CLI to ask for the logged-in user's token (default: on PATH)
+CLI_TOKEN_ARGS = ("auth", "get-token", "--output", "plaintext")
+LOGIN_HINT = ("log in again: `runai login` (runai-spec asks `runai auth get-token`), or renew "
+              f"the access key in {ENV_CLIENT_ID}/{ENV_CLIENT_SECRET} or {ENV_ACCESS_KEY_FILE}")
+TOKEN_PATH = "/api/v1/token"
+CLUSTERS_PATH = "/api/v1/clusters"
+PROJECTS_PATH = "/api/v1/org-unit/projects"
+WORKLOADS_V1_PATH = "/api/v1/workloads"
+WORKLOADS_V2_PATH = "/api/v2/workloads"
+EXPIRY_MARGIN = 30.0  # seconds: a token this close to its end is renewed before use
+
+
+@dataclass(frozen=True)
+class RunaiTarget:
+    """Which control plane and cluster, and how patiently; sleep and environ are injectable."""
+
+    url: str
+    cluster: str  # id (UUID) or name
+    category: str | None = "Train"
+    timeout: tuple[float, float] = (5.0, 30.0)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    sleep: Callable[[float], None] = time.sleep
+    progress: Callable[[str], None] | None = None
+    environ: Mapping[str, str] | None = None  # None: os.environ
+    clock: Callable[[], float] = time.monotonic
+
+
+@dataclass
+class _Token:
+    value: str
+    expires: float | None  # clock() time; None: unknown (a CLI token: renewed on a 401)
+
+
+class _Credentials:
+    """The bearer token: from an access key (exchanged at POST /api/v1/token) or from the
+    runai CLI's login (`runai auth get-token`); renewed when it expires or is refused."""
+
+    def __init__(self, target: RunaiTarget, session: RunaiSession) -> None:
+        self.target, self.session = target, session
+        env = target.environ if target.environ is not None else os.environ
+        self.env = env
+        self.key = _access_key(env)
+        self.token: _Token | None = None
+
+    @property
+    def source(self) -> str:
+        return "the access key" if self.key else "the runai CLI's login"
+
+    def header(self, *, renew: bool = False) -> str:
+        now = self.target.clock()
+        token = self.token
+        if renew or token is None or (token.expires is not None and now >= token.expires):
+            token = self.token = self._fetch()
+        return f"Bearer {token.value}"
+
+    def _fetch(self) -> _Token:
+        if self.key is not None:
+            return self._exchange(*self.key)
+        return _cli_token(self.env)
+
+    def _exchange(self, client_id: str, secret: str) -> _Token:
+        body = {"grantType": "client_credentials", "clientID": client_id, "clientSecret": secret}
+        try:
+            status, data, _ = self.session.send_raw("POST", TOKEN_PATH, body=body, auth=None)
+        except (_Unsent, Uncertain) as exc:
+            raise ClusterError(f"no token from the Run:ai control plane: {exc}", file="runai",
+                               hint="check site.yaml's submit.runai.url and that the control "
+                               "plane is up; try again later") from None
+        if status in (400, 401, 403):
+            raise ClusterError(f"unauthorised: the Run:ai control plane refused the access key "
+                               f"(HTTP {status}: {_message(self.session.scrub(data), status)})",
+                               file="runai",
+                               hint=LOGIN_HINT)
+        if status != 200 or not isinstance(data, dict) or not isinstance(
+                data.get("accessToken"), str) or not data["accessToken"]:
+            raise ClusterError(f"the Run:ai token endpoint answered HTTP {status} without a "
+                               "token", file="runai", hint="try again later; report it if it "
+                               "persists")
+        expires_in = data.get("expiresIn")
+        expires = (self.target.clock() + max(0.0, float(expires_in) - EXPIRY_MARGIN)
+                   if isinstance(expires_in, int | float) else None)
+        return _Token(data["accessToken"], expires)
+
+
+def _access_key(env: Mapping[str, str]) -> tuple[str, str] | None:
+    client_id, secret = env.get(ENV_CLIENT_ID), env.get(ENV_CLIENT_SECRET)
+    if client_id and secret:
+        return client_id, secret
+    if client_id or secret:
+        raise InputError(f"{ENV_CLIENT_ID} and {ENV_CLIENT_SECRET} go together; only one is set",
+                         field=ENV_CLIENT_ID if not client_id else ENV_CLIENT_SECRET,
+                         hint="set both (an access key's client id and secret), or neither")
+    path = env.get(ENV_ACCESS_KEY_FILE)
+    if not path:
+        return None
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise InputError(f"cannot read the access key file ({type(exc).__name__})", file=path,
+                         field=ENV_ACCESS_KEY_FILE, hint="a YAML or JSON file with clientId "
+                         "and clientSecret") from None
+    if isinstance(data, dict):
+        client_id = data.get("clientId") or data.get("clientID")
+        secret = data.get("clientSecret")
+        if isinstance(client_id, str) and isinstance(secret, str) and client_id and secret:
+            return client_id, secret
+    raise InputError("the access key file has no clientId and clientSecret", file=path,
+                     field=ENV_ACCESS_KEY_FILE, hint="a YAML or JSON file with clientId and "
+                     "clientSecret (strings)")
+
+
+def _cli_token(env: Mapping[str, str]) -> _Token:
+    """The logged-in user's token from the runai CLI's configuration; its output is never
+    shown (it is the token), nor its stderr."""
+    cli = env.get(ENV_CLI) or shutil.which("runai", path=env.get("PATH"))
+    if not cli:
+        raise ClusterError("no Run:ai credentials: no access key and no runai CLI to ask for "
+                           "a token", file="runai",
+                           hint=f"set {ENV_CLIENT_ID} and {ENV_CLIENT_SECRET} (an access key), "
+                           f"or {ENV_ACCESS_KEY_FILE}, or install the runai CLI and `runai login`")
+    try:
+        done = subprocess.run([cli, *CLI_TOKEN_ARGS], capture_output=True, timeout=30,
+                              check=False, env=dict(env))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ClusterError(f"cannot run `runai auth get-token` ({type(exc).__name__})",
+                           file="runai", hint=LOGIN_HINT) from None
+    token = done.stdout.decode("utf-8", "replace").strip()
+    if done.returncode != 0 or not token or any(c.isspace() for c in token):
+        raise ClusterError(f"`runai auth get-token` gave no token (exit {done.returncode}); "
+                           "runai-spec never shows its output", file="runai", hint=LOGIN_HINT)
+    return _Token(token, None)
+
+
+def _message(data: Any, status: int) -> str:
+    """The Error schema's message (and details), one clean line."""
+    if isinstance(data, dict) and data.get("message"):
+        details = f" ({data['details']})" if data.get("details") else ""
+        return clean(f"{data['message']}{details}", 300)
+    return f"HTTP {status}"
+
+
+class RunaiSession:
+    """One connection pool to the control plane; every request goes through `call`."""
+
+    def __init__(self, target: RunaiTarget) -> None:
+        import urllib3
+
+        self.target = target
+        self.base = target.url.rstrip("/")
+        self.host = clean(self.base, 200)
+        self.pool = urllib3.PoolManager(headers={"User-Agent": f"runai-spec/{__version__}"},
+                                        retries=False)
+        self.credentials = _Credentials(target, self)
+
+    def __enter__(self) -> RunaiSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.pool.clear()
+
+    def scrub(self, data: Any) -> Any:
+        """An error answer's message and details without this session's credentials (a
+        server may echo the request): each becomes `***`."""
+        if not isinstance(data, dict):
+            return data
+        secrets = [v for v in (self.credentials.token.value if self.credentials.token else None,
+                               *(self.credentials.key or ())) if v]
+        out = dict(data)
+        for key in ("message", "details"):
+            if isinstance(out.get(key), str):
+                for secret in secrets:
+                    out[key] = out[key].replace(secret, "***")
+        return out
+
+    def send_raw(self, method: str, path: str, query: Iterable[tuple[str, str]] = (),
+                 body: Any = None, auth: str | None = None) -> tuple[int, Any, float | None]:
+        """One attempt: (status, JSON body or None, Retry-After). The token goes only into
+        the header."""
+        import urllib3
+
+        query = list(query)
+        url = self.base + path + (f"?{urlencode(query)}" if query else "")
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        if auth is not None:
+            headers["Authorization"] = auth
+        started = self.target.clock()
+        try:
+            resp = self.pool.request(method, url, headers=headers,
+                                     body=json.dumps(body) if body is not None else None,
+                                     timeout=urllib3.Timeout(connect=self.target.timeout[0],
+                                                             read=self.target.timeout[1]),
+                                     redirect=False)
+        except (urllib3.exceptions.ConnectTimeoutError,
+                urllib3.exceptions.NewConnectionError) as exc:
+            raise _Unsent(f"cannot connect to {self.host}: {reason_of(exc)}") from None
+        except urllib3.exceptions.SSLError as exc:
+            raise ClusterError(f"cannot connect to {self.host}: TLS failure "
+                               f"({reason_of(exc)})", file="runai", hint="check site.yaml's "
+                               "submit.runai.url and the system's trusted certificates") from None
+        except urllib3.exceptions.HTTPError as exc:
+            reason = reason_of(exc)
+            if reason == "timed out":
+                reason = f"none within {self.target.timeout[1]:g} s (--request-timeout)"
+            raise Uncertain(f"no answer from {self.host}: {reason}") from None
+        log.debug("runai %s %s -> %s (%.3f s)", method, path, resp.status,
+                  self.target.clock() - started)
+        try:
+            data = json.loads(resp.data or b"null")
+        except ValueError:
+            data = None
+        return resp.status, data, _retry_after(resp.headers.get("Retry-After"))
+
+    def call(self, method: str, path: str, query: Iterable[tuple[str, str]] = (),
+             body: Any = None, write: bool = False) -> tuple[int, Any]:
+        """Send with the token, renewed once on a 401; bounded retries on 429/503 and on
+        requests that never left. A write whose outcome is unknown raises Uncertain."""
+        policy = self.target.retry
+        query = list(query)
+        waited, attempt, renewed = 0.0, 0, False
+        while True:
+            attempt += 1
+            auth = self.credentials.header()
+            try:
+                status, data, retry_after = self.send_raw(method, path, query, body, auth)
+            except _Unsent as exc:
+                failure = exc.what
+                if failure.endswith("connection refused"):
+                    raise ClusterError(failure, file="runai", hint="check site.yaml's "
+                                       "submit.runai.url and that the control plane is up"
+                                       ) from None
+                retry_after = None
+            except Uncertain as exc:
+                if write:
+                    raise
+                failure, retry_after = exc.args[0], None
+            else:
+                if status == 401 and not renewed:
+                    renewed = True
+                    self.credentials.header(renew=True)
+                    attempt -= 1
+                    continue
+                if status == 401:
+                    raise ClusterError(f"unauthorised: the Run:ai control plane refused "
+                                       f"{self.credentials.source}'s token ({_message(data, 401)})",
+                                       file="runai", hint=LOGIN_HINT)
+                if status in (429, 503) or (status >= 500 and not write):
+                    failure = f"the Run:ai control plane is busy or failing (HTTP {status})"
+                elif status >= 500:
+                    raise Uncertain(f"HTTP {status}")
+                else:
+                    return status, (self.scrub(data) if status >= 400 else data)
+            delay = min(policy.max_delay, retry_after if retry_after is not None
+                        else policy.base_delay * 2 ** (attempt - 1))
+            if attempt >= policy.attempts or waited + delay > policy.max_total:
+                raise ClusterError(f"{failure}; gave up after {attempt} attempt(s)",
+                                   file="runai", hint="try again later; check the control "
+                                   "plane's status with your engineers if it persists")
+            if self.target.progress is not None:
+                self.target.progress(f"note: {method} {clean(path, 120)}: {failure}; retrying "
+                                     f"in {delay:g} s (attempt {attempt + 1} of at most "
+                                     f"{policy.attempts})")
+            self.target.sleep(delay)
+            waited += delay
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+class _Unsent(Exception):
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+
+def refused(status: int, data: Any, where: str, verb: str) -> ClusterError:
+    """A refused control-plane request as one `error:` line with the server's reason."""
+    message = _message(data, status)
+    if status == 403:
+        return ClusterError(f"{where}: forbidden: {message}", file="runai",
+                            hint=f"ask the Run:ai administrators for a role that may {verb} "
+                            "workloads in the project")
+    if status == 404:
+        return ClusterError(f"{where}: not found: {message}", file="runai",
+                            hint="check the name, the project and site.yaml's submit.runai")
+    if status == 409:
+        return ClusterError(f"{where}: conflict: {message}", file="runai",
+                            hint="a workload of that name exists: `runai-spec status` shows it; "
+                            "--replace updates it")
+    if status in (400, 422):
+        return ClusterError(f"{where}: refused by Run:ai: {message}", file="runai",
+                            hint="the metadata (priority, preemptibility, category) comes from "
+                            "the preset and site.yaml: ask the AI Engineers whether Run:ai "
+                            "knows those values")
+    return ClusterError(f"{where}: HTTP {status}: {message}", file="runai",
+                        hint="try again later; report it if it persists")
+
+
+def _is_uuid(value: str) -> bool:
+    from ..load.site import RUNAI_CLUSTER_ID
+
+    return bool(RUNAI_CLUSTER_ID.match(value))
+
+
+def resolve_cluster(session: RunaiSession) -> str:
+    """site.yaml's cluster (an id, or a name looked up in GET /api/v1/clusters) -> its id."""
+    cluster = session.target.cluster
+    if _is_uuid(cluster):
+        return cluster
+    status, data = session.call("GET", CLUSTERS_PATH)
+    if status != 200:
+        raise refused(status, data, f"cluster {cluster}", "list")
+    clusters = [c for c in data if isinstance(c, dict)] if isinstance(data, list) else []
+    for c in clusters:
+        if c.get("name") == cluster and isinstance(c.get("uuid"), str):
+            return str(c["uuid"])
+    names = ", ".join(sorted(clean(c.get("name"), 60) for c in clusters)) or "none"
+    raise ClusterError(f"cluster {cluster!r}: not known to the Run:ai control plane",
+                       file="runai", hint=f"site.yaml's submit.runai.cluster; clusters: {names}")
+
+
+def resolve_project(session: RunaiSession, project: str, cluster_id: str) -> str:
+    """A project name -> its id on this cluster (GET /api/v1/org-unit/projects)."""
+    status, data = session.call("GET", PROJECTS_PATH, [("filterBy", f"name=={project}")])
+    if status != 200:
+        raise refused(status, data, f"project {project}", "read")
+    projects = data.get("projects") if isinstance(data, dict) else None
+    found = [p for p in projects or [] if isinstance(p, dict) and p.get("name") == project
+             and p.get("clusterId") == cluster_id]
+    if not found:
+        raise ClusterError(f"project {project!r}: not found on cluster {cluster_id} of the "
+                           "Run:ai control plane", file="runai",
+                           hint="check the profile's project; `runai project list` shows yours")
+    return str(found[0]["id"])
+
+
+@dataclass(frozen=True)
+class Found:
+    """A workload of that name in the project: its id, and (V2) its manifest and phase."""
+
+    id: str
+    raw: Manifest | None
+    phase: str | None
+    message: str | None
+
+
+def find_workload(session: RunaiSession, name: str, project_id: str) -> Found | None:
+    """The project's workload called NAME (GET /api/v1/workloads), with its rawManifest
+    (GET /api/v2/workloads/{id}); None when there is none."""
+    status, data = session.call("GET", WORKLOADS_V1_PATH,
+                                [("filterBy", f"name=={name},projectId=={project_id}")])
+    if status != 200:
+        raise refused(status, data, f"workload {name}", "list")
+    items = data.get("workloads") if isinstance(data, dict) else None
+    match = [w for w in items or [] if isinstance(w, dict) and w.get("name") == name
+             and str(w.get("projectId")) == project_id and not w.get("deletedAt")]
+    if not match:
+        return None
+    item = match[0]
+    workload_id = str(item.get("id"))
+    status, data = session.call("GET", f"{WORKLOADS_V2_PATH}/{quote(workload_id, safe='')}")
+    raw: Manifest | None = None
+    if status == 200 and isinstance(data, dict) and isinstance(data.get("workload"), dict):
+        raw = _manifest(data["workload"].get("rawManifest"))
+    elif status != 404:  # a V1 workload (not submitted through V2) answers 404 there
+        raise refused(status, data, f"workload {name}", "read")
+    phase = item.get("phase")
+    message = item.get("phaseMessage")
+    return Found(workload_id, raw, clean(phase, 40) if phase else None,
+                 clean(message, 200) if message else None)
+
+
+def _manifest(value: Any) -> Manifest | None:
+    """A stored manifest whose metadata, labels and annotations have the shapes runai-spec
+    reads; anything else reads as none (so: not runai-spec's, never touched)."""
+    if not isinstance(value, dict) or not isinstance(value.get("metadata"), dict):
+        return None
+    meta = value["metadata"]
+    if not all(isinstance(meta.get(k, {}), dict) for k in ("labels", "annotations")):
+        return None
+    return value
