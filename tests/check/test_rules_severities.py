@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from test_rules_cases import CASE_FILES, case_id, findings_of
 
+from check.test_rules_cases import CASE_FILES, case_id, findings_of
 from conftest import ROOT, run
 
 EXAMPLES = sorted((ROOT / "examples").glob("*/profile.yaml"))

@@ -419,8 +419,8 @@ def test_a_profile_change_is_admitted_iff_validate_accepts_it(
 @pytest.mark.parametrize("example", ["multi-node", "single-node"])
 def test_random_profile_values_are_admitted_iff_validate_accepts_them(
         policy: Policy, tmp_path_factory: pytest.TempPathFactory, example: str) -> None:
-    hypothesis = pytest.importorskip("hypothesis")
-    st = hypothesis.strategies
+    import hypothesis  # a test dependency: conftest loads its profiles
+    from hypothesis import strategies as st
     base = yaml.safe_load((ROOT / "examples" / example / "profile.yaml").read_text())
     names = st.from_regex(r"\A[A-Z_][A-Z0-9_]{0,12}\Z").filter(lambda n: n != "_")
     text = st.text(st.characters(min_codepoint=32, max_codepoint=0x2030), max_size=24)
@@ -568,8 +568,8 @@ TAMPERS: dict[str, tuple[str, Callable[[Job], Job], str]] = {
         "annotations", {"k8s.v1.cni.cncf.io/networks": "runai-ib/x"})), "spec.pytorchReplicaSpecs."),
     "pod-label-added": ("multi-node", lambda j: _every_pod(j, lambda t: t["metadata"]["labels"].update(
         {"kai.scheduler/queue": "other"})), "spec.pytorchReplicaSpecs."),
-    "restart-policy": ("multi-node", lambda j: [r.__setitem__("restartPolicy", "Always") for r in
-                                                j["spec"]["pytorchReplicaSpecs"].values()] and j,
+    "restart-policy": ("multi-node", lambda j: ([r.__setitem__("restartPolicy", "Always") for r in
+                                                 j["spec"]["pytorchReplicaSpecs"].values()], j)[1],
                        "spec.pytorchReplicaSpecs."),
     "more-workers": ("multi-node", lambda j: j["spec"]["pytorchReplicaSpecs"]["Worker"].__setitem__(
         "replicas", 7) or j, "spec.pytorchReplicaSpecs.Worker.replicas"),
@@ -746,8 +746,8 @@ def test_the_scale_subresource_is_judged() -> None:
     assert scale["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == [
         "pytorchjobs/scale"]
     evaluator = Evaluator(scale["spec"])
-    old = {"apiVersion": "autoscaling/v1", "kind": "Scale",
-           "metadata": {"name": "j", "namespace": "runai-nlp-lab"}, "spec": {"replicas": 1}}
+    old: dict[str, Any] = {"apiVersion": "autoscaling/v1", "kind": "Scale",
+                           "metadata": {"name": "j", "namespace": "runai-nlp-lab"}, "spec": {"replicas": 1}}
     new = copy.deepcopy(old)
     new["spec"]["replicas"] = 8
     failures = evaluator.failures(new, params=None, namespace_labels={}, old=old)
