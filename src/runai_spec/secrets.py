@@ -42,16 +42,36 @@ def _mask_keyed(text: str) -> str:
 
 
 _SCHEME = re.compile(r"(?i)\b(bearer|basic)\s+(?!\*\*\*)[A-Za-z0-9._~+/=-]+")
-# Known token formats, each found by its literal start (one fast scan each).
-_SHAPES = {
-    "eyJ": re.compile(r"eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*"),  # JWT (service accounts)
-    "AKIA": re.compile(r"\bAKIA[0-9A-Z]{16}"), "ASIA": re.compile(r"\bASIA[0-9A-Z]{16}"),  # AWS
-    "gh": re.compile(r"\bgh[pousr]_[A-Za-z0-9]{36,}|\bgithub_pat_[A-Za-z0-9_]{22,}"),
-    "glpat-": re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}"),
-    "xox": re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"),
-    "hf_": re.compile(r"\bhf_[A-Za-z0-9]{30,}"), "sk-": re.compile(r"\bsk-[A-Za-z0-9_-]{20,}"),
+
+# --- credential shapes: written once, for masking and for validate's `secret-env` rule ---
+# (which the admission policy translates into CEL)
+
+# Known token formats, each by its literal start (masking scans for it first).
+TOKEN_SHAPES: dict[str, str] = {
+    "AKIA": r"AKIA[0-9A-Z]{16}", "ASIA": r"ASIA[0-9A-Z]{16}",  # AWS access key id
+    "gh": r"gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,}",  # GitHub
+    "glpat-": r"glpat-[A-Za-z0-9_-]{20,}",  # GitLab
+    "xox": r"xox[abposr]-[A-Za-z0-9-]{10,}",  # Slack
+    "hf_": r"\bhf_[A-Za-z0-9]{30,}",  # Hugging Face
+    "sk-": r"\bsk-[A-Za-z0-9_-]{20,}",  # OpenAI-style API keys
 }
-_USERINFO = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^/\s:@]+:)[^/\s@]+@")
+_B64URL = r"[A-Za-z0-9_-]"
+# A JWT (service account tokens): masking hides any three parts after `eyJ`; validate refuses
+# only a header and a payload that are both JSON objects (`eyJ` is base64 for `{"`).
+_JWT_ANY = rf"eyJ{_B64URL}+\.{_B64URL}+\.{_B64URL}*"
+JWT = rf"eyJ{_B64URL}{{8,}}\.eyJ{_B64URL}{{8,}}\.{_B64URL}*"
+PRIVATE_KEY = r"-----BEGIN [A-Z ]*PRIVATE KEY-----"  # validate's; masking hides every PEM block
+# A URL with user:password: its part up to the password, then the password.
+URL_USER = r"[a-z][a-z0-9+.-]*://[^/\s:@]+:"
+URL_PASSWORD = r"[^/\s@]+@"
+
+# Masking: each token format at a word start, found by its literal start (one fast scan each).
+_SHAPES = {"eyJ": re.compile(_JWT_ANY),
+           **{start: re.compile(rf"\b(?:{shape})") for start, shape in TOKEN_SHAPES.items()}}
+_USERINFO = re.compile(rf"(\b{URL_USER}){URL_PASSWORD}")
+# validate: a value that holds any of them anywhere is a credential written as a plain value.
+SECRET_VALUE = re.compile("|".join([*TOKEN_SHAPES.values(), JWT, PRIVATE_KEY,
+                                    URL_USER + URL_PASSWORD]))
 # One-line server and library text only: a long unbroken base64-like run that mixes upper
 # and lower case and digits, as random tokens do (API paths, label keys and hex digests
 # do not). Too broad for manifests.
@@ -139,11 +159,11 @@ def mask_object(value: Any) -> Any:
         out: dict[str, Any] = {}
         named = value.get("name")
         for key, item in value.items():
-            secret_value = (key == "value" and isinstance(named, str)
+            named_secret = (key == "value" and isinstance(named, str)
                             and secret_name(named, variable=True))
             secret_key = (isinstance(key, str) and secret_name(key)
                           and not isinstance(item, dict | list))
-            out[key] = MASK if secret_value or secret_key else mask_object(item)
+            out[key] = MASK if named_secret or secret_key else mask_object(item)
         return out
     if isinstance(value, list):
         return [mask_object(item) for item in value]
@@ -170,3 +190,8 @@ def looks_secret(name: str) -> bool:
     upper = [w.upper() for w in _WORD.split(name) if w]
     return bool(SECRET_WORDS.intersection(upper)) or any(
         pair in SECRET_PAIRS for pair in zip(upper, upper[1:], strict=False))
+
+
+def secret_value(value: str) -> bool:
+    """True for values shaped like a known token, key or password-bearing URL."""
+    return bool(SECRET_VALUE.search(value))

@@ -11,10 +11,10 @@ import yaml
 from typer.testing import CliRunner
 
 from conftest import schema_errors
-from runai_spec.check.env import secret_value
 from runai_spec.cli import app
 from runai_spec.pipeline.workload import prepare_workload
 from runai_spec.secrets import looks_secret as secret_name
+from runai_spec.secrets import secret_value
 
 runner = CliRunner()
 

@@ -165,7 +165,8 @@ def test_a_forged_findings_section_does_not_hide_a_real_finding() -> None:
 def test_plan_structure_is_the_same_for_any_value(value: str) -> None:
     from hypothesis import assume
 
-    from runai_spec.check.env import SECRET_FLAG, secret_value
+    from runai_spec.check.env import SECRET_FLAG
+    from runai_spec.secrets import secret_value
 
     # a value shaped like a credential (`scheme://user:pass@`, `--password=…`) is a finding of
     # its own, rightly another block of the ticket; every other value leaves its structure

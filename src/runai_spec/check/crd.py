@@ -7,12 +7,14 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, Location
+from ..facts.kubeflow import CRD_NAME
 from ..findings import Finding
 from ..load.yaml import parse_documents, read_text
 from ..render.manifests import Manifest
 
 CRD_MAX_BYTES = 8 * 1024 * 1024
-CRD_HINT = "pass the cluster's own CRD: kubectl get crd pytorchjobs.kubeflow.org -o yaml > crd.yaml"
+CRD_FETCH = f"kubectl get crd {CRD_NAME} -o yaml > crd.yaml"
+CRD_HINT = f"pass the cluster's own CRD: {CRD_FETCH}"
 
 
 def load_crd_schemas(path: Path) -> dict[str, dict[str, Any]]:
@@ -31,7 +33,7 @@ def load_crd_schemas(path: Path) -> dict[str, dict[str, Any]]:
     if len(docs) != 1 or not isinstance(docs[0], dict) \
             or docs[0].get("kind") != "CustomResourceDefinition":
         raise InputError("not a CustomResourceDefinition", file=str(path),
-                         hint="kubectl get crd pytorchjobs.kubeflow.org -o yaml > crd.yaml")
+                         hint=CRD_FETCH)
     return crd_schemas(docs[0], str(path))
 
 

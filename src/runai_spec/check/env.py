@@ -11,6 +11,7 @@ from ..facts.kubeflow import (
     MASTER,
     OPERATOR_VERSIONS,
     POD_NAME_ENV,
+    RDZV_BACKEND,
     REPLICA_TYPES,
     WORKER,
     operator_env,
@@ -24,15 +25,15 @@ from ..facts.torchrun import (
 from ..findings import Finding
 from ..load.profile import Profile
 from ..plan.plan import Plan
-from ..secrets import looks_secret
+from ..secrets import looks_secret, secret_value
 from .rules import Context, finding, rule
 
 
 # Turned around (red team): every NCCL_* variable is the preset's, because NCCL reads any of
 # them (and NCCL >= 2.23 reads all of them from NCCL_CONF_FILE); so are the other transports'
 # interface and plugin variables and the linker's, which can swap the transport library itself
-# (the list: launcher.py, which admission.py reads too). Only the diagnostics switch's own
-# variables are left out, for `nccl-debug-temporary`.
+# (the list: facts/torchrun.py, which outputs/admission/rules.py reads too). Only the
+# diagnostics switch's own variables are left out, for `nccl-debug-temporary`.
 def transport_variable(name: str) -> bool:
     """A variable that chooses or configures the network path: the engineers' (the preset's)."""
     return ((name.startswith(TRANSPORT_ENV_PREFIXES) or name in TRANSPORT_ENV_NAMES)
@@ -159,7 +160,7 @@ def env_owners(plan: Plan) -> dict[str, str]:
     renders, and the c10d rendezvous's on every layout), the operator's. The injected ones
     (INJECTED_ENV) have their own message."""
     owners = {name: "the training operator (on every pod)" for name in OPERATOR_ENV_NAMES}
-    owners[DISABLE_SHARED_STORE[0]] = "runai-spec (for a c10d rendezvous)"
+    owners[DISABLE_SHARED_STORE[0]] = f"runai-spec (for a {RDZV_BACKEND} rendezvous)"
     for index, (name, _) in enumerate(plan.env):
         origin = plan.origins.get(f"env[{index}][1]")
         if origin is None or (origin.kind == "profile" and origin.field == env_line(name)):
@@ -198,24 +199,7 @@ def check_operator_env(ctx: Context) -> Iterator[Finding]:
                            "remove it; ask your AI Engineer if the job needs another value")
 
 
-SECRET_VALUE = re.compile(
-    r"(AKIA|ASIA)[0-9A-Z]{16}"                          # AWS access key id
-    r"|gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,}"  # GitHub
-    r"|glpat-[A-Za-z0-9_-]{20,}"                         # GitLab
-    r"|xox[abposr]-[A-Za-z0-9-]{10,}"                    # Slack
-    r"|\bhf_[A-Za-z0-9]{30,}"                            # Hugging Face
-    r"|\bsk-[A-Za-z0-9_-]{20,}"                          # OpenAI-style API keys
-    r"|eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"  # JWT
-    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----"
-    r"|[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@")         # URL with user:password
-
-
 SECRET_FLAG = re.compile(r"(?i)^--?[\w-]*(token|password|passwd|api[-_]?key|secret)[\w-]*(=.+)?$")
-
-
-def secret_value(value: str) -> bool:
-    """True for values shaped like a known token, key or password-bearing URL."""
-    return bool(SECRET_VALUE.search(value))
 
 
 SECRET_HINT = ("put it in a Kubernetes Secret in the project's namespace and reference it: "

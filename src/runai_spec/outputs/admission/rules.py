@@ -14,13 +14,14 @@ import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ...check.env import OPERATOR_ENV_NAMES, SECRET_FLAG, SECRET_VALUE
+from ...check.env import OPERATOR_ENV_NAMES, SECRET_FLAG
 from ...check.identity import IMAGE_REPO, IMAGE_TAG
 from ...check.launcher import LAUNCHER_FLAGS, LAUNCHERS
 from ...check.storage import PATH_NAME_MAX, SYSTEM_PATHS, WORKDIR_REFUSED
 from ...facts import torchrun
 from ...facts.kubeflow import DNS1035_PATTERN, DNS1123_PATTERN, INJECTED_ENV, SMOKE_SUFFIX
 from ...load.profile import ENV_NAME, CheckpointFormat
+from ...secrets import SECRET_VALUE
 
 CHECKPOINT_FORMATS: tuple[str, ...] = typing.get_args(CheckpointFormat)
 
