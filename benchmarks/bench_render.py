@@ -39,7 +39,7 @@ class _First(BaseModel):
 marks.append(time.perf_counter())
 import runai_spec.load.profile
 marks.append(time.perf_counter())
-import runai_spec.load.presets
+import runai_spec.load.registry
 marks.append(time.perf_counter())
 import runai_spec.cli
 marks.append(time.perf_counter())
@@ -53,7 +53,8 @@ marks.append(time.perf_counter())
 print(json.dumps([(b - a) * 1000 for a, b in zip(marks, marks[1:])]))
 """
 PHASE_NAMES = ("the floor's imports", "pydantic's first model (any model at all)",
-               "runai_spec.load.profile (its models)", "runai_spec.load.presets (its models)",
+               "runai_spec.load.profile (its models)",
+               "runai_spec.load.registry (the preset, site and ledger models)",
                "the rest of runai_spec.cli", "render itself: Typer, Jinja, rules, signatures, print")
 
 
@@ -84,7 +85,7 @@ def sides(folder: Path, torchx: str | None) -> dict[str, list[str]]:
         "import floor": [exe, "-c", "import typer, jinja2, yaml; from pydantic import BaseModel"],
         # what render must load: the import floor and runai_spec's pydantic models defined
         "floor": [exe, "-c", "import typer, jinja2, yaml; from pydantic import BaseModel; "
-                  "import runai_spec.load.profile, runai_spec.load.presets"],
+                  "import runai_spec.load.profile, runai_spec.load.registry"],
         "render": [cli, "render", str(PROFILE)],
         "--version": [cli, "--version"],
         "--help": [cli, "--help"],

@@ -21,7 +21,7 @@ from hypothesis import settings
 from typer.testing import CliRunner, Result
 
 from runai_spec.cli import app
-from runai_spec.load import presets as presets_module
+from runai_spec.load import registry as registry_module
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -145,7 +145,7 @@ def presets_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A copy of presets/ that the tool uses instead of the shipped one."""
     target = tmp_path / "presets"
     shutil.copytree(ROOT / "presets", target)
-    monkeypatch.setattr(presets_module, "default_presets_dir", lambda: target)
+    monkeypatch.setattr(registry_module, "default_presets_dir", lambda: target)
     return target
 
 

@@ -741,7 +741,7 @@ def site_route(kube: FakeKube, method: str, path: str) -> tuple[int, Any] | None
 
 def seed_site(kube: FakeKube) -> None:
     """A cluster that matches the shipped site file and presets (the examples pass)."""
-    from runai_spec.load.presets import PresetRegistry
+    from runai_spec.load.registry import PresetRegistry
 
     registry = PresetRegistry()
     site = registry.site()

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from conftest import kubelet_sees, run
 from runai_spec.check.catalogue import READS, RULES
 from runai_spec.facts.kubeflow import PROFILE_SHA_ANNOTATION
-from runai_spec.load.presets import PresetRegistry
 from runai_spec.load.profile import parse_profile
+from runai_spec.load.registry import PresetRegistry
 from runai_spec.load.yaml import load_mapping_text, parse_documents
 from runai_spec.pipeline.workload import prepare_workload
 

@@ -14,7 +14,7 @@ from kube_helpers import NAME, NS, PROFILE, Render, error_lines, run
 from kubeapi import KubeAPI, admit, status_body
 from runai_spec.cluster import AdmissionDenied, Target, admission_denied, submit_manifests
 from runai_spec.errors import EXIT_CLUSTER
-from runai_spec.load.presets import PresetRegistry
+from runai_spec.load.registry import PresetRegistry
 from runai_spec.outputs.admission import documents as admission
 
 pytest.importorskip("cel_expr_python.cel")

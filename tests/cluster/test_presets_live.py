@@ -11,7 +11,7 @@ from conftest import ROOT
 from kube_helpers import Sleeps, error_lines, run
 from kubeapi import KubeAPI
 from runai_spec.errors import EXIT_CLUSTER, EXIT_FINDINGS
-from runai_spec.load.presets import PresetRegistry
+from runai_spec.load.registry import PresetRegistry
 from runai_spec.outputs.admission import documents as admission
 
 pytest_plugins = ("kube_fixtures",)

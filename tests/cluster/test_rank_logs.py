@@ -15,8 +15,8 @@ from kubeapi import KubeAPI
 from runai_spec.cluster.logs import split_ranks
 from runai_spec.facts.kubeflow import POD_NAME_ENV
 from runai_spec.facts.torchrun import NCCL_DEBUG_FILE, RANK_PREFIX, RANK_PREFIX_ENV
-from runai_spec.load.presets import PresetRegistry
 from runai_spec.load.profile import parse_profile
+from runai_spec.load.registry import PresetRegistry
 from runai_spec.plan.plan import plan_workload
 from runai_spec.rehearse import plan_pods
 from runai_spec.rehearse.checks import command_note

@@ -151,7 +151,7 @@ def test_nproc_comes_from_the_flag_else_the_operator_else_one() -> None:
 def test_the_plan_carries_the_sites_operator_version_and_sigterm_checkpointing() -> None:
     from pydantic import ValidationError
 
-    from runai_spec.load.presets import Site
+    from runai_spec.load.site import Site
 
     assert Site(cluster="c", registries=["r"]).operator_version == kubeflow.OPERATOR_VERSION
     with pytest.raises(ValidationError, match="operator_version"):

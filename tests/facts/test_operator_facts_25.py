@@ -23,7 +23,7 @@ from runai_spec.facts.kubeflow import (
     operator_problems,
 )
 from runai_spec.facts.operator import BACKOFF_RESET_AFTER_S, JobModel
-from runai_spec.load.presets import PresetRegistry
+from runai_spec.load.registry import PresetRegistry
 from runai_spec.rehearse.argv import plan_pods
 from runai_spec.rehearse.spec import RehearsalSpec
 

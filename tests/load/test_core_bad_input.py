@@ -139,7 +139,7 @@ def test_edited_preset_is_bad_input(write_profile: Callable[..., Path],
 def test_a_site_asking_for_an_unsupported_manifest_family_is_bad_input_not_a_bug(
         write_profile: Callable[..., Path], base_profile: dict[str, Any], presets_dir: Path,
         engineer_key: Path) -> None:
-    from runai_spec.load.presets import PresetRegistry
+    from runai_spec.load.registry import PresetRegistry
 
     site = presets_dir / "site.yaml"
     site.write_text(site.read_text().replace("family: kubeflow", "family: runai"))

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from conftest import ENGINEER
 from runai_spec.cli import app
 from runai_spec.errors import PresetError
-from runai_spec.load.presets import PresetRegistry
+from runai_spec.load.registry import PresetRegistry
 
 runner = CliRunner()
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from runai_spec.cli import app
-from runai_spec.load.presets import PresetRegistry
+from runai_spec.load.registry import PresetRegistry
 
 runner = CliRunner()
 

@@ -16,7 +16,7 @@ from conftest import ENGINEER, ROOT, allow_signer, make_key
 from runai_spec import resources
 from runai_spec.cli import app
 from runai_spec.errors import PresetError
-from runai_spec.load.presets import PresetRegistry
+from runai_spec.load.registry import PresetRegistry
 
 pytestmark = pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="needs ssh-keygen")
 

@@ -18,7 +18,7 @@ from conftest import ENGINEER, ROOT, make_key
 from runai_spec.cli import app
 from runai_spec.errors import PresetError
 from runai_spec.load import signing
-from runai_spec.load.presets import PresetRegistry
+from runai_spec.load.registry import PresetRegistry
 from runai_spec.load.signing import SignatureError, SignedApproval
 from runai_spec.outputs.admission import documents as admission
 

@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from runai_spec.cli import app
 from runai_spec.errors import PresetError
-from runai_spec.load.presets import RUNAI_PRIORITIES, PresetRegistry, Site
+from runai_spec.load.registry import PresetRegistry
+from runai_spec.load.site import RUNAI_PRIORITIES, Site
 
 runner = CliRunner()
 SHIPPED = PresetRegistry()

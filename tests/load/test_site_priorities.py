@@ -13,7 +13,8 @@ import yaml
 from conftest import ROOT
 from runai_spec.errors import PresetError
 from runai_spec.load import signing
-from runai_spec.load.presets import RUNAI_PRIORITIES, PresetRegistry, Site
+from runai_spec.load.registry import PresetRegistry
+from runai_spec.load.site import RUNAI_PRIORITIES, Site
 
 
 def test_every_shipped_preset_names_a_priority_of_the_shipped_site() -> None:

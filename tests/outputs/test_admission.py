@@ -22,7 +22,7 @@ import yaml
 from cel_eval import Evaluator, Failure
 from conftest import EXAMPLES, ROOT, example_job
 from runai_spec.errors import InputError
-from runai_spec.load.presets import PresetRegistry
+from runai_spec.load.registry import PresetRegistry
 from runai_spec.outputs.admission import documents as admission
 from runai_spec.outputs.admission import shape as admission_shape
 from runai_spec.outputs.explain import explain_workload

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from conftest import EXAMPLES, ROOT, kubelet_sees
 from runai_spec.cli import app
-from runai_spec.load.presets import PresetRegistry
+from runai_spec.load.registry import PresetRegistry
 from runai_spec.load.yaml import parse_documents
 from runai_spec.outputs.explain import explain_workload
 from runai_spec.pipeline.workload import prepare_workload

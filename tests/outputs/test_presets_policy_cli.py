@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from conftest import ROOT
 from runai_spec.cli import app
-from runai_spec.load.presets import PresetRegistry
+from runai_spec.load.registry import PresetRegistry
 from runai_spec.outputs.admission import documents as admission
 
 runner = CliRunner()

@@ -16,8 +16,8 @@ from runai_spec.cli import app
 from runai_spec.errors import PresetError
 from runai_spec.facts.kubeflow import MASTER, WORKER
 from runai_spec.facts.kubelet import expand
-from runai_spec.load.presets import PresetRegistry
 from runai_spec.load.profile import parse_profile
+from runai_spec.load.registry import PresetRegistry
 from runai_spec.plan.failure import failure_semantics
 from runai_spec.plan.plan import plan_workload
 from runai_spec.rehearse.restarts import static_rendezvous

@@ -16,8 +16,9 @@ from runai_spec.facts.kubeflow import (
     PROFILE_SHA_ANNOTATION,
     WORKER,
 )
-from runai_spec.load.presets import PresetRegistry, Site
 from runai_spec.load.profile import parse_profile
+from runai_spec.load.registry import PresetRegistry
+from runai_spec.load.site import Site
 from runai_spec.plan.plan import plan_workload
 from runai_spec.render import render_plan
 from runai_spec.render.manifests import dump

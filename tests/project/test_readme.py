@@ -35,7 +35,7 @@ from kubeapi import KubeAPI
 from outputs.test_init import IMAGE, interview
 from runai_spec import rehearse as rehearse_module
 from runai_spec.cli import app
-from runai_spec.load.presets import PresetRegistry
+from runai_spec.load.registry import PresetRegistry
 from runai_spec.rehearse import RehearseResult
 
 pytest_plugins = ("kube_fixtures",)

@@ -14,8 +14,8 @@ from pydantic import BaseModel
 
 from conftest import BASE_PROFILE, ROOT, kubelet_sees
 from runai_spec.facts.kubeflow import kubelet_literal
-from runai_spec.load.presets import PresetRegistry
 from runai_spec.load.profile import Profile, parse_profile
+from runai_spec.load.registry import PresetRegistry
 from runai_spec.load.yaml import parse_documents
 from runai_spec.plan.plan import plan_workload
 from runai_spec.render import render_plan, render_text

@@ -13,8 +13,8 @@ from typing import Any
 from conftest import BASE_PROFILE, ROOT
 from runai_spec.facts.kubeflow import kubelet_literal
 from runai_spec.facts.kubelet import container_env, expand, expand_command
-from runai_spec.load.presets import PresetRegistry
 from runai_spec.load.profile import parse_profile
+from runai_spec.load.registry import PresetRegistry
 from runai_spec.plan.plan import plan_workload
 from runai_spec.render import render_plan
 from runai_spec.render.manifests import dump

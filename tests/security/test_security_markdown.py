@@ -25,8 +25,8 @@ from runai_spec.check.rules import Context
 from runai_spec.cli import app
 from runai_spec.errors import InputError, Location
 from runai_spec.findings import Finding
-from runai_spec.load.presets import PresetRegistry
 from runai_spec.load.profile import parse_profile
+from runai_spec.load.registry import PresetRegistry
 from runai_spec.outputs.diff import ObjectDiff, ProfileDiff, as_markdown
 from runai_spec.outputs.explain import explain_workload
 from runai_spec.outputs.report import rules_markdown, validate_markdown

@@ -12,7 +12,7 @@ from ..errors import EXIT_FINDINGS, EXIT_OK
 from .common import ContextOpt, KubeconfigOpt, app, err
 
 if TYPE_CHECKING:
-    from ..load.presets import PresetRegistry
+    from ..load.registry import PresetRegistry
 
 presets_app = typer.Typer(help="Engineer-owned presets and their approvals ledger.",
                           no_args_is_help=True)
@@ -25,7 +25,7 @@ PresetsDir = Annotated[Path | None, typer.Option("--dir", help="presets/ folder 
 @presets_app.command("list")
 def presets_list(directory: PresetsDir = None) -> None:
     """List the approved presets."""
-    from ..load.presets import PresetRegistry
+    from ..load.registry import PresetRegistry
     from ..outputs import report
 
     for line in report.presets_lines(PresetRegistry(directory)):
@@ -35,7 +35,7 @@ def presets_list(directory: PresetsDir = None) -> None:
 @presets_app.command("show")
 def presets_show(name: str, directory: PresetsDir = None) -> None:
     """Show one approved preset (or `site`, the site file) and its approval record."""
-    from ..load.presets import PresetRegistry, preset_summary, site_summary
+    from ..load.registry import PresetRegistry, preset_summary, site_summary
     from ..render.manifests import dump
 
     registry = PresetRegistry(directory)
@@ -71,7 +71,7 @@ def approval_registry(name: str, key: Path | None, directory: Path | None, by: s
     """The presets folder `presets approve` may sign into; bad input for a typed approver,
     no key, or the shipped presets inside the installed package."""
     from ..errors import InputError
-    from ..load.presets import PresetRegistry
+    from ..load.registry import PresetRegistry
     from ..resources import inside_installed_package
 
     if by is not None:
@@ -104,7 +104,7 @@ def presets_verify(directory: PresetsDir = None, live: LiveOpt = False,
     """Check every file of the presets folder (--dir, default: the shipped one) against the
     ledger and its signatures; exit 1 when any is refused (for CI). --live: also compare them
     with what the cluster enforces (exit 1 on a difference)."""
-    from ..load.presets import PresetRegistry
+    from ..load.registry import PresetRegistry
 
     registry = PresetRegistry(directory)
     result = registry.verify()
@@ -151,7 +151,7 @@ def presets_policy(
 ) -> None:
     """The ValidatingAdmissionPolicy, its binding and its parameters, from the approved presets
     (Kubernetes >= 1.30): what the cluster admits. See docs/admission.md."""
-    from ..load.presets import PresetRegistry
+    from ..load.registry import PresetRegistry
     from ..outputs.admission import documents as admission
     from ..render.manifests import dump
 

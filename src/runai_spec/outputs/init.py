@@ -18,8 +18,8 @@ from ..errors import InputError
 from ..facts.kubeflow import DNS1035, DNS1123, NAME_MAX
 from ..facts.torchrun import EXECUTABLE_ENTRY, SHELLS, entry_point_kind, without_launcher
 from ..files import replace_file
-from ..load.presets import ApprovedPreset, PresetRegistry
 from ..load.profile import CheckpointFormat, Precision
+from ..load.registry import ApprovedPreset, PresetRegistry
 from ..pipeline.workload import Workload, prepare_workload
 
 PROFILE_FILE = "profile.yaml"

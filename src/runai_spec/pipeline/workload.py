@@ -9,8 +9,9 @@ from ..check.catalogue import READS, check_all
 from ..check.rules import Context
 from ..errors import InputError, PresetError, RunaiSpecError
 from ..findings import Finding
-from ..load.presets import ApprovedPreset, PresetRegistry, Site
 from ..load.profile import LoadedProfile, ProfileProblems, load_profile, parse_partial
+from ..load.registry import ApprovedPreset, PresetRegistry
+from ..load.site import Site
 from ..plan.plan import Plan, plan_workload
 from ..render import TEMPLATES, render_plan
 from ..render.manifests import Manifest, dump

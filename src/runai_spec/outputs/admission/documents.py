@@ -29,7 +29,8 @@ from ...facts.kubeflow import (
     PRESET_ANNOTATION,
     SMOKE_LABEL,
 )
-from ...load.presets import PresetRegistry, Site
+from ...load.registry import PresetRegistry
+from ...load.site import Site
 from ...render.manifests import dump
 from .cel import ARG_INDEXES, preset_problems
 from .rules import MAX_ARGS, RuleContext, balanced, lit

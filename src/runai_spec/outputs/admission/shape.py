@@ -23,7 +23,8 @@ from typing import Any
 
 from ...check.identity import name_room
 from ...errors import InternalError, RunaiSpecError
-from ...load.presets import ApprovedPreset, PresetRegistry, Site
+from ...load.registry import ApprovedPreset, PresetRegistry
+from ...load.site import Site
 from ...render.manifests import Manifest
 
 Scalar = str | int | float | bool | None

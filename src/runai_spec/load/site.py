@@ -1,0 +1,193 @@
+"""Site: the cluster-wide settings of site.yaml, engineer-owned."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+
+from ..facts.kubeflow import OPERATOR_VERSION, OperatorVersion
+from ..facts.runai import NODE_POOL_LABEL, PREEMPTIBILITY_LABEL, PRIORITY_LABEL, QUEUE_LABEL
+
+SITE_FILE = "site.yaml"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# Run:ai 2.2x's priority dictionary (the PriorityClasses it serves).
+RUNAI_PRIORITIES = ("very-low", "low", "medium-low", "medium", "medium-high", "high", "very-high")
+ALL_PROJECTS = "*"
+
+
+class LabelKeys(_Model):
+    """The scheduler's label keys (Run:ai's by default; `kai.scheduler/...` for standalone KAI)."""
+
+    queue: str = QUEUE_LABEL
+    priority: str = PRIORITY_LABEL
+    preemptibility: str = PREEMPTIBILITY_LABEL
+    node_pool: str = NODE_POOL_LABEL
+
+
+class DataSource(_Model):
+    """An approved data source: its PVC claim in each project's namespace."""
+
+    claim: str = Field("{source}", description="Claim name pattern ({source}, {project}).")
+    projects: dict[str, str] = Field(default_factory=dict,
+                                     description="Explicit claim name per project.")
+    read_only: bool = Field(True, description="Mounted read-only unless the profile says not.")
+
+    def claim_for(self, source: str, project: str) -> str:
+        return self.projects.get(project) or self.claim.format(source=source, project=project)
+
+    @field_validator("claim")
+    @classmethod
+    def _claim_placeholders(cls, value: str) -> str:
+        return _only_placeholders(value, ("source", "project"))
+
+
+def _only_placeholders(pattern: str, allowed: tuple[str, ...]) -> str:
+    """PATTERN if every `{...}` in it is one of ALLOWED (a typo such as `{proj}` or `{0}` would
+    crash every render later); ValueError, with the names that are allowed, otherwise."""
+    import string
+
+    try:
+        fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(pattern)
+                  if name is not None]
+    except ValueError as exc:
+        raise ValueError(f"{pattern!r} is not a pattern ({exc})") from None
+    # a conversion or a format spec ({project!r}, {project:>9}) changes the text: refused too
+    wrong = [name + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "")
+             for name, spec, conv in fields if name not in allowed or spec or conv]
+    if wrong:
+        raise ValueError(f"{pattern!r} names the placeholder {{{wrong[0]}}}; only "
+                         + ", ".join(f"{{{a}}}" for a in allowed) + " exist")
+    return pattern
+
+
+class WorkloadGuard(_Model):
+    """The optional second admission policy (`presets policy`): in the project namespaces,
+    only the listed creators may make Pods and workloads that request GPUs, RDMA devices or
+    a network attachment, so the PyTorchJob gate cannot be sidestepped with a bare Pod."""
+
+    enabled: bool = Field(False, description="Generate the workload guard policy.")
+    creators: list[str] = Field(
+        default_factory=lambda: ["system:serviceaccount:kubeflow:training-operator"],
+        description="User names (service accounts) that may create such Pods: the training "
+        "operator's, and any other controller of the site that runs approved workloads.")
+    resource_prefixes: list[str] = Field(
+        default_factory=lambda: ["nvidia.com/", "rdma/"],
+        description="Extended resource name prefixes that count as accelerators or RDMA "
+        "devices (the presets' network.resources are added).")
+
+
+RUNAI_CLUSTER_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+class RunaiControlPlane(_Model):
+    """Run:ai's control plane, for submitting through its Workloads V2 API (issue 27)."""
+
+    url: str = Field(pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$", description="The control "
+                     "plane's URL (the Run:ai UI's address), e.g. https://runai.example.org.")
+    cluster: str = Field(min_length=1, description="The cluster's id (a UUID) or its name, as "
+                         "the control plane lists it.")
+    category: str | None = Field("Train", description="The workload category Run:ai monitors "
+                                 "it under (Build, Train, Deploy); null: the workload type's "
+                                 "default.")
+
+
+class SiteSubmit(_Model):
+    """How the site submits: the Kubernetes API (apply) or Run:ai's Workloads V2 API."""
+
+    via: Literal["kubernetes", "runai"] = Field(
+        "kubernetes", description="The default path: `kubernetes` applies the PyTorchJob with "
+        "the Kubernetes client (Run:ai schedules it as an externally submitted workload); "
+        "`runai` submits it as a Run:ai workload (POST /api/v2/workloads). `--via` overrides "
+        "it per call when `runai` is configured.")
+    runai: RunaiControlPlane | None = Field(None, description="The Run:ai control plane; "
+                                            "needed for `via: runai` and for `--via runai`.")
+
+    def model_post_init(self, context: Any, /) -> None:
+        if self.via == "runai" and self.runai is None:
+            raise ValueError("submit.via is runai but submit.runai (url, cluster) is not set")
+
+
+class Site(_Model):
+    """Cluster-wide settings, engineer-owned."""
+
+    cluster: str
+    family: Literal["kubeflow", "runai"] = "kubeflow"
+    namespace_pattern: str = "runai-{project}"
+    namespaces: dict[str, str] = Field(default_factory=dict,
+                                       description="Projects mapped to other namespaces.")
+    scheduler_name: str = "runai-scheduler"
+    queue_label: str = QUEUE_LABEL
+    priority_label: str = PRIORITY_LABEL
+    preemptibility_label: str = PREEMPTIBILITY_LABEL
+    node_pool_label: str = NODE_POOL_LABEL
+    registries: list[str] = Field(min_length=1)
+    data_sources: dict[str, DataSource] = Field(
+        default_factory=dict, description="Approved data sources (a list: claim = source name).")
+    priorities: list[str] = Field(default_factory=lambda: list(RUNAI_PRIORITIES),
+                                  min_length=1, description="The cluster's priority dictionary.")
+    allow_module_entrypoint: bool = Field(
+        False, description="Whether a profile's command may start with `-m <module>` (torchrun "
+        "--module / python -m) instead of a script path.")
+    operator_version: OperatorVersion = Field(
+        OPERATOR_VERSION, description="The Kubeflow training-operator release the cluster runs "
+        "(kubeflow.OPERATOR_VERSIONS); it fixes the env the operator injects per pod.")
+    label_keys: LabelKeys | None = Field(None, description="Scheduler label keys; overrides "
+                                         "queue_label, priority_label, ... when given.")
+    grants: dict[str, list[str]] | None = Field(
+        None, description="Project -> presets it may use (`*`: every project / every preset); "
+        "absent: every project may use every preset.")
+    workload_guard: WorkloadGuard = Field(
+        default_factory=WorkloadGuard, description="The optional admission policy that keeps "
+        "GPU, RDMA and network-attachment Pods to the listed creators (docs/admission.md).")
+    submit: SiteSubmit = Field(default_factory=SiteSubmit, description="How `submit`, `status` "
+                               "and `delete` reach the cluster (docs/runai-submit.md).")
+
+    @field_validator("namespace_pattern")
+    @classmethod
+    def _namespace_placeholders(cls, value: str) -> str:
+        return _only_placeholders(value, ("project",))
+
+    @field_validator("data_sources", mode="before")
+    @classmethod
+    def _sources_list(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return {name: {} for name in value}
+        return {k: ({} if v is None else v) for k, v in value.items()} \
+            if isinstance(value, dict) else value
+
+    def model_post_init(self, context: Any, /) -> None:
+        keys = self.label_keys
+        if keys is not None:
+            for name, value in (("queue_label", keys.queue), ("priority_label", keys.priority),
+                                ("preemptibility_label", keys.preemptibility),
+                                ("node_pool_label", keys.node_pool)):
+                object.__setattr__(self, name, value)
+
+    def claim_for(self, source: str, project: str) -> str:
+        """The PVC claim of data source SOURCE in PROJECT's namespace."""
+        spec = self.data_sources.get(source)
+        return source if spec is None else spec.claim_for(source, project)
+
+    def granted(self, project: str, preset: str) -> bool:
+        """May PROJECT use PRESET? (no grants at all: yes)."""
+        if self.grants is None:
+            return True
+        for who in (project, ALL_PROJECTS):
+            names = self.grants.get(who, [])
+            if preset in names or ALL_PROJECTS in names:
+                return True
+        return False
+    # The line of each field in the file it was read from (for `explain`); empty when built
+    # in code. Not a field: it is no setting, and the schema does not show it.
+    _lines: dict[str, int] = PrivateAttr(default_factory=dict)
+
+    @property
+    def lines(self) -> dict[str, int]:
+        return self._lines
