@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Iterator
 from functools import cache, lru_cache
 from importlib import import_module
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import jinja2
+from jinja2 import nodes
 
 from ..errors import InternalError
 from ..facts import kubeflow
@@ -36,6 +39,8 @@ def _finalize(value: Any) -> str:
     try:
         return scalar(value)
     except TypeError as exc:
+        if isinstance(value, jinja2.Undefined):
+            str(value)  # StrictUndefined raises UndefinedError, naming what is missing
         raise InternalError(f"template produced a non-scalar value: {exc}") from None
 
 
@@ -122,31 +127,106 @@ def template(name: str) -> jinja2.Template:
         module = None
     if module is not None and getattr(module, "STAMP", None) == compiled_stamp(source):
         return env.template_class.from_module_dict(env, vars(module), env.make_globals(None))
-    return env.get_template(name)
+    return _from_text(name)
+
+
+def _from_text(name: str) -> jinja2.Template:
+    """Template NAME compiled from its text: its code's lines map to the template's (a compiled
+    module's lines are shifted by its header), which is what locating an error needs."""
+    try:
+        return environment().get_template(name)
+    except jinja2.TemplateSyntaxError as exc:
+        raise InternalError(f"template does not compile: {exc.message}", file=name,
+                            line=exc.lineno) from None
 
 
 def render_text(plan: Plan, family: str = "kubeflow", *, smoke: Any = None) -> str:
     """The template's raw output for a plan (with `smoke`, a SmokePlan: its smoke test's job)."""
-    try:
-        name = TEMPLATES[family]
-    except KeyError:
-        raise InternalError(f"no template for manifest family {family!r}") from None
-    return _render(name, plan=plan, smoke=smoke)
+    return _render(_family_template(family), plan=plan, smoke=smoke)
 
 
 def _render(name: str, **context: Any) -> str:
     try:
         return template(name).render(**context)
     except jinja2.UndefinedError as exc:
-        raise InternalError(f"template uses an undefined value: {exc.message}") from None
+        problem = f"template uses an undefined value: {exc.message}"
+    except InternalError as exc:  # a value the encoder refused
+        problem = exc.message
+    raise InternalError(problem, file=name, line=_failing_line(name, context)) from None
 
 
-def _checked(texts: list[str], what: str) -> list[Manifest]:
-    """Re-parse strictly and check the operator's rules."""
+def _failing_line(name: str, context: dict[str, Any]) -> int | None:
+    """The line of template NAME where rendering CONTEXT fails: Jinja rewrites the traceback
+    of a template compiled from its text to the template's own lines."""
+    failing = _from_text(name)
     try:
-        manifests = [parse_rendered(text) for text in texts]
-    except ValueError as exc:  # JSONDecodeError included: the template or encoder has a bug
-        raise InternalError(f"rendered {what} is not a valid manifest: {exc}") from None
+        failing.render(**context)
+    except Exception as exc:  # whatever failed the first time fails here again
+        lines = [tb.tb_lineno for tb in _frames(exc) if tb.tb_frame.f_code.co_filename
+                 == failing.filename]
+        return lines[-1] if lines else None
+    return None
+
+
+def _frames(exc: BaseException) -> Iterator[TracebackType]:
+    tb = exc.__traceback__
+    while tb is not None:
+        yield tb
+        tb = tb.tb_next
+
+
+# Before each piece a line-marked render writes, the template line it starts on. NUL: no value
+# can hold one raw (the encoder escapes every control character) and no template has one.
+_LINE = re.compile("\x00([0-9]+)\x00")
+
+
+def _line_marked(name: str) -> jinja2.Template:
+    """Template NAME compiled from its text, each piece of its output preceded by `NUL line NUL`
+    (each line of template text by its own): Jinja's debug_info maps only statements."""
+    env = environment()
+    if env.loader is None:
+        raise InternalError("the template environment has no loader")
+    source, filename, _ = env.loader.get_source(env, name)
+    tree = env.parse(source, name, filename)
+    for output in tree.find_all(nodes.Output):
+        marked: list[nodes.Expr] = []
+        for node in output.nodes:
+            if isinstance(node, nodes.TemplateData):
+                text = "\n".join(f"\x00{node.lineno + i}\x00{line}"
+                                 for i, line in enumerate(node.data.split("\n")))
+                marked.append(nodes.TemplateData(text, lineno=node.lineno))
+            else:
+                marked += [nodes.TemplateData(f"\x00{node.lineno}\x00", lineno=node.lineno),
+                           node]
+        output.nodes = marked
+    return env.from_string(tree)
+
+
+def _writing_line(name: str, context: dict[str, Any], pos: int | None) -> int | None:
+    """The line of template NAME that wrote character POS of its output for CONTEXT."""
+    if pos is None:
+        return None
+    parts = _LINE.split(_line_marked(name).render(**context))
+    written, line = len(parts[0]), None  # text, then (line, text) pairs
+    for i in range(1, len(parts), 2):
+        line, text = int(parts[i]), parts[i + 1]
+        if written + len(text) > pos:
+            return line
+        written += len(text)
+    return line
+
+
+def _checked(rendered: list[tuple[str, dict[str, Any], str]], what: str) -> list[Manifest]:
+    """Re-parse each (template name, context, text) strictly and check the operator's rules;
+    text that does not parse names the template line that wrote it."""
+    manifests = []
+    for name, context, text in rendered:
+        try:
+            manifests.append(parse_rendered(text))
+        except ValueError as exc:  # JSONDecodeError included: the template or encoder has a bug
+            line = _writing_line(name, context, getattr(exc, "pos", None))
+            raise InternalError(f"rendered {what} is not a valid manifest: {exc}", file=name,
+                                line=line) from None
     for manifest in manifests:
         if manifest.get("kind") == kubeflow.KIND:
             problems = operator_problems(manifest)
@@ -155,14 +235,25 @@ def _checked(texts: list[str], what: str) -> list[Manifest]:
     return manifests
 
 
+def _rendered(name: str, **context: Any) -> tuple[str, dict[str, Any], str]:
+    return name, context, _render(name, **context)
+
+
+def _family_template(family: str) -> str:
+    try:
+        return TEMPLATES[family]
+    except KeyError:
+        raise InternalError(f"no template for manifest family {family!r}") from None
+
+
 def render_plan(plan: Plan, family: str = "kubeflow") -> list[Manifest]:
     """Render, re-parse strictly and check the operator's rules."""
-    return _checked([render_text(plan, family)], plan.name)
+    return _checked([_rendered(_family_template(family), plan=plan, smoke=None)], plan.name)
 
 
 def render_smoke(smoke: Any, family: str = "kubeflow") -> list[Manifest]:
     """A smoke test (smoke.SmokePlan): its ConfigMap, then its job, through the same encoder,
     strict re-parse and operator checks as the real job."""
-    texts = [_render(CONFIGMAP_TEMPLATE, config_map=smoke.config_map),
-             render_text(smoke.job, family, smoke=smoke)]
-    return _checked(texts, smoke.job.name)
+    rendered = [_rendered(CONFIGMAP_TEMPLATE, config_map=smoke.config_map),
+                _rendered(_family_template(family), plan=smoke.job, smoke=smoke)]
+    return _checked(rendered, smoke.job.name)
