@@ -15,13 +15,14 @@ from typing import Any
 import pytest
 
 from conftest import ROOT
+from runai_spec.facts.operator import BACKOFF_BASE_S
 from runai_spec.pipeline.workload import prepare_workload
 from runai_spec.rehearse import CheckResult, RehearseResult, preflight_settings, rehearse_manifests
 from runai_spec.rehearse.runner import _resumes, final_round
 from runai_spec.rehearse.spec import RehearsalSpec
 
-SCALE = 0.1  # the kubelet's back-off: 1 s, 2 s, 4 s ... instead of 10 s, 20 s, 40 s ...
-FIRST_BACKOFF_S = 10 * SCALE
+SCALE = 0.1  # the kubelet's back-off (facts.operator, BACKOFF_BASE_S doubling) at a tenth
+FIRST_BACKOFF_S = BACKOFF_BASE_S * SCALE
 # rank 0 busy after the first checkpoint: past the first back-off and the restarted agent's
 # start (about 2 s here), so the restarted worker meets a master that has not yet noticed
 BUSY_S = 6.0

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ..errors import EXIT_FINDINGS, EXIT_OK
+from ..facts.operator import BACKOFF_BASE_S
 from .common import ProfileArg, TextJson, TextJsonOpt, app, err, stop_on_errors
 
 if TYPE_CHECKING:
@@ -43,7 +44,8 @@ PreemptOpt = Annotated[str | None, typer.Option(
     help="Preempt the job (every pod: SIGTERM, SIGKILL after its terminationGracePeriodSeconds, "
          "recreated by the operator) right after the first checkpoint or SECONDS in.")]
 BackoffOpt = Annotated[float, typer.Option(
-    "--backoff-scale", help="Scale the kubelet's crash-loop back-off (10 s, doubling).")]
+    "--backoff-scale",
+    help=f"Scale the kubelet's crash-loop back-off ({BACKOFF_BASE_S:g} s, doubling).")]
 NetworkOpt = Annotated[str, typer.Option(
     "--network", metavar="auto|netns|loopback",
     help="netns: each pod in its own network namespace, with its address, its pod name as "

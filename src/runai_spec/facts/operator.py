@@ -20,11 +20,12 @@ Modelled on training-operator v1.9.0 (v1.7.0 and v1.8.0 behave the same here):
   elasticPolicy as soon as one worker did.
 - Preemption deletes every pod; `ReconcilePods` recreates the missing ones (new pods,
   restartCount 0: a preemption uses none of `backoffLimit`).
-Kubelet (`pkg/kubelet/kubelet.go`): crash-loop back-off 10 s, doubling, capped at 300 s
-(`MaxContainerBackOff`); restartCount increments when the container is started again. The
-back-off is client-go's `util/flowcontrol/backoff.go` keyed by pod and container: `Next` starts
-again from 10 s when the failure comes more than 2 x the cap (600 s) after the last one
-(`hasExpired`), i.e. after a container ran ten minutes; a new pod object has a key of its own.
+Kubelet (`pkg/kubelet/kubelet.go`): crash-loop back-off BACKOFF_BASE_S, doubling, capped at
+BACKOFF_CAP_S (`MaxContainerBackOff`); restartCount increments when the container is started
+again. The back-off is client-go's `util/flowcontrol/backoff.go` keyed by pod and container:
+`Next` starts again from BACKOFF_BASE_S when the failure comes more than BACKOFF_RESET_AFTER_S
+after the last one (`hasExpired`); a new pod object has a key of its own. Those numbers are
+written here once; docs and help texts refer to these names or format them.
 """
 
 from __future__ import annotations
@@ -38,9 +39,10 @@ from .kubeflow import MASTER, OPERATOR_VERSION, OPERATOR_VERSIONS, REPLICA_TYPES
 POLICIES = ("OnFailure", "Always", "ExitCode", "Never")
 DEFAULT_POLICY = "OnFailure"  # pytorch_defaults.go: PyTorchJobDefaultRestartPolicy
 DEFAULT_GRACE_S = 30.0  # Kubernetes' default terminationGracePeriodSeconds
-BACKOFF_BASE_S = 10.0
-BACKOFF_CAP_S = 300.0
-BACKOFF_RESET_AFTER_S = 2 * BACKOFF_CAP_S  # client-go flowcontrol hasExpired: 2 x maxDuration
+BACKOFF_BASE_S = 10.0  # kubelet backOffPeriod: the first restart's wait
+BACKOFF_CAP_S = 300.0  # kubelet MaxContainerBackOff: the doubling stops here
+# client-go flowcontrol hasExpired: 2 x maxDuration (ten minutes) since the last failure
+BACKOFF_RESET_AFTER_S = 2 * BACKOFF_CAP_S
 RETRYABLE_FROM = 128
 
 
@@ -136,7 +138,7 @@ class JobModel:
             pod.phase = "BackOff"
             stable = BACKOFF_RESET_AFTER_S * self.backoff_scale
             if pod.last_failure_at is not None and now - pod.last_failure_at > stable:
-                pod.backoff_step = 0  # it ran ten minutes: hasExpired, the back-off starts over
+                pod.backoff_step = 0  # hasExpired: the back-off starts over
                 self._note(now, f"{name}: more than {stable:g} s since its last failure: the "
                                 "kubelet's back-off starts again from the beginning")
             pod.backoff_step += 1

@@ -22,9 +22,13 @@ from ..facts.kubelet import container_env, expand_command
 from ..facts.torchrun import (
     LOG_DIR_FLAG,
     NCCL_DEBUG_FILE,
+    TEE_FLAG,
     Launcher,
+    flag_uses,
+    flag_value,
     has_flag,
     python_head,
+    rdzv_conf_keys,
     set_nproc,
     split_command,
 )
@@ -91,6 +95,7 @@ class StoreHost:
 
 
 _LOOPBACK = "127.0.0.1"
+RDZV_CONF_FLAGS = ("--rdzv-conf", "--rdzv_conf")
 
 
 def _on_loopback(op: Mapping[str, str], port: int) -> dict[str, str]:
@@ -113,40 +118,25 @@ def _grace(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-def _flag_value(head: Sequence[str], *names: str) -> str | None:
-    """The value of torchrun flag `names` in `head` (`--x=v` or `--x v`), else None."""
-    for i, arg in enumerate(head):
-        for name in names:
-            if arg == name and i + 1 < len(head):
-                return head[i + 1]
-            if arg.startswith(name + "="):
-                return arg.split("=", 1)[1]
-    return None
-
-
-def _conf_keys(conf: str) -> set[str]:
-    return {kv.split("=", 1)[0].strip() for kv in conf.split(",") if kv.strip()}
-
-
 def _c10d_store_host(head: Sequence[str], env: Mapping[str, str],
                      hostname: str) -> StoreHost | None:
     """Who hosts the c10d store in the cluster, for the pod called `hostname`: None when its
     torchrun does not use a c10d rendezvous (torchrun reads PET_<FLAG> for a missing flag)."""
     if has_flag(head, "--standalone"):
         return None
-    backend = _flag_value(head, "--rdzv-backend", "--rdzv_backend") or env.get(
+    backend = flag_value(head, "--rdzv-backend", "--rdzv_backend") or env.get(
         "PET_RDZV_BACKEND", "static")
     if backend != "c10d":
         return None
-    endpoint = _flag_value(head, "--rdzv-endpoint", "--rdzv_endpoint") or env.get(
+    endpoint = flag_value(head, "--rdzv-endpoint", "--rdzv_endpoint") or env.get(
         "PET_RDZV_ENDPOINT", "")
     host = endpoint.rsplit(":", 1)[0].strip("[]") if endpoint else "localhost"
-    flag = _flag_value(head, "--rdzv-conf", "--rdzv_conf")
+    flag = flag_value(head, *RDZV_CONF_FLAGS)
     conf = flag if flag is not None else env.get("PET_RDZV_CONF", "")
     matches = (host in ("localhost", hostname) or host.startswith(hostname + ".")
                or host.startswith("127."))
     return StoreHost(endpoint, host, matches, "--rdzv-conf" if flag is not None
-                     else "PET_RDZV_CONF", "is_host" in _conf_keys(conf))
+                     else "PET_RDZV_CONF", "is_host" in rdzv_conf_keys(conf))
 
 
 def _with_is_host(head: list[str], env: dict[str, str], store: StoreHost) -> list[str]:
@@ -162,19 +152,12 @@ def _with_is_host(head: list[str], env: dict[str, str], store: StoreHost) -> lis
         env["PET_RDZV_CONF"] = f"{conf},{item}" if conf else item
         return head
     out = list(head)
-    i = 0
-    while i < len(out):
-        arg = out[i]
-        for name in ("--rdzv-conf", "--rdzv_conf"):
-            if arg == name and i + 1 < len(out):
-                out[i + 1] = f"{out[i + 1]},{item}" if out[i + 1] else item
-                i += 1  # past the value just changed
-                break
-            if arg.startswith(name + "="):
-                value = arg.split("=", 1)[1]
-                out[i] = f"{name}={value},{item}" if value else f"{name}={item}"
-                break
-        i += 1
+    for use in flag_uses(head, *RDZV_CONF_FLAGS):
+        value = f"{use.value},{item}" if use.value else item
+        if use.width == 2:
+            out[use.index + 1] = value
+        else:
+            out[use.index] = f"{use.name}={value}"
     return out
 
 
@@ -372,7 +355,7 @@ def _launcher_here(lay: _Layout, short: str, launcher: Launcher, command: Sequen
         head, rank_logs = _rank_logs_here(head, mounts, lay.root, mounted=mounted)
         if rank_logs is None:  # a render without --log-dir: the rehearsal needs the files
             rank_logs = lay.root / short / "ranks"
-            added = ("--log-dir", str(rank_logs), "--redirects", "3", "--tee", "3")
+            added = (LOG_DIR_FLAG, str(rank_logs), "--redirects", "3", TEE_FLAG, "3")
             head += added
     elif head:  # with its own script, a one-GPU wrapper script runs itself, as in the pod
         head = [python, *head[1:]]
@@ -467,21 +450,16 @@ def _rank_logs_here(head: list[str], mounts: Sequence[tuple[str, str]], root: Pa
     """The rendered --log-dir, kept as it is, and the folder of this machine it lands in,
     bind-mounted at its path where the pod has a mount namespace; elsewhere the flag's path
     is that folder."""
-    for i, arg in enumerate(head):
-        flag, eq, value = arg.partition("=")
-        if flag not in (LOG_DIR_FLAG, "--log_dir"):
-            continue
-        if not eq:
-            if i + 1 >= len(head):
-                return head, None
-            value = head[i + 1]
-        here = _on_volume_here(value, mounts, root)
-        if here is not None and not mounted:
-            new = list(head)
-            new[i:i + (1 if eq else 2)] = [f"{flag}={here}"]
-            return new, here
-        return head, here
-    return head, None
+    uses = flag_uses(head, LOG_DIR_FLAG, "--log_dir")
+    if not uses:
+        return head, None
+    use = uses[0]
+    here = _on_volume_here(use.value, mounts, root)
+    if here is not None and not mounted:
+        new = list(head)
+        new[use.index:use.index + use.width] = [f"{use.name}={here}"]
+        return new, here
+    return head, here
 
 
 def _nccl_debug_file_here(penv: dict[str, str], mounts: Sequence[tuple[str, str]], root: Path,
