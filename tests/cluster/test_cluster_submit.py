@@ -272,10 +272,10 @@ def test_a_missing_kubeconfig_or_context_is_one_line(api: KubeAPI, kubeconfig: P
     with pytest.raises(ClusterError) as info:
         submit_manifests(rendered(), Target(kubeconfig=tmp_path / "nope"))
     assert "no kubeconfig found" in one_line(info.value, api.kube.token)
-    with pytest.raises(InputError) as info:  # bad input (exit 2), not a cluster error
+    with pytest.raises(InputError) as bad:  # bad input (exit 2), not a cluster error
         submit_manifests(rendered(), Target(kubeconfig=kubeconfig, context="prod"))
-    assert info.value.exit_code == 2
-    assert "context 'prod' not in the kubeconfig" in info.value.lines()[0]
+    assert bad.value.exit_code == 2
+    assert "context 'prod' not in the kubeconfig" in bad.value.lines()[0]
     garbage = tmp_path / "garbage"
     garbage.write_text(f"users: [{{token: {api.kube.token}}}]\n")
     with pytest.raises(ClusterError) as info:

@@ -163,7 +163,7 @@ def test_a_missing_key_or_allowed_signers_file_is_one_clear_error(tmp_path: Path
 
 def test_no_ssh_keygen_is_one_clear_error_with_a_hint(monkeypatch: pytest.MonkeyPatch,
                                                       keys: dict[str, Path]) -> None:
-    monkeypatch.setattr(signing.shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)  # the module signing looks ssh-keygen up with
     with pytest.raises(SignatureError, match="ssh-keygen not found") as caught:
         approve(keys)
     assert caught.value.hint is not None and "OpenSSH" in caught.value.hint

@@ -17,8 +17,8 @@ from conftest import EXAMPLES, ROOT, crd_validator, schema_errors
 from kube_helpers import NAME, NS, run
 from kubeapi import KubeAPI
 from runai_spec.cluster import MANAGED_BY_LABEL
-from runai_spec.facts.kubeflow import operator_problems
-from runai_spec.pipeline.smoke import SMOKE_MOUNT, smoke_plan
+from runai_spec.facts.kubeflow import SMOKE_MOUNT, operator_problems
+from runai_spec.pipeline.smoke import smoke_plan
 from runai_spec.pipeline.workload import prepare_workload
 from runai_spec.rehearse import free_port, operator_env, split_command
 from runai_spec.render import render_smoke

@@ -100,13 +100,13 @@ def test_the_elastic_job_keeps_the_operators_endpoint_and_its_budget_survives_wo
      "rendezvous.join_timeout_seconds has no effect with the static backend"),
 ])
 def test_a_rendezvous_the_layout_would_not_render_is_refused(
-        presets_dir: Path, edit: tuple[str, str, str], problem: str) -> None:
+        presets_dir: Path, engineer_key: Path, edit: tuple[str, str, str], problem: str) -> None:
     filename, old, new = edit
     path = presets_dir / filename
     assert old in path.read_text()
     path.write_text(path.read_text().replace(old, new, 1))
     with pytest.raises(PresetError, match=problem):
-        PresetRegistry(presets_dir).approve(filename[:-5], "A. Engineer")
+        PresetRegistry(presets_dir).approve(filename[:-5], engineer_key)
 
 
 def test_plan_shows_each_choice_and_what_each_fault_does() -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
+from typer.testing import Result
 
 from conftest import ROOT, run, upstream_crd
 from runai_spec.check.crd import crd_findings
@@ -22,7 +23,7 @@ SINGLE = str(ROOT / "examples" / "single-gpu" / "profile.yaml")
 SPEC = "spec.versions[0].schema.openAPIV3Schema"
 
 
-def one_line_and_a_hint(result: Any, where: str) -> str:
+def one_line_and_a_hint(result: Result, where: str) -> str:
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output and "internal error" not in result.output
     errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]

@@ -63,7 +63,7 @@ PROFILE_TEXT = st.lists(st.sampled_from(PIECES) | st.text(CHARS, min_size=1, max
 CONTROLS = ["\x00", "\x01", "\x07", "\x08", "\x0b", "\x0c", "\x1b[2J", "\x1f", "\x7f", "\x85",
             "\x9b", "\x9f"]
 ANY_TEXT = st.lists(st.sampled_from([*PIECES, *CONTROLS])
-                    | st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=4),
+                    | st.text(st.characters(blacklist_categories=["Cs"]), min_size=1, max_size=4),
                     max_size=12).map("".join)
 
 
