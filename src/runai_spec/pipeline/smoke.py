@@ -19,7 +19,8 @@ from ..facts.kubeflow import (
     name_room,
 )
 from ..facts.kubeflow import SMOKE_SUFFIX as SMOKE_SUFFIX
-from ..facts.torchrun import MAX_RESTARTS_FLAG, RDZV_ID_FLAG, flag, python_head, split_flag
+from ..facts.torchrun import LOG_DIR_FLAG, TEE_FLAG, split_flag
+from ..plan.launcher import RendezvousPlan, launcher_for
 from ..plan.plan import Plan
 from ..render import render_smoke
 from ..render.manifests import Manifest
@@ -44,6 +45,7 @@ CHECKPOINT_SUBDIR = ".runai-spec-preflight"
 METRICS_FILE = "/tmp/runai-spec-preflight/metrics.jsonl"
 # pods of one job may start minutes apart in a cluster (image pulls): wait for them longer
 MIN_JOIN_TIMEOUT_S = 600.0
+RANK_LOG_FLAGS = (LOG_DIR_FLAG, TEE_FLAG)  # the job's per-rank logs: the smoke test's too
 
 
 @dataclass(frozen=True)
@@ -121,14 +123,12 @@ def smoke_plan(plan: Plan, settings: PreflightSettings | None = None, *,
     rendezvous = plan.rendezvous
     if rendezvous is not None and rendezvous.backend == RDZV_BACKEND:
         rendezvous = dataclasses.replace(rendezvous, rdzv_id=name, max_restarts=None)
-    head = [arg for arg in python_head(plan.command) if split_flag(arg)[0] != MAX_RESTARTS_FLAG]
-    own_id = {flag(RDZV_ID_FLAG, plan.name): flag(RDZV_ID_FLAG, name)}
     job = dataclasses.replace(
         renamed,
         annotations=tuple({**dict(plan.annotations), **notes}.items()),
         run_policy=tuple(run_policy.items()), restart_policy="Never", rendezvous=rendezvous,
         elastic=None if elastic is None else dataclasses.replace(elastic, max_restarts=0),
-        launcher=tuple(own_id.get(arg, arg) for arg in head),
+        launcher=smoke_launcher(plan, rendezvous),
         entrypoint=(f"{SMOKE_MOUNT}/preflight.py", *args))
     # the job's labels carry runai-spec's managed-by label: submit and delete treat the
     # ConfigMap as runai-spec's own, like the job
@@ -136,6 +136,17 @@ def smoke_plan(plan: Plan, settings: PreflightSettings | None = None, *,
                                tuple(notes.items()),
                                (("preflight.py", source),))
     return SmokePlan(job, config_map, after)
+
+
+def smoke_launcher(plan: Plan, rendezvous: RendezvousPlan | None) -> tuple[str, ...]:
+    """The smoke job's launcher, built as the planner builds the job's (plan/launcher.py): the
+    layout's launcher with the smoke test's RENDEZVOUS, then the job's per-rank log flags.
+    Never torchrun's --no-python, and `python -u` on one GPU: preflight.py is a Python
+    script whatever the job's entry point."""
+    head = launcher_for(plan.layout, plan.procs_per_pod, elastic=plan.elastic is not None,
+                        rendezvous=rendezvous)
+    logs = tuple(arg for arg in plan.launcher if split_flag(arg)[0] in RANK_LOG_FLAGS)
+    return head + logs
 
 
 def smoke_workload(workload: Workload, *,
