@@ -12,47 +12,89 @@ import stat
 import sys
 import time
 from pathlib import Path
+from typing import IO
 
 from .errors import InputError
 
+# A new file, never an existing one nor through a link someone placed at a name they guessed;
+# mode 0666 less the umask, as any new file.
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
-def new_file(folder: Path, prefix: str) -> tuple[Path, int]:
-    """A file made now in folder under prefix and a random suffix, and its descriptor open for
-    writing. Created exclusively (O_EXCL, O_NOFOLLOW): never an existing file, never through a
-    link someone placed at a name they guessed. Mode 0666 less the umask, as any new file."""
-    flags = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-             | getattr(os, "O_CLOEXEC", 0))
-    for _ in range(100):
-        path = folder / f"{prefix}{secrets.token_hex(8)}"
+
+def _create(path: str, dir_fd: int | None) -> int:
+    return os.open(path, _NEW, 0o666, dir_fd=dir_fd)
+
+
+class ReplacedFiles:
+    """Files written whole or not at all: each under a new temporary name beside its own
+    (`.NAME.tmp-<random>`, created exclusively), synced, and renamed over NAME only when every
+    one of them is complete, so that a reader sees the old files or the new ones and a link
+    planted at a guessed name is never written through. A `with` block commits when it ends
+    cleanly and removes the temporaries when it raises. With dir_fd, names are relative to
+    that open folder (one opened without following a link at its name)."""
+
+    def __init__(self, folder: Path, dir_fd: int | None = None) -> None:
+        self.folder = folder
+        self.dir_fd = dir_fd
+        self.staged: list[tuple[str, str, IO[bytes]]] = []  # (temporary name, name, its file)
+
+    def _at(self, name: str) -> str:
+        return name if self.dir_fd is not None else str(self.folder / name)
+
+    def open(self, name: str) -> IO[bytes]:
+        """A new temporary file for NAME, open for writing bytes."""
+        for _ in range(100):
+            tmp = f".{name}.tmp-{secrets.token_hex(8)}"
+            try:
+                fd = _create(self._at(tmp), self.dir_fd)
+            except FileExistsError:
+                continue
+            handle = os.fdopen(fd, "wb")
+            self.staged.append((tmp, name, handle))
+            return handle
+        raise FileExistsError(errno.EEXIST, "no unused temporary name", str(self.folder))
+
+    def add(self, name: str, text: str) -> None:
+        self.open(name).write(text.encode("utf-8"))
+
+    def commit(self) -> None:
+        """Every file renamed into place (each synced first); on an error the temporaries
+        not yet renamed are removed."""
         try:
-            return path, os.open(path, flags, 0o666)
-        except FileExistsError:
-            continue
-    raise FileExistsError(errno.EEXIST, "no unused temporary name", str(folder))
+            for _, _, handle in self.staged:
+                handle.flush()
+                os.fsync(handle.fileno())
+                handle.close()
+            while self.staged:
+                tmp, name, _ = self.staged[0]
+                os.replace(self._at(tmp), self._at(name), src_dir_fd=self.dir_fd,
+                           dst_dir_fd=self.dir_fd)
+                self.staged.pop(0)
+        except BaseException:
+            self.discard()
+            raise
 
+    def discard(self) -> None:
+        for tmp, _, handle in self.staged:
+            handle.close()
+            with contextlib.suppress(OSError):
+                os.unlink(self._at(tmp), dir_fd=self.dir_fd)
+        self.staged = []
 
-def write_new(folder: Path, prefix: str, text: str) -> Path:
-    """text in a new file of folder (see new_file); removed again when the write fails."""
-    path, fd = new_file(folder, prefix)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-    except BaseException:
-        path.unlink(missing_ok=True)
-        raise
-    return path
+    def __enter__(self) -> ReplacedFiles:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        if kind is None:
+            self.commit()
+        else:
+            self.discard()
 
 
 def replace_file(path: Path, text: str) -> None:
-    """path's content replaced by text at once (a new file beside it, then a rename): a
-    reader sees the old file or the new one, and a link planted at a guessed temporary name
-    is never written through."""
-    tmp = write_new(path.parent, f".{path.name}.tmp-", text)
-    try:
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    """path's content replaced by text at once (see ReplacedFiles)."""
+    with ReplacedFiles(path.parent) as out:
+        out.add(path.name, text)
 
 
 class StagedFiles:
@@ -112,8 +154,7 @@ class StagedFiles:
             if self.fd is None:
                 self._start()
             assert self.fd is not None
-            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                         | os.O_CLOEXEC, 0o666, dir_fd=self.fd)
+            fd = _create(name, self.fd)
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 handle.write(text)
         except OSError as exc:

@@ -6,15 +6,14 @@ import contextlib
 import errno
 import os
 import re
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from ..errors import ClusterError, InputError
 from ..facts.kubeflow import CONTAINER
 from ..facts.torchrun import RANK_LINE
-from ..files import new_file
+from ..files import ReplacedFiles
 from .objects import get_object, job_pods
 from .refs import PODS, Ref, job_ref
 from .refusals import refusal
@@ -94,8 +93,8 @@ def split_ranks(log: Path, folder: Path, suffix: str = "") -> tuple[int, ...]:
     Never through a link planted in --out (issue 23): the folder is opened as itself (a link
     at its name is refused) and each rank file is a new file renamed over its name, so a link
     or a hard link already there is replaced, never written through."""
-    files: dict[int, tuple[str, Any]] = {}  # rank -> (temporary name, its file)
-    done: tuple[int, ...] = ()
+    files: dict[int, IO[bytes]] = {}  # rank -> its file, renamed into place at the end
+    out: ReplacedFiles | None = None  # the folder, opened at the first rank line
     dir_fd: int | None = None
     try:
         with log.open("rb") as src:
@@ -107,15 +106,13 @@ def split_ranks(log: Path, folder: Path, suffix: str = "") -> tuple[int, ...]:
                 if rank not in files:
                     if len(files) >= MAX_RANK_FILES:
                         continue
-                    if dir_fd is None:
+                    if out is None:
                         dir_fd = _open_folder(folder)
-                    files[rank] = _new_in(dir_fd, f".rank-{rank}{suffix}.log.tmp-")
-                files[rank][1].write(match.group(2))
-        for rank, (tmp, fh) in files.items():
-            fh.close()
-            os.replace(tmp, f"rank-{rank}{suffix}.log", src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        done = tuple(sorted(files))
-        files = {}
+                        out = ReplacedFiles(folder, dir_fd)
+                    files[rank] = out.open(f"rank-{rank}{suffix}.log")
+                files[rank].write(match.group(2))
+        if out is not None:
+            out.commit()
     except OSError as exc:
         what = ("is a link or not a folder; no rank log is written through it"
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR)
@@ -123,13 +120,11 @@ def split_ranks(log: Path, folder: Path, suffix: str = "") -> tuple[int, ...]:
         raise InputError(what, file=str(folder), hint="remove it, or choose another --out "
                          "folder") from None
     finally:
-        for tmp, fh in files.values():
-            fh.close()
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=dir_fd)
+        if out is not None:
+            out.discard()  # what a failure left; nothing after commit
         if dir_fd is not None:
             os.close(dir_fd)
-    return done
+    return tuple(sorted(files))
 
 
 def _open_folder(folder: Path) -> int:
@@ -137,19 +132,6 @@ def _open_folder(folder: Path) -> int:
     with contextlib.suppress(FileExistsError):
         folder.mkdir()
     return os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-
-
-def _new_in(dir_fd: int, prefix: str) -> tuple[str, Any]:
-    """A file made now in the folder dir_fd under prefix and a random suffix, open for
-    writing: created exclusively, never an existing file or a link."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    for _ in range(100):
-        name = f"{prefix}{secrets.token_hex(8)}"
-        try:
-            return name, os.fdopen(os.open(name, flags, 0o666, dir_fd=dir_fd), "wb")
-        except FileExistsError:
-            continue
-    raise FileExistsError(errno.EEXIST, "no unused temporary name")
 
 
 def _message(resp: Any) -> str:
@@ -162,22 +144,15 @@ def _stream_to(resp: Any, path: Path) -> int:
 
     size = 0
     try:
-        tmp, fd = new_file(path.parent, f".{path.name}.tmp-")
-    except OSError as exc:
-        resp.response.release_conn()
-        raise InputError(f"cannot write: {exc.strerror}", file=str(path)) from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
+        with ReplacedFiles(path.parent) as out:
+            handle = out.open(path.name)
             for chunk in resp.response.stream(1 << 16):
-                fh.write(chunk)
+                handle.write(chunk)
                 size += len(chunk)
-        tmp.replace(path)
     except urllib3.exceptions.HTTPError as exc:
-        tmp.unlink(missing_ok=True)
         raise ClusterError(f"pods/{path.stem}: the log stream broke: {reason_of(exc)}", file="cluster",
                            hint="run logs again") from None
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise InputError(f"cannot write: {exc.strerror}", file=str(path)) from None
     finally:
         resp.response.release_conn()

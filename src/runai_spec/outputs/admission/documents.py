@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from ...facts.kubeflow import (
     PRESET_ANNOTATION,
     SMOKE_LABEL,
 )
+from ...files import ReplacedFiles
 from ...load.registry import PresetRegistry
 from ...load.site import Site
 from ...render.manifests import dump
@@ -418,8 +418,7 @@ def write_policy(registry: PresetRegistry, out_dir: Path,
                  grants: Mapping[str, Sequence[str]] | None = None,
                  *, params_namespace: str = PARAMS_NAMESPACE) -> list[Path]:
     """Write policy.yaml (the policies and bindings) and params.yaml (the approvals) into
-    OUT_DIR, both or neither: each is written to a temporary file beside it first, and only
-    when both are complete are they renamed into place. Returns the paths."""
+    OUT_DIR, both or neither (files.ReplacedFiles). Returns the paths."""
     *policies, params = policy_documents(registry, grants, params_namespace=params_namespace)
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError("not a folder", file=str(out_dir), field="--out")
@@ -432,21 +431,12 @@ def write_policy(registry: PresetRegistry, out_dir: Path,
     for path in paths:
         if path.is_symlink() or (path.exists() and not path.is_file()):
             raise InputError("is a symlink or not a plain file", file=str(path), field="--out")
-    staged: list[tuple[Path, Path]] = []
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        for path in paths:
-            tmp = out_dir / f".{path.name}.{os.getpid()}.tmp"
-            with open(tmp, "x", encoding="utf-8") as fh:
-                fh.write(texts[path.name])
-                fh.flush()
-                os.fsync(fh.fileno())
-            staged.append((tmp, path))
-        for tmp, path in staged:
-            os.replace(tmp, path)
+        with ReplacedFiles(out_dir) as out:
+            for name, text in texts.items():
+                out.add(name, text)
     except OSError as exc:
-        for tmp, _ in staged:
-            tmp.unlink(missing_ok=True)
         raise InputError(f"cannot write the policy: {exc.strerror or exc}", file=str(out_dir),
                          field="--out", hint="give a folder you can write, e.g. deploy/") from None
     return paths
