@@ -19,7 +19,8 @@ from runai_spec.cli import app
 from runai_spec.errors import PresetError
 from runai_spec.load import signing
 from runai_spec.load.registry import PresetRegistry
-from runai_spec.load.signing import SignatureError, SignedApproval
+from runai_spec.load.signing import SignedApproval
+from runai_spec.load.sshsig import SignatureError
 from runai_spec.outputs.admission import documents as admission
 
 pytestmark = pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="needs ssh-keygen")

@@ -12,7 +12,8 @@ import pytest
 from conftest import make_key
 from runai_spec.errors import EXIT_INPUT
 from runai_spec.load import signing
-from runai_spec.load.signing import SignatureError, SignedApproval, Statement
+from runai_spec.load.signing import SignedApproval, Statement
+from runai_spec.load.sshsig import SignatureError
 
 pytestmark = pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="needs ssh-keygen")
 

@@ -1,4 +1,4 @@
-"""The in-process SSHSIG verifier (signing.verify_sshsig, signing.AllowedSigners) against
+"""The in-process SSHSIG verifier (sshsig.verify_sshsig, sshsig.AllowedSigners) against
 `ssh-keygen -Y verify` / `-Y find-principals` on the same signatures and allowed_signers
 files: good and tampered, Ed25519, ECDSA P-256/384/521 and RSA keys (issue 29, item 3).
 Every verdict is compared, never assumed: a disagreement either way fails."""
@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from runai_spec.errors import InputError
-from runai_spec.load import signing
-from runai_spec.load.signing import AllowedSigners, Invalid, PublicKey
+from runai_spec.load import signing, sshsig
+from runai_spec.load.sshsig import AllowedSigners, Invalid, PublicKey
 
 pytestmark = pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="needs ssh-keygen")
 
@@ -57,7 +57,7 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, str,
 def armor(blob: bytes) -> str:
     text = base64.b64encode(blob).decode()
     lines = [text[i:i + 70] for i in range(0, len(text), 70)]
-    return "\n".join([signing.SIGNATURE_BEGIN, *lines, signing.SIGNATURE_END]) + "\n"
+    return "\n".join([sshsig.SIGNATURE_BEGIN, *lines, sshsig.SIGNATURE_END]) + "\n"
 
 
 def ssh_keygen_verdict(folder: Path, signers: str, signature: str, message: str,
@@ -75,8 +75,8 @@ def in_process_verdict(signers: str, signature: str, message: str,
                        principal: str = PRINCIPAL, namespace: str = signing.NAMESPACE,
                        at: str = VERIFY_AT) -> bool:
     try:
-        key = signing.verify_sshsig(signature, message.encode(), namespace)
-        seconds = signing.parse_absolute_time(at)
+        key = sshsig.verify_sshsig(signature, message.encode(), namespace)
+        seconds = sshsig.parse_absolute_time(at)
         if not seconds:  # ssh-keygen refuses such a -Overify-time
             return False
         AllowedSigners.parse(signers.encode("latin-1")).check(key, principal, namespace, seconds)
@@ -116,7 +116,7 @@ def test_a_tampered_signature_gets_the_same_verdict_in_both(
     """Any byte of the blob changed, the blob cut or lengthened: both refuse (or, where
     the change is one OpenSSH ignores, such as the reserved field's content, both accept)."""
     _, public, signature = keys[kind]
-    blob = bytearray(signing.dearmor(signature))
+    blob = bytearray(sshsig.dearmor(signature))
     how = data.draw(st.sampled_from(["flip", "cut", "append", "set"]))
     if how == "flip":
         at = data.draw(st.integers(0, len(blob) - 1))
@@ -157,7 +157,7 @@ def test_each_field_of_the_blob_is_read_as_ssh_keygen_reads_it(
         tmp_path: Path, keys: dict[str, tuple[Path, str, str]], kind: str,
         change: tuple[str, bytes | int]) -> None:
     _, public, signature = keys[kind]
-    blob = signing.dearmor(signature)
+    blob = sshsig.dearmor(signature)
     name, value = change
     if name == "version":
         assert isinstance(value, int)
@@ -220,7 +220,7 @@ def test_rsa_signature_algorithms(tmp_path: Path, keys: dict[str, tuple[Path, st
 
 def test_the_key_written_back_is_the_key_read(keys: dict[str, tuple[Path, str, str]]) -> None:
     for _, public, signature in keys.values():
-        assert signing.signer_key(signature).openssh() == public
+        assert sshsig.signer_key(signature).openssh() == public
 
 
 # -- allowed_signers: lines drawn at random, read by both -----------------------------------
@@ -292,10 +292,10 @@ def test_find_principals_finds_what_ssh_keygen_finds(
     done = keygen("-Y", "find-principals", "-s", str(tmp_path / "sig"), "-f",
                   str(tmp_path / "signers"), f"-Overify-time={VERIFY_AT}")
     theirs = done.stdout.splitlines() if done.returncode == 0 else []
-    seconds = signing.parse_absolute_time(VERIFY_AT)
+    seconds = sshsig.parse_absolute_time(VERIFY_AT)
     assert seconds
     ours, _ = AllowedSigners.parse(signers.encode()).principals(
-        signing.signer_key(keys[kind][2]), seconds)
+        sshsig.signer_key(keys[kind][2]), seconds)
     assert ours == theirs, (signers, ours, theirs)
     event(f"principals found: {bool(ours)}")
 
@@ -307,7 +307,7 @@ def test_times_are_read_as_ssh_keygen_reads_them(tmp_path: Path, text: str,
                                                   keys: dict[str, tuple[Path, str, str]]) -> None:
     """A window bound one second either side of the time read here: ssh-keygen agrees on
     which side the approval falls (the approval's time drawn from the bound itself)."""
-    seconds = signing.parse_absolute_time(text)
+    seconds = sshsig.parse_absolute_time(text)
     assert seconds
     public, signature = keys["ed25519"][1], keys["ed25519"][2]
     import datetime as dt

@@ -17,15 +17,9 @@ from ..facts.kubeflow import DNS1123, NAME_MAX
 from ..resources import shipped_dir
 from .ledger import LEDGER_FILE, Approval, Ledger, approval_expiry, write_ledger
 from .presets import Preset, preset_problem
-from .signing import (
-    ALLOWED_SIGNERS_FILE,
-    SignatureError,
-    SignedApproval,
-    Statement,
-    sign_approval,
-    verify_approval,
-)
+from .signing import SignedApproval, Statement, sign_approval, verify_approval
 from .site import SITE_FILE, Site
+from .sshsig import ALLOWED_SIGNERS_FILE, SignatureError
 from .yaml import load_mapping_lines, load_mapping_text, read_text
 
 _FileModel = TypeVar("_FileModel", bound=BaseModel)  # what an approved file holds: Site, Preset

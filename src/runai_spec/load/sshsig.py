@@ -1,0 +1,593 @@
+"""SSH signatures verified in-process: the SSHSIG format (`ssh-keygen -Y sign`) and allowed_signers."""
+
+# What `ssh-keygen -Y verify` does, in this process (verify_sshsig, AllowedSigners): the SSHSIG
+# blob as OpenSSH's PROTOCOL.sshsig lays it out, the signature checked with the `cryptography`
+# package (Ed25519, ECDSA P-256/384/521, RSA with rsa-sha2-256/512), and allowed_signers read as
+# ssh-keygen 9.x reads it (sshsig.c: principals as match.c patterns, `namespaces=`,
+# `valid-after=`/`valid-before=` at a given time as `-Overify-time` would, `cert-authority`).
+# What is not verified in-process (certificates, security keys, DSA) is refused, never handed to
+# another verifier.
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import hashlib
+import importlib
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import PresetError
+
+ALLOWED_SIGNERS_FILE = "allowed_signers"
+SIGNATURE_BEGIN = "-----BEGIN SSH SIGNATURE-----"
+SIGNATURE_END = "-----END SSH SIGNATURE-----"
+ARMOR = re.compile(rf"^{SIGNATURE_BEGIN}\n[A-Za-z0-9+/=\n]+\n{SIGNATURE_END}\n?$")
+
+
+class SignatureError(PresetError):
+    """An approval whose signature is missing, malformed or does not verify."""
+
+
+def _plain_file(path: Path, field: str) -> None:
+    if path.is_symlink() or not path.is_file():
+        raise SignatureError("no such plain file", file=str(path), field=field)
+
+
+MAGIC = b"SSHSIG"
+SIG_VERSION = 1
+HASH_ALGORITHMS = {"sha256": hashlib.sha256, "sha512": hashlib.sha512}  # sshsig.c HASHALG_ALLOWED
+RSA_SIGNATURE_HASHES = {b"rsa-sha2-256": "sha256", b"rsa-sha2-512": "sha512"}  # RSA_SIGN_ALLOWED
+RSA_MIN_BITS = 1024  # sshkey.c SSH_RSA_MINIMUM_MODULUS_SIZE
+RSA_MAX_BITS = 16384  # SSHBUF_MAX_BIGNUM
+ECDSA_CURVES = {"nistp256": "sha256", "nistp384": "sha384", "nistp521": "sha512"}
+# the type names sshkey_read accepts at the start of a key, for the key types verified here
+KEY_NAMES = {"ssh-ed25519": "ssh-ed25519", "ssh-rsa": "ssh-rsa", "rsa-sha2-256": "ssh-rsa",
+             "rsa-sha2-512": "ssh-rsa",
+             **{f"ecdsa-sha2-{curve}": f"ecdsa-sha2-{curve}" for curve in ECDSA_CURVES}}
+
+
+class Invalid(Exception):
+    """Why a signature does not verify (the reason shown in the SignatureError)."""
+
+
+class _Reader:
+    """RFC 4251 section 5 wire types, read from the front of DATA (sshbuf_get_*)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.at = 0
+
+    def take(self, size: int) -> bytes:
+        if size > len(self.data) - self.at:
+            raise Invalid("invalid format (truncated)")
+        chunk = self.data[self.at:self.at + size]
+        self.at += size
+        return chunk
+
+    def u32(self) -> int:
+        return int.from_bytes(self.take(4), "big")
+
+    def string(self) -> bytes:
+        return self.take(self.u32())
+
+    def cstring(self) -> bytes:
+        """A string holding no NUL but, maybe, one at its end, which ends it as in C
+        (sshbuf_get_cstring)."""
+        value = self.string()
+        if b"\0" in value[:-1]:
+            raise Invalid("invalid format (a NUL inside a string)")
+        return value[:-1] if value.endswith(b"\0") else value
+
+    def mpint(self) -> int:
+        """A non-negative mpint, leading zeros allowed (sshbuf_get_bignum2_bytes_direct)."""
+        value = self.string()
+        if len(value) > RSA_MAX_BITS // 8 + 1:
+            raise Invalid("invalid format (a number too large)")
+        if value and value[0] & 0x80:
+            raise Invalid("invalid format (a negative number)")
+        return int.from_bytes(value, "big")
+
+    def end(self) -> None:
+        if self.at != len(self.data):
+            raise Invalid("invalid format (trailing data)")
+
+
+def _crypto(name: str) -> Any:
+    """cryptography.hazmat.primitives.NAME, imported when first needed, only the key type's
+    own module (its Rust bindings are most of a verification's cost in a fresh process)."""
+    try:
+        return importlib.import_module(f"cryptography.hazmat.primitives.{name}")
+    except ImportError:  # pragma: no cover - a dependency of runai-spec
+        raise SignatureError("the cryptography package is not installed; signed approvals "
+                             "need it to verify", field="signature",
+                             hint="reinstall runai-spec (pip install runai-spec) in this "
+                                  "environment") from None
+
+
+@dataclass(frozen=True)
+class PublicKey:
+    """A plain (not certificate) public key of a type verified here; equal keys compare
+    equal (sshkey_equal), whatever leading zeros their numbers were written with."""
+
+    kind: str  # ssh-ed25519, ecdsa-sha2-nistp256/384/521, ssh-rsa
+    material: tuple[bytes | int, ...]  # ed25519: (pk,); ecdsa: (Q,); rsa: (e, n)
+
+    @classmethod
+    def from_blob(cls, blob: bytes) -> PublicKey:
+        """The key in BLOB (sshkey_from_blob: the whole blob, nothing after it)."""
+        reader = _Reader(blob)
+        kind = reader.cstring().decode("latin-1")
+        if kind == "ssh-ed25519":
+            point = reader.string()
+            if len(point) != 32:
+                raise Invalid("invalid format (an Ed25519 key of the wrong size)")
+            key = cls(kind, (point,))
+        elif kind.startswith("ecdsa-sha2-") and kind[11:] in ECDSA_CURVES:
+            if reader.cstring().decode("latin-1") != kind[11:]:
+                raise Invalid("invalid format (the curve is not the key type's)")
+            point = reader.string()
+            if not point.startswith(b"\x04"):  # sshbuf_get_eckey: uncompressed points only
+                raise Invalid("invalid format (an ECDSA point that is not uncompressed)")
+            key = cls(kind, (point,))
+        elif kind == "ssh-rsa":
+            e, n = reader.mpint(), reader.mpint()
+            if not RSA_MIN_BITS <= n.bit_length() <= RSA_MAX_BITS:
+                raise Invalid(f"RSA key of {n.bit_length()} bits (OpenSSH takes "
+                              f"{RSA_MIN_BITS} to {RSA_MAX_BITS})")
+            key = cls(kind, (e, n))
+        else:
+            raise Invalid(f"key type {kind!r} is not verified here (plain ssh-ed25519, "
+                          "ecdsa-sha2-nistp256/384/521 and ssh-rsa keys are; certificates, "
+                          "security keys and DSA are refused)")
+        reader.end()
+        key.crypto_key()  # a point that is on no curve, an RSA exponent no one signs with
+        return key
+
+    def crypto_key(self) -> Any:
+        try:
+            if self.kind == "ssh-ed25519":
+                ed25519 = _crypto("asymmetric.ed25519")
+                return ed25519.Ed25519PublicKey.from_public_bytes(self.material[0])
+            if self.kind == "ssh-rsa":
+                e, n = self.material
+                return _crypto("asymmetric.rsa").RSAPublicNumbers(int(e), int(n)).public_key()
+            ec = _crypto("asymmetric.ec")
+            curve = {"nistp256": ec.SECP256R1, "nistp384": ec.SECP384R1,
+                     "nistp521": ec.SECP521R1}[self.kind[11:]]()
+            point = self.material[0]
+            assert isinstance(point, bytes)
+            return ec.EllipticCurvePublicKey.from_encoded_point(curve, point)
+        except ValueError as exc:
+            raise Invalid(f"invalid {self.kind} key ({exc})") from None
+
+    def verify(self, signature: bytes, data: bytes) -> None:
+        """Invalid unless SIGNATURE (the SSH signature encoding) is this key's of DATA
+        (sshkey_verify: ssh_ed25519_verify, ssh_ecdsa_verify, ssh_rsa_verify)."""
+        from cryptography.exceptions import InvalidSignature
+
+        reader = _Reader(signature)
+        sigtype = reader.cstring()
+        raw = reader.string()
+        reader.end()
+        key = self.crypto_key()
+        try:
+            if self.kind == "ssh-ed25519":
+                if sigtype != b"ssh-ed25519" or len(raw) != 64:
+                    raise Invalid("not an Ed25519 signature")
+                key.verify(raw, data)
+            elif self.kind == "ssh-rsa":
+                # sshsig_wrap_verify: rsa-sha2-512 or rsa-sha2-256, never SHA-1's ssh-rsa
+                algorithm = RSA_SIGNATURE_HASHES.get(sigtype)
+                if algorithm is None:
+                    raise Invalid(f"unsupported RSA signature algorithm {sigtype!r}")
+                size = (int(self.material[1]).bit_length() + 7) // 8
+                if len(raw) > size:
+                    raise Invalid("RSA signature longer than the key")
+                hashes, padding = _crypto("hashes"), _crypto("asymmetric.padding")
+                digest = hashes.SHA256() if algorithm == "sha256" else hashes.SHA512()
+                key.verify(raw.rjust(size, b"\0"), data, padding.PKCS1v15(), digest)
+            else:
+                if sigtype != self.kind.encode():
+                    raise Invalid("not a signature of this ECDSA key type")
+                inner = _Reader(raw)
+                r, s = inner.mpint(), inner.mpint()
+                inner.end()
+                hashes, ec = _crypto("hashes"), _crypto("asymmetric.ec")
+                curve_hash = {"sha256": hashes.SHA256(), "sha384": hashes.SHA384(),
+                              "sha512": hashes.SHA512()}[ECDSA_CURVES[self.kind[11:]]]
+                der = _crypto("asymmetric.utils").encode_dss_signature(r, s)
+                key.verify(der, data, ec.ECDSA(curve_hash))
+        except InvalidSignature:
+            raise Invalid("signature verification failed") from None
+
+    def openssh(self) -> str:
+        """The key as an allowed_signers line writes it (`TYPE BASE64`)."""
+        out = [_ssh_string(self.kind.encode())]
+        if self.kind == "ssh-ed25519":
+            out.append(_ssh_string(bytes(self.material[0])))
+        elif self.kind == "ssh-rsa":
+            out += [_ssh_mpint(int(value)) for value in self.material]
+        else:
+            out += [_ssh_string(self.kind[11:].encode()),
+                    _ssh_string(bytes(self.material[0]))]
+        return f"{self.kind} {base64.b64encode(b''.join(out)).decode()}"
+
+
+def _ssh_string(value: bytes) -> bytes:
+    return len(value).to_bytes(4, "big") + value
+
+
+def _ssh_mpint(value: int) -> bytes:
+    """A non-negative mpint: a leading zero byte where the top bit is set, none for 0."""
+    return _ssh_string(value.to_bytes((value.bit_length() + 8) // 8, "big") if value else b"")
+
+
+def _b64(text: str) -> bytes:
+    """Base64 with white space anywhere, as b64_pton reads it; Invalid otherwise."""
+    try:
+        return base64.b64decode(re.sub(r"[ \t\n\v\f\r]", "", text), validate=True)
+    except (binascii.Error, ValueError):
+        raise Invalid("invalid base64") from None
+
+
+def dearmor(signature: str) -> bytes:
+    """The SSHSIG blob of an armored signature (sshsig_dearmor; PROTOCOL.sshsig section 1)."""
+    if not ARMOR.match(signature):
+        raise SignatureError("not an SSH signature (-----BEGIN SSH SIGNATURE-----)",
+                             field="signature")
+    body = signature[len(SIGNATURE_BEGIN) + 1:signature.index("\n" + SIGNATURE_END)]
+    try:
+        return _b64(body)
+    except Invalid:
+        raise SignatureError("not an SSH signature (its base64 does not decode)",
+                             field="signature") from None
+
+
+@dataclass(frozen=True)
+class Sshsig:
+    """The fields of an SSHSIG blob (PROTOCOL.sshsig section 2)."""
+
+    key: PublicKey
+    namespace: bytes
+    reserved: bytes
+    hash_algorithm: str
+    signature: bytes
+
+    @classmethod
+    def parse(cls, blob: bytes) -> Sshsig:
+        """sshsig_parse_preamble, then sshsig_wrap_verify's reads: every field, nothing
+        after the last one; a version above 1 is refused."""
+        reader = _Reader(blob)
+        if reader.take(len(MAGIC)) != MAGIC:
+            raise Invalid("invalid format (no SSHSIG preamble)")
+        version = reader.u32()
+        if version > SIG_VERSION:
+            raise Invalid(f"signature version {version} is larger than supported version "
+                          f"{SIG_VERSION}")
+        key_blob = reader.string()
+        namespace = reader.cstring()
+        reserved = reader.string()
+        algorithm = reader.cstring().decode("latin-1")
+        signature = reader.string()
+        reader.end()
+        if algorithm not in HASH_ALGORITHMS:
+            raise Invalid(f"unsupported hash algorithm {algorithm!r}")
+        return cls(PublicKey.from_blob(key_blob), namespace, reserved, algorithm, signature)
+
+
+def verify_sshsig(signature: str, message: bytes, namespace: str) -> PublicKey:
+    """The key that made SIGNATURE (armored) of MESSAGE in NAMESPACE; Invalid (or a
+    SignatureError for text that is no signature) otherwise. Which principal may use the
+    key is AllowedSigners' question (ssh-keygen -Y verify: sshsig_verify_fd, then
+    sshsig_check_allowed_keys)."""
+    sig = Sshsig.parse(dearmor(signature))
+    if sig.namespace != namespace.encode():
+        raise Invalid("namespace does not match")
+    # the signed data is built with an empty reserved field, whatever the blob carries
+    # (sshsig_wrap_verify), as PROTOCOL.sshsig section 3 lays it out
+    digest = HASH_ALGORITHMS[sig.hash_algorithm](message).digest()
+    signed = (MAGIC + _ssh_string(namespace.encode()) + _ssh_string(b"")
+              + _ssh_string(sig.hash_algorithm.encode()) + _ssh_string(digest))
+    sig.key.verify(sig.signature, signed)
+    return sig.key
+
+
+_WHITESPACE = " \t\r\n"
+_PATTERN_MAX = 1023  # match_pattern_list: a longer subpattern matches nothing at all
+
+
+def match_pattern_list(string: str, patterns: str) -> int:
+    """1 if STRING matches a pattern of the comma-separated PATTERNS, -1 if it matches a
+    negated one (`!pattern`, which wins), 0 otherwise (match.c, case-sensitive)."""
+    got_positive = 0
+    for sub in patterns.split(",") if patterns else []:
+        negated = sub.startswith("!")
+        sub = sub[1:] if negated else sub
+        if len(sub) >= _PATTERN_MAX:
+            return 0
+        glob = "".join(".*" if ch == "*" else "." if ch == "?" else re.escape(ch) for ch in sub)
+        if re.fullmatch(glob, string, re.DOTALL):
+            if negated:
+                return -1
+            got_positive = 1
+    return got_positive
+
+
+def parse_absolute_time(text: str) -> int | None:
+    """Seconds since the epoch of YYYYMMDD[HHMM[SS]][Z|UTC] (misc.c parse_absolute_time,
+    glibc strptime's field ranges, mktime's normalisation of a 31st of a short month), read
+    as UTC; None where ssh-keygen reads no time. ssh-keygen's strptime also skips blanks
+    inside a field ("2027 101"): refused here."""
+    size = len(text)
+    if size > 1 and text[-1] in "zZ":
+        size -= 1
+    elif size > 3 and text[-3:].upper() == "UTC":
+        size -= 3
+    core = text[:size]
+    if size not in (8, 12, 14) or not re.fullmatch(r"[0-9]+", core):
+        return None
+    fields = [int(core[i:i + w]) for i, w in ((0, 4), (4, 2), (6, 2), (8, 2), (10, 2), (12, 2))
+              if i < size]
+    year, month, day, hour, minute, second = fields + [0] * (6 - len(fields))
+    if not (1 <= month <= 12 and 1 <= day <= 31 and hour <= 23 and minute <= 59 and second <= 61):
+        return None
+    if year == 0:
+        return None  # before the epoch, as every year below 1970
+    days = (dt.date(year, month, 1) - dt.date(1970, 1, 1)).days + day - 1
+    seconds = days * 86400 + hour * 3600 + minute * 60 + second
+    return seconds if seconds >= 0 else None
+
+
+def _time_text(seconds: int) -> str:
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _strdelimw(text: str) -> tuple[str | None, str | None]:
+    """misc.c strdelimw: the first token of TEXT (a quoted part joined in, quotes dropped)
+    and the rest after the white space that follows it; (None, None) for an unmatched
+    quote; (token, None) where nothing follows."""
+    at = next((i for i, ch in enumerate(text) if ch in _WHITESPACE + '"'), None)
+    if at is None:
+        return text, None
+    if text[at] == '"':
+        text = text[:at] + text[at + 1:]
+        end = text.find('"', at)
+        if end < 0:
+            return None, None
+        return text[:end], text[end + 1:].lstrip(_WHITESPACE)
+    return text[:at], text[at + 1:].lstrip(_WHITESPACE)
+
+
+def _read_key(text: str) -> PublicKey | None:
+    """sshkey_read: `TYPE BASE64` at the start of TEXT, TYPE the blob's own type."""
+    space = next((i for i, ch in enumerate(text) if ch in " \t"), None)
+    if space is None or text[:space] not in KEY_NAMES:
+        return None
+    rest = text[space:].lstrip(" \t")
+    if not rest:
+        return None
+    end = next((i for i, ch in enumerate(rest) if ch in " \t"), len(rest))
+    try:
+        key = PublicKey.from_blob(_b64(rest[:end]))
+    except Invalid:
+        return None
+    return key if key.kind == KEY_NAMES[text[:space]] else None
+
+
+def _past_options(text: str) -> int | None:
+    """authfile.c sshkey_advance_past_options: where the options end (an unquoted blank or
+    the end), None for an unterminated quote."""
+    quoted, at = False, 0
+    while at < len(text) and (quoted or text[at] not in " \t"):
+        if text[at] == "\\" and text[at + 1:at + 2] == '"':
+            at += 1
+        elif text[at] == '"':
+            quoted = not quoted
+        at += 1
+    return None if at == len(text) and quoted else at
+
+
+def _dequote(text: str, at: int) -> tuple[str, int]:
+    """misc.c opt_dequote: the quoted value at TEXT[AT] (\\" for a quote) and where it ends."""
+    if text[at:at + 1] != '"':
+        raise Invalid("missing start quote")
+    out, at = [], at + 1
+    while at < len(text) and text[at] != '"':
+        if text[at] == "\\" and text[at + 1:at + 2] == '"':
+            at += 1
+        out.append(text[at])
+        at += 1
+    if at >= len(text):
+        raise Invalid("missing end quote")
+    return "".join(out), at + 1
+
+
+@dataclass(frozen=True)
+class SignerOptions:
+    """One line's options (sshsig.c struct sshsigopt); 0 is no bound."""
+
+    cert_authority: bool = False
+    namespaces: str | None = None
+    valid_after: int = 0
+    valid_before: int = 0
+
+    @classmethod
+    def parse(cls, text: str) -> SignerOptions:
+        """sshsig.c sshsigopt_parse: option names in any case, each once, values quoted;
+        Invalid (the line is then skipped) otherwise."""
+        found: dict[str, Any] = {}
+        at = 0
+        while at < len(text) and text[at] not in " \t":
+            lower = text[at:].lower()
+            if lower.startswith("cert-authority"):
+                found["cert_authority"] = True
+                at += len("cert-authority")
+            else:
+                for name, field in (("namespaces", "namespaces"), ("valid-after", "valid_after"),
+                                    ("valid-before", "valid_before")):
+                    if lower.startswith(name + "="):
+                        if field in found:
+                            raise Invalid(f'multiple "{name}" clauses')
+                        value, at = _dequote(text, at + len(name) + 1)
+                        if field == "namespaces":
+                            found[field] = value
+                        else:
+                            seconds = parse_absolute_time(value)
+                            if not seconds:
+                                raise Invalid(f'invalid "{name}" time')
+                            found[field] = seconds
+                        break
+            if at >= len(text) or text[at] in " \t":
+                break
+            if text[at] != ",":
+                raise Invalid("unknown key option")
+            at += 1
+            if at >= len(text):
+                raise Invalid("unexpected end-of-options")
+        options = cls(**found)
+        if options.valid_after and options.valid_before \
+                and options.valid_before <= options.valid_after:
+            raise Invalid('"valid-before" time is before "valid-after"')
+        return options
+
+
+@dataclass(frozen=True)
+class SignerLine:
+    """One line of allowed_signers that names principals: its key and options, or why
+    ssh-keygen would skip it (`problem`)."""
+
+    number: int
+    principals: str
+    key: PublicKey | None = None
+    options: SignerOptions = SignerOptions()
+    problem: str | None = None
+
+    @classmethod
+    def parse(cls, number: int, line: str) -> SignerLine | None:
+        """sshsig.c parse_principals_key_and_options: None for a blank or comment line."""
+        text = line.lstrip(" \t")
+        if not text or text.startswith("#"):
+            return None
+        principals, rest = _strdelimw(text)
+        if principals is None or rest is None:
+            return cls(number, principals or "", problem="invalid line")
+        key, options = _read_key(rest), None
+        if key is None:  # no key first: options, then the key
+            end = _past_options(rest)
+            if end is None:
+                return cls(number, principals, problem="invalid options")
+            if end >= len(rest):
+                return cls(number, principals, problem="missing key")
+            options = rest[:end]
+            key = _read_key(rest[end + 1:].lstrip(" \t"))
+            if key is None:
+                return cls(number, principals, problem="invalid key")
+        try:
+            parsed = SignerOptions.parse(options or "")
+        except Invalid as exc:
+            return cls(number, principals, key, problem=f"bad options: {exc}")
+        return cls(number, principals, key, parsed)
+
+
+@dataclass(frozen=True)
+class AllowedSigners:
+    """An allowed_signers file, read as ssh-keygen reads it."""
+
+    name: str
+    lines: tuple[SignerLine, ...]
+
+    @classmethod
+    def read(cls, path: Path) -> AllowedSigners:
+        _plain_file(path, "allowed_signers")
+        return cls.parse(path.read_bytes(), path.name)
+
+    @classmethod
+    def parse(cls, data: bytes, name: str = ALLOWED_SIGNERS_FILE) -> AllowedSigners:
+        # as getline and C's string functions read it: one character a byte, each line with
+        # its newline, a line's text ending at a NUL
+        lines = data.decode("latin-1").split("\n")
+        lines = [line + "\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
+        parsed = (SignerLine.parse(number, line.split("\0", 1)[0])
+                  for number, line in enumerate(lines, 1))
+        return cls(name, tuple(line for line in parsed if line is not None))
+
+    def _check(self, line: SignerLine, key: PublicKey, namespace: str | None,
+               at: int) -> str | None:
+        """check_allowed_keys_line after the principal: None where LINE admits KEY in
+        NAMESPACE at AT; else why not ("" for a line of another key, or of a CA's: keys
+        signed by a CA are certificates, refused by PublicKey.from_blob)."""
+        where = f"{self.name}:{line.number}"
+        if line.problem is not None:
+            return f"{where}: {line.problem}"
+        if line.options.cert_authority or line.key != key:
+            return ""
+        options = line.options
+        if options.namespaces is not None and namespace is not None \
+                and match_pattern_list(namespace, options.namespaces) != 1:
+            return f'{where}: key is not permitted for use in signature namespace "{namespace}"'
+        if options.valid_after and at < options.valid_after:
+            return (f"{where}: key is not yet valid: verify time {_time_text(at)} < "
+                    f"valid-after {_time_text(options.valid_after)}")
+        if options.valid_before and at > options.valid_before:
+            return (f"{where}: key has expired: verify time {_time_text(at)} > "
+                    f"valid-before {_time_text(options.valid_before)}")
+        return None
+
+    def _matches(self, key: PublicKey, principal: str | None, namespace: str | None,
+                 at: int) -> Iterator[tuple[SignerLine, str | None]]:
+        for line in self.lines:
+            if principal is not None and match_pattern_list(_c_text(principal),
+                                                            line.principals) != 1:
+                continue
+            yield line, self._check(line, key, namespace, at)
+
+    def check(self, key: PublicKey, principal: str, namespace: str, at: int) -> None:
+        """sshsig_check_allowed_keys: Invalid unless a line lists PRINCIPAL with KEY for
+        NAMESPACE at AT (seconds since the epoch)."""
+        of_key, unreadable = [], []
+        for line, reason in self._matches(key, principal, namespace, at):
+            if reason is None:
+                return
+            if reason and line.key == key:
+                of_key.append(reason)
+            elif reason and line.key is None:
+                unreadable.append(reason)
+        reasons = of_key or unreadable
+        raise Invalid(reasons[0] if reasons else
+                      f"no line of {self.name} lists this {key.kind} key for {principal!r}")
+
+    def principals(self, key: PublicKey, at: int) -> tuple[list[str], str | None]:
+        """sshsig_find_principals: the principals of the first line listing KEY at AT (any
+        namespace), one a name as ssh-keygen -Y find-principals prints them; else no
+        principals and the reason of the first line with KEY that refused it."""
+        refused = None
+        for line, reason in self._matches(key, None, None, at):
+            if reason is None:
+                found = []
+                for name in line.principals.split(","):
+                    if not name:
+                        break
+                    found.append(name.encode("latin-1").decode("utf-8", "replace"))
+                return found, None
+            if reason and refused is None and line.key == key:
+                refused = reason
+        return [], refused
+
+
+def _c_text(text: str) -> str:
+    """TEXT as the bytes C compares, one character a byte (as AllowedSigners reads)."""
+    return text.encode("utf-8").decode("latin-1")
+
+
+def signer_key(signature: str) -> PublicKey:
+    """The public key inside SIGNATURE, not verified (sshsig_get_pubkey)."""
+    try:
+        return Sshsig.parse(dearmor(signature)).key
+    except Invalid as exc:
+        raise SignatureError(f"not an SSH signature of a key verified here ({exc})",
+                             field="signature") from None
