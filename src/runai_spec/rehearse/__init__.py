@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..facts.kubeflow import short_pod_name
 from ..facts.torchrun import Launcher, set_nproc, split_command
 from ..pipeline.checklist import (
     PREFLIGHT_LINE,
@@ -105,7 +106,7 @@ def set_up(manifests: Sequence[Mapping[str, Any]], spec: RehearsalSpec) -> Setup
     if faults:
         settings = restart_settings(settings)
     netplan = (plan_network(str(job["metadata"]["name"]),
-                            [f"{t.lower()}-{i}" for t, n, _ in replicas_of(job) for i in range(n)])
+                            [short_pod_name(t, i) for t, n, _ in replicas_of(job) for i in range(n)])
                if mode == "netns" else None)
     return Setup(dataclasses.replace(spec, settings=settings), job, tuple(faults), root, gpus,
                  root / "restart" if faults else None, netplan, auto_why)

@@ -17,7 +17,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..errors import InputError
-from ..facts.kubeflow import POD_NAME_ENV
+from ..facts.kubeflow import POD_NAME_ENV, short_pod_name
 from ..facts.kubelet import container_env, expand_command
 from ..facts.torchrun import (
     LOG_DIR_FLAG,
@@ -288,7 +288,7 @@ def plan_pods(manifests: Sequence[Mapping[str, Any]], spec: RehearsalSpec, *, ro
 def _plan_pod(lay: _Layout, pod_index: int, rtype: str, i: int) -> PodPlan:
     """One pod's plan: its env as the kubelet builds it, its launcher as this machine runs it,
     its entry point (preflight.py, or the profile's own script) and folders."""
-    short = f"{rtype.lower()}-{i}"
+    short = short_pod_name(rtype, i)
     container = lay.containers[rtype]
     # the container's env as the kubelet builds it: its own list, then what the operator
     # appends; in the cluster, and here with the service names mapped onto loopback

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InputError
+from ..facts.kubeflow import REPLICA_TYPES, short_pod_name
 
 AT_CHECKPOINT = "checkpoint"
 
@@ -31,7 +32,7 @@ class Fault:
 def pod_names(job: Mapping[str, Any]) -> list[str]:
     """The job's pods by short name (`master-0`, `worker-N`), as the operator numbers them."""
     replicas = (job.get("spec") or {}).get("pytorchReplicaSpecs") or {}
-    return [f"{rtype.lower()}-{i}" for rtype in ("Master", "Worker")
+    return [short_pod_name(rtype, i) for rtype in REPLICA_TYPES
             if replicas.get(rtype) is not None
             for i in range(int(replicas[rtype].get("replicas", 1)))]
 
