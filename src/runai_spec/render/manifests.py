@@ -57,10 +57,15 @@ def scalar(value: Any) -> str:
 def encode(value: Any) -> str:
     """One JSON value (YAML 1.2 flow too) for a mapping, a list or tuple, or a scalar, nested:
     every key and scalar through `scalar`, so no value can add a key or an item."""
-    if isinstance(value, Mapping):
+    # strings first, and the abstract Mapping last: this runs for every value of a render
+    if isinstance(value, str):
+        return quote(value)
+    if isinstance(value, dict):
         return encode_pairs(value.items())
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(encode(item) for item in value) + "]"
+        return "[" + ", ".join([encode(item) for item in value]) + "]"
+    if isinstance(value, Mapping):
+        return encode_pairs(value.items())
     return scalar(value)
 
 
