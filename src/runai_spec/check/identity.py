@@ -7,6 +7,7 @@ import re
 from collections.abc import Iterator
 
 from ..facts.kubeflow import DNS1123, NAME_MAX, SMOKE_SUFFIX
+from ..facts.kubeflow import name_room as kubeflow_name_room
 from ..findings import Finding
 from ..plan.plan import Plan
 from .rules import Context, finding, rule
@@ -58,8 +59,7 @@ def check_registry(ctx: Context) -> Iterator[Finding]:
 def name_room(plan: Plan) -> int:
     """The longest workload name whose pods, and its smoke test's, stay DNS labels (the
     admission policy's bound on the name is this one)."""
-    longest = plan.longest_pod_name
-    return NAME_MAX - (len(longest) - len(plan.name)) - len(SMOKE_SUFFIX)
+    return kubeflow_name_room(plan.name, plan.longest_pod_name) - len(SMOKE_SUFFIX)
 
 
 @rule("name-length", "error",
