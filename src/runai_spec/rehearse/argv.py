@@ -17,7 +17,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..errors import InputError
-from ..facts.kubeflow import POD_NAME_ENV, short_pod_name
+from ..facts.kubeflow import POD_NAME_ENV, RDZV_BACKEND, short_pod_name
 from ..facts.kubelet import container_env, expand_command
 from ..facts.torchrun import (
     LOG_DIR_FLAG,
@@ -126,7 +126,7 @@ def _c10d_store_host(head: Sequence[str], env: Mapping[str, str],
         return None
     backend = flag_value(head, "--rdzv-backend", "--rdzv_backend") or env.get(
         "PET_RDZV_BACKEND", "static")
-    if backend != "c10d":
+    if backend != RDZV_BACKEND:
         return None
     endpoint = flag_value(head, "--rdzv-endpoint", "--rdzv_endpoint") or env.get(
         "PET_RDZV_ENDPOINT", "")

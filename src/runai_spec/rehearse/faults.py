@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InputError
-from ..facts.kubeflow import REPLICA_TYPES, short_pod_name
+from ..facts.kubeflow import MASTER, REPLICA_TYPES, WORKER, short_pod_name
 
 AT_CHECKPOINT = "checkpoint"
 
@@ -74,15 +74,16 @@ def hardest_pod(job: Mapping[str, Any]) -> str:
     if not names:
         raise InputError("the PyTorchJob has no Master or Worker replicas",
                          field="spec.pytorchReplicaSpecs")
-    if "master-0" in names:
-        return "master-0"
+    master0, worker0 = short_pod_name(MASTER, 0), short_pod_name(WORKER, 0)
+    if master0 in names:
+        return master0
     elastic = (job.get("spec") or {}).get("elasticPolicy") or {}
     host = str(elastic.get("rdzvHost") or "")
     name = (job.get("metadata") or {}).get("name", "")
     for pod in names:
         if host and host == f"{name}-{pod}":
             return pod
-    return "worker-0" if "worker-0" in names else names[0]
+    return worker0 if worker0 in names else names[0]
 
 
 def faults_of(job: Mapping[str, Any], kills: Iterable[str], preempt: str | None,
