@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..pipeline.checklist import GUIDE_CHECKS, PREFLIGHT_ONLY_CHECKS
 from ..text import one_line
 from .argv import PodPlan
 from .network import NetPlan
@@ -15,11 +16,9 @@ from .processes import PodOutcome
 
 TAIL_LINES = 3  # of a crashed rank's stderr in the pods row: where a traceback ends
 
-# The preflight's checks, in the order a table shows them.
-CHECK_ORDER = (
-    "ranks", "world-size", "device", "global-batch", "resume", "checkpoint", "metrics",
-    "bus-bandwidth", "training", "shutdown",
-)
+# The preflight's checks in the order a table shows them: the guide's, with preflight.py's own
+# checks before the last (the run stops cleanly).
+CHECK_ORDER = (*GUIDE_CHECKS[:-1], *PREFLIGHT_ONLY_CHECKS, GUIDE_CHECKS[-1])
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..pipeline.checklist import PreflightSettings
+from ..pipeline.checklist import GUIDE_CHECKS, PreflightSettings
 from .checks import CheckResult
 
 GPU_ONLY_HINTS = ("nccl", "cuda", "nvidia driver", "no nvidia", "gpu")
 LOST = "lost when the pod restarts"
-SCRIPT_ROWS = ("ranks", "world-size", "device", "global-batch", "checkpoint", "metrics", "resume",
-               "shutdown")
+SCRIPT_ROWS = GUIDE_CHECKS  # the guide's checklist, in its order
 
 
 def read_audit(folder: Path, key: str) -> list[dict[str, Any]]:
