@@ -1,5 +1,6 @@
-"""The rehearsal's audit layer: loaded by Python at start-up in every rank of `rehearse
---own-script` (this folder is first on the ranks' PYTHONPATH), never imported by runai-spec.
+"""The rehearsal's audit layer, loaded at start-up in every rank of `rehearse --own-script`.
+
+Python loads it because this folder is first on the ranks' PYTHONPATH; runai-spec never imports it.
 
 It records, one JSON object per line in `$RUNAI_SPEC_AUDIT_DIR/rank-<RANK>.<pid>.jsonl` (each
 line `<HMAC-SHA256 of the JSON under the rehearsal's key> <JSON>`), what

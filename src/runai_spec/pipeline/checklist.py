@@ -1,5 +1,4 @@
-"""preflight.py as the rest of the package sees it: the argv it is given, the PREFLIGHT lines it
-prints, its shipped source."""
+"""preflight.py seen from the package: the guide's checklist, its argv, its lines, its source."""
 
 from __future__ import annotations
 

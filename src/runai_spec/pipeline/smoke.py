@@ -1,5 +1,6 @@
-"""The in-cluster smoke test: the workload's plan as a short job whose every pod runs
-preflight.py from a ConfigMap, rendered through templates/ like the real job."""
+"""The in-cluster smoke test: the workload's plan as a short job of preflight.py in every pod.
+
+preflight.py comes from a ConfigMap, and the job is rendered through templates/ like the real one."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""The pods' network in the rehearsal: a network namespace, an address and a hostname per pod,
-and the job's service names resolving only while that pod's container runs, as in the cluster;
-or, where the machine does not allow it, this machine's loopback (argv.py's `_on_loopback`).
+"""The pods' network in the rehearsal: a namespace, an address and a hostname per pod.
+
+The job's service names resolve only while that pod's container runs, as in the cluster; where
+the machine does not allow namespaces, this machine's loopback (argv.py's `_on_loopback`).
 
 What this models (facts from the sources named):
 - training-operator v1.9 `pkg/controller.v1/common/service.go` `CreateNewService`: one Service

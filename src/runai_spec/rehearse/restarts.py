@@ -1,5 +1,4 @@
-"""What the operator does with failed pods, and what the static rendezvous risks, for the fault
-rehearsal (`runner.py`)."""
+"""What the operator does with failed pods and what a static rendezvous risks (`runner.py`)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""Faults on demand under the operator model: kill pods, restart only their containers in place
-after the kubelet's back-off (same pod, same env, same port), recreate, delete every pod on a
-preemption, or stop every pod when the job ends, as `JobModel` says."""
+"""Faults on demand under the operator model: pods killed, restarted, recreated or deleted.
+
+Only a container restarts in place after the kubelet's back-off (same pod, same env, same port);
+a preemption deletes every pod, and the job's end stops them all, as `JobModel` says."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The guide's checklist on the researcher's own script (`rehearse --own-script`), from what the
-audit layer (`runai_spec/audit/sitecustomize.py`) recorded in every rank.
+"""The guide's checklist on the researcher's own script (`rehearse --own-script`).
+
+It reads what the audit layer (`runai_spec/audit/sitecustomize.py`) recorded in every rank.
 
 Each check is one row: pass, fail, or skip with the reason it could not be checked here. A
 "generation" of a rank is one start of its process: (container attempt, torchrun restart)."""
