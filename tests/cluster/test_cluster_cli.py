@@ -216,6 +216,36 @@ def test_submit_wait_exits_3_when_failed_or_not_running_in_time(
     assert dry.exit_code == 2 and "--wait goes without --dry-run" in dry.stderr
 
 
+def test_each_command_loads_the_kubeconfig_once(api: KubeAPI, kubeconfig: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """submit --wait checked the cluster, applied and polled, each in a session of its own:
+    the kubeconfig (and an exec plugin's login) was loaded three times or more."""
+    from runai_spec import cluster
+
+    loads: list[Path | None] = []
+    load = cluster.session._api_client
+
+    def counted(target: cluster.Target, library: Any) -> Any:
+        loads.append(target.kubeconfig)
+        return load(target, library)
+
+    monkeypatch.setattr(cluster.session, "_api_client", counted)
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        _set_phase(api, "Running")
+
+    monkeypatch.setattr("runai_spec.cli.common.watch_sleep", sleep)
+    waited = run("submit", PROFILE, "--wait", "--interval", "1")
+    assert waited.exit_code == 0, waited.output
+    assert slept == [1.0] and len(loads) == 1
+    for args in (("status", PROFILE, "--watch", "--interval", "1"), ("delete", PROFILE, "--yes")):
+        loads.clear()
+        assert run(*args).exit_code == 0
+        assert len(loads) == 1, args
+
+
 def _terminate(api: KubeAPI, pod: str, phase: str = "Succeeded") -> None:
     stored = api.kube.get("pods", NS, pod)
     assert stored is not None

@@ -460,6 +460,21 @@ def test_submit_wait_polls_the_phase_run_ai_reports(runai_site: RunaiAPI) -> Non
     assert "unchanged" in again.stderr and ": Running" in again.stdout
 
 
+def test_one_token_serves_every_request_of_a_command(runai_site: RunaiAPI,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """submit --wait sent its submit and each poll in a session of its own: a token each."""
+    polls: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        polls.append(seconds)
+        runai_site.state.only()["phase"] = "Running"
+
+    monkeypatch.setattr("runai_spec.cli.common.watch_sleep", sleep)
+    result = run("submit", PROFILE, "--wait", "--interval", "1")
+    assert result.exit_code == 0, result.stderr
+    assert polls == [1.0] and runai_site.state.issued == 1
+
+
 def test_delete_refuses_a_workload_runai_spec_did_not_submit(runai_site: RunaiAPI) -> None:
     assert run("submit", PROFILE).exit_code == 0
     del runai_site.state.only()["rawManifest"]["metadata"]["labels"]["app.kubernetes.io/managed-by"]

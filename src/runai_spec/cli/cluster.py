@@ -72,6 +72,14 @@ def cluster_target(kubeconfig: Path | None, context: str | None, debug: bool,
     return target
 
 
+def cluster_session(kubeconfig: Path | None, context: str | None, debug: bool,
+                    request_timeout: float | None) -> cluster.Session:
+    """The command's one session: its kubeconfig loaded once, for every request it sends."""
+    from .. import cluster
+
+    return cluster.Session(cluster_target(kubeconfig, context, debug, request_timeout))
+
+
 def checked_workload(path: Path) -> Workload:
     """Render and check a profile; an error finding stops here, before any request."""
     from ..pipeline.workload import prepare_workload
@@ -157,15 +165,16 @@ def submit(profile: Annotated[Path, typer.Argument(help="Profile file.", show_de
                   smoke=smoke, wait=wait, interval=interval, watch_timeout=watch_timeout,
                   debug=debug, request_timeout=request_timeout):  # issue 27: through Run:ai
         return
-    target = cluster_target(kubeconfig, context, debug, request_timeout)
-    live_checks(workload, target)
-    manifests = smoke_manifests(workload) if smoke else list(workload.manifests)
-    send(profile, manifests, target, dry_run=dry_run is not None, replace=replace, smoke=smoke)
-    if wait:
-        wait_until_running(profile, manifests, target, interval, watch_timeout)
+    with cluster_session(kubeconfig, context, debug, request_timeout) as session:
+        live_checks(workload, session)
+        manifests = smoke_manifests(workload) if smoke else list(workload.manifests)
+        send(profile, manifests, session, dry_run=dry_run is not None, replace=replace,
+             smoke=smoke)
+        if wait:
+            wait_until_running(profile, manifests, session, interval, watch_timeout)
 
 
-def send(profile: Path, manifests: list[Manifest], target: cluster.Target, *, dry_run: bool,
+def send(profile: Path, manifests: list[Manifest], session: cluster.Session, *, dry_run: bool,
          replace: bool, smoke: bool) -> None:
     """Server-side apply of the manifests, and what it did on stderr (a dry run's objects
     on stdout)."""
@@ -173,7 +182,7 @@ def send(profile: Path, manifests: list[Manifest], target: cluster.Target, *, dr
     from ..outputs import report
 
     try:
-        result = cluster.submit_manifests(manifests, target, dry_run=dry_run, replace=replace)
+        result = cluster.submit_manifests(manifests, session, dry_run=dry_run, replace=replace)
     except cluster.AdmissionDenied as exc:
         raise exc.for_file(str(profile)) from None
     err(report.submit_lines(result))
@@ -183,25 +192,23 @@ def send(profile: Path, manifests: list[Manifest], target: cluster.Target, *, dr
         err([report.smoke_note(str(profile))])
 
 
-def wait_until_running(profile: Path, manifests: list[Manifest], target: cluster.Target,
+def wait_until_running(profile: Path, manifests: list[Manifest], session: cluster.Session,
                        interval: float, watch_timeout: float) -> None:
     """submit --wait: poll the job until it runs or ends; Failed is a cluster failure."""
     from .. import cluster
     from ..facts.kubeflow import KIND
 
     ref = next(cluster.ref_of(m) for m in manifests if m.get("kind") == KIND)
-    if watch_job(ref, target, TextJson.text, True, interval, watch_timeout) == "Failed":
+    if watch_job(ref, session, TextJson.text, True, interval, watch_timeout) == "Failed":
         raise ClusterError(f"{ref}: Failed (the status above says why)", file="cluster",
                            hint=f"`runai-spec logs {profile} --out -` shows its logs")
 
 
-def live_checks(workload: Workload, target: cluster.Target) -> None:
+def live_checks(workload: Workload, session: cluster.Session) -> None:
     """`validate --live`'s checks (read-only); a live error finding stops before any write."""
-    from .. import cluster
     from ..cluster.checks import live_findings
 
-    with cluster.Session(target) as session:
-        findings = live_findings(session, workload)
+    findings = live_findings(session, workload)
     err(line for finding in findings for line in finding.lines())
     if any(f.severity == "error" for f in findings):
         raise typer.Exit(EXIT_FINDINGS)
@@ -224,18 +231,18 @@ def status(job: JobArg, project: ProjectOpt = None, fmt: TextJsonOpt = TextJson.
     status_via(job, project, via, smoke, fmt, watch, interval, watch_timeout, debug,
                request_timeout)  # issue 27: through Run:ai, it ends here (typer.Exit)
     ref = job_refs(job, project, smoke)[0]
-    watch_job(ref, cluster_target(kubeconfig, context, debug, request_timeout), fmt, watch,
-              interval, watch_timeout)
+    with cluster_session(kubeconfig, context, debug, request_timeout) as session:
+        watch_job(ref, session, fmt, watch, interval, watch_timeout)
 
 
-def watch_job(ref: cluster.Ref, target: cluster.Target, fmt: TextJson, watch: bool,
+def watch_job(ref: cluster.Ref, session: cluster.Session, fmt: TextJson, watch: bool,
               interval: float, watch_timeout: float) -> str:
     """Print the job's status (again whenever it changes) until it is running or has ended,
     polling every interval seconds when watching; returns the phase it settled in (exit 3 when
     it has not within watch_timeout)."""
     from .. import cluster
 
-    return watch_status(lambda: cluster.job_status(ref.name, ref.namespace, target), str(ref),
+    return watch_status(lambda: cluster.job_status(ref.name, ref.namespace, session), str(ref),
                         "cluster", fmt, watch, interval, watch_timeout)
 
 
@@ -266,23 +273,26 @@ def logs(job: JobArg, out: LogsOut, previous: PreviousOpt = False, project: Proj
         raise InputError("--follow goes with --out - and without --previous", field="--follow",
                          hint="`runai-spec logs JOB --out - --follow` prints the logs as they grow")
     ref = job_refs(job, project, smoke)[0]
-    target = cluster_target(kubeconfig, context, debug, request_timeout)
-    if follow:
-        follow_job_logs(ref, target, pod, tail, interval, watch_timeout)
-    elif str(out) == "-":
-        print_job_logs(ref, target, previous, pod, tail)
-    else:
-        save_job_logs(ref, target, out, previous, pod, tail)
+    if str(out) != "-" and (pod is not None or tail is not None):
+        raise InputError("--pod and --tail go with --out - (printing to stdout)", field="--pod",
+                         hint="saving to a folder keeps every pod's whole log")
+    with cluster_session(kubeconfig, context, debug, request_timeout) as session:
+        if follow:
+            follow_job_logs(ref, session, pod, tail, interval, watch_timeout)
+        elif str(out) == "-":
+            print_job_logs(ref, session, previous, pod, tail)
+        else:
+            save_job_logs(ref, session, out, previous)
 
 
-def print_job_logs(ref: cluster.Ref, target: cluster.Target, previous: bool, pod: str | None,
+def print_job_logs(ref: cluster.Ref, session: cluster.Session, previous: bool, pod: str | None,
                    tail: int | None) -> None:
     """logs --out -: the logs on stdout; the pods without one on stderr, and exit 3 when no
     pod had one (as --out DIR does)."""
     from ..cluster.logs import NoLogs, print_logs
 
     try:
-        skipped = print_logs(ref.name, ref.namespace, target, sys.stdout.buffer,
+        skipped = print_logs(ref.name, ref.namespace, session, sys.stdout.buffer,
                              previous=previous, pod=pod, tail=tail)
     except NoLogs as exc:
         err(f"skipped {line}" for line in exc.skipped)
@@ -290,12 +300,12 @@ def print_job_logs(ref: cluster.Ref, target: cluster.Target, previous: bool, pod
     err(f"skipped {line}" for line in skipped)
 
 
-def follow_job_logs(ref: cluster.Ref, target: cluster.Target, pod: str | None, tail: int | None,
+def follow_job_logs(ref: cluster.Ref, session: cluster.Session, pod: str | None, tail: int | None,
                     interval: float, watch_timeout: float) -> None:
     """logs --out - --follow: print the logs as they grow, until every pod has ended."""
     from ..cluster.logs import follow_logs
 
-    followed = follow_logs(ref.name, ref.namespace, target, sys.stdout.buffer, sleep=common.watch_sleep,
+    followed = follow_logs(ref.name, ref.namespace, session, sys.stdout.buffer, sleep=common.watch_sleep,
                            interval=interval, timeout=watch_timeout, pod=pod, tail=tail)
     err(f"skipped {line}" for line in followed.skipped)
     if not followed.ended:
@@ -307,16 +317,12 @@ def follow_job_logs(ref: cluster.Ref, target: cluster.Target, pod: str | None, t
                            hint="follow longer with --watch-timeout SECONDS")
 
 
-def save_job_logs(ref: cluster.Ref, target: cluster.Target, out: Path, previous: bool,
-                  pod: str | None, tail: int | None) -> None:
+def save_job_logs(ref: cluster.Ref, session: cluster.Session, out: Path, previous: bool) -> None:
     """logs --out DIR: each pod's whole log, and each of its ranks' lines apart."""
     from .. import cluster
     from ..outputs import report
 
-    if pod is not None or tail is not None:
-        raise InputError("--pod and --tail go with --out - (printing to stdout)", field="--pod",
-                         hint="saving to a folder keeps every pod's whole log")
-    result = cluster.save_logs(ref.name, ref.namespace, out, target, previous=previous)
+    result = cluster.save_logs(ref.name, ref.namespace, out, session, previous=previous)
     err(report.saved_log_lines(result))
     if not result.saved:
         raise ClusterError(f"{ref}: no pod had a log to save", file="cluster",
@@ -337,12 +343,11 @@ def delete(job: JobArg, yes: YesOpt = False, project: ProjectOpt = None, smoke: 
     from .. import cluster
     delete_via(job, project, via, smoke, yes, debug, request_timeout)  # issue 27: Run:ai ends it
     refs = job_refs(job, project, smoke=smoke)
-    if not yes and not common.stdin_is_terminal():
-        raise InputError("refusing to delete without confirmation", field="--yes",
-                         hint="pass --yes in scripts")
+    ask = common.asks_first(yes)
     # the question comes after the cluster was read: it names what is there to delete
-    result = cluster.delete_job(refs, cluster_target(kubeconfig, context, debug, request_timeout),
-                                missing_ok=smoke, confirm=None if yes else confirmed)
+    with cluster_session(kubeconfig, context, debug, request_timeout) as session:
+        result = cluster.delete_job(refs, session, missing_ok=smoke,
+                                    confirm=confirmed if ask else None)
     if result.declined:
         err(["aborted: nothing deleted"])
         return EXIT_OK

@@ -15,7 +15,15 @@ import typer
 from typer.core import TyperGroup
 
 from .. import __version__
-from ..errors import EXIT_FINDINGS, EXIT_INTERNAL, EXIT_OK, ClusterError, RunaiSpecError, visible
+from ..errors import (
+    EXIT_FINDINGS,
+    EXIT_INTERNAL,
+    EXIT_OK,
+    ClusterError,
+    InputError,
+    RunaiSpecError,
+    visible,
+)
 
 if TYPE_CHECKING:
     from ..pipeline.workload import Workload
@@ -228,6 +236,14 @@ def watch_status(fetch: Callable[[], Any], what: str, source: str, fmt: TextJson
 
 def stdin_is_terminal() -> bool:
     return sys.stdin.isatty()
+
+
+def asks_first(yes: bool) -> bool:
+    """Whether delete asks before it deletes: not with --yes; never where no one can answer."""
+    if not yes and not stdin_is_terminal():
+        raise InputError("refusing to delete without confirmation", field="--yes",
+                         hint="pass --yes in scripts")
+    return not yes
 
 
 SETTLED = ("Running", "Succeeded", "Failed")

@@ -17,7 +17,7 @@ from .common import TextJson, err, progress_line
 
 if TYPE_CHECKING:
     from ..cluster.runai import WorkloadMetadata
-    from ..cluster.runai_api import RunaiTarget
+    from ..cluster.runai_api import RunaiSession, RunaiTarget
     from ..load.site import Site
     from ..outputs.diff import ProfileDiff
     from ..pipeline.workload import Workload
@@ -60,6 +60,13 @@ def runai_target(site: Site, debug: bool, request_timeout: float | None) -> Runa
     return target
 
 
+def runai_session(site: Site, debug: bool, request_timeout: float | None) -> RunaiSession:
+    """The command's one session with the control plane: one token for all its requests."""
+    from ..cluster.runai_api import RunaiSession
+
+    return RunaiSession(runai_target(site, debug, request_timeout))
+
+
 def metadata_of(workload: Workload) -> WorkloadMetadata:
     """What Run:ai schedules the workload by: its name and project, the preset's priority."""
     from ..cluster.runai import WorkloadMetadata
@@ -99,13 +106,13 @@ def diff_via(workloads: list[Workload], debug: bool, request_timeout: float | No
             zip(workloads, pairs, strict=True)]
 
 
-def submit_runai(profile: Path, workload: Workload, target: RunaiTarget, *, dry_run: bool,
+def submit_runai(profile: Path, workload: Workload, session: RunaiSession, *, dry_run: bool,
                  replace: bool) -> None:
     """submit --via runai: the rendered PyTorchJob, unchanged, as a Run:ai workload."""
     from ..cluster.runai import submit_workload
     from ..outputs import report
 
-    result = submit_workload(job_of(workload), metadata_of(workload), target, dry_run=dry_run,
+    result = submit_workload(job_of(workload), metadata_of(workload), session, dry_run=dry_run,
                              replace=replace)
     err(report.submit_lines(result))
     if result.dry_run:
@@ -123,10 +130,12 @@ def submit_via(profile: Path, workload: Workload, via: Via | None, *, dry_run: b
         err(["note: the smoke test goes through the Kubernetes client (its ConfigMap is no "
              "Run:ai workload); the workload itself goes through Run:ai"])
         return False
-    target = runai_target(workload.site, debug, request_timeout)
-    submit_runai(profile, workload, target, dry_run=dry_run, replace=replace)
-    if wait and watch_runai(workload.plan.name, workload.plan.project, workload.plan.namespace,
-                            target, TextJson.text, True, interval, watch_timeout) == "Failed":
+    with runai_session(workload.site, debug, request_timeout) as session:
+        submit_runai(profile, workload, session, dry_run=dry_run, replace=replace)
+        phase = (watch_runai(workload.plan.name, workload.plan.project, workload.plan.namespace,
+                             session, TextJson.text, True, interval, watch_timeout)
+                 if wait else None)
+    if phase == "Failed":
         raise ClusterError(f"runai workload {workload.plan.project}/{workload.plan.name}: "
                            "Failed (the status above says why)", file="runai",
                            hint=f"`runai-spec logs {profile} --out -` shows its logs")
@@ -155,8 +164,8 @@ def status_via(job: str, project: str | None, via: Via | None, smoke: bool, fmt:
     if found is None:
         return
     name, runai_project, namespace, site = found
-    watch_runai(name, runai_project, namespace, runai_target(site, debug, request_timeout), fmt,
-                watch, interval, watch_timeout)
+    with runai_session(site, debug, request_timeout) as session:
+        watch_runai(name, runai_project, namespace, session, fmt, watch, interval, watch_timeout)
     raise typer.Exit(EXIT_OK)
 
 
@@ -171,14 +180,14 @@ def delete_via(job: str, project: str | None, via: Via | None, smoke: bool, yes:
                                                                     request_timeout), yes))
 
 
-def watch_runai(name: str, project: str, namespace: str, target: RunaiTarget, fmt: TextJson,
+def watch_runai(name: str, project: str, namespace: str, session: RunaiSession, fmt: TextJson,
                 watch: bool, interval: float, watch_timeout: float) -> str:
     """status --via runai (and submit --wait): the phase Run:ai reports, polled as the
     Kubernetes path's status --watch polls."""
     from ..cluster.runai import workload_status
     from .common import watch_status
 
-    return watch_status(lambda: workload_status(name, project, namespace, target),
+    return watch_status(lambda: workload_status(name, project, namespace, session),
                         f"runai workload {project}/{name}", "runai", fmt, watch, interval,
                         watch_timeout)
 
@@ -187,10 +196,8 @@ def delete_runai(name: str, project: str, target: RunaiTarget, yes: bool) -> int
     """delete --via runai: the workload runai-spec submitted (asks first)."""
     from ..cluster.runai import delete_workload
 
-    if not yes and not common.stdin_is_terminal():
-        raise InputError("refusing to delete without confirmation", field="--yes",
-                         hint="pass --yes in scripts")
-    deleted = delete_workload(name, project, target, confirm=None if yes else _confirmed)
+    ask = common.asks_first(yes)
+    deleted = delete_workload(name, project, target, confirm=_confirmed if ask else None)
     if not deleted:
         err(["aborted: nothing deleted"])
         return EXIT_OK

@@ -13,7 +13,7 @@ from ..render.manifests import Manifest
 from .objects import get_object, managed_by_us
 from .refs import Ref
 from .refusals import refusal
-from .session import Session, Target, Uncertain
+from .session import Session, Target, Uncertain, session_for
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def wait_deleted(session: Session, ref: Ref, live: Manifest) -> None:
         session.target.sleep(1.0)
 
 
-def delete_job(refs: Iterable[Ref], target: Target, *, missing_ok: bool = False,
+def delete_job(refs: Iterable[Ref], target: Target | Session, *, missing_ok: bool = False,
                confirm: Callable[[list[Ref]], bool] | None = None) -> DeleteResult:
     """Delete runai-spec's objects (checked first); anything else is refused untouched.
 
@@ -67,7 +67,7 @@ def delete_job(refs: Iterable[Ref], target: Target, *, missing_ok: bool = False,
     question about an object that is not there, or not ours, or a cluster that cannot be
     reached, is never asked."""
     refs = list(refs)
-    with Session(target) as session:
+    with session_for(target) as session:
         found = []
         missing = []
         for ref in refs:

@@ -17,7 +17,7 @@ from ..files import ReplacedFiles
 from .objects import get_object, job_pods
 from .refs import PODS, Ref, job_ref
 from .refusals import refusal
-from .session import Session, Target, clean, json_body, reason_of
+from .session import Session, Target, clean, json_body, reason_of, session_for
 
 
 @dataclass(frozen=True)
@@ -34,12 +34,12 @@ class LogsResult:
     skipped: tuple[tuple[str, str], ...]  # (pod, why)
 
 
-def save_logs(name: str, namespace: str, out_dir: Path, target: Target, *,
+def save_logs(name: str, namespace: str, out_dir: Path, target: Target | Session, *,
               previous: bool = False) -> LogsResult:
     """Every rank's (pod's) log in its own file, streamed to disk so the logs outlive the pods."""
     saved: list[SavedLog] = []
     skipped: list[tuple[str, str]] = []
-    with Session(target) as session:
+    with session_for(target) as session:
         pods = job_pods(session, name, namespace)
         if not pods:
             if get_object(session, job_ref(name, namespace)) is None:
@@ -159,7 +159,7 @@ def _stream_to(resp: Any, path: Path) -> int:
     return size
 
 
-def print_logs(name: str, namespace: str, target: Target, sink: Any, *, previous: bool = False,
+def print_logs(name: str, namespace: str, target: Target | Session, sink: Any, *, previous: bool = False,
                pod: str | None = None, tail: int | None = None) -> list[str]:
     """`logs --out -`: each rank's log (or one --pod's) written to sink (binary), each after a
     `==> pod <==` line as `tail` does for several files; returns the pods that were skipped.
@@ -167,7 +167,7 @@ def print_logs(name: str, namespace: str, target: Target, sink: Any, *, previous
     gives, after the skipped pods' lines (`on_skipped`)."""
     skipped: list[str] = []
     printed = 0
-    with Session(target) as session:
+    with session_for(target) as session:
         pods = [_safe_name(str(p["metadata"]["name"])) for p in job_pods(session, name, namespace)]
         if pod is not None:
             if pod not in pods:
@@ -222,7 +222,7 @@ class FollowResult:
     pending: int = 0  # how many of those were Pending in the last poll
 
 
-def follow_logs(name: str, namespace: str, target: Target, sink: Any, *, sleep: Any,
+def follow_logs(name: str, namespace: str, target: Target | Session, sink: Any, *, sleep: Any,
                 interval: float, timeout: float, pod: str | None = None,
                 tail: int | None = None) -> FollowResult:
     """`logs --out - --follow`: print each pod's log, then every --interval only what each log
@@ -236,7 +236,7 @@ def follow_logs(name: str, namespace: str, target: Target, sink: Any, *, sleep: 
     skipped: dict[str, str] = {}
     waited = 0.0
     while True:
-        with Session(target) as session:
+        with session_for(target) as session:
             pods = job_pods(session, name, namespace)
             if not pods and waited == 0 and get_object(session, job_ref(name, namespace)) is None:
                 raise ClusterError(f"{job_ref(name, namespace)}: not found", file="cluster",

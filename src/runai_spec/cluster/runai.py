@@ -20,6 +20,7 @@ from .runai_api import (
     refused,
     resolve_cluster,
     resolve_project,
+    runai_session_for,
 )
 from .session import Uncertain, clean
 from .status import PodState, StatusResult
@@ -44,18 +45,18 @@ class WorkloadMetadata:
     preemptible: bool
 
 
-def submit_workload(manifest: Manifest, meta: WorkloadMetadata, target: RunaiTarget, *,
+def submit_workload(manifest: Manifest, meta: WorkloadMetadata, target: RunaiTarget | RunaiSession, *,
                     dry_run: bool = False, replace: bool = False) -> SubmitResult:
     """POST the rendered manifest, unchanged, with its metadata; an identical earlier submit
     is `unchanged`, a different one is refused without --replace (then PUT, the documented
     update). A dry run (`dryRun=true`) stores nothing."""
-    with RunaiSession(target) as session:
+    with runai_session_for(target) as session:
         cluster_id = resolve_cluster(session)
         project_id = resolve_project(session, meta.project, cluster_id)
         where = f"runai workload {meta.project}/{meta.name}"
         ref = f"{where} (project id {project_id}, cluster id {cluster_id})"
         found = find_workload(session, meta.name, project_id)
-        metadata = _metadata(meta, project_id, cluster_id, target)
+        metadata = _metadata(meta, project_id, cluster_id, session.target)
         if found is not None:
             if found.raw is None or not managed_by_us(found.raw):
                 raise ClusterError(f"{where}: exists and was not submitted by runai-spec; not "
@@ -143,10 +144,10 @@ def _raw(data: Any, sent: Manifest) -> Manifest:
     return raw if isinstance(raw, dict) else sent
 
 
-def workload_status(name: str, project: str, namespace: str, target: RunaiTarget
+def workload_status(name: str, project: str, namespace: str, target: RunaiTarget | RunaiSession
                     ) -> StatusResult:
     """The workload's phase as Run:ai reports it, and its pods (GET .../pods)."""
-    with RunaiSession(target) as session:
+    with runai_session_for(target) as session:
         cluster_id = resolve_cluster(session)
         project_id = resolve_project(session, project, cluster_id)
         found = find_workload(session, name, project_id)
@@ -188,11 +189,11 @@ def _settled(phase: str) -> str:
     return "Succeeded" if phase == "Completed" else phase
 
 
-def delete_workload(name: str, project: str, target: RunaiTarget,
+def delete_workload(name: str, project: str, target: RunaiTarget | RunaiSession,
                     confirm: Callable[[list[str]], bool] | None = None) -> tuple[str, ...]:
     """DELETE the workload runai-spec submitted (checked first); () when confirm says no."""
     where = f"runai workload {project}/{name}"
-    with RunaiSession(target) as session:
+    with runai_session_for(target) as session:
         cluster_id = resolve_cluster(session)
         project_id = resolve_project(session, project, cluster_id)
         found = find_workload(session, name, project_id)

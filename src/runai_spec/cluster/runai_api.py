@@ -26,12 +26,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -313,6 +314,17 @@ class RunaiSession:
                                      f"{policy.attempts})")
             self.target.sleep(delay)
             waited += delay
+
+
+@contextlib.contextmanager
+def runai_session_for(target: RunaiTarget | RunaiSession) -> Iterator[RunaiSession]:
+    """The command's own session (one token for the command's calls), left open for its next
+    call; or, given a RunaiTarget, a session for this call alone."""
+    if isinstance(target, RunaiSession):
+        yield target
+        return
+    with RunaiSession(target) as session:
+        yield session
 
 
 def _retry_after(value: str | None) -> float | None:

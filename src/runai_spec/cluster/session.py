@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -261,6 +262,17 @@ class Session:
                                      f"{policy.attempts})")
             self.target.sleep(delay)
             waited += delay
+
+
+@contextlib.contextmanager
+def session_for(target: Target | Session) -> Iterator[Session]:
+    """The command's own session (one kubeconfig load per command), left open for its next
+    call; or, given a Target, a session for this call alone."""
+    if isinstance(target, Session):
+        yield target
+        return
+    with Session(target) as session:
+        yield session
 
 
 def reason_of(exc: BaseException) -> str:

@@ -11,7 +11,7 @@ from ..facts.kubeflow import CONTAINER, REPLICA_TYPE_LABEL
 from ..render.manifests import Manifest
 from .objects import get_object, job_pods, list_objects, replica_index
 from .refs import EVENTS, job_ref
-from .session import Session, Target, clean
+from .session import Session, Target, clean, session_for
 
 
 @dataclass(frozen=True)
@@ -110,10 +110,10 @@ def _events(session: Session, namespace: str, name: str) -> list[Manifest]:
                   key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
 
 
-def job_status(name: str, namespace: str, target: Target) -> StatusResult:
+def job_status(name: str, namespace: str, target: Target | Session) -> StatusResult:
     """The PyTorchJob's phase, each pod's state and, when pending, why."""
     ref = job_ref(name, namespace)
-    with Session(target) as session:
+    with session_for(target) as session:
         job = get_object(session, ref)
         if job is None:
             raise ClusterError(f"{ref}: not found", file="cluster",

@@ -22,7 +22,7 @@ from .objects import (
 )
 from .refs import Ref
 from .refusals import refusal
-from .session import Session, Target, Uncertain, json_body, log
+from .session import Session, Target, Uncertain, json_body, log, session_for
 
 APPLY_TYPE = "application/apply-patch+yaml"
 
@@ -91,7 +91,7 @@ def _create(session: Session, ref: Ref, manifest: Manifest) -> Manifest:
     raise AssertionError("unreachable")
 
 
-def submit_manifests(manifests: Iterable[Manifest], target: Target, *, dry_run: bool = False,
+def submit_manifests(manifests: Iterable[Manifest], target: Target | Session, *, dry_run: bool = False,
                      replace: bool = False) -> SubmitResult:
     """Send a render with server-side apply: idempotent, never touching foreign objects.
 
@@ -100,7 +100,7 @@ def submit_manifests(manifests: Iterable[Manifest], target: Target, *, dry_run: 
     name, so a retried create can never make a second object.
     """
     items = [(ref_of(m), m) for m in manifests]
-    with Session(target) as session:
+    with session_for(target) as session:
         plans: list[tuple[Ref, Manifest, Manifest | None, str]] = []
         for ref, manifest in items:
             live = get_object(session, ref)
