@@ -3,6 +3,7 @@ control plane (tests/runaiapi.py), driven by the tool's own HTTP client and CLI.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import stat
@@ -22,7 +23,7 @@ from runai_spec.cluster import runai_api
 from runai_spec.cluster.runai import WorkloadMetadata, submit_workload
 from runai_spec.cluster.runai_api import RunaiTarget
 from runai_spec.errors import EXIT_CLUSTER, EXIT_INPUT, ClusterError
-from runai_spec.load.registry import PresetRegistry
+from runai_spec.load.registry import ApprovedSite, PresetRegistry
 from runai_spec.load.site import RunaiControlPlane, SiteSubmit
 from runaiapi import CLIENT_ID, CLIENT_SECRET, CLUSTER_NAME, CLUSTER_UUID, RunaiAPI
 
@@ -60,12 +61,13 @@ def access_key(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def use_site(monkeypatch: pytest.MonkeyPatch, submit: SiteSubmit) -> None:
     """The shipped (signed) site, with SUBMIT as its submit field."""
-    original = PresetRegistry.site
+    original = PresetRegistry.approved_site
 
-    def site(self: PresetRegistry) -> Any:
-        return original(self).model_copy(update={"submit": submit})
+    def approved_site(self: PresetRegistry) -> ApprovedSite:
+        approved = original(self)
+        return dataclasses.replace(approved, site=approved.site.model_copy(update={"submit": submit}))
 
-    monkeypatch.setattr(PresetRegistry, "site", site)
+    monkeypatch.setattr(PresetRegistry, "approved_site", approved_site)
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ apart from runai-spec's own layout rule, and the rehearsal models the site's ope
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from runai_spec.facts.kubeflow import (
     operator_problems,
 )
 from runai_spec.facts.operator import BACKOFF_RESET_AFTER_S, JobModel
-from runai_spec.load.registry import PresetRegistry
+from runai_spec.load.registry import ApprovedSite, PresetRegistry
 from runai_spec.rehearse.argv import plan_pods
 from runai_spec.rehearse.spec import RehearsalSpec
 
@@ -139,9 +140,14 @@ def test_rehearse_passes_the_site_s_operator_version(
         seen.update(vars(spec))
         raise Stop
 
-    old = PresetRegistry.site
-    monkeypatch.setattr(PresetRegistry, "site", lambda self: old(self).model_copy(
-        update={"operator_version": "1.7"}))
+    old = PresetRegistry.approved_site
+
+    def approved_site(self: PresetRegistry) -> ApprovedSite:
+        approved = old(self)
+        return dataclasses.replace(approved, site=approved.site.model_copy(
+            update={"operator_version": "1.7"}))
+
+    monkeypatch.setattr(PresetRegistry, "approved_site", approved_site)
     monkeypatch.setattr(rehearse_module, "rehearse_manifests", fake)
     run("rehearse", str(ROOT / "examples" / "elastic" / "profile.yaml"), "--logs",
         str(tmp_path / "logs"))

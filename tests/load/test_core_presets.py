@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import os
 from pathlib import Path
 
@@ -76,6 +77,17 @@ def test_edited_site_file_refuses_everything(presets_dir: Path) -> None:
     site.write_text(site.read_text().replace("nvcr.io", "docker.io"))
     with pytest.raises(PresetError, match="edited since it was approved"):
         PresetRegistry(presets_dir).site()
+
+
+def test_the_approved_site_carries_the_ledger_entry_that_vouches_for_it() -> None:
+    registry = PresetRegistry()
+    approved = registry.approved_site()
+    assert approved.site is registry.site()
+    assert approved.approval == registry.ledger().approvals["site.yaml"]
+    assert approved.sha256 == hashlib.sha256((registry.root / "site.yaml").read_bytes()).hexdigest()
+    show = runner.invoke(app, ["presets", "show", "site"])
+    assert show.exit_code == 0, show.output
+    assert f'sha256: "{approved.sha256}"' in show.stdout
 
 
 def test_approve_then_verify_round_trip(presets_dir: Path, engineer_key: Path) -> None:

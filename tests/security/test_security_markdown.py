@@ -97,12 +97,12 @@ HTML_TAG = re.compile(r"</?[A-Za-z][^\s/>]*|<!--|-->|<!|<\?")
 def workload_of(data: dict[str, Any], source: str = "p.yaml",
                 extra: tuple[Finding, ...] = ()) -> Workload:
     loaded = parse_profile(dump([data]), source)
-    approved, site = REGISTRY.get(loaded.profile.preset), REGISTRY.site()
-    plan = plan_workload(loaded, approved, site,
-                         site_sha256=REGISTRY.ledger().approvals["site.yaml"].sha256)
+    approved, approved_site = REGISTRY.get(loaded.profile.preset), REGISTRY.approved_site()
+    site = approved_site.site
+    plan = plan_workload(loaded, approved, site, site_sha256=approved_site.sha256)
     manifests = tuple(render_plan(plan, site.family))
     findings = check_all(Context(loaded, approved, site, plan, manifests, today=REGISTRY.today,
-                                 site_approval=REGISTRY.ledger().approvals.get("site.yaml")))
+                                 site_approval=approved_site.approval))
     return Workload(loaded, approved, site, plan, manifests, (*findings, *extra))
 
 

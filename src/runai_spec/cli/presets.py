@@ -39,7 +39,8 @@ def presets_show(name: str, directory: PresetsDir = None) -> None:
     from ..render.manifests import dump
 
     registry = PresetRegistry(directory)
-    summary = site_summary(registry) if name == "site" else preset_summary(registry.get(name))
+    summary = (site_summary(registry.approved_site()) if name == "site"
+               else preset_summary(registry.get(name)))
     sys.stdout.write(dump([summary]))
 
 

@@ -37,6 +37,18 @@ class ApprovedPreset:
 
 
 @dataclass(frozen=True)
+class ApprovedSite:
+    """The site file that passed every ledger check, with its approval record."""
+
+    site: Site
+    approval: Approval
+
+    @property
+    def sha256(self) -> str:
+        return self.approval.sha256
+
+
+@dataclass(frozen=True)
 class VerifyResult:
     """What `presets verify` found: one line per file, problems first."""
 
@@ -69,7 +81,7 @@ class PresetRegistry:
         self.root = root or default_presets_dir()
         self.today = today or dt.date.today()
         self._ledger: Ledger | None = None
-        self._site: Site | None = None
+        self._site: ApprovedSite | None = None
         self._presets: dict[str, ApprovedPreset] = {}
 
     # -- ledger ---------------------------------------------------------------
@@ -158,12 +170,18 @@ class PresetRegistry:
             raise located from None
 
     # -- site and presets -----------------------------------------------------
-    def site(self) -> Site:
+    def approved_site(self) -> ApprovedSite:
+        """The site file as the ledger vouches for it, with its approval record, or a
+        PresetError saying exactly why not."""
         if self._site is None:
-            site, lines, _ = self._approved_model(SITE_FILE, "site", Site)
+            site, lines, entry = self._approved_model(SITE_FILE, "site", Site)
             site._lines = lines
-            self._site = site
+            self._site = ApprovedSite(site, entry)
         return self._site
+
+    def site(self) -> Site:
+        """The approved site file (approved_site, without its approval)."""
+        return self.approved_site().site
 
     def get(self, name: str) -> ApprovedPreset:
         """The approved preset NAME, or a PresetError saying exactly why not."""
@@ -290,13 +308,11 @@ def _priority_problem(preset: Preset, site: Site) -> str | None:
     return None
 
 
-def site_summary(registry: PresetRegistry) -> dict[str, Any]:
+def site_summary(approved: ApprovedSite) -> dict[str, Any]:
     """A plain mapping of the site file and its approval, for `presets show site`."""
-    site = registry.site()
-    approval = registry.ledger().approvals[SITE_FILE]
-    return {"name": "site", "sha256": approval.sha256,
-            "approval": approval.model_dump(exclude_none=True, exclude={"signature"}),
-            **site.model_dump(exclude_none=True)}
+    return {"name": "site", "sha256": approved.sha256,
+            "approval": approved.approval.model_dump(exclude_none=True, exclude={"signature"}),
+            **approved.site.model_dump(exclude_none=True)}
 
 
 def preset_summary(approved: ApprovedPreset) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from ..errors import InputError, PresetError, RunaiSpecError
 from ..findings import Finding
 from ..load.profile import LoadedProfile, ProfileProblems, load_profile, parse_partial
 from ..load.registry import ApprovedPreset, PresetRegistry
-from ..load.site import Site
+from ..load.site import SITE_FILE, Site
 from ..plan.plan import Plan, plan_workload
 from ..render import TEMPLATES, render_plan
 from ..render.manifests import Manifest, dump
@@ -67,20 +67,20 @@ def _prepare(loaded: LoadedProfile, registry: PresetRegistry) -> Workload:
     path = loaded.path
     try:
         approved = registry.get(loaded.profile.preset)
-        site = registry.site()
+        approved_site = registry.approved_site()
     except InputError as exc:
         raise exc.located(str(path), "preset", loaded.line("preset")) from None
+    site = approved_site.site
     if site.family not in TEMPLATES:
         raise PresetError(f"manifest family {site.family!r} is not supported yet (Run:ai's "
                           "TrainingWorkload/DistributedWorkload CRDs, deprecated since Run:ai "
-                          "2.18)", file=str(registry.root / "site.yaml"), field="family",
+                          "2.18)", file=str(registry.root / SITE_FILE), field="family",
                           hint="set `family: kubeflow` (PyTorchJob adopted by the Run:ai "
                           "scheduler)")
-    site_sha = registry.ledger().approvals["site.yaml"].sha256
-    plan = plan_workload(loaded, approved, site, site_sha256=site_sha)
+    plan = plan_workload(loaded, approved, site, site_sha256=approved_site.sha256)
     manifests = tuple(render_plan(plan, site.family))
     findings = check_all(Context(loaded, approved, site, plan, manifests, today=registry.today,
-                                 site_approval=registry.ledger().approvals.get("site.yaml")))
+                                 site_approval=approved_site.approval))
     # sorted by line as a compiler lists them (stable: one line's findings in rule order); the
     # findings about a field left out (no line) after them, in rule order
     findings.sort(key=lambda f: (f.line is None, f.line or 0))
