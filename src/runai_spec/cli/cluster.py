@@ -5,28 +5,24 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Sequence
-from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
 import typer
 
 from ..errors import EXIT_FINDINGS, EXIT_OK, ClusterError, InputError, RunaiSpecError
 from . import common
+from .cluster_options import ClusterOptions, DeleteOptions, LogsOptions, StatusOptions, SubmitOptions
 from .common import (
-    ContextOpt,
-    DebugOpt,
-    KubeconfigOpt,
-    RequestTimeoutOpt,
     TextJson,
-    TextJsonOpt,
     app,
     err,
     progress_line,
     stop_on_errors,
     watch_status,
+    with_options,
 )
-from .via import ViaOpt, delete_via, diff_via, status_via, submit_via
+from .via import delete_via, diff_via, status_via, submit_via
 
 if TYPE_CHECKING:
     from .. import cluster
@@ -34,30 +30,6 @@ if TYPE_CHECKING:
     from ..outputs.diff import ProfileDiff
     from ..pipeline.workload import Workload
     from ..render.manifests import Manifest
-
-JobArg = Annotated[str, typer.Argument(help="Workload name, or its profile file.", show_default=False)]
-ProjectOpt = Annotated[str | None, typer.Option(
-    "--project", "-p", help="Run:ai project of a workload NAME: the site file maps it to the "
-    "namespace (`-p` as in Run:ai's own CLI).")]
-SmokeOpt = Annotated[bool, typer.Option("--smoke", help="The workload's in-cluster smoke test "
-                                        "(`render --smoke`): job <name>-smoke and its ConfigMap.")]
-
-
-class DryRun(StrEnum):
-    server = "server"
-    client = "client"  # kubectl's spelling: refused with a pointer to `render`
-
-
-def no_client_dry_run(value: DryRun | None) -> DryRun | None:
-    """`--dry-run=client` (kubectl's habit) is what `render` does: say so instead of a bare
-    "not one of"."""
-    if value is DryRun.client:
-        raise InputError("a client-side dry run is `runai-spec render`: it prints exactly what "
-                         "submit would send, and needs no cluster", field="--dry-run",
-                         hint="`runai-spec render PROFILE`; `--dry-run server` has the API "
-                         "server check it and show what it would store")
-    return value
-
 
 def cluster_target(kubeconfig: Path | None, context: str | None, debug: bool,
                    request_timeout: float | None = None) -> cluster.Target:
@@ -72,12 +44,11 @@ def cluster_target(kubeconfig: Path | None, context: str | None, debug: bool,
     return target
 
 
-def cluster_session(kubeconfig: Path | None, context: str | None, debug: bool,
-                    request_timeout: float | None) -> cluster.Session:
+def cluster_session(o: ClusterOptions) -> cluster.Session:
     """The command's one session: its kubeconfig loaded once, for every request it sends."""
     from .. import cluster
 
-    return cluster.Session(cluster_target(kubeconfig, context, debug, request_timeout))
+    return cluster.Session(cluster_target(o.kubeconfig, o.context, o.debug, o.request_timeout))
 
 
 def checked_workload(path: Path) -> Workload:
@@ -127,51 +98,25 @@ def diff_live_all(profiles: Sequence[Path], kubeconfig: Path | None, context: st
             for w, objects in zip(workloads, live, strict=True)], [], []
 
 
-WatchOpt = Annotated[bool, typer.Option("--watch", "-w", help="Poll until the job is running or "
-                                        "has ended, at most --watch-timeout seconds.")]
-IntervalOpt = Annotated[float, typer.Option("--interval", metavar="SECONDS", min=0.1,
-                                            help="Seconds between polls with --watch.")]
-WatchTimeoutOpt = Annotated[float, typer.Option("--watch-timeout", metavar="SECONDS", min=0,
-                                                help="How long --watch polls before it gives up.")]
-
-
-DryRunOpt = Annotated[DryRun | None, typer.Option(
-    "--dry-run", callback=no_client_dry_run, help="`server`: the API server checks it and shows "
-    "what it would store (`client`: use `runai-spec render`).")]
-ReplaceOpt = Annotated[bool, typer.Option("--replace", help="Delete a different earlier render of "
-                                          "the same name and create this one.")]
-
-
-WaitOpt = Annotated[bool, typer.Option("--wait", help="After sending, poll (as `status --watch`) "
-                                       "until the job is running or has ended: exit 3 when it "
-                                       "failed or is not running within --watch-timeout.")]
-
-
 @app.command()
-def submit(profile: Annotated[Path, typer.Argument(help="Profile file.", show_default=False)],
-           dry_run: DryRunOpt = None, replace: ReplaceOpt = False, smoke: SmokeOpt = False,
-           wait: WaitOpt = False, interval: IntervalOpt = 5.0,
-           watch_timeout: WatchTimeoutOpt = 600.0, kubeconfig: KubeconfigOpt = None,
-           context: ContextOpt = None, request_timeout: RequestTimeoutOpt = None,
-           debug: DebugOpt = False, via: ViaOpt = None) -> None:
+@with_options
+def submit(o: SubmitOptions) -> None:
     """Render, check and send a workload with server-side apply (re-submitting changes nothing);
     --smoke sends its smoke test instead (a ConfigMap with preflight.py and job <name>-smoke);
     --wait then polls until it is running or has ended."""
-    if wait and dry_run is not None:
+    if o.wait and o.dry_run is not None:
         raise InputError("--wait goes without --dry-run (a dry run starts no job)", field="--wait",
                          hint="drop one of them")
-    workload = checked_workload(profile)
-    if submit_via(profile, workload, via, dry_run=dry_run is not None, replace=replace,
-                  smoke=smoke, wait=wait, interval=interval, watch_timeout=watch_timeout,
-                  debug=debug, request_timeout=request_timeout):  # issue 27: through Run:ai
+    workload = checked_workload(o.profile)
+    if submit_via(o, workload):  # issue 27: through Run:ai
         return
-    with cluster_session(kubeconfig, context, debug, request_timeout) as session:
+    with cluster_session(o) as session:
         live_checks(workload, session)
-        manifests = smoke_manifests(workload) if smoke else list(workload.manifests)
-        send(profile, manifests, session, dry_run=dry_run is not None, replace=replace,
-             smoke=smoke)
-        if wait:
-            wait_until_running(profile, manifests, session, interval, watch_timeout)
+        manifests = smoke_manifests(workload) if o.smoke else list(workload.manifests)
+        send(o.profile, manifests, session, dry_run=o.dry_run is not None, replace=o.replace,
+             smoke=o.smoke)
+        if o.wait:
+            wait_until_running(o.profile, manifests, session, o.interval, o.watch_timeout)
 
 
 def send(profile: Path, manifests: list[Manifest], session: cluster.Session, *, dry_run: bool,
@@ -221,18 +166,14 @@ def smoke_manifests(workload: Workload) -> list[Manifest]:
 
 
 @app.command()
-def status(job: JobArg, project: ProjectOpt = None, fmt: TextJsonOpt = TextJson.text,
-           smoke: SmokeOpt = False, watch: WatchOpt = False, interval: IntervalOpt = 5.0,
-           watch_timeout: WatchTimeoutOpt = 600.0, kubeconfig: KubeconfigOpt = None,
-           context: ContextOpt = None, request_timeout: RequestTimeoutOpt = None,
-           debug: DebugOpt = False, via: ViaOpt = None) -> None:
+@with_options
+def status(o: StatusOptions) -> None:
     """The job's phase, each pod's state and, when it is pending, why; --watch polls until it
     is running or has ended (exit 3 when it has not within --watch-timeout)."""
-    status_via(job, project, via, smoke, fmt, watch, interval, watch_timeout, debug,
-               request_timeout)  # issue 27: through Run:ai, it ends here (typer.Exit)
-    ref = job_refs(job, project, smoke)[0]
-    with cluster_session(kubeconfig, context, debug, request_timeout) as session:
-        watch_job(ref, session, fmt, watch, interval, watch_timeout)
+    status_via(o)  # issue 27: through Run:ai, it ends here (typer.Exit)
+    ref = job_refs(o.job, o.project, o.smoke)[0]
+    with cluster_session(o) as session:
+        watch_job(ref, session, o.fmt, o.watch, o.interval, o.watch_timeout)
 
 
 def watch_job(ref: cluster.Ref, session: cluster.Session, fmt: TextJson, watch: bool,
@@ -246,43 +187,26 @@ def watch_job(ref: cluster.Ref, session: cluster.Session, fmt: TextJson, watch: 
                         "cluster", fmt, watch, interval, watch_timeout)
 
 
-LogsOut = Annotated[Path, typer.Option("--out", "-o", help="Folder for one <pod>.log per rank; "
-                                       "`-` prints the logs to stdout instead.",
-                                       show_default=False)]
-PodOpt = Annotated[str | None, typer.Option("--pod", help="Only this pod's log (with --out -).")]
-TailOpt = Annotated[int | None, typer.Option("--tail", min=0, help="Only the last N lines of "
-                                             "each log (with --out -).")]
-FollowOpt = Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new log lines "
-                                         "(with --out -) until the pods have ended, at most "
-                                         "--watch-timeout seconds, polling every --interval.")]
-PreviousOpt = Annotated[bool, typer.Option("--previous", help="The restarted containers' "
-                                           "earlier logs.")]
-
-
 @app.command()
-def logs(job: JobArg, out: LogsOut, previous: PreviousOpt = False, project: ProjectOpt = None,
-         smoke: SmokeOpt = False, pod: PodOpt = None, tail: TailOpt = None,
-         follow: FollowOpt = False, interval: IntervalOpt = 5.0,
-         watch_timeout: WatchTimeoutOpt = 600.0, kubeconfig: KubeconfigOpt = None,
-         context: ContextOpt = None, request_timeout: RequestTimeoutOpt = None,
-         debug: DebugOpt = False) -> None:
+@with_options
+def logs(o: LogsOptions) -> None:
     """Save every rank's (pod's) log in its own file, so the logs outlive the pods; `--out -`
     prints them instead (one --pod, the last --tail N lines, --follow until the pods end), as
     kubectl logs does."""
-    if follow and (str(out) != "-" or previous):
+    if o.follow and (str(o.out) != "-" or o.previous):
         raise InputError("--follow goes with --out - and without --previous", field="--follow",
                          hint="`runai-spec logs JOB --out - --follow` prints the logs as they grow")
-    ref = job_refs(job, project, smoke)[0]
-    if str(out) != "-" and (pod is not None or tail is not None):
+    ref = job_refs(o.job, o.project, o.smoke)[0]
+    if str(o.out) != "-" and (o.pod is not None or o.tail is not None):
         raise InputError("--pod and --tail go with --out - (printing to stdout)", field="--pod",
                          hint="saving to a folder keeps every pod's whole log")
-    with cluster_session(kubeconfig, context, debug, request_timeout) as session:
-        if follow:
-            follow_job_logs(ref, session, pod, tail, interval, watch_timeout)
-        elif str(out) == "-":
-            print_job_logs(ref, session, previous, pod, tail)
+    with cluster_session(o) as session:
+        if o.follow:
+            follow_job_logs(ref, session, o)
+        elif str(o.out) == "-":
+            print_job_logs(ref, session, o.previous, o.pod, o.tail)
         else:
-            save_job_logs(ref, session, out, previous)
+            save_job_logs(ref, session, o.out, o.previous)
 
 
 def print_job_logs(ref: cluster.Ref, session: cluster.Session, previous: bool, pod: str | None,
@@ -300,13 +224,13 @@ def print_job_logs(ref: cluster.Ref, session: cluster.Session, previous: bool, p
     err(f"skipped {line}" for line in skipped)
 
 
-def follow_job_logs(ref: cluster.Ref, session: cluster.Session, pod: str | None, tail: int | None,
-                    interval: float, watch_timeout: float) -> None:
+def follow_job_logs(ref: cluster.Ref, session: cluster.Session, o: LogsOptions) -> None:
     """logs --out - --follow: print the logs as they grow, until every pod has ended."""
-    from ..cluster.logs import follow_logs
+    from ..cluster.logs import Follow, follow_logs
 
-    followed = follow_logs(ref.name, ref.namespace, session, sys.stdout.buffer, sleep=common.watch_sleep,
-                           interval=interval, timeout=watch_timeout, pod=pod, tail=tail)
+    followed = follow_logs(ref.name, ref.namespace, session, sys.stdout.buffer, Follow(
+        interval=o.interval, timeout=o.watch_timeout, sleep=common.watch_sleep, pod=o.pod,
+        tail=o.tail))
     err(f"skipped {line}" for line in followed.skipped)
     if not followed.ended:
         what = ("has no pods yet" if not followed.pods else
@@ -329,24 +253,19 @@ def save_job_logs(ref: cluster.Ref, session: cluster.Session, out: Path, previou
                            hint="`runai-spec status` shows the pods' states")
 
 
-YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (for scripts).")]
-
-
 @app.command()
-def delete(job: JobArg, yes: YesOpt = False, project: ProjectOpt = None, smoke: SmokeOpt = False,
-           kubeconfig: KubeconfigOpt = None, context: ContextOpt = None,
-           request_timeout: RequestTimeoutOpt = None, debug: DebugOpt = False,
-           via: ViaOpt = None) -> int:
+@with_options
+def delete(o: DeleteOptions) -> int:
     """Delete a workload runai-spec created (asks first; its pods and their logs go too);
     --smoke deletes its smoke test, job and ConfigMap (either may already be gone). Declining
     the question deletes nothing and exits 0."""
     from .. import cluster
-    delete_via(job, project, via, smoke, yes, debug, request_timeout)  # issue 27: Run:ai ends it
-    refs = job_refs(job, project, smoke=smoke)
-    ask = common.asks_first(yes)
+    delete_via(o)  # issue 27: Run:ai ends it
+    refs = job_refs(o.job, o.project, smoke=o.smoke)
+    ask = common.asks_first(o.yes)
     # the question comes after the cluster was read: it names what is there to delete
-    with cluster_session(kubeconfig, context, debug, request_timeout) as session:
-        result = cluster.delete_job(refs, session, missing_ok=smoke,
+    with cluster_session(o) as session:
+        result = cluster.delete_job(refs, session, missing_ok=o.smoke,
                                     confirm=confirmed if ask else None)
     if result.declined:
         err(["aborted: nothing deleted"])

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import json
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar, get_type_hints
 
 import typer
 from typer.core import TyperGroup
@@ -29,6 +30,30 @@ if TYPE_CHECKING:
     from ..pipeline.workload import Workload
 
 EXIT_INTERRUPTED = 130
+Options = TypeVar("Options")
+Result = TypeVar("Result")
+
+
+def with_options(command: Callable[[Options], Result]) -> Callable[..., Result]:
+    """COMMAND(options) as Typer reads it: the fields of its one parameter's frozen dataclass
+    are the command's parameters (their `Annotated[..., typer.Option(...)]` types and defaults,
+    in order), and Typer's call is made into one instance of it."""
+    hints = get_type_hints(command)
+    (kind,) = [hint for name, hint in hints.items() if name != "return"]
+    types = get_type_hints(kind, include_extras=True)
+    params = [inspect.Parameter(
+        f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=types[f.name],
+        default=inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default)
+        for f in dataclasses.fields(kind)]
+
+    @functools.wraps(command)
+    def call(**values: Any) -> Result:
+        return command(kind(**values))
+
+    call.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        params, return_annotation=hints.get("return", inspect.Signature.empty))
+    call.__annotations__ = {p.name: p.annotation for p in params}
+    return call
 
 
 def stop_on_errors(workload: Workload, done: str) -> Workload:

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
 import typer
 
 from ..errors import EXIT_OK, ClusterError, InputError
 from . import common
+from .cluster_options import Via
 from .common import TextJson, err, progress_line
 
 if TYPE_CHECKING:
@@ -22,16 +22,7 @@ if TYPE_CHECKING:
     from ..outputs.diff import ProfileDiff
     from ..pipeline.workload import Workload
     from ..render.manifests import Manifest
-
-
-class Via(StrEnum):
-    kubernetes = "kubernetes"
-    runai = "runai"
-
-
-ViaOpt = Annotated[Via | None, typer.Option(
-    "--via", help="`kubernetes`: the Kubernetes API (apply); `runai`: a Run:ai workload "
-    "through Run:ai's Workloads V2 API. Default: site.yaml's submit.via.", show_default=False)]
+    from .cluster_options import DeleteOptions, StatusOptions, SubmitOptions
 
 
 def chosen(site: Site, via: Via | None) -> Via:
@@ -119,26 +110,25 @@ def submit_runai(profile: Path, workload: Workload, session: RunaiSession, *, dr
         sys.stdout.write(report.dry_run_text(result))
 
 
-def submit_via(profile: Path, workload: Workload, via: Via | None, *, dry_run: bool,
-               replace: bool, smoke: bool, wait: bool, interval: float, watch_timeout: float,
-               debug: bool, request_timeout: float | None) -> bool:
+def submit_via(o: SubmitOptions, workload: Workload) -> bool:
     """submit's dispatch: True when it went through Run:ai (False: the Kubernetes path's
     turn). The smoke test (a ConfigMap and a job) always takes the Kubernetes path."""
-    if chosen(workload.site, via) is not Via.runai:
+    if chosen(workload.site, o.via) is not Via.runai:
         return False
-    if smoke:
+    if o.smoke:
         err(["note: the smoke test goes through the Kubernetes client (its ConfigMap is no "
              "Run:ai workload); the workload itself goes through Run:ai"])
         return False
-    with runai_session(workload.site, debug, request_timeout) as session:
-        submit_runai(profile, workload, session, dry_run=dry_run, replace=replace)
+    with runai_session(workload.site, o.debug, o.request_timeout) as session:
+        submit_runai(o.profile, workload, session, dry_run=o.dry_run is not None,
+                     replace=o.replace)
         phase = (watch_runai(workload.plan.name, workload.plan.project, workload.plan.namespace,
-                             session, TextJson.text, True, interval, watch_timeout)
-                 if wait else None)
+                             session, TextJson.text, True, o.interval, o.watch_timeout)
+                 if o.wait else None)
     if phase == "Failed":
         raise ClusterError(f"runai workload {workload.plan.project}/{workload.plan.name}: "
                            "Failed (the status above says why)", file="runai",
-                           hint=f"`runai-spec logs {profile} --out -` shows its logs")
+                           hint=f"`runai-spec logs {o.profile} --out -` shows its logs")
     return True
 
 
@@ -156,28 +146,26 @@ def resolved(job: str, project: str | None, via: Via | None, smoke: bool
     return name, (workload.plan.project if workload is not None else str(project)), namespace, site
 
 
-def status_via(job: str, project: str | None, via: Via | None, smoke: bool, fmt: TextJson,
-               watch: bool, interval: float, watch_timeout: float, debug: bool,
-               request_timeout: float | None) -> None:
+def status_via(o: StatusOptions) -> None:
     """status's dispatch: through Run:ai, the command ends here (typer.Exit)."""
-    found = resolved(job, project, via, smoke)
+    found = resolved(o.job, o.project, o.via, o.smoke)
     if found is None:
         return
     name, runai_project, namespace, site = found
-    with runai_session(site, debug, request_timeout) as session:
-        watch_runai(name, runai_project, namespace, session, fmt, watch, interval, watch_timeout)
+    with runai_session(site, o.debug, o.request_timeout) as session:
+        watch_runai(name, runai_project, namespace, session, o.fmt, o.watch, o.interval,
+                    o.watch_timeout)
     raise typer.Exit(EXIT_OK)
 
 
-def delete_via(job: str, project: str | None, via: Via | None, smoke: bool, yes: bool,
-               debug: bool, request_timeout: float | None) -> None:
+def delete_via(o: DeleteOptions) -> None:
     """delete's dispatch: through Run:ai, the command ends here (typer.Exit)."""
-    found = resolved(job, project, via, smoke)
+    found = resolved(o.job, o.project, o.via, o.smoke)
     if found is None:
         return
     name, runai_project, _, site = found
-    raise typer.Exit(delete_runai(name, runai_project, runai_target(site, debug,
-                                                                    request_timeout), yes))
+    raise typer.Exit(delete_runai(name, runai_project, runai_target(site, o.debug,
+                                                                    o.request_timeout), o.yes))
 
 
 def watch_runai(name: str, project: str, namespace: str, session: RunaiSession, fmt: TextJson,

@@ -6,6 +6,7 @@ import contextlib
 import errno
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -222,9 +223,20 @@ class FollowResult:
     pending: int = 0  # how many of those were Pending in the last poll
 
 
-def follow_logs(name: str, namespace: str, target: Target | Session, sink: Any, *, sleep: Any,
-                interval: float, timeout: float, pod: str | None = None,
-                tail: int | None = None) -> FollowResult:
+@dataclass(frozen=True)
+class Follow:
+    """How `logs --follow` polls: every interval seconds (sleep waits) until timeout; one pod
+    (None: every pod), and only the last tail lines of each log at first."""
+
+    interval: float
+    timeout: float
+    sleep: Callable[[float], None]
+    pod: str | None = None
+    tail: int | None = None
+
+
+def follow_logs(name: str, namespace: str, target: Target | Session, sink: Any,
+                follow: Follow) -> FollowResult:
     """`logs --out - --follow`: print each pod's log, then every --interval only what each log
     gained since, until every pod has ended (its last lines printed) or timeout seconds passed.
     Polls (the whole log each time, printing what lies past what was printed) rather than holding
@@ -243,12 +255,12 @@ def follow_logs(name: str, namespace: str, target: Target | Session, sink: Any, 
                                    hint="check the name and the project")
             phases = {_safe_name(str(p["metadata"]["name"])): str(
                 (p.get("status") or {}).get("phase") or "Pending") for p in pods}
-            if pod is not None:
-                if pod not in phases:
-                    raise InputError(f"{pod!r} is not a pod of {job_ref(name, namespace)}",
+            if follow.pod is not None:
+                if follow.pod not in phases:
+                    raise InputError(f"{follow.pod!r} is not a pod of {job_ref(name, namespace)}",
                                      field="--pod",
                                      hint=f"its pods: {', '.join(phases) or 'none yet'}")
-                phases = {pod: phases[pod]}
+                phases = {follow.pod: phases[follow.pod]}
             for pod_name in phases:
                 resp = session.call("GET", f"{PODS.item(namespace, pod_name)}/log",
                                     [("container", CONTAINER)], stream=True)
@@ -264,7 +276,7 @@ def follow_logs(name: str, namespace: str, target: Target | Session, sink: Any, 
                     resp.response.release_conn()
                 start = printed.get(pod_name)
                 if start is None:
-                    start = _tail_start(text, tail) if tail is not None else 0
+                    start = _tail_start(text, follow.tail) if follow.tail is not None else 0
                 elif len(text) < start:
                     start = 0
                 new = text[start:]
@@ -279,12 +291,12 @@ def follow_logs(name: str, namespace: str, target: Target | Session, sink: Any, 
         if phases and all(phase in _ENDED for phase in phases.values()):
             return FollowResult(True, waited, len(phases),
                                 tuple(f"{p}: {w}" for p, w in skipped.items()))
-        if waited + interval > timeout:
+        if waited + follow.interval > follow.timeout:
             return FollowResult(False, waited, len(phases),
                                 tuple(f"{p}: {w}" for p, w in skipped.items()),
                                 sum(1 for phase in phases.values() if phase == "Pending"))
-        sleep(interval)
-        waited += interval
+        follow.sleep(follow.interval)
+        waited += follow.interval
 
 
 def _tail_start(text: bytes, lines: int) -> int:
