@@ -14,7 +14,7 @@ import typer
 
 from ..errors import EXIT_FINDINGS, EXIT_OK
 from ..facts.operator import BACKOFF_BASE_S
-from .common import ProfileArg, TextJson, TextJsonOpt, app, err, stop_on_errors
+from .common import ProfileArg, TextJson, TextJsonOpt, app, err, stop_on_errors, with_options
 
 if TYPE_CHECKING:
     from ..pipeline.workload import Workload
@@ -74,25 +74,39 @@ def _status_line() -> tuple[Callable[[str], None] | None, Callable[[], None]]:
     return show, clear
 
 
+@dataclasses.dataclass(frozen=True)
+class RehearseOptions:
+    """`rehearse`'s options, declared once (their flags, help and defaults)."""
+
+    profile: ProfileArg
+    procs_per_pod: ProcsOpt = None
+    own_script: OwnScriptOpt = False
+    restart_after_checkpoint: RestartOpt = False
+    logs: LogsOpt = None
+    timeout: TimeoutOpt = 300.0
+    kill: KillOpt = None
+    preempt: PreemptOpt = None
+    backoff_scale: BackoffOpt = 1.0
+    network: NetworkOpt = "auto"
+    fmt: TextJsonOpt = TextJson.text
+
+
 @app.command()
-def rehearse(profile: ProfileArg, procs_per_pod: ProcsOpt = None, own_script: OwnScriptOpt = False,
-             restart_after_checkpoint: RestartOpt = False, logs: LogsOpt = None,
-             timeout: TimeoutOpt = 300.0, kill: KillOpt = None, preempt: PreemptOpt = None,
-             backoff_scale: BackoffOpt = 1.0, network: NetworkOpt = "auto",
-             fmt: TextJsonOpt = TextJson.text) -> int:
+@with_options
+def rehearse(o: RehearseOptions) -> int:
     """Rehearse the rendered workload here: one process per pod, the operator's environment.
     The checks go to stdout (a table, or --format json); on a terminal a status line on
     stderr shows the pods up, each rank's last check and the time against --timeout."""
     from ..rehearse.spec import RehearsalSpec
 
-    check_options(timeout, network)
-    workload = runnable(profile)
-    spec = RehearsalSpec(procs_per_pod=procs_per_pod, own_script=own_script,
-                         restart_after_checkpoint=restart_after_checkpoint, logs_dir=logs,
-                         timeout_s=timeout, kills=tuple(kill or ()), preempt=preempt,
-                         backoff_scale=backoff_scale, network=network)
+    check_options(o.timeout, o.network)
+    workload = runnable(o.profile)
+    spec = RehearsalSpec(procs_per_pod=o.procs_per_pod, own_script=o.own_script,
+                         restart_after_checkpoint=o.restart_after_checkpoint, logs_dir=o.logs,
+                         timeout_s=o.timeout, kills=tuple(o.kill or ()), preempt=o.preempt,
+                         backoff_scale=o.backoff_scale, network=o.network)
     result = run_with_status_line(workload, spec)
-    show_result(result, workload, fmt, backoff_scale if spec.faults_asked else None)
+    show_result(result, workload, o.fmt, o.backoff_scale if spec.faults_asked else None)
     record_result(result, workload, spec.recorded_options())
     return EXIT_OK if result.ok else EXIT_FINDINGS
 
