@@ -10,8 +10,8 @@ from ..facts.kubeflow import KIND, operator_env, replica_specs
 from ..pipeline.checklist import GUIDE_CHECKLIST
 from ..pipeline.workload import Workload
 from ..plan.failure import failure_semantics
-from ..plan.plan import Plan
 from ..plan.memory import memory_estimate
+from ..plan.plan import Plan
 from ..rehearse.records import ForeignRecord, read_record
 from ..text import md_code, md_fence, md_text, one_line
 
