@@ -1,5 +1,6 @@
-"""--via: whether submit, status and delete go through the Kubernetes API or Run:ai's
-Workloads V2 API (site.yaml's `submit.via`, overridden per call), and the Run:ai path."""
+"""--via: submit, status and delete through the Kubernetes API or Run:ai's Workloads V2 API.
+
+site.yaml's `submit.via` chooses, a command's --via overrides it; this module holds the Run:ai path."""
 
 from __future__ import annotations
 

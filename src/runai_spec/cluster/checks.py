@@ -1,5 +1,6 @@
-"""Live site checks (issue 13): read-only GETs over one Session, each result a Finding naming
-the object it looked at; a 403 is one `not checked: forbidden (<resource>)` warning."""
+"""Live site checks: read-only GETs over one Session, each result a Finding naming its object.
+
+A 403 is one `not checked: forbidden (<resource>)` warning (issue 13)."""
 
 from __future__ import annotations
 

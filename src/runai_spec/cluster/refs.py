@@ -1,4 +1,4 @@
-"""TODO one-line docstring."""
+"""References to objects on the cluster: a resource's REST paths, and one object of it."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""PresetRegistry: the presets of one folder, accepted only when the signed ledger vouches
-for them (fails closed)."""
+"""PresetRegistry: a folder's presets, accepted only when the signed ledger vouches for them."""
 
 from __future__ import annotations
 
