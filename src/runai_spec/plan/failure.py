@@ -6,6 +6,7 @@ import shlex
 from dataclasses import dataclass
 
 from ..facts.kubeflow import MASTER, RDZV_BACKEND, WORKER, pod_name, short_pod_name
+from ..facts.operator import BACKOFF_BASE_S, BACKOFF_CAP_S
 from ..facts.torchrun import SHUTDOWN_DEFAULT_S, SHUTDOWN_TIMEOUT_ENV, shutdown_window
 from .plan import Plan
 
@@ -102,8 +103,8 @@ def _choices(plan: Plan) -> tuple[tuple[str, str], ...]:
 
 
 # the kubelet's back-off between restarts of a container in place, in words
-IN_PLACE = "the kubelet restarts that container in place after its back-off (10 s, " \
-           "doubling up to 300 s)"
+IN_PLACE = ("the kubelet restarts that container in place after its back-off "
+            f"({BACKOFF_BASE_S:g} s, doubling up to {BACKOFF_CAP_S:g} s)")
 
 
 def _faults_in_place(plan: Plan, preempt: FaultOutcome
