@@ -1,4 +1,4 @@
-"""The in-process SSHSIG verifier (sshsig.verify_sshsig, sshsig.AllowedSigners) against
+"""The in-process SSHSIG verifier (sshsig.verify_sshsig, allowed_signers.AllowedSigners) against
 `ssh-keygen -Y verify` / `-Y find-principals` on the same signatures and allowed_signers
 files: good and tampered, Ed25519, ECDSA P-256/384/521 and RSA keys (issue 29, item 3).
 Every verdict is compared, never assumed: a disagreement either way fails."""
@@ -16,8 +16,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from runai_spec.errors import InputError
-from runai_spec.load import signing, sshsig
-from runai_spec.load.sshsig import AllowedSigners, Invalid, PublicKey
+from runai_spec.load import allowed_signers, signing, sshsig
+from runai_spec.load.allowed_signers import AllowedSigners
+from runai_spec.load.sshsig import Invalid, PublicKey
 
 pytestmark = pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="needs ssh-keygen")
 
@@ -76,7 +77,7 @@ def in_process_verdict(signers: str, signature: str, message: str,
                        at: str = VERIFY_AT) -> bool:
     try:
         key = sshsig.verify_sshsig(signature, message.encode(), namespace)
-        seconds = sshsig.parse_absolute_time(at)
+        seconds = allowed_signers.parse_absolute_time(at)
         if not seconds:  # ssh-keygen refuses such a -Overify-time
             return False
         AllowedSigners.parse(signers.encode("latin-1")).check(key, principal, namespace, seconds)
@@ -292,7 +293,7 @@ def test_find_principals_finds_what_ssh_keygen_finds(
     done = keygen("-Y", "find-principals", "-s", str(tmp_path / "sig"), "-f",
                   str(tmp_path / "signers"), f"-Overify-time={VERIFY_AT}")
     theirs = done.stdout.splitlines() if done.returncode == 0 else []
-    seconds = sshsig.parse_absolute_time(VERIFY_AT)
+    seconds = allowed_signers.parse_absolute_time(VERIFY_AT)
     assert seconds
     ours, _ = AllowedSigners.parse(signers.encode()).principals(
         sshsig.signer_key(keys[kind][2]), seconds)
@@ -307,7 +308,7 @@ def test_times_are_read_as_ssh_keygen_reads_them(tmp_path: Path, text: str,
                                                   keys: dict[str, tuple[Path, str, str]]) -> None:
     """A window bound one second either side of the time read here: ssh-keygen agrees on
     which side the approval falls (the approval's time drawn from the bound itself)."""
-    seconds = sshsig.parse_absolute_time(text)
+    seconds = allowed_signers.parse_absolute_time(text)
     assert seconds
     public, signature = keys["ed25519"][1], keys["ed25519"][2]
     import datetime as dt

@@ -6,7 +6,6 @@ import copy
 import difflib
 import hashlib
 import json
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,9 +14,11 @@ from typing import Annotated, Any, Literal, get_args, get_origin
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic_core import PydanticCustomError
 
-from ..errors import InputError, Location, RunaiSpecError
+from ..errors import InputError, RunaiSpecError
 from ..facts.kubeflow import DNS1035_PATTERN, DNS1123_PATTERN, NAME_MAX
 from ..findings import Finding
+from .profile_hints import YAML11_BOOLS, count_hint, dns_suggestion, fallback_hint, field_path, line_of
+from .reserved_fields import FREE_KEYS, reserved_findings
 from .yaml import literal_text, load_mapping_lines, read_text
 
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -139,7 +140,6 @@ class SecretRef(_Model):
     key: Text = Field(pattern=r"^[-._a-zA-Z0-9]+$", max_length=253, description="Key in the Secret.")
 
 
-
 class Profile(_Model):
     """A researcher's project profile: what to run, never how the cluster runs it."""
 
@@ -173,24 +173,6 @@ class Profile(_Model):
         return dict(self.env)
 
 
-# The site guide reserves these for the engineers; a profile naming one gets a finding
-# that names the rule, not a silent drop or a generic "unknown field".
-RESERVED: dict[str, str] = {
-    key: "reserved-field" for key in (
-        "gpus", "gpu", "gpus_per_pod", "gpu_devices", "gpu_devices_per_pod", "num_gpus",
-        "resources", "cpu", "memory", "shared_memory", "shm", "compute", "compute_preset",
-        "workers", "num_workers", "replicas", "nodes", "num_nodes", "nnodes", "nproc_per_node",
-        "priority", "priority_class", "priorityClassName", "preemptible", "preemptibility",
-        "elastic", "elasticity", "elastic_policy", "elasticPolicy", "min_replicas",
-        "max_replicas", "node_pool", "node_pools", "nodePool", "node_selector",
-        "nodeSelector", "affinity", "tolerations", "network", "annotations", "labels",
-        "infiniband", "rdma", "extended_resources", "capabilities", "hostNetwork",
-        "host_network", "privileged", "securityContext", "namespace", "scheduler",
-        "schedulerName", "restart_policy", "backoff_limit",
-    )
-}
-
-
 # Where a finding about a field the profile left out points instead.
 _NEAR = {"zero_stage": "strategy", "strategy": "model"}
 
@@ -215,7 +197,7 @@ class LoadedProfile:
 
     def line(self, path: str) -> int | None:
         """The line of a field, else of its nearest parent or the field written near it."""
-        line = _line_of(path, self.lines)
+        line = line_of(path, self.lines)
         if line is None and path in _NEAR:
             return self.line(_NEAR[path])
         return line
@@ -250,27 +232,6 @@ class ProfileProblems(InputError):
         return [line for _, block in sorted(items, key=lambda item: item[0]) for line in block]
 
 
-def _field_path(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            name = "global" if part == "global_" else str(part)
-            out = f"{out}.{name}" if out else name
-    return out
-
-
-def _line_of(path: str, lines: dict[str, int]) -> int | None:
-    """The line of a field, or of its nearest parent (a missing field has none of its own)."""
-    while path:
-        if path in lines:
-            return lines[path]
-        cut = max(path.rfind("."), path.rfind("["))
-        path = path[:cut] if cut > 0 else ""
-    return None
-
-
 def _submodel(annotation: Any) -> type[BaseModel] | None:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
@@ -298,33 +259,6 @@ def field_names(loc: tuple[Any, ...]) -> list[str]:
     return [f.alias or n for n, f in model.model_fields.items()]
 
 
-_SUFFIX = {"k": 3, "m": 6, "b": 9, "g": 9, "t": 12}
-_COUNT = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([kKmMbBgGtT])\s*\Z")
-_YAML11_BOOLS = {"yes", "no", "on", "off", "y", "n", "True", "False", "TRUE", "FALSE", "Yes",
-                 "No", "On", "Off", "YES", "NO", "ON", "OFF", "1", "0"}
-
-
-def _count_hint(text: str) -> str | None:
-    """`13B` -> "write 13000000000 or 13e9" (parameter counts are plain numbers)."""
-    match = _COUNT.match(text)
-    if match is None:
-        return None
-    digits, exp = match.group(1), _SUFFIX[match.group(2).lower()]
-    whole, _, frac = digits.partition(".")
-    if len(frac) > exp:
-        return None
-    full = str(int(whole + frac + "0" * (exp - len(frac))))
-    return f"write the number out: {full} or {digits}e{exp}"
-
-
-def _dns_suggestion(value: Any, pattern: str) -> str | None:
-    """A lower-case DNS label close to value (`ResNet_Baseline` -> `resnet-baseline`)."""
-    if not isinstance(value, str):
-        return None
-    label = re.sub(r"[^a-z0-9-]+", "-", value.lower()).strip("-")[:NAME_MAX].rstrip("-")
-    return label if label != value and re.match(pattern, label) else None
-
-
 def _meant(loc: tuple[Any, ...]) -> str | None:
     """The field an unknown key at loc was probably meant to be (`grad_acum`: grad_accum)."""
     key = str(loc[-1]) if loc else ""
@@ -337,7 +271,7 @@ def _meant(loc: tuple[Any, ...]) -> str | None:
 def _explained(error: Any) -> tuple[str, str, str | None]:
     """(field path, message, hint) of one pydantic error, in the profile's words."""
     loc = tuple(p for p in error["loc"] if not str(p).startswith("function-"))
-    path = _field_path(loc)
+    path = field_path(loc)
     msg, hint, value = error["msg"].removeprefix("Value error, "), None, error.get("input")
     kind = error["type"]
     if kind == "extra_forbidden":
@@ -354,40 +288,30 @@ def _explained(error: Any) -> tuple[str, str, str | None]:
                    "a letter")
         else:
             msg = "must be a DNS-1123 label: lowercase letters, digits and '-'"
-        suggestion = _dns_suggestion(value, pattern)
+        suggestion = dns_suggestion(value, pattern)
         hint = f"use {suggestion!r}" if suggestion else None
     elif kind == "string_pattern_mismatch" and (error.get("ctx") or {}).get("pattern") in (
             DNS1123_PATTERN, DNS1035_PATTERN):
         msg = f"{value!r} is not a Kubernetes name: lowercase letters, digits and '-'"
-        suggestion = _dns_suggestion(value, error["ctx"]["pattern"])
+        suggestion = dns_suggestion(value, error["ctx"]["pattern"])
         hint = (f"use {suggestion!r}" if suggestion
                 else "name the object as it is in the cluster (`kubectl get pvc,secret`)")
     elif kind == "bool_type":
         msg = "must be true or false"
         hint = (f"write true or false; {value!r} is not a boolean here (YAML 1.1's yes/no/on/off "
-                "are not accepted)" if isinstance(value, str) and value in _YAML11_BOOLS
+                "are not accepted)" if isinstance(value, str) and value in YAML11_BOOLS
                 else "write true or false")
     elif kind == COUNT_TEXT:
-        hint = _count_hint(value) or ("write a plain number, e.g. 4 (digits only: no quotes, "
-                                      "leading zeros, `+`, `_` or spaces)")
-    return path, msg, hint or _fallback_hint(kind, path)
-
-
-def _fallback_hint(kind: str, path: str) -> str:
-    """Every error gets a hint: where no better one is known, what the field takes."""
-    if kind in ("string_type", "str_type"):
-        return "write text here (a plain scalar or a quoted string; null is not text)"
-    if kind.startswith(("int_", "float_")) or kind in ("greater_than", "greater_than_equal",
-                                                        "less_than", "less_than_equal"):
-        return f"`runai-spec schema` shows the numbers {path or 'this field'} takes"
-    return f"`runai-spec schema` shows what {path or 'a profile'} takes"
+        hint = count_hint(value) or ("write a plain number, e.g. 4 (digits only: no quotes, "
+                                     "leading zeros, `+`, `_` or spaces)")
+    return path, msg, hint or fallback_hint(kind, path)
 
 
 def _validation_errors(exc: ValidationError, source: str,
                        lines: dict[str, int] | None = None) -> list[InputError]:
     """Every problem pydantic found, one InputError each (a profile with five mistakes
     shows five), each with its own hint."""
-    return [InputError(msg, file=source, line=_line_of(path, lines or {}), field=path or None,
+    return [InputError(msg, file=source, line=line_of(path, lines or {}), field=path or None,
                        hint=hint) for path, msg, hint in map(_explained, exc.errors())]
 
 
@@ -438,18 +362,18 @@ def _repair(data: dict[str, Any], exc: ValidationError
                     # grad_accum), so no finding assumes the default the typo left in place
                     if meant is not None and meant not in parent and meant != loc[-1]:
                         parent[meant] = value
-                        invalid.add(_field_path((*loc[:-1], meant)))
+                        invalid.add(field_path((*loc[:-1], meant)))
                 continue
-            if top in _FREE_KEYS and len(loc) >= 2 and isinstance(data.get(top), dict):
+            if top in FREE_KEYS and len(loc) >= 2 and isinstance(data.get(top), dict):
                 data[top].pop(loc[1], None)
-                invalid.add(_field_path(loc[:2]))
+                invalid.add(field_path(loc[:2]))
                 continue
             if top in _ITEM_PLACEHOLDER and len(loc) >= 2 and isinstance(loc[1], int) \
                     and isinstance(data.get(top), list) and loc[1] < len(data[top]):
                 # one bad item of a list stands in for itself only: the other items, and the
                 # rules that read the list, are still checked (issue 26 item 2)
                 data[top][loc[1]] = _ITEM_PLACEHOLDER[top](loc[1])
-                invalid.add(_field_path(loc[:2]))
+                invalid.add(field_path(loc[:2]))
                 continue
             invalid.add(top)
             replaced.add(top)
@@ -464,51 +388,11 @@ def _repair(data: dict[str, Any], exc: ValidationError
     return None
 
 
-_RESERVED_MESSAGE = ("reserved for the SCC AI Engineers (compute preset, workers, priority, "
-                     "elasticity, node pools, network attachment are set by the preset)")
-# Variable names are the researcher's own namespace: `env.GPUS` is a plain variable.
-_FREE_KEYS = ("env", "secret_env")
-
-
-def _strip_reserved(value: Any, path: str, source: str, lines: dict[str, int],
-                    findings: list[Finding]) -> Any:
-    # Nested too: `checkpoint.annotations` or `nvidia.com/rdma_ib` copied from another
-    # project must name the rule, not fail as a generic unknown field.
-    if isinstance(value, list):
-        return [_strip_reserved(item, f"{path}[{i}]", source, lines, findings)
-                for i, item in enumerate(value)]
-    if not isinstance(value, dict):
-        return value
-    kept = {}
-    for key, child in value.items():
-        child_path = f"{path}.{key}" if path else key
-        if key in RESERVED or "/" in key:
-            what = ("extended resources, annotations and InfiniBand devices come from the preset"
-                    if "/" in key else _RESERVED_MESSAGE)
-            if "/" in key:
-                what = f"reserved for the SCC AI Engineers ({what})"
-            findings.append(Finding(
-                "reserved-field", Location(source, lines.get(child_path), child_path), what,
-                "remove it; ask your AI Engineer for a preset that has what you need"))
-        elif not path and key in _FREE_KEYS:
-            kept[key] = child
-        else:
-            kept[key] = _strip_reserved(child, child_path, source, lines, findings)
-    return kept
-
-
-def _reserved_findings(raw: dict[str, Any], source: str,
-                       lines: dict[str, int]) -> tuple[dict[str, Any], list[Finding]]:
-    findings: list[Finding] = []
-    kept = _strip_reserved(raw, "", source, lines, findings)
-    return kept, findings
-
-
 def parse_partial(text: str, source: str) -> LoadedProfile:
     """Profile text -> LoadedProfile, with its schema errors as `problems` (the fields that
     did not parse replaced) rather than raised; YAML that does not load is still raised."""
     raw, lines = load_mapping_lines(text, source, literal=True)
-    kept, findings = _reserved_findings(raw, source, lines)
+    kept, findings = reserved_findings(raw, source, lines)
     digest = canonical_sha256(raw)
     try:
         profile = Profile.model_validate(kept)
@@ -568,7 +452,6 @@ def profile_schema() -> dict[str, Any]:
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "runai-spec profile"
     return schema
-
 
 
 def _subschemas(schema: Any) -> Iterator[dict[str, Any]]:

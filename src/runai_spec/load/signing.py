@@ -14,15 +14,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .sshsig import (
-    ARMOR,
-    AllowedSigners,
-    Invalid,
-    SignatureError,
-    parse_absolute_time,
-    signer_key,
-    verify_sshsig,
-)
+from .allowed_signers import AllowedSigners, parse_absolute_time
+from .sshsig import ARMOR, Invalid, SignatureError, signer_key, verify_sshsig
 
 NAMESPACE = "runai-spec"
 STATEMENT_HEADER = "runai-spec approval v1"
