@@ -24,6 +24,7 @@ from conftest import EXAMPLES, ROOT, example_job
 from runai_spec.errors import InputError
 from runai_spec.load.registry import PresetRegistry
 from runai_spec.outputs.admission import documents as admission
+from runai_spec.outputs.admission import gate as admission_gate
 from runai_spec.outputs.admission import shape as admission_shape
 from runai_spec.outputs.explain import explain_workload
 from runai_spec.pipeline.workload import prepare_workload
@@ -36,7 +37,7 @@ Job = dict[str, Any]
 REGISTRY = PresetRegistry(ROOT / "presets", today=TODAY)
 SITE = REGISTRY.site()
 PROJECTS = {"runai-nlp-lab": "nlp-lab", "runai-vision-lab": "vision-lab"}
-NAMES = [v.name for v in admission.validations()]
+NAMES = [v.name for v in admission_gate.validations()]
 # cel-python is pure Python (seconds per job): the properties run every case on cel-cpp, and
 # in the `long` test every SAMPLE-th case on both, which must then agree
 SAMPLE = 0
