@@ -20,6 +20,7 @@ from ..facts.torchrun import EXECUTABLE_ENTRY, SHELLS, entry_point_kind, without
 from ..files import replace_file
 from ..load.profile import CheckpointFormat, Precision
 from ..load.registry import ApprovedPreset, PresetRegistry
+from ..load.site import Site
 from ..pipeline.workload import Workload, prepare_workload
 
 PROFILE_FILE = "profile.yaml"
@@ -292,11 +293,8 @@ def _command(say: Callable[[str], None]) -> Callable[[str], list[str]]:
     return parse
 
 
-def build_profile(answers: Answers, registry: PresetRegistry,
-                  prompt: Prompt | None) -> dict[str, Any]:
-    """The profile, field by field, in the order a researcher thinks of them."""
-    a = _Asker(answers, prompt)
-    site = registry.site()
+def _ask_preset(a: _Asker, registry: PresetRegistry) -> tuple[str, ApprovedPreset]:
+    """The project, then one of the presets it is granted (listed, numbered)."""
     project = a.get("project", "Run:ai project (your team's, e.g. nlp-lab)",
                     _label(DNS1123, "project name"))
     granted = _granted(registry, project)
@@ -308,6 +306,67 @@ def build_profile(answers: Answers, registry: PresetRegistry,
         a.say(f"  {i}) {approved.name}: {preset_line(approved)}")
     approved = a.get("preset", "Layout (number or name)", _preset_parser(granted, project),
                      default=None if len(granted) > 1 else granted[0].name)
+    return project, approved
+
+
+def _ask_model(a: _Asker) -> dict[str, Any] | None:
+    """The model's size, precision and sequence length; None when the size is unknown (then
+    neither of the others is asked)."""
+    parameters = a.get("parameters", "Model size in parameters (e.g. 7B, 7e9; blank: unknown)",
+                       _parameters, default="")
+    if parameters is None:
+        return None
+    precisions = tuple(get_args(Precision))
+    precision = a.get("precision", f"Training precision ({', '.join(precisions)})",
+                      _choice(precisions), default="bf16")
+    sequence = a.get("sequence_length", "Sequence length in tokens per sample (blank: none)",
+                     _optional_count, default="")
+    model: dict[str, Any] = {"parameters": parameters, "precision": precision}
+    if sequence is not None:
+        model["sequence_length"] = sequence
+    return model
+
+
+def _ask_batch(a: _Asker, world: int) -> dict[str, int]:
+    """The local batch and accumulation; the global batch follows (and is said)."""
+    local = a.get("local_batch", "Samples per GPU per step (local batch)", _positive)
+    accum = a.get("grad_accum", "Gradient accumulation steps", _positive, default="1")
+    global_batch = local * world * accum
+    a.say(f"  global batch = {local} local x {world} processes x {accum} accumulation "
+          f"= {global_batch}")
+    return {"local": local, "grad_accum": accum, "global": global_batch}
+
+
+def _ask_checkpoint(a: _Asker, site: Site, project: str, strategy: str) -> dict[str, Any]:
+    """Where checkpoints go, in which format, and how the script resumes from them."""
+    pvc = a.get("checkpoint_pvc", f"Checkpoint PVC (in namespace "
+                f"{site.namespace_pattern.format(project=project)})",
+                _label(DNS1123, "claim name"), default=f"{project}-checkpoints")
+    ckpt_dir = a.get("checkpoint_dir", "Checkpoint folder (mount path)", _absolute,
+                     default="/checkpoints")
+    formats = tuple(get_args(CheckpointFormat))
+    fmt = a.get("checkpoint_format", f"Checkpoint format ({', '.join(formats)})",
+                _choice(formats), default="dcp" if strategy == "fsdp" else "torch")
+    resume = a.get("resume", "How does the script resume after a restart?", _text,
+                   default=f"latest checkpoint in {ckpt_dir}")
+    return {"dir": ckpt_dir, "pvc": pvc, "format": fmt, "resume": resume}
+
+
+def _ask_metrics(a: _Asker) -> dict[str, str]:
+    """Who writes metrics, and to which tracker (if any)."""
+    writer = a.get("metrics_writer", f"Who writes metrics ({', '.join(METRICS_WRITERS)})",
+                   _choice(METRICS_WRITERS), default="rank0")
+    tracker = a.get("metrics_tracker", "Metrics tracker (e.g. tensorboard, wandb, mlflow; "
+                    "blank: none)", _optional_text, default="")
+    return {"writer": writer, **({"tracker": tracker} if tracker else {})}
+
+
+def build_profile(answers: Answers, registry: PresetRegistry,
+                  prompt: Prompt | None) -> dict[str, Any]:
+    """The profile, field by field, in the order a researcher thinks of them."""
+    a = _Asker(answers, prompt)
+    site = registry.site()
+    project, approved = _ask_preset(a, registry)
     preset = approved.preset
     name = a.get("name", "Workload name (pods are <name>-master-0, ...)",
                  _label(DNS1035, "workload name (a letter first)"))
@@ -320,52 +379,23 @@ def build_profile(answers: Answers, registry: PresetRegistry,
     strategies = tuple(preset.strategies)
     strategy = a.get("strategy", f"Parallelism ({', '.join(strategies)})", _choice(strategies),
                      default="ddp" if "ddp" in strategies else strategies[0])
-    parameters = a.get("parameters", "Model size in parameters (e.g. 7B, 7e9; blank: unknown)",
-                       _parameters, default="")
-    precisions = tuple(get_args(Precision))
-    precision = None if parameters is None else a.get(
-        "precision", f"Training precision ({', '.join(precisions)})", _choice(precisions),
-        default="bf16")
-    sequence = None if parameters is None else a.get(
-        "sequence_length", "Sequence length in tokens per sample (blank: none)",
-        _optional_count, default="")
-    world = preset.nodes * preset.gpus_per_pod
-    local = a.get("local_batch", "Samples per GPU per step (local batch)", _positive)
-    accum = a.get("grad_accum", "Gradient accumulation steps", _positive, default="1")
-    global_batch = local * world * accum
-    a.say(f"  global batch = {local} local x {world} processes x {accum} accumulation "
-          f"= {global_batch}")
-    pvc = a.get("checkpoint_pvc", f"Checkpoint PVC (in namespace "
-                f"{site.namespace_pattern.format(project=project)})",
-                _label(DNS1123, "claim name"), default=f"{project}-checkpoints")
-    ckpt_dir = a.get("checkpoint_dir", "Checkpoint folder (mount path)", _absolute,
-                     default="/checkpoints")
-    formats = tuple(get_args(CheckpointFormat))
-    fmt = a.get("checkpoint_format", f"Checkpoint format ({', '.join(formats)})",
-                _choice(formats), default="dcp" if strategy == "fsdp" else "torch")
-    resume = a.get("resume", "How does the script resume after a restart?", _text,
-                   default=f"latest checkpoint in {ckpt_dir}")
+    model = _ask_model(a)
+    batch = _ask_batch(a, preset.nodes * preset.gpus_per_pod)
+    checkpoint = _ask_checkpoint(a, site, project, strategy)
     sources = list(site.data_sources)
     data = a.get("data", "Data to mount: SOURCE:/path (approved: "
                  f"{', '.join(sources) or 'none'}) or pvc:CLAIM:/path, comma-separated "
                  "(blank: none)", _data_parser(sources), default="")
-    writer = a.get("metrics_writer", f"Who writes metrics ({', '.join(METRICS_WRITERS)})",
-                   _choice(METRICS_WRITERS), default="rank0")
-    tracker = a.get("metrics_tracker", "Metrics tracker (e.g. tensorboard, wandb, mlflow; "
-                    "blank: none)", _optional_text, default="")
     doc: dict[str, Any] = {
         "name": name, "project": project, "preset": approved.name, "image": image,
-        "command": command, "working_dir": working_dir, "strategy": strategy,
-        "batch": {"local": local, "grad_accum": accum, "global": global_batch},
+        "command": command, "working_dir": working_dir, "strategy": strategy, "batch": batch,
     }
-    if parameters is not None:
-        doc["model"] = {"parameters": parameters, "precision": precision}
-        if sequence is not None:
-            doc["model"]["sequence_length"] = sequence
-    doc["checkpoint"] = {"dir": ckpt_dir, "pvc": pvc, "format": fmt, "resume": resume}
+    if model is not None:
+        doc["model"] = model
+    doc["checkpoint"] = checkpoint
     if data:
         doc["data"] = data
-    doc["metrics"] = {"writer": writer, **({"tracker": tracker} if tracker else {})}
+    doc["metrics"] = _ask_metrics(a)
     return doc
 
 

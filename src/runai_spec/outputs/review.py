@@ -94,6 +94,21 @@ def mermaid(d: dict[str, Any]) -> list[str]:
     return md_fence("\n".join(lines), "mermaid")
 
 
+def _failure_lines(fs: dict[str, Any]) -> list[str]:
+    """The failure semantics section: the preset's choices, then each fault's outcome."""
+    # plan.failure_semantics writes these sentences from preset numbers and validated names
+    # (DNS-1035): our own Markdown-free text, kept readable; only `|` would break the table
+    text = ["", "## Failure semantics (preset choices)", "", "| | |", "|---|---|"]
+    text += [f"| {_own(what)} | {_own(value)} |" for what, value in fs["choices"].items()]
+    text += ["", "| fault | what happens | restarts used |", "|---|---|---|"]
+    text += [f"| {_own(f['fault'])} | {_own(f['outcome'])} | "
+             f"{'all of backoffLimit' if f['restarts'] is None else _own(f['restarts'])} |"
+             for f in fs["faults"]]
+    text += ["", f"{_own(fs['beyond'][0].upper() + fs['beyond'][1:])}:", "",
+             *md_fence(fs["resubmit"], "sh")]
+    return text
+
+
 def review_markdown(w: Workload) -> str:
     d = review_dict(w)
     m, b, pr = d["model"], d["batch"], d["preset"]
@@ -135,17 +150,7 @@ def review_markdown(w: Workload) -> str:
             "", "## Launcher and environment", "", *md_fence(d["launcher"], "sh"), ""]
     text += [f"- {md_code(f'{k}={v}')}" for k, v in d["env"].items()]
     text += [f"- {md_code(k)} from {md_text(v)}" for k, v in d["secret_env"].items()]
-    # plan.failure_semantics writes these sentences from preset numbers and validated names
-    # (DNS-1035): our own Markdown-free text, kept readable; only `|` would break the table
-    fs = d["failure_semantics"]
-    text += ["", "## Failure semantics (preset choices)", "", "| | |", "|---|---|"]
-    text += [f"| {_own(what)} | {_own(value)} |" for what, value in fs["choices"].items()]
-    text += ["", "| fault | what happens | restarts used |", "|---|---|---|"]
-    text += [f"| {_own(f['fault'])} | {_own(f['outcome'])} | "
-             f"{'all of backoffLimit' if f['restarts'] is None else _own(f['restarts'])} |"
-             for f in fs["faults"]]
-    text += ["", f"{_own(fs['beyond'][0].upper() + fs['beyond'][1:])}:", "",
-             *md_fence(fs["resubmit"], "sh")]
+    text += _failure_lines(d["failure_semantics"])
     text += ["", "## Topology (global ranks)", ""]
     if d["elastic"]:
         text += ["Elastic: the pods that join form the world; ranks are assigned by torchrun's "
@@ -217,20 +222,13 @@ def _own(text: object) -> str:
 
 def ticket_markdown(d: dict[str, Any]) -> list[str]:
     """The ticket's sections after the topology; every value through report's escaping."""
-    img, ck, m, dg, env = (d["image"], d["checkpoint"], d["metrics"], d["diagnostics"],
-                           d["environment"])
+    img, ck, m, dg = d["image"], d["checkpoint"], d["metrics"], d["diagnostics"]
     out = ["", "## Image", "",
            f"- repository {md_code(img['repository'])}, tag {md_code(img['tag'] or 'none')}",
            f"- digest {md_code(img['digest'])}" if img["digest"] else
            "- digest: **none** (not pinned)",
            "", "## Volumes", "", "| volume | mount | access | from |", "|---|---|---|---|"]
-    for v in d["volumes"]:
-        claim = md_code(v["claim"], cell=True)
-        source = (f"data source {md_code(v['source'], cell=True)} (PVC {claim} in the project's "
-                  "namespace)" if v.get("source") else f"PVC {claim}" if v["claim"] else
-                  f"memory ({md_text(v['memory_size'])})" if v["memory_size"] else "emptyDir")
-        out.append(f"| {md_text(v['name'])} | {md_code(v['mount_path'], cell=True)} | "
-                   f"{'read-only' if v['read_only'] else 'read-write'} | {source} |")
+    out += _volume_rows(d["volumes"])
     out += ["", "## Checkpoint and resume", "",
             f"{md_code(ck['dir'])} on PVC {md_code(ck['claim'])}, format "
             f"{md_text(ck['format'])}; resume: "
@@ -244,10 +242,32 @@ def ticket_markdown(d: dict[str, Any]) -> list[str]:
             "", "## Diagnostics", "",
             ("NCCL_DEBUG=INFO is **on**" + (f" ({md_text(dg['reason'])})" if dg["reason"]
                                             else " (no reason given)") if dg["nccl_debug"]
-             else "none on"),
-            # the version is one of kubeflow.OPERATOR_VERSIONS (the site model's Literal)
-            "", f"## Exact environment (training operator {env['operator_version']})",
-            "", "The container's own variables (profile, preset network):", ""]
+             else "none on")]
+    out += _environment_lines(d["environment"])
+    out += ["## Latest rehearsal", ""]
+    out += _rehearsal_lines(d["rehearsal"])
+    return out
+
+
+def _volume_rows(volumes: list[dict[str, Any]]) -> list[str]:
+    """The volumes table's rows: name, mount path, access, and where the volume comes from."""
+    out = []
+    for v in volumes:
+        claim = md_code(v["claim"], cell=True)
+        source = (f"data source {md_code(v['source'], cell=True)} (PVC {claim} in the project's "
+                  "namespace)" if v.get("source") else f"PVC {claim}" if v["claim"] else
+                  f"memory ({md_text(v['memory_size'])})" if v["memory_size"] else "emptyDir")
+        out.append(f"| {md_text(v['name'])} | {md_code(v['mount_path'], cell=True)} | "
+                   f"{'read-only' if v['read_only'] else 'read-write'} | {source} |")
+    return out
+
+
+def _environment_lines(env: dict[str, Any]) -> list[str]:
+    """The exact environment: the container's variables, the preset's NCCL settings, and what
+    the operator sets in each kind of pod."""
+    # the version is one of kubeflow.OPERATOR_VERSIONS (the site model's Literal)
+    out = ["", f"## Exact environment (training operator {env['operator_version']})",
+           "", "The container's own variables (profile, preset network):", ""]
     out += md_fence("\n".join(f"{k}={shlex.quote(str(v))}" for k, v in env["container"].items())
                     or "# none", "sh")
     out += ["", "NCCL settings from the preset: " + (", ".join(
@@ -256,20 +276,22 @@ def ticket_markdown(d: dict[str, Any]) -> list[str]:
         out += [f"Set by the operator in {md_text(pod)}:", ""]
         out += md_fence("\n".join(f"{k}={shlex.quote(v)}" for k, v in values.items()), "sh")
         out += [""]
-    out += ["## Latest rehearsal", ""]
-    r = d["rehearsal"]
+    return out
+
+
+def _rehearsal_lines(r: dict[str, Any] | None) -> list[str]:
+    """The latest rehearsal recorded on this machine: none, not counted, or its verdict, checks
+    and who recorded it."""
     if r is None:
-        out.append("none recorded on this machine (`runai-spec rehearse PROFILE` records one)")
-        return out
+        return ["none recorded on this machine (`runai-spec rehearse PROFILE` records one)"]
     if not r["counted"]:
-        out.append(f"a record at {md_code(r['record'])} is **not counted**: {md_text(r['why'])}. "
-                   "Rehearse again (`runai-spec rehearse PROFILE`) for one that counts")
-        return out
+        return [f"a record at {md_code(r['record'])} is **not counted**: {md_text(r['why'])}. "
+                "Rehearse again (`runai-spec rehearse PROFILE`) for one that counts"]
     verdict = "**passed**" if r["ok"] else "**failed**"
     of = ("this profile" if r["same_profile"] else
           "**an earlier version** of this profile (its sha256 differs): rehearse again")
     options = " ".join(r["options"]) if r["options"] else ""
-    out += [f"{verdict} at {md_text(r['finished_at'])}, of {of}; world {md_text(r['world_size'])}"
+    out = [f"{verdict} at {md_text(r['finished_at'])}, of {of}; world {md_text(r['world_size'])}"
             f", {md_text(r['backend'])}{', ' + md_code(options) if options else ''}; logs "
             f"{md_code(r['logs_dir'])}", "", "| check | status | message |", "|---|---|---|"]
     out += [f"| {md_text(c['check'])} | {md_text(c['status'])} | {md_text(c['message'])} |"

@@ -108,6 +108,13 @@ def aggregate(lines: Sequence[Mapping[str, Any]], world: int,
                 missing = [r for r in range(world) if r not in ranks]
                 message += f" (no report from rank(s) {', '.join(map(str, missing))})"
             results.append(CheckResult(name, status, message, ranks, failed, details))
+    results.append(_pods_check(outcomes, timeout_s, own_script))
+    return [replace(c, attempt=attempt) for c in results]
+
+
+def _pods_check(outcomes: Sequence[PodOutcome], timeout_s: float,
+                own_script: bool) -> CheckResult:
+    """The rehearsal's own `pods` check: how each pod ended, with where its logs are."""
     # the profile's own script may train for hours: still running at the deadline is healthy
     bad = [o for o in outcomes if o.exit_code != 0 and not o.killed
            and not (own_script and o.timed_out)]
@@ -116,20 +123,17 @@ def aggregate(lines: Sequence[Mapping[str, Any]], world: int,
     if bad:
         # with the profile's own script this row is the whole story: the other pods too
         shown = bad + [o for o in outcomes if o not in bad and own_script]
-        results.append(CheckResult("pods", "fail", "; ".join(
+        return CheckResult("pods", "fail", "; ".join(
             f"{o.name}: {_pod_story(o, timeout_s, own_script)}" for o in shown),
-            details=details))
-    elif own_script:
+            details=details)
+    if own_script:
         by_story: dict[str, list[str]] = {}
         for o in outcomes:
             by_story.setdefault(_pod_story(o, timeout_s, own_script), []).append(o.name)
-        results.append(CheckResult("pods", "pass", "; ".join(
+        return CheckResult("pods", "pass", "; ".join(
             f"{', '.join(names)}: {story}" for story, names in by_story.items()),
-            details=details))
-    else:
-        results.append(CheckResult("pods", "pass", f"{len(outcomes)} pod(s) exited 0",
-                                   details=details))
-    return [replace(c, attempt=attempt) for c in results]
+            details=details)
+    return CheckResult("pods", "pass", f"{len(outcomes)} pod(s) exited 0", details=details)
 
 
 def _pod_story(o: PodOutcome, timeout_s: float, own_script: bool) -> str:
