@@ -29,19 +29,25 @@ def main() -> int:
         committed, out = Path(tmp) / "committed", Path(tmp) / "out"
         once([*cli, "render", *paths, "-d", str(committed)])
         start_up = [*cli, "render", str(ROOT / "examples" / "multi-node" / "profile.yaml")]
-        commands = {"validate": [*cli, "validate", *paths],
-                    "render -d": [*cli, "render", *paths, "-d", str(out)],
-                    "diff --against": [*cli, "diff", *paths, "--against", str(committed)]}
+        commands = {
+            "validate": [*cli, "validate", *paths],
+            "render -d": [*cli, "render", *paths, "-d", str(out)],
+            "diff --against": [*cli, "diff", *paths, "--against", str(committed)],
+        }
         for name, argv in commands.items():
-            seen, base = paired([lambda argv=argv: once(argv), lambda: once(start_up)],  # type: ignore[misc]
-                                opts.runs)
+            seen, base = paired(
+                [lambda argv=argv: once(argv), lambda: once(start_up)],  # type: ignore[misc]
+                opts.runs,
+            )
             above = statistics.median(a - b for a, b in zip(seen, base, strict=True))
             within = above <= BUDGET_S * max(1.0, opts.count / 1000)  # linear past 1,000
-            print(f"{name} of {opts.count} profiles: median {statistics.median(seen):.3f} s, "
-                  f"start-up (render of one) {statistics.median(base):.3f} s; above start-up "
-                  f"{above:.3f} s (budget {BUDGET_S:.1f} s at 1,000: "
-                  f"{'ok' if within else 'OVER'}), "
-                  f"ratio {ratio(seen, base):.2f} x start-up, {opts.runs} pairs")
+            print(
+                f"{name} of {opts.count} profiles: median {statistics.median(seen):.3f} s, "
+                f"start-up (render of one) {statistics.median(base):.3f} s; above start-up "
+                f"{above:.3f} s (budget {BUDGET_S:.1f} s at 1,000: "
+                f"{'ok' if within else 'OVER'}), "
+                f"ratio {ratio(seen, base):.2f} x start-up, {opts.runs} pairs"
+            )
             ok = ok and within
     print("OK" if ok else "OVER BUDGET")
     return 0

@@ -52,18 +52,28 @@ with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.St
 marks.append(time.perf_counter())
 print(json.dumps([(b - a) * 1000 for a, b in zip(marks, marks[1:])]))
 """
-PHASE_NAMES = ("the floor's imports", "pydantic's first model (any model at all)",
-               "runai_spec.load.profile (its models)",
-               "runai_spec.load.registry (the preset, site and ledger models)",
-               "the rest of runai_spec.cli", "render itself: Typer, Jinja, rules, signatures, print")
+PHASE_NAMES = (
+    "the floor's imports",
+    "pydantic's first model (any model at all)",
+    "runai_spec.load.profile (its models)",
+    "runai_spec.load.registry (the preset, site and ledger models)",
+    "the rest of runai_spec.cli",
+    "render itself: Typer, Jinja, rules, signatures, print",
+)
 
 
 def phases(runs: int) -> None:
     """Median milliseconds of each phase over RUNS fresh processes."""
     seen: list[list[float]] = [[] for _ in PHASE_NAMES]
     for _ in range(runs):
-        out = subprocess.run([sys.executable, "-c", PHASES, str(PROFILE)], check=True,
-                             capture_output=True, text=True, cwd=ROOT, env=ENV).stdout
+        out = subprocess.run(
+            [sys.executable, "-c", PHASES, str(PROFILE)],
+            check=True,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=ENV,
+        ).stdout
         for bucket, ms in zip(seen, json.loads(out), strict=True):
             bucket.append(ms)
     for name, bucket in zip(PHASE_NAMES, seen, strict=True):
@@ -73,8 +83,22 @@ def phases(runs: int) -> None:
 def torchx_argv(torchx: str, folder: Path) -> list[str]:
     """The same job: 2 nodes x 8 processes. No workspace, so torchx builds no image."""
     (folder / "train.py").write_text("print('train')\n")
-    return [torchx, "run", "--workspace", "", "--dryrun", "-s", "kubernetes", "-cfg",
-            "queue=nlp-lab", "dist.ddp", "-j", "2x8", "--script", str(folder / "train.py")]
+    return [
+        torchx,
+        "run",
+        "--workspace",
+        "",
+        "--dryrun",
+        "-s",
+        "kubernetes",
+        "-cfg",
+        "queue=nlp-lab",
+        "dist.ddp",
+        "-j",
+        "2x8",
+        "--script",
+        str(folder / "train.py"),
+    ]
 
 
 def sides(folder: Path, torchx: str | None) -> dict[str, list[str]]:
@@ -84,8 +108,12 @@ def sides(folder: Path, torchx: str | None) -> dict[str, list[str]]:
         "bare import floor": [exe, "-c", "import typer, pydantic, jinja2, yaml"],
         "import floor": [exe, "-c", "import typer, jinja2, yaml; from pydantic import BaseModel"],
         # what render must load: the import floor and runai_spec's pydantic models defined
-        "floor": [exe, "-c", "import typer, jinja2, yaml; from pydantic import BaseModel; "
-                  "import runai_spec.load.profile, runai_spec.load.registry"],
+        "floor": [
+            exe,
+            "-c",
+            "import typer, jinja2, yaml; from pydantic import BaseModel; "
+            "import runai_spec.load.profile, runai_spec.load.registry",
+        ],
         "render": [cli, "render", str(PROFILE)],
         "--version": [cli, "--version"],
         "--help": [cli, "--help"],
@@ -101,10 +129,10 @@ def report(measured: dict[str, list[float]], unit: str) -> bool:
 
     def line(name: str, over: str, budget: float | None = None) -> bool:
         value = ratio(measured[name], measured[over])
-        shown = f"{value:.3f} x" + (f" (runs {spread(measured[name], measured[over])})"
-                                    if len(render) > 1 else "")
-        verdict = "" if budget is None else f", budget <= {budget}: " + (
-            "ok" if value <= budget else "OVER")
+        shown = f"{value:.3f} x" + (
+            f" (runs {spread(measured[name], measured[over])})" if len(render) > 1 else ""
+        )
+        verdict = "" if budget is None else f", budget <= {budget}: " + ("ok" if value <= budget else "OVER")
         print(f"ratio {name} / {over}: {shown}{verdict}")
         return budget is None or value <= budget
 
@@ -118,18 +146,22 @@ def report(measured: dict[str, list[float]], unit: str) -> bool:
     if "torchx --dryrun" in measured:
         ok = line("render", "torchx --dryrun", BUDGET_TORCHX) and ok
     else:
-        print("torchx not installed: `pip install torchx` to compare (budget: render <= "
-              f"{BUDGET_TORCHX} x its dry run)")
+        print(
+            "torchx not installed: `pip install torchx` to compare (budget: render <= "
+            f"{BUDGET_TORCHX} x its dry run)"
+        )
     return ok
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--paired", type=int, metavar="N",
-                        help="N paired timed runs instead of instruction counts")
+    parser.add_argument(
+        "--paired", type=int, metavar="N", help="N paired timed runs instead of instruction counts"
+    )
     parser.add_argument("--torchx", help="torchx executable (default: the one on PATH)")
-    parser.add_argument("--phases", type=int, metavar="N",
-                        help="where render's time goes instead (medians of N processes)")
+    parser.add_argument(
+        "--phases", type=int, metavar="N", help="where render's time goes instead (medians of N processes)"
+    )
     args = parser.parse_args()
     byte_compile()
     if args.phases:
@@ -140,8 +172,7 @@ def main() -> int:
         if args.paired or not valgrind():
             runs = args.paired or 15
             print(f"paired timed runs: {runs} (median of per-pair ratios)")
-            makers: list[Callable[[], float]] = [
-                lambda argv=argv: once(argv) for argv in argvs.values()]  # type: ignore[misc]
+            makers: list[Callable[[], float]] = [lambda argv=argv: once(argv) for argv in argvs.values()]  # type: ignore[misc]
             measured = dict(zip(argvs, paired(makers, runs), strict=True))
             ok = report(measured, "s")
         else:

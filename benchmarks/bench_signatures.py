@@ -50,14 +50,14 @@ def by_ssh_keygen(approval):
 
 IN_PROCESS_RUN = "for a in signed: signing.verify_approval(a, signers)\n"
 SUBPROCESS_RUN = "for a in signed: by_ssh_keygen(a)\n"
-RENDER_ONLY = ("signed = [a for a in signed if a.statement.file in "
-               "('site.yaml', 'h200-8gpu.yaml')]\n")
+RENDER_ONLY = "signed = [a for a in signed if a.statement.file in ('site.yaml', 'h200-8gpu.yaml')]\n"
 
 
 def cold(code: str) -> float:
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], check=True,
-                   env={**os.environ, "PYTHONDONTWRITEBYTECODE": "0"})
+    subprocess.run(
+        [sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "0"}
+    )
     return time.perf_counter() - start
 
 
@@ -73,12 +73,20 @@ def main() -> None:
     keygen_all()
     count = len(space["signed"])  # type: ignore[arg-type]
     for name, ours, theirs, floor in (
-            ("warm", verify_all, keygen_all, None),
-            ("cold", lambda: cold(SETUP + IN_PROCESS_RUN),
-             lambda: cold(SETUP + SUBPROCESS + SUBPROCESS_RUN), lambda: cold(SETUP)),
-            ("render", lambda: cold(SETUP + RENDER_ONLY + IN_PROCESS_RUN),
-             lambda: cold(SETUP + RENDER_ONLY + SUBPROCESS + SUBPROCESS_RUN),
-             lambda: cold(SETUP))):
+        ("warm", verify_all, keygen_all, None),
+        (
+            "cold",
+            lambda: cold(SETUP + IN_PROCESS_RUN),
+            lambda: cold(SETUP + SUBPROCESS + SUBPROCESS_RUN),
+            lambda: cold(SETUP),
+        ),
+        (
+            "render",
+            lambda: cold(SETUP + RENDER_ONLY + IN_PROCESS_RUN),
+            lambda: cold(SETUP + RENDER_ONLY + SUBPROCESS + SUBPROCESS_RUN),
+            lambda: cold(SETUP),
+        ),
+    ):
         cold(SETUP)  # byte-compile once, as an install does
         times: dict[str, list[float]] = {"ours": [], "theirs": [], "floor": []}
         ratios, above = [], []
@@ -97,16 +105,21 @@ def main() -> None:
                 above.append((got["ours"] - got["floor"]) / (got["theirs"] - got["floor"]))
         shown = 2 if name == "render" else count
         median = {label: statistics.median(t) * 1000 for label, t in times.items() if t}
-        line = (f"{name}: {shown} approvals, {opts.rounds} rounds: in-process "
-                f"{median['ours']:.1f} ms, ssh-keygen {median['theirs']:.1f} ms, paired ratio "
-                f"median {statistics.median(ratios):.3f} (quartiles "
-                f"{statistics.quantiles(ratios, n=4)[0]:.3f}-"
-                f"{statistics.quantiles(ratios, n=4)[2]:.3f})")
+        line = (
+            f"{name}: {shown} approvals, {opts.rounds} rounds: in-process "
+            f"{median['ours']:.1f} ms, ssh-keygen {median['theirs']:.1f} ms, paired ratio "
+            f"median {statistics.median(ratios):.3f} (quartiles "
+            f"{statistics.quantiles(ratios, n=4)[0]:.3f}-"
+            f"{statistics.quantiles(ratios, n=4)[2]:.3f})"
+        )
         if floor:
-            line += (f"; floor (interpreter, yaml, runai_spec.load.signing, the ledger) "
-                     f"{median['floor']:.1f} ms, above it paired ratio median "
-                     f"{statistics.median(above):.3f}")
+            line += (
+                f"; floor (interpreter, yaml, runai_spec.load.signing, the ledger) "
+                f"{median['floor']:.1f} ms, above it paired ratio median "
+                f"{statistics.median(above):.3f}"
+            )
         print(line)
+
 
 if __name__ == "__main__":
     main()

@@ -24,16 +24,18 @@ STACK = 512 << 20  # bytes: ARG_MAX 128 MiB
 
 def big_stack() -> None:
     _, hard = resource.getrlimit(resource.RLIMIT_STACK)
-    resource.setrlimit(resource.RLIMIT_STACK, (STACK if hard == resource.RLIM_INFINITY
-                                               else min(STACK, hard), hard))
+    resource.setrlimit(
+        resource.RLIMIT_STACK, (STACK if hard == resource.RLIM_INFINITY else min(STACK, hard), hard)
+    )
 
 
 def measure(argv: list[str], src: Path, cwd: Path) -> tuple[float, float]:
     """(seconds, peak resident MB) of one whole process."""
     env = dict(os.environ, PYTHONPATH=str(src))
     start = time.perf_counter()
-    with subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          cwd=cwd, preexec_fn=big_stack) as proc:
+    with subprocess.Popen(
+        argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd, preexec_fn=big_stack
+    ) as proc:
         assert proc.stderr is not None
         tail = proc.stderr.read()[-400:]
         _, status, usage = os.wait4(proc.pid, 0)
@@ -46,44 +48,54 @@ def measure(argv: list[str], src: Path, cwd: Path) -> tuple[float, float]:
 
 def commands(paths: list[str], out: Path, committed: Path) -> dict[str, list[str]]:
     cli = [sys.executable, "-m", "runai_spec"]
-    return {"render -d": [*cli, "render", *paths, "-d", str(out)],
-            "validate": [*cli, "validate", *paths],
-            "diff": [*cli, "diff", *paths, "--against", str(committed)]}
+    return {
+        "render -d": [*cli, "render", *paths, "-d", str(out)],
+        "validate": [*cli, "validate", *paths],
+        "diff": [*cli, "diff", *paths, "--against", str(committed)],
+    }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--count", type=int, default=100_000)
-    parser.add_argument("--baseline", type=Path, help="src/ folder of another runai-spec "
-                        "checkout, measured side by side (e.g. ../main/src)")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="src/ folder of another runai-spec checkout, measured side by side (e.g. ../main/src)",
+    )
     args = parser.parse_args()
     sources = {"this": ROOT / "src", **({"baseline": args.baseline} if args.baseline else {})}
     byte_compile()
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
         counts = (args.count // 10, args.count)
-        names = {count: [Path(p).name for p in generate(Path(tmp) / f"p{count}", count)]
-                 for count in counts}
+        names = {count: [Path(p).name for p in generate(Path(tmp) / f"p{count}", count)] for count in counts}
         # each count diffs against its own committed folder: a committed file without its
         # profile is a stale file, which diff reports (exit 1)
         for count in counts:
             committed = Path(tmp) / f"committed-{count}"
-            measure(commands(names[count], committed, committed)["render -d"], ROOT / "src",
-                    Path(tmp) / f"p{count}")
+            measure(
+                commands(names[count], committed, committed)["render -d"],
+                ROOT / "src",
+                Path(tmp) / f"p{count}",
+            )
         print(f"{'command':10} {'source':9} {'profiles':>8} {'seconds':>8} {'peak MB':>8}")
         for name in ("render -d", "validate", "diff"):
             results: dict[str, list[tuple[float, float]]] = {}
             for count in counts:
                 for label, src in sources.items():  # alternated: background load hits both
-                    argv = commands(names[count], Path(tmp) / f"out-{label}-{count}",
-                                    Path(tmp) / f"committed-{count}")[name]
+                    argv = commands(
+                        names[count], Path(tmp) / f"out-{label}-{count}", Path(tmp) / f"committed-{count}"
+                    )[name]
                     seconds, peak = measure(argv, src, Path(tmp) / f"p{count}")
                     results.setdefault(label, []).append((seconds, peak))
                     print(f"{name:10} {label:9} {count:8d} {seconds:8.2f} {peak:8.1f}")
             for label, ((t1, m1), (t2, m2)) in results.items():
-                print(f"  {label}: {name}: time x{t2 / t1:.1f} for x10 profiles (linear or better: "
-                      f"<= ~10), peak memory x{m2 / m1:.2f} (flat: ~1), {m2:.0f} MB of "
-                      f"{BUDGET_MB:.0f}")
+                print(
+                    f"  {label}: {name}: time x{t2 / t1:.1f} for x10 profiles (linear or better: "
+                    f"<= ~10), peak memory x{m2 / m1:.2f} (flat: ~1), {m2:.0f} MB of "
+                    f"{BUDGET_MB:.0f}"
+                )
             if "baseline" in results:
                 (t, m), (bt, bm) = results["this"][-1], results["baseline"][-1]
                 print(f"  this / baseline at {args.count}: time {t / bt:.2f}, memory {m / bm:.2f}")

@@ -24,8 +24,12 @@ ENV = {**os.environ, "PYTHONDONTWRITEBYTECODE": "0"}
 def byte_compile() -> None:
     """Write runai_spec's bytecode, as `pip install` does: the floor's packages have theirs in
     site-packages, and a checkout would otherwise time the compiler, not the command."""
-    found = subprocess.run([sys.executable, "-c", "import runai_spec; print(runai_spec.__file__)"],
-                           check=True, capture_output=True, text=True).stdout.strip()
+    found = subprocess.run(
+        [sys.executable, "-c", "import runai_spec; print(runai_spec.__file__)"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     compileall.compile_dir(str(Path(found).parent), quiet=1)
 
 
@@ -35,8 +39,9 @@ def once(argv: Sequence[str], ok: Sequence[int] = (0,)) -> float:
     done = subprocess.run(list(argv), capture_output=True, env=ENV)
     seconds = time.perf_counter() - start
     if done.returncode not in ok:
-        raise SystemExit(f"{' '.join(argv[:3])} exited {done.returncode}: "
-                         f"{done.stderr.decode(errors='replace')[-500:]}")
+        raise SystemExit(
+            f"{' '.join(argv[:3])} exited {done.returncode}: {done.stderr.decode(errors='replace')[-500:]}"
+        )
     return seconds
 
 
@@ -74,8 +79,12 @@ def instructions(argv: Sequence[str], ok: Sequence[int] = (0,)) -> int:
     tool = valgrind()
     if tool is None:
         raise SystemExit("valgrind is not installed")
-    done = subprocess.run([tool, "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv],
-                          capture_output=True, text=True, env=ENV)
+    done = subprocess.run(
+        [tool, "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv],
+        capture_output=True,
+        text=True,
+        env=ENV,
+    )
     if done.returncode not in ok:
         raise SystemExit(f"{' '.join(argv[:3])} exited {done.returncode}: {done.stderr[-500:]}")
     found = re.search(r"Collected : (\d+)", done.stderr)
@@ -90,8 +99,13 @@ def generate(folder: Path, count: int) -> list[str]:
     texts = [(ROOT / "examples" / e / "profile.yaml").read_text() for e in EXAMPLES]
     paths = []
     for i in range(count):
-        text = re.sub(r"^name: (\S+)", lambda m, i=i: f"name: b{i}-{m.group(1)}"[:40],
-                      texts[i % len(texts)], count=1, flags=re.M)
+        text = re.sub(
+            r"^name: (\S+)",
+            lambda m, i=i: f"name: b{i}-{m.group(1)}"[:40],
+            texts[i % len(texts)],
+            count=1,
+            flags=re.M,
+        )
         path = folder / f"p{i:06d}.yaml"
         path.write_text(text)
         paths.append(str(path))

@@ -35,18 +35,25 @@ class PyEvaluator:
             return RuntimeError(str(value))
         return value
 
-    def failures(self, job: dict[str, Any], *, params: dict[str, Any] | None,
-                 namespace_labels: dict[str, str], old: dict[str, Any] | None = None,
-                 operation: str | None = None) -> list[Failure] | None:
+    def failures(
+        self,
+        job: dict[str, Any],
+        *,
+        params: dict[str, Any] | None,
+        namespace_labels: dict[str, str],
+        old: dict[str, Any] | None = None,
+        operation: str | None = None,
+    ) -> list[Failure] | None:
         to_cel = self.celpy.adapter.json_to_cel
         namespace = str(job.get("metadata", {}).get("namespace", ""))
         data: dict[str, Any] = {
-            "object": to_cel(job), "oldObject": to_cel(old),
+            "object": to_cel(job),
+            "oldObject": to_cel(old),
             "params": to_cel(params),
-            "request": to_cel({"operation": operation or ("UPDATE" if old else "CREATE"),
-                               "namespace": namespace}),
-            "namespaceObject": to_cel({"metadata": {"name": namespace,
-                                                    "labels": namespace_labels}}),
+            "request": to_cel(
+                {"operation": operation or ("UPDATE" if old else "CREATE"), "namespace": namespace}
+            ),
+            "namespaceObject": to_cel({"metadata": {"name": namespace, "labels": namespace_labels}}),
         }
         for condition in self.spec.get("matchConditions", []):
             verdict = self.eval(condition["expression"], {**data, "variables": to_cel({})})
@@ -56,11 +63,11 @@ class PyEvaluator:
                 return None
         variables: dict[str, Any] = {}
         for variable in self.spec.get("variables", []):
-            value = self.eval(variable["expression"],
-                              {**data, "variables": self.celpy.celtypes.MapType(variables)})
+            value = self.eval(
+                variable["expression"], {**data, "variables": self.celpy.celtypes.MapType(variables)}
+            )
             if isinstance(value, Exception):
-                return [Failure(-1, f"variable '{variable['name']}' error: {value}", "Invalid",
-                                error=True)]
+                return [Failure(-1, f"variable '{variable['name']}' error: {value}", "Invalid", error=True)]
             variables[self.celpy.celtypes.StringType(variable["name"])] = value
         data["variables"] = self.celpy.celtypes.MapType(variables)
         out: list[Failure] = []
@@ -77,6 +84,12 @@ class PyEvaluator:
                 if isinstance(value, str) and "\n" not in value.strip():
                     message = str(value).strip()
             expressed = bool(message)
-            out.append(Failure(index, message or str(validation.get("message", "")),
-                               str(validation.get("reason") or "Invalid"), expressed=expressed))
+            out.append(
+                Failure(
+                    index,
+                    message or str(validation.get("message", "")),
+                    str(validation.get("reason") or "Invalid"),
+                    expressed=expressed,
+                )
+            )
         return out

@@ -39,15 +39,19 @@ class Evaluator:
 
         self.cel = cel
         self.spec = spec
-        self.env = cel.NewEnv(variables={n: cel.Type.DYN for n in NAMES},
-                              extensions=[ext_strings.ExtStrings()])
+        self.env = cel.NewEnv(
+            variables={n: cel.Type.DYN for n in NAMES}, extensions=[ext_strings.ExtStrings()]
+        )
         self._compiled: dict[str, Any] = {}
 
     def compile_all(self) -> Evaluator:
         """Compile every expression now (the fake API server does it before serving)."""
         spec = self.spec
-        for item in [*spec.get("matchConditions", []), *spec.get("variables", []),
-                     *spec.get("validations", [])]:
+        for item in [
+            *spec.get("matchConditions", []),
+            *spec.get("variables", []),
+            *spec.get("validations", []),
+        ]:
             for key in ("expression", "messageExpression"):
                 if key in item and item[key] not in self._compiled:
                     self._compiled[item[key]] = self.env.compile(item[key])
@@ -62,32 +66,52 @@ class Evaluator:
             return RuntimeError(str(result.value()))
         return result.plain_value()
 
-    def failures(self, job: dict[str, Any], *, params: dict[str, Any] | None,
-                 namespace_labels: dict[str, str], old: dict[str, Any] | None = None,
-                 operation: str | None = None,
-                 request: dict[str, Any] | None = None) -> list[Failure] | None:
+    def failures(
+        self,
+        job: dict[str, Any],
+        *,
+        params: dict[str, Any] | None,
+        namespace_labels: dict[str, str],
+        old: dict[str, Any] | None = None,
+        operation: str | None = None,
+        request: dict[str, Any] | None = None,
+    ) -> list[Failure] | None:
         """Every failing validation in order; None when a match condition excludes the request.
         REQUEST: more fields of the request (userInfo, resource, kind)."""
         namespace = str(job.get("metadata", {}).get("namespace", ""))
         data: dict[str, Any] = {
-            "object": job, "oldObject": old, "params": params,
-            "request": {"operation": operation or ("UPDATE" if old else "CREATE"),
-                        "namespace": namespace, **(request or {})},
+            "object": job,
+            "oldObject": old,
+            "params": params,
+            "request": {
+                "operation": operation or ("UPDATE" if old else "CREATE"),
+                "namespace": namespace,
+                **(request or {}),
+            },
             "namespaceObject": {"metadata": {"name": namespace, "labels": namespace_labels}},
         }
         for condition in self.spec.get("matchConditions", []):
             verdict = self.eval(condition["expression"], {**data, "variables": {}})
             if isinstance(verdict, Exception):
-                return [Failure(-1, f"matchCondition '{condition['name']}' resulted in error: "
-                                f"{verdict}", "Invalid", error=True)]
+                return [
+                    Failure(
+                        -1,
+                        f"matchCondition '{condition['name']}' resulted in error: {verdict}",
+                        "Invalid",
+                        error=True,
+                    )
+                ]
             if verdict is not True:
                 return None
         variables: dict[str, Any] = {}
         for variable in self.spec.get("variables", []):
             value = self.eval(variable["expression"], {**data, "variables": variables})
             if isinstance(value, Exception):
-                return [Failure(-1, f"variable '{variable['name']}' resulted in error: {value}",
-                                "Invalid", error=True)]
+                return [
+                    Failure(
+                        -1, f"variable '{variable['name']}' resulted in error: {value}", "Invalid", error=True
+                    )
+                ]
             variables[variable["name"]] = value
         data["variables"] = variables
         out: list[Failure] = []
@@ -96,8 +120,14 @@ class Evaluator:
             if verdict is True:
                 continue
             if isinstance(verdict, Exception) or not isinstance(verdict, bool):
-                out.append(Failure(index, f"expression '{validation['expression']}' resulted in "
-                                   f"error: {verdict}", "Invalid", error=True))
+                out.append(
+                    Failure(
+                        index,
+                        f"expression '{validation['expression']}' resulted in error: {verdict}",
+                        "Invalid",
+                        error=True,
+                    )
+                )
                 continue
             message = ""
             if "messageExpression" in validation:
@@ -105,10 +135,14 @@ class Evaluator:
                 if isinstance(value, str) and "\n" not in value.strip():
                     message = value.strip()
             expressed = bool(message)
-            message = (message or str(validation.get("message", "")).strip()
-                       or f"failed expression: {validation['expression'].strip()}")
-            out.append(Failure(index, message, str(validation.get("reason") or "Invalid"),
-                               expressed=expressed))
+            message = (
+                message
+                or str(validation.get("message", "")).strip()
+                or f"failed expression: {validation['expression'].strip()}"
+            )
+            out.append(
+                Failure(index, message, str(validation.get("reason") or "Invalid"), expressed=expressed)
+            )
         return out
 
 
@@ -121,18 +155,27 @@ def selects(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
         return False
     for term in selector.get("matchExpressions") or []:
         key, op, values = term["key"], term["operator"], term.get("values") or []
-        ok = {"In": key in labels and labels[key] in values,
-              "NotIn": key not in labels or labels[key] not in values,
-              "Exists": key in labels, "DoesNotExist": key not in labels}[op]
+        ok = {
+            "In": key in labels and labels[key] in values,
+            "NotIn": key not in labels or labels[key] not in values,
+            "Exists": key in labels,
+            "DoesNotExist": key not in labels,
+        }[op]
         if not ok:
             return False
     return True
 
 
-def rule_matches(rules: list[dict[str, Any]], group: str, version: str, resource: str,
-                 operation: str) -> bool:
+def rule_matches(
+    rules: list[dict[str, Any]], group: str, version: str, resource: str, operation: str
+) -> bool:
     def has(values: list[str], value: str) -> bool:
         return "*" in values or value in values
-    return any(has(r.get("apiGroups", []), group) and has(r.get("apiVersions", []), version)
-               and has(r.get("resources", []), resource) and has(r.get("operations", []), operation)
-               for r in rules)
+
+    return any(
+        has(r.get("apiGroups", []), group)
+        and has(r.get("apiVersions", []), version)
+        and has(r.get("resources", []), resource)
+        and has(r.get("operations", []), operation)
+        for r in rules
+    )

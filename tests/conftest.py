@@ -42,8 +42,7 @@ BASE_PROFILE: dict[str, Any] = {
     "batch": {"local": 4, "grad_accum": 2, "global": 128},
     "strategy": "ddp",
     "model": {"parameters": 1_000_000, "precision": "bf16"},
-    "checkpoint": {"dir": "/checkpoints", "pvc": "team-a-ckpt", "format": "dcp",
-                   "resume": "latest"},
+    "checkpoint": {"dir": "/checkpoints", "pvc": "team-a-ckpt", "format": "dcp", "resume": "latest"},
 }
 runner = CliRunner()
 
@@ -68,8 +67,9 @@ def run_exe(*args: str, check: bool = False) -> subprocess.CompletedProcess[str]
 def run_module(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """`python -m runai_spec` in its own process, from the repository root: the library's
     logging goes where a user's terminal would."""
-    return subprocess.run([sys.executable, "-m", "runai_spec", *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "runai_spec", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
 
 
 def example_job(name: str) -> dict[str, Any]:
@@ -155,8 +155,7 @@ ENGINEER = "test-engineer@scc.example.org"
 def make_key(folder: Path, name: str) -> Path:
     """A throwaway ed25519 key (no passphrase) at FOLDER/NAME, its public half at NAME.pub."""
     key = folder / name
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(key)],
-                   check=True)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(key)], check=True)
     return key
 
 
@@ -183,8 +182,9 @@ def engineer_key(presets_dir: Path, _engineer_key: Path) -> Path:
 @lru_cache(maxsize=1)
 def upstream_crd() -> dict[str, Any]:
     """The upstream PyTorchJob CRD (../shared/schemas), parsed once; callers copy it."""
-    crd: dict[str, Any] = yaml.load(CRD.read_text(encoding="utf-8"),
-                                    Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    crd: dict[str, Any] = yaml.load(
+        CRD.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    )
     return crd
 
 
@@ -198,8 +198,9 @@ def crd_validator() -> Any:
 
 
 def schema_errors(manifest: dict[str, Any]) -> list[str]:
-    return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}"
-            for e in crd_validator().iter_errors(manifest)]
+    return [
+        f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in crd_validator().iter_errors(manifest)
+    ]
 
 
 class _EveryName(dict[str, str]):

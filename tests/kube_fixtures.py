@@ -39,8 +39,12 @@ def sleeps() -> Sleeps:
 
 @pytest.fixture
 def target(kubeconfig: Path, sleeps: Sleeps) -> Target:
-    return Target(kubeconfig=kubeconfig, timeout=(2.0, 0.5), sleep=sleeps,
-                  retry=RetryPolicy(attempts=4, base_delay=0.1, max_delay=2.0, max_total=5.0))
+    return Target(
+        kubeconfig=kubeconfig,
+        timeout=(2.0, 0.5),
+        sleep=sleeps,
+        retry=RetryPolicy(attempts=4, base_delay=0.1, max_delay=2.0, max_total=5.0),
+    )
 
 
 @pytest.fixture

@@ -29,8 +29,12 @@ import yaml
 
 from conftest import crd_validator, upstream_crd
 
-KINDS = {"pytorchjobs": ("kubeflow.org/v1", "PyTorchJob"), "configmaps": ("v1", "ConfigMap"),
-         "pods": ("v1", "Pod"), "events": ("v1", "Event")}
+KINDS = {
+    "pytorchjobs": ("kubeflow.org/v1", "PyTorchJob"),
+    "configmaps": ("v1", "ConfigMap"),
+    "pods": ("v1", "Pod"),
+    "events": ("v1", "Event"),
+}
 
 
 @dataclass
@@ -53,8 +57,9 @@ class Fault:
     dry_run: bool | None = None
 
     def matches(self, method: str, path: str) -> bool:
-        return ((self.method is None or self.method == method)
-                and (self.path_contains is None or self.path_contains in path))
+        return (self.method is None or self.method == method) and (
+            self.path_contains is None or self.path_contains in path
+        )
 
 
 @dataclass
@@ -71,8 +76,9 @@ class FakeKube:
     """The server's state; tests seed and inspect it directly."""
 
     token: str = "test-token-0123456789abcdef"
-    namespaces: set[str] = field(default_factory=lambda: {"runai-team-a", "runai-nlp-lab",
-                                                          "runai-cv-lab", "default"})
+    namespaces: set[str] = field(
+        default_factory=lambda: {"runai-team-a", "runai-nlp-lab", "runai-cv-lab", "default"}
+    )
     crd_installed: bool = True
     forbidden: set[tuple[str, str]] = field(default_factory=set)  # (verb, plural)
     objects: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
@@ -143,32 +149,76 @@ class FakeKube:
         return [r for r in self.requests if r.method == method]
 
     def writes(self) -> list[Received]:
-        return [r for r in self.requests if r.method in ("POST", "PUT", "PATCH", "DELETE")
-                and "dryRun" not in r.query]
+        return [
+            r
+            for r in self.requests
+            if r.method in ("POST", "PUT", "PATCH", "DELETE") and "dryRun" not in r.query
+        ]
 
-    def add_pod(self, job: str, namespace: str, role: str, index: int, phase: str = "Running",
-                state: dict[str, Any] | None = None, restarts: int = 0,
-                conditions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    def add_pod(
+        self,
+        job: str,
+        namespace: str,
+        role: str,
+        index: int,
+        phase: str = "Running",
+        state: dict[str, Any] | None = None,
+        restarts: int = 0,
+        conditions: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
         name = f"{job}-{role}-{index}"
-        pod = {"metadata": {"name": name, "namespace": namespace, "labels": {
-            "training.kubeflow.org/job-name": job, "training.kubeflow.org/replica-type": role,
-            "training.kubeflow.org/replica-index": str(index),
-            "training.kubeflow.org/operator-name": "pytorchjob-controller"}},
+        pod = {
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {
+                    "training.kubeflow.org/job-name": job,
+                    "training.kubeflow.org/replica-type": role,
+                    "training.kubeflow.org/replica-index": str(index),
+                    "training.kubeflow.org/operator-name": "pytorchjob-controller",
+                },
+            },
             "spec": {"nodeName": f"node-{index}" if phase != "Pending" else None},
-            "status": {"phase": phase, "conditions": conditions or [], "containerStatuses": [
-                {"name": "pytorch", "restartCount": restarts,
-                 "state": state or ({"running": {}} if phase == "Running" else
-                                    {"waiting": {"reason": "ContainerCreating"}})}]}}
+            "status": {
+                "phase": phase,
+                "conditions": conditions or [],
+                "containerStatuses": [
+                    {
+                        "name": "pytorch",
+                        "restartCount": restarts,
+                        "state": state
+                        or (
+                            {"running": {}}
+                            if phase == "Running"
+                            else {"waiting": {"reason": "ContainerCreating"}}
+                        ),
+                    }
+                ],
+            },
+        }
         return self.put("pods", pod, manager="kubelet")
 
-    def add_event(self, namespace: str, involved: str, reason: str, message: str,
-                  kind: str = "Pod", type_: str = "Warning") -> None:
+    def add_event(
+        self,
+        namespace: str,
+        involved: str,
+        reason: str,
+        message: str,
+        kind: str = "Pod",
+        type_: str = "Warning",
+    ) -> None:
         name = f"{involved}.{uuid.uuid4().hex[:8]}"
-        self.put("events", {"metadata": {"name": name, "namespace": namespace},
-                            "involvedObject": {"kind": kind, "name": involved,
-                                               "namespace": namespace},
-                            "reason": reason, "message": message, "type": type_,
-                            "lastTimestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ")})
+        self.put(
+            "events",
+            {
+                "metadata": {"name": name, "namespace": namespace},
+                "involvedObject": {"kind": kind, "name": involved, "namespace": namespace},
+                "reason": reason,
+                "message": message,
+                "type": type_,
+                "lastTimestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            },
+        )
 
     # -- object mechanics ---------------------------------------------------------------
 
@@ -192,8 +242,11 @@ class FakeKube:
 def _content(obj: dict[str, Any]) -> dict[str, Any]:
     """What field ownership covers: everything but server-set metadata and status."""
     out = {k: v for k, v in obj.items() if k not in ("status",)}
-    out["metadata"] = {k: v for k, v in obj.get("metadata", {}).items()
-                       if k in ("name", "namespace", "labels", "annotations")}
+    out["metadata"] = {
+        k: v
+        for k, v in obj.get("metadata", {}).items()
+        if k in ("name", "namespace", "labels", "annotations")
+    }
     return out
 
 
@@ -241,15 +294,22 @@ def unknown_fields(value: Any, schema: dict[str, Any], path: str = "") -> list[s
                 out.append(f"{path}.{key}")
         return out
     if isinstance(value, list) and isinstance(schema.get("items"), dict):
-        return [u for i, item in enumerate(value)
-                for u in unknown_fields(item, schema["items"], f"{path}[{i}]")]
+        return [
+            u for i, item in enumerate(value) for u in unknown_fields(item, schema["items"], f"{path}[{i}]")
+        ]
     return []
 
 
 def status_body(code: int, reason: str, message: str, **details: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {},
-                            "status": "Failure" if code >= 400 else "Success",
-                            "message": message, "reason": reason, "code": code}
+    body: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure" if code >= 400 else "Success",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
     if details:
         body["details"] = details
     return body
@@ -272,8 +332,15 @@ class _Handler(BaseHTTPRequestHandler):
         headers = {k: v for k, v in self.headers.items() if k.lower() != "authorization"}
         with kube.lock:
             kube.requests.append(Received(self.command, path, query, headers, body))
-            fault = next((f for f in kube.faults if f.matches(self.command, path) and (
-                f.dry_run is None or f.dry_run == ("dryRun" in query))), None)
+            fault = next(
+                (
+                    f
+                    for f in kube.faults
+                    if f.matches(self.command, path)
+                    and (f.dry_run is None or f.dry_run == ("dryRun" in query))
+                ),
+                None,
+            )
             if fault and not fault.keep:
                 kube.faults.remove(fault)
         if fault and not fault.commit and self._misbehave(fault):
@@ -283,8 +350,9 @@ class _Handler(BaseHTTPRequestHandler):
             code, reply = 401, status_body(401, "Unauthorized", "Unauthorized")
         else:
             try:
-                code, reply = route(kube, self.command, path, query, body,
-                                    self.headers.get("Content-Type", ""))
+                code, reply = route(
+                    kube, self.command, path, query, body, self.headers.get("Content-Type", "")
+                )
             except Exception as exc:  # a bug in the fake: answer 500, visibly
                 code, reply = 500, status_body(500, "InternalError", f"fake server bug: {exc!r}")
         if fault and fault.commit and self._misbehave(fault):
@@ -304,12 +372,21 @@ class _Handler(BaseHTTPRequestHandler):
             return True
         if fault.status is None:
             return False
-        reason = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound",
-                  409: "Conflict", 422: "Invalid", 429: "TooManyRequests",
-                  500: "InternalError", 503: "ServiceUnavailable"}.get(fault.status, "Unknown")
+        reason = {
+            400: "BadRequest",
+            401: "Unauthorized",
+            403: "Forbidden",
+            404: "NotFound",
+            409: "Conflict",
+            422: "Invalid",
+            429: "TooManyRequests",
+            500: "InternalError",
+            503: "ServiceUnavailable",
+        }.get(fault.status, "Unknown")
         extra = {"Retry-After": fault.retry_after} if fault.retry_after is not None else {}
-        self._send(fault.status, fault.body or status_body(fault.status, reason,
-                                                           f"injected {fault.status}"), extra)
+        self._send(
+            fault.status, fault.body or status_body(fault.status, reason, f"injected {fault.status}"), extra
+        )
         return True
 
     def _send(self, code: int, reply: Any, extra: dict[str, str] | None = None) -> None:
@@ -331,8 +408,9 @@ class _Handler(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PATCH = do_DELETE = do_PUT = _serve
 
 
-def route(kube: FakeKube, method: str, path: str, query: dict[str, list[str]], body: bytes,
-          content_type: str) -> tuple[int, Any]:
+def route(
+    kube: FakeKube, method: str, path: str, query: dict[str, list[str]], body: bytes, content_type: str
+) -> tuple[int, Any]:
     parts = [p for p in path.split("/") if p]
     hit = site_route(kube, method, path)
     if hit is not None:
@@ -342,19 +420,31 @@ def route(kube: FakeKube, method: str, path: str, query: dict[str, list[str]], b
     if path == "/api":
         return 200, {"kind": "APIVersions", "versions": ["v1"]}
     if path == "/apis":
-        groups = [{"name": "kubeflow.org", "versions": [{"groupVersion": "kubeflow.org/v1",
-                                                          "version": "v1"}]}]
-        return 200, {"kind": "APIGroupList", "apiVersion": "v1",
-                     "groups": groups if kube.crd_installed else []}
+        groups = [
+            {"name": "kubeflow.org", "versions": [{"groupVersion": "kubeflow.org/v1", "version": "v1"}]}
+        ]
+        return 200, {
+            "kind": "APIGroupList",
+            "apiVersion": "v1",
+            "groups": groups if kube.crd_installed else [],
+        }
     if path == "/api/v1":
-        return 200, resource_list("v1", [("configmaps", "ConfigMap"), ("pods", "Pod"),
-                                         ("pods/log", "Pod"), ("events", "Event"),
-                                         ("namespaces", "Namespace")])
+        return 200, resource_list(
+            "v1",
+            [
+                ("configmaps", "ConfigMap"),
+                ("pods", "Pod"),
+                ("pods/log", "Pod"),
+                ("events", "Event"),
+                ("namespaces", "Namespace"),
+            ],
+        )
     if path == "/apis/kubeflow.org/v1":
         if not kube.crd_installed:
             return 404, "404 page not found"
-        return 200, resource_list("kubeflow.org/v1", [("pytorchjobs", "PyTorchJob"),
-                                                      ("pytorchjobs/status", "PyTorchJob")])
+        return 200, resource_list(
+            "kubeflow.org/v1", [("pytorchjobs", "PyTorchJob"), ("pytorchjobs/status", "PyTorchJob")]
+        )
     # /api/v1/namespaces/NS/PLURAL[/NAME[/log]]  or  /apis/kubeflow.org/v1/namespaces/...
     prefix = 2 if parts[:2] == ["api", "v1"] else 3 if parts[:3] == ["apis", "kubeflow.org", "v1"] else 0
     rest = parts[prefix:]
@@ -367,13 +457,24 @@ def route(kube: FakeKube, method: str, path: str, query: dict[str, list[str]], b
         return 404, "404 page not found"
     name = rest[3] if len(rest) > 3 else None
     sub = rest[4] if len(rest) > 4 else None
-    verb = {"GET": "get" if name else "list", "POST": "create", "PATCH": "patch",
-            "DELETE": "delete", "PUT": "update"}[method]
+    verb = {
+        "GET": "get" if name else "list",
+        "POST": "create",
+        "PATCH": "patch",
+        "DELETE": "delete",
+        "PUT": "update",
+    }[method]
     if (verb, plural) in kube.forbidden:
         group = "kubeflow.org" if plural == "pytorchjobs" else ""
-        return 403, status_body(403, "Forbidden", f'{plural}.{group} "{name or ""}" is forbidden: User '
-                                f'"alice" cannot {verb} resource "{plural}" in API group "{group}" '
-                                f'in the namespace "{namespace}"', name=name or "", kind=plural)
+        return 403, status_body(
+            403,
+            "Forbidden",
+            f'{plural}.{group} "{name or ""}" is forbidden: User '
+            f'"alice" cannot {verb} resource "{plural}" in API group "{group}" '
+            f'in the namespace "{namespace}"',
+            name=name or "",
+            kind=plural,
+        )
     with kube.lock:
         if sub == "log":
             return pod_log(kube, namespace, name or "", query)
@@ -385,8 +486,9 @@ def route(kube: FakeKube, method: str, path: str, query: dict[str, list[str]], b
         if method == "DELETE":
             return delete(kube, plural, namespace, name or "", body)
         if namespace not in kube.namespaces:
-            return 404, status_body(404, "NotFound", f'namespaces "{namespace}" not found',
-                                    name=namespace, kind="namespaces")
+            return 404, status_body(
+                404, "NotFound", f'namespaces "{namespace}" not found', name=namespace, kind="namespaces"
+            )
         if method == "PATCH" and content_type.startswith("application/apply-patch+yaml"):
             return apply(kube, plural, namespace, name or "", query, body)
         if method == "POST":
@@ -395,20 +497,31 @@ def route(kube: FakeKube, method: str, path: str, query: dict[str, list[str]], b
 
 
 def resource_list(group_version: str, items: list[tuple[str, str]]) -> dict[str, Any]:
-    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version,
-            "resources": [{"name": n, "singularName": "", "namespaced": True, "kind": k,
-                           "verbs": ["create", "delete", "get", "list", "patch", "update"]}
-                          for n, k in items]}
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": group_version,
+        "resources": [
+            {
+                "name": n,
+                "singularName": "",
+                "namespaced": True,
+                "kind": k,
+                "verbs": ["create", "delete", "get", "list", "patch", "update"],
+            }
+            for n, k in items
+        ],
+    }
 
 
 def not_found(plural: str, name: str) -> tuple[int, Any]:
     group = "kubeflow.org" if plural == "pytorchjobs" else ""
-    return 404, status_body(404, "NotFound", f'{plural}.{group} "{name}" not found', name=name,
-                            group=group, kind=plural)
+    return 404, status_body(
+        404, "NotFound", f'{plural}.{group} "{name}" not found', name=name, group=group, kind=plural
+    )
 
 
-def list_objects(kube: FakeKube, plural: str, namespace: str,
-                 query: dict[str, list[str]]) -> dict[str, Any]:
+def list_objects(kube: FakeKube, plural: str, namespace: str, query: dict[str, list[str]]) -> dict[str, Any]:
     items = [o for (p, ns, _), o in sorted(kube.objects.items()) if p == plural and ns == namespace]
     for selector in query.get("labelSelector", []):
         for term in selector.split(","):
@@ -417,18 +530,23 @@ def list_objects(kube: FakeKube, plural: str, namespace: str,
     for selector in query.get("fieldSelector", []):
         for term in selector.split(","):
             key, _, value = term.partition("=")
+
             def pick(obj: dict[str, Any], dotted: str = key) -> Any:
                 for part in dotted.split("."):
                     obj = obj.get(part, {}) if isinstance(obj, dict) else {}
                 return obj
+
             items = [o for o in items if pick(o) == value]
     api_version, kind = KINDS[plural]
-    return {"kind": f"{kind}List", "apiVersion": api_version,
-            "metadata": {"resourceVersion": str(kube.version)}, "items": items}
+    return {
+        "kind": f"{kind}List",
+        "apiVersion": api_version,
+        "metadata": {"resourceVersion": str(kube.version)},
+        "items": items,
+    }
 
 
-def pod_log(kube: FakeKube, namespace: str, name: str,
-            query: dict[str, list[str]]) -> tuple[int, Any]:
+def pod_log(kube: FakeKube, namespace: str, name: str, query: dict[str, list[str]]) -> tuple[int, Any]:
     if kube.get("pods", namespace, name) is None:
         return not_found("pods", name)
     previous = query.get("previous", ["false"])[0] == "true"
@@ -439,8 +557,9 @@ def pod_log(kube: FakeKube, namespace: str, name: str,
     return 200, text
 
 
-def validate(kube: FakeKube, plural: str, obj: dict[str, Any], name: str,
-             strict: bool) -> tuple[int, Any] | None:
+def validate(
+    kube: FakeKube, plural: str, obj: dict[str, Any], name: str, strict: bool
+) -> tuple[int, Any] | None:
     if obj.get("metadata", {}).get("name") != name:
         return 400, status_body(400, "BadRequest", "the name of the object does not match the URL")
     if plural != "pytorchjobs":
@@ -448,9 +567,13 @@ def validate(kube: FakeKube, plural: str, obj: dict[str, Any], name: str,
     if strict:
         unknown = unknown_fields(obj, crd_validator().schema)
         if unknown:
-            return 400, status_body(400, "BadRequest", "failed to create typed patch object "
-                                    f"(/{name}; kubeflow.org/v1, Kind=PyTorchJob): "
-                                    + ", ".join(f"{u}: field not declared in schema" for u in unknown))
+            return 400, status_body(
+                400,
+                "BadRequest",
+                "failed to create typed patch object "
+                f"(/{name}; kubeflow.org/v1, Kind=PyTorchJob): "
+                + ", ".join(f"{u}: field not declared in schema" for u in unknown),
+            )
     errors = sorted(crd_validator().iter_errors(obj), key=lambda e: list(e.absolute_path))
     if not errors:
         return None
@@ -459,19 +582,27 @@ def validate(kube: FakeKube, plural: str, obj: dict[str, Any], name: str,
         dotted = ""
         for part in error.absolute_path:
             dotted += f"[{part}]" if isinstance(part, int) else f".{part}"
-        causes.append({"reason": "FieldValueInvalid", "message": f"Invalid value: {error.message}",
-                       "field": dotted.lstrip(".")})
+        causes.append(
+            {
+                "reason": "FieldValueInvalid",
+                "message": f"Invalid value: {error.message}",
+                "field": dotted.lstrip("."),
+            }
+        )
     message = f'PyTorchJob.kubeflow.org "{name}" is invalid: ' + ", ".join(
-        f"{c['field']}: {c['message']}" for c in causes)
-    return 422, status_body(422, "Invalid", message, name=name, group="kubeflow.org",
-                            kind="PyTorchJob", causes=causes)
+        f"{c['field']}: {c['message']}" for c in causes
+    )
+    return 422, status_body(
+        422, "Invalid", message, name=name, group="kubeflow.org", kind="PyTorchJob", causes=causes
+    )
 
 
 GROUPS = {"pytorchjobs": ("kubeflow.org", "v1"), "configmaps": ("", "v1")}
 
 
-def admit(kube: FakeKube, plural: str, operation: str, obj: dict[str, Any],
-          old: dict[str, Any] | None) -> tuple[int, Any] | None:
+def admit(
+    kube: FakeKube, plural: str, operation: str, obj: dict[str, Any], old: dict[str, Any] | None
+) -> tuple[int, Any] | None:
     """Validating admission by the stored policies, as the API server answers it (read in
     kubernetes/kubernetes, staging/src/k8s.io/apiserver/pkg/admission/plugin/policy/validating/
     dispatcher.go (read at commit 0cbcb7cd) and policy_decision.go, Kubernetes v1.30 and
@@ -496,39 +627,53 @@ def admit(kube: FakeKube, plural: str, operation: str, obj: dict[str, Any],
     for policy_name, policy in sorted(kube.admission_policies.items()):
         spec = policy.get("spec") or {}
         constraints = spec.get("matchConstraints") or {}
-        if not (rule_matches(constraints.get("resourceRules") or [], group, version, plural,
-                             operation)
-                and selects(constraints.get("namespaceSelector"), ns_labels)
-                and selects(constraints.get("objectSelector"), dict(meta.get("labels") or {}))):
+        if not (
+            rule_matches(constraints.get("resourceRules") or [], group, version, plural, operation)
+            and selects(constraints.get("namespaceSelector"), ns_labels)
+            and selects(constraints.get("objectSelector"), dict(meta.get("labels") or {}))
+        ):
             continue
         evaluator = kube.evaluators.get(policy_name)
         if evaluator is None:
             evaluator = kube.evaluators[policy_name] = Evaluator(spec)
-        bindings = [b for _, b in sorted(kube.admission_bindings.items())
-                    if (b.get("spec") or {}).get("policyName") == policy_name]
+        bindings = [
+            b
+            for _, b in sorted(kube.admission_bindings.items())
+            if (b.get("spec") or {}).get("policyName") == policy_name
+        ]
         for binding in bindings:
             bspec = binding.get("spec") or {}
             bname = binding["metadata"]["name"]
             match = bspec.get("matchResources") or {}
-            if not (selects(match.get("namespaceSelector"), ns_labels)
-                    and selects(match.get("objectSelector"), dict(meta.get("labels") or {}))):
+            if not (
+                selects(match.get("namespaceSelector"), ns_labels)
+                and selects(match.get("objectSelector"), dict(meta.get("labels") or {}))
+            ):
                 continue
             if "Deny" not in (bspec.get("validationActions") or []):
                 continue
             params: dict[str, Any] | None = None
             if spec.get("paramKind"):
                 ref = bspec.get("paramRef") or {}
-                params = kube.objects.get(("configmaps", ref.get("namespace") or namespace,
-                                           ref.get("name", "")))
+                params = kube.objects.get(
+                    ("configmaps", ref.get("namespace") or namespace, ref.get("name", ""))
+                )
                 if params is None:
                     if ref.get("parameterNotFoundAction") == "Allow":
                         continue
-                    denied.append((policy_name, bname, "failed to configure binding: no params "
-                                   "found for policy binding with `Deny` parameterNotFoundAction",
-                                   "Invalid"))
+                    denied.append(
+                        (
+                            policy_name,
+                            bname,
+                            "failed to configure binding: no params "
+                            "found for policy binding with `Deny` parameterNotFoundAction",
+                            "Invalid",
+                        )
+                    )
                     continue
-            failures = evaluator.failures(obj, params=params, namespace_labels=ns_labels,
-                                          old=old, operation=operation)
+            failures = evaluator.failures(
+                obj, params=params, namespace_labels=ns_labels, old=old, operation=operation
+            )
             denied += [(policy_name, bname, f.message, f.reason) for f in failures or []]
     if not denied:
         return None
@@ -536,8 +681,15 @@ def admit(kube: FakeKube, plural: str, operation: str, obj: dict[str, Any],
     inner = f"ValidatingAdmissionPolicy '{policy_name}' with binding '{bname}' denied request: {message}"
     code = {"Forbidden": 403, "Unauthorized": 401, "RequestEntityTooLarge": 413}.get(reason, 422)
     resource = f"{plural}.{group}" if group else plural
-    return code, status_body(code, reason, f'{resource} "{name}" is forbidden: {inner}',
-                             name=name, group=group, kind=plural, causes=[{"message": inner}])
+    return code, status_body(
+        code,
+        reason,
+        f'{resource} "{name}" is forbidden: {inner}',
+        name=name,
+        group=group,
+        kind=plural,
+        causes=[{"message": inner}],
+    )
 
 
 def parse_body(body: bytes) -> dict[str, Any] | None:
@@ -548,12 +700,17 @@ def parse_body(body: bytes) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def apply(kube: FakeKube, plural: str, namespace: str, name: str, query: dict[str, list[str]],
-          body: bytes) -> tuple[int, Any]:
+def apply(
+    kube: FakeKube, plural: str, namespace: str, name: str, query: dict[str, list[str]], body: bytes
+) -> tuple[int, Any]:
     manager = query.get("fieldManager", [""])[0]
     if not manager:
-        return 422, status_body(422, "Invalid", "PatchOptions.meta.k8s.io \"\" is invalid: "
-                                "fieldManager: Required value: is required for apply patch")
+        return 422, status_body(
+            422,
+            "Invalid",
+            'PatchOptions.meta.k8s.io "" is invalid: '
+            "fieldManager: Required value: is required for apply patch",
+        )
     obj = parse_body(body)
     if obj is None:
         return 400, status_body(400, "BadRequest", "error decoding YAML: not an object")
@@ -569,34 +726,55 @@ def apply(kube: FakeKube, plural: str, namespace: str, name: str, query: dict[st
     owners = copy.deepcopy(kube.owners.get(key, {}))
     if old is not None:
         current = leaves(_content(old))
-        conflicts = sorted(p for other, paths in owners.items() if other != manager
-                           for p in paths if p in applied and current.get(p) != applied[p])
+        conflicts = sorted(
+            p
+            for other, paths in owners.items()
+            if other != manager
+            for p in paths
+            if p in applied and current.get(p) != applied[p]
+        )
         if conflicts and not force:
-            causes = [{"reason": "FieldManagerConflict", "field": dotted(p),
-                       "message": f'conflict with "{next(o for o, ps in owners.items() if p in ps)}": '
-                       f"{dotted(p)}"}
-                      for p in conflicts]
-            return 409, status_body(409, "Conflict", f"Apply failed with {len(causes)} conflicts: "
-                                    + "; ".join(c["message"] for c in causes),
-                                    causes=causes, name=name, kind=plural)
+            causes = [
+                {
+                    "reason": "FieldManagerConflict",
+                    "field": dotted(p),
+                    "message": f'conflict with "{next(o for o, ps in owners.items() if p in ps)}": '
+                    f"{dotted(p)}",
+                }
+                for p in conflicts
+            ]
+            return 409, status_body(
+                409,
+                "Conflict",
+                f"Apply failed with {len(causes)} conflicts: " + "; ".join(c["message"] for c in causes),
+                causes=causes,
+                name=name,
+                kind=plural,
+            )
         for other in owners:
             if other != manager:
                 owners[other] -= set(applied)
-        kept = {p: v for p, v in current.items()
-                if any(p in ps for o, ps in owners.items() if o != manager)}
+        kept = {p: v for p, v in current.items() if any(p in ps for o, ps in owners.items() if o != manager)}
         merged = unflatten({**kept, **applied})
     else:
         merged = unflatten(applied)
     owners[manager] = set(applied)
     new = {**merged, "apiVersion": obj.get("apiVersion"), "kind": obj.get("kind")}
     refused = validate(kube, plural, new, name, strict) or admit(
-        kube, plural, "UPDATE" if old else "CREATE", new, old)
+        kube, plural, "UPDATE" if old else "CREATE", new, old
+    )
     if refused:
         return refused
     kube._stamp(new, old)
-    new["metadata"]["managedFields"] = [{"manager": m, "operation": "Apply", "fieldsType": "FieldsV1",
-                                         "fieldsV1": {dotted(p): {} for p in sorted(ps)}}
-                                        for m, ps in owners.items()]
+    new["metadata"]["managedFields"] = [
+        {
+            "manager": m,
+            "operation": "Apply",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {dotted(p): {} for p in sorted(ps)},
+        }
+        for m, ps in owners.items()
+    ]
     if dry:
         kube.version -= 1
         return (200 if old else 201), new
@@ -605,8 +783,9 @@ def apply(kube: FakeKube, plural: str, namespace: str, name: str, query: dict[st
     return (200 if old else 201), new
 
 
-def create(kube: FakeKube, plural: str, namespace: str, query: dict[str, list[str]],
-           body: bytes) -> tuple[int, Any]:
+def create(
+    kube: FakeKube, plural: str, namespace: str, query: dict[str, list[str]], body: bytes
+) -> tuple[int, Any]:
     obj = parse_body(body)
     if obj is None:
         return 400, status_body(400, "BadRequest", "error decoding the body")
@@ -614,10 +793,12 @@ def create(kube: FakeKube, plural: str, namespace: str, query: dict[str, list[st
     obj["metadata"].setdefault("namespace", namespace)
     key = (plural, namespace, name)
     if key in kube.objects:
-        return 409, status_body(409, "AlreadyExists", f'{plural} "{name}" already exists',
-                                name=name, kind=plural)
-    refused = (validate(kube, plural, obj, name, query.get("fieldValidation", [""])[0] == "Strict")
-               or admit(kube, plural, "CREATE", obj, None))
+        return 409, status_body(
+            409, "AlreadyExists", f'{plural} "{name}" already exists', name=name, kind=plural
+        )
+    refused = validate(kube, plural, obj, name, query.get("fieldValidation", [""])[0] == "Strict") or admit(
+        kube, plural, "CREATE", obj, None
+    )
     if refused:
         return refused
     kube._stamp(obj, None)
@@ -635,16 +816,27 @@ def delete(kube: FakeKube, plural: str, namespace: str, name: str, body: bytes) 
     options = parse_body(body) or {} if body else {}
     uid = (options.get("preconditions") or {}).get("uid")
     if uid and uid != obj["metadata"]["uid"]:
-        return 409, status_body(409, "Conflict", f"Precondition failed: UID in precondition: {uid}, "
-                                f"UID in object meta: {obj['metadata']['uid']}", name=name, kind=plural)
+        return 409, status_body(
+            409,
+            "Conflict",
+            f"Precondition failed: UID in precondition: {uid}, UID in object meta: {obj['metadata']['uid']}",
+            name=name,
+            kind=plural,
+        )
     del kube.objects[key]
     kube.owners.pop(key, None)
     if plural == "pytorchjobs":  # the garbage collector removes the job's pods
-        for pod_key in [k for k, o in kube.objects.items() if k[0] == "pods" and k[1] == namespace
-                        and o["metadata"].get("labels", {}).get("training.kubeflow.org/job-name") == name]:
+        for pod_key in [
+            k
+            for k, o in kube.objects.items()
+            if k[0] == "pods"
+            and k[1] == namespace
+            and o["metadata"].get("labels", {}).get("training.kubeflow.org/job-name") == name
+        ]:
             del kube.objects[pod_key]
     return 200, status_body(200, "", "", name=name, kind=plural, uid=obj["metadata"]["uid"]) | {
-        "status": "Success"}
+        "status": "Success"
+    }
 
 
 class _Server(ThreadingHTTPServer):
@@ -664,8 +856,6 @@ class _Server(ThreadingHTTPServer):
         return self.tls.wrap_socket(sock, server_side=True), address  # OSError: dropped
 
 
-
-
 class KubeAPI:
     """The running server: `url`, `kube` (state), `stop()`."""
 
@@ -679,8 +869,12 @@ class KubeAPI:
         self.server = _Server(self.kube, context)
         scheme = "https" if tls is not None else "http"
         self.url = f"{scheme}://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
-                                       daemon=True, name="fake-kube-api")
+        self.thread = threading.Thread(
+            target=self.server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            daemon=True,
+            name="fake-kube-api",
+        )
         self.thread.start()
 
     def stop(self) -> None:
@@ -692,7 +886,9 @@ class KubeAPI:
     def kubeconfig(self, path: Path, token: str | None = None, context: str = "fake") -> Path:
         """A kubeconfig with token auth pointing at this server."""
         config = {
-            "apiVersion": "v1", "kind": "Config", "current-context": context,
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": context,
             "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
             "users": [{"name": "alice", "user": {"token": token or self.kube.token}}],
             "contexts": [{"name": context, "context": {"cluster": "fake", "user": "alice"}}],
@@ -703,12 +899,17 @@ class KubeAPI:
 
 # --- issue 13: the site checks' resources and per-resource RBAC denial --------------------
 
-SITE_RESOURCES = {"namespaces": "namespaces", "queues": "queues.scheduling.run.ai",
-                  "priorityclasses": "priorityclasses", "persistentvolumeclaims":
-                  "persistentvolumeclaims", "secrets": "secrets", "nodes": "nodes",
-                  "network-attachment-definitions": "network-attachment-definitions.k8s.cni.cncf.io",
-                  "customresourcedefinitions": "customresourcedefinitions",
-                  "deployments": "deployments"}
+SITE_RESOURCES = {
+    "namespaces": "namespaces",
+    "queues": "queues.scheduling.run.ai",
+    "priorityclasses": "priorityclasses",
+    "persistentvolumeclaims": "persistentvolumeclaims",
+    "secrets": "secrets",
+    "nodes": "nodes",
+    "network-attachment-definitions": "network-attachment-definitions.k8s.cni.cncf.io",
+    "customresourcedefinitions": "customresourcedefinitions",
+    "deployments": "deployments",
+}
 
 
 def _site_resource(path: str) -> str | None:
@@ -727,13 +928,16 @@ def site_route(kube: FakeKube, method: str, path: str) -> tuple[int, Any] | None
     if method != "GET" or resource is None:
         return None
     if resource in kube.denied:
-        return 403, status_body(403, "Forbidden", f'{resource} is forbidden: User "alice" cannot '
-                                f'get resource "{resource}"', kind=resource)
+        return 403, status_body(
+            403,
+            "Forbidden",
+            f'{resource} is forbidden: User "alice" cannot get resource "{resource}"',
+            kind=resource,
+        )
     with kube.lock:
         if path in kube.site_objects:
             return 200, kube.site_objects[path]
-        items = [o for p, o in sorted(kube.site_objects.items())
-                 if p.rsplit("/", 1)[0] == path]
+        items = [o for p, o in sorted(kube.site_objects.items()) if p.rsplit("/", 1)[0] == path]
     if items or path.endswith(("/nodes", "/queues")):
         return 200, {"kind": "List", "apiVersion": "v1", "items": items}
     return 404, status_body(404, "NotFound", f'{resource} "{path.rsplit("/", 1)[-1]}" not found')
@@ -750,23 +954,36 @@ def seed_site(kube: FakeKube) -> None:
     for project in projects:
         ns = site.namespace_pattern.format(project=project)
         kube.namespaces.add(ns)
-        put(f"/api/v1/namespaces/{ns}", {"metadata": {"name": ns,
-                                                       "labels": {site.queue_label: project}}})
-        put(f"/apis/scheduling.run.ai/v2/queues/{project}",
-            {"metadata": {"name": project}, "spec": {"resources": {"gpu": {"quota": 64}}}})
+        put(f"/api/v1/namespaces/{ns}", {"metadata": {"name": ns, "labels": {site.queue_label: project}}})
+        put(
+            f"/apis/scheduling.run.ai/v2/queues/{project}",
+            {"metadata": {"name": project}, "spec": {"resources": {"gpu": {"quota": 64}}}},
+        )
         for claim in ("checkpoints", "team-checkpoints"):
             name = f"{project}-{claim}"
-            put(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{name}", {
-                "metadata": {"name": name}, "spec": {"accessModes": ["ReadWriteMany"]},
-                "status": {"phase": "Bound"}})
+            put(
+                f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{name}",
+                {
+                    "metadata": {"name": name},
+                    "spec": {"accessModes": ["ReadWriteMany"]},
+                    "status": {"phase": "Bound"},
+                },
+            )
         for source in site.data_sources:
             claim = site.claim_for(source, project)
-            put(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{claim}", {
-                "metadata": {"name": claim}, "spec": {"accessModes": ["ReadWriteMany"]},
-                "status": {"phase": "Bound"}})
+            put(
+                f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{claim}",
+                {
+                    "metadata": {"name": claim},
+                    "spec": {"accessModes": ["ReadWriteMany"]},
+                    "status": {"phase": "Bound"},
+                },
+            )
     for priority in site.priorities:
-        put(f"/apis/scheduling.k8s.io/v1/priorityclasses/{priority}",
-            {"metadata": {"name": priority}, "value": 100})
+        put(
+            f"/apis/scheduling.k8s.io/v1/priorityclasses/{priority}",
+            {"metadata": {"name": priority}, "value": 100},
+        )
     pools: set[str | None] = set()
     networks: set[str] = set()
     extended: dict[str, int] = {}
@@ -781,16 +998,43 @@ def seed_site(kube: FakeKube) -> None:
         labels = {"nvidia.com/gpu.product": "NVIDIA-H200"}
         if pool:
             labels[site.node_pool_label] = pool
-        put(f"/api/v1/nodes/node-{index}", {"metadata": {"name": f"node-{index}", "labels": labels},
-            "status": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "224", "memory": "2000Gi",
-                                       **{k: str(v) for k, v in extended.items()}}}})
+        put(
+            f"/api/v1/nodes/node-{index}",
+            {
+                "metadata": {"name": f"node-{index}", "labels": labels},
+                "status": {
+                    "allocatable": {
+                        "nvidia.com/gpu": "8",
+                        "cpu": "224",
+                        "memory": "2000Gi",
+                        **{k: str(v) for k, v in extended.items()},
+                    }
+                },
+            },
+        )
     for entry in networks:
         ns, _, name = entry.rpartition("/")
-        for target in ([ns] if ns else [site.namespace_pattern.format(project=p) for p in projects]):
-            put(f"/apis/k8s.cni.cncf.io/v1/namespaces/{target}/network-attachment-definitions/{name}",
-                {"metadata": {"name": name, "namespace": target}})
-    put("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/pytorchjobs.kubeflow.org",
-        copy.deepcopy(upstream_crd()))
-    put("/apis/apps/v1/namespaces/kubeflow/deployments/training-operator",
-        {"metadata": {"name": "training-operator"}, "spec": {"template": {"spec": {"containers": [
-            {"name": "training-operator", "image": "kubeflow/training-operator:v1.9.0"}]}}}})
+        for target in [ns] if ns else [site.namespace_pattern.format(project=p) for p in projects]:
+            put(
+                f"/apis/k8s.cni.cncf.io/v1/namespaces/{target}/network-attachment-definitions/{name}",
+                {"metadata": {"name": name, "namespace": target}},
+            )
+    put(
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/pytorchjobs.kubeflow.org",
+        copy.deepcopy(upstream_crd()),
+    )
+    put(
+        "/apis/apps/v1/namespaces/kubeflow/deployments/training-operator",
+        {
+            "metadata": {"name": "training-operator"},
+            "spec": {
+                "template": {
+                    "spec": {
+                        "containers": [
+                            {"name": "training-operator", "image": "kubeflow/training-operator:v1.9.0"}
+                        ]
+                    }
+                }
+            },
+        },
+    )

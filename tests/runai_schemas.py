@@ -22,8 +22,11 @@ CLUSTER_ID: dict[str, Any] = {"type": "string", "format": "uuid"}
 PRIORITY_CLASS: dict[str, Any] = {"type": ["string", "null"], "pattern": ".*"}
 CATEGORY: dict[str, Any] = {"type": ["string", "null"], "pattern": ".*"}
 # components/schemas/Preemptibility: string or null, minLength 1, enum
-PREEMPTIBILITY: dict[str, Any] = {"type": ["string", "null"], "minLength": 1,
-                                  "enum": ["preemptible", "non-preemptible", None]}
+PREEMPTIBILITY: dict[str, Any] = {
+    "type": ["string", "null"],
+    "minLength": 1,
+    "enum": ["preemptible", "non-preemptible", None],
+}
 # components/schemas/Manifest: an object, any properties
 MANIFEST: dict[str, Any] = {"type": "object", "additionalProperties": True}
 # components/schemas/ManifestEncoded: base 64 text (format byte), at most 2 MiB (v3.0 page)
@@ -61,8 +64,7 @@ WORKLOAD_V2_CREATE: dict[str, Any] = {
 WORKLOAD_V2_UPDATE: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "metadata": {"type": "object", "properties": {"priority": PRIORITY_CLASS,
-                                                      "category": CATEGORY}},
+        "metadata": {"type": "object", "properties": {"priority": PRIORITY_CLASS, "category": CATEGORY}},
         "manifest": MANIFEST,
         "manifestBase64Encoded": MANIFEST_ENCODED,
     },
@@ -74,11 +76,31 @@ WORKLOAD_V2_UPDATE: dict[str, Any] = {
 TOKEN_REQUEST: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "grantType": {"enum": ["app_token", "client_credentials", "refresh_token",
-                               "exchange_token", "password", "external_token_exchange"]},
-        **{k: {"type": "string"} for k in (
-            "appID", "appSecret", "code", "redirectUri", "refreshToken", "username",
-            "password", "clientID", "clientSecret", "externalToken")},
+        "grantType": {
+            "enum": [
+                "app_token",
+                "client_credentials",
+                "refresh_token",
+                "exchange_token",
+                "password",
+                "external_token_exchange",
+            ]
+        },
+        **{
+            k: {"type": "string"}
+            for k in (
+                "appID",
+                "appSecret",
+                "code",
+                "redirectUri",
+                "refreshToken",
+                "username",
+                "password",
+                "clientID",
+                "clientSecret",
+                "externalToken",
+            )
+        },
     },
 }
 
@@ -91,6 +113,8 @@ def errors(schema: dict[str, Any], body: Any) -> list[str]:
     import jsonschema
 
     validator = jsonschema.Draft202012Validator(
-        schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
-    return [f"{'.'.join(map(str, e.absolute_path)) or '(body)'}: {e.message}"
-            for e in validator.iter_errors(body)]
+        schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
+    )
+    return [
+        f"{'.'.join(map(str, e.absolute_path)) or '(body)'}: {e.message}" for e in validator.iter_errors(body)
+    ]

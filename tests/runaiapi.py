@@ -49,8 +49,9 @@ class Fault:
     keep: bool = False
 
     def matches(self, method: str, path: str) -> bool:
-        return ((self.method is None or self.method == method)
-                and (self.path_contains is None or self.path_contains in path))
+        return (self.method is None or self.method == method) and (
+            self.path_contains is None or self.path_contains in path
+        )
 
 
 @dataclass
@@ -66,12 +67,22 @@ class Received:
 class FakeRunai:
     """The control plane's state; tests seed and inspect it directly."""
 
-    clusters: list[dict[str, Any]] = field(default_factory=lambda: [
-        {"uuid": CLUSTER_UUID, "tenantId": 1001, "name": CLUSTER_NAME,
-         "createdAt": "2026-01-15T10:30:00Z"}])
-    projects: list[dict[str, Any]] = field(default_factory=lambda: [
-        {"id": str(i), "name": name, "clusterId": CLUSTER_UUID}
-        for i, name in enumerate(("team-a", "nlp-lab", "vision-lab"), start=7)])
+    clusters: list[dict[str, Any]] = field(
+        default_factory=lambda: [
+            {
+                "uuid": CLUSTER_UUID,
+                "tenantId": 1001,
+                "name": CLUSTER_NAME,
+                "createdAt": "2026-01-15T10:30:00Z",
+            }
+        ]
+    )
+    projects: list[dict[str, Any]] = field(
+        default_factory=lambda: [
+            {"id": str(i), "name": name, "clusterId": CLUSTER_UUID}
+            for i, name in enumerate(("team-a", "nlp-lab", "vision-lab"), start=7)
+        ]
+    )
     access_keys: dict[str, str] = field(default_factory=lambda: {CLIENT_ID: CLIENT_SECRET})
     tokens: set[str] = field(default_factory=set)  # the tokens it accepts now
     static_tokens: set[str] = field(default_factory=set)  # a CLI login's tokens
@@ -94,8 +105,9 @@ class FakeRunai:
         return [r for r in self.requests if r.method == method and path_contains in r.path]
 
     def writes(self) -> list[Received]:
-        return [r for r in self.requests if r.method in ("POST", "PUT", "DELETE")
-                and r.path != "/api/v1/token"]
+        return [
+            r for r in self.requests if r.method in ("POST", "PUT", "DELETE") and r.path != "/api/v1/token"
+        ]
 
     def revoke_tokens(self) -> None:
         """Every token issued so far expires now (the next request answers 401)."""
@@ -163,9 +175,11 @@ class _Handler(BaseHTTPRequestHandler):
                 time.sleep(fault.delay)
             if fault.status is not None:
                 headers = {"Retry-After": fault.retry_after} if fault.retry_after else None
-                self._send(fault.status, fault.body or {"code": fault.status,
-                                                        "message": f"injected {fault.status}"},
-                           headers)
+                self._send(
+                    fault.status,
+                    fault.body or {"code": fault.status, "message": f"injected {fault.status}"},
+                    headers,
+                )
                 return
         if path == "/api/v1/token" and method == "POST":
             self._token(body)
@@ -185,8 +199,9 @@ class _Handler(BaseHTTPRequestHandler):
         if problems:
             self._error(400, "; ".join(problems))
             return
-        if (body.get("grantType") != "client_credentials"
-                or state.access_keys.get(body.get("clientID")) != body.get("clientSecret")):
+        if body.get("grantType") != "client_credentials" or state.access_keys.get(
+            body.get("clientID")
+        ) != body.get("clientSecret"):
             self._error(401, "invalid client credentials")
             return
         with state.lock:
@@ -207,8 +222,12 @@ class _Handler(BaseHTTPRequestHandler):
             wanted = _filters(query)
             items = [_v1(w) for w in state.workloads.values()]
             self._send(200, {"workloads": [w for w in items if _match(w, wanted)]})
-        elif method == "GET" and parts[:3] == ["api", "v1", "workloads"] and len(parts) == 5 \
-                and parts[4] == "pods":
+        elif (
+            method == "GET"
+            and parts[:3] == ["api", "v1", "workloads"]
+            and len(parts) == 5
+            and parts[4] == "pods"
+        ):
             if parts[3] not in state.workloads:
                 self._error(404, "Resource id not found.")
             else:
@@ -220,8 +239,7 @@ class _Handler(BaseHTTPRequestHandler):
             if workload is None:
                 self._error(404, "Resource id not found.")
             elif method == "GET":
-                self._send(200, {"workload": _v2(workload),
-                                 "syncInfo": {"status": "Synced"}})
+                self._send(200, {"workload": _v2(workload), "syncInfo": {"status": "Synced"}})
             elif method == "PUT":
                 self._update(workload, body)
             elif method == "DELETE":
@@ -237,8 +255,7 @@ class _Handler(BaseHTTPRequestHandler):
         priority = metadata.get("priority")
         known = self.server.state.priorities
         if priority is not None and priority not in known:
-            return (f"priority {priority!r} is not a valid priority class; valid values: "
-                    + ", ".join(known))
+            return f"priority {priority!r} is not a valid priority class; valid values: " + ", ".join(known)
         return None
 
     def _create(self, body: Any, dry_run: bool) -> None:
@@ -256,19 +273,26 @@ class _Handler(BaseHTTPRequestHandler):
         if problem:
             self._error(400, problem)
             return
-        if any(w["metadata"]["name"] == metadata.get("name")
-               and w["metadata"]["projectId"] == project["id"] for w in state.workloads.values()):
+        if any(
+            w["metadata"]["name"] == metadata.get("name") and w["metadata"]["projectId"] == project["id"]
+            for w in state.workloads.values()
+        ):
             self._error(409, "Resource with this name already exists")
             return
         manifest = body.get("manifest") or {}
         workload: dict[str, Any] = {
-            "metadata": {**metadata, "id": str(uuid.uuid4()), "projectName": project["name"],
-                         "tenantId": 1001, "gvk": {"group": "kubeflow.org", "version": "v1",
-                                                   "kind": manifest.get("kind", "")}},
+            "metadata": {
+                **metadata,
+                "id": str(uuid.uuid4()),
+                "projectName": project["name"],
+                "tenantId": 1001,
+                "gvk": {"group": "kubeflow.org", "version": "v1", "kind": manifest.get("kind", "")},
+            },
             "desiredPhase": "Running",
             "workloadManifest": copy.deepcopy(manifest),
             "rawManifest": copy.deepcopy(manifest),
-            "phase": "Pending", "phaseMessage": "Waiting for resources",
+            "phase": "Pending",
+            "phaseMessage": "Waiting for resources",
         }
         if not dry_run:
             state.workloads[workload["metadata"]["id"]] = workload
@@ -292,18 +316,27 @@ class _Handler(BaseHTTPRequestHandler):
 
 def _v2(workload: dict[str, Any]) -> dict[str, Any]:
     """components/schemas/WorkloadV2."""
-    return {k: copy.deepcopy(workload[k]) for k in ("metadata", "desiredPhase",
-                                                    "workloadManifest", "rawManifest")}
+    return {
+        k: copy.deepcopy(workload[k]) for k in ("metadata", "desiredPhase", "workloadManifest", "rawManifest")
+    }
 
 
 def _v1(workload: dict[str, Any]) -> dict[str, Any]:
     """The fields of components/schemas/Workload (get_workloads) that runai-spec reads."""
     meta = workload["metadata"]
-    return {"id": meta["id"], "name": meta["name"], "projectId": meta["projectId"],
-            "projectName": meta["projectName"], "clusterId": meta["clusterId"],
-            "priorityClassName": meta.get("priority"), "category": meta.get("category"),
-            "phase": workload["phase"], "phaseMessage": workload.get("phaseMessage"),
-            "deletedAt": None, "type": "pytorchjob"}
+    return {
+        "id": meta["id"],
+        "name": meta["name"],
+        "projectId": meta["projectId"],
+        "projectName": meta["projectName"],
+        "clusterId": meta["clusterId"],
+        "priorityClassName": meta.get("priority"),
+        "category": meta.get("category"),
+        "phase": workload["phase"],
+        "phaseMessage": workload.get("phaseMessage"),
+        "deletedAt": None,
+        "type": "pytorchjob",
+    }
 
 
 def _filters(query: dict[str, list[str]]) -> list[tuple[str, str]]:
@@ -331,9 +364,12 @@ class RunaiAPI:
         self.state = state or FakeRunai()
         self.server = _Server(self.state)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever,
-                                       kwargs={"poll_interval": 0.05}, daemon=True,
-                                       name="fake-runai-api")
+        self.thread = threading.Thread(
+            target=self.server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            daemon=True,
+            name="fake-runai-api",
+        )
         self.thread.start()
 
     def stop(self) -> None:

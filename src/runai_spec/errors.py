@@ -17,8 +17,7 @@ EXIT_INTERNAL = 70
 # (LF, CR, VT, FF and U+0085 end a line; ESC starts a terminal sequence), the Unicode line and
 # paragraph separators, and the bidirectional marks, embeddings, overrides and isolates
 # (U+202E shows what follows right to left, so a line can read as another).
-UNSAFE_TEXT = re.compile(
-    r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+UNSAFE_TEXT = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -79,8 +78,14 @@ class RunaiSpecError(Located, Exception):
     exit_code = EXIT_INTERNAL
 
     def __init__(
-        self, message: str, *, file: str | None = None, line: int | None = None,
-        field: str | None = None, hint: str | None = None, also: Sequence[str] = (),
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        line: int | None = None,
+        field: str | None = None,
+        hint: str | None = None,
+        also: Sequence[str] = (),
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -88,15 +93,13 @@ class RunaiSpecError(Located, Exception):
         self.hint = hint
         self.also = tuple(also)  # more `error:` lines of the same input (all at once)
 
-    def located(self, file: str, field: str | None = None,
-                line: int | None = None) -> RunaiSpecError:
+    def located(self, file: str, field: str | None = None, line: int | None = None) -> RunaiSpecError:
         """A copy of this error placed in `file` (and `field`, at `line`) where it names no
         file itself, for the caller that knows which input it was reading."""
         if self.location.file is not None:
             return self
         placed = copy.copy(self)
-        placed.location = Location(file, self.location.line or line,
-                                   self.location.field or field)
+        placed.location = Location(file, self.location.line or line, self.location.field or field)
         return placed
 
     def lines(self) -> list[str]:

@@ -67,8 +67,7 @@ class ReplacedFiles:
                 handle.close()
             while self.staged:
                 tmp, name, _ = self.staged[0]
-                os.replace(self._at(tmp), self._at(name), src_dir_fd=self.dir_fd,
-                           dst_dir_fd=self.dir_fd)
+                os.replace(self._at(tmp), self._at(name), src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
                 self.staged.pop(0)
         except BaseException:
             self.discard()
@@ -131,22 +130,31 @@ class StagedFiles:
         folder = Path(os.path.abspath(self.folder))
         if folder.is_symlink():
             if not folder.exists():
-                raise InputError("is a link to nothing", file=str(self.folder),
-                                 hint="remove the link or choose another --out-dir folder")
+                raise InputError(
+                    "is a link to nothing",
+                    file=str(self.folder),
+                    hint="remove the link or choose another --out-dir folder",
+                )
             folder = Path(os.path.realpath(folder))
         if folder.exists() and not folder.is_dir():
-            raise InputError("is not a folder", file=str(self.folder),
-                             hint="choose a folder for the manifests, e.g. -d manifests")
+            raise InputError(
+                "is not a folder",
+                file=str(self.folder),
+                hint="choose a folder for the manifests, e.g. -d manifests",
+            )
         if folder.exists() and os.path.ismount(folder):
-            raise InputError("is a mount point, which cannot be replaced as a whole (render -d "
-                             "swaps the folder at once)", file=str(self.folder),
-                             hint="render into a folder inside it, e.g. -d "
-                             f"{Path(self.folder) / 'manifests'}")
+            raise InputError(
+                "is a mount point, which cannot be replaced as a whole (render -d swaps the folder at once)",
+                file=str(self.folder),
+                hint=f"render into a folder inside it, e.g. -d {Path(self.folder) / 'manifests'}",
+            )
         cwd = Path(os.path.realpath(Path.cwd()))
         if folder.parent == folder or cwd == folder or folder in cwd.parents:
-            raise InputError("is the current folder or holds it; render -d replaces the whole "
-                             "folder at once", file=str(self.folder),
-                             hint="give a folder of its own for the manifests, e.g. -d manifests")
+            raise InputError(
+                "is the current folder or holds it; render -d replaces the whole folder at once",
+                file=str(self.folder),
+                hint="give a folder of its own for the manifests, e.g. -d manifests",
+            )
         return folder
 
     def add(self, name: str, text: str) -> None:
@@ -159,8 +167,11 @@ class StagedFiles:
                 handle.write(text)
         except OSError as exc:
             self.discard()
-            raise InputError(f"cannot write: {exc.strerror or exc}", file=str(self.folder),
-                             hint="check the folder and its parent can be written") from None
+            raise InputError(
+                f"cannot write: {exc.strerror or exc}",
+                file=str(self.folder),
+                hint="check the folder and its parent can be written",
+            ) from None
         except BaseException:
             self.discard()
             raise
@@ -188,9 +199,12 @@ class StagedFiles:
             raise
         except OSError as exc:
             self.discard()
-            raise InputError(f"cannot write: {exc.strerror or exc}; no file was changed",
-                             file=str(self.folder), hint="check the folder's permissions and "
-                             "attributes (`lsattr`), or choose another --out-dir folder") from None
+            raise InputError(
+                f"cannot write: {exc.strerror or exc}; no file was changed",
+                file=str(self.folder),
+                hint="check the folder's permissions and "
+                "attributes (`lsattr`), or choose another --out-dir folder",
+            ) from None
         except BaseException:
             self.discard()
             raise
@@ -223,20 +237,32 @@ class StagedFiles:
             st = entry.stat(follow_symlinks=False)
             if entry.name in staged:
                 if not stat.S_ISREG(st.st_mode):
-                    raise InputError("is not a regular file; nothing was written", file=shown,
-                                     hint="remove it or choose another --out-dir folder")
+                    raise InputError(
+                        "is not a regular file; nothing was written",
+                        file=shown,
+                        hint="remove it or choose another --out-dir folder",
+                    )
             elif stat.S_ISDIR(st.st_mode):
-                raise InputError("is a folder; render -d replaces the whole folder at once, "
-                                 "so it writes only into a folder of files; nothing was "
-                                 "written", file=shown,
-                                 hint="give the manifests a folder of their own")
+                raise InputError(
+                    "is a folder; render -d replaces the whole folder at once, "
+                    "so it writes only into a folder of files; nothing was "
+                    "written",
+                    file=shown,
+                    hint="give the manifests a folder of their own",
+                )
             elif not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
-                raise InputError("is not a file, a link or a folder; nothing was written",
-                                 file=shown, hint="remove it or choose another --out-dir folder")
+                raise InputError(
+                    "is not a file, a link or a folder; nothing was written",
+                    file=shown,
+                    hint="remove it or choose another --out-dir folder",
+                )
             if stat.S_ISREG(st.st_mode) and _pinned(entry.path):
-                raise InputError("cannot write: Operation not permitted; no file was changed",
-                                 file=shown, hint="check the file's permissions and attributes "
-                                 "(`lsattr`), or choose another --out-dir folder")
+                raise InputError(
+                    "cannot write: Operation not permitted; no file was changed",
+                    file=shown,
+                    hint="check the file's permissions and attributes "
+                    "(`lsattr`), or choose another --out-dir folder",
+                )
         for entry in entries:
             if entry.name in staged:
                 continue
@@ -309,8 +335,7 @@ def _remove_stale(parent: Path, name: str) -> None:
     prefix = f".{name}.render-"
     try:
         with os.scandir(parent) as listing:
-            stale = [e.path for e in listing if e.name.startswith(prefix)
-                     and e.is_dir(follow_symlinks=False)]
+            stale = [e.path for e in listing if e.name.startswith(prefix) and e.is_dir(follow_symlinks=False)]
     except OSError:
         return
     for path in stale:

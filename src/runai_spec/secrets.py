@@ -16,10 +16,25 @@ _PEM_B64 = re.compile(r"LS0tLS1[A-Za-z0-9+/=]*")
 # alone or after a `-`/`_` prefix (`HF_TOKEN`, `id-token`; never `tokenizer`).
 _KEY_SEP = re.compile(r"(?<![\w-])([\w-]++)[\"']?[ \t]*[:=][ \t]*[\"']?")
 _VALUE = re.compile(r"(?i:(?:bearer|basic)[ \t]+)?[^\s\"',;}]+")
-_KEY_WORDS = ("token", "password", "passwd", "secret", "apikey", "api-key", "api_key", "auth",
-              "authorization", "credential", "credentials", "client-key-data",
-              "client-certificate-data", "certificate-authority-data", "privatekey",
-              "private-key", "private_key")
+_KEY_WORDS = (
+    "token",
+    "password",
+    "passwd",
+    "secret",
+    "apikey",
+    "api-key",
+    "api_key",
+    "auth",
+    "authorization",
+    "credential",
+    "credentials",
+    "client-key-data",
+    "client-certificate-data",
+    "certificate-authority-data",
+    "privatekey",
+    "private-key",
+    "private_key",
+)
 
 
 def _secret_key(key: str) -> bool:
@@ -36,7 +51,7 @@ def _mask_keyed(text: str) -> str:
         value = _VALUE.match(text, match.end())
         if value is None or value.group(0) == MASK:
             continue
-        out += [text[done:match.end()], MASK]
+        out += [text[done : match.end()], MASK]
         done = value.end()
     return "".join(out) + text[done:] if out else text
 
@@ -48,7 +63,8 @@ _SCHEME = re.compile(r"(?i)\b(bearer|basic)\s+(?!\*\*\*)[A-Za-z0-9._~+/=-]+")
 
 # Known token formats, each by its literal start (masking scans for it first).
 TOKEN_SHAPES: dict[str, str] = {
-    "AKIA": r"AKIA[0-9A-Z]{16}", "ASIA": r"ASIA[0-9A-Z]{16}",  # AWS access key id
+    "AKIA": r"AKIA[0-9A-Z]{16}",
+    "ASIA": r"ASIA[0-9A-Z]{16}",  # AWS access key id
     "gh": r"gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,}",  # GitHub
     "glpat-": r"glpat-[A-Za-z0-9_-]{20,}",  # GitLab
     "xox": r"xox[abposr]-[A-Za-z0-9-]{10,}",  # Slack
@@ -66,12 +82,13 @@ URL_USER = r"[a-z][a-z0-9+.-]*://[^/\s:@]+:"
 URL_PASSWORD = r"[^/\s@]+@"
 
 # Masking: each token format at a word start, found by its literal start (one fast scan each).
-_SHAPES = {"eyJ": re.compile(_JWT_ANY),
-           **{start: re.compile(rf"\b(?:{shape})") for start, shape in TOKEN_SHAPES.items()}}
+_SHAPES = {
+    "eyJ": re.compile(_JWT_ANY),
+    **{start: re.compile(rf"\b(?:{shape})") for start, shape in TOKEN_SHAPES.items()},
+}
 _USERINFO = re.compile(rf"(\b{URL_USER}){URL_PASSWORD}")
 # validate: a value that holds any of them anywhere is a credential written as a plain value.
-SECRET_VALUE = re.compile("|".join([*TOKEN_SHAPES.values(), JWT, PRIVATE_KEY,
-                                    URL_USER + URL_PASSWORD]))
+SECRET_VALUE = re.compile("|".join([*TOKEN_SHAPES.values(), JWT, PRIVATE_KEY, URL_USER + URL_PASSWORD]))
 # One-line server and library text only: a long unbroken base64-like run that mixes upper
 # and lower case and digits, as random tokens do (API paths, label keys and hex digests
 # do not). Too broad for manifests.
@@ -80,8 +97,7 @@ _LONG_RUN = re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/=_-]{40,}")
 
 def _random_looking(match: re.Match[str]) -> str:
     run = match.group(0)
-    mixed = (any(c.isupper() for c in run) and any(c.islower() for c in run)
-             and any(c.isdigit() for c in run))
+    mixed = any(c.isupper() for c in run) and any(c.islower() for c in run) and any(c.isdigit() for c in run)
     return MASK if mixed else run
 
 
@@ -146,8 +162,7 @@ def secret_name(name: str, *, variable: bool = False) -> bool:
     if _NAME_WORDS.intersection(words):
         return True
     separated = variable or bool(re.search(r"[-_.]", name))
-    return separated and len(words) >= 2 and words[-1] in _LAST_WORDS or (
-        variable and words == ["KEY"])
+    return separated and len(words) >= 2 and words[-1] in _LAST_WORDS or (variable and words == ["KEY"])
 
 
 def mask_object(value: Any) -> Any:
@@ -159,10 +174,8 @@ def mask_object(value: Any) -> Any:
         out: dict[str, Any] = {}
         named = value.get("name")
         for key, item in value.items():
-            named_secret = (key == "value" and isinstance(named, str)
-                            and secret_name(named, variable=True))
-            secret_key = (isinstance(key, str) and secret_name(key)
-                          and not isinstance(item, dict | list))
+            named_secret = key == "value" and isinstance(named, str) and secret_name(named, variable=True)
+            secret_key = isinstance(key, str) and secret_name(key) and not isinstance(item, dict | list)
             out[key] = MASK if named_secret or secret_key else mask_object(item)
         return out
     if isinstance(value, list):
@@ -172,12 +185,29 @@ def mask_object(value: Any) -> Any:
     return value
 
 
-SECRET_WORDS = {"TOKEN", "SECRET", "SECRETS", "PASSWORD", "PASSWD", "PASSPHRASE",
-                "APIKEY", "CREDENTIAL", "CREDENTIALS", "PRIVATEKEY", "ACCESSKEY"}
+SECRET_WORDS = {
+    "TOKEN",
+    "SECRET",
+    "SECRETS",
+    "PASSWORD",
+    "PASSWD",
+    "PASSPHRASE",
+    "APIKEY",
+    "CREDENTIAL",
+    "CREDENTIALS",
+    "PRIVATEKEY",
+    "ACCESSKEY",
+}
 
 
-SECRET_PAIRS = {("API", "KEY"), ("PRIVATE", "KEY"), ("ACCESS", "KEY"), ("SECRET", "KEY"),
-                ("AUTH", "KEY"), ("CLIENT", "SECRET")}
+SECRET_PAIRS = {
+    ("API", "KEY"),
+    ("PRIVATE", "KEY"),
+    ("ACCESS", "KEY"),
+    ("SECRET", "KEY"),
+    ("AUTH", "KEY"),
+    ("CLIENT", "SECRET"),
+}
 
 
 _WORD = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z])(?=[A-Z])")
@@ -189,7 +219,8 @@ def looks_secret(name: str) -> bool:
     look-alikes such as `TOKENIZERS_PARALLELISM`, `MAX_NEW_TOKENS` or the shell's `PWD`."""
     upper = [w.upper() for w in _WORD.split(name) if w]
     return bool(SECRET_WORDS.intersection(upper)) or any(
-        pair in SECRET_PAIRS for pair in zip(upper, upper[1:], strict=False))
+        pair in SECRET_PAIRS for pair in zip(upper, upper[1:], strict=False)
+    )
 
 
 def secret_value(value: str) -> bool:

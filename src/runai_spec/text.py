@@ -38,8 +38,13 @@ def md_code(text: object, *, cell: bool = False) -> str:
     it; in a table cell (cell=True) each `|` is escaped, which the table removes again."""
     value = one_line(text)
     fence = "`" * (max((len(r) for r in re.findall(r"`+", value)), default=0) + 1)
-    pad = " " if value[:1] == "`" or value[-1:] == "`" or (
-        value[:1] == " " and value[-1:] == " " and value.strip(" ")) else ""
+    pad = (
+        " "
+        if value[:1] == "`"
+        or value[-1:] == "`"
+        or (value[:1] == " " and value[-1:] == " " and value.strip(" "))
+        else ""
+    )
     if not value:
         value = " "
     if cell:
@@ -52,8 +57,7 @@ def md_fence(content: str, info: str = "") -> list[str]:
     run in it, so no line of the content can close the block."""
     runs = re.findall(r"`+", content)
     fence = "`" * max(3, max((len(r) for r in runs), default=0) + 1)
-    body = UNSAFE_TEXT.sub(lambda m: m.group() if m.group() in "\n\t" else one_line(m.group()),
-                        content)
+    body = UNSAFE_TEXT.sub(lambda m: m.group() if m.group() in "\n\t" else one_line(m.group()), content)
     return [f"{fence}{info}", *body.split("\n"), fence]
 
 

@@ -54,6 +54,7 @@ def test_a_file_that_is_not_a_crd_is_bad_input(tmp_path: Path, cache_home: Path)
 
 # --- the command: validate --crd FILE ------------------------------------------------
 
+
 def validate_crd(*args: str) -> Any:
     return run("validate", *args)
 
@@ -65,8 +66,7 @@ def test_validate_crd_passes_the_examples_against_the_upstream_crd(cache_home: P
     assert result.stderr.count("ok: ") == 2
 
 
-def test_validate_crd_reports_the_field_a_tampered_crd_refuses(tmp_path: Path,
-                                                                cache_home: Path) -> None:
+def test_validate_crd_reports_the_field_a_tampered_crd_refuses(tmp_path: Path, cache_home: Path) -> None:
     crd = copy.deepcopy(upstream_crd())
     spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     replica = spec["properties"]["pytorchReplicaSpecs"]["additionalProperties"]
@@ -76,12 +76,12 @@ def test_validate_crd_reports_the_field_a_tampered_crd_refuses(tmp_path: Path,
     profile = str(ROOT / "examples" / "multi-node" / "profile.yaml")
     result = validate_crd(profile, "--crd", str(tampered))
     assert result.exit_code == 1, result.output
-    assert (f"error: {profile}: spec.pytorchReplicaSpecs.Master.replicas: 1 is not of type "
-            "'string' [crd-schema]") in result.stderr.splitlines()
+    assert (
+        f"error: {profile}: spec.pytorchReplicaSpecs.Master.replicas: 1 is not of type 'string' [crd-schema]"
+    ) in result.stderr.splitlines()
 
 
-def test_validate_crd_of_a_file_that_is_not_a_crd_is_bad_input(tmp_path: Path,
-                                                                 cache_home: Path) -> None:
+def test_validate_crd_of_a_file_that_is_not_a_crd_is_bad_input(tmp_path: Path, cache_home: Path) -> None:
     bad = tmp_path / "crd.yaml"
     bad.write_text("kind: ConfigMap\n")
     result = validate_crd(str(ROOT / "examples" / "multi-node" / "profile.yaml"), "--crd", str(bad))
@@ -89,12 +89,13 @@ def test_validate_crd_of_a_file_that_is_not_a_crd_is_bad_input(tmp_path: Path,
     assert result.stderr.startswith(f"error: {bad}: not a CustomResourceDefinition\nhint: ")
     broken = tmp_path / "broken.yaml"
     broken.write_text("kind: [\n")
-    assert validate_crd(str(ROOT / "examples" / "multi-node" / "profile.yaml"),
-                        "--crd", str(broken)).exit_code == 2
+    assert (
+        validate_crd(str(ROOT / "examples" / "multi-node" / "profile.yaml"), "--crd", str(broken)).exit_code
+        == 2
+    )
 
 
-def test_a_planted_cache_entry_never_turns_a_finding_into_a_pass(tmp_path: Path,
-                                                                  cache_home: Path) -> None:
+def test_a_planted_cache_entry_never_turns_a_finding_into_a_pass(tmp_path: Path, cache_home: Path) -> None:
     # issue 23, item 10: the schemas derived from a CRD were read back from
     # ~/.cache/runai-spec/crd-<version>/<sha256 of the file>.json unverified; an entry that
     # accepts anything there made a tampered CRD's finding pass
@@ -104,8 +105,9 @@ def test_a_planted_cache_entry_never_turns_a_finding_into_a_pass(tmp_path: Path,
 
     crd = copy.deepcopy(upstream_crd())
     spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-    spec["properties"]["pytorchReplicaSpecs"]["additionalProperties"]["properties"][
-        "replicas"] = {"type": "string"}
+    spec["properties"]["pytorchReplicaSpecs"]["additionalProperties"]["properties"]["replicas"] = {
+        "type": "string"
+    }
     tampered = tmp_path / "crd.yaml"
     tampered.write_text(json.dumps(crd))
     digest = hashlib.sha256(tampered.read_bytes()).hexdigest()

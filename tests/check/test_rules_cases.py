@@ -53,8 +53,14 @@ def findings_of(path: Path) -> tuple[list[Finding], dict[str, int]]:
         for key in parents:
             target = target[key]
         target[leaf] = json.loads(value)
-    ctx = Context(workload.loaded, workload.approved, workload.site, workload.plan,
-                  tuple(manifests), today=registry.today)
+    ctx = Context(
+        workload.loaded,
+        workload.approved,
+        workload.site,
+        workload.plan,
+        tuple(manifests),
+        today=registry.today,
+    )
     return check_all(ctx), workload.loaded.lines
 
 

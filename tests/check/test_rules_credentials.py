@@ -7,9 +7,13 @@ import pytest
 from runai_spec.secrets import TOKEN_SHAPES, mask_text, secret_value
 
 TOKENS = {
-    "AKIA": "AKIA" + "ABCDEFGHIJKLMNOP", "ASIA": "ASIA" + "0123456789ABCDEF",
-    "gh": "ghp_" + "a1" * 18, "glpat-": "glpat-" + "x" * 20, "xox": "xoxb-" + "1234567890",
-    "hf_": "hf_" + "Ab1" * 10, "sk-": "sk-" + "proj_" + "z" * 20,
+    "AKIA": "AKIA" + "ABCDEFGHIJKLMNOP",
+    "ASIA": "ASIA" + "0123456789ABCDEF",
+    "gh": "ghp_" + "a1" * 18,
+    "glpat-": "glpat-" + "x" * 20,
+    "xox": "xoxb-" + "1234567890",
+    "hf_": "hf_" + "Ab1" * 10,
+    "sk-": "sk-" + "proj_" + "z" * 20,
 }
 
 

@@ -12,17 +12,32 @@ from runai_spec.cli import app
 from runai_spec.outputs.report import rules_markdown
 
 runner = CliRunner()
-ISSUE_RULES = {"image-digest", "reserved-field", "nccl-transport-env", "nccl-debug-temporary",
-               "global-batch", "nproc-gpus", "checkpoint-on-pvc", "preemptible-needs-resume",
-               "rank0-metrics", "ddp-replica-fits", "deepspeed-autotune", "strategy-allowed",
-               "preset-expired", "name-length", "registry", "secret-env", "preset-not-granted"}
+ISSUE_RULES = {
+    "image-digest",
+    "reserved-field",
+    "nccl-transport-env",
+    "nccl-debug-temporary",
+    "global-batch",
+    "nproc-gpus",
+    "checkpoint-on-pvc",
+    "preemptible-needs-resume",
+    "rank0-metrics",
+    "ddp-replica-fits",
+    "deepspeed-autotune",
+    "strategy-allowed",
+    "preset-expired",
+    "name-length",
+    "registry",
+    "secret-env",
+    "preset-not-granted",
+}
 
 
 def test_docs_rules_md_matches_the_code() -> None:
     committed = (ROOT / "docs" / "rules.md").read_text(encoding="utf-8")
     assert committed == rules_markdown(), (
-        "docs/rules.md is out of date; refresh with:\n"
-        "  runai-spec rules --format markdown > docs/rules.md")
+        "docs/rules.md is out of date; refresh with:\n  runai-spec rules --format markdown > docs/rules.md"
+    )
 
 
 def test_every_rule_has_a_section_summary_and_docstring() -> None:

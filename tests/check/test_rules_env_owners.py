@@ -22,22 +22,23 @@ from runai_spec.load.registry import PresetRegistry
 from runai_spec.pipeline.workload import prepare_workload
 
 
-def findings(path: Path, rule: str, registry: PresetRegistry | None = None
-             ) -> list[tuple[str, int | None, str]]:
+def findings(
+    path: Path, rule: str, registry: PresetRegistry | None = None
+) -> list[tuple[str, int | None, str]]:
     workload = prepare_workload(path, registry) if registry else prepare_workload(path)
     return [(f.path, f.line, f.message) for f in workload.findings if f.rule == rule]
 
 
 def test_every_variable_the_rendered_container_gets_besides_the_profile_has_an_owner(
-        base_profile: dict[str, Any], write_profile: Callable[..., Path]) -> None:
+    base_profile: dict[str, Any], write_profile: Callable[..., Path]
+) -> None:
     """The multi-node render: each env entry that is not the profile's own is in env_owners,
     and so is every variable the operator appends to its pods (golden operator_env)."""
     workload = prepare_workload(write_profile(base_profile))
     owners = env_owners(workload.plan)
     (job,) = [m for m in workload.manifests if m.get("kind") == "PyTorchJob"]
     for role, spec in job["spec"]["pytorchReplicaSpecs"].items():
-        container = next(c for c in spec["template"]["spec"]["containers"]
-                         if c["name"] == CONTAINER)
+        container = next(c for c in spec["template"]["spec"]["containers"] if c["name"] == CONTAINER)
         rendered = {e["name"] for e in container["env"]} - set(base_profile["env"])
         assert rendered <= set(owners), rendered - set(owners)
         for version in OPERATOR_VERSIONS:
@@ -47,19 +48,24 @@ def test_every_variable_the_rendered_container_gets_besides_the_profile_has_an_o
 
 
 def test_the_operator_names_cover_every_modelled_release() -> None:
-    elastic = {"metadata": {"name": "j"}, "spec": {
-        "nprocPerNode": "8", "elasticPolicy": {"rdzvId": "x", "maxRestarts": 3},
-        "pytorchReplicaSpecs": {WORKER: {"replicas": 2, "template": {"spec": {
-            "containers": [{"name": CONTAINER}]}}}}}}
+    elastic = {
+        "metadata": {"name": "j"},
+        "spec": {
+            "nprocPerNode": "8",
+            "elasticPolicy": {"rdzvId": "x", "maxRestarts": 3},
+            "pytorchReplicaSpecs": {
+                WORKER: {"replicas": 2, "template": {"spec": {"containers": [{"name": CONTAINER}]}}}
+            },
+        },
+    }
     for version in OPERATOR_VERSIONS:
         assert set(operator_env(elastic, WORKER, 1, version)) <= OPERATOR_ENV_NAMES
-    assert {"MASTER_ADDR", "PET_NNODES", "PET_RDZV_ENDPOINT", "PET_STANDALONE"} <= \
-        OPERATOR_ENV_NAMES
+    assert {"MASTER_ADDR", "PET_NNODES", "PET_RDZV_ENDPOINT", "PET_STANDALONE"} <= OPERATOR_ENV_NAMES
 
 
 def test_a_preset_variable_that_is_no_transport_setting_is_reserved_naming_the_preset(
-        base_profile: dict[str, Any], write_profile: Callable[..., Path], presets_dir: Path,
-        engineer_key: Path) -> None:
+    base_profile: dict[str, Any], write_profile: Callable[..., Path], presets_dir: Path, engineer_key: Path
+) -> None:
     """A preset's network.env silently replaced the profile's value of the same name."""
     preset = presets_dir / "h200-2x8-ib.yaml"
     data = yaml.safe_load(preset.read_text())
@@ -72,26 +78,32 @@ def test_a_preset_variable_that_is_no_transport_setting_is_reserved_naming_the_p
     path = write_profile(base_profile)
     got = findings(path, "reserved-env", PresetRegistry(presets_dir))
     assert [(f, m.split(":")[0]) for f, _, m in got] == [
-        ("env.OMP_NUM_THREADS",
-         "OMP_NUM_THREADS is set by the preset (presets/h200-2x8-ib.yaml network.env.OMP_NUM_THREADS)"),
-        ("secret_env.OMP_NUM_THREADS",
-         "OMP_NUM_THREADS is set by the preset (presets/h200-2x8-ib.yaml network.env.OMP_NUM_THREADS)"),
+        (
+            "env.OMP_NUM_THREADS",
+            "OMP_NUM_THREADS is set by the preset (presets/h200-2x8-ib.yaml network.env.OMP_NUM_THREADS)",
+        ),
+        (
+            "secret_env.OMP_NUM_THREADS",
+            "OMP_NUM_THREADS is set by the preset (presets/h200-2x8-ib.yaml network.env.OMP_NUM_THREADS)",
+        ),
     ]
     text = path.read_text().splitlines()
-    assert [line for _, line, _ in got] == [own_line(text, "env", "OMP_NUM_THREADS"),
-                                           own_line(text, "secret_env", "OMP_NUM_THREADS")]
+    assert [line for _, line, _ in got] == [
+        own_line(text, "env", "OMP_NUM_THREADS"),
+        own_line(text, "secret_env", "OMP_NUM_THREADS"),
+    ]
 
 
 def own_line(text: list[str], section: str, name: str) -> int:
     """The line (1-based) of NAME under the top-level SECTION of a profile's text."""
     start = text.index(f"{section}:")
-    return next(i + 1 for i, line in enumerate(text)
-                if i > start and line.strip().startswith(f"{name}:"))
+    return next(i + 1 for i, line in enumerate(text) if i > start and line.strip().startswith(f"{name}:"))
 
 
 @pytest.mark.parametrize("name", ["NCCL_IB_HCA", "PYTHONUNBUFFERED", "RANK", "NCCL_DEBUG"])
 def test_a_secret_env_finding_names_secret_env_on_its_own_line(
-        base_profile: dict[str, Any], write_profile: Callable[..., Path], name: str) -> None:
+    base_profile: dict[str, Any], write_profile: Callable[..., Path], name: str
+) -> None:
     base_profile["secret_env"] = {name: {"secret": "s", "key": "k"}}
     path = write_profile(base_profile)
     own = own_line(path.read_text().splitlines(), "secret_env", name)
@@ -101,17 +113,29 @@ def test_a_secret_env_finding_names_secret_env_on_its_own_line(
     assert finding.lines()[0].startswith(f"error: {path}:{own}: secret_env.{name}: ")
 
 
-@pytest.mark.parametrize("name", ["LD_LIBRARY_PATH", "FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA",
-                                  "SHARP_COLL_ENABLE_SAT", "MELLANOX_VISIBLE_DEVICES",
-                                  "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC",
-                                  "TORCH_NCCL_ENABLE_MONITORING", "TORCH_NCCL_BLOCKING_WAIT",
-                                  "NCCL_IB_HCA", "UCX_TLS", "LD_PRELOAD"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "LD_LIBRARY_PATH",
+        "FI_PROVIDER",
+        "FI_EFA_USE_DEVICE_RDMA",
+        "SHARP_COLL_ENABLE_SAT",
+        "MELLANOX_VISIBLE_DEVICES",
+        "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC",
+        "TORCH_NCCL_ENABLE_MONITORING",
+        "TORCH_NCCL_BLOCKING_WAIT",
+        "NCCL_IB_HCA",
+        "UCX_TLS",
+        "LD_PRELOAD",
+    ],
+)
 def test_the_transport_variables_are_the_preset_s(name: str) -> None:
     assert transport_variable(name)
 
 
-@pytest.mark.parametrize("name", [*NCCL_DIAGNOSTICS, "MY_FLAG", "LD_BIND_NOW", "TORCH_HOME",
-                                  "FIX", "SHARPNESS", "NCCL"])
+@pytest.mark.parametrize(
+    "name", [*NCCL_DIAGNOSTICS, "MY_FLAG", "LD_BIND_NOW", "TORCH_HOME", "FIX", "SHARPNESS", "NCCL"]
+)
 def test_other_variables_are_not_transport_variables(name: str) -> None:
     assert not transport_variable(name)
 
@@ -125,18 +149,32 @@ def test_each_transport_family_says_what_it_configures_and_the_rule_lists_it() -
 
 # Issue 23 (third red-team pass), item 12: the transport-adjacent families, and the device
 # plugin's NVIDIA_VISIBLE_DEVICES, in the one list the admission policy reads too.
-ISSUE_23_TRANSPORT = ["GLOO_DEVICE_TRANSPORT", "UCC_TLS", "UCC_CLS", "TORCH_UCC_BLOCKING_WAIT",
-                      "IBV_DRIVERS", "IBV_FORK_SAFE", "MLX5_SINGLE_THREADED",
-                      "RDMAV_FORK_SAFE", "HCOLL_ENABLE_MCAST_ALL", "OMPI_MCA_btl",
-                      "OMPI_MCA_pml", "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_MIG_CONFIG_DEVICES",
-                      "NVIDIA_DISABLE_REQUIRE", "NVIDIA_REQUIRE_CUDA",
-                      "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
-                      "NVIDIA_VISIBLE_DEVICES"]
+ISSUE_23_TRANSPORT = [
+    "GLOO_DEVICE_TRANSPORT",
+    "UCC_TLS",
+    "UCC_CLS",
+    "TORCH_UCC_BLOCKING_WAIT",
+    "IBV_DRIVERS",
+    "IBV_FORK_SAFE",
+    "MLX5_SINGLE_THREADED",
+    "RDMAV_FORK_SAFE",
+    "HCOLL_ENABLE_MCAST_ALL",
+    "OMPI_MCA_btl",
+    "OMPI_MCA_pml",
+    "NVIDIA_DRIVER_CAPABILITIES",
+    "NVIDIA_MIG_CONFIG_DEVICES",
+    "NVIDIA_DISABLE_REQUIRE",
+    "NVIDIA_REQUIRE_CUDA",
+    "CUDA_MPS_PIPE_DIRECTORY",
+    "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+    "NVIDIA_VISIBLE_DEVICES",
+]
 
 
 @pytest.mark.parametrize("name", ISSUE_23_TRANSPORT)
 def test_transport_adjacent_variables_are_one_finding_naming_what_they_configure(
-        base_profile: dict[str, Any], write_profile: Callable[..., Path], name: str) -> None:
+    base_profile: dict[str, Any], write_profile: Callable[..., Path], name: str
+) -> None:
     assert transport_variable(name)
     base_profile["env"] = {name: "x"}
     path = write_profile(base_profile)
@@ -146,16 +184,31 @@ def test_transport_adjacent_variables_are_one_finding_naming_what_they_configure
     assert finding.message.startswith(f"{name} configures ")
 
 
-@pytest.mark.parametrize("name", ["WANDB_PROJECT", "HF_HOME", "TOKENIZERS_PARALLELISM",
-                                  "OMP_NUM_THREADS", "NVIDIA_TF32_OVERRIDE", "CUDA_LAUNCH_BLOCKING",
-                                  "UCCX", "MLX5", "PYTORCH_CUDA_ALLOC_CONF"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "WANDB_PROJECT",
+        "HF_HOME",
+        "TOKENIZERS_PARALLELISM",
+        "OMP_NUM_THREADS",
+        "NVIDIA_TF32_OVERRIDE",
+        "CUDA_LAUNCH_BLOCKING",
+        "UCCX",
+        "MLX5",
+        "PYTORCH_CUDA_ALLOC_CONF",
+    ],
+)
 def test_ordinary_application_variables_stay_the_researcher_s(
-        base_profile: dict[str, Any], write_profile: Callable[..., Path], name: str) -> None:
+    base_profile: dict[str, Any], write_profile: Callable[..., Path], name: str
+) -> None:
     # a list of engineer-owned families, not an allow-list (launcher.py says why)
     assert not transport_variable(name)
     base_profile["env"] = {name: "1"}
-    assert not [f for f in prepare_workload(write_profile(base_profile)).findings
-                if f.path == f"env.{name}" and f.severity == "error"]
+    assert not [
+        f
+        for f in prepare_workload(write_profile(base_profile)).findings
+        if f.path == f"env.{name}" and f.severity == "error"
+    ]
 
 
 def test_the_reserved_list_is_plain_prefixes_and_names() -> None:

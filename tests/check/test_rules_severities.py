@@ -21,20 +21,22 @@ def listed() -> dict[str, list[str]]:
     return {r["id"]: r["severities"] for r in json.loads(result.stdout)}
 
 
-@pytest.mark.parametrize("path", [*CASE_FILES, *EXAMPLES],
-                         ids=[*map(case_id, CASE_FILES), *(p.parent.name for p in EXAMPLES)])
-def test_validate_reports_only_the_severities_rules_lists(listed: dict[str, list[str]],
-                                                         path: Path) -> None:
+@pytest.mark.parametrize(
+    "path", [*CASE_FILES, *EXAMPLES], ids=[*map(case_id, CASE_FILES), *(p.parent.name for p in EXAMPLES)]
+)
+def test_validate_reports_only_the_severities_rules_lists(listed: dict[str, list[str]], path: Path) -> None:
     findings, _ = findings_of(path)
-    wrong = [f"{f.rule}: {f.severity} (rules lists {listed[f.rule]})" for f in findings
-             if f.rule in listed and f.severity not in listed[f.rule]]
+    wrong = [
+        f"{f.rule}: {f.severity} (rules lists {listed[f.rule]})"
+        for f in findings
+        if f.rule in listed and f.severity not in listed[f.rule]
+    ]
     assert wrong == []
 
 
 def test_the_text_and_markdown_catalogues_show_the_milder_severities() -> None:
     text = run("rules").stdout
-    assert any(ln.startswith("global-batch") and " error/warning " in ln
-               for ln in text.splitlines()), text
+    assert any(ln.startswith("global-batch") and " error/warning " in ln for ln in text.splitlines()), text
     markdown = run("rules", "--format", "markdown").stdout
     assert "| [`global-batch`](#global-batch) | error (or warning) |" in markdown
 

@@ -20,25 +20,34 @@ runner = CliRunner()
 
 
 def five_problems(base: dict[str, Any]) -> dict[str, Any]:
-    base.update(image="registry.scc.example.org/team-a/train:1.0",   # image-digest
-                gpus=8)                                               # reserved-field
-    base["env"] = {"NCCL_SOCKET_IFNAME": "ib0",                       # nccl-transport-env
-                   "HF_TOKEN": "hf_" + "a" * 34}                      # secret-env
-    base["batch"] = {"local": 4, "grad_accum": 2, "global": 100}      # global-batch
+    base.update(
+        image="registry.scc.example.org/team-a/train:1.0",  # image-digest
+        gpus=8,
+    )  # reserved-field
+    base["env"] = {
+        "NCCL_SOCKET_IFNAME": "ib0",  # nccl-transport-env
+        "HF_TOKEN": "hf_" + "a" * 34,
+    }  # secret-env
+    base["batch"] = {"local": 4, "grad_accum": 2, "global": 100}  # global-batch
     return base
 
 
 def test_five_problems_give_five_findings_with_file_path_line_rule_and_hint(
-        write_profile: Callable[..., Path], base_profile: dict[str, Any]) -> None:
+    write_profile: Callable[..., Path], base_profile: dict[str, Any]
+) -> None:
     path = write_profile(five_problems(base_profile))
     result = runner.invoke(app, ["validate", "--format", "json", str(path)])
     assert result.exit_code == 1
     doc = json.loads(result.stdout)
     (entry,) = doc["profiles"]
     errors = [f for f in entry["findings"] if f["severity"] == "error"]
-    assert sorted(f["rule"] for f in errors) == ["global-batch", "image-digest",
-                                                 "nccl-transport-env", "reserved-field",
-                                                 "secret-env"]
+    assert sorted(f["rule"] for f in errors) == [
+        "global-batch",
+        "image-digest",
+        "nccl-transport-env",
+        "reserved-field",
+        "secret-env",
+    ]
     for finding in errors:
         assert finding["file"] == str(path)
         assert isinstance(finding["line"], int) and finding["line"] > 0
@@ -46,16 +55,18 @@ def test_five_problems_give_five_findings_with_file_path_line_rule_and_hint(
     assert doc["summary"]["error"] == 5 and doc["summary"]["with_errors"] == 1
 
 
-def test_text_output_lists_all_findings_on_stderr(write_profile: Callable[..., Path],
-                                                  base_profile: dict[str, Any]) -> None:
+def test_text_output_lists_all_findings_on_stderr(
+    write_profile: Callable[..., Path], base_profile: dict[str, Any]
+) -> None:
     result = runner.invoke(app, ["validate", str(write_profile(five_problems(base_profile)))])
     assert result.exit_code == 1 and result.stdout == ""
     assert result.stderr.count("\nhint: ") + result.stderr.startswith("hint: ") >= 5
     assert sum(line.startswith("error: ") for line in result.stderr.splitlines()) == 5
 
 
-def test_markdown_output_is_a_table_per_profile(write_profile: Callable[..., Path],
-                                                base_profile: dict[str, Any]) -> None:
+def test_markdown_output_is_a_table_per_profile(
+    write_profile: Callable[..., Path], base_profile: dict[str, Any]
+) -> None:
     bad = write_profile(five_problems(dict(base_profile)))
     good = write_profile(base_profile)
     broken = write_profile("name: [\n")
@@ -75,21 +86,30 @@ def test_json_reports_bad_input_next_to_findings(write_profile: Callable[..., Pa
     assert "top level must be a mapping" in bad["message"] and bad["exit_code"] == 2
 
 
-def test_secret_env_renders_secret_key_ref_not_a_value(write_profile: Callable[..., Path],
-                                                       base_profile: dict[str, Any]) -> None:
+def test_secret_env_renders_secret_key_ref_not_a_value(
+    write_profile: Callable[..., Path], base_profile: dict[str, Any]
+) -> None:
     base_profile["secret_env"] = {"WANDB_API_KEY": {"secret": "team-a-wandb", "key": "api-key"}}
     workload = prepare_workload(write_profile(base_profile))
     assert [f for f in workload.findings if f.severity == "error"] == []
     job = yaml.safe_load(workload.text)
     env = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["env"]
-    assert {"name": "WANDB_API_KEY",
-            "valueFrom": {"secretKeyRef": {"name": "team-a-wandb", "key": "api-key"}}} in env
+    assert {
+        "name": "WANDB_API_KEY",
+        "valueFrom": {"secretKeyRef": {"name": "team-a-wandb", "key": "api-key"}},
+    } in env
     assert schema_errors(job) == []
 
 
 def test_secret_names_and_values() -> None:
-    for name in ("HF_TOKEN", "WANDB_API_KEY", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD",
-                 "githubToken", "MY_CREDENTIALS"):
+    for name in (
+        "HF_TOKEN",
+        "WANDB_API_KEY",
+        "AWS_SECRET_ACCESS_KEY",
+        "DB_PASSWORD",
+        "githubToken",
+        "MY_CREDENTIALS",
+    ):
         assert secret_name(name), name
     for name in ("TOKENIZERS_PARALLELISM", "PWD", "MAX_NEW_TOKENS", "KEYBOARD", "OMP_NUM_THREADS"):
         assert not secret_name(name), name
@@ -99,7 +119,8 @@ def test_secret_names_and_values() -> None:
 
 
 def test_nested_reserved_keys_are_findings_not_unknown_fields(
-        write_profile: Callable[..., Path], base_profile: dict[str, Any]) -> None:
+    write_profile: Callable[..., Path], base_profile: dict[str, Any]
+) -> None:
     base_profile["checkpoint"]["annotations"] = {"k8s.v1.cni.cncf.io/networks": "ib"}
     base_profile["nvidia.com/rdma_ib"] = 8
     result = runner.invoke(app, ["validate", str(write_profile(base_profile))])

@@ -20,19 +20,78 @@ from runai_spec.load.profile import Profile
 
 # The 2020-12 dialect's keywords (core, applicator, validation, meta-data, format, content).
 KEYWORDS = {
-    "$schema", "$id", "$ref", "$defs", "$comment", "$anchor", "$dynamicRef", "$dynamicAnchor",
-    "$vocabulary", "allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentSchemas",
-    "prefixItems", "items", "contains", "properties", "patternProperties",
-    "additionalProperties", "propertyNames", "unevaluatedItems", "unevaluatedProperties",
-    "type", "enum", "const", "multipleOf", "maximum", "exclusiveMaximum", "minimum",
-    "exclusiveMinimum", "maxLength", "minLength", "pattern", "maxItems", "minItems",
-    "uniqueItems", "maxContains", "minContains", "maxProperties", "minProperties", "required",
-    "dependentRequired", "title", "description", "default", "deprecated", "readOnly",
-    "writeOnly", "examples", "format", "contentEncoding", "contentMediaType", "contentSchema",
+    "$schema",
+    "$id",
+    "$ref",
+    "$defs",
+    "$comment",
+    "$anchor",
+    "$dynamicRef",
+    "$dynamicAnchor",
+    "$vocabulary",
+    "allOf",
+    "anyOf",
+    "oneOf",
+    "not",
+    "if",
+    "then",
+    "else",
+    "dependentSchemas",
+    "prefixItems",
+    "items",
+    "contains",
+    "properties",
+    "patternProperties",
+    "additionalProperties",
+    "propertyNames",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+    "type",
+    "enum",
+    "const",
+    "multipleOf",
+    "maximum",
+    "exclusiveMaximum",
+    "minimum",
+    "exclusiveMinimum",
+    "maxLength",
+    "minLength",
+    "pattern",
+    "maxItems",
+    "minItems",
+    "uniqueItems",
+    "maxContains",
+    "minContains",
+    "maxProperties",
+    "minProperties",
+    "required",
+    "dependentRequired",
+    "title",
+    "description",
+    "default",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+    "examples",
+    "format",
+    "contentEncoding",
+    "contentMediaType",
+    "contentSchema",
 }
 _MAPS = ("properties", "patternProperties", "$defs", "dependentSchemas")
-_ONE = ("additionalProperties", "items", "contains", "propertyNames", "not", "if", "then",
-        "else", "unevaluatedItems", "unevaluatedProperties", "contentSchema")
+_ONE = (
+    "additionalProperties",
+    "items",
+    "contains",
+    "propertyNames",
+    "not",
+    "if",
+    "then",
+    "else",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+    "contentSchema",
+)
 _LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
 
 
@@ -66,37 +125,59 @@ def test_the_schema_is_valid_json_schema_2020_12(schema: dict[str, Any]) -> None
 
 def test_the_schema_uses_only_json_schema_keywords(schema: dict[str, Any]) -> None:
     """pydantic's own constraint names (`gt`, `ge`, `le`) are ignored by every validator."""
-    unknown = {f"{where}: {key}" for where, sub in subschemas(schema) for key in sub
-               if key not in KEYWORDS}
+    unknown = {f"{where}: {key}" for where, sub in subschemas(schema) for key in sub if key not in KEYWORDS}
     assert not unknown, sorted(unknown)
 
 
 def _shipped_profiles() -> list[Path]:
-    return [*sorted((ROOT / "examples").glob("*/profile.yaml")),
-            *sorted((ROOT / "tests" / "rules").glob("*/pass.yaml"))]
+    return [
+        *sorted((ROOT / "examples").glob("*/profile.yaml")),
+        *sorted((ROOT / "tests" / "rules").glob("*/pass.yaml")),
+    ]
 
 
 @pytest.mark.parametrize("path", _shipped_profiles(), ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_a_standard_validator_accepts_the_shipped_profiles(schema: dict[str, Any],
-                                                           path: Path) -> None:
+def test_a_standard_validator_accepts_the_shipped_profiles(schema: dict[str, Any], path: Path) -> None:
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     jsonschema.Draft202012Validator(schema).validate(data)
 
 
 # The profile's own negative cases: (dotted field, value); each is refused by the model.
 NEGATIVE = [
-    ("model.sequence_length", -5), ("model.sequence_length", 0),
-    ("model.sequence_length", 1.5), ("model.sequence_length", "4096"),
-    ("zero_stage", 7), ("zero_stage", -1), ("zero_stage", 4),
-    ("batch.local", 0), ("batch.local", -4), ("batch.grad_accum", 0), ("batch.global", -1),
-    ("batch.global", True), ("model.parameters", 0), ("model.precision", "fp64"),
-    ("model.optimizer", "lamb"), ("strategy", "magic"), ("checkpoint.dir", "checkpoints"),
-    ("checkpoint.pvc", "Team_A"), ("checkpoint.format", "pickle"), ("name", "Demo"),
-    ("name", "-demo"), ("name", "a" * 70), ("project", "team a"), ("working_dir", "workspace"),
-    ("command", []), ("command", "train.py"), ("env.1BAD", "x"), ("colour", "blue"),
-    ("batch.colour", "blue"), ("metrics.writer", "everyone"), ("diagnostics.nccl_debug", "yes"),
+    ("model.sequence_length", -5),
+    ("model.sequence_length", 0),
+    ("model.sequence_length", 1.5),
+    ("model.sequence_length", "4096"),
+    ("zero_stage", 7),
+    ("zero_stage", -1),
+    ("zero_stage", 4),
+    ("batch.local", 0),
+    ("batch.local", -4),
+    ("batch.grad_accum", 0),
+    ("batch.global", -1),
+    ("batch.global", True),
+    ("model.parameters", 0),
+    ("model.precision", "fp64"),
+    ("model.optimizer", "lamb"),
+    ("strategy", "magic"),
+    ("checkpoint.dir", "checkpoints"),
+    ("checkpoint.pvc", "Team_A"),
+    ("checkpoint.format", "pickle"),
+    ("name", "Demo"),
+    ("name", "-demo"),
+    ("name", "a" * 70),
+    ("project", "team a"),
+    ("working_dir", "workspace"),
+    ("command", []),
+    ("command", "train.py"),
+    ("env.1BAD", "x"),
+    ("colour", "blue"),
+    ("batch.colour", "blue"),
+    ("metrics.writer", "everyone"),
+    ("diagnostics.nccl_debug", "yes"),
     ("data", [{"path": "/data", "pvc": "d", "read_only": "no"}]),
-    ("data", [{"path": "data", "pvc": "d"}]), ("secret_env.TOKEN", {"secret": "s"}),
+    ("data", [{"path": "data", "pvc": "d"}]),
+    ("secret_env.TOKEN", {"secret": "s"}),
 ]
 
 
@@ -119,8 +200,9 @@ def test_the_base_of_the_negative_cases_is_accepted(schema: dict[str, Any]) -> N
 
 
 @pytest.mark.parametrize("field, value", NEGATIVE, ids=[f"{f}={v!r}"[:40] for f, v in NEGATIVE])
-def test_a_standard_validator_refuses_what_the_profile_refuses(schema: dict[str, Any],
-                                                               field: str, value: Any) -> None:
+def test_a_standard_validator_refuses_what_the_profile_refuses(
+    schema: dict[str, Any], field: str, value: Any
+) -> None:
     data = _with(field, value)
     with pytest.raises(pydantic.ValidationError):
         Profile.model_validate(data)

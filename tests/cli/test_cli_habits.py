@@ -96,12 +96,12 @@ def test_render_o_dir_still_works_with_a_deprecation_line(tmp_path: Path) -> Non
     old = runner.invoke(app, ["render", str(MULTI), "-o", str(tmp_path / "old")])
     assert old.exit_code == 0, old.output
     assert (tmp_path / "old" / "llm-7b-fsdp.yaml").is_file()
-    assert re.search(r"^warning: `-o .*` as a folder is deprecated; use `--out-dir", old.stderr,
-                     re.M)
+    assert re.search(r"^warning: `-o .*` as a folder is deprecated; use `--out-dir", old.stderr, re.M)
 
 
-@pytest.mark.parametrize(("command", "refused"), [("explain", "markdown"), ("plan", "text"),
-                                                  ("status", "markdown")])
+@pytest.mark.parametrize(
+    ("command", "refused"), [("explain", "markdown"), ("plan", "text"), ("status", "markdown")]
+)
 def test_only_the_formats_each_command_has_are_offered(command: str, refused: str) -> None:
     help_text = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"}).stdout
     assert refused not in re.findall(r"<([a-z|]+)>", help_text)[0].split("|")

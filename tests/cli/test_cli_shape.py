@@ -24,8 +24,12 @@ def is_command(node: ast.FunctionDef) -> bool:
 
 def body_lines(node: ast.FunctionDef) -> int:
     body = node.body
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-            and isinstance(body[0].value.value, str):
+    if (
+        body
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)
+    ):
         body = body[1:]  # the docstring is the command's --help, not logic
     if not body:
         return 0
@@ -34,16 +38,18 @@ def body_lines(node: ast.FunctionDef) -> int:
 
 def commands(path: Path) -> list[tuple[str, int]]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    return [(f"{path.name}:{n.name}", body_lines(n)) for n in ast.walk(tree)
-            if isinstance(n, ast.FunctionDef) and is_command(n)]
+    return [
+        (f"{path.name}:{n.name}", body_lines(n))
+        for n in ast.walk(tree)
+        if isinstance(n, ast.FunctionDef) and is_command(n)
+    ]
 
 
 def test_every_cli_command_is_short() -> None:
     found = [c for path in sorted(CLI.glob("*.py")) for c in commands(path)]
     names = {name.split(":")[1] for name, _ in found}
     # the walk sees the commands (a check that finds none cannot fail)
-    assert {"render", "validate", "diff", "submit", "logs", "rehearse", "status",
-            "delete"} <= names
+    assert {"render", "validate", "diff", "submit", "logs", "rehearse", "status", "delete"} <= names
     assert [(name, n) for name, n in found if n > MAX_BODY] == []
 
 

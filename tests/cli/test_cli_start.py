@@ -26,8 +26,9 @@ MULTI = str(ROOT / "examples" / "multi-node" / "profile.yaml")
 
 
 def loaded(*args: str) -> tuple[str, set[str]]:
-    done = subprocess.run([sys.executable, "-c", PROBE, json.dumps(args)], capture_output=True,
-                          text=True, check=True, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(args)], capture_output=True, text=True, check=True, cwd=ROOT
+    )
     result = json.loads(done.stdout)
     return result["out"], set(result["modules"])
 
@@ -48,5 +49,7 @@ def test_a_command_imports_only_its_own_module_of_the_cli() -> None:
     out, modules = loaded("render", MULTI)
     assert 'kind: "PyTorchJob"' in out
     assert {m for m in modules if m.startswith("runai_spec.cli.")} == {
-        "runai_spec.cli.common", "runai_spec.cli.offline"}
+        "runai_spec.cli.common",
+        "runai_spec.cli.offline",
+    }
     assert "runai_spec.render.compiled.pytorchjob_json" in modules  # the shipped compiled template

@@ -14,8 +14,11 @@ from conftest import BASE_PROFILE, run
 
 def errors_and_hints(stderr: str) -> list[tuple[str, str]]:
     lines = stderr.splitlines()
-    return [(line, lines[i + 1] if i + 1 < len(lines) else "")
-            for i, line in enumerate(lines) if line.startswith("error: ")]
+    return [
+        (line, lines[i + 1] if i + 1 < len(lines) else "")
+        for i, line in enumerate(lines)
+        if line.startswith("error: ")
+    ]
 
 
 def test_every_schema_error_is_followed_by_a_hint(tmp_path: Path) -> None:
@@ -39,9 +42,10 @@ def test_every_schema_error_is_followed_by_a_hint(tmp_path: Path) -> None:
 
 def test_the_loaders_own_refusals_name_the_field_and_give_a_hint(tmp_path: Path) -> None:
     for text, field, what in [
-            ("name: demo\nmodel: {parameters: 1e309}\n", "model.parameters", "too large"),
-            ('name: demo\nimage: "a\\x1bb"\n', "image", "control characters"),
-            ("name: demo\nimage: !!str x\n", "image", "YAML tags")]:
+        ("name: demo\nmodel: {parameters: 1e309}\n", "model.parameters", "too large"),
+        ('name: demo\nimage: "a\\x1bb"\n', "image", "control characters"),
+        ("name: demo\nimage: !!str x\n", "image", "YAML tags"),
+    ]:
         path = tmp_path / "profile.yaml"
         path.write_text(text, encoding="utf-8")
         result = run("validate", str(path))

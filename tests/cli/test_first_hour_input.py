@@ -69,23 +69,27 @@ def annotation(text: str) -> str:
 
 # --- literal scalars (issue 12 item 7, DESIGN section 5) -----------------------------
 
-def test_plain_numbers_in_env_and_command_keep_their_text(write_profile: Callable[..., Path]
-                                                          ) -> None:
-    text = PROFILE.replace('  MY_FLAG: "1"', "  TORCH_VERSION: 1.10\n  SEED: 1e3\n  ON: true\n"
-                           "  OCTAL: 0777\n  RATIO: -0.50").replace(
-        "command: [train.py, --config, cfg.yaml]", "command: [train.py, --epochs, 90, --lr, 3e-4]")
+
+def test_plain_numbers_in_env_and_command_keep_their_text(write_profile: Callable[..., Path]) -> None:
+    text = PROFILE.replace(
+        '  MY_FLAG: "1"', "  TORCH_VERSION: 1.10\n  SEED: 1e3\n  ON: true\n  OCTAL: 0777\n  RATIO: -0.50"
+    ).replace("command: [train.py, --config, cfg.yaml]", "command: [train.py, --epochs, 90, --lr, 3e-4]")
     result = run("render", str(write_profile(text)))
     assert result.exit_code == 0, result.output
     env = env_of(result.stdout)
     assert {k: env[k] for k in ("TORCH_VERSION", "SEED", "ON", "OCTAL", "RATIO")} == {
-        "TORCH_VERSION": "1.10", "SEED": "1e3", "ON": "true", "OCTAL": "0777", "RATIO": "-0.50"}
+        "TORCH_VERSION": "1.10",
+        "SEED": "1e3",
+        "ON": "true",
+        "OCTAL": "0777",
+        "RATIO": "-0.50",
+    }
     assert '"1.10"' in result.stdout and '"1e3"' in result.stdout
     assert container(result.stdout)["command"][-4:] == ["--epochs", "90", "--lr", "3e-4"]
 
 
 def test_plain_numbers_in_other_string_fields_keep_their_text() -> None:
-    text = (PROFILE.replace("  resume: latest", "  resume: 1.50")
-            + "diagnostics:\n  reason: 2026.10\n")
+    text = PROFILE.replace("  resume: latest", "  resume: 1.50") + "diagnostics:\n  reason: 2026.10\n"
     loaded = parse_profile(text, "p.yaml")
     assert loaded.profile.checkpoint.resume == "1.50"
     assert loaded.profile.diagnostics.reason == "2026.10"
@@ -96,11 +100,18 @@ def test_number_fields_still_take_numbers() -> None:
     assert loaded.profile.model is not None and loaded.profile.model.parameters == 13_000_000_000
 
 
-@pytest.mark.parametrize("field, word", [
-    ("read_only", "no"), ("read_only", "off"), ("on_sigterm", "yes"), ("on_sigterm", "on"),
-    ("nccl_debug", "no"), ("on_sigterm", "1")])
-def test_switches_take_only_true_or_false(write_profile: Callable[..., Path], field: str,
-                                          word: str) -> None:
+@pytest.mark.parametrize(
+    "field, word",
+    [
+        ("read_only", "no"),
+        ("read_only", "off"),
+        ("on_sigterm", "yes"),
+        ("on_sigterm", "on"),
+        ("nccl_debug", "no"),
+        ("on_sigterm", "1"),
+    ],
+)
+def test_switches_take_only_true_or_false(write_profile: Callable[..., Path], field: str, word: str) -> None:
     text = PROFILE
     if field == "read_only":
         text += f"data:\n  - path: /data\n    pvc: team-a-data\n    read_only: {word}\n"
@@ -118,11 +129,35 @@ def test_switches_take_only_true_or_false(write_profile: Callable[..., Path], fi
 
 # Texts a researcher might write unquoted: numbers of every shape, YAML 1.1's surprises, words.
 NUMERIC = st.from_regex(r"\A[-+]?[0-9]{1,6}(\.[0-9]{0,5})?([eE][-+]?[0-9]{1,3})?\Z")
-SURPRISES = st.sampled_from(["yes", "no", "on", "off", "y", "n", "True", "FALSE", "0777",
-                             "0o17", "0x1F", "1_000", "1:30", ".inf", "-.inf", ".nan",
-                             "2026-12-03", "12e3", "1.", ".5", "+1", "00", "-0", "0.10"])
-WORDS = st.text(st.characters(codec="utf-8", categories=["L", "N", "P", "S", "Zs"]),
-                min_size=1, max_size=24)
+SURPRISES = st.sampled_from(
+    [
+        "yes",
+        "no",
+        "on",
+        "off",
+        "y",
+        "n",
+        "True",
+        "FALSE",
+        "0777",
+        "0o17",
+        "0x1F",
+        "1_000",
+        "1:30",
+        ".inf",
+        "-.inf",
+        ".nan",
+        "2026-12-03",
+        "12e3",
+        "1.",
+        ".5",
+        "+1",
+        "00",
+        "-0",
+        "0.10",
+    ]
+)
+WORDS = st.text(st.characters(codec="utf-8", categories=["L", "N", "P", "S", "Zs"]), min_size=1, max_size=24)
 SCALARS = st.one_of(NUMERIC, SURPRISES, WORDS)
 _REGISTRY: list[PresetRegistry] = []
 
@@ -138,8 +173,7 @@ def _plain(text: str) -> bool:
         except yaml.YAMLError:
             return False
         scalars = [e for e in events if isinstance(e, yaml.ScalarEvent)]
-        if (len(events) != count or len(scalars) != 2 or scalars[1].value != text
-                or scalars[1].style):
+        if len(events) != count or len(scalars) != 2 or scalars[1].value != text or scalars[1].style:
             return False
     return True
 
@@ -149,7 +183,8 @@ def _plain(text: str) -> bool:
 def test_any_scalar_text_in_a_string_field_comes_back_byte_for_byte(value: str) -> None:
     assume(_plain(value))
     text = PROFILE.replace('  MY_FLAG: "1"', f"  MY_VALUE: {value}").replace(
-        "command: [train.py, --config, cfg.yaml]", f"command: [train.py, --tag, {value}]")
+        "command: [train.py, --config, cfg.yaml]", f"command: [train.py, --tag, {value}]"
+    )
     text += f"diagnostics:\n  reason: {value}\n"
     try:
         load_mapping_text(text, "p")
@@ -194,8 +229,7 @@ checkpoint:
 """
 
 
-def test_six_mistakes_come_in_one_pass_sorted_by_line(write_profile: Callable[..., Path]
-                                                      ) -> None:
+def test_six_mistakes_come_in_one_pass_sorted_by_line(write_profile: Callable[..., Path]) -> None:
     path = write_profile(SIX)
     result = run("validate", str(path))
     assert result.exit_code == 2, result.output  # bad input wins over findings
@@ -207,26 +241,22 @@ def test_six_mistakes_come_in_one_pass_sorted_by_line(write_profile: Callable[..
         f"error: {path}:6: workdir: unknown field",
         f"error: {path}:8: env.NCCL_SOCKET_IFNAME: NCCL_SOCKET_IFNAME configures NCCL (the "
         "network path between GPUs), which the preset owns [nccl-transport-env]",
-        f"error: {path}:13: batch.global: 500 != local 4 x processes 16 x grad_accum 8 = 512 "
-        "[global-batch]",
+        f"error: {path}:13: batch.global: 500 != local 4 x processes 16 x grad_accum 8 = 512 [global-batch]",
         f"error: {path}:16: model.parameters: '13B' is not a number",
     ]
     lines = result.stderr.splitlines()
     # each problem is followed by its own hint
     assert lines[lines.index(heads[0]) + 1] == "hint: use 'llm-13b'"
     assert lines[lines.index(heads[2]) + 1].startswith("hint: did you mean 'working_dir'?")
-    assert lines[lines.index(heads[5]) + 1] == ("hint: write the number out: 13000000000 "
-                                                "or 13e9")
+    assert lines[lines.index(heads[5]) + 1] == ("hint: write the number out: 13000000000 or 13e9")
 
 
-def test_six_mistakes_in_json_list_errors_and_findings(write_profile: Callable[..., Path]
-                                                       ) -> None:
+def test_six_mistakes_in_json_list_errors_and_findings(write_profile: Callable[..., Path]) -> None:
     result = run("validate", "--format", "json", str(write_profile(SIX)))
     assert result.exit_code == 2
     (bad,) = json.loads(result.stdout)["bad_input"]
     assert [e["field"] for e in bad["errors"]] == ["name", "workdir", "model.parameters"]
-    assert [f["rule"] for f in bad["findings"]] == ["image-digest", "nccl-transport-env",
-                                                    "global-batch"]
+    assert [f["rule"] for f in bad["findings"]] == ["image-digest", "nccl-transport-env", "global-batch"]
     assert [e["line"] for e in bad["errors"]] == [1, 6, 16]
 
 
@@ -238,13 +268,18 @@ def test_six_mistakes_in_markdown_sorted_by_line(write_profile: Callable[..., Pa
 
 
 def test_findings_that_depend_on_a_field_that_did_not_parse_are_left_out(
-        write_profile: Callable[..., Path]) -> None:
+    write_profile: Callable[..., Path],
+) -> None:
     # `strategy: fsdpp` falls back to ddp while the rules run: the memory check on a DDP
     # replica would be a guess, so it is not reported; the unrelated finding still is.
-    text = (PROFILE.replace("strategy: ddp", "strategy: fsdpp")
-            .replace("parameters: 1000000", "parameters: 70000000000")
-            .replace("image: registry.scc.example.org/team-a/train:1.0@sha256:" + "ab" * 32,
-                     "image: registry.scc.example.org/team-a/train:1.0"))
+    text = (
+        PROFILE.replace("strategy: ddp", "strategy: fsdpp")
+        .replace("parameters: 1000000", "parameters: 70000000000")
+        .replace(
+            "image: registry.scc.example.org/team-a/train:1.0@sha256:" + "ab" * 32,
+            "image: registry.scc.example.org/team-a/train:1.0",
+        )
+    )
     result = run("validate", str(write_profile(text)))
     assert result.exit_code == 2
     assert "strategy: Input should be" in result.stderr
@@ -255,16 +290,14 @@ def test_findings_that_depend_on_a_field_that_did_not_parse_are_left_out(
     assert "[ddp-replica-fits]" in fixed.stderr
 
 
-def test_reserved_fields_are_reported_with_schema_errors(write_profile: Callable[..., Path]
-                                                         ) -> None:
+def test_reserved_fields_are_reported_with_schema_errors(write_profile: Callable[..., Path]) -> None:
     result = run("validate", str(write_profile(PROFILE + "gpus: 8\ncolour: blue\n")))
     assert result.exit_code == 2
     assert "gpus: reserved for the SCC AI Engineers" in result.stderr
     assert "colour: unknown field" in result.stderr
 
 
-def test_an_unknown_preset_is_listed_with_the_schema_errors(write_profile: Callable[..., Path]
-                                                            ) -> None:
+def test_an_unknown_preset_is_listed_with_the_schema_errors(write_profile: Callable[..., Path]) -> None:
     text = PROFILE.replace("preset: h200-2x8-ib", "preset: h200-2x8-ibb") + "colour: blue\n"
     result = run("validate", str(write_profile(text)))
     assert result.exit_code == 2
@@ -278,13 +311,18 @@ def test_every_rule_says_what_it_reads() -> None:
 
 # --- item 5: did you mean, tabs, 13B, upper-case names, line numbers ------------------
 
-@pytest.mark.parametrize("typo, field, where", [
-    ("workdir: /workspace\n", "working_dir", "workdir"),
-    ("Strategy: ddp\n", "strategy", "Strategy"),
-    ("secret_envs: {}\n", "secret_env", "secret_envs"),
-])
-def test_unknown_fields_get_did_you_mean(write_profile: Callable[..., Path], typo: str,
-                                         field: str, where: str) -> None:
+
+@pytest.mark.parametrize(
+    "typo, field, where",
+    [
+        ("workdir: /workspace\n", "working_dir", "workdir"),
+        ("Strategy: ddp\n", "strategy", "Strategy"),
+        ("secret_envs: {}\n", "secret_env", "secret_envs"),
+    ],
+)
+def test_unknown_fields_get_did_you_mean(
+    write_profile: Callable[..., Path], typo: str, field: str, where: str
+) -> None:
     text = PROFILE.replace("working_dir: /workspace\n", "").replace("strategy: ddp\n", "")
     result = run("validate", str(write_profile(text + typo)))
     assert result.exit_code == 2
@@ -294,7 +332,8 @@ def test_unknown_fields_get_did_you_mean(write_profile: Callable[..., Path], typ
 
 def test_nested_unknown_fields_get_did_you_mean(write_profile: Callable[..., Path]) -> None:
     text = PROFILE.replace("  format: dcp", "  formatt: dcp").replace(
-        "  writer: rank0", "  writer: rank0\n  trackr: tensorboard")
+        "  writer: rank0", "  writer: rank0\n  trackr: tensorboard"
+    )
     result = run("validate", str(write_profile(text)))
     assert "checkpoint.formatt: unknown field" in result.stderr
     assert "hint: did you mean 'format'?" in result.stderr
@@ -310,44 +349,51 @@ def test_a_tab_is_named_with_its_line_and_column(write_profile: Callable[..., Pa
     assert "hint: replace the tab with spaces" in result.stderr
 
 
-@pytest.mark.parametrize("written, hint", [
-    ("13B", "13000000000 or 13e9"), ("1.5b", "1500000000 or 1.5e9"),
-    ("70M", "70000000 or 70e6"), ("2T", "2000000000000 or 2e12")])
-def test_a_parameter_count_with_a_suffix_gets_the_number(write_profile: Callable[..., Path],
-                                                         written: str, hint: str) -> None:
+@pytest.mark.parametrize(
+    "written, hint",
+    [
+        ("13B", "13000000000 or 13e9"),
+        ("1.5b", "1500000000 or 1.5e9"),
+        ("70M", "70000000 or 70e6"),
+        ("2T", "2000000000000 or 2e12"),
+    ],
+)
+def test_a_parameter_count_with_a_suffix_gets_the_number(
+    write_profile: Callable[..., Path], written: str, hint: str
+) -> None:
     text = PROFILE.replace("parameters: 1000000", f"parameters: {written}")
     result = run("validate", str(write_profile(text)))
     assert result.exit_code == 2
     assert f"hint: write the number out: {hint}" in result.stderr
     # and the hint's spelling is accepted
     for spelling in hint.split(" or "):
-        assert run("validate", str(write_profile(text.replace(written, spelling)))
-                   ).exit_code in (0, 1)
+        assert run("validate", str(write_profile(text.replace(written, spelling)))).exit_code in (0, 1)
 
 
-@pytest.mark.parametrize("field, written, suggestion", [
-    ("name", "ResNet_Baseline", "resnet-baseline"), ("project", "Team-A", "team-a")])
-def test_an_upper_case_name_gets_the_lower_case_name(write_profile: Callable[..., Path],
-                                                     field: str, written: str,
-                                                     suggestion: str) -> None:
+@pytest.mark.parametrize(
+    "field, written, suggestion",
+    [("name", "ResNet_Baseline", "resnet-baseline"), ("project", "Team-A", "team-a")],
+)
+def test_an_upper_case_name_gets_the_lower_case_name(
+    write_profile: Callable[..., Path], field: str, written: str, suggestion: str
+) -> None:
     text = re.sub(rf"(?m)^{field}: .*$", f"{field}: {written}", PROFILE)
     result = run("validate", str(write_profile(text)))
     assert result.exit_code == 2
     assert f"hint: use {suggestion!r}" in result.stderr
 
 
-def test_preset_and_deepspeed_findings_have_line_numbers(write_profile: Callable[..., Path]
-                                                         ) -> None:
+def test_preset_and_deepspeed_findings_have_line_numbers(write_profile: Callable[..., Path]) -> None:
     path = write_profile(PROFILE.replace("preset: h200-2x8-ib", "preset: h200-2x8-ibx"))
     result = run("validate", str(path))
     assert f"error: {path}:3: preset: unknown preset" in result.stderr
     path = write_profile(PROFILE.replace("strategy: ddp", "strategy: deepspeed"))
     result = run("validate", str(path))
-    assert f"error: {path}:13: zero_stage: deepspeed needs an explicit ZeRO stage" in (
-        result.stderr)
+    assert f"error: {path}:13: zero_stage: deepspeed needs an explicit ZeRO stage" in (result.stderr)
 
 
 # --- item 6: profile-sha256 hashes the parsed profile -------------------------------
+
 
 def test_profile_sha256_ignores_line_endings_comments_and_order(tmp_path: Path) -> None:
     def render(text: str, name: str) -> str:
@@ -357,30 +403,35 @@ def test_profile_sha256_ignores_line_endings_comments_and_order(tmp_path: Path) 
 
     base = render(PROFILE, "lf.yaml")
     assert render(PROFILE.replace("\n", "\r\n"), "crlf.yaml") == base
-    assert render("# a new comment\n" + PROFILE.replace("local: 4", "local: 4  # per GPU"),
-                  "comment.yaml") == base
-    assert render(PROFILE.replace("  local: 4\n  grad_accum: 2\n", "  grad_accum: 2\n  local: 4\n"),
-                  "order.yaml") == base
+    assert (
+        render("# a new comment\n" + PROFILE.replace("local: 4", "local: 4  # per GPU"), "comment.yaml")
+        == base
+    )
+    assert (
+        render(
+            PROFILE.replace("  local: 4\n  grad_accum: 2\n", "  grad_accum: 2\n  local: 4\n"), "order.yaml"
+        )
+        == base
+    )
     assert render(PROFILE.replace('MY_FLAG: "1"', "MY_FLAG: '1'"), "quotes.yaml") == base
     assert render(PROFILE.replace('MY_FLAG: "1"', 'MY_FLAG: "2"'), "value.yaml") != base
     # 1.10 and 1.1 render differently, so they hash differently
-    assert (render(PROFILE.replace('MY_FLAG: "1"', "MY_FLAG: 1.10"), "a.yaml")
-            != render(PROFILE.replace('MY_FLAG: "1"', "MY_FLAG: 1.1"), "b.yaml"))
+    assert render(PROFILE.replace('MY_FLAG: "1"', "MY_FLAG: 1.10"), "a.yaml") != render(
+        PROFILE.replace('MY_FLAG: "1"', "MY_FLAG: 1.1"), "b.yaml"
+    )
 
 
-@pytest.mark.parametrize("before, after", [("local: 4", "local: true"),
-                                           ("parameters: 1000000", "parameters: false")])
-def test_a_count_is_never_a_boolean(write_profile: Callable[..., Path], before: str,
-                                    after: str) -> None:
+@pytest.mark.parametrize(
+    "before, after", [("local: 4", "local: true"), ("parameters: 1000000", "parameters: false")]
+)
+def test_a_count_is_never_a_boolean(write_profile: Callable[..., Path], before: str, after: str) -> None:
     result = run("validate", str(write_profile(PROFILE.replace(before, after))))
     assert result.exit_code == 2
     assert f"must be a number, not {after.split()[-1]}" in result.stderr
 
 
-def test_an_unknown_field_inside_a_field_that_did_not_parse(write_profile: Callable[..., Path]
-                                                           ) -> None:
-    text = PROFILE + ("data:\n  - path: data\n    pvc: team-a-data\n"
-                      "  - path: /more\n    pvcc: team-a-more\n")
+def test_an_unknown_field_inside_a_field_that_did_not_parse(write_profile: Callable[..., Path]) -> None:
+    text = PROFILE + ("data:\n  - path: data\n    pvc: team-a-data\n  - path: /more\n    pvcc: team-a-more\n")
     result = run("validate", str(write_profile(text)))
     assert result.exit_code == 2, result.output
     assert "data[0].path: String should match pattern" in result.stderr

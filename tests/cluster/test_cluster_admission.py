@@ -20,8 +20,10 @@ from runai_spec.outputs.admission import documents as admission
 pytest.importorskip("cel_expr_python.cel")
 pytest_plugins = ("kube_fixtures",)
 
-DENIED = (f"pytorchjobs.kubeflow.org \"{NAME}\" is forbidden: ValidatingAdmissionPolicy "
-          f"'{admission.POLICY_NAME}' with binding '{admission.POLICY_NAME}' denied request: ")
+DENIED = (
+    f'pytorchjobs.kubeflow.org "{NAME}" is forbidden: ValidatingAdmissionPolicy '
+    f"'{admission.POLICY_NAME}' with binding '{admission.POLICY_NAME}' denied request: "
+)
 
 
 @pytest.fixture
@@ -52,7 +54,8 @@ def more_gpus(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 # -- the fake API server -----------------------------------------------------------------
 def test_a_tampered_apply_is_denied_as_the_api_server_answers_and_nothing_is_stored(
-        policed: KubeAPI, target: Target, rendered: Render) -> None:
+    policed: KubeAPI, target: Target, rendered: Render
+) -> None:
     with pytest.raises(AdmissionDenied) as caught:
         submit_manifests(more_gpus(rendered()), target)
     assert jobs(policed) == []
@@ -69,11 +72,11 @@ def test_a_tampered_apply_is_denied_as_the_api_server_answers_and_nothing_is_sto
     denied = caught.value
     assert denied.exit_code == EXIT_CLUSTER
     assert denied.denied_field is not None
-    assert denied.denied_field.endswith(
-        ".template.spec.containers[pytorch].resources.limits.nvidia.com/gpu")
+    assert denied.denied_field.endswith(".template.spec.containers[pytorch].resources.limits.nvidia.com/gpu")
     line, hint = denied.lines()
-    assert line.startswith(f"error: cluster: admission denied pytorchjobs/{NS}/{NAME}: "
-                           "spec.pytorchReplicaSpecs.")
+    assert line.startswith(
+        f"error: cluster: admission denied pytorchjobs/{NS}/{NAME}: spec.pytorchReplicaSpecs."
+    )
     assert line.endswith("nvidia.com/gpu: must be '8' (preset h200-2x8-ib)")
     assert hint.startswith("hint: ") and admission.POLICY_NAME in hint
 
@@ -84,12 +87,18 @@ def test_a_tampered_create_is_denied_too(policed: KubeAPI, target: Target, rende
     job = more_gpus(rendered())[0]
     job["metadata"]["annotations"]["runai-spec/preset"] = "h200-64gpu"
     with Session(target) as session:
-        resp = session.call("POST", f"/apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs",
-                            body=json.dumps(job), content_type="application/yaml", write=True)
+        resp = session.call(
+            "POST",
+            f"/apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs",
+            body=json.dumps(job),
+            content_type="application/yaml",
+            write=True,
+        )
         body = json.loads(resp.data)
     assert resp.status == 403, body["message"]
-    assert body["message"] == DENIED + ("metadata.annotations.runai-spec/preset: h200-64gpu is "
-                                        "not an approved preset")
+    assert body["message"] == DENIED + (
+        "metadata.annotations.runai-spec/preset: h200-64gpu is not an approved preset"
+    )
     assert jobs(policed) == []
 
 
@@ -105,8 +114,9 @@ def test_an_untampered_render_is_admitted(policed: KubeAPI, target: Target, rend
     assert policed.kube.get("pytorchjobs", NS, NAME) is not None
 
 
-def test_an_update_that_changes_the_shape_is_judged(policed: KubeAPI, target: Target,
-                                                     rendered: Render) -> None:
+def test_an_update_that_changes_the_shape_is_judged(
+    policed: KubeAPI, target: Target, rendered: Render
+) -> None:
     submit_manifests(rendered(), target)
     version = policed.kube.get("pytorchjobs", NS, NAME)["metadata"]["resourceVersion"]  # type: ignore[index]
     with pytest.raises(AdmissionDenied):
@@ -125,8 +135,7 @@ def _apply_over(target: Target, job: dict[str, Any]) -> None:
         _apply(session, job_ref(NAME, NS), job, dry_run=False, force=True)
 
 
-def test_a_namespace_the_policy_does_not_select_is_not_judged(policed: KubeAPI,
-                                                              rendered: Render) -> None:
+def test_a_namespace_the_policy_does_not_select_is_not_judged(policed: KubeAPI, rendered: Render) -> None:
     job = more_gpus(rendered())[0]
     job["metadata"]["namespace"] = "default"  # no queue label: not a Run:ai project
     assert admit(policed.kube, "pytorchjobs", "CREATE", job, None) is None
@@ -148,15 +157,15 @@ def test_without_a_stored_policy_nothing_is_judged(api: KubeAPI, rendered: Rende
 
 # -- submit ------------------------------------------------------------------------------
 @pytest.mark.parametrize("example", EXAMPLES)
-def test_submit_of_every_example_is_admitted(policed: KubeAPI, kubeconfig: Path,
-                                             example: str) -> None:
+def test_submit_of_every_example_is_admitted(policed: KubeAPI, kubeconfig: Path, example: str) -> None:
     result = run("submit", str(ROOT / "examples" / example / "profile.yaml"))
     assert result.exit_code == 0, result.output
     assert len(jobs(policed)) == 1
 
 
 def test_submit_of_a_render_from_a_forged_approval_is_denied_one_line_nothing_stored(
-        presets_dir: Path, policed: KubeAPI, kubeconfig: Path, engineer_key: Path) -> None:
+    presets_dir: Path, policed: KubeAPI, kubeconfig: Path, engineer_key: Path
+) -> None:
     """A researcher edits a preset and approves it in their own checkout: the tool renders
     it, the cluster (parameters from the shipped ledger) denies it."""
     preset = presets_dir / "h200-2x8-ib.yaml"
@@ -169,16 +178,19 @@ def test_submit_of_a_render_from_a_forged_approval_is_denied_one_line_nothing_st
     lines = [ln for ln in error_lines(result.stderr) if ln.startswith(("error: ", "hint: "))]
     errors = [ln for ln in lines if ln.startswith("error: ")]
     sha = PresetRegistry(ROOT / "presets").get("h200-2x8-ib").sha256
-    assert errors == [f"error: cluster: admission denied {PROFILE}: "
-                      f"metadata.annotations.runai-spec/preset-sha256: must be '{sha}' "
-                      "(preset h200-2x8-ib; and more)"], result.stderr
+    assert errors == [
+        f"error: cluster: admission denied {PROFILE}: "
+        f"metadata.annotations.runai-spec/preset-sha256: must be '{sha}' "
+        "(preset h200-2x8-ib; and more)"
+    ], result.stderr
     assert lines[-2] == errors[0] and lines[-1].startswith("hint: ")  # the last two lines
     assert "Traceback" not in result.output
     assert jobs(policed) == [] and stored_configmaps(policed) == before
 
 
 def test_submit_of_a_tampered_object_names_the_field(
-        policed: KubeAPI, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    policed: KubeAPI, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A client that edits the render after it was checked (one more GPU per pod)."""
     import dataclasses
 
@@ -197,26 +209,34 @@ def test_submit_of_a_tampered_object_names_the_field(
     assert result.exit_code == EXIT_CLUSTER, result.output
     (line,) = [ln for ln in error_lines(result.stderr) if ln.startswith("error: ")]
     assert line.startswith(f"error: cluster: admission denied {PROFILE}: spec.pytorchReplicaSpecs.")
-    assert line.endswith(".template.spec.containers[pytorch].resources.limits.nvidia.com/gpu: "
-                         "must be '8' (preset h200-2x8-ib)")
+    assert line.endswith(
+        ".template.spec.containers[pytorch].resources.limits.nvidia.com/gpu: must be '8' (preset h200-2x8-ib)"
+    )
     assert jobs(policed) == []
 
 
 def test_a_denial_with_reason_invalid_is_not_read_as_a_schema_error() -> None:
-    message = ("pytorchjobs.kubeflow.org \"x\" is forbidden: ValidatingAdmissionPolicy 'p' with "
-               "binding 'b' denied request: spec.nprocPerNode: must be 8 (preset h200-8gpu)")
+    message = (
+        "pytorchjobs.kubeflow.org \"x\" is forbidden: ValidatingAdmissionPolicy 'p' with "
+        "binding 'b' denied request: spec.nprocPerNode: must be 8 (preset h200-8gpu)"
+    )
     denied = admission_denied(status_body(422, "Invalid", message), "pytorchjobs/ns/x")
     assert denied is not None
     assert (denied.policy, denied.binding, denied.denied_field) == ("p", "b", "spec.nprocPerNode")
     assert denied.for_file("p.yaml").lines()[0] == (
-        "error: cluster: admission denied p.yaml: spec.nprocPerNode: must be 8 (preset h200-8gpu)")
-    assert admission_denied(status_body(403, "Forbidden", "pytorchjobs is forbidden: User "
-                                        "\"alice\" cannot create"), "r") is None
-
+        "error: cluster: admission denied p.yaml: spec.nprocPerNode: must be 8 (preset h200-8gpu)"
+    )
+    assert (
+        admission_denied(
+            status_body(403, "Forbidden", 'pytorchjobs is forbidden: User "alice" cannot create'), "r"
+        )
+        is None
+    )
 
 
 def test_a_tampered_smoke_test_stores_neither_its_config_map_nor_its_job(
-        policed: KubeAPI, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    policed: KubeAPI, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Two objects: every one is dry-run applied (and judged) before the first is stored."""
     from runai_spec.cli import cluster as cli_cluster
 
@@ -243,7 +263,8 @@ def test_a_tampered_smoke_test_stores_neither_its_config_map_nor_its_job(
 
 
 def test_submit_dry_run_server_shows_the_denial_of_a_tampered_manifest(
-        policed: KubeAPI, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    policed: KubeAPI, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`submit --dry-run=server`: the API server runs admission on a dry run too; the denial
     is the same one line, and nothing is stored."""
     import dataclasses
@@ -265,7 +286,8 @@ def test_submit_dry_run_server_shows_the_denial_of_a_tampered_manifest(
     assert result.exit_code == EXIT_CLUSTER, result.output
     (line,) = [ln for ln in error_lines(result.stderr) if ln.startswith("error: ")]
     assert line.startswith(f"error: cluster: admission denied {PROFILE}: spec.pytorchReplicaSpecs.")
-    assert line.endswith(".template.spec.tolerations: not allowed: the preset's render has none "
-                         "(preset h200-2x8-ib)"), line
+    assert line.endswith(
+        ".template.spec.tolerations: not allowed: the preset's render has none (preset h200-2x8-ib)"
+    ), line
     assert jobs(policed) == []
     assert any("dryRun" in r.query for r in policed.kube.requests)

@@ -14,8 +14,8 @@ from runai_spec.cli import app
 
 pytest_plugins = ("kube_fixtures",)
 
-def test_submit_then_resubmit_then_status_logs_delete(api: KubeAPI, kubeconfig: Path,
-                                                      tmp_path: Path) -> None:
+
+def test_submit_then_resubmit_then_status_logs_delete(api: KubeAPI, kubeconfig: Path, tmp_path: Path) -> None:
     first = run("submit", PROFILE, "--kubeconfig", str(kubeconfig))
     assert first.exit_code == 0, first.output
     assert f"created: pytorchjobs/{NS}/{NAME}" in first.stderr
@@ -47,19 +47,32 @@ def test_submit_then_resubmit_then_status_logs_delete(api: KubeAPI, kubeconfig: 
     assert f"deleted: pytorchjobs/{NS}/{NAME}" in deleted.stderr
     assert api.kube.count("pytorchjobs") == 0
 
-def test_submit_dry_run_server_prints_what_the_server_would_store(api: KubeAPI, kubeconfig: Path
-                                                                  ) -> None:
+
+def test_submit_dry_run_server_prints_what_the_server_would_store(api: KubeAPI, kubeconfig: Path) -> None:
     result = run("submit", PROFILE, "--dry-run", "server")
     assert result.exit_code == 0, result.output
     assert "would create" in result.stderr and 'kind: "PyTorchJob"' in result.stdout
     assert "managedFields" not in result.stdout and api.kube.count("pytorchjobs") == 0
 
-@pytest.mark.parametrize(("breakage", "code", "words"), [
-    ("nccl-env", 1, "[nccl-transport-env]"), ("tag-only-image", 1, "[image-digest]"),
-    ("not-yaml", 2, "not valid YAML"), ("unknown-preset", 2, "unknown preset 'h200-64x8-dreams'")])
+
+@pytest.mark.parametrize(
+    ("breakage", "code", "words"),
+    [
+        ("nccl-env", 1, "[nccl-transport-env]"),
+        ("tag-only-image", 1, "[image-digest]"),
+        ("not-yaml", 2, "not valid YAML"),
+        ("unknown-preset", 2, "unknown preset 'h200-64x8-dreams'"),
+    ],
+)
 def test_submit_of_an_invalid_profile_sends_no_request(
-        api: KubeAPI, kubeconfig: Path, base_profile: dict[str, Any],
-        write_profile: Callable[..., Path], breakage: str, code: int, words: str) -> None:
+    api: KubeAPI,
+    kubeconfig: Path,
+    base_profile: dict[str, Any],
+    write_profile: Callable[..., Path],
+    breakage: str,
+    code: int,
+    words: str,
+) -> None:
     if breakage == "nccl-env":
         base_profile["env"] = {"NCCL_SOCKET_IFNAME": "eth0"}
     elif breakage == "tag-only-image":
@@ -72,16 +85,25 @@ def test_submit_of_an_invalid_profile_sends_no_request(
     assert result.stderr.startswith("error: ") and words in result.stderr.splitlines()[0]
     assert api.kube.requests == []
 
+
 def test_cluster_refusals_exit_3_with_one_error_line_and_a_hint(api: KubeAPI, kubeconfig: Path) -> None:
     api.kube.forbidden.add(("patch", "pytorchjobs"))
     result = run("submit", PROFILE, "--debug")
     assert result.exit_code == 3
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert errors == [line for line in errors if line.startswith(
-        f"error: cluster: pytorchjobs/{NS}/{NAME}: forbidden: ")] and len(errors) == 1
+    assert (
+        errors
+        == [
+            line
+            for line in errors
+            if line.startswith(f"error: cluster: pytorchjobs/{NS}/{NAME}: forbidden: ")
+        ]
+        and len(errors) == 1
+    )
     assert "hint: " in result.stderr
     assert api.kube.token not in result.output
     assert "Traceback" not in result.output
+
 
 def test_a_name_needs_a_project_and_must_be_a_name(api: KubeAPI, kubeconfig: Path) -> None:
     no_project = run("status", NAME)
@@ -90,6 +112,7 @@ def test_a_name_needs_a_project_and_must_be_a_name(api: KubeAPI, kubeconfig: Pat
     assert bad_name.exit_code == 2
     assert bad_name.stderr.startswith("error: NAME: 'Bad/Name' is neither a profile file nor")
     assert api.kube.requests == []
+
 
 def test_unreachable_cluster_exits_3(unreachable: tuple[Path, str], cli_sleeps: Sleeps) -> None:
     config, _ = unreachable
@@ -101,8 +124,10 @@ def test_unreachable_cluster_exits_3(unreachable: tuple[Path, str], cli_sleeps: 
     assert lines[1].startswith("hint: check the kubeconfig context")
     assert cli_sleeps == []  # nothing listens there: retrying cannot help, so no silent waiting
 
+
 def test_declining_the_delete_question_deletes_nothing_and_exits_0(
-        api: KubeAPI, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    api: KubeAPI, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert run("submit", PROFILE).exit_code == 0
     monkeypatch.setattr("runai_spec.cli.common.stdin_is_terminal", lambda: True)
     declined = runner.invoke(app, ["delete", PROFILE], input="n\n")
@@ -121,8 +146,7 @@ def test_an_unknown_context_is_bad_input(api: KubeAPI, kubeconfig: Path) -> None
     assert api.kube.requests == []
 
 
-def test_submit_with_findings_says_nothing_was_sent(api: KubeAPI, kubeconfig: Path,
-                                                    tmp_path: Path) -> None:
+def test_submit_with_findings_says_nothing_was_sent(api: KubeAPI, kubeconfig: Path, tmp_path: Path) -> None:
     bad = tmp_path / "profile.yaml"
     text = Path(PROFILE).read_text(encoding="utf-8")
     bad.write_text(text.replace("  global: 512\n", "  global: 500\n"), encoding="utf-8")
@@ -132,8 +156,9 @@ def test_submit_with_findings_says_nothing_was_sent(api: KubeAPI, kubeconfig: Pa
     assert api.kube.requests == []
 
 
-def test_status_watch_polls_until_running_bounded(api: KubeAPI, kubeconfig: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_status_watch_polls_until_running_bounded(
+    api: KubeAPI, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert run("submit", PROFILE).exit_code == 0
     slept: list[float] = []
 
@@ -180,8 +205,9 @@ def _set_phase(api: KubeAPI, phase: str) -> None:
     job["status"] = {"conditions": [{"type": phase, "status": "True"}]}
 
 
-def test_submit_wait_polls_until_running(api: KubeAPI, kubeconfig: Path,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_submit_wait_polls_until_running(
+    api: KubeAPI, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     slept: list[float] = []
 
     def sleep(seconds: float) -> None:
@@ -200,7 +226,8 @@ def test_submit_wait_polls_until_running(api: KubeAPI, kubeconfig: Path,
 
 
 def test_submit_wait_exits_3_when_failed_or_not_running_in_time(
-        api: KubeAPI, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    api: KubeAPI, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     slept: list[float] = []
     monkeypatch.setattr("runai_spec.cli.common.watch_sleep", slept.append)
     gave_up = run("submit", PROFILE, "--wait", "--interval", "1", "--watch-timeout", "2")
@@ -216,8 +243,9 @@ def test_submit_wait_exits_3_when_failed_or_not_running_in_time(
     assert dry.exit_code == 2 and "--wait goes without --dry-run" in dry.stderr
 
 
-def test_each_command_loads_the_kubeconfig_once(api: KubeAPI, kubeconfig: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_each_command_loads_the_kubeconfig_once(
+    api: KubeAPI, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """submit --wait checked the cluster, applied and polled, each in a session of its own:
     the kubeconfig (and an exec plugin's login) was loaded three times or more."""
     from runai_spec import cluster
@@ -250,12 +278,12 @@ def _terminate(api: KubeAPI, pod: str, phase: str = "Succeeded") -> None:
     stored = api.kube.get("pods", NS, pod)
     assert stored is not None
     stored["status"]["phase"] = phase
-    stored["status"]["containerStatuses"][0]["state"] = {
-        "terminated": {"exitCode": 0, "reason": "Completed"}}
+    stored["status"]["containerStatuses"][0]["state"] = {"terminated": {"exitCode": 0, "reason": "Completed"}}
 
 
-def test_logs_follow_prints_new_lines_until_the_pods_end(api: KubeAPI, kubeconfig: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_logs_follow_prints_new_lines_until_the_pods_end(
+    api: KubeAPI, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert run("submit", PROFILE).exit_code == 0
     master, worker = f"{NAME}-master-0", f"{NAME}-worker-0"
     api.kube.add_pod(NAME, NS, "master", 0)
@@ -276,15 +304,18 @@ def test_logs_follow_prints_new_lines_until_the_pods_end(api: KubeAPI, kubeconfi
     followed = run("logs", PROFILE, "--out", "-", "-f", "--interval", "3")
     assert followed.exit_code == 0, followed.output
     assert slept == [3.0, 3.0]
-    assert followed.stdout == (f"==> {master} <==\nstep 1\n==> {worker} <==\nw 1\n"
-                               f"==> {master} <==\nstep 2\nstep 3\n==> {worker} <==\nw 2\n")
+    assert followed.stdout == (
+        f"==> {master} <==\nstep 1\n==> {worker} <==\nw 1\n"
+        f"==> {master} <==\nstep 2\nstep 3\n==> {worker} <==\nw 2\n"
+    )
     slept.clear()
     one = run("logs", PROFILE, "--out", "-", "--follow", "--pod", worker, "--tail", "1")
     assert one.exit_code == 0 and one.stdout == "w 2\n" and slept == []  # ended: no polling
 
 
-def test_logs_follow_is_bounded_and_needs_out_dash(api: KubeAPI, kubeconfig: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_logs_follow_is_bounded_and_needs_out_dash(
+    api: KubeAPI, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert run("submit", PROFILE).exit_code == 0
     api.kube.add_pod(NAME, NS, "master", 0)
     api.kube.logs[(NS, f"{NAME}-master-0", False)] = "step 1\n"
@@ -302,12 +333,14 @@ def test_logs_follow_is_bounded_and_needs_out_dash(api: KubeAPI, kubeconfig: Pat
     assert error_lines(gave_up.stderr)[0].endswith(f"{NAME}: its pods still run after 2 s")
     to_dir = run("logs", PROFILE, "--out", "somewhere", "--follow")
     assert to_dir.exit_code == 2
-    assert error_lines(to_dir.stderr)[0] == ("error: --follow: --follow goes with --out - and "
-                                             "without --previous")
+    assert error_lines(to_dir.stderr)[0] == (
+        "error: --follow: --follow goes with --out - and without --previous"
+    )
 
 
-def test_logs_follow_of_a_job_without_pods_or_not_there(api: KubeAPI, kubeconfig: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_logs_follow_of_a_job_without_pods_or_not_there(
+    api: KubeAPI, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     slept: list[float] = []
     monkeypatch.setattr("runai_spec.cli.common.watch_sleep", slept.append)
     missing = run("logs", PROFILE, "--out", "-", "-f")

@@ -19,13 +19,19 @@ from runai_spec.outputs.diff import diff_live
 pytest_plugins = ("kube_fixtures",)
 
 
-def running_job(api: KubeAPI, rendered: Render, conditions: list[dict[str, Any]] | None = None
-                ) -> dict[str, Any]:
+def running_job(
+    api: KubeAPI, rendered: Render, conditions: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     cluster.submit_manifests(rendered(), Target(kubeconfig=None, sleep=lambda s: None))
     job = live_job(api)
-    job["status"] = {"conditions": conditions if conditions is not None else [
-        {"type": "Created", "status": "True", "message": "PyTorchJob llm-7b-fsdp is created."},
-        {"type": "Running", "status": "True", "message": "PyTorchJob llm-7b-fsdp is running."}]}
+    job["status"] = {
+        "conditions": conditions
+        if conditions is not None
+        else [
+            {"type": "Created", "status": "True", "message": "PyTorchJob llm-7b-fsdp is created."},
+            {"type": "Running", "status": "True", "message": "PyTorchJob llm-7b-fsdp is running."},
+        ]
+    }
     return job
 
 
@@ -33,7 +39,8 @@ def running_job(api: KubeAPI, rendered: Render, conditions: list[dict[str, Any]]
 
 
 def test_status_reports_the_phase_and_each_pod_in_rank_order(
-        api: KubeAPI, target: Target, rendered: Render) -> None:
+    api: KubeAPI, target: Target, rendered: Render
+) -> None:
     running_job(api, rendered)
     api.kube.add_pod(NAME, NS, "worker", 0, restarts=2)
     api.kube.add_pod(NAME, NS, "master", 0)
@@ -41,36 +48,60 @@ def test_status_reports_the_phase_and_each_pod_in_rank_order(
     status = job_status(NAME, NS, target)
     assert status.phase == "Running" and "is running" in (status.message or "")
     assert [(p.name, p.role, p.index, p.state) for p in status.pods] == [
-        (f"{NAME}-master-0", "master", 0, "running"), (f"{NAME}-worker-0", "worker", 0, "running")]
+        (f"{NAME}-master-0", "master", 0, "running"),
+        (f"{NAME}-worker-0", "worker", 0, "running"),
+    ]
     assert status.pods[1].restarts == 2 and status.pending_reasons == ()
     pods_request = next(r for r in api.kube.requests if r.path.endswith("/pods"))
     assert pods_request.query["labelSelector"] == [f"training.kubeflow.org/job-name={NAME}"]
 
 
-def test_a_finished_job_reports_its_last_condition(api: KubeAPI, target: Target,
-                                                    rendered: Render) -> None:
-    running_job(api, rendered, [{"type": "Created", "status": "True"},
-                                {"type": "Running", "status": "False"},
-                                {"type": "Failed", "status": "True", "message": "Master failed"}])
-    api.kube.add_pod(NAME, NS, "master", 0, phase="Failed",
-                     state={"terminated": {"exitCode": 1, "reason": "Error"}})
+def test_a_finished_job_reports_its_last_condition(api: KubeAPI, target: Target, rendered: Render) -> None:
+    running_job(
+        api,
+        rendered,
+        [
+            {"type": "Created", "status": "True"},
+            {"type": "Running", "status": "False"},
+            {"type": "Failed", "status": "True", "message": "Master failed"},
+        ],
+    )
+    api.kube.add_pod(
+        NAME, NS, "master", 0, phase="Failed", state={"terminated": {"exitCode": 1, "reason": "Error"}}
+    )
     status = job_status(NAME, NS, target)
     assert status.phase == "Failed" and status.pods[0].state == "terminated: exit 1 (Error)"
 
 
-@pytest.mark.parametrize(("reason", "message", "words"), [
-    ("Unschedulable", "NonPreemptibleOverQuota: project nlp-lab quota is 8 GPUs, requested 16",
-     "over the project's GPU quota"),
-    ("FailedScheduling", "0/12 nodes are available: 12 node(s) didn't match Pod's node affinity/selector.",
-     "no node of the requested node pool"),
-    ("FailedScheduling", "0/12 nodes are available: 12 Insufficient nvidia.com/gpu.",
-     "not enough free GPUs on any node"),
-    ("FailedScheduling", "0/3 nodes are available: 3 Insufficient memory.",
-     "not enough free memory on any node"),
-    ("FailedScheduling", 'persistentvolumeclaim "nlp-lab-ckpt" not found', "a volume claim is missing"),
-])
-def test_a_pending_pod_says_why_in_plain_words(api: KubeAPI, target: Target, rendered: Render,
-                                               reason: str, message: str, words: str) -> None:
+@pytest.mark.parametrize(
+    ("reason", "message", "words"),
+    [
+        (
+            "Unschedulable",
+            "NonPreemptibleOverQuota: project nlp-lab quota is 8 GPUs, requested 16",
+            "over the project's GPU quota",
+        ),
+        (
+            "FailedScheduling",
+            "0/12 nodes are available: 12 node(s) didn't match Pod's node affinity/selector.",
+            "no node of the requested node pool",
+        ),
+        (
+            "FailedScheduling",
+            "0/12 nodes are available: 12 Insufficient nvidia.com/gpu.",
+            "not enough free GPUs on any node",
+        ),
+        (
+            "FailedScheduling",
+            "0/3 nodes are available: 3 Insufficient memory.",
+            "not enough free memory on any node",
+        ),
+        ("FailedScheduling", 'persistentvolumeclaim "nlp-lab-ckpt" not found', "a volume claim is missing"),
+    ],
+)
+def test_a_pending_pod_says_why_in_plain_words(
+    api: KubeAPI, target: Target, rendered: Render, reason: str, message: str, words: str
+) -> None:
     running_job(api, rendered, [{"type": "Created", "status": "True"}])
     api.kube.add_pod(NAME, NS, "master", 0, phase="Pending")
     api.kube.add_event(NS, f"{NAME}-master-0", reason, message)
@@ -84,21 +115,34 @@ def test_a_pending_pod_says_why_in_plain_words(api: KubeAPI, target: Target, ren
 
 
 def test_a_pending_pod_without_events_uses_its_scheduling_condition(
-        api: KubeAPI, target: Target, rendered: Render) -> None:
+    api: KubeAPI, target: Target, rendered: Render
+) -> None:
     running_job(api, rendered, [])
-    api.kube.add_pod(NAME, NS, "master", 0, phase="Pending", conditions=[
-        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-         "message": "node pool h200-ib has no free nodes"}])
+    api.kube.add_pod(
+        NAME,
+        NS,
+        "master",
+        0,
+        phase="Pending",
+        conditions=[
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "node pool h200-ib has no free nodes",
+            }
+        ],
+    )
     status = job_status(NAME, NS, target)
     assert status.phase == "Pending"
     assert (status.pods[0].reason or "").startswith("no node of the requested node pool")
 
 
-def test_an_image_that_cannot_be_pulled_is_named(api: KubeAPI, target: Target,
-                                                 rendered: Render) -> None:
+def test_an_image_that_cannot_be_pulled_is_named(api: KubeAPI, target: Target, rendered: Render) -> None:
     running_job(api, rendered)
-    api.kube.add_pod(NAME, NS, "master", 0, phase="Pending",
-                     state={"waiting": {"reason": "ImagePullBackOff"}})
+    api.kube.add_pod(
+        NAME, NS, "master", 0, phase="Pending", state={"waiting": {"reason": "ImagePullBackOff"}}
+    )
     assert "image cannot be pulled" in (job_status(NAME, NS, target).pods[0].reason or "")
 
 
@@ -122,8 +166,9 @@ def test_status_of_a_missing_job_is_one_line(api: KubeAPI, target: Target) -> No
 # --- logs ------------------------------------------------------------------------------
 
 
-def test_logs_saves_every_rank_in_its_own_file(api: KubeAPI, target: Target, rendered: Render,
-                                               tmp_path: Path) -> None:
+def test_logs_saves_every_rank_in_its_own_file(
+    api: KubeAPI, target: Target, rendered: Render, tmp_path: Path
+) -> None:
     running_job(api, rendered)
     for role, index in (("master", 0), ("worker", 0)):
         api.kube.add_pod(NAME, NS, role, index)
@@ -138,7 +183,8 @@ def test_logs_saves_every_rank_in_its_own_file(api: KubeAPI, target: Target, ren
 
 
 def test_logs_previous_reads_the_restarted_container_and_skips_pods_without_one(
-        api: KubeAPI, target: Target, rendered: Render, tmp_path: Path) -> None:
+    api: KubeAPI, target: Target, rendered: Render, tmp_path: Path
+) -> None:
     running_job(api, rendered)
     api.kube.add_pod(NAME, NS, "master", 0, restarts=1)
     api.kube.add_pod(NAME, NS, "worker", 0)
@@ -151,7 +197,8 @@ def test_logs_previous_reads_the_restarted_container_and_skips_pods_without_one(
 
 
 def test_logs_of_a_job_without_pods_is_one_line_and_writes_nothing(
-        api: KubeAPI, target: Target, rendered: Render, tmp_path: Path) -> None:
+    api: KubeAPI, target: Target, rendered: Render, tmp_path: Path
+) -> None:
     with pytest.raises(ClusterError) as info:
         save_logs(NAME, NS, tmp_path / "logs", target)
     assert info.value.lines()[0] == f"error: cluster: pytorchjobs/{NS}/{NAME}: not found"
@@ -164,7 +211,8 @@ def test_logs_of_a_job_without_pods_is_one_line_and_writes_nothing(
 
 
 def test_a_dropped_log_request_is_retried_and_the_file_is_whole(
-        api: KubeAPI, target: Target, rendered: Render, tmp_path: Path) -> None:
+    api: KubeAPI, target: Target, rendered: Render, tmp_path: Path
+) -> None:
     running_job(api, rendered)
     api.kube.add_pod(NAME, NS, "master", 0)
     api.kube.logs[(NS, f"{NAME}-master-0", False)] = "step 1\nstep 2\n"
@@ -178,8 +226,9 @@ def test_a_dropped_log_request_is_retried_and_the_file_is_whole(
 # --- delete ----------------------------------------------------------------------------
 
 
-def test_delete_removes_the_job_with_a_uid_precondition(api: KubeAPI, target: Target,
-                                                        rendered: Render) -> None:
+def test_delete_removes_the_job_with_a_uid_precondition(
+    api: KubeAPI, target: Target, rendered: Render
+) -> None:
     job = running_job(api, rendered)
     api.kube.add_pod(NAME, NS, "master", 0)
     result = delete_job([job_ref(NAME, NS)], target)
@@ -189,8 +238,7 @@ def test_delete_removes_the_job_with_a_uid_precondition(api: KubeAPI, target: Ta
     assert job["metadata"]["uid"] in delete.body.decode()
 
 
-def test_delete_never_touches_a_foreign_object_or_a_missing_one(api: KubeAPI, target: Target
-                                                                 ) -> None:
+def test_delete_never_touches_a_foreign_object_or_a_missing_one(api: KubeAPI, target: Target) -> None:
     put_foreign_job(api)
     with pytest.raises(ClusterError, match="was not created by runai-spec; not touched"):
         delete_job([job_ref(NAME, NS)], target)
@@ -199,8 +247,7 @@ def test_delete_never_touches_a_foreign_object_or_a_missing_one(api: KubeAPI, ta
     assert api.kube.writes() == [] and api.kube.count("pytorchjobs") == 1
 
 
-def test_a_delete_whose_answer_was_lost_is_read_back(api: KubeAPI, target: Target,
-                                                     rendered: Render) -> None:
+def test_a_delete_whose_answer_was_lost_is_read_back(api: KubeAPI, target: Target, rendered: Render) -> None:
     running_job(api, rendered)
     api.kube.inject(method="DELETE", drop=True, commit=True)
     result = delete_job([job_ref(NAME, NS)], target)
@@ -235,15 +282,18 @@ def test_live_diff_ignores_server_managed_fields(api: KubeAPI, target: Target, r
     assert api.kube.writes() == [r for r in api.kube.writes() if r.method == "PATCH"][:1]
 
 
-def test_live_diff_shows_what_a_changed_render_would_change(api: KubeAPI, target: Target,
-                                                           rendered: Render) -> None:
+def test_live_diff_shows_what_a_changed_render_would_change(
+    api: KubeAPI, target: Target, rendered: Render
+) -> None:
     running_job(api, rendered)
     manifests = rendered()
     manifests[0]["spec"]["runPolicy"]["backoffLimit"] = 9
     (change,) = live_diff(manifests, target).objects
     assert change.status == "changed"
-    assert [ln for ln in change.diff.splitlines() if ln[:1] in "+-" and ln[:3] not in ("+++", "---")
-            ] == ["-    backoffLimit: 5", "+    backoffLimit: 9"]
+    assert [ln for ln in change.diff.splitlines() if ln[:1] in "+-" and ln[:3] not in ("+++", "---")] == [
+        "-    backoffLimit: 5",
+        "+    backoffLimit: 9",
+    ]
     dry = [r for r in api.kube.requests if r.method == "PATCH" and "dryRun" in r.query]
     assert dry and all(r.query["dryRun"] == ["All"] for r in dry)
 
@@ -251,8 +301,9 @@ def test_live_diff_shows_what_a_changed_render_would_change(api: KubeAPI, target
 # --- secrets ---------------------------------------------------------------------------
 
 
-def test_debug_output_never_carries_the_token(api: KubeAPI, target: Target, rendered: Render,
-                                              capfd: pytest.CaptureFixture[str]) -> None:
+def test_debug_output_never_carries_the_token(
+    api: KubeAPI, target: Target, rendered: Render, capfd: pytest.CaptureFixture[str]
+) -> None:
     cluster.enable_debug()
     try:
         logging.getLogger("urllib3").debug("Authorization: Bearer %s", api.kube.token)
@@ -272,8 +323,10 @@ def test_debug_output_never_carries_the_token(api: KubeAPI, target: Target, rend
 
 
 def test_clean_redacts_credentials_but_keeps_field_paths() -> None:
-    text = cluster.clean("Bearer abc.def token=s3cr3t eyJhbGciOi.eyJzdWIi.c2lnbmF0dXJl "
-                         "spec.pytorchReplicaSpecs.Master.template.spec.containers[0].image\x1b[31m")
+    text = cluster.clean(
+        "Bearer abc.def token=s3cr3t eyJhbGciOi.eyJzdWIi.c2lnbmF0dXJl "
+        "spec.pytorchReplicaSpecs.Master.template.spec.containers[0].image\x1b[31m"
+    )
     assert "abc.def" not in text and "s3cr3t" not in text and "eyJzdWIi" not in text
     assert "spec.pytorchReplicaSpecs.Master.template.spec.containers[0].image" in text
     assert "\x1b" not in text

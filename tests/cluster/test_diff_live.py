@@ -25,8 +25,9 @@ SECRET = "hf_live0nlyS3cretValue"
 
 
 def worker_container(job: dict[str, Any]) -> dict[str, Any]:
-    container: dict[str, Any] = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"][
-        "spec"]["containers"][0]
+    container: dict[str, Any] = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"][
+        "containers"
+    ][0]
     return container
 
 
@@ -63,14 +64,14 @@ def test_after_submit_there_is_no_difference(api: KubeAPI, kubeconfig: Path) -> 
     assert patches and all(r.query["dryRun"] == ["All"] for r in patches)
 
 
-def test_fields_another_manager_set_and_key_order_are_not_differences(
-        api: KubeAPI, kubeconfig: Path) -> None:
+def test_fields_another_manager_set_and_key_order_are_not_differences(api: KubeAPI, kubeconfig: Path) -> None:
     job = submitted(api)
     # what a defaulting webhook or controller adds under its own field manager: the dry-run
     # apply keeps it too, so both sides have it
     job["spec"]["runPolicy"]["schedulingPolicy"] = {"queue": "nlp-lab"}
     api.kube.owners[("pytorchjobs", NS, NAME)]["defaulter"] = {
-        ("spec", "runPolicy", "schedulingPolicy", "queue")}
+        ("spec", "runPolicy", "schedulingPolicy", "queue")
+    }
     # a server keeps its own key order, which need not be the render's
     for part in (job, job["spec"], job["metadata"]):
         items = list(part.items())
@@ -97,8 +98,7 @@ def test_a_change_on_the_cluster_shows_as_a_unified_diff(api: KubeAPI, kubeconfi
 
 
 @pytest.mark.parametrize("fmt", ["text", "json", "markdown"])
-def test_secret_looking_values_are_masked_in_every_format(api: KubeAPI, kubeconfig: Path,
-                                                          fmt: str) -> None:
+def test_secret_looking_values_are_masked_in_every_format(api: KubeAPI, kubeconfig: Path, fmt: str) -> None:
     worker_container(submitted(api))["env"].append({"name": "HF_TOKEN", "value": SECRET})
     result = run("diff", PROFILE, "--live", "--format", fmt)
     assert result.exit_code == 1, result.output
@@ -115,8 +115,9 @@ def test_secret_looking_values_are_masked_in_every_format(api: KubeAPI, kubeconf
         assert f"{KEY} (changed)</summary>" in result.stdout and "```diff\n---" in result.stdout
 
 
-def test_several_profiles_in_one_session(api: KubeAPI, kubeconfig: Path,
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_several_profiles_in_one_session(
+    api: KubeAPI, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     submitted(api)
     api.kube.namespaces.add("runai-vision-lab")
     sessions: list[cluster.Session] = []
@@ -131,8 +132,7 @@ def test_several_profiles_in_one_session(api: KubeAPI, kubeconfig: Path,
     assert result.exit_code == 1, result.output
     assert len(sessions) == 1
     data = json.loads(result.stdout)
-    assert [(r["profile"], r["changed"]) for r in data["results"]] == [(PROFILE, False),
-                                                                       (SINGLE, True)]
+    assert [(r["profile"], r["changed"]) for r in data["results"]] == [(PROFILE, False), (SINGLE, True)]
     assert data["results"][1]["objects"][0]["status"] == "added"
 
 
@@ -147,10 +147,10 @@ def test_an_object_runai_spec_did_not_create_is_noted(api: KubeAPI, kubeconfig: 
 # --- refusals: nothing sent, one line ----------------------------------------------------
 
 
-@pytest.mark.parametrize("args", [["--live", "--against", "."], [], ["--against", ".",
-                                                                     "--context", "fake"]])
-def test_usage_errors_exit_2_with_one_line_and_a_hint(api: KubeAPI, kubeconfig: Path,
-                                                      args: list[str]) -> None:
+@pytest.mark.parametrize("args", [["--live", "--against", "."], [], ["--against", ".", "--context", "fake"]])
+def test_usage_errors_exit_2_with_one_line_and_a_hint(
+    api: KubeAPI, kubeconfig: Path, args: list[str]
+) -> None:
     result = run("diff", PROFILE, *args)
     assert result.exit_code == 2, result.output
     lines = result.stderr.splitlines()
@@ -159,8 +159,8 @@ def test_usage_errors_exit_2_with_one_line_and_a_hint(api: KubeAPI, kubeconfig: 
 
 
 def test_a_profile_with_error_findings_sends_nothing(
-        api: KubeAPI, kubeconfig: Path, base_profile: dict[str, Any],
-        write_profile: Callable[..., Path]) -> None:
+    api: KubeAPI, kubeconfig: Path, base_profile: dict[str, Any], write_profile: Callable[..., Path]
+) -> None:
     base_profile["env"] = {"NCCL_SOCKET_IFNAME": "eth0"}
     bad = write_profile(base_profile)
     result = run("diff", PROFILE, str(bad), "--live", "--format", "json")
@@ -174,8 +174,7 @@ def test_a_profile_with_error_findings_sends_nothing(
     assert api.kube.requests == []
 
 
-def test_bad_input_exits_2_and_sends_nothing(api: KubeAPI, kubeconfig: Path,
-                                             tmp_path: Path) -> None:
+def test_bad_input_exits_2_and_sends_nothing(api: KubeAPI, kubeconfig: Path, tmp_path: Path) -> None:
     result = run("diff", PROFILE, str(tmp_path / "missing.yaml"), "--live")
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith(f"error: {tmp_path / 'missing.yaml'}")
@@ -187,8 +186,7 @@ def test_bad_input_exits_2_and_sends_nothing(api: KubeAPI, kubeconfig: Path,
 
 
 @pytest.mark.parametrize("verb", ["get", "patch"])
-def test_forbidden_exits_3_with_one_line(api: KubeAPI, kubeconfig: Path,
-                                         verb: str) -> None:
+def test_forbidden_exits_3_with_one_line(api: KubeAPI, kubeconfig: Path, verb: str) -> None:
     api.kube.forbidden.add((verb, "pytorchjobs"))
     result = run("diff", PROFILE, "--live", "--debug")
     assert result.exit_code == 3, result.output
@@ -208,8 +206,9 @@ def test_a_cluster_without_the_crd_exits_3(api: KubeAPI, kubeconfig: Path) -> No
     assert result.stdout == "" and api.kube.writes() == []
 
 
-def test_unreachable_cluster_exits_3_without_a_traceback(unreachable: tuple[Path, str],
-                                                         cli_sleeps: Sleeps) -> None:
+def test_unreachable_cluster_exits_3_without_a_traceback(
+    unreachable: tuple[Path, str], cli_sleeps: Sleeps
+) -> None:
     config, _ = unreachable
     result = run("diff", PROFILE, "--live", "--kubeconfig", str(config))
     assert result.exit_code == 3, result.output
@@ -222,8 +221,9 @@ def test_unauthorised_exits_3(api: KubeAPI, tmp_path: Path) -> None:
     config = api.kubeconfig(tmp_path / "kc", token="not-the-token")
     result = run("diff", PROFILE, "--live", "--kubeconfig", str(config))
     assert result.exit_code == 3, result.output
-    assert error_lines(result.stderr)[0] == ("error: cluster: unauthorised: the API server "
-                                             "refused the credentials")
+    assert error_lines(result.stderr)[0] == (
+        "error: cluster: unauthorised: the API server refused the credentials"
+    )
     assert "not-the-token" not in result.output
 
 
@@ -239,13 +239,15 @@ def test_key_order_follows_the_render_then_sorted() -> None:
 
 
 def test_diff_live_reports_added_changed_and_nothing_for_equal_objects() -> None:
-    job = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "n"},
-           "data": {"k": "1"}}
+    job = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "a", "namespace": "n"},
+        "data": {"k": "1"},
+    }
     other = dict(job, metadata={"name": "b", "namespace": "n"})
     changed = dict(job, data={"k": "2"})
     result = diff_live("p.yaml", [job, other], [(dict(job), job), (None, other)])
     assert [(o.key, o.status) for o in result.objects] == [("ConfigMap/n/b", "added")]
     result = diff_live("p.yaml", [job], [(changed, job)])
     assert [o.status for o in result.objects] == ["changed"] and '-  k: "2"' in result.objects[0].diff
-
-

@@ -50,7 +50,8 @@ def test_approved_here_but_not_deployed_is_a_finding(deployed: dict[str, str]) -
     assert code == EXIT_FINDINGS
     assert live_lines(lines) == [
         f"error: {ROOT / 'presets' / 'h200-8gpu.yaml'}: live: approved here but not yet deployed "
-        f"by the AI Engineers ({WHERE} has no h200-8gpu; the cluster denies its jobs)"]
+        f"by the AI Engineers ({WHERE} has no h200-8gpu; the cluster denies its jobs)"
+    ]
     assert lines[-1].startswith("hint: ") and "presets policy" in lines[-1]
 
 
@@ -60,8 +61,9 @@ def test_deployed_but_different_is_a_finding_naming_the_fields(deployed: dict[st
     code, lines, _ = verify_live()
     assert code == EXIT_FINDINGS
     (line,) = live_lines(lines)
-    assert line.endswith(f"h200-8gpu.yaml: live: deployed but different: sha256, shape-sha256 "
-                         f"({WHERE} holds other values)")
+    assert line.endswith(
+        f"h200-8gpu.yaml: live: deployed but different: sha256, shape-sha256 ({WHERE} holds other values)"
+    )
 
 
 def test_deployed_but_missing_here_is_a_finding(deployed: dict[str, str]) -> None:
@@ -73,7 +75,8 @@ def test_deployed_but_missing_here_is_a_finding(deployed: dict[str, str]) -> Non
 
 
 def test_a_forged_local_approval_differs_from_what_the_cluster_enforces(
-        presets_dir: Path, deployed: dict[str, str], engineer_key: Path) -> None:
+    presets_dir: Path, deployed: dict[str, str], engineer_key: Path
+) -> None:
     preset = presets_dir / "h200-2x8-ib.yaml"
     preset.write_text(preset.read_text().replace('cpu: "96"', 'cpu: "64"'), encoding="utf-8")
     # their own key, listed in their checkout's allowed_signers: a forged approval
@@ -85,8 +88,9 @@ def test_a_forged_local_approval_differs_from_what_the_cluster_enforces(
     assert "shape-sha256" in line and "sha256" in line and "approved-by" in line
 
 
-def test_no_parameters_on_the_cluster_means_nothing_is_deployed(api: KubeAPI, kubeconfig: Path,
-                                                               cli_sleeps: Sleeps) -> None:
+def test_no_parameters_on_the_cluster_means_nothing_is_deployed(
+    api: KubeAPI, kubeconfig: Path, cli_sleeps: Sleeps
+) -> None:
     code, lines, _ = verify_live()
     assert code == EXIT_FINDINGS
     assert f"error: cluster: {WHERE}: not deployed (no admission parameters on the cluster)" in lines
@@ -99,7 +103,8 @@ def test_forbidden_is_one_warning_not_a_finding(api: KubeAPI, deployed: dict[str
     assert code == 0, lines
     warnings = [ln for ln in lines if ln.startswith("warning: ")]
     assert len(warnings) == 1 and warnings[0].startswith(
-        f"warning: cluster: {WHERE}: not checked: forbidden (")
+        f"warning: cluster: {WHERE}: not checked: forbidden ("
+    )
     assert not [ln for ln in lines if ln.startswith("error: ")]
 
 
@@ -111,7 +116,8 @@ def test_unreachable_exits_3(unreachable: tuple[Path, str], cli_sleeps: Sleeps) 
 
 
 def test_kubeconfig_and_context_options_pick_the_cluster(
-        api: KubeAPI, deployed: dict[str, str], tmp_path: Path) -> None:
+    api: KubeAPI, deployed: dict[str, str], tmp_path: Path
+) -> None:
     config = api.kubeconfig(tmp_path / "other-kubeconfig", context="gpu-cluster")
     for key in [k for k in deployed if k.startswith("h200-1gpu.")]:
         del deployed[key]
@@ -122,11 +128,11 @@ def test_kubeconfig_and_context_options_pick_the_cluster(
 
 
 def test_compare_deployed_names_each_kind_of_difference() -> None:
-    local = {"a.sha256": "1", "a.cpu": "8", "b.sha256": "2", "c.expired": "2026-01-01",
-             "e.sha256": "5"}
+    local = {"a.sha256": "1", "a.cpu": "8", "b.sha256": "2", "c.expired": "2026-01-01", "e.sha256": "5"}
     cluster = {"a.sha256": "1", "a.cpu": "16", "c.sha256": "3", "d.sha256": "4", "e.sha256": "5"}
     assert admission.compare_deployed(local, cluster) == [
         admission.Deployment("a", "different", ("cpu",)),
         admission.Deployment("b", "not deployed"),
         admission.Deployment("c", "expired here", ("2026-01-01",)),
-        admission.Deployment("d", "not approved here")]
+        admission.Deployment("d", "not approved here"),
+    ]

@@ -29,14 +29,12 @@ REGISTRY = PresetRegistry(ROOT / "presets")
 
 
 def containers(job: dict[str, Any]) -> list[dict[str, Any]]:
-    return [rs["template"]["spec"]["containers"][0]
-            for rs in job["spec"]["pytorchReplicaSpecs"].values()]
+    return [rs["template"]["spec"]["containers"][0] for rs in job["spec"]["pytorchReplicaSpecs"].values()]
 
 
 def job_for(preset: str, **changes: Any) -> dict[str, Any]:
     data = {**copy.deepcopy(BASE_PROFILE), "preset": preset, **changes}
-    plan = plan_workload(parse_profile(dump([data]), "p.yaml"), REGISTRY.get(preset),
-                         REGISTRY.site())
+    plan = plan_workload(parse_profile(dump([data]), "p.yaml"), REGISTRY.get(preset), REGISTRY.site())
     return render_plan(plan)[-1]
 
 
@@ -48,8 +46,10 @@ def test_every_torchrun_pod_logs_each_rank_on_the_checkpoint_volume() -> None:
             assert "--log-dir=/checkpoints/logs/$(POD_NAME)" in c["command"]
             assert "--tee=3" in c["command"]
             # the downward API gives $(POD_NAME); it comes first so that later values may use it
-            assert c["env"][0] == {"name": POD_NAME_ENV[0],
-                                   "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+            assert c["env"][0] == {
+                "name": POD_NAME_ENV[0],
+                "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+            }
             assert {"name": RANK_PREFIX_ENV, "value": RANK_PREFIX} in c["env"]
             mounts = {m["mountPath"] for m in c["volumeMounts"]}
             assert "/checkpoints" in mounts  # the folder is on the PVC, not in the container
@@ -86,8 +86,7 @@ def test_the_rehearsal_points_nccl_debug_file_at_its_volume_folder(tmp_path: Pat
     note = command_note(plans)
     assert note is not None and "NCCL_DEBUG_FILE (diagnostics.nccl_debug) likewise" in note.message
     # without the switch nothing is set, and the row says nothing of it
-    plain, _ = plan_pods([job_for("h200-2x8-ib")], RehearsalSpec(procs_per_pod=1),
-                         root=tmp_path / "plain")
+    plain, _ = plan_pods([job_for("h200-2x8-ib")], RehearsalSpec(procs_per_pod=1), root=tmp_path / "plain")
     assert all(NCCL_DEBUG_FILE not in p.env and p.nccl_debug_file is None for p in plain)
 
 
@@ -100,9 +99,11 @@ def test_a_profile_cannot_set_pod_name_itself(write_profile: Any) -> None:
 
 def test_the_rehearsal_runs_the_rendered_log_flags_on_its_volume_folder(tmp_path: Path) -> None:
     job = example_job("multi-node")
-    claim = next(v["persistentVolumeClaim"]["claimName"] for v in
-                 job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["volumes"]
-                 if "persistentVolumeClaim" in v)
+    claim = next(
+        v["persistentVolumeClaim"]["claimName"]
+        for v in job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["volumes"]
+        if "persistentVolumeClaim" in v
+    )
     plans, _ = plan_pods([job], RehearsalSpec(procs_per_pod=2), root=tmp_path)
     for p in plans:
         here = tmp_path / "volumes" / claim / "logs" / f"{NAME}-{p.name}"
@@ -124,14 +125,14 @@ def test_a_render_without_log_flags_still_gets_the_rehearsals_own(tmp_path: Path
 
 def test_split_ranks_keeps_each_ranks_bytes_and_leaves_the_agents_lines(tmp_path: Path) -> None:
     log = tmp_path / "pod.log"
-    log.write_bytes(b"agent: starting\n[rank0]:step 1 \xff\n[rank1]:step 1\r\n"
-                    b"[rank0]:[rank1]: forged\n[rank10]:x")
+    log.write_bytes(
+        b"agent: starting\n[rank0]:step 1 \xff\n[rank1]:step 1\r\n[rank0]:[rank1]: forged\n[rank10]:x"
+    )
     assert split_ranks(log, tmp_path / "pod") == (0, 1, 10)
     assert (tmp_path / "pod" / "rank-0.log").read_bytes() == b"step 1 \xff\n[rank1]: forged\n"
     assert (tmp_path / "pod" / "rank-1.log").read_bytes() == b"step 1\r\n"
     assert (tmp_path / "pod" / "rank-10.log").read_bytes() == b"x"
-    assert sorted(p.name for p in (tmp_path / "pod").iterdir()) == [
-        "rank-0.log", "rank-1.log", "rank-10.log"]
+    assert sorted(p.name for p in (tmp_path / "pod").iterdir()) == ["rank-0.log", "rank-1.log", "rank-10.log"]
 
 
 def test_split_ranks_writes_nothing_for_a_log_without_rank_lines(tmp_path: Path) -> None:
@@ -141,8 +142,7 @@ def test_split_ranks_writes_nothing_for_a_log_without_rank_lines(tmp_path: Path)
     assert not (tmp_path / "pod").exists()
 
 
-def test_logs_out_writes_each_pod_log_and_its_ranks(api: KubeAPI, kubeconfig: Path,
-                                                    tmp_path: Path) -> None:
+def test_logs_out_writes_each_pod_log_and_its_ranks(api: KubeAPI, kubeconfig: Path, tmp_path: Path) -> None:
     assert run("submit", PROFILE).exit_code == 0
     api.kube.add_pod(NAME, NS, "master", 0)
     api.kube.add_pod(NAME, NS, "worker", 0)
@@ -154,6 +154,5 @@ def test_logs_out_writes_each_pod_log_and_its_ranks(api: KubeAPI, kubeconfig: Pa
     assert (out / f"{NAME}-master-0.log").read_text().startswith("agent\n")
     assert (out / f"{NAME}-master-0" / "rank-1.log").read_text() == "loss 2\n"
     assert (out / f"{NAME}-worker-0" / "rank-2.log").read_text() == "NCCL error\n"
-    assert sorted(p.name for p in (out / f"{NAME}-worker-0").iterdir()) == [
-        "rank-2.log", "rank-3.log"]
+    assert sorted(p.name for p in (out / f"{NAME}-worker-0").iterdir()) == ["rank-2.log", "rank-3.log"]
     assert f"2 rank(s) apart in {out / f'{NAME}-worker-0'}/rank-<k>.log" in result.stderr

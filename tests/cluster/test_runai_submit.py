@@ -30,8 +30,12 @@ from runaiapi import CLIENT_ID, CLIENT_SECRET, CLUSTER_NAME, CLUSTER_UUID, Runai
 pytest_plugins = ("kube_fixtures",)
 
 PROJECT, PROJECT_ID = "nlp-lab", "8"  # the multi-node example's project, as the fake seeds it
-CREDENTIAL_ENV = (runai_api.ENV_CLIENT_ID, runai_api.ENV_CLIENT_SECRET, runai_api.ENV_ACCESS_KEY_FILE,
-                  runai_api.ENV_CLI)
+CREDENTIAL_ENV = (
+    runai_api.ENV_CLIENT_ID,
+    runai_api.ENV_CLIENT_SECRET,
+    runai_api.ENV_ACCESS_KEY_FILE,
+    runai_api.ENV_CLI,
+)
 
 
 @pytest.fixture
@@ -71,11 +75,13 @@ def use_site(monkeypatch: pytest.MonkeyPatch, submit: SiteSubmit) -> None:
 
 
 @pytest.fixture
-def runai_site(plane: RunaiAPI, monkeypatch: pytest.MonkeyPatch, access_key: None,
-               sleeps: Sleeps) -> RunaiAPI:
+def runai_site(
+    plane: RunaiAPI, monkeypatch: pytest.MonkeyPatch, access_key: None, sleeps: Sleeps
+) -> RunaiAPI:
     """A site that submits through the fake control plane, by the cluster's name."""
-    use_site(monkeypatch, SiteSubmit(via="runai", runai=RunaiControlPlane(
-        url=plane.url, cluster=CLUSTER_NAME)))
+    use_site(
+        monkeypatch, SiteSubmit(via="runai", runai=RunaiControlPlane(url=plane.url, cluster=CLUSTER_NAME))
+    )
     return plane
 
 
@@ -104,7 +110,8 @@ def credentials_absent(text: str, plane: RunaiAPI) -> None:
 
 
 def test_submit_stores_one_workload_whose_manifest_is_the_render_with_project_and_cluster_ids(
-        runai_site: RunaiAPI) -> None:
+    runai_site: RunaiAPI,
+) -> None:
     result = run("submit", PROFILE)
     assert result.exit_code == 0, result.stderr
     stored = runai_site.state.only()
@@ -122,8 +129,7 @@ def test_submit_stores_one_workload_whose_manifest_is_the_render_with_project_an
     credentials_absent(result.stdout + result.stderr, runai_site)
 
 
-def test_project_and_cluster_are_resolved_by_name_through_the_documented_lists(
-        runai_site: RunaiAPI) -> None:
+def test_project_and_cluster_are_resolved_by_name_through_the_documented_lists(runai_site: RunaiAPI) -> None:
     assert run("submit", PROFILE).exit_code == 0
     (projects,) = runai_site.state.sent("GET", "/api/v1/org-unit/projects")
     assert projects.query["filterBy"] == [f"name=={PROJECT}"]
@@ -131,17 +137,18 @@ def test_project_and_cluster_are_resolved_by_name_through_the_documented_lists(
 
 
 def test_a_cluster_given_by_id_is_not_looked_up(
-        plane: RunaiAPI, monkeypatch: pytest.MonkeyPatch, access_key: None,
-        sleeps: Sleeps) -> None:
-    use_site(monkeypatch, SiteSubmit(via="runai", runai=RunaiControlPlane(
-        url=plane.url, cluster=CLUSTER_UUID, category=None)))
+    plane: RunaiAPI, monkeypatch: pytest.MonkeyPatch, access_key: None, sleeps: Sleeps
+) -> None:
+    use_site(
+        monkeypatch,
+        SiteSubmit(via="runai", runai=RunaiControlPlane(url=plane.url, cluster=CLUSTER_UUID, category=None)),
+    )
     assert run("submit", PROFILE).exit_code == 0
     assert not plane.state.sent("GET", "/api/v1/clusters")
     assert "category" not in plane.state.only()["metadata"]
 
 
-def test_resubmitting_the_same_render_says_unchanged_and_writes_nothing(
-        runai_site: RunaiAPI) -> None:
+def test_resubmitting_the_same_render_says_unchanged_and_writes_nothing(runai_site: RunaiAPI) -> None:
     assert run("submit", PROFILE).exit_code == 0
     before = len(runai_site.state.writes())
     result = run("submit", PROFILE)
@@ -151,8 +158,7 @@ def test_resubmitting_the_same_render_says_unchanged_and_writes_nothing(
     assert len(runai_site.state.workloads) == 1
 
 
-def test_dry_run_server_stores_nothing_and_prints_what_run_ai_would_store(
-        runai_site: RunaiAPI) -> None:
+def test_dry_run_server_stores_nothing_and_prints_what_run_ai_would_store(runai_site: RunaiAPI) -> None:
     result = run("submit", PROFILE, "--dry-run", "server")
     assert result.exit_code == 0, result.stderr
     assert runai_site.state.workloads == {}
@@ -163,8 +169,7 @@ def test_dry_run_server_stores_nothing_and_prints_what_run_ai_would_store(
     assert shown == rendered_job()
 
 
-def test_a_different_render_is_refused_without_replace_and_updated_with_it(
-        runai_site: RunaiAPI) -> None:
+def test_a_different_render_is_refused_without_replace_and_updated_with_it(runai_site: RunaiAPI) -> None:
     assert run("submit", PROFILE).exit_code == 0
     stored = runai_site.state.only()
     stored["rawManifest"]["metadata"]["annotations"]["runai-spec/profile-sha256"] = "f" * 64
@@ -181,8 +186,7 @@ def test_a_different_render_is_refused_without_replace_and_updated_with_it(
     assert "replaced: runai workload" in replaced.stderr
 
 
-def test_a_workload_of_that_name_not_submitted_by_runai_spec_is_not_touched(
-        runai_site: RunaiAPI) -> None:
+def test_a_workload_of_that_name_not_submitted_by_runai_spec_is_not_touched(runai_site: RunaiAPI) -> None:
     assert run("submit", PROFILE).exit_code == 0
     del runai_site.state.only()["rawManifest"]["metadata"]["labels"]["app.kubernetes.io/managed-by"]
     result = run("submit", PROFILE, "--replace")
@@ -195,10 +199,10 @@ def test_a_workload_of_that_name_not_submitted_by_runai_spec_is_not_touched(
 
 
 def test_an_unknown_priority_refused_by_the_server_is_one_error_line_with_its_reason(
-        runai_site: RunaiAPI) -> None:
+    runai_site: RunaiAPI,
+) -> None:
     preset = PresetRegistry().get("h200-2x8-ib").preset
-    runai_site.state.priorities = tuple(p for p in runai_schemas.PRIORITIES
-                                        if p != preset.priority)
+    runai_site.state.priorities = tuple(p for p in runai_schemas.PRIORITIES if p != preset.priority)
     result = run("submit", PROFILE)
     assert result.exit_code == EXIT_CLUSTER
     errors = [ln for ln in problems(result.stderr) if ln.startswith("error:")]
@@ -207,12 +211,18 @@ def test_an_unknown_priority_refused_by_the_server_is_one_error_line_with_its_re
     assert runai_site.state.workloads == {}
 
 
-@pytest.mark.parametrize("status, words", [
-    (403, "forbidden: injected 403"), (404, "not found: injected 404"),
-    (409, "conflict: injected 409"), (422, "refused by Run:ai: injected 422"),
-])
-def test_a_refused_create_is_one_error_line_with_a_hint(runai_site: RunaiAPI, status: int,
-                                                        words: str) -> None:
+@pytest.mark.parametrize(
+    "status, words",
+    [
+        (403, "forbidden: injected 403"),
+        (404, "not found: injected 404"),
+        (409, "conflict: injected 409"),
+        (422, "refused by Run:ai: injected 422"),
+    ],
+)
+def test_a_refused_create_is_one_error_line_with_a_hint(
+    runai_site: RunaiAPI, status: int, words: str
+) -> None:
     runai_site.state.inject(status, method="POST", path_contains="/api/v2/workloads")
     result = run("submit", PROFILE)
     assert result.exit_code == EXIT_CLUSTER
@@ -222,7 +232,8 @@ def test_a_refused_create_is_one_error_line_with_a_hint(runai_site: RunaiAPI, st
 
 
 def test_a_401_after_renewing_the_token_is_exit_3_log_in_again_and_no_token_shown(
-        runai_site: RunaiAPI) -> None:
+    runai_site: RunaiAPI,
+) -> None:
     runai_site.state.inject(401, path_contains="/api/v1/org-unit/projects", keep=True)
     for args in (("submit", PROFILE), ("submit", PROFILE, "--debug")):
         result = run(*args)
@@ -253,12 +264,16 @@ def test_a_token_near_its_end_is_renewed_before_use(runai_site: RunaiAPI) -> Non
         now[0] = runai_site.state.expires_in - runai_api.EXPIRY_MARGIN + 1
         session.call("GET", "/api/v1/clusters")
     assert runai_site.state.issued == 2
-    assert not [r for r in runai_site.state.requests if r.path != "/api/v1/token"
-                and r.headers.get("Authorization") is None]
+    assert not [
+        r
+        for r in runai_site.state.requests
+        if r.path != "/api/v1/token" and r.headers.get("Authorization") is None
+    ]
 
 
 def test_a_refused_access_key_is_exit_3_and_the_secret_never_shown(
-        runai_site: RunaiAPI, monkeypatch: pytest.MonkeyPatch) -> None:
+    runai_site: RunaiAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(runai_api.ENV_CLIENT_SECRET, "wrong-" + CLIENT_SECRET)
     result = run("submit", PROFILE, "--debug")
     assert result.exit_code == EXIT_CLUSTER
@@ -267,8 +282,9 @@ def test_a_refused_access_key_is_exit_3_and_the_secret_never_shown(
     assert runai_site.state.workloads == {}
 
 
-def test_the_access_key_may_come_from_a_file(runai_site: RunaiAPI, tmp_path: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_access_key_may_come_from_a_file(
+    runai_site: RunaiAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv(runai_api.ENV_CLIENT_ID)
     monkeypatch.delenv(runai_api.ENV_CLIENT_SECRET)
     key = tmp_path / "access-key.yaml"
@@ -280,15 +296,18 @@ def test_the_access_key_may_come_from_a_file(runai_site: RunaiAPI, tmp_path: Pat
 
 def fake_cli(tmp_path: Path, token: str, code: int = 0) -> Path:
     script = tmp_path / "runai"
-    script.write_text(f"#!/bin/sh\n[ \"$*\" = 'auth get-token --output plaintext' ] || exit 9\n"
-                      f"echo '{token}'\necho 'debug: {token}' >&2\nexit {code}\n",
-                      encoding="utf-8")
+    script.write_text(
+        f"#!/bin/sh\n[ \"$*\" = 'auth get-token --output plaintext' ] || exit 9\n"
+        f"echo '{token}'\necho 'debug: {token}' >&2\nexit {code}\n",
+        encoding="utf-8",
+    )
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     return script
 
 
 def test_without_an_access_key_the_runai_cli_login_gives_the_token(
-        runai_site: RunaiAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runai_site: RunaiAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv(runai_api.ENV_CLIENT_ID)
     monkeypatch.delenv(runai_api.ENV_CLIENT_SECRET)
     runai_site.state.static_tokens.add("cli-login-token-0123456789")
@@ -300,7 +319,8 @@ def test_without_an_access_key_the_runai_cli_login_gives_the_token(
 
 
 def test_a_failing_runai_cli_is_exit_3_without_its_output(
-        runai_site: RunaiAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runai_site: RunaiAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv(runai_api.ENV_CLIENT_ID)
     monkeypatch.delenv(runai_api.ENV_CLIENT_SECRET)
     monkeypatch.setenv(runai_api.ENV_CLI, str(fake_cli(tmp_path, "half-token-0123456789", code=1)))
@@ -311,7 +331,8 @@ def test_a_failing_runai_cli_is_exit_3_without_its_output(
 
 
 def test_without_any_credentials_it_says_how_to_get_some(
-        runai_site: RunaiAPI, monkeypatch: pytest.MonkeyPatch) -> None:
+    runai_site: RunaiAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
     for name in CREDENTIAL_ENV:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PATH", os.defpath if "runai" not in os.defpath else "/nonexistent")
@@ -323,8 +344,7 @@ def test_without_any_credentials_it_says_how_to_get_some(
 # -- faults -------------------------------------------------------------------------------
 
 
-def test_429_and_503_are_retried_with_retry_after_then_succeed(runai_site: RunaiAPI,
-                                                               sleeps: Sleeps) -> None:
+def test_429_and_503_are_retried_with_retry_after_then_succeed(runai_site: RunaiAPI, sleeps: Sleeps) -> None:
     runai_site.state.inject(429, method="GET", path_contains="/api/v1/clusters", retry_after="2")
     runai_site.state.inject(503, method="POST", path_contains="/api/v2/workloads")
     result = run("submit", PROFILE)
@@ -335,7 +355,8 @@ def test_429_and_503_are_retried_with_retry_after_then_succeed(runai_site: Runai
 
 
 def test_a_control_plane_that_stays_busy_gives_up_after_bounded_attempts(
-        runai_site: RunaiAPI, sleeps: Sleeps) -> None:
+    runai_site: RunaiAPI, sleeps: Sleeps
+) -> None:
     runai_site.state.inject(503, keep=True, path_contains="/api/v1/clusters")
     result = run("submit", PROFILE)
     assert result.exit_code == EXIT_CLUSTER
@@ -343,8 +364,7 @@ def test_a_control_plane_that_stays_busy_gives_up_after_bounded_attempts(
     assert sum(sleeps) <= RunaiTarget(url="", cluster="").retry.max_total
 
 
-def test_a_slow_create_is_read_back_and_a_resubmit_does_not_store_a_second(
-        runai_site: RunaiAPI) -> None:
+def test_a_slow_create_is_read_back_and_a_resubmit_does_not_store_a_second(runai_site: RunaiAPI) -> None:
     runai_site.state.inject(None, method="POST", path_contains="/api/v2/workloads", delay=1.0)
     slow = run("submit", PROFILE, "--request-timeout", "0.3")
     assert slow.exit_code == EXIT_CLUSTER
@@ -360,11 +380,13 @@ def test_a_slow_create_is_read_back_and_a_resubmit_does_not_store_a_second(
 
 
 def test_an_unreachable_control_plane_is_one_line_exit_3(
-        monkeypatch: pytest.MonkeyPatch, access_key: None, sleeps: Sleeps) -> None:
+    monkeypatch: pytest.MonkeyPatch, access_key: None, sleeps: Sleeps
+) -> None:
     gone = RunaiAPI()
     gone.stop()
-    use_site(monkeypatch, SiteSubmit(via="runai", runai=RunaiControlPlane(
-        url=gone.url, cluster=CLUSTER_UUID)))
+    use_site(
+        monkeypatch, SiteSubmit(via="runai", runai=RunaiControlPlane(url=gone.url, cluster=CLUSTER_UUID))
+    )
     result = run("submit", PROFILE)
     assert result.exit_code == EXIT_CLUSTER
     assert len([ln for ln in problems(result.stderr) if ln.startswith("error: ")]) == 1
@@ -380,10 +402,12 @@ def test_via_runai_without_a_configured_control_plane_is_bad_input() -> None:
 
 
 def test_via_runai_overrides_a_kubernetes_site_per_call(
-        plane: RunaiAPI, monkeypatch: pytest.MonkeyPatch, access_key: None,
-        sleeps: Sleeps) -> None:
-    use_site(monkeypatch, SiteSubmit(via="kubernetes", runai=RunaiControlPlane(
-        url=plane.url, cluster=CLUSTER_NAME)))
+    plane: RunaiAPI, monkeypatch: pytest.MonkeyPatch, access_key: None, sleeps: Sleeps
+) -> None:
+    use_site(
+        monkeypatch,
+        SiteSubmit(via="kubernetes", runai=RunaiControlPlane(url=plane.url, cluster=CLUSTER_NAME)),
+    )
     result = run("submit", PROFILE, "--via", "runai")
     assert result.exit_code == 0, result.stderr
     assert len(plane.state.workloads) == 1
@@ -393,14 +417,20 @@ def test_status_reads_the_phase_and_pods_run_ai_reports(runai_site: RunaiAPI) ->
     assert run("submit", PROFILE).exit_code == 0
     stored = runai_site.state.only()
     runai_site.state.pods[stored["metadata"]["id"]] = [
-        {"name": f"{NAME}-master-0", "k8sPhase": "Running", "nodeName": "h200-01",
-         "containers": [{"name": "pytorch", "image": "x", "startedAt": "2026-12-04T10:00:00Z"}]},
-        {"name": f"{NAME}-worker-0", "k8sPhase": "Pending", "containers": []}]
+        {
+            "name": f"{NAME}-master-0",
+            "k8sPhase": "Running",
+            "nodeName": "h200-01",
+            "containers": [{"name": "pytorch", "image": "x", "startedAt": "2026-12-04T10:00:00Z"}],
+        },
+        {"name": f"{NAME}-worker-0", "k8sPhase": "Pending", "containers": []},
+    ]
     result = run("status", PROFILE)
     assert result.exit_code == 0, result.stderr
     assert "Pending: Waiting for resources" in result.stdout
-    assert (f"{NAME}-master-0  Master 0  Running  started 2026-12-04T10:00:00Z  restarts 0  on "
-            "h200-01") in result.stdout
+    assert (
+        f"{NAME}-master-0  Master 0  Running  started 2026-12-04T10:00:00Z  restarts 0  on h200-01"
+    ) in result.stdout
     assert f"{NAME}-worker-0  Worker 0  Pending  not started" in result.stdout
     stored["phase"] = "Completed"
     by_name = run("status", NAME, "--project", PROJECT, "--watch")
@@ -423,8 +453,7 @@ def test_delete_removes_the_workload_through_the_workload_api(runai_site: RunaiA
     assert again.exit_code == EXIT_CLUSTER and "not found" in again.stderr
 
 
-def test_the_module_api_raises_cluster_errors_with_the_server_reason(runai_site: RunaiAPI
-                                                                    ) -> None:
+def test_the_module_api_raises_cluster_errors_with_the_server_reason(runai_site: RunaiAPI) -> None:
     target = RunaiTarget(url=runai_site.url, cluster="no-such-cluster")
     with pytest.raises(ClusterError) as info:
         submit_workload(rendered_job(), WorkloadMetadata(NAME, PROJECT, "high", False), target)
@@ -442,7 +471,8 @@ def test_debug_shows_each_request_line_and_never_a_token(runai_site: RunaiAPI) -
 
 
 def test_the_smoke_test_goes_through_the_kubernetes_client_on_a_runai_site(
-        runai_site: RunaiAPI, api: KubeAPI, kubeconfig: Path, cli_sleeps: Sleeps) -> None:
+    runai_site: RunaiAPI, api: KubeAPI, kubeconfig: Path, cli_sleeps: Sleeps
+) -> None:
     result = run("submit", PROFILE, "--smoke")
     assert result.exit_code == 0, result.stderr
     assert "the smoke test goes through the Kubernetes client" in result.stderr
@@ -462,8 +492,9 @@ def test_submit_wait_polls_the_phase_run_ai_reports(runai_site: RunaiAPI) -> Non
     assert "unchanged" in again.stderr and ": Running" in again.stdout
 
 
-def test_one_token_serves_every_request_of_a_command(runai_site: RunaiAPI,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_one_token_serves_every_request_of_a_command(
+    runai_site: RunaiAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """submit --wait sent its submit and each poll in a session of its own: a token each."""
     polls: list[float] = []
 
@@ -496,10 +527,12 @@ def test_the_shipped_site_submits_through_kubernetes_and_runai_needs_its_control
         SiteSubmit.model_validate({"via": "slurm"})
 
 
-@pytest.mark.parametrize("raw", [None, "text", {"metadata": "x"},
-                                 {"metadata": {"labels": ["app.kubernetes.io/managed-by"]}}])
+@pytest.mark.parametrize(
+    "raw", [None, "text", {"metadata": "x"}, {"metadata": {"labels": ["app.kubernetes.io/managed-by"]}}]
+)
 def test_a_stored_manifest_of_another_shape_is_not_touched_and_no_traceback(
-        runai_site: RunaiAPI, raw: Any) -> None:
+    runai_site: RunaiAPI, raw: Any
+) -> None:
     assert run("submit", PROFILE).exit_code == 0
     runai_site.state.only()["rawManifest"] = raw
     for args in (("submit", PROFILE, "--replace"), ("delete", PROFILE, "--yes")):
@@ -509,8 +542,7 @@ def test_a_stored_manifest_of_another_shape_is_not_touched_and_no_traceback(
     assert not runai_site.state.sent("PUT") and not runai_site.state.sent("DELETE")
 
 
-def test_fields_run_ai_adds_to_the_stored_manifest_still_read_as_unchanged(
-        runai_site: RunaiAPI) -> None:
+def test_fields_run_ai_adds_to_the_stored_manifest_still_read_as_unchanged(runai_site: RunaiAPI) -> None:
     assert run("submit", PROFILE).exit_code == 0
     stored = runai_site.state.only()["rawManifest"]
     stored["metadata"].setdefault("labels", {})["run.ai/added"] = "by-the-control-plane"
@@ -528,8 +560,9 @@ def test_diff_live_on_a_runai_site_compares_with_what_run_ai_holds(runai_site: R
     assert run("submit", PROFILE).exit_code == 0
     same = run("diff", PROFILE, "--live")
     assert same.exit_code == 0, same.stdout + same.stderr
-    command = runai_site.state.only()["rawManifest"]["spec"]["pytorchReplicaSpecs"]["Master"][
-        "template"]["spec"]["containers"][0]["command"]
+    command = runai_site.state.only()["rawManifest"]["spec"]["pytorchReplicaSpecs"]["Master"]["template"][
+        "spec"
+    ]["containers"][0]["command"]
     command.append("--changed-by-hand")
     changed = run("diff", PROFILE, "--live")
     assert changed.exit_code == 1
@@ -538,24 +571,28 @@ def test_diff_live_on_a_runai_site_compares_with_what_run_ai_holds(runai_site: R
 
 
 def test_a_server_that_echoes_the_credentials_in_its_error_never_gets_them_printed(
-        runai_site: RunaiAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runai_site: RunaiAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv(runai_api.ENV_CLIENT_ID)
     monkeypatch.delenv(runai_api.ENV_CLIENT_SECRET)
     token = "cli-login-token-0123456789"
     runai_site.state.static_tokens.add(token)
     monkeypatch.setenv(runai_api.ENV_CLI, str(fake_cli(tmp_path, token)))
-    runai_site.state.inject(403, method="POST", body={
-        "code": 403, "message": f"denied for Bearer {token}", "details": f"token={token}"})
+    runai_site.state.inject(
+        403,
+        method="POST",
+        body={"code": 403, "message": f"denied for Bearer {token}", "details": f"token={token}"},
+    )
     result = run("submit", PROFILE, "--debug")
     assert result.exit_code == EXIT_CLUSTER
     assert token not in result.stdout + result.stderr
     assert "denied for Bearer ***" in result.stderr
 
 
-def test_a_token_endpoint_that_echoes_the_secret_never_gets_it_printed(
-        runai_site: RunaiAPI) -> None:
-    runai_site.state.inject(401, path_contains="/api/v1/token", body={
-        "code": 401, "message": f"bad secret {CLIENT_SECRET}"})
+def test_a_token_endpoint_that_echoes_the_secret_never_gets_it_printed(runai_site: RunaiAPI) -> None:
+    runai_site.state.inject(
+        401, path_contains="/api/v1/token", body={"code": 401, "message": f"bad secret {CLIENT_SECRET}"}
+    )
     result = run("submit", PROFILE)
     assert result.exit_code == EXIT_CLUSTER and "log in again" in result.stderr
     assert CLIENT_SECRET not in result.stdout + result.stderr

@@ -80,11 +80,14 @@ def test_missing_pvc_and_unbound_pvc(site: KubeAPI) -> None:
 
 
 def test_secret_key_missing_and_present(site: KubeAPI, tmp_path: Path) -> None:
-    profile = _profile(tmp_path, lambda d: d.update(
-        secret_env={"WANDB_API_KEY": {"secret": "wandb", "key": "api-key"}}))
+    profile = _profile(
+        tmp_path, lambda d: d.update(secret_env={"WANDB_API_KEY": {"secret": "wandb", "key": "api-key"}})
+    )
     _expect_one(site, profile, "live-secret", "secret/wandb")
     site.kube.site_objects["/api/v1/namespaces/runai-nlp-lab/secrets/wandb"] = {
-        "metadata": {"name": "wandb"}, "data": {"other": "eA=="}}
+        "metadata": {"name": "wandb"},
+        "data": {"other": "eA=="},
+    }
     _expect_one(site, profile, "live-secret", "secret/wandb")
     site.kube.site_objects["/api/v1/namespaces/runai-nlp-lab/secrets/wandb"]["data"]["api-key"] = "eA=="
     code, findings = live(profile)
@@ -113,7 +116,8 @@ def test_too_large_for_any_node(site: KubeAPI) -> None:
 
 def test_missing_nad(site: KubeAPI) -> None:
     del site.kube.site_objects[
-        "/apis/k8s.cni.cncf.io/v1/namespaces/runai-ib/network-attachment-definitions/ib-sriov-rail3"]
+        "/apis/k8s.cni.cncf.io/v1/namespaces/runai-ib/network-attachment-definitions/ib-sriov-rail3"
+    ]
     _expect_one(site, MULTI, "live-network", "network-attachment-definition/runai-ib/ib-sriov-rail3")
 
 
@@ -142,7 +146,8 @@ def test_operator_crd_and_version(site: KubeAPI) -> None:
     deploy["spec"]["template"]["spec"]["containers"][0]["image"] = "kubeflow/training-operator:v1.7.0"
     _expect_one(site, MULTI, "live-operator", "deployment/kubeflow/training-operator")
     del site.kube.site_objects[
-        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/pytorchjobs.kubeflow.org"]
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/pytorchjobs.kubeflow.org"
+    ]
     _expect_one(site, MULTI, "live-operator", "crd/pytorchjobs.kubeflow.org")
 
 
@@ -163,9 +168,18 @@ def test_the_render_is_checked_against_the_schema_the_cluster_serves(site: KubeA
     assert "the served PyTorchJob CRD has no schema" in result.output and result.exit_code == 0
 
 
-@pytest.mark.parametrize("resource", [
-    "namespaces", "queues.scheduling.run.ai", "priorityclasses", "persistentvolumeclaims",
-    "nodes", "network-attachment-definitions.k8s.cni.cncf.io", "customresourcedefinitions"])
+@pytest.mark.parametrize(
+    "resource",
+    [
+        "namespaces",
+        "queues.scheduling.run.ai",
+        "priorityclasses",
+        "persistentvolumeclaims",
+        "nodes",
+        "network-attachment-definitions.k8s.cni.cncf.io",
+        "customresourcedefinitions",
+    ],
+)
 def test_forbidden_is_one_warning_and_the_others_run(site: KubeAPI, resource: str) -> None:
     site.kube.denied.add(resource)
     del site.kube.site_objects["/apis/scheduling.k8s.io/v1/priorityclasses/high"]
@@ -185,8 +199,9 @@ def x_warning(line: str) -> bool:
 
 def test_forbidden_secrets_is_a_warning(site: KubeAPI, tmp_path: Path) -> None:
     site.kube.denied.add("secrets")
-    profile = _profile(tmp_path, lambda d: d.update(
-        secret_env={"WANDB_API_KEY": {"secret": "wandb", "key": "api-key"}}))
+    profile = _profile(
+        tmp_path, lambda d: d.update(secret_env={"WANDB_API_KEY": {"secret": "wandb", "key": "api-key"}})
+    )
     result = run("validate", "--live", str(profile))
     assert "not checked: forbidden (secrets)" in result.output and result.exit_code == 0
 
@@ -207,8 +222,9 @@ def test_every_live_rule_is_documented() -> None:
     assert rules and rules == documented, (rules, documented)
 
 
-def test_an_expired_token_is_unauthorised_not_unchecked(site: KubeAPI, tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_expired_token_is_unauthorised_not_unchecked(
+    site: KubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Issue 26 item 1: a 401 stops validate --live and submit with exit 3, not a green run of
     `not checked: forbidden` warnings."""
     wrong = site.kubeconfig(tmp_path / "expired", token="expired-token-0123456789abcdef")

@@ -41,15 +41,25 @@ def test_pod_and_service_names_follow_gen_general_name() -> None:
 def test_v1_9_env_of_a_master_and_workers_job() -> None:
     job = example("multi-node")
     name = job["metadata"]["name"]
-    port = str(job["spec"]["pytorchReplicaSpecs"][MASTER]["template"]["spec"]["containers"][0]
-               ["ports"][0]["containerPort"])
+    port = str(
+        job["spec"]["pytorchReplicaSpecs"][MASTER]["template"]["spec"]["containers"][0]["ports"][0][
+            "containerPort"
+        ]
+    )
     nproc = int(job["spec"]["nprocPerNode"])
     master, worker = operator_env(job, MASTER, 0), operator_env(job, WORKER, 0, version="1.9")
     assert master == {
-        "PYTHONUNBUFFERED": "1", "MASTER_PORT": port, "MASTER_ADDR": f"{name}-master-0",
-        "PET_MASTER_PORT": port, "PET_MASTER_ADDR": f"{name}-master-0",
-        "WORLD_SIZE": str(2 * nproc), "RANK": "0", "PET_NODE_RANK": "0",
-        "PET_NPROC_PER_NODE": str(nproc), "PET_NNODES": "2"}
+        "PYTHONUNBUFFERED": "1",
+        "MASTER_PORT": port,
+        "MASTER_ADDR": f"{name}-master-0",
+        "PET_MASTER_PORT": port,
+        "PET_MASTER_ADDR": f"{name}-master-0",
+        "WORLD_SIZE": str(2 * nproc),
+        "RANK": "0",
+        "PET_NODE_RANK": "0",
+        "PET_NPROC_PER_NODE": str(nproc),
+        "PET_NNODES": "2",
+    }
     assert (worker["RANK"], worker["PET_NODE_RANK"]) == ("1", "1")  # the Master is rank 0
 
 
@@ -70,8 +80,7 @@ def test_v1_9_env_of_an_elastic_worker_only_job() -> None:
 def test_port_defaults_when_the_container_names_none() -> None:
     job = copy.deepcopy(example("multi-node"))
     for spec in job["spec"]["pytorchReplicaSpecs"].values():
-        spec["template"]["spec"]["containers"][0]["ports"] = [{"name": "other",
-                                                                "containerPort": 1}]
+        spec["template"]["spec"]["containers"][0]["ports"] = [{"name": "other", "containerPort": 1}]
     assert operator_env(job, MASTER, 0)["MASTER_PORT"] == str(DEFAULT_PORT)
 
 
@@ -92,7 +101,8 @@ def operator_envs(version: str) -> dict[str, Any]:
             for i in range(n):
                 # a list of pairs: the order is the operator's order and is compared too
                 out[kubeflow.pod_name(job["metadata"]["name"], rtype, i)] = [
-                    [k, v] for k, v in operator_env(job, rtype, i, version=version).items()]
+                    [k, v] for k, v in operator_env(job, rtype, i, version=version).items()
+                ]
     return out
 
 
@@ -101,9 +111,10 @@ def test_operator_env_per_version_matches_its_golden(version: str) -> None:
     path = GOLDEN / f"operator-env-{version}.json"
     got = json.dumps(operator_envs(version), indent=1) + "\n"
     assert path.read_text() == got, (
-        f"refresh with: PYTHONPATH=src python -c 'import sys; sys.path.insert(0, \"tests\"); "
-        f"import test_core_kubeflow as t; print(t.json.dumps(t.operator_envs(\"{version}\"), "
-        f"indent=1))' > {path.relative_to(ROOT)}")
+        f'refresh with: PYTHONPATH=src python -c \'import sys; sys.path.insert(0, "tests"); '
+        f'import test_core_kubeflow as t; print(t.json.dumps(t.operator_envs("{version}"), '
+        f"indent=1))' > {path.relative_to(ROOT)}"
+    )
 
 
 def test_v1_7_orders_nproc_before_the_node_rank() -> None:
@@ -117,8 +128,9 @@ def test_the_rendered_examples_pass_the_webhook_rules() -> None:
     for name in ("single-gpu", "single-node", "multi-node", "elastic"):
         job = example(name)
         assert operator_problems(job) == []
-        containers = job["spec"]["pytorchReplicaSpecs"][
-            MASTER if name != "elastic" else WORKER]["template"]["spec"]["containers"]
+        containers = job["spec"]["pytorchReplicaSpecs"][MASTER if name != "elastic" else WORKER]["template"][
+            "spec"
+        ]["containers"]
         assert containers[0]["name"] == CONTAINER
         assert containers[0]["ports"][0]["name"] == PORT_NAME
 
@@ -130,8 +142,10 @@ def test_webhook_rules_name_master_and_container() -> None:
     job["spec"]["pytorchReplicaSpecs"][WORKER]["template"]["spec"]["containers"][0]["name"] = "x"
     problems = operator_problems(job)
     assert [p.split(":")[0] for p in problems] == [
-        "metadata.name", "spec.pytorchReplicaSpecs.Master.replicas",
-        "spec.pytorchReplicaSpecs.Worker"]
+        "metadata.name",
+        "spec.pytorchReplicaSpecs.Master.replicas",
+        "spec.pytorchReplicaSpecs.Worker",
+    ]
 
 
 def test_nproc_comes_from_the_flag_else_the_operator_else_one() -> None:

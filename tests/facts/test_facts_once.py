@@ -47,6 +47,7 @@ SRC = ROOT / "src" / "runai_spec"
 
 # -- the operator versions --------------------------------------------------------------------
 
+
 def test_the_default_operator_version_is_one_of_the_modelled_versions() -> None:
     assert OPERATOR_VERSION in OPERATOR_VERSIONS
     assert OPERATOR_VERSIONS == get_args(OperatorVersion) == ("1.7", "1.8", "1.9")
@@ -55,31 +56,37 @@ def test_the_default_operator_version_is_one_of_the_modelled_versions() -> None:
 def test_every_reader_of_the_operator_version_defaults_to_the_one_table() -> None:
     site = Site(cluster="c", registries=["r"])
     assert site.operator_version == OPERATOR_VERSION
-    assert Site.model_json_schema()["properties"]["operator_version"]["enum"] == list(
-        OPERATOR_VERSIONS)
+    assert Site.model_json_schema()["properties"]["operator_version"]["enum"] == list(OPERATOR_VERSIONS)
     assert Plan.__dataclass_fields__["operator_version"].default == OPERATOR_VERSION
     assert JobModel.__dataclass_fields__["version"].default == OPERATOR_VERSION
 
 
 # -- pod names ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("replica_type", "index", "short"),
-                         [(MASTER, 0, "master-0"), (WORKER, 0, "worker-0"), (WORKER, 7, "worker-7")])
-def test_the_short_pod_name_of_each_replica_kind(replica_type: str, index: int,
-                                                  short: str) -> None:
+
+@pytest.mark.parametrize(
+    ("replica_type", "index", "short"),
+    [(MASTER, 0, "master-0"), (WORKER, 0, "worker-0"), (WORKER, 7, "worker-7")],
+)
+def test_the_short_pod_name_of_each_replica_kind(replica_type: str, index: int, short: str) -> None:
     assert short_pod_name(replica_type, index) == short
     assert pod_name("llm", replica_type, index) == f"llm-{short}"
 
 
 def test_the_restart_model_names_pods_by_their_short_names() -> None:
-    job: dict[str, Any] = {"spec": {"pytorchReplicaSpecs": {
-        MASTER: {"replicas": 1}, WORKER: {"replicas": 2}}}}
-    assert list(JobModel.of(job).pods) == [short_pod_name(MASTER, 0), short_pod_name(WORKER, 0),
-                                          short_pod_name(WORKER, 1)]
+    job: dict[str, Any] = {
+        "spec": {"pytorchReplicaSpecs": {MASTER: {"replicas": 1}, WORKER: {"replicas": 2}}}
+    }
+    assert list(JobModel.of(job).pods) == [
+        short_pod_name(MASTER, 0),
+        short_pod_name(WORKER, 0),
+        short_pod_name(WORKER, 1),
+    ]
     assert REPLICA_TYPES == (MASTER, WORKER)
 
 
 # -- shorten the name to N ---------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("suffix", ["", "-smoke"])
 def test_the_name_room_is_the_longest_name_whose_pods_stay_dns_labels(suffix: str) -> None:
@@ -95,6 +102,7 @@ def test_the_name_room_is_the_longest_name_whose_pods_stay_dns_labels(suffix: st
 
 # -- the single-GPU launcher -------------------------------------------------------------------
 
+
 def test_the_single_gpu_launcher_is_unbuffered_python_wherever_it_is_built() -> None:
     assert SINGLE_GPU_LAUNCHER == ("python", "-u")
     assert launcher_for("single-gpu", 1) == SINGLE_GPU_LAUNCHER
@@ -104,10 +112,17 @@ def test_the_single_gpu_launcher_is_unbuffered_python_wherever_it_is_built() -> 
 
 # -- torchrun's flag grammar -------------------------------------------------------------------
 
-@pytest.mark.parametrize(("name", "value"), [
-    (NPROC_FLAG, 8), (RDZV_ID_FLAG, "llm"), (MAX_RESTARTS_FLAG, 3),
-    ("--rdzv-conf", "join_timeout=600,read_timeout=60"), ("--rdzv-endpoint", "$(MASTER_ADDR):23456"),
-])
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        (NPROC_FLAG, 8),
+        (RDZV_ID_FLAG, "llm"),
+        (MAX_RESTARTS_FLAG, 3),
+        ("--rdzv-conf", "join_timeout=600,read_timeout=60"),
+        ("--rdzv-endpoint", "$(MASTER_ADDR):23456"),
+    ],
+)
 def test_a_built_flag_splits_and_reads_back(name: str, value: object) -> None:
     built = flag(name, value)
     assert built == f"{name}={value}"
@@ -119,14 +134,17 @@ def test_a_built_flag_splits_and_reads_back(name: str, value: object) -> None:
 RENDEZVOUS = RendezvousPlan("c10d", "$(MASTER_ADDR):$(MASTER_PORT)", "llm", 3, 600, 60, None)
 
 
-@pytest.mark.parametrize("launcher", [
-    launcher_for("single-gpu", 1),
-    launcher_for("single-node", 8),
-    launcher_for("multi-node", 8, rendezvous=RENDEZVOUS),
-    launcher_for("multi-node", 8, elastic=True),
-], ids=["single-gpu", "single-node", "multi-node", "elastic"])
-def test_every_rendered_launcher_splits_back_from_its_entry_point(
-        launcher: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    "launcher",
+    [
+        launcher_for("single-gpu", 1),
+        launcher_for("single-node", 8),
+        launcher_for("multi-node", 8, rendezvous=RENDEZVOUS),
+        launcher_for("multi-node", 8, elastic=True),
+    ],
+    ids=["single-gpu", "single-node", "multi-node", "elastic"],
+)
+def test_every_rendered_launcher_splits_back_from_its_entry_point(launcher: tuple[str, ...]) -> None:
     entry = ("train.py", "--lr", "3e-4", "--nproc-per-node=2")  # the script's own flags stay
     split = split_command([*launcher, *entry])
     assert (split.head, split.entry) == (launcher, entry)
@@ -135,21 +153,22 @@ def test_every_rendered_launcher_splits_back_from_its_entry_point(
 
 def test_the_process_count_is_rewritten_and_read_in_every_spelling() -> None:
     head = ("torchrun", flag(NPROC_FLAG, 8), "--nproc_per_node", "8", "--standalone")
-    assert set_nproc(head, 2) == ("torchrun", flag(NPROC_FLAG, 2), "--nproc_per_node", "2",
-                                  "--standalone")
+    assert set_nproc(head, 2) == ("torchrun", flag(NPROC_FLAG, 2), "--nproc_per_node", "2", "--standalone")
     assert nproc_flags(launcher_for("single-node", 4)) == ["4"]
     assert nproc_flags(["torchrun", "--nproc_per_node=4", NPROC_FLAG, "4"]) == []  # rendered: `=`
 
 
 # -- the scheduler's label keys ----------------------------------------------------------------
 
+
 def test_the_label_key_defaults_are_run_ai_s_in_one_place() -> None:
     site = Site(cluster="c", registries=["r"])
     keys = LabelKeys()
-    assert (site.queue_label, site.priority_label, site.preemptibility_label,
-            site.node_pool_label) == (keys.queue, keys.priority, keys.preemptibility,
-                                      keys.node_pool) == (
-        runai.QUEUE_LABEL, runai.PRIORITY_LABEL, runai.PREEMPTIBILITY_LABEL, runai.NODE_POOL_LABEL)
+    assert (
+        (site.queue_label, site.priority_label, site.preemptibility_label, site.node_pool_label)
+        == (keys.queue, keys.priority, keys.preemptibility, keys.node_pool)
+        == (runai.QUEUE_LABEL, runai.PRIORITY_LABEL, runai.PREEMPTIBILITY_LABEL, runai.NODE_POOL_LABEL)
+    )
     shipped = load_documents(ROOT / "presets" / "site.yaml")[0]
     assert shipped["queue_label"] == runai.QUEUE_LABEL
     assert shipped["preemptibility_label"] == runai.PREEMPTIBILITY_LABEL
@@ -157,13 +176,23 @@ def test_the_label_key_defaults_are_run_ai_s_in_one_place() -> None:
 
 # -- the guide's checklist ---------------------------------------------------------------------
 
+
 def test_the_guide_s_checklist_is_one_ordered_list_of_checks_preflight_reports() -> None:
     from runai_spec.outputs.review import CHECKLIST
 
     assert tuple(item.text for item in GUIDE_CHECKLIST) == CHECKLIST
-    assert GUIDE_CHECKS == ("ranks", "world-size", "device", "global-batch", "checkpoint",
-                            "resume", "metrics", "shutdown")
-    reported = set(re.findall(r'rep\.(?:passed|failed|skipped)\("([a-z-]+)"',
-                              (SRC / "preflight.py").read_text()))
+    assert GUIDE_CHECKS == (
+        "ranks",
+        "world-size",
+        "device",
+        "global-batch",
+        "checkpoint",
+        "resume",
+        "metrics",
+        "shutdown",
+    )
+    reported = set(
+        re.findall(r'rep\.(?:passed|failed|skipped)\("([a-z-]+)"', (SRC / "preflight.py").read_text())
+    )
     assert reported == set(GUIDE_CHECKS) | set(PREFLIGHT_ONLY_CHECKS)
     assert len(set(GUIDE_CHECKS)) == len(GUIDE_CHECKS)

@@ -109,7 +109,9 @@ def test_the_operator_s_own_rules_elastic_without_workers_and_a_container_withou
     job["spec"]["pytorchReplicaSpecs"][MASTER]["template"]["spec"]["containers"][0]["image"] = ""
     problems = operator_problems(job)
     assert [p.split(":")[0] for p in problems] == [
-        f"spec.pytorchReplicaSpecs.{WORKER}", f"spec.pytorchReplicaSpecs.{MASTER}"]
+        f"spec.pytorchReplicaSpecs.{WORKER}",
+        f"spec.pytorchReplicaSpecs.{MASTER}",
+    ]
     assert not any(OWN_RULE in p for p in problems)
 
 
@@ -118,19 +120,18 @@ def test_the_operator_s_own_rules_elastic_without_workers_and_a_container_withou
 
 def _pod_env(tmp_path: Path, version: str) -> dict[str, str]:
     manifests = [example_job("elastic")]
-    plans, _ = plan_pods(manifests, RehearsalSpec(procs_per_pod=1, operator_version=version),
-                         root=tmp_path / version)
+    plans, _ = plan_pods(
+        manifests, RehearsalSpec(procs_per_pod=1, operator_version=version), root=tmp_path / version
+    )
     return dict(plans[0].env)
 
 
-def test_on_a_1_7_site_the_rehearsed_elastic_pod_gets_no_pet_nproc_per_node(
-        tmp_path: Path) -> None:
+def test_on_a_1_7_site_the_rehearsed_elastic_pod_gets_no_pet_nproc_per_node(tmp_path: Path) -> None:
     assert "PET_NPROC_PER_NODE" not in _pod_env(tmp_path, "1.7")
     assert _pod_env(tmp_path, "1.9")["PET_NPROC_PER_NODE"] == "1"
 
 
-def test_rehearse_passes_the_site_s_operator_version(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rehearse_passes_the_site_s_operator_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     seen: dict[str, Any] = {}
 
     class Stop(Exception):
@@ -144,11 +145,11 @@ def test_rehearse_passes_the_site_s_operator_version(
 
     def approved_site(self: PresetRegistry) -> ApprovedSite:
         approved = old(self)
-        return dataclasses.replace(approved, site=approved.site.model_copy(
-            update={"operator_version": "1.7"}))
+        return dataclasses.replace(
+            approved, site=approved.site.model_copy(update={"operator_version": "1.7"})
+        )
 
     monkeypatch.setattr(PresetRegistry, "approved_site", approved_site)
     monkeypatch.setattr(rehearse_module, "rehearse_manifests", fake)
-    run("rehearse", str(ROOT / "examples" / "elastic" / "profile.yaml"), "--logs",
-        str(tmp_path / "logs"))
+    run("rehearse", str(ROOT / "examples" / "elastic" / "profile.yaml"), "--logs", str(tmp_path / "logs"))
     assert seen.get("operator_version") == "1.7"

@@ -27,21 +27,33 @@ TORCHRUN_EXAMPLES = ("single-node", "multi-node", "elastic")
 
 def _container_env(job: dict[str, Any]) -> list[dict[str, Any]]:
     specs = job["spec"]["pytorchReplicaSpecs"]
-    return [item for rspec in specs.values()
-            for item in rspec["template"]["spec"]["containers"][0].get("env", [])]
+    return [
+        item for rspec in specs.values() for item in rspec["template"]["spec"]["containers"][0].get("env", [])
+    ]
 
 
 def _grace(job: dict[str, Any]) -> set[int]:
-    return {rspec["template"]["spec"]["terminationGracePeriodSeconds"]
-            for rspec in job["spec"]["pytorchReplicaSpecs"].values()}
+    return {
+        rspec["template"]["spec"]["terminationGracePeriodSeconds"]
+        for rspec in job["spec"]["pytorchReplicaSpecs"].values()
+    }
 
 
-@pytest.mark.parametrize(("version", "window"), [
-    # torch <= 2.11: PContext.close(timeout=30), nothing reads a setting (2.11.0 wheel)
-    ("2.5.1", 30), ("2.9.0", 30), ("2.11.0+cu130", 30),
-    # torch 2.12.0 and 2.13.0: LaunchConfig reads TORCH_ELASTIC_SHUTDOWN_TIMEOUT
-    ("2.12.0", 300), ("2.13", 300), ("2.13.0+cpu", 300),
-    (None, None), ("nightly", None)])
+@pytest.mark.parametrize(
+    ("version", "window"),
+    [
+        # torch <= 2.11: PContext.close(timeout=30), nothing reads a setting (2.11.0 wheel)
+        ("2.5.1", 30),
+        ("2.9.0", 30),
+        ("2.11.0+cu130", 30),
+        # torch 2.12.0 and 2.13.0: LaunchConfig reads TORCH_ELASTIC_SHUTDOWN_TIMEOUT
+        ("2.12.0", 300),
+        ("2.13", 300),
+        ("2.13.0+cpu", 300),
+        (None, None),
+        ("nightly", None),
+    ],
+)
 def test_the_window_per_torch_version(version: str | None, window: int | None) -> None:
     assert shutdown_window(version, 300) == window
 
@@ -52,17 +64,16 @@ def test_before_2_12_a_grace_period_under_30_s_is_the_window() -> None:
 
 
 @pytest.mark.parametrize("example", TORCHRUN_EXAMPLES)
-def test_every_torchrun_render_sets_the_shutdown_timeout_to_the_grace_period(
-        example: str) -> None:
+def test_every_torchrun_render_sets_the_shutdown_timeout_to_the_grace_period(example: str) -> None:
     job = example_job(example)
     [grace] = _grace(job)
-    values = {item["value"] for item in _container_env(job)
-              if item["name"] == SHUTDOWN_TIMEOUT_ENV}
+    values = {item["value"] for item in _container_env(job) if item["name"] == SHUTDOWN_TIMEOUT_ENV}
     assert values == {str(grace)}
     # the variable, never the flag: torch <= 2.11 refuses a flag it does not know
     specs = job["spec"]["pytorchReplicaSpecs"].values()
-    assert not any(a.startswith("--shutdown") for r in specs
-                   for a in r["template"]["spec"]["containers"][0]["command"])
+    assert not any(
+        a.startswith("--shutdown") for r in specs for a in r["template"]["spec"]["containers"][0]["command"]
+    )
 
 
 def test_the_one_gpu_render_has_no_torchrun_and_no_shutdown_timeout() -> None:
@@ -75,13 +86,17 @@ def test_the_smoke_render_keeps_the_shutdown_timeout() -> None:
     assert f'name: "{SHUTDOWN_TIMEOUT_ENV}"' in text
 
 
-@pytest.mark.parametrize(("version", "says"), [
-    ("2.13.0", "300 s to checkpoint"),
-    ("2.11.0", f"{SHUTDOWN_DEFAULT_S} s (torch 2.11.0) to checkpoint"),
-    (None, "300 s on torch >= 2.12, 30 s before to checkpoint")])
+@pytest.mark.parametrize(
+    ("version", "says"),
+    [
+        ("2.13.0", "300 s to checkpoint"),
+        ("2.11.0", f"{SHUTDOWN_DEFAULT_S} s (torch 2.11.0) to checkpoint"),
+        (None, "300 s on torch >= 2.12, 30 s before to checkpoint"),
+    ],
+)
 def test_plan_states_the_real_window_per_declared_torch(
-        version: str | None, says: str, write_profile: Callable[..., Path],
-        base_profile: dict[str, Any]) -> None:
+    version: str | None, says: str, write_profile: Callable[..., Path], base_profile: dict[str, Any]
+) -> None:
     profile = {**base_profile, "preset": "h200-8gpu"}
     if version is not None:
         profile["torch_version"] = version
@@ -95,7 +110,8 @@ def test_plan_states_the_real_window_per_declared_torch(
 
 
 def test_the_profile_may_not_set_the_shutdown_timeout(
-        write_profile: Callable[..., Path], base_profile: dict[str, Any]) -> None:
+    write_profile: Callable[..., Path], base_profile: dict[str, Any]
+) -> None:
     path = write_profile({**base_profile, "env": {SHUTDOWN_TIMEOUT_ENV: "9999"}})
     result = run("validate", str(path))
     assert result.exit_code == 1
@@ -104,7 +120,8 @@ def test_the_profile_may_not_set_the_shutdown_timeout(
 
 
 def test_a_torch_version_that_is_none_is_bad_input(
-        write_profile: Callable[..., Path], base_profile: dict[str, Any]) -> None:
+    write_profile: Callable[..., Path], base_profile: dict[str, Any]
+) -> None:
     result = run("validate", str(write_profile({**base_profile, "torch_version": "latest"})))
     assert result.exit_code == 2 and "torch_version" in result.stderr
 
@@ -129,29 +146,46 @@ while True:
 @pytest.mark.slow
 @pytest.mark.torch
 def test_a_45_s_save_on_sigterm_completes_with_the_render_s_setting_and_is_killed_without(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """torchrun (PID 1 of a torchrun pod) gets SIGTERM as the kubelet sends it; the two
     launches differ only in the rendered variable. Both run at once: ~50 s in all."""
     pytest.importorskip("torch")
     job = example_job("single-node")
     [grace] = _grace(job)
-    [rendered] = {item["value"] for item in _container_env(job)
-                  if item["name"] == SHUTDOWN_TIMEOUT_ENV}
+    [rendered] = {item["value"] for item in _container_env(job) if item["name"] == SHUTDOWN_TIMEOUT_ENV}
     assert grace >= 45 + 10
     script = tmp_path / "slow_save.py"
     script.write_text(SLOW_SAVE)
-    base = {k: v for k, v in os.environ.items()
-            if not k.startswith(("PET_", "TORCHELASTIC", "TORCH_ELASTIC"))}
+    base = {
+        k: v for k, v in os.environ.items() if not k.startswith(("PET_", "TORCHELASTIC", "TORCH_ELASTIC"))
+    }
     base["CUDA_VISIBLE_DEVICES"] = ""
     procs: dict[str, tuple[subprocess.Popen[str], Path]] = {}
     for case, extra in (("rendered", {SHUTDOWN_TIMEOUT_ENV: rendered}), ("without", {})):
         out = tmp_path / case
         out.mkdir()
-        argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
-                "--nproc-per-node=1", str(script), str(out)]
-        procs[case] = (subprocess.Popen(argv, env={**base, **extra}, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, text=True,
-                                        start_new_session=True), out)
+        argv = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nnodes=1",
+            "--nproc-per-node=1",
+            str(script),
+            str(out),
+        ]
+        procs[case] = (
+            subprocess.Popen(
+                argv,
+                env={**base, **extra},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+            ),
+            out,
+        )
     logs: dict[str, str] = {}
     try:
         deadline = time.monotonic() + 120
@@ -201,23 +235,30 @@ def _rehearse_preemption(tmp_path: Path, job: dict[str, Any]) -> tuple[Path, str
     tree = tmp_path / "tree"
     tree.mkdir(parents=True)
     (tree / "train.py").write_text(SLOW_SAVE_ON_VOLUME)
-    result = rehearse_manifests([job], RehearsalSpec(
-        own_script=True, workdir=tree, logs_dir=tmp_path / "logs", procs_per_pod=1,
-        preempt="checkpoint", timeout_s=240, device="cpu", backoff_scale=0.0))
+    result = rehearse_manifests(
+        [job],
+        RehearsalSpec(
+            own_script=True,
+            workdir=tree,
+            logs_dir=tmp_path / "logs",
+            procs_per_pod=1,
+            preempt="checkpoint",
+            timeout_s=240,
+            device="cpu",
+            backoff_scale=0.0,
+        ),
+    )
     [fault] = [c for c in result.checks if c.check == "fault"]
     [pod] = [r["template"]["spec"] for r in job["spec"]["pytorchReplicaSpecs"].values()]
-    [volume] = [m["name"] for m in pod["containers"][0]["volumeMounts"]
-                if m["mountPath"] == "/checkpoints"]
-    [claim] = [v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"]
-               if v["name"] == volume]
+    [volume] = [m["name"] for m in pod["containers"][0]["volumeMounts"] if m["mountPath"] == "/checkpoints"]
+    [claim] = [v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if v["name"] == volume]
     return tmp_path / "logs" / "volumes" / claim / "saved-on-sigterm", fault.message
 
 
 @pytest.mark.long
 @pytest.mark.slow
 @pytest.mark.torch
-def test_the_rehearsed_preemption_gives_torchrun_s_ranks_the_rendered_window(
-        tmp_path: Path) -> None:
+def test_the_rehearsed_preemption_gives_torchrun_s_ranks_the_rendered_window(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     rendered = example_job("single-node")
     saved, message = _rehearse_preemption(tmp_path / "rendered", rendered)

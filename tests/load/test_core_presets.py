@@ -96,8 +96,20 @@ def test_approve_then_verify_round_trip(presets_dir: Path, engineer_key: Path) -
     verify = runner.invoke(app, ["presets", "verify", "--dir", str(presets_dir)])
     assert verify.exit_code == 1
     assert "h200-8gpu.yaml: sha256: edited since it was approved" in verify.stderr
-    approve = runner.invoke(app, ["presets", "approve", "h200-8gpu", "--key", str(engineer_key),
-                                  "--expires", "2027-06-30", "--dir", str(presets_dir)])
+    approve = runner.invoke(
+        app,
+        [
+            "presets",
+            "approve",
+            "h200-8gpu",
+            "--key",
+            str(engineer_key),
+            "--expires",
+            "2027-06-30",
+            "--dir",
+            str(presets_dir),
+        ],
+    )
     assert approve.exit_code == 0, approve.output
     assert runner.invoke(app, ["presets", "verify", "--dir", str(presets_dir)]).exit_code == 0
     record = PresetRegistry(presets_dir).get("h200-8gpu").approval
@@ -107,8 +119,9 @@ def test_approve_then_verify_round_trip(presets_dir: Path, engineer_key: Path) -
 def test_approve_refuses_an_invalid_preset(presets_dir: Path, engineer_key: Path) -> None:
     path = presets_dir / "h200-8gpu.yaml"
     path.write_text(path.read_text().replace("nodes: 1", "nodes: 3"))
-    result = runner.invoke(app, ["presets", "approve", "h200-8gpu", "--key", str(engineer_key), "--dir",
-                                 str(presets_dir)])
+    result = runner.invoke(
+        app, ["presets", "approve", "h200-8gpu", "--key", str(engineer_key), "--dir", str(presets_dir)]
+    )
     assert result.exit_code == 2
     assert "layout single-node needs nodes: 1" in result.stderr
 
@@ -117,8 +130,9 @@ def test_every_schema_problem_of_a_preset_is_reported(presets_dir: Path, enginee
     path = presets_dir / "h200-8gpu.yaml"
     text = path.read_text().replace("gpus_per_pod: 8", "gpus_per_pod: 0")
     path.write_text(text.replace("preemptible: true", "preemptible: maybe") + "colour: blue\n")
-    result = runner.invoke(app, ["presets", "approve", "h200-8gpu", "--key", str(engineer_key), "--dir",
-                                 str(presets_dir)])
+    result = runner.invoke(
+        app, ["presets", "approve", "h200-8gpu", "--key", str(engineer_key), "--dir", str(presets_dir)]
+    )
     assert result.exit_code == 2
     errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
     assert [e.split(": ")[2] for e in errors] == ["gpus_per_pod", "preemptible", "colour"]
@@ -139,6 +153,6 @@ def test_list_and_show() -> None:
     show = runner.invoke(app, ["presets", "show", "h200-2x8-ib"])
     assert show.exit_code == 0
     assert 'approved_by: "scc-ai-engineers"' in show.stdout
-    assert 'nvidia.com/rdma_ib: 8' in show.stdout
+    assert "nvidia.com/rdma_ib: 8" in show.stdout
     missing = runner.invoke(app, ["presets", "show", "h200-8gpus"])
     assert missing.exit_code == 2 and "did you mean 'h200-8gpu'?" in missing.stderr

@@ -47,13 +47,15 @@ def test_verify_says_a_failing_site_file_once(presets_dir: Path) -> None:
     result = runner.invoke(app, ["presets", "verify", "--dir", str(presets_dir)])
     assert result.exit_code == 1
     errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
-    assert errors == [f"error: {site}: sha256: edited since it was approved (sha256 differs "
-                      "from the ledger)"], result.stderr
+    assert errors == [
+        f"error: {site}: sha256: edited since it was approved (sha256 differs from the ledger)"
+    ], result.stderr
 
 
 def _approve(presets_dir: Path, key: Path, *extra: str) -> tuple[int, str]:
-    result = runner.invoke(app, ["presets", "approve", "h200-8gpu", "--key", str(key),
-                                 "--dir", str(presets_dir), *extra])
+    result = runner.invoke(
+        app, ["presets", "approve", "h200-8gpu", "--key", str(key), "--dir", str(presets_dir), *extra]
+    )
     return result.exit_code, result.stderr
 
 
@@ -79,13 +81,12 @@ def test_an_expiry_in_the_past_is_refused(presets_dir: Path, engineer_key: Path)
     assert _approve(presets_dir, engineer_key, "--expires", today)[0] == 0
 
 
-def test_an_earlier_expiry_that_has_passed_must_be_given_anew(
-        presets_dir: Path, engineer_key: Path) -> None:
+def test_an_earlier_expiry_that_has_passed_must_be_given_anew(presets_dir: Path, engineer_key: Path) -> None:
     path = presets_dir / "approvals.yaml"
     text = path.read_text()
     start = text.index("  h200-8gpu.yaml:")
     end = text.index('expires: "', start)
-    path.write_text(text[:end] + 'expires: "2020-01-01"' + text[end + len('expires: "2027-12-31"'):])
+    path.write_text(text[:end] + 'expires: "2020-01-01"' + text[end + len('expires: "2027-12-31"') :])
     code, said = _approve(presets_dir, engineer_key)
     assert code == 2, said
     assert "the earlier approval of h200-8gpu expired on 2020-01-01" in said

@@ -56,7 +56,8 @@ def test_a_researcher_cannot_approve_an_edited_preset_by_typing_a_name(presets_d
     assert "hint: sign it: `runai-spec presets approve h200-8gpu --key" in stderr
     code, _, stderr = cli("presets", "approve", "h200-8gpu")  # no --by, no key either
     assert code == 2 and error_lines(stderr) == [
-        "error: --key: an approval needs an AI Engineer's SSH signature: no signing key given"]
+        "error: --key: an approval needs an AI Engineer's SSH signature: no signing key given"
+    ]
     assert (presets_dir / "approvals.yaml").read_bytes() == ledger
     code, _, stderr = cli("render", SINGLE_NODE)
     assert code == 2 and "h200-8gpu.yaml: sha256: edited since it was approved" in stderr
@@ -74,17 +75,16 @@ def test_a_researcher_s_own_key_is_not_an_engineer_s(presets_dir: Path, tmp_path
     assert (presets_dir / "approvals.yaml").read_bytes() == ledger
 
 
-def test_an_engineer_s_key_signs_an_approval_that_verifies(presets_dir: Path,
-                                                          engineer_key: Path) -> None:
+def test_an_engineer_s_key_signs_an_approval_that_verifies(presets_dir: Path, engineer_key: Path) -> None:
     path = presets_dir / "h200-8gpu.yaml"
     path.write_text(path.read_text().replace("backoff_limit: 3", "backoff_limit: 5"))
     assert cli("render", SINGLE_NODE)[0] == 2
-    code, _, stderr = cli("presets", "approve", "h200-8gpu", "--key", str(engineer_key),
-                          "--expires", "2027-06-30")
+    code, _, stderr = cli(
+        "presets", "approve", "h200-8gpu", "--key", str(engineer_key), "--expires", "2027-06-30"
+    )
     assert code == 0, stderr
     assert f"signed by {ENGINEER}" in stderr
-    entry = yaml.safe_load((presets_dir / "approvals.yaml").read_text())["approvals"][
-        "h200-8gpu.yaml"]
+    entry = yaml.safe_load((presets_dir / "approvals.yaml").read_text())["approvals"]["h200-8gpu.yaml"]
     assert entry["approved_by"] == ENGINEER  # the key's principal, never typed
     assert entry["signature"].startswith("-----BEGIN SSH SIGNATURE-----\n")
     code, stdout, stderr = cli("presets", "verify", "--dir", str(presets_dir))
@@ -94,7 +94,7 @@ def test_an_engineer_s_key_signs_an_approval_that_verifies(presets_dir: Path,
     assert cli("render", SINGLE_NODE)[0] == 0
     # `presets show` shows the approval, not the armored signature
     code, stdout, _ = cli("presets", "show", "h200-8gpu")
-    assert code == 0 and f"approved_by: \"{ENGINEER}\"" in stdout and "SSH SIGNATURE" not in stdout
+    assert code == 0 and f'approved_by: "{ENGINEER}"' in stdout and "SSH SIGNATURE" not in stdout
 
 
 def _ledger(presets: Path) -> tuple[Path, dict[str, dict[str, str]]]:
@@ -106,10 +106,11 @@ def _write(path: Path, approvals: dict[str, dict[str, str]]) -> None:
     path.write_text(yaml.safe_dump({"approvals": approvals}))
 
 
-@pytest.mark.parametrize("forgery", ["other-entry-signature", "garbled", "sha256-updated",
-                                     "longer-expiry", "other-approver", "unsigned"])
-def test_an_edited_ledger_is_refused_like_an_edited_preset(presets_dir: Path,
-                                                           forgery: str) -> None:
+@pytest.mark.parametrize(
+    "forgery",
+    ["other-entry-signature", "garbled", "sha256-updated", "longer-expiry", "other-approver", "unsigned"],
+)
+def test_an_edited_ledger_is_refused_like_an_edited_preset(presets_dir: Path, forgery: str) -> None:
     path, approvals = _ledger(presets_dir)
     entry = approvals["h200-8gpu.yaml"]
     if forgery == "other-entry-signature":
@@ -152,7 +153,8 @@ def test_an_edited_site_approval_refuses_every_preset(presets_dir: Path) -> None
 
 
 def test_a_key_added_to_allowed_signers_without_review_is_what_ci_and_the_cluster_catch(
-        presets_dir: Path, tmp_path: Path) -> None:
+    presets_dir: Path, tmp_path: Path
+) -> None:
     """A checkout whose allowed_signers lists a researcher's key verifies locally: that is
     why allowed_signers is owned in CODEOWNERS and why the cluster admits only the deployed
     shapes. The shipped folder still refuses the forged ledger entry."""
@@ -175,16 +177,18 @@ def test_no_allowed_signers_is_one_problem(presets_dir: Path) -> None:
     (presets_dir / "allowed_signers").unlink()
     code, stdout, stderr = cli("presets", "verify", "--dir", str(presets_dir))
     assert code == 1 and stdout == ""
-    assert error_lines(stderr) == [f"error: {presets_dir / 'allowed_signers'}: allowed_signers: "
-                                   "no such plain file; no approval can verify without the "
-                                   "engineers' keys"]
+    assert error_lines(stderr) == [
+        f"error: {presets_dir / 'allowed_signers'}: allowed_signers: "
+        "no such plain file; no approval can verify without the "
+        "engineers' keys"
+    ]
     code, _, stderr = cli("render", SINGLE_NODE)
     assert code == 2 and "allowed_signers: no such plain file" in stderr
 
 
 def test_without_ssh_keygen_presets_verify_and_load_and_only_approve_needs_it(
-        presets_dir: Path, engineer_key: Path, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    presets_dir: Path, engineer_key: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Approvals verify in-process (issue 29 item 3): a slim image without OpenSSH verifies
     and renders; signing (approve) still needs ssh-keygen, one clear error with a hint."""
     empty = tmp_path / "empty-bin"
@@ -197,8 +201,7 @@ def test_without_ssh_keygen_presets_verify_and_load_and_only_approve_needs_it(
     code, stdout, stderr = cli("presets", "approve", "h200-8gpu", "--key", str(engineer_key))
     assert code == 2, stderr
     (error,) = error_lines(stderr)
-    assert error.endswith(
-        "signature: ssh-keygen not found; approving (signing) needs it"), error
+    assert error.endswith("signature: ssh-keygen not found; approving (signing) needs it"), error
     assert "hint: install OpenSSH 8.2 or newer" in stderr and "Traceback" not in stderr
     assert stdout == ""
     tamper(presets_dir)  # and an edited preset is still refused without ssh-keygen
@@ -207,18 +210,21 @@ def test_without_ssh_keygen_presets_verify_and_load_and_only_approve_needs_it(
 
 
 def test_approve_refuses_the_presets_inside_the_installed_package(
-        monkeypatch: pytest.MonkeyPatch, presets_dir: Path, engineer_key: Path) -> None:
+    monkeypatch: pytest.MonkeyPatch, presets_dir: Path, engineer_key: Path
+) -> None:
     ledger = (presets_dir / "approvals.yaml").read_bytes()
     monkeypatch.setattr(resources, "inside_installed_package", lambda root: root == presets_dir)
     code, _, stderr = cli("presets", "approve", "h200-8gpu", "--key", str(engineer_key))
     assert code == 2
     assert error_lines(stderr) == [
         f"error: {presets_dir}: --dir: the shipped presets are inside the installed package; "
-        "approve writes only into a presets repository"]
+        "approve writes only into a presets repository"
+    ]
     assert (presets_dir / "approvals.yaml").read_bytes() == ledger
     # --dir names the presets repository's checkout: written there
-    code, _, stderr = cli("presets", "approve", "h200-8gpu", "--key", str(engineer_key),
-                          "--dir", str(presets_dir))
+    code, _, stderr = cli(
+        "presets", "approve", "h200-8gpu", "--key", str(engineer_key), "--dir", str(presets_dir)
+    )
     assert code == 0, stderr
 
 
@@ -242,7 +248,8 @@ def test_every_presets_command_shows_dir_in_its_help(command: str) -> None:
 
 
 def test_approve_never_writes_through_a_link_at_the_old_temporary_name(
-        presets_dir: Path, engineer_key: Path, tmp_path: Path) -> None:
+    presets_dir: Path, engineer_key: Path, tmp_path: Path
+) -> None:
     # red team: the ledger went through the fixed name `.approvals.yaml.tmp`; a link planted
     # there sent the new ledger to a file of the planter's choosing
     outside = tmp_path / "precious.txt"
@@ -251,6 +258,5 @@ def test_approve_never_writes_through_a_link_at_the_old_temporary_name(
     code, _, stderr = cli("presets", "approve", "h200-8gpu", "--key", str(engineer_key))
     assert code == 0, stderr
     assert outside.read_text() == "keep me\n"
-    assert "h200-8gpu.yaml" in yaml.safe_load((presets_dir / "approvals.yaml").read_text())[
-        "approvals"]
+    assert "h200-8gpu.yaml" in yaml.safe_load((presets_dir / "approvals.yaml").read_text())["approvals"]
     assert not (presets_dir / "approvals.yaml").is_symlink()

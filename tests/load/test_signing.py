@@ -32,16 +32,22 @@ def keys(tmp_path: Path) -> dict[str, Path]:
     signers = tmp_path / "allowed_signers"
     signers.write_text(
         "# AI Engineers' signing keys (reviewed through CODEOWNERS)\n"
-        f"alice@scc.example.org namespaces=\"runai-spec,git\" {public(found['alice'])}\n"
-        f"bob@scc.example.org {public(found['bob'])}\n")
+        f'alice@scc.example.org namespaces="runai-spec,git" {public(found["alice"])}\n'
+        f"bob@scc.example.org {public(found['bob'])}\n"
+    )
     found["signers"] = signers
     return found
 
 
 def approve(keys: dict[str, Path], who: str = "alice", **kwargs: str) -> SignedApproval:
-    return signing.sign_approval("h200-8gpu.yaml", SHA, keys[who], keys["signers"],
-                                 approved_at=kwargs.get("approved_at", "2026-12-02"),
-                                 expires=kwargs.get("expires", "2027-12-31"))
+    return signing.sign_approval(
+        "h200-8gpu.yaml",
+        SHA,
+        keys[who],
+        keys["signers"],
+        approved_at=kwargs.get("approved_at", "2026-12-02"),
+        expires=kwargs.get("expires", "2027-12-31"),
+    )
 
 
 def test_an_engineer_s_signed_approval_verifies_and_names_them(keys: dict[str, Path]) -> None:
@@ -57,7 +63,8 @@ def test_the_statement_is_canonical() -> None:
     assert statement.text() == (
         "runai-spec approval v1\nnamespace: runai-spec\nfile: h200-8gpu.yaml\n"
         f"sha256: {SHA}\napprover: alice@scc.example.org\napproved_at: 2026-12-02\n"
-        "expires: never\n")
+        "expires: never\n"
+    )
 
 
 def test_a_key_not_in_allowed_signers_cannot_approve(keys: dict[str, Path]) -> None:
@@ -67,15 +74,19 @@ def test_a_key_not_in_allowed_signers_cannot_approve(keys: dict[str, Path]) -> N
     assert caught.value.field == "--key"
 
 
-@pytest.mark.parametrize("change", [
-    {"sha256": "0" * 64},                      # another file content
-    {"file": "h200-2x8-ib.yaml"},              # another preset
-    {"expires": "2099-12-31"},                 # a longer approval
-    {"approver": "bob@scc.example.org"},       # another engineer's name
-    {"approved_at": "2026-12-03"},
-])
-def test_any_edit_of_a_signed_statement_fails_verification(keys: dict[str, Path],
-                                                          change: dict[str, str]) -> None:
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"sha256": "0" * 64},  # another file content
+        {"file": "h200-2x8-ib.yaml"},  # another preset
+        {"expires": "2099-12-31"},  # a longer approval
+        {"approver": "bob@scc.example.org"},  # another engineer's name
+        {"approved_at": "2026-12-03"},
+    ],
+)
+def test_any_edit_of_a_signed_statement_fails_verification(
+    keys: dict[str, Path], change: dict[str, str]
+) -> None:
     signed = approve(keys)
     forged = SignedApproval(dataclasses.replace(signed.statement, **change), signed.signature)
     with pytest.raises(SignatureError, match="does not verify") as caught:
@@ -93,18 +104,23 @@ def test_a_researcher_s_own_signature_under_an_engineer_s_name_fails(keys: dict[
 def test_a_signature_of_another_namespace_fails(keys: dict[str, Path]) -> None:
     """A git commit signature (namespace git) is never an approval."""
     signed = approve(keys)
-    git_sig = subprocess.run(["ssh-keygen", "-Y", "sign", "-n", "git", "-f", str(keys["alice"])],
-                             input=signed.statement.text(), capture_output=True, text=True,
-                             check=True).stdout
+    git_sig = subprocess.run(
+        ["ssh-keygen", "-Y", "sign", "-n", "git", "-f", str(keys["alice"])],
+        input=signed.statement.text(),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     with pytest.raises(SignatureError, match="does not verify"):
         signing.verify_approval(SignedApproval(signed.statement, git_sig), keys["signers"])
 
 
-def test_removing_an_engineer_from_allowed_signers_revokes_their_approvals(
-        keys: dict[str, Path]) -> None:
+def test_removing_an_engineer_from_allowed_signers_revokes_their_approvals(keys: dict[str, Path]) -> None:
     signed = approve(keys, "bob")
-    keys["signers"].write_text("\n".join(line for line in keys["signers"].read_text().splitlines()
-                                         if not line.startswith("bob@")) + "\n")
+    keys["signers"].write_text(
+        "\n".join(line for line in keys["signers"].read_text().splitlines() if not line.startswith("bob@"))
+        + "\n"
+    )
     with pytest.raises(SignatureError, match="does not verify"):
         signing.verify_approval(signed, keys["signers"])
 
@@ -123,8 +139,7 @@ def test_an_approval_dated_outside_the_key_s_validity_fails(keys: dict[str, Path
     plain = keys["signers"].read_text()
 
     def window(options: str) -> None:
-        keys["signers"].write_text(plain.replace("bob@scc.example.org ",
-                                                 f"bob@scc.example.org {options} "))
+        keys["signers"].write_text(plain.replace("bob@scc.example.org ", f"bob@scc.example.org {options} "))
 
     window('valid-after="20261201"')  # the window's own line is read: it verifies
     assert signing.verify_approval(signed, keys["signers"]) == "bob@scc.example.org"
@@ -150,8 +165,9 @@ def test_garbage_signatures_and_statements_are_refused(keys: dict[str, Path]) ->
         Statement("x.yaml", SHA, "alice", "2026-12-02", "next year")
 
 
-def test_a_missing_key_or_allowed_signers_file_is_one_clear_error(tmp_path: Path,
-                                                                  keys: dict[str, Path]) -> None:
+def test_a_missing_key_or_allowed_signers_file_is_one_clear_error(
+    tmp_path: Path, keys: dict[str, Path]
+) -> None:
     with pytest.raises(SignatureError, match="no such key file"):
         signing.principal_of_key(tmp_path / "nope", keys["signers"])
     with pytest.raises(SignatureError, match="no such plain file"):
@@ -162,8 +178,9 @@ def test_a_missing_key_or_allowed_signers_file_is_one_clear_error(tmp_path: Path
         signing.verify_approval(approve(keys), link)
 
 
-def test_no_ssh_keygen_is_one_clear_error_with_a_hint(monkeypatch: pytest.MonkeyPatch,
-                                                      keys: dict[str, Path]) -> None:
+def test_no_ssh_keygen_is_one_clear_error_with_a_hint(
+    monkeypatch: pytest.MonkeyPatch, keys: dict[str, Path]
+) -> None:
     monkeypatch.setattr(shutil, "which", lambda name: None)  # the module signing looks ssh-keygen up with
     with pytest.raises(SignatureError, match="ssh-keygen not found") as caught:
         approve(keys)

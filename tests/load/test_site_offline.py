@@ -34,8 +34,9 @@ def _set_priority(presets_dir: Path, priority: str) -> Path:
     return path
 
 
-def test_train_against_the_current_dictionary_cannot_be_approved(presets_dir: Path,
-                                                                  engineer_key: Path) -> None:
+def test_train_against_the_current_dictionary_cannot_be_approved(
+    presets_dir: Path, engineer_key: Path
+) -> None:
     _set_priority(presets_dir, "train")
     with pytest.raises(PresetError, match="is not a class the cluster serves"):
         PresetRegistry(presets_dir).approve("h200-2x8-ib", engineer_key)
@@ -45,15 +46,15 @@ def test_train_against_the_current_dictionary_cannot_be_approved(presets_dir: Pa
     assert "Traceback" not in result.output
 
 
-def test_an_already_approved_train_preset_is_refused_at_load(presets_dir: Path,
-                                                               engineer_key: Path) -> None:
+def test_an_already_approved_train_preset_is_refused_at_load(presets_dir: Path, engineer_key: Path) -> None:
     _set_priority(presets_dir, "train")
     registry = PresetRegistry(presets_dir)
     # Approved under an older site whose dictionary still had `train`.
     site = presets_dir / "site.yaml"
     original = site.read_text(encoding="utf-8")
-    site.write_text(original.replace("priorities: [very-low,", "priorities: [train, very-low,"),
-                    encoding="utf-8")
+    site.write_text(
+        original.replace("priorities: [very-low,", "priorities: [train, very-low,"), encoding="utf-8"
+    )
     registry.approve("site", engineer_key)
     registry.approve("h200-2x8-ib", engineer_key)
     site.write_text(original, encoding="utf-8")
@@ -73,8 +74,9 @@ def test_a_dictionary_priority_is_approved(presets_dir: Path, engineer_key: Path
 
 
 def test_label_keys_override_the_single_fields() -> None:
-    site = Site.model_validate({"cluster": "c", "registries": ["r"],
-                                "label_keys": {"queue": "kai.scheduler/queue"}})
+    site = Site.model_validate(
+        {"cluster": "c", "registries": ["r"], "label_keys": {"queue": "kai.scheduler/queue"}}
+    )
     assert site.queue_label == "kai.scheduler/queue"
     assert site.node_pool_label == "runai/node-pool"
     default = Site.model_validate({"cluster": "c", "registries": ["r"]})
@@ -82,9 +84,16 @@ def test_label_keys_override_the_single_fields() -> None:
 
 
 def test_data_sources_map_to_claims_per_project() -> None:
-    site = Site.model_validate({"cluster": "c", "registries": ["r"], "data_sources": {
-        "datasets": {"claim": "ds-{source}-{project}", "projects": {"team-a": "team-a-data"}},
-        "plain": None}})
+    site = Site.model_validate(
+        {
+            "cluster": "c",
+            "registries": ["r"],
+            "data_sources": {
+                "datasets": {"claim": "ds-{source}-{project}", "projects": {"team-a": "team-a-data"}},
+                "plain": None,
+            },
+        }
+    )
     assert site.claim_for("datasets", "nlp-lab") == "ds-datasets-nlp-lab"
     assert site.claim_for("datasets", "team-a") == "team-a-data"
     assert site.claim_for("plain", "x") == "plain"
@@ -93,14 +102,16 @@ def test_data_sources_map_to_claims_per_project() -> None:
     assert list(listed.data_sources) == ["a"] and listed.claim_for("a", "p") == "a"
 
 
-def test_the_render_mounts_the_sources_claim(presets_dir: Path, write_profile: Callable[..., Path],
-                                              base_profile: dict[str, Any],
-                                              engineer_key: Path) -> None:
+def test_the_render_mounts_the_sources_claim(
+    presets_dir: Path, write_profile: Callable[..., Path], base_profile: dict[str, Any], engineer_key: Path
+) -> None:
     site = presets_dir / "site.yaml"
     text = site.read_text(encoding="utf-8")
-    text = text.replace("  - datasets-shared\n", "").replace(
-        "data_sources:\n", "data_sources:\n  datasets-shared:\n    claim: \"{project}-datasets\"\n"
-    ).replace("  - checkpoints-scratch\n", "  checkpoints-scratch: {}\n")
+    text = (
+        text.replace("  - datasets-shared\n", "")
+        .replace("data_sources:\n", 'data_sources:\n  datasets-shared:\n    claim: "{project}-datasets"\n')
+        .replace("  - checkpoints-scratch\n", "  checkpoints-scratch: {}\n")
+    )
     site.write_text(text, encoding="utf-8")
     PresetRegistry(presets_dir).approve("site", engineer_key)
     base_profile["data"] = [{"source": "datasets-shared", "path": "/data"}]
@@ -112,8 +123,10 @@ def test_the_render_mounts_the_sources_claim(presets_dir: Path, write_profile: C
     line = next(x for x in explain.output.splitlines() if "team-a-datasets" in x)
     assert "data[0].source" in line
     plan = runner.invoke(app, ["plan", str(profile)])
-    assert ("| data-0 | `/data` | read-only | data source `datasets-shared` (PVC `team-a-datasets` "
-            "in the project's namespace) |") in plan.stdout, plan.stdout
+    assert (
+        "| data-0 | `/data` | read-only | data source `datasets-shared` (PVC `team-a-datasets` "
+        "in the project's namespace) |"
+    ) in plan.stdout, plan.stdout
 
 
 def test_grants_shape_matches_admission() -> None:
@@ -125,13 +138,13 @@ def test_grants_shape_matches_admission() -> None:
     assert "nlp-lab" in granted_projects(grants, "h200-2x8-ib")
 
 
-def test_validate_offline_reports_preset_not_granted(write_profile: Callable[..., Path],
-                                                    base_profile: dict[str, Any]) -> None:
+def test_validate_offline_reports_preset_not_granted(
+    write_profile: Callable[..., Path], base_profile: dict[str, Any]
+) -> None:
     base_profile["project"] = "vision-lab"
     result = runner.invoke(app, ["validate", str(write_profile(base_profile))])
     assert result.exit_code == 1
-    assert "project vision-lab is not granted preset h200-2x8-ib [preset-not-granted]" \
-        in result.output
+    assert "project vision-lab is not granted preset h200-2x8-ib [preset-not-granted]" in result.output
     assert "advance agreement" in result.output
 
 

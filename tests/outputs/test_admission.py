@@ -75,17 +75,16 @@ class Policy:
             assert bool(self.denials(job, python=True)) == bool(denied), (case, denied)
         return denied
 
-    def failures(self, job: Job, *, old: Job | None = None, python: bool = False
-                 ) -> list[Failure] | None:
+    def failures(self, job: Job, *, old: Job | None = None, python: bool = False) -> list[Failure] | None:
         namespace = job["metadata"]["namespace"]
         labels = {"runai/queue": self.namespaces[namespace]} if namespace in self.namespaces else {}
         evaluator = self.py if python else self.evaluator
         failures: list[Failure] | None = evaluator.failures(
-            job, params=self.params, namespace_labels=labels, old=old)
+            job, params=self.params, namespace_labels=labels, old=old
+        )
         return failures
 
-    def denials(self, job: Job, *, old: Job | None = None, python: bool = False
-                ) -> dict[str, str]:
+    def denials(self, job: Job, *, old: Job | None = None, python: bool = False) -> dict[str, str]:
         """{validation name: message} of every failing validation; {} = admitted."""
         out: dict[str, str] = {}
         for failure in self.failures(job, old=old, python=python) or []:
@@ -110,8 +109,14 @@ def policy() -> Policy:
 def _smoke_jobs() -> str:
     profiles = [str(ROOT / "examples" / e / "profile.yaml") for e in EXAMPLES]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    done = subprocess.run([sys.executable, "-m", "runai_spec", "render", "--smoke", *profiles],
-                          capture_output=True, text=True, env=env, check=False, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-m", "runai_spec", "render", "--smoke", *profiles],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -131,8 +136,9 @@ def container(template: dict[str, Any]) -> dict[str, Any]:
 
 def renders() -> list[tuple[str, Job]]:
     """Every example's job and smoke job, with an id."""
-    return ([(f"{name}-job", example_job(name)) for name in EXAMPLES]
-            + [(f"{j['metadata']['name']}-smoke", j) for j in smoke_jobs()])
+    return [(f"{name}-job", example_job(name)) for name in EXAMPLES] + [
+        (f"{j['metadata']['name']}-smoke", j) for j in smoke_jobs()
+    ]
 
 
 # -- admitted ----------------------------------------------------------------------------
@@ -151,7 +157,8 @@ def test_the_second_cel_implementation_admits_them_too(policy: Policy, which: st
 
 @pytest.mark.long
 def test_the_second_cel_implementation_admits_every_render_and_agrees_on_the_properties(
-        policy: Policy, monkeypatch: pytest.MonkeyPatch) -> None:
+    policy: Policy, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`pytest -m long`: every render with cel-python, and the leaf, key and removal
     properties with every SAMPLE-th case evaluated by both implementations."""
     for name, job in renders():
@@ -159,8 +166,7 @@ def test_the_second_cel_implementation_admits_every_render_and_agrees_on_the_pro
     monkeypatch.setattr(sys.modules[__name__], "SAMPLE", 11)
     for kind in ("job", "smoke"):
         for name in EXAMPLES:
-            test_every_leaf_of_the_preset_site_ledger_or_template_changed_is_denied(
-                policy, kind, name)
+            test_every_leaf_of_the_preset_site_ledger_or_template_changed_is_denied(policy, kind, name)
         test_a_key_inserted_at_every_mapping_level_is_denied(policy, kind)
     test_every_required_key_removed_is_denied(policy)
 
@@ -211,9 +217,9 @@ def _profile_texts(name: str) -> list[str]:
 
 def _from_profile(value: Any, texts: list[str]) -> bool:
     text = str(value)
-    return (any(t in text for t in texts)
-            or (isinstance(value, str) and len(value) == 64
-                and all(c in "0123456789abcdef" for c in value)))  # the profile's sha256
+    return any(t in text for t in texts) or (
+        isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+    )  # the profile's sha256
 
 
 def _non_profile_leaves(name: str, job: Job, smoke: bool) -> list[tuple[Any, ...]]:
@@ -225,7 +231,7 @@ def _non_profile_leaves(name: str, job: Job, smoke: bool) -> list[tuple[Any, ...
     own_env = {*profile.get("env", {}), *profile.get("secret_env", {})}
 
     def profile_env(path: tuple[Any, ...]) -> bool:
-        return "env" in path and _at(job, path[:path.index("env") + 2])["name"] in own_env
+        return "env" in path and _at(job, path[: path.index("env") + 2])["name"] in own_env
 
     if smoke:
         out = [p for p, v in _leaves(job) if not _from_profile(v, texts) and not profile_env(p)]
@@ -237,12 +243,14 @@ def _non_profile_leaves(name: str, job: Job, smoke: bool) -> list[tuple[Any, ...
             dotted = "".join(f"[{s}]" if isinstance(s, int) else f".{s}" for s in path)[1:]
             if kinds.get(dotted) != "profile" and not _from_profile(value, texts):
                 out.append(path)
+
     def data_volume(path: tuple[Any, ...]) -> bool:
-        item = _at(job, path[:path.index("volumes" if "volumes" in path else "volumeMounts") + 2])
+        item = _at(job, path[: path.index("volumes" if "volumes" in path else "volumeMounts") + 2])
         return str(item.get("name", "")).startswith("data-")
 
-    return [p for p in out if not (p[-1] == "readOnly" and data_volume(p))
-            and p[:2] != ("metadata", "namespace")]
+    return [
+        p for p in out if not (p[-1] == "readOnly" and data_volume(p)) and p[:2] != ("metadata", "namespace")
+    ]
 
 
 def _changed(value: Any) -> Any:
@@ -255,10 +263,19 @@ def _changed(value: Any) -> Any:
 
 @pytest.mark.parametrize(("kind", "name"), [(k, n) for k in ("job", "smoke") for n in EXAMPLES])
 def test_every_leaf_of_the_preset_site_ledger_or_template_changed_is_denied(
-        policy: Policy, kind: str, name: str) -> None:
-    job = example_job(name) if kind == "job" else next(
-        j for j in smoke_jobs() if j["metadata"]["name"].startswith(
-            yaml.safe_load((ROOT / "examples" / name / "profile.yaml").read_text())["name"]))
+    policy: Policy, kind: str, name: str
+) -> None:
+    job = (
+        example_job(name)
+        if kind == "job"
+        else next(
+            j
+            for j in smoke_jobs()
+            if j["metadata"]["name"].startswith(
+                yaml.safe_load((ROOT / "examples" / name / "profile.yaml").read_text())["name"]
+            )
+        )
+    )
     paths = _non_profile_leaves(name, job, kind == "smoke")
     assert len(paths) > 40
     for case, path in enumerate(paths):
@@ -288,8 +305,7 @@ def _sample(schema: dict[str, Any]) -> Any:
     kind = schema.get("type")
     if schema.get("x-kubernetes-int-or-string"):
         return "1"
-    return {"object": {}, "array": [], "integer": 1, "boolean": True, "number": 1}.get(
-        str(kind), "x")
+    return {"object": {}, "array": [], "integer": 1, "boolean": True, "number": 1}.get(str(kind), "x")
 
 
 def _inserted(path: tuple[Any, ...], node: dict[str, Any]) -> tuple[str, Any] | None:
@@ -345,8 +361,18 @@ def test_every_required_key_removed_is_denied(policy: Policy) -> None:
 # -- profile-side values: admitted iff validate accepts them --------------------------------
 # The rules whose findings the manifest shows; others (batch arithmetic, memory, metrics)
 # are about values the manifest does not carry, and are validate's alone.
-MANIFEST_RULES = {"image-digest", "registry", "launcher", "nccl-transport-env", "reserved-env",
-                  "nccl-debug-temporary", "mount-path", "name-length", "secret-env", "smoke-name"}
+MANIFEST_RULES = {
+    "image-digest",
+    "registry",
+    "launcher",
+    "nccl-transport-env",
+    "reserved-env",
+    "nccl-debug-temporary",
+    "mount-path",
+    "name-length",
+    "secret-env",
+    "smoke-name",
+}
 
 
 def _job_of(profile: dict[str, Any], tmp: Path) -> tuple[Job | None, set[str]]:
@@ -384,8 +410,7 @@ PROFILE_CHANGES: list[tuple[str, Callable[[dict[str, Any]], None]]] = [
     ("ckpt-dir", lambda p: p["checkpoint"].update(dir="/ckpt/run1")),
     ("ckpt-etc", lambda p: p["checkpoint"].update(dir="/etc/ckpt")),
     ("data-two", lambda p: p.update(data=[*p.get("data", []), {"pvc": "extra", "path": "/extra"}])),
-    ("data-writable", lambda p: p.update(data=[{"pvc": "scratch", "path": "/scratch",
-                                                 "read_only": False}])),
+    ("data-writable", lambda p: p.update(data=[{"pvc": "scratch", "path": "/scratch", "read_only": False}])),
     ("data-none", lambda p: p.update(data=[])),
     ("data-dev-shm", lambda p: p.update(data=[{"pvc": "x", "path": "/dev/shm"}])),
     ("name", lambda p: p.update(name="other-name")),
@@ -397,12 +422,14 @@ PROFILE_CHANGES: list[tuple[str, Callable[[dict[str, Any]], None]]] = [
 ]
 
 
-@pytest.mark.parametrize(("example", "change"), [
-    (e, c) for e in ("multi-node", "single-gpu") for c in PROFILE_CHANGES],
-    ids=[f"{e}-{c[0]}" for e in ("multi-node", "single-gpu") for c in PROFILE_CHANGES])
+@pytest.mark.parametrize(
+    ("example", "change"),
+    [(e, c) for e in ("multi-node", "single-gpu") for c in PROFILE_CHANGES],
+    ids=[f"{e}-{c[0]}" for e in ("multi-node", "single-gpu") for c in PROFILE_CHANGES],
+)
 def test_a_profile_change_is_admitted_iff_validate_accepts_it(
-        policy: Policy, tmp_path: Path, example: str,
-        change: tuple[str, Callable[[dict[str, Any]], None]]) -> None:
+    policy: Policy, tmp_path: Path, example: str, change: tuple[str, Callable[[dict[str, Any]], None]]
+) -> None:
     profile = yaml.safe_load((ROOT / "examples" / example / "profile.yaml").read_text())
     change[1](profile)
     job, errors = _job_of(profile, tmp_path)
@@ -419,18 +446,25 @@ def test_a_profile_change_is_admitted_iff_validate_accepts_it(
 
 @pytest.mark.parametrize("example", ["multi-node", "single-node"])
 def test_random_profile_values_are_admitted_iff_validate_accepts_them(
-        policy: Policy, tmp_path_factory: pytest.TempPathFactory, example: str) -> None:
+    policy: Policy, tmp_path_factory: pytest.TempPathFactory, example: str
+) -> None:
     import hypothesis  # a test dependency: conftest loads its profiles
     from hypothesis import strategies as st
+
     base = yaml.safe_load((ROOT / "examples" / example / "profile.yaml").read_text())
     names = st.from_regex(r"\A[A-Z_][A-Z0-9_]{0,12}\Z").filter(lambda n: n != "_")
     text = st.text(st.characters(min_codepoint=32, max_codepoint=0x2030), max_size=24)
     paths = st.from_regex(r"\A(/[a-z.]{1,6}){1,3}/?\Z")
 
-    @hypothesis.settings(max_examples=40, deadline=None, derandomize=True,
-                         suppress_health_check=list(hypothesis.HealthCheck))
-    @hypothesis.given(env=st.dictionaries(names, text, max_size=3),
-                      args=st.lists(text.filter(bool), max_size=3), workdir=paths, ckpt=paths)
+    @hypothesis.settings(
+        max_examples=40, deadline=None, derandomize=True, suppress_health_check=list(hypothesis.HealthCheck)
+    )
+    @hypothesis.given(
+        env=st.dictionaries(names, text, max_size=3),
+        args=st.lists(text.filter(bool), max_size=3),
+        workdir=paths,
+        ckpt=paths,
+    )
     def check(env: dict[str, str], args: list[str], workdir: str, ckpt: str) -> None:
         profile = copy.deepcopy(base)
         profile["env"] = env
@@ -465,6 +499,7 @@ def _meta(change: Callable[[dict[str, Any]], None]) -> Callable[[Job], Job]:
     def apply(job: Job) -> Job:
         change(job["metadata"])
         return job
+
     return apply
 
 
@@ -478,132 +513,317 @@ def _command_insert(arg: str) -> Callable[[dict[str, Any]], None]:
 
 TAMPERS: dict[str, tuple[str, Callable[[Job], Job], str]] = {
     # name: (example, change, the field the denial names (its start))
-    "launcher-nproc": ("multi-node", _ctr(_command_insert("--nproc-per-node=64")),
-                       "spec.pytorchReplicaSpecs."),
-    "launcher-max-restarts": ("multi-node", _ctr(lambda c: c["command"].__setitem__(
-        4, "--max-restarts=100")), "spec.pytorchReplicaSpecs."),
-    "launcher-rdzv-timeout": ("multi-node", _ctr(lambda c: c["command"].__setitem__(
-        5, "--rdzv-conf=join_timeout=1,read_timeout=1")), "spec.pytorchReplicaSpecs."),
-    "launcher-python-swapped": ("single-gpu", _ctr(lambda c: c["command"].__setitem__(0, "bash")),
-                                "spec.pytorchReplicaSpecs."),
-    "torch-run-module-as-script": ("single-gpu", _ctr(lambda c: c["command"].__setitem__(
-        2, "/usr/lib/python3/site-packages/torch/distributed/run.py")), "spec.pytorchReplicaSpecs."),
-    "grace-period": ("multi-node", _spec(_set("terminationGracePeriodSeconds", 86400)),
-                     "spec.pytorchReplicaSpecs."),
-    "host-port": ("multi-node", _ctr(lambda c: c["ports"][0].__setitem__("hostPort", 23456)),
-                  "spec.pytorchReplicaSpecs."),
-    "second-port": ("multi-node", _ctr(lambda c: c["ports"].append({"name": "x", "containerPort": 1})),
-                    "spec.pytorchReplicaSpecs."),
-    "nfs-volume": ("multi-node", _spec(lambda s: s["volumes"].append(
-        {"name": "data-9", "nfs": {"server": "10.0.0.1", "path": "/"}})), "spec.pytorchReplicaSpecs."),
-    "iscsi-volume": ("multi-node", _spec(lambda s: s["volumes"].append(
-        {"name": "x", "iscsi": {"targetPortal": "1.2.3.4", "iqn": "iqn", "lun": 0}})),
-        "spec.pytorchReplicaSpecs."),
-    "host-path": ("multi-node", _spec(lambda s: s["volumes"].append(
-        {"name": "h", "hostPath": {"path": "/"}})), "spec.pytorchReplicaSpecs."),
-    "data-volume-type-swapped": ("multi-node", _spec(lambda s: s["volumes"][1].update(
-        {"nfs": {"server": "x", "path": "/"}})), "spec.pytorchReplicaSpecs."),
-    "image-any-registry": ("multi-node", _ctr(_set("image", "docker.io/evil/x:latest")),
-                           "spec.pytorchReplicaSpecs."),
-    "image-no-digest": ("multi-node", _ctr(lambda c: c.__setitem__("image", c["image"].split("@")[0])),
-                        "spec.pytorchReplicaSpecs."),
-    "tolerate-all": ("multi-node", _spec(_set("tolerations", [{"operator": "Exists"}])),
-                     "spec.pytorchReplicaSpecs."),
-    "node-selector": ("multi-node", _spec(_set("nodeSelector", {"pool": "cpu"})),
-                      "spec.pytorchReplicaSpecs."),
-    "affinity": ("multi-node", _spec(_set("affinity", {"nodeAffinity": {}})),
-                 "spec.pytorchReplicaSpecs."),
-    "runtime-class": ("multi-node", _spec(_set("runtimeClassName", "runc-privileged")),
-                      "spec.pytorchReplicaSpecs."),
-    "service-account": ("multi-node", _spec(_set("serviceAccountName", "admin")),
-                        "spec.pytorchReplicaSpecs."),
-    "run-as-root": ("multi-node", _spec(_set("securityContext", {"runAsUser": 0})),
-                    "spec.pytorchReplicaSpecs."),
-    "privilege-escalation": ("multi-node", _ctr(lambda c: c["securityContext"].__setitem__(
-        "allowPrivilegeEscalation", True)), "spec.pytorchReplicaSpecs."),
-    "privileged": ("multi-node", _ctr(lambda c: c["securityContext"].__setitem__("privileged", True)),
-                   "spec.pytorchReplicaSpecs."),
-    "sys-admin": ("multi-node", _ctr(lambda c: c["securityContext"]["capabilities"]["add"].append(
-        "SYS_ADMIN")), "spec.pytorchReplicaSpecs."),
-    "host-aliases": ("multi-node", _spec(_set("hostAliases", [{"ip": "1.2.3.4"}])),
-                     "spec.pytorchReplicaSpecs."),
+    "launcher-nproc": (
+        "multi-node",
+        _ctr(_command_insert("--nproc-per-node=64")),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "launcher-max-restarts": (
+        "multi-node",
+        _ctr(lambda c: c["command"].__setitem__(4, "--max-restarts=100")),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "launcher-rdzv-timeout": (
+        "multi-node",
+        _ctr(lambda c: c["command"].__setitem__(5, "--rdzv-conf=join_timeout=1,read_timeout=1")),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "launcher-python-swapped": (
+        "single-gpu",
+        _ctr(lambda c: c["command"].__setitem__(0, "bash")),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "torch-run-module-as-script": (
+        "single-gpu",
+        _ctr(
+            lambda c: c["command"].__setitem__(2, "/usr/lib/python3/site-packages/torch/distributed/run.py")
+        ),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "grace-period": (
+        "multi-node",
+        _spec(_set("terminationGracePeriodSeconds", 86400)),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "host-port": (
+        "multi-node",
+        _ctr(lambda c: c["ports"][0].__setitem__("hostPort", 23456)),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "second-port": (
+        "multi-node",
+        _ctr(lambda c: c["ports"].append({"name": "x", "containerPort": 1})),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "nfs-volume": (
+        "multi-node",
+        _spec(lambda s: s["volumes"].append({"name": "data-9", "nfs": {"server": "10.0.0.1", "path": "/"}})),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "iscsi-volume": (
+        "multi-node",
+        _spec(
+            lambda s: s["volumes"].append(
+                {"name": "x", "iscsi": {"targetPortal": "1.2.3.4", "iqn": "iqn", "lun": 0}}
+            )
+        ),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "host-path": (
+        "multi-node",
+        _spec(lambda s: s["volumes"].append({"name": "h", "hostPath": {"path": "/"}})),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "data-volume-type-swapped": (
+        "multi-node",
+        _spec(lambda s: s["volumes"][1].update({"nfs": {"server": "x", "path": "/"}})),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "image-any-registry": (
+        "multi-node",
+        _ctr(_set("image", "docker.io/evil/x:latest")),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "image-no-digest": (
+        "multi-node",
+        _ctr(lambda c: c.__setitem__("image", c["image"].split("@")[0])),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "tolerate-all": (
+        "multi-node",
+        _spec(_set("tolerations", [{"operator": "Exists"}])),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "node-selector": (
+        "multi-node",
+        _spec(_set("nodeSelector", {"pool": "cpu"})),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "affinity": ("multi-node", _spec(_set("affinity", {"nodeAffinity": {}})), "spec.pytorchReplicaSpecs."),
+    "runtime-class": (
+        "multi-node",
+        _spec(_set("runtimeClassName", "runc-privileged")),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "service-account": (
+        "multi-node",
+        _spec(_set("serviceAccountName", "admin")),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "run-as-root": (
+        "multi-node",
+        _spec(_set("securityContext", {"runAsUser": 0})),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "privilege-escalation": (
+        "multi-node",
+        _ctr(lambda c: c["securityContext"].__setitem__("allowPrivilegeEscalation", True)),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "privileged": (
+        "multi-node",
+        _ctr(lambda c: c["securityContext"].__setitem__("privileged", True)),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "sys-admin": (
+        "multi-node",
+        _ctr(lambda c: c["securityContext"]["capabilities"]["add"].append("SYS_ADMIN")),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "host-aliases": (
+        "multi-node",
+        _spec(_set("hostAliases", [{"ip": "1.2.3.4"}])),
+        "spec.pytorchReplicaSpecs.",
+    ),
     "host-network": ("multi-node", _spec(_set("hostNetwork", True)), "spec.pytorchReplicaSpecs."),
     "host-pid": ("multi-node", _spec(_set("hostPID", True)), "spec.pytorchReplicaSpecs."),
     "node-name": ("multi-node", _spec(_set("nodeName", "gpu-node-1")), "spec.pytorchReplicaSpecs."),
-    "scheduler": ("multi-node", _spec(_set("schedulerName", "default-scheduler")),
-                  "spec.pytorchReplicaSpecs."),
-    "pod-priority": ("multi-node", _spec(_set("priorityClassName", "system-node-critical")),
-                     "spec.pytorchReplicaSpecs."),
-    "dra-claims": ("multi-node", _ctr(lambda c: c["resources"].__setitem__("claims", [{"name": "g"}])),
-                   "spec.pytorchReplicaSpecs."),
-    "more-gpus": ("multi-node", _ctr(lambda c: c["resources"]["limits"].__setitem__(
-        "nvidia.com/gpu", 16)), "spec.pytorchReplicaSpecs."),
-    "extra-resource": ("multi-node", _ctr(lambda c: c["resources"]["limits"].__setitem__(
-        "nvidia.com/mig-1g.10gb", 1)), "spec.pytorchReplicaSpecs."),
-    "sidecar": ("multi-node", _spec(lambda s: s["containers"].append({"name": "side", "image": "x"})),
-                "spec.pytorchReplicaSpecs."),
-    "init-container": ("multi-node", _spec(_set("initContainers", [{"name": "i", "image": "x"}])),
-                       "spec.pytorchReplicaSpecs."),
-    "env-from": ("multi-node", _ctr(_set("envFrom", [{"configMapRef": {"name": "x"}}])),
-                 "spec.pytorchReplicaSpecs."),
-    "env-nvidia-visible": ("multi-node", _ctr(lambda c: c["env"].append(
-        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"})), "spec.pytorchReplicaSpecs."),
-    "env-socket": ("multi-node", _ctr(lambda c: c["env"].append(
-        {"name": "NCCL_SOCKET_IFNAME", "value": "eth0"})), "spec.pytorchReplicaSpecs."),
-    "env-derived-changed": ("multi-node", _ctr(lambda c: c["env"][2].__setitem__("value", "0")),
-                            "spec.pytorchReplicaSpecs."),
-    "env-from-field": ("multi-node", _ctr(lambda c: c["env"].append(
-        {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})),
-        "spec.pytorchReplicaSpecs."),
-    "env-duplicate": ("multi-node", _ctr(lambda c: c["env"].append(
-        {"name": "TOKENIZERS_PARALLELISM", "value": "true"})), "spec.pytorchReplicaSpecs."),
-    "mount-etc": ("multi-node", _ctr(lambda c: c["volumeMounts"][1].__setitem__("mountPath", "/etc")),
-                  "spec.pytorchReplicaSpecs."),
-    "mount-subpath": ("multi-node", _ctr(lambda c: c["volumeMounts"][1].__setitem__("subPath", "..")),
-                      "spec.pytorchReplicaSpecs."),
-    "shm-size": ("multi-node", _spec(lambda s: s["volumes"][2]["emptyDir"].__setitem__(
-        "sizeLimit", "2Ti")), "spec.pytorchReplicaSpecs."),
-    "network-removed": ("multi-node", lambda j: _every_pod(
-        j, lambda t: t["metadata"].pop("annotations")), "spec.pytorchReplicaSpecs."),
-    "network-added": ("single-node", lambda j: _every_pod(j, lambda t: t["metadata"].__setitem__(
-        "annotations", {"k8s.v1.cni.cncf.io/networks": "runai-ib/x"})), "spec.pytorchReplicaSpecs."),
-    "pod-label-added": ("multi-node", lambda j: _every_pod(j, lambda t: t["metadata"]["labels"].update(
-        {"kai.scheduler/queue": "other"})), "spec.pytorchReplicaSpecs."),
-    "restart-policy": ("multi-node", lambda j: ([r.__setitem__("restartPolicy", "Always") for r in
-                                                 j["spec"]["pytorchReplicaSpecs"].values()], j)[1],
-                       "spec.pytorchReplicaSpecs."),
-    "more-workers": ("multi-node", lambda j: j["spec"]["pytorchReplicaSpecs"]["Worker"].__setitem__(
-        "replicas", 7) or j, "spec.pytorchReplicaSpecs.Worker.replicas"),
-    "elastic-max": ("elastic", lambda j: j["spec"]["elasticPolicy"].__setitem__("maxReplicas", 64) or j,
-                    "spec.elasticPolicy.maxReplicas"),
-    "elastic-added": ("multi-node", lambda j: j["spec"].__setitem__(
-        "elasticPolicy", {"maxReplicas": 8}) or j, "spec.elasticPolicy"),
-    "nproc": ("single-node", lambda j: j["spec"].__setitem__("nprocPerNode", "64") or j,
-              "spec.nprocPerNode"),
-    "backoff": ("multi-node", lambda j: j["spec"]["runPolicy"].__setitem__("backoffLimit", 1000) or j,
-                "spec.runPolicy.backoffLimit"),
-    "scheduling-policy": ("multi-node", lambda j: j["spec"]["runPolicy"].__setitem__(
-        "schedulingPolicy", {"queue": "x"}) or j, "spec.runPolicy.schedulingPolicy"),
-    "suspend-removed": ("multi-node", lambda j: (j["spec"]["runPolicy"].pop("suspend"), j)[1],
-                        "spec.runPolicy.suspend"),
-    "staleness-annotation": ("multi-node", _meta(lambda m: m["annotations"].update(
-        {"kai.scheduler/staleness-grace-period": "-1s"})), "metadata.annotations."),
-    "topology-annotation": ("multi-node", _meta(lambda m: m["annotations"].update(
-        {"kai.scheduler/topology": "x"})), "metadata.annotations."),
-    "second-queue-label": ("multi-node", _meta(lambda m: m["labels"].update(
-        {"kai.scheduler/queue": "other"})), "metadata.labels."),
-    "queue-label": ("multi-node", _meta(lambda m: m["labels"].__setitem__("runai/queue", "team-a")),
-                    "metadata.labels.runai/queue"),
-    "priority": ("multi-node", _meta(lambda m: m["labels"].__setitem__("priorityClassName", "very-high")),
-                 "metadata.labels.priorityClassName"),
-    "preemptible": ("multi-node", _meta(lambda m: m["labels"].__setitem__(
-        "kai.scheduler/preemptibility", "preemptible")), "metadata.labels.kai.scheduler/preemptibility"),
-    "node-pool": ("multi-node", _meta(lambda m: m["labels"].__setitem__("runai/node-pool", "cpu")),
-                  "metadata.labels.runai/node-pool"),
-    "preset-sha": ("multi-node", _meta(lambda m: m["annotations"].__setitem__(
-        "runai-spec/preset-sha256", "0" * 64)), "metadata.annotations.runai-spec/preset-sha256"),
-    "name-label": ("multi-node", _meta(lambda m: m["labels"].__setitem__(
-        "app.kubernetes.io/name", "other")), "metadata.labels.app.kubernetes.io/name"),
+    "scheduler": (
+        "multi-node",
+        _spec(_set("schedulerName", "default-scheduler")),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "pod-priority": (
+        "multi-node",
+        _spec(_set("priorityClassName", "system-node-critical")),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "dra-claims": (
+        "multi-node",
+        _ctr(lambda c: c["resources"].__setitem__("claims", [{"name": "g"}])),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "more-gpus": (
+        "multi-node",
+        _ctr(lambda c: c["resources"]["limits"].__setitem__("nvidia.com/gpu", 16)),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "extra-resource": (
+        "multi-node",
+        _ctr(lambda c: c["resources"]["limits"].__setitem__("nvidia.com/mig-1g.10gb", 1)),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "sidecar": (
+        "multi-node",
+        _spec(lambda s: s["containers"].append({"name": "side", "image": "x"})),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "init-container": (
+        "multi-node",
+        _spec(_set("initContainers", [{"name": "i", "image": "x"}])),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "env-from": (
+        "multi-node",
+        _ctr(_set("envFrom", [{"configMapRef": {"name": "x"}}])),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "env-nvidia-visible": (
+        "multi-node",
+        _ctr(lambda c: c["env"].append({"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"})),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "env-socket": (
+        "multi-node",
+        _ctr(lambda c: c["env"].append({"name": "NCCL_SOCKET_IFNAME", "value": "eth0"})),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "env-derived-changed": (
+        "multi-node",
+        _ctr(lambda c: c["env"][2].__setitem__("value", "0")),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "env-from-field": (
+        "multi-node",
+        _ctr(
+            lambda c: c["env"].append(
+                {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+            )
+        ),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "env-duplicate": (
+        "multi-node",
+        _ctr(lambda c: c["env"].append({"name": "TOKENIZERS_PARALLELISM", "value": "true"})),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "mount-etc": (
+        "multi-node",
+        _ctr(lambda c: c["volumeMounts"][1].__setitem__("mountPath", "/etc")),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "mount-subpath": (
+        "multi-node",
+        _ctr(lambda c: c["volumeMounts"][1].__setitem__("subPath", "..")),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "shm-size": (
+        "multi-node",
+        _spec(lambda s: s["volumes"][2]["emptyDir"].__setitem__("sizeLimit", "2Ti")),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "network-removed": (
+        "multi-node",
+        lambda j: _every_pod(j, lambda t: t["metadata"].pop("annotations")),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "network-added": (
+        "single-node",
+        lambda j: _every_pod(
+            j,
+            lambda t: t["metadata"].__setitem__("annotations", {"k8s.v1.cni.cncf.io/networks": "runai-ib/x"}),
+        ),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "pod-label-added": (
+        "multi-node",
+        lambda j: _every_pod(j, lambda t: t["metadata"]["labels"].update({"kai.scheduler/queue": "other"})),
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "restart-policy": (
+        "multi-node",
+        lambda j: (
+            [r.__setitem__("restartPolicy", "Always") for r in j["spec"]["pytorchReplicaSpecs"].values()],
+            j,
+        )[1],
+        "spec.pytorchReplicaSpecs.",
+    ),
+    "more-workers": (
+        "multi-node",
+        lambda j: j["spec"]["pytorchReplicaSpecs"]["Worker"].__setitem__("replicas", 7) or j,
+        "spec.pytorchReplicaSpecs.Worker.replicas",
+    ),
+    "elastic-max": (
+        "elastic",
+        lambda j: j["spec"]["elasticPolicy"].__setitem__("maxReplicas", 64) or j,
+        "spec.elasticPolicy.maxReplicas",
+    ),
+    "elastic-added": (
+        "multi-node",
+        lambda j: j["spec"].__setitem__("elasticPolicy", {"maxReplicas": 8}) or j,
+        "spec.elasticPolicy",
+    ),
+    "nproc": ("single-node", lambda j: j["spec"].__setitem__("nprocPerNode", "64") or j, "spec.nprocPerNode"),
+    "backoff": (
+        "multi-node",
+        lambda j: j["spec"]["runPolicy"].__setitem__("backoffLimit", 1000) or j,
+        "spec.runPolicy.backoffLimit",
+    ),
+    "scheduling-policy": (
+        "multi-node",
+        lambda j: j["spec"]["runPolicy"].__setitem__("schedulingPolicy", {"queue": "x"}) or j,
+        "spec.runPolicy.schedulingPolicy",
+    ),
+    "suspend-removed": (
+        "multi-node",
+        lambda j: (j["spec"]["runPolicy"].pop("suspend"), j)[1],
+        "spec.runPolicy.suspend",
+    ),
+    "staleness-annotation": (
+        "multi-node",
+        _meta(lambda m: m["annotations"].update({"kai.scheduler/staleness-grace-period": "-1s"})),
+        "metadata.annotations.",
+    ),
+    "topology-annotation": (
+        "multi-node",
+        _meta(lambda m: m["annotations"].update({"kai.scheduler/topology": "x"})),
+        "metadata.annotations.",
+    ),
+    "second-queue-label": (
+        "multi-node",
+        _meta(lambda m: m["labels"].update({"kai.scheduler/queue": "other"})),
+        "metadata.labels.",
+    ),
+    "queue-label": (
+        "multi-node",
+        _meta(lambda m: m["labels"].__setitem__("runai/queue", "team-a")),
+        "metadata.labels.runai/queue",
+    ),
+    "priority": (
+        "multi-node",
+        _meta(lambda m: m["labels"].__setitem__("priorityClassName", "very-high")),
+        "metadata.labels.priorityClassName",
+    ),
+    "preemptible": (
+        "multi-node",
+        _meta(lambda m: m["labels"].__setitem__("kai.scheduler/preemptibility", "preemptible")),
+        "metadata.labels.kai.scheduler/preemptibility",
+    ),
+    "node-pool": (
+        "multi-node",
+        _meta(lambda m: m["labels"].__setitem__("runai/node-pool", "cpu")),
+        "metadata.labels.runai/node-pool",
+    ),
+    "preset-sha": (
+        "multi-node",
+        _meta(lambda m: m["annotations"].__setitem__("runai-spec/preset-sha256", "0" * 64)),
+        "metadata.annotations.runai-spec/preset-sha256",
+    ),
+    "name-label": (
+        "multi-node",
+        _meta(lambda m: m["labels"].__setitem__("app.kubernetes.io/name", "other")),
+        "metadata.labels.app.kubernetes.io/name",
+    ),
 }
 
 
@@ -619,16 +839,20 @@ def test_each_tamper_kind_is_denied_naming_the_field(policy: Policy, kind: str) 
 def test_the_denial_names_the_field_and_what_the_preset_allows(policy: Policy) -> None:
     job = TAMPERS["launcher-nproc"][1](example_job("multi-node"))
     message = ROLE.sub("Master", policy.denials(job)["shape"])  # either role: maps have no order
-    assert message == ("spec.pytorchReplicaSpecs.Master.template.spec.containers[pytorch]"
-                       ".command[1]: must be '--rdzv-backend=c10d' (preset h200-2x8-ib)"), message
+    assert message == (
+        "spec.pytorchReplicaSpecs.Master.template.spec.containers[pytorch]"
+        ".command[1]: must be '--rdzv-backend=c10d' (preset h200-2x8-ib)"
+    ), message
     job = TAMPERS["more-gpus"][1](example_job("multi-node"))
     assert ROLE.sub("Master", policy.denials(job)["shape"]).startswith(
         "spec.pytorchReplicaSpecs.Master.template.spec.containers[pytorch].resources.limits."
-        "nvidia.com/gpu: must be '8'")
+        "nvidia.com/gpu: must be '8'"
+    )
     job = TAMPERS["image-no-digest"][1](example_job("multi-node"))
     assert ROLE.sub("Master", policy.denials(job)["shape"]) == (
         "spec.pytorchReplicaSpecs.Master.template.spec.containers[pytorch].image: must be an "
-        "image of an allowed registry, pinned by digest (preset h200-2x8-ib)")
+        "image of an allowed registry, pinned by digest (preset h200-2x8-ib)"
+    )
 
 
 def test_a_sample_of_tampers_is_denied_by_the_second_implementation_too(policy: Policy) -> None:
@@ -670,8 +894,8 @@ def test_an_unknown_or_missing_preset_is_denied_for_that_one_reason(policy: Poli
     job = example_job("multi-node")
     job["metadata"]["annotations"]["runai-spec/preset"] = "h200-64gpu"
     assert policy.denials(job) == {
-        "preset-approved": "metadata.annotations.runai-spec/preset: h200-64gpu is not an "
-                           "approved preset"}
+        "preset-approved": "metadata.annotations.runai-spec/preset: h200-64gpu is not an approved preset"
+    }
     del job["metadata"]["annotations"]["runai-spec/preset"]
     assert list(policy.denials(job)) == ["preset-annotation"]
 
@@ -692,8 +916,10 @@ def test_an_expired_preset_approval_is_denied(presets_dir: Path) -> None:
     assert data["h200-2x8-ib.expired"] == "2026-12-31"
     assert "h200-2x8-ib.sha256" not in data
     denied = Policy(docs, PROJECTS).denials(example_job("multi-node"))
-    assert denied == {"preset-approved": "metadata.annotations.runai-spec/preset: the approval of "
-                                         "preset h200-2x8-ib expired on 2026-12-31"}
+    assert denied == {
+        "preset-approved": "metadata.annotations.runai-spec/preset: the approval of "
+        "preset h200-2x8-ib expired on 2026-12-31"
+    }
 
 
 def test_a_project_not_granted_the_preset_is_denied() -> None:
@@ -702,13 +928,18 @@ def test_a_project_not_granted_the_preset_is_denied() -> None:
     docs[-1]["data"] = admission.params_data(REGISTRY, grants)
     policy = Policy(docs, PROJECTS)
     denied = policy.denials(example_job("multi-node"))
-    assert denied == {"project-granted": "metadata.namespace: project nlp-lab (namespace "
-                                         "runai-nlp-lab) is not granted preset h200-2x8-ib"}
-    assert policy.denials(example_job("single-gpu")) == {}   # granted to every project
+    assert denied == {
+        "project-granted": "metadata.namespace: project nlp-lab (namespace "
+        "runai-nlp-lab) is not granted preset h200-2x8-ib"
+    }
+    assert policy.denials(example_job("single-gpu")) == {}  # granted to every project
     assert policy.denials(example_job("single-node")) == {}  # vision-lab is granted h200-8gpu
     data = docs[-1]["data"]
-    assert (data["h200-1gpu.projects"], data["h200-8gpu.projects"],
-            data["h200-2x8-ib.projects"]) == ("*", "vision-lab", "")
+    assert (data["h200-1gpu.projects"], data["h200-8gpu.projects"], data["h200-2x8-ib.projects"]) == (
+        "*",
+        "vision-lab",
+        "",
+    )
 
 
 def test_a_namespace_of_another_project_is_denied(policy: Policy) -> None:
@@ -716,8 +947,7 @@ def test_a_namespace_of_another_project_is_denied(policy: Policy) -> None:
     job["metadata"]["namespace"] = "runai-vision-lab"
     denied = policy.denials(job)
     assert list(denied) == ["project-granted", "shape"]
-    assert denied["shape"].startswith("metadata.labels.runai/queue: must be the project of the "
-                                      "namespace")
+    assert denied["shape"].startswith("metadata.labels.runai/queue: must be the project of the namespace")
 
 
 def test_an_update_that_changes_nothing_is_not_judged_again() -> None:
@@ -738,17 +968,21 @@ def test_policy_and_parameters_of_different_generations_deny() -> None:
     docs = copy.deepcopy(documents())
     docs[-1]["data"]["h200-2x8-ib.shape-sha256"] = "0" * 64
     denied = Policy(docs, PROJECTS).denials(example_job("multi-node"))
-    assert denied["shape"].startswith("the deployed parameters of preset h200-2x8-ib are not "
-                                      "those of this policy")
+    assert denied["shape"].startswith(
+        "the deployed parameters of preset h200-2x8-ib are not those of this policy"
+    )
 
 
 def test_the_scale_subresource_is_judged() -> None:
     scale = documents()[2]
-    assert scale["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == [
-        "pytorchjobs/scale"]
+    assert scale["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["pytorchjobs/scale"]
     evaluator = Evaluator(scale["spec"])
-    old: dict[str, Any] = {"apiVersion": "autoscaling/v1", "kind": "Scale",
-                           "metadata": {"name": "j", "namespace": "runai-nlp-lab"}, "spec": {"replicas": 1}}
+    old: dict[str, Any] = {
+        "apiVersion": "autoscaling/v1",
+        "kind": "Scale",
+        "metadata": {"name": "j", "namespace": "runai-nlp-lab"},
+        "spec": {"replicas": 1},
+    }
     new = copy.deepcopy(old)
     new["spec"]["replicas"] = 8
     failures = evaluator.failures(new, params=None, namespace_labels={}, old=old)
@@ -758,11 +992,12 @@ def test_the_scale_subresource_is_judged() -> None:
 
 # -- one derivation: a new preset, a new template line -----------------------------------
 def test_a_new_preset_is_enforced_with_no_change_to_the_policy_code(
-        presets_dir: Path, engineer_key: Path) -> None:
+    presets_dir: Path, engineer_key: Path
+) -> None:
     text = (presets_dir / "h200-8gpu.yaml").read_text()
-    new = (text.replace("termination_grace_period_seconds: 300",
-                        "termination_grace_period_seconds: 120")
-           .replace('cpu: "96"', 'cpu: "48"'))
+    new = text.replace(
+        "termination_grace_period_seconds: 300", "termination_grace_period_seconds: 120"
+    ).replace('cpu: "96"', 'cpu: "48"')
     assert new != text
     (presets_dir / "h200-test.yaml").write_text(new)
     site = presets_dir / "site.yaml"
@@ -776,19 +1011,19 @@ def test_a_new_preset_is_enforced_with_no_change_to_the_policy_code(
     profile["preset"], profile["project"] = "h200-test", "nlp-lab"
     path = presets_dir.parent / "p.yaml"
     path.write_text(json.dumps(profile))
-    job = dict(next(m for m in prepare_workload(path, registry).manifests
-                    if m.get("kind") == "PyTorchJob"))
+    job = dict(next(m for m in prepare_workload(path, registry).manifests if m.get("kind") == "PyTorchJob"))
     assert policy.denials(job) == {}
-    for change, field in ((_spec(_set("terminationGracePeriodSeconds", 300)),
-                           "terminationGracePeriodSeconds"),
-                          (_ctr(lambda c: c["resources"]["limits"].__setitem__("cpu", "96")),
-                           "resources.limits.cpu")):
+    for change, field in (
+        (_spec(_set("terminationGracePeriodSeconds", 300)), "terminationGracePeriodSeconds"),
+        (_ctr(lambda c: c["resources"]["limits"].__setitem__("cpu", "96")), "resources.limits.cpu"),
+    ):
         denied = policy.denials(change(copy.deepcopy(job)))
         assert field in denied["shape"], denied
 
 
 def test_a_new_template_line_is_enforced_with_no_change_to_the_policy_code(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A field the template starts to render (here a node selector from the preset's node
     pool) is pinned by the next generated policy; removing or changing it is denied."""
     from runai_spec import render
@@ -801,8 +1036,12 @@ def test_a_new_template_line_is_enforced_with_no_change_to_the_policy_code(
     text = job_template.read_text()
     anchor = '            "schedulerName": {{ plan.scheduler_name }},'
     assert anchor in text
-    job_template.write_text(text.replace(
-        anchor, anchor + '\n            "nodeSelector": {"example.org/pool": {{ plan.preset_name }}},'))
+    job_template.write_text(
+        text.replace(
+            anchor, anchor + '\n            "nodeSelector": {"example.org/pool": {{ plan.preset_name }}},'
+        )
+    )
+
     def clear() -> None:
         for cached in (render.environment, getattr(render, "template", None)):
             if cached is not None:
@@ -813,16 +1052,16 @@ def test_a_new_template_line_is_enforced_with_no_change_to_the_policy_code(
     try:
         policy = Policy(admission.policy_documents(REGISTRY), PROJECTS)
         path = ROOT / "examples" / "multi-node" / "profile.yaml"
-        job = dict(next(m for m in prepare_workload(path, REGISTRY).manifests
-                        if m.get("kind") == "PyTorchJob"))
+        job = dict(
+            next(m for m in prepare_workload(path, REGISTRY).manifests if m.get("kind") == "PyTorchJob")
+        )
     finally:
         monkeypatch.undo()
         clear()
     assert pods(job)[0]["spec"]["nodeSelector"] == {"example.org/pool": "h200-2x8-ib"}
     assert policy.denials(job) == {}
     assert list(policy.denials(example_job("multi-node"))) == ["shape"]  # without it
-    changed = _spec(lambda s: s["nodeSelector"].__setitem__("example.org/pool", "cpu"))(
-        copy.deepcopy(job))
+    changed = _spec(lambda s: s["nodeSelector"].__setitem__("example.org/pool", "cpu"))(copy.deepcopy(job))
     assert "nodeSelector" in policy.denials(changed)["shape"]
 
 
@@ -830,20 +1069,32 @@ def test_a_new_template_line_is_enforced_with_no_change_to_the_policy_code(
 def test_policy_documents_are_two_policies_their_bindings_and_the_parameters() -> None:
     policy, binding, scale, scale_binding, params = documents()
     assert [d["kind"] for d in documents()] == [
-        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
-        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ConfigMap"]
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+        "ConfigMap",
+    ]
     assert policy["metadata"]["annotations"][admission.REQUIRES_ANNOTATION] == ">=1.30"
     spec = policy["spec"]
     assert spec["paramKind"] == {"apiVersion": "v1", "kind": "ConfigMap"}
     assert spec["failurePolicy"] == scale["spec"]["failurePolicy"] == "Fail"
     assert spec["matchConstraints"]["namespaceSelector"] == {
-        "matchExpressions": [{"key": "runai/queue", "operator": "Exists"}]}
-    assert spec["matchConstraints"]["resourceRules"] == [{
-        "apiGroups": ["kubeflow.org"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-        "resources": ["pytorchjobs"]}]
+        "matchExpressions": [{"key": "runai/queue", "operator": "Exists"}]
+    }
+    assert spec["matchConstraints"]["resourceRules"] == [
+        {
+            "apiGroups": ["kubeflow.org"],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": ["pytorchjobs"],
+        }
+    ]
     assert binding["spec"]["paramRef"] == {
-        "name": params["metadata"]["name"], "namespace": params["metadata"]["namespace"],
-        "parameterNotFoundAction": "Deny"}
+        "name": params["metadata"]["name"],
+        "namespace": params["metadata"]["namespace"],
+        "parameterNotFoundAction": "Deny",
+    }
     assert scale_binding["spec"]["policyName"] == scale["metadata"]["name"]
     assert all(isinstance(v, str) for v in params["data"].values())
 
@@ -853,12 +1104,15 @@ def test_every_expression_fits_the_cel_parsers_limits() -> None:
     default, kept by the API server); cel-cpp also one nested over 32 levels (cel-go: 250)."""
     import cel_expr_python.cel as cel
 
-    env = cel.NewEnv(variables={n: cel.Type.DYN for n in (
-        "object", "oldObject", "request", "params", "namespaceObject", "variables")})
+    env = cel.NewEnv(
+        variables={
+            n: cel.Type.DYN
+            for n in ("object", "oldObject", "request", "params", "namespaceObject", "variables")
+        }
+    )
     for doc in documents()[:4:2]:
         spec = doc["spec"]
-        for item in [*spec.get("matchConditions", []), *spec.get("variables", []),
-                     *spec["validations"]]:
+        for item in [*spec.get("matchConditions", []), *spec.get("variables", []), *spec["validations"]]:
             for key in ("expression", "messageExpression"):
                 if key in item:
                     assert len(item[key]) < 100_000, item.get("name")
@@ -901,14 +1155,17 @@ OPERATOR = "system:serviceaccount:kubeflow:training-operator"
 
 
 def _gpu_pod(**extra: Any) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "sneaky", "namespace": "runai-nlp-lab", **extra},
-            "spec": {"containers": [{"name": "c", "image": "x",
-                                     "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "sneaky", "namespace": "runai-nlp-lab", **extra},
+        "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 8}}}]},
+    }
 
 
 def test_the_workload_guard_keeps_gpu_pods_to_the_training_operator(
-        presets_dir: Path, engineer_key: Path) -> None:
+    presets_dir: Path, engineer_key: Path
+) -> None:
     site = presets_dir / "site.yaml"
     site.write_text(site.read_text() + "workload_guard: {enabled: true}\n")
     PresetRegistry(presets_dir, today=TODAY).approve("site", engineer_key, expires="2027-12-31")
@@ -918,8 +1175,12 @@ def test_the_workload_guard_keeps_gpu_pods_to_the_training_operator(
     labels = {"runai/queue": "nlp-lab"}
 
     def denied(obj: dict[str, Any], user: str, group: str = "", resource: str = "pods") -> bool:
-        failures = guard.failures(obj, params=None, namespace_labels=labels, request={
-            "userInfo": {"username": user}, "resource": {"group": group, "resource": resource}})
+        failures = guard.failures(
+            obj,
+            params=None,
+            namespace_labels=labels,
+            request={"userInfo": {"username": user}, "resource": {"group": group, "resource": resource}},
+        )
         assert failures is not None and not any(f.error for f in failures), failures
         return bool(failures)
 
@@ -934,16 +1195,26 @@ def test_the_workload_guard_keeps_gpu_pods_to_the_training_operator(
     multus = copy.deepcopy(plain)
     multus["metadata"]["annotations"] = {"k8s.v1.cni.cncf.io/networks": "runai-ib/x"}
     assert denied(multus, "alice")
-    deployment = {"apiVersion": "apps/v1", "kind": "Deployment",
-                  "metadata": {"name": "d", "namespace": "runai-nlp-lab"},
-                  "spec": {"template": {"metadata": {}, "spec": _gpu_pod()["spec"]}}}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "d", "namespace": "runai-nlp-lab"},
+        "spec": {"template": {"metadata": {}, "spec": _gpu_pod()["spec"]}},
+    }
     assert denied(deployment, "alice", "apps", "deployments")
-    cron = {"apiVersion": "batch/v1", "kind": "CronJob",
-            "metadata": {"name": "c", "namespace": "runai-nlp-lab"},
-            "spec": {"jobTemplate": {"spec": {"template": {"spec": _gpu_pod()["spec"]}}}}}
+    cron = {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": "c", "namespace": "runai-nlp-lab"},
+        "spec": {"jobTemplate": {"spec": {"template": {"spec": _gpu_pod()["spec"]}}}},
+    }
     assert denied(cron, "alice", "batch", "cronjobs")
-    tfjob = {"apiVersion": "kubeflow.org/v1", "kind": "TFJob",
-             "metadata": {"name": "t", "namespace": "runai-nlp-lab"}, "spec": {}}
+    tfjob = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "metadata": {"name": "t", "namespace": "runai-nlp-lab"},
+        "spec": {},
+    }
     assert denied(tfjob, "alice", "kubeflow.org", "tfjobs")
 
 

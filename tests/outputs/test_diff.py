@@ -35,8 +35,11 @@ def test_change_and_missing_file_exit_1(tmp_path: Path) -> None:
     first = sorted(d.iterdir())[0]
     first.unlink()
     second = sorted(d.iterdir())[0]
-    second.write_text(second.read_text().replace('nprocPerNode: "8"', 'nprocPerNode: "4"')
-                      .replace('"OMP_NUM_THREADS"', '"OMP_NUM_THREADS"'))
+    second.write_text(
+        second.read_text()
+        .replace('nprocPerNode: "8"', 'nprocPerNode: "4"')
+        .replace('"OMP_NUM_THREADS"', '"OMP_NUM_THREADS"')
+    )
     res = run_exe("diff", *PROFILES, "--against", str(d), "--format", "json")
     assert res.returncode == 1, res.stderr
     data = json.loads(res.stdout)
@@ -61,8 +64,11 @@ def test_markdown_is_a_merge_request_comment(tmp_path: Path) -> None:
 
 
 def test_secret_values_are_masked_and_removed_objects_count() -> None:
-    env = {"kind": "X", "metadata": {"name": "a"},
-           "env": [{"name": "WANDB_API_KEY", "value": "hunter2"}, {"name": "A", "value": "1"}]}
+    env = {
+        "kind": "X",
+        "metadata": {"name": "a"},
+        "env": [{"name": "WANDB_API_KEY", "value": "hunter2"}, {"name": "A", "value": "1"}],
+    }
     assert mask(env)["env"][0]["value"] == MASK and mask(env)["env"][1]["value"] == "1"
     changed = dict(env, env=[{"name": "WANDB_API_KEY", "value": "other"}])
     out = compare([changed], [env], new_label="new", old_label="old")
@@ -72,8 +78,10 @@ def test_secret_values_are_masked_and_removed_objects_count() -> None:
 
 
 def test_look_alike_names_are_not_masked_so_their_changes_stay_visible() -> None:
-    env = [{"name": n, "value": "v"} for n in
-           ("TOKENIZERS_PARALLELISM", "MAX_NEW_TOKENS", "PWD", "HF_TOKEN", "dbPassword")]
+    env = [
+        {"name": n, "value": "v"}
+        for n in ("TOKENIZERS_PARALLELISM", "MAX_NEW_TOKENS", "PWD", "HF_TOKEN", "dbPassword")
+    ]
     masked = [e["value"] for e in mask({"env": env})["env"]]
     assert masked == ["v", "v", "v", MASK, MASK]
 
@@ -87,7 +95,8 @@ def test_a_missing_file_is_named_and_a_misnamed_one_is_pointed_at(tmp_path: Path
     assert res.stdout.startswith(
         f"note: no file named llm-7b-fsdp.yaml in {d}: every object shows as added; "
         "manifest.yaml holds this workload's objects: name it llm-7b-fsdp.yaml, as "
-        "`render -d` does\n")
+        "`render -d` does\n"
+    )
     assert "stale" not in res.stdout  # the misnamed file is not also called stale
     (d / "manifest.yaml").unlink()
     res = run_exe("diff", PROFILES[0], "--against", str(d), "--format", "json")
@@ -103,11 +112,9 @@ def test_a_stale_manifest_with_no_profile_behind_it_is_reported(tmp_path: Path) 
     (d / "kustomization.yaml").write_text("resources: [old-run.yaml]\n")  # not ours: left alone
     res = run_exe("diff", *PROFILES, "--against", str(d))
     assert res.returncode == 1, res.stderr
-    assert f"note: stale: {d / 'old-run.yaml'} is rendered by none of the profiles given" \
-        in res.stdout
+    assert f"note: stale: {d / 'old-run.yaml'} is rendered by none of the profiles given" in res.stdout
     assert "kustomization" not in res.stdout
-    assert res.stdout.rstrip().endswith(
-        "4 profile(s), 0 changed, 1 object(s) differ, 1 stale manifest(s)")
+    assert res.stdout.rstrip().endswith("4 profile(s), 0 changed, 1 object(s) differ, 1 stale manifest(s)")
     data = json.loads(run_exe("diff", *PROFILES, "--against", str(d), "--format", "json").stdout)
     assert data["stale"] == [str(d / "old-run.yaml")]
     stale = next(r for r in data["results"] if not r["profile"])
@@ -127,7 +134,8 @@ def test_a_report_on_stdout_still_says_why_on_stderr(tmp_path: Path) -> None:
         res = run_exe("diff", PROFILES[2], "--against", str(empty), "--format", fmt)
         assert res.returncode == 1
         assert res.stderr.splitlines() == [
-            f"drift: 1 profile(s), 1 changed, 1 object(s) differ: {PROFILES[2]}"], res.stderr
+            f"drift: 1 profile(s), 1 changed, 1 object(s) differ: {PROFILES[2]}"
+        ], res.stderr
 
 
 def test_a_profiles_own_smoke_test_file_is_not_stale(tmp_path: Path) -> None:

@@ -34,8 +34,7 @@ def leaves(value: Any, path: str = "") -> dict[str, Any]:
 
 
 def line_of(path: Path, prefix: str) -> int:
-    return next(i for i, line in enumerate(path.read_text().splitlines(), 1)
-                if line.startswith(prefix))
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if line.startswith(prefix))
 
 
 def by_path(profile: Path) -> dict[str, Any]:
@@ -71,7 +70,11 @@ def test_profile_values_point_at_their_line_and_preset_values_at_the_preset() ->
     gpus = fields[f"{container}.resources.limits.nvidia.com/gpu"].origin
     preset_file = ROOT / "presets" / "h200-2x8-ib.yaml"
     assert (gpus.kind, gpus.file, gpus.field, gpus.line) == (
-        "preset", "presets/h200-2x8-ib.yaml", "gpus_per_pod", line_of(preset_file, "gpus_per_pod:"))
+        "preset",
+        "presets/h200-2x8-ib.yaml",
+        "gpus_per_pod",
+        line_of(preset_file, "gpus_per_pod:"),
+    )
     rdma = fields[f"{container}.resources.limits.nvidia.com/rdma_ib"].origin
     assert rdma.field == "network.resources.nvidia.com/rdma_ib"
     scheduler = fields["spec.pytorchReplicaSpecs.Worker.template.spec.schedulerName"].origin
@@ -85,11 +88,17 @@ def test_profile_values_point_at_their_line_and_preset_values_at_the_preset() ->
     launcher = fields[f"{container}.command[0]"]
     assert launcher.value == "torchrun" and launcher.origin.kind == "derived"
     # the failure semantics are the preset's: each launcher flag names its field and line
-    flags = {f.value.split("=", 1)[0]: f for f in fields.values()
-             if f.path.startswith(f"{container}.command[") and str(f.value).startswith("--")}
+    flags = {
+        f.value.split("=", 1)[0]: f
+        for f in fields.values()
+        if f.path.startswith(f"{container}.command[") and str(f.value).startswith("--")
+    }
     backend = flags["--rdzv-backend"].origin
     assert (backend.kind, backend.field, backend.line) == (
-        "preset", "rendezvous.backend", line_of(preset_file, "  backend:"))
+        "preset",
+        "rendezvous.backend",
+        line_of(preset_file, "  backend:"),
+    )
     assert flags["--max-restarts"].origin.field == "rendezvous.max_restarts"
     assert flags["--rdzv-conf"].origin.field == "rendezvous"
     assert "MASTER_ADDR" in flags["--rdzv-endpoint"].origin.field
@@ -99,43 +108,48 @@ def test_profile_values_point_at_their_line_and_preset_values_at_the_preset() ->
     assert script == 8 and fields[f"{container}.command[{script}]"].origin.field == "command[0]"
     grace = fields["spec.pytorchReplicaSpecs.Worker.template.spec.terminationGracePeriodSeconds"]
     assert (grace.value, grace.origin.field, grace.origin.line) == (
-        300, "termination_grace_period_seconds",
-        line_of(preset_file, "termination_grace_period_seconds:"))
+        300,
+        "termination_grace_period_seconds",
+        line_of(preset_file, "termination_grace_period_seconds:"),
+    )
     backoff = fields["spec.runPolicy.backoffLimit"].origin
-    assert (backoff.field, backoff.line) == ("run_policy.backoff_limit",
-                                             line_of(preset_file, "  backoff_limit:"))
+    assert (backoff.field, backoff.line) == (
+        "run_policy.backoff_limit",
+        line_of(preset_file, "  backoff_limit:"),
+    )
 
 
 def test_single_gpu_local_rank_is_derived_and_nccl_debug_names_the_switch(
-        write_profile: Callable[..., Path], base_profile: dict[str, Any]) -> None:
+    write_profile: Callable[..., Path], base_profile: dict[str, Any]
+) -> None:
     base_profile |= {"preset": "h200-1gpu", "diagnostics": {"nccl_debug": True}}
     fields = by_path(write_profile(base_profile))
     env = "spec.pytorchReplicaSpecs.Master.template.spec.containers[0].env"
-    origin_of = {fields[f"{env}[{i}].value"].value: fields[f"{env}[{i}].value"].origin
-                 for i in range(3)}
+    origin_of = {fields[f"{env}[{i}].value"].value: fields[f"{env}[{i}].value"].origin for i in range(3)}
     assert origin_of["0"].kind == "derived" and "LOCAL_RANK" in origin_of["0"].field
     assert origin_of["INFO"].field == "diagnostics.nccl_debug"
     assert origin_of["1"].field == "env.MY_FLAG"
 
 
 def test_preset_network_env_and_defaults_are_attributed_to_the_preset(
-        presets_dir: Path, write_profile: Callable[..., Path],
-        base_profile: dict[str, Any], engineer_key: Path) -> None:
+    presets_dir: Path, write_profile: Callable[..., Path], base_profile: dict[str, Any], engineer_key: Path
+) -> None:
     text = (presets_dir / "h200-2x8-ib.yaml").read_text()
     (presets_dir / "h200-2x8-ib.yaml").write_text(
-        text.replace("  capabilities:", "  env: {NCCL_IB_HCA: mlx5}\n  capabilities:"))
+        text.replace("  capabilities:", "  env: {NCCL_IB_HCA: mlx5}\n  capabilities:")
+    )
     PresetRegistry(presets_dir).approve("h200-2x8-ib", engineer_key)
     fields = by_path(write_profile(base_profile))
     container = "spec.pytorchReplicaSpecs.Master.template.spec.containers[0]"
-    hca = next(f for f in fields.values() if f.path.startswith(f"{container}.env")
-               and f.value == "mlx5")
+    hca = next(f for f in fields.values() if f.path.startswith(f"{container}.env") and f.value == "mlx5")
     assert (hca.origin.kind, hca.origin.field) == ("preset", "network.env.NCCL_IB_HCA")
     port = fields[f"{container}.ports[0].containerPort"].origin
     assert port.kind == "preset" and port.field == "master_port (default)" and port.line is None
 
 
 def test_hostile_values_cannot_impersonate_a_marker_or_break_the_comments(
-        write_profile: Callable[..., Path], base_profile: dict[str, Any]) -> None:
+    write_profile: Callable[..., Path], base_profile: dict[str, Any]
+) -> None:
     base_profile["command"] = ["train.py", "@@runai-spec-origin:image", "x  # not a comment\ny: 1"]
     workload = prepare_workload(write_profile(base_profile))
     result = explain_workload(workload)

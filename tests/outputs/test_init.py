@@ -22,9 +22,26 @@ from runai_spec.cli import app
 runner = CliRunner()
 DIGEST = "sha256:" + "4f" * 32
 IMAGE = f"registry.scc.example.org/vision-lab/resnet:2.0@{DIGEST}"
-FLAGS = ["--project", "nlp-lab", "--preset", "h200-2x8-ib", "--name", "llm-test", "--image",
-         IMAGE, "--command", "train.py --config c.yaml", "--local-batch", "4",
-         "--grad-accum", "8", "--parameters", "7B", "--strategy", "fsdp"]
+FLAGS = [
+    "--project",
+    "nlp-lab",
+    "--preset",
+    "h200-2x8-ib",
+    "--name",
+    "llm-test",
+    "--image",
+    IMAGE,
+    "--command",
+    "train.py --config c.yaml",
+    "--local-batch",
+    "4",
+    "--grad-accum",
+    "8",
+    "--parameters",
+    "7B",
+    "--strategy",
+    "fsdp",
+]
 
 
 class Terminal:
@@ -32,8 +49,15 @@ class Terminal:
 
     def __init__(self, argv: list[str], cwd: Path) -> None:
         self.master, slave = pty.openpty()
-        self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, cwd=cwd,
-                                     env={**os.environ, "COLUMNS": "200"}, close_fds=True)
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            cwd=cwd,
+            env={**os.environ, "COLUMNS": "200"},
+            close_fds=True,
+        )
         os.close(slave)
         self.seen = ""
 
@@ -50,7 +74,7 @@ class Terminal:
                     chunk = ""
                 assert chunk, f"ended before {pattern!r}:\n{self.seen}"
                 self.seen += chunk.replace("\r\n", "\n")
-        before, self.seen = self.seen[:found.end()], self.seen[found.end():]
+        before, self.seen = self.seen[: found.end()], self.seen[found.end() :]
         return before
 
     def type(self, line: str) -> None:
@@ -103,8 +127,10 @@ def test_init_asks_in_plain_words_on_a_terminal(tmp_path: Path) -> None:
     t.type(IMAGE)
     t.expect(r"Entry point.*: ")
     t.type("python train.py --epochs 3")  # the launcher comes off, and it says so
-    assert "['train.py', '--epochs', '3']" in t.expect(r"Working directory in the image "
-                                                       r"\[/workspace\]: ")
+    assert "['train.py', '--epochs', '3']" in t.expect(
+        r"Working directory in the image "
+        r"\[/workspace\]: "
+    )
     t.type("")
     t.expect(r"Parallelism .*\[ddp\]: ")
     t.type("")
@@ -119,7 +145,8 @@ def test_init_asks_in_plain_words_on_a_terminal(tmp_path: Path) -> None:
     t.expect(r"Gradient accumulation steps \[1\]: ")
     t.type("2")
     assert "global batch = 32 local x 8 processes x 2 accumulation = 512" in t.expect(
-        r"Checkpoint PVC \(in namespace runai-vision-lab\) \[vision-lab-checkpoints\]: ")
+        r"Checkpoint PVC \(in namespace runai-vision-lab\) \[vision-lab-checkpoints\]: "
+    )
     t.type("")
     t.expect(r"Checkpoint folder.*\[/checkpoints\]: ")
     t.type("")
@@ -127,8 +154,10 @@ def test_init_asks_in_plain_words_on_a_terminal(tmp_path: Path) -> None:
     t.type("")
     t.expect(r"resume after a restart\? \[latest checkpoint in /checkpoints\]: ")
     t.type("")
-    t.expect(r"Data to mount: SOURCE:/path \(approved: datasets-shared, checkpoints-scratch\)"
-             r".*: ")
+    t.expect(
+        r"Data to mount: SOURCE:/path \(approved: datasets-shared, checkpoints-scratch\)"
+        r".*: "
+    )
     t.type("")
     t.expect(r"Who writes metrics.*\[rank0\]: ")
     t.type("")
@@ -157,20 +186,26 @@ def test_init_from_flags_writes_a_profile_that_validates(tmp_path: Path) -> None
     # never over an existing profile without --force
     again = runner.invoke(app, ["init", str(tmp_path / "llm"), "--no-input", *FLAGS])
     assert again.exit_code == 2 and "already exists" in again.stderr
-    assert runner.invoke(app, ["init", str(tmp_path / "llm"), "--no-input", "--force",
-                               *FLAGS]).exit_code == 0
+    assert runner.invoke(app, ["init", str(tmp_path / "llm"), "--no-input", "--force", *FLAGS]).exit_code == 0
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    (["--image", "registry.scc.example.org/x/train:1.0"], "--image: 'registry.scc.example."
-     "org/x/train:1.0' has no digest: a tag can be moved to another image. find the digest "
-     "with `docker buildx imagetools inspect IMAGE`"),
-    (["--preset", "h200-9000"], "--preset: 'h200-9000' is not a preset project nlp-lab may use"),
-    (["--command", "train --fast"], "--command: 'train': a Python script ends in .py"),
-    (["--local-batch", "0"], "--local-batch: '0' is not a whole number of at least 1"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            ["--image", "registry.scc.example.org/x/train:1.0"],
+            "--image: 'registry.scc.example."
+            "org/x/train:1.0' has no digest: a tag can be moved to another image. find the digest "
+            "with `docker buildx imagetools inspect IMAGE`",
+        ),
+        (["--preset", "h200-9000"], "--preset: 'h200-9000' is not a preset project nlp-lab may use"),
+        (["--command", "train --fast"], "--command: 'train': a Python script ends in .py"),
+        (["--local-batch", "0"], "--local-batch: '0' is not a whole number of at least 1"),
+    ],
+)
 def test_a_bad_flag_is_bad_input_and_nothing_is_written(
-        tmp_path: Path, change: list[str], message: str) -> None:
+    tmp_path: Path, change: list[str], message: str
+) -> None:
     flags = list(FLAGS)
     flags[flags.index(change[0]) + 1] = change[1]
     result = runner.invoke(app, ["init", str(tmp_path / "x"), "--no-input", *flags])
@@ -184,7 +219,8 @@ def test_without_a_terminal_a_missing_answer_names_its_flag(tmp_path: Path) -> N
     assert result.exit_code == 2
     assert result.stderr.splitlines() == [
         "error: --preset: no value, and no terminal to ask on",
-        "hint: pass --preset, or run `runai-spec init` in a terminal"]
+        "hint: pass --preset, or run `runai-spec init` in a terminal",
+    ]
 
 
 def test_a_profile_with_error_findings_is_not_written(tmp_path: Path) -> None:
@@ -207,29 +243,40 @@ def init_with(tmp_path: Path, flag: str, value: str) -> Any:
     return runner.invoke(app, ["init", str(tmp_path / "x"), "--no-input", *flags])
 
 
-@pytest.mark.parametrize(("value", "what"), [
-    ("inf", "'inf' is not a finite number of parameters"),
-    ("-inf", "'-inf' is not a finite number of parameters"),
-    ("Infinity", "'Infinity' is not a finite number of parameters"),
-    ("nan", "'nan' is not a finite number of parameters"),
-    ("1e400", "'1e400' is more parameters than any model has (at most 1000T, 1e15)"),
-    ("7e9999", "'7e9999' is more parameters than any model has (at most 1000T, 1e15)"),
-    ("1001T", "'1001T' is more parameters than any model has (at most 1000T, 1e15)"),
-    ("1e30", "'1e30' is more parameters than any model has (at most 1000T, 1e15)"),
-    ("0.5", "'0.5' is not a whole number of parameters"),
-    ("seven", "'seven' is not a number of parameters"),
-])
+@pytest.mark.parametrize(
+    ("value", "what"),
+    [
+        ("inf", "'inf' is not a finite number of parameters"),
+        ("-inf", "'-inf' is not a finite number of parameters"),
+        ("Infinity", "'Infinity' is not a finite number of parameters"),
+        ("nan", "'nan' is not a finite number of parameters"),
+        ("1e400", "'1e400' is more parameters than any model has (at most 1000T, 1e15)"),
+        ("7e9999", "'7e9999' is more parameters than any model has (at most 1000T, 1e15)"),
+        ("1001T", "'1001T' is more parameters than any model has (at most 1000T, 1e15)"),
+        ("1e30", "'1e30' is more parameters than any model has (at most 1000T, 1e15)"),
+        ("0.5", "'0.5' is not a whole number of parameters"),
+        ("seven", "'seven' is not a number of parameters"),
+    ],
+)
 def test_a_parameter_count_that_is_no_count_is_one_line_and_a_hint(
-        tmp_path: Path, value: str, what: str) -> None:
+    tmp_path: Path, value: str, what: str
+) -> None:
     result = init_with(tmp_path, "--parameters", value)
     assert result.exit_code == 2, result.output
     assert result.stderr.splitlines() == [f"error: --parameters: {what}", PARAMETERS_HINT]
     assert not (tmp_path / "x").exists()
 
 
-@pytest.mark.parametrize(("value", "parameters"), [
-    ("4.1B", 4_100_000_000),  # as a float, 4.1 x 1e9 is 4099999999.9999995: it was refused
-    ("7e9", 7_000_000_000), ("1000T", 10**15), ("250m", 250_000_000), ("7 B", 7 * 10**9)])
+@pytest.mark.parametrize(
+    ("value", "parameters"),
+    [
+        ("4.1B", 4_100_000_000),  # as a float, 4.1 x 1e9 is 4099999999.9999995: it was refused
+        ("7e9", 7_000_000_000),
+        ("1000T", 10**15),
+        ("250m", 250_000_000),
+        ("7 B", 7 * 10**9),
+    ],
+)
 def test_a_parameter_count_is_read_exactly(tmp_path: Path, value: str, parameters: int) -> None:
     result = init_with(tmp_path, "--parameters", value)
     assert result.exit_code in (0, 1), result.output  # 1000T: a finding, not bad input
@@ -245,8 +292,9 @@ def test_a_count_of_thousands_of_digits_is_a_plain_message(tmp_path: Path, flag:
     result = init_with(tmp_path, flag, "7" * 5000)
     assert result.exit_code == 2, result.output
     assert result.stderr.splitlines() == [
-        f"error: {flag}: '77777777777777777777'... (5000 characters) is too large (more than "
-        "9 digits)", "hint: samples per GPU and accumulation steps are small numbers, e.g. 8"]
+        f"error: {flag}: '77777777777777777777'... (5000 characters) is too large (more than 9 digits)",
+        "hint: samples per GPU and accumulation steps are small numbers, e.g. 8",
+    ]
     assert "set_int_max_str_digits" not in result.stderr
 
 
@@ -271,41 +319,53 @@ def test_a_folder_that_cannot_be_made_is_bad_input(tmp_path: Path) -> None:
     assert result.exit_code == 2, result.output
     assert result.stderr.splitlines()[-2:] == [  # after the profile's info findings
         f"error: {tmp_path / 'file' / 'x' / 'profile.yaml'}: cannot write: Not a directory",
-        "hint: choose a folder you can write to"]
+        "hint: choose a folder you can write to",
+    ]
 
 
 def test_init_asks_for_data_sources_the_tracker_and_the_sequence_length(tmp_path: Path) -> None:
     """Issue 26 item 8: on a terminal and as flags."""
-    code, shown = interview([sys.executable, "-m", "runai_spec", "init", "llm", *FLAGS],
-                            tmp_path, {"Sequence length": "4096",
-                                       "Data to mount": "datasets-shared:/data",
-                                       "Metrics tracker": "wandb"})
+    code, shown = interview(
+        [sys.executable, "-m", "runai_spec", "init", "llm", *FLAGS],
+        tmp_path,
+        {"Sequence length": "4096", "Data to mount": "datasets-shared:/data", "Metrics tracker": "wandb"},
+    )
     assert code == 0, shown
     doc = yaml.safe_load((tmp_path / "llm" / "profile.yaml").read_text())
     assert doc["model"]["sequence_length"] == 4096
     assert doc["data"] == [{"source": "datasets-shared", "path": "/data"}]
     assert doc["metrics"] == {"writer": "rank0", "tracker": "wandb"}
-    flags = [*FLAGS, "--sequence-length", "2048", "--metrics-tracker", "tensorboard",
-             "--data", "datasets-shared:/data, pvc:nlp-lab-extra:/extra"]
+    flags = [
+        *FLAGS,
+        "--sequence-length",
+        "2048",
+        "--metrics-tracker",
+        "tensorboard",
+        "--data",
+        "datasets-shared:/data, pvc:nlp-lab-extra:/extra",
+    ]
     result = runner.invoke(app, ["init", str(tmp_path / "flags"), "--no-input", *flags])
     assert result.exit_code == 0, result.output
     doc = yaml.safe_load((tmp_path / "flags" / "profile.yaml").read_text())
     assert doc["model"]["sequence_length"] == 2048
     assert doc["metrics"] == {"writer": "rank0", "tracker": "tensorboard"}
-    assert doc["data"] == [{"source": "datasets-shared", "path": "/data"},
-                           {"pvc": "nlp-lab-extra", "path": "/extra"}]
-    assert runner.invoke(app, ["validate", str(tmp_path / "flags" / "profile.yaml")]
-                         ).exit_code == 0
+    assert doc["data"] == [
+        {"source": "datasets-shared", "path": "/data"},
+        {"pvc": "nlp-lab-extra", "path": "/extra"},
+    ]
+    assert runner.invoke(app, ["validate", str(tmp_path / "flags" / "profile.yaml")]).exit_code == 0
 
 
-@pytest.mark.parametrize(("flag", "value", "words"), [
-    ("--data", "my-bucket:/data", "'my-bucket' is not an approved data source"),
-    ("--data", "datasets-shared:data", "is not SOURCE:/path or pvc:CLAIM:/path"),
-    ("--data", "disk:x:/data", "is not SOURCE:/path or pvc:CLAIM:/path"),
-    ("--sequence-length", "-5", "is not a whole number of at least 1"),
-])
-def test_init_refuses_bad_data_and_sequence_flags(tmp_path: Path, flag: str, value: str,
-                                                  words: str) -> None:
+@pytest.mark.parametrize(
+    ("flag", "value", "words"),
+    [
+        ("--data", "my-bucket:/data", "'my-bucket' is not an approved data source"),
+        ("--data", "datasets-shared:data", "is not SOURCE:/path or pvc:CLAIM:/path"),
+        ("--data", "disk:x:/data", "is not SOURCE:/path or pvc:CLAIM:/path"),
+        ("--sequence-length", "-5", "is not a whole number of at least 1"),
+    ],
+)
+def test_init_refuses_bad_data_and_sequence_flags(tmp_path: Path, flag: str, value: str, words: str) -> None:
     result = runner.invoke(app, ["init", str(tmp_path / "x"), "--no-input", *FLAGS, flag, value])
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith(f"error: {flag}: ") and words in result.stderr

@@ -30,7 +30,8 @@ MULTI = ROOT / "examples" / "multi-node" / "profile.yaml"
 
 
 def test_plan_of_a_profile_with_error_findings_exits_1_and_says_so_first(
-        base_profile: dict[str, Any], write_profile: Callable[..., Path]) -> None:
+    base_profile: dict[str, Any], write_profile: Callable[..., Path]
+) -> None:
     base_profile["batch"]["global"] = 100  # 4 x 16 x 2 = 128
     result = runner.invoke(app, ["plan", str(write_profile(base_profile))])
     assert result.exit_code == 1, result.output
@@ -38,8 +39,9 @@ def test_plan_of_a_profile_with_error_findings_exits_1_and_says_so_first(
     assert head[0].startswith("# Review request: `demo`")
     assert head[2].startswith("> **Not ready: 1 error finding(s); `runai-spec submit` refuses")
     assert "[global-batch]" in result.stderr  # the finding itself, as validate prints it
-    data = json.loads(runner.invoke(app, ["plan", str(write_profile(base_profile)),
-                                          "--format", "json"]).stdout)
+    data = json.loads(
+        runner.invoke(app, ["plan", str(write_profile(base_profile)), "--format", "json"]).stdout
+    )
     assert data["ready"] is False and data["errors"] == 1
 
 
@@ -51,15 +53,23 @@ def test_a_clean_profile_is_ready_and_exits_0() -> None:
 def test_the_ticket_answers_the_engineers_next_questions() -> None:
     md = runner.invoke(app, ["plan", str(MULTI)]).stdout
     sections = [line for line in md.splitlines() if line.startswith("## ")]
-    for name in ("## Image", "## Volumes", "## Checkpoint and resume", "## Metrics",
-                 "## Diagnostics", "## Exact environment (training operator 1.9)",
-                 "## Latest rehearsal"):
+    for name in (
+        "## Image",
+        "## Volumes",
+        "## Checkpoint and resume",
+        "## Metrics",
+        "## Diagnostics",
+        "## Exact environment (training operator 1.9)",
+        "## Latest rehearsal",
+    ):
         assert name in sections, name
     profile = yaml.safe_load(MULTI.read_text())
     digest = profile["image"].split("@")[1]
     assert f"- digest `{digest}`" in md and "tag `1.8.0`" in md
-    assert ("| data-0 | `/data` | read-only | data source `datasets-shared` (PVC "
-            "`datasets-shared` in the project's namespace) |") in md
+    assert (
+        "| data-0 | `/data` | read-only | data source `datasets-shared` (PVC "
+        "`datasets-shared` in the project's namespace) |"
+    ) in md
     assert "| checkpoint | `/checkpoints` | read-write | PVC `nlp-lab-checkpoints` |" in md
     assert f"resume: {profile['checkpoint']['resume']}" in md
     assert "written by rank0, tracker tensorboard" in md
@@ -76,10 +86,17 @@ def test_the_ticket_answers_the_engineers_next_questions() -> None:
 
 def test_the_presets_nccl_settings_are_in_the_ticket(presets_dir: Path, engineer_key: Path) -> None:
     path = presets_dir / "h200-2x8-ib.yaml"
-    path.write_text(path.read_text().replace(
-        "  capabilities: [IPC_LOCK]", "  capabilities: [IPC_LOCK]\n  env: {NCCL_IB_HCA: mlx5}"))
-    assert runner.invoke(app, ["presets", "approve", "h200-2x8-ib", "--key", str(engineer_key),
-                               "--dir", str(presets_dir)]).exit_code == 0
+    path.write_text(
+        path.read_text().replace(
+            "  capabilities: [IPC_LOCK]", "  capabilities: [IPC_LOCK]\n  env: {NCCL_IB_HCA: mlx5}"
+        )
+    )
+    assert (
+        runner.invoke(
+            app, ["presets", "approve", "h200-2x8-ib", "--key", str(engineer_key), "--dir", str(presets_dir)]
+        ).exit_code
+        == 0
+    )
     result = runner.invoke(app, ["plan", str(MULTI), "--format", "json"])
     env = json.loads(result.stdout)["environment"]
     assert env["preset_network"] == {"NCCL_IB_HCA": "mlx5"}
@@ -90,22 +107,44 @@ def test_the_presets_nccl_settings_are_in_the_ticket(presets_dir: Path, engineer
 def test_the_latest_rehearsal_is_in_the_ticket(tmp_path: Path) -> None:
     workload = prepare_workload(MULTI)
     checks = (("ranks", "pass", "4 ranks"), ("checkpoint", "skip", "dcp not tested: x | y"))
-    path = write_record(RehearsalRecord(
-        project="nlp-lab", name="llm-7b-fsdp", profile=str(MULTI),
-        profile_sha256=workload.loaded.sha256, ok=True, world_size=4, backend="gloo",
-        options=("--procs-per-pod 2",), checks=checks, logs_dir=str(tmp_path)))
+    path = write_record(
+        RehearsalRecord(
+            project="nlp-lab",
+            name="llm-7b-fsdp",
+            profile=str(MULTI),
+            profile_sha256=workload.loaded.sha256,
+            ok=True,
+            world_size=4,
+            backend="gloo",
+            options=("--procs-per-pod 2",),
+            checks=checks,
+            logs_dir=str(tmp_path),
+        )
+    )
     assert path == record_path("nlp-lab", "llm-7b-fsdp") and path.is_file()
     assert read_record("nlp-lab", "llm-7b-fsdp") is not None
     md = runner.invoke(app, ["plan", str(MULTI)]).stdout
     rehearsal = md.split("## Latest rehearsal\n\n", 1)[1].split("\n## ", 1)[0]
-    assert rehearsal.startswith("**passed** at ") and "of this profile; world 4, gloo, " \
-        "`--procs-per-pod 2`" in rehearsal
+    assert (
+        rehearsal.startswith("**passed** at ")
+        and "of this profile; world 4, gloo, `--procs-per-pod 2`" in rehearsal
+    )
     assert "| checkpoint | skip | dcp not tested: x \\| y |" in rehearsal
     # a record of another version of the profile says so
-    write_record(RehearsalRecord(
-        project="nlp-lab", name="llm-7b-fsdp", profile=str(MULTI), profile_sha256="0" * 64,
-        ok=False, world_size=4, backend="gloo", options=(), checks=checks,
-        logs_dir=str(tmp_path)))
+    write_record(
+        RehearsalRecord(
+            project="nlp-lab",
+            name="llm-7b-fsdp",
+            profile=str(MULTI),
+            profile_sha256="0" * 64,
+            ok=False,
+            world_size=4,
+            backend="gloo",
+            options=(),
+            checks=checks,
+            logs_dir=str(tmp_path),
+        )
+    )
     md = runner.invoke(app, ["plan", str(MULTI)]).stdout
     assert "**failed** at " in md and "**an earlier version** of this profile" in md
 
@@ -121,11 +160,20 @@ def test_an_unreadable_record_is_no_record(tmp_path: Path) -> None:
 # Issue 23, item 9: `plan` showed a hand-written record in ~/.cache/runai-spec/rehearsals as
 # "passed"; only a record runai-spec wrote (signed with this user's record key) counts, and the
 # ticket says where it came from.
-HAND_WRITTEN = {"version": 1, "project": "nlp-lab", "name": "llm-7b-fsdp", "profile": str(MULTI),
-                "profile_sha256": "", "finished_at": "2026-01-01T00:00:00Z", "ok": True,
-                "world_size": 4, "backend": "gloo", "options": [],
-                "checks": [{"check": "ranks", "status": "pass", "message": "4 ranks"}],
-                "logs_dir": "/tmp/x"}
+HAND_WRITTEN = {
+    "version": 1,
+    "project": "nlp-lab",
+    "name": "llm-7b-fsdp",
+    "profile": str(MULTI),
+    "profile_sha256": "",
+    "finished_at": "2026-01-01T00:00:00Z",
+    "ok": True,
+    "world_size": 4,
+    "backend": "gloo",
+    "options": [],
+    "checks": [{"check": "ranks", "status": "pass", "message": "4 ranks"}],
+    "logs_dir": "/tmp/x",
+}
 
 
 def _latest(md: str) -> str:
@@ -133,11 +181,20 @@ def _latest(md: str) -> str:
 
 
 def _signed_record(tmp_path: Path, ok: bool = False) -> Path:
-    path = write_record(RehearsalRecord(
-        project="nlp-lab", name="llm-7b-fsdp", profile=str(MULTI),
-        profile_sha256=prepare_workload(MULTI).loaded.sha256, ok=ok, world_size=4,
-        backend="gloo", options=(), checks=(("ranks", "fail", "1 of 4 ranks"),),
-        logs_dir=str(tmp_path)))
+    path = write_record(
+        RehearsalRecord(
+            project="nlp-lab",
+            name="llm-7b-fsdp",
+            profile=str(MULTI),
+            profile_sha256=prepare_workload(MULTI).loaded.sha256,
+            ok=ok,
+            world_size=4,
+            backend="gloo",
+            options=(),
+            checks=(("ranks", "fail", "1 of 4 ranks"),),
+            logs_dir=str(tmp_path),
+        )
+    )
     assert path is not None
     return path
 
@@ -146,8 +203,12 @@ def _signed_record(tmp_path: Path, ok: bool = False) -> Path:
 def test_a_hand_written_record_is_not_counted(signature: str | None) -> None:
     doc = {**HAND_WRITTEN, "profile_sha256": prepare_workload(MULTI).loaded.sha256}
     if signature is not None:
-        doc = {**doc, "version": 2, "signature": signature, "written_by": {
-            "tool": "runai-spec", "version": "0.1.0", "host": "h", "user": "u"}}
+        doc = {
+            **doc,
+            "version": 2,
+            "signature": signature,
+            "written_by": {"tool": "runai-spec", "version": "0.1.0", "host": "h", "user": "u"},
+        }
     path = record_path("nlp-lab", "llm-7b-fsdp")
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(doc))
@@ -189,8 +250,10 @@ def test_the_ticket_says_where_the_record_came_from(tmp_path: Path) -> None:
     assert record.written_by[2:] == (socket.gethostname(), getpass.getuser())
     latest = _latest(runner.invoke(app, ["plan", str(MULTI)]).stdout)
     assert latest.startswith("**failed** at ")
-    assert (f"Recorded by runai-spec `0.1.0` on host `{socket.gethostname()}` as user "
-            f"`{getpass.getuser()}`, read from `{path}`") in latest
+    assert (
+        f"Recorded by runai-spec `0.1.0` on host `{socket.gethostname()}` as user "
+        f"`{getpass.getuser()}`, read from `{path}`"
+    ) in latest
     assert "not a proof" in latest
 
 
@@ -208,7 +271,11 @@ def test_the_suite_never_reads_the_real_home() -> None:
 
 @pytest.mark.parametrize("layout", ["single-gpu", "single-node", "elastic"])
 def test_every_layout_has_the_operator_env(layout: str) -> None:
-    data = json.loads(runner.invoke(app, ["plan", str(ROOT / "examples" / layout /
-                                                        "profile.yaml"), "--format", "json"]).stdout)
+    data = json.loads(
+        runner.invoke(
+            app, ["plan", str(ROOT / "examples" / layout / "profile.yaml"), "--format", "json"]
+        ).stdout
+    )
     assert data["environment"]["operator"] and all(
-        "PYTHONUNBUFFERED" in env for env in data["environment"]["operator"].values())
+        "PYTHONUNBUFFERED" in env for env in data["environment"]["operator"].values()
+    )

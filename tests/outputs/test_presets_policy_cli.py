@@ -19,10 +19,13 @@ def test_presets_policy_prints_the_policy_binding_and_params() -> None:
     result = runner.invoke(app, ["presets", "policy"])
     assert result.exit_code == 0, result.output
     docs = list(yaml.safe_load_all(result.stdout))
-    assert [d["kind"] for d in docs] == ["ValidatingAdmissionPolicy",
-                                         "ValidatingAdmissionPolicyBinding",
-                                         "ValidatingAdmissionPolicy",
-                                         "ValidatingAdmissionPolicyBinding", "ConfigMap"]
+    assert [d["kind"] for d in docs] == [
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+        "ConfigMap",
+    ]
     assert docs == admission.policy_documents(PresetRegistry(ROOT / "presets"))
 
 

@@ -14,9 +14,17 @@ from conftest import ROOT, run_exe
 def test_plan_markdown_and_json(layout: str) -> None:
     profile = str(ROOT / "examples" / layout / "profile.yaml")
     md = run_exe("plan", profile, check=True).stdout
-    for part in ("# Review request", "| world size |", "## Batch arithmetic",
-                 "## Memory estimate per GPU", "## Preset and approval", "```sh",
-                 "```mermaid", "## Validation checklist", "- [ ] "):
+    for part in (
+        "# Review request",
+        "| world size |",
+        "## Batch arithmetic",
+        "## Memory estimate per GPU",
+        "## Preset and approval",
+        "```sh",
+        "```mermaid",
+        "## Validation checklist",
+        "- [ ] ",
+    ):
         assert part in md, part
     data = json.loads(run_exe("plan", profile, "--format", "json", check=True).stdout)
     assert data["world_size"] == data["pods"] * data["processes_per_pod"]

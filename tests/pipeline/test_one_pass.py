@@ -28,24 +28,28 @@ def _said(stderr: str) -> list[str]:
 
 
 def _line_numbers(stderr: str) -> list[int]:
-    return [int(m.group(1)) if m.group(1) else 10**9 for ln in stderr.splitlines()
-            if (m := re.match(r"^(?:error|warning|info): [^:]+:(?:(\d+):)?", ln))]
+    return [
+        int(m.group(1)) if m.group(1) else 10**9
+        for ln in stderr.splitlines()
+        if (m := re.match(r"^(?:error|warning|info): [^:]+:(?:(\d+):)?", ln))
+    ]
 
 
-def test_a_bad_value_in_one_data_item_hides_neither_the_checkpoint_nor_other_items(
-        tmp_path: Path) -> None:
+def test_a_bad_value_in_one_data_item_hides_neither_the_checkpoint_nor_other_items(tmp_path: Path) -> None:
     data = copy.deepcopy(MULTI)
-    data["data"] = [{"source": "datasets-shared", "path": "/data", "read_only": "maybe"},
-                    {"source": "unapproved-src", "path": "/data2"}]
+    data["data"] = [
+        {"source": "datasets-shared", "path": "/data", "read_only": "maybe"},
+        {"source": "unapproved-src", "path": "/data2"},
+    ]
     del data["checkpoint"]["pvc"]
     result = run("validate", str(_write(tmp_path, data)))
     assert result.exit_code == 2, result.output
     said = _said(result.stderr)
     assert any("data[0].read_only: must be true or false" in ln for ln in said), said
-    assert any("checkpoint: set exactly one of checkpoint.pvc or checkpoint.source" in ln
-               for ln in said), said
-    assert any("data[1].source: 'unapproved-src' is not an approved data source" in ln
-               for ln in said), said
+    assert any("checkpoint: set exactly one of checkpoint.pvc or checkpoint.source" in ln for ln in said), (
+        said
+    )
+    assert any("data[1].source: 'unapproved-src' is not an approved data source" in ln for ln in said), said
     assert _line_numbers(result.stderr) == sorted(_line_numbers(result.stderr))
 
 

@@ -30,33 +30,36 @@ def group() -> Iterator[None]:
     dist.destroy_process_group()
 
 
-def checkpoint_row(tmp_path: Path, fmt: str, capsys: pytest.CaptureFixture[str]
-                   ) -> dict[str, Any]:
+def checkpoint_row(tmp_path: Path, fmt: str, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
     rep = preflight.Reporter(rank=0)
     ckpt = preflight.Checkpointer(tmp_path, fmt, 0, None)
     model = preflight.TinyModel()
     ckpt.save(model, 2)
     note = {"format": fmt, "written_as": ckpt.format, "note": ckpt.note}
-    preflight.check_checkpoint(rep, ckpt, model, 2, preflight._digest(model),
-                               argparse.Namespace(faults=[]), note, OneRank())
-    rows = [json.loads(line.split(" ", 1)[1]) for line in capsys.readouterr().out.splitlines()
-            if line.startswith(preflight.PREFIX + " ")]
+    preflight.check_checkpoint(
+        rep, ckpt, model, 2, preflight._digest(model), argparse.Namespace(faults=[]), note, OneRank()
+    )
+    rows = [
+        json.loads(line.split(" ", 1)[1])
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith(preflight.PREFIX + " ")
+    ]
     return next(r for r in rows if r.get("check") == "checkpoint")
 
 
 def test_dcp_without_numpy_is_skip_with_the_reason(
-        tmp_path: Path, group: None, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, group: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     real = importlib.util.find_spec
-    monkeypatch.setattr(preflight.importlib.util, "find_spec",
-                        lambda name, *a: None if name == "numpy" else real(name, *a))
+    monkeypatch.setattr(
+        preflight.importlib.util, "find_spec", lambda name, *a: None if name == "numpy" else real(name, *a)
+    )
     row = checkpoint_row(tmp_path, "dcp", capsys)
     assert row["status"] == "skip" and row["ok"]
     assert row["message"].startswith("dcp not tested: torch.distributed.checkpoint needs numpy")
     assert row["written_as"] == "torch" and row["untested"] is True
 
 
-def test_a_format_tested_here_passes(tmp_path: Path, group: None,
-                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_format_tested_here_passes(tmp_path: Path, group: None, capsys: pytest.CaptureFixture[str]) -> None:
     row = checkpoint_row(tmp_path, "torch", capsys)
     assert row["status"] == "pass" and "identical weights" in row["message"]

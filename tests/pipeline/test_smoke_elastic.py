@@ -32,9 +32,8 @@ def _job(example: str, name: str) -> dict[str, Any]:
 
 
 def _preflight_args(job: dict[str, Any]) -> list[str]:
-    command = job["spec"]["pytorchReplicaSpecs"][WORKER]["template"]["spec"]["containers"][0][
-        "command"]
-    return list(command[command.index("/opt/runai-spec/preflight.py") + 1:])
+    command = job["spec"]["pytorchReplicaSpecs"][WORKER]["template"]["spec"]["containers"][0]["command"]
+    return list(command[command.index("/opt/runai-spec/preflight.py") + 1 :])
 
 
 @pytest.mark.parametrize("version", OPERATOR_VERSIONS)
@@ -46,9 +45,9 @@ def test_the_operator_gives_the_elastic_smoke_job_no_torchrun_restarts(version: 
     for index in range(smoke["spec"]["pytorchReplicaSpecs"][WORKER]["replicas"]):
         assert operator_env(smoke, WORKER, index, version)["PET_MAX_RESTARTS"] == "0"
         assert operator_env(real, WORKER, index, version)["PET_MAX_RESTARTS"] == str(
-            real["spec"]["elasticPolicy"]["maxRestarts"])
-    command = smoke["spec"]["pytorchReplicaSpecs"][WORKER]["template"]["spec"]["containers"][0][
-        "command"]
+            real["spec"]["elasticPolicy"]["maxRestarts"]
+        )
+    command = smoke["spec"]["pytorchReplicaSpecs"][WORKER]["template"]["spec"]["containers"][0]["command"]
     assert not any(a.startswith("--max-restarts") for a in command)
 
 
@@ -64,7 +63,8 @@ def test_the_elastic_smoke_test_accepts_the_minimum_world() -> None:
 def test_a_fixed_size_smoke_test_expects_exactly_its_world(example: str) -> None:
     job = _job(example, "smoke.yaml")
     [rspec] = [s for r, s in job["spec"]["pytorchReplicaSpecs"].items() if r == WORKER] or [
-        job["spec"]["pytorchReplicaSpecs"]["Master"]]
+        job["spec"]["pytorchReplicaSpecs"]["Master"]
+    ]
     command = rspec["template"]["spec"]["containers"][0]["command"]
     assert "--min-world-size" not in command and "elasticPolicy" not in job["spec"]
 
@@ -83,20 +83,38 @@ def test_the_smoke_deadline_is_stated_as_covering_the_queue() -> None:
 @pytest.mark.torch
 @pytest.mark.parametrize(("minimum", "passes"), [(True, True), (False, False)])
 def test_preflight_with_the_smoke_s_world_arguments_passes_a_smaller_elastic_world(
-        tmp_path: Path, minimum: bool, passes: bool) -> None:
+    tmp_path: Path, minimum: bool, passes: bool
+) -> None:
     """One process standing for a round formed with minReplicas pods: the smoke's
     --world-size/--min-world-size pair (the elastic example's 32 and 16, scaled to 2 and 1)
     passes it; --world-size alone, as the smoke render had it, fails a healthy job."""
     pytest.importorskip("torch")
-    args = ["--world-size", "2", "--steps", "2", "--checkpoint-every", "2",
-            "--checkpoint-dir", str(tmp_path / "ckpt"), "--join-timeout", "20"]
+    args = [
+        "--world-size",
+        "2",
+        "--steps",
+        "2",
+        "--checkpoint-every",
+        "2",
+        "--checkpoint-dir",
+        str(tmp_path / "ckpt"),
+        "--join-timeout",
+        "20",
+    ]
     if minimum:
         args += ["--min-world-size", "1"]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "TORCHELASTIC"))}
-    env.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-               CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
-    done = subprocess.run([sys.executable, str(PREFLIGHT), *args], env=env, capture_output=True,
-                          text=True, timeout=120)
+    env.update(
+        RANK="0",
+        WORLD_SIZE="1",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(free_port()),
+        CUDA_VISIBLE_DEVICES="",
+        PYTHONUNBUFFERED="1",
+    )
+    done = subprocess.run(
+        [sys.executable, str(PREFLIGHT), *args], env=env, capture_output=True, text=True, timeout=120
+    )
     [row] = [r for r in parse_lines(done.stdout) if r.get("check") == "world-size"]
     assert row["ok"] is passes, row
     assert (done.returncode == 0) is passes, done.stderr

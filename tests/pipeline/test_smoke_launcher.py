@@ -25,13 +25,18 @@ from runai_spec.pipeline.smoke import smoke_names, smoke_plan
 from runai_spec.plan.plan import Plan, plan_workload
 
 REGISTRY = PresetRegistry(ROOT / "presets")
-ENTRY_POINTS = [["train.py", "--lr", "1"], ["-m", "pkg.train", "--lr", "1"], ["run.sh", "1"],
-                ["bash", "run.sh"]]
+ENTRY_POINTS = [
+    ["train.py", "--lr", "1"],
+    ["-m", "pkg.train", "--lr", "1"],
+    ["run.sh", "1"],
+    ["bash", "run.sh"],
+]
 
 
 def plan_of(example: str, command: list[str]) -> Plan:
     data: dict[str, Any] = yaml.safe_load(
-        (ROOT / "examples" / example / "profile.yaml").read_text(encoding="utf-8"))
+        (ROOT / "examples" / example / "profile.yaml").read_text(encoding="utf-8")
+    )
     data["command"] = command
     loaded = parse_profile(yaml.safe_dump(data), f"{example}.yaml")
     return plan_workload(loaded, REGISTRY.get(loaded.profile.preset), REGISTRY.site())
@@ -39,8 +44,7 @@ def plan_of(example: str, command: list[str]) -> Plan:
 
 @pytest.mark.parametrize("command", ENTRY_POINTS, ids=lambda c: c[0])
 @pytest.mark.parametrize("example", EXAMPLES)
-def test_the_smoke_launcher_is_the_layouts_whatever_the_entry_point(
-        example: str, command: list[str]) -> None:
+def test_the_smoke_launcher_is_the_layouts_whatever_the_entry_point(example: str, command: list[str]) -> None:
     plan = plan_of(example, command)
     job = smoke_plan(plan, source="# preflight\n").job
     argv = list(job.command)
@@ -58,4 +62,4 @@ def test_the_smoke_launcher_is_the_layouts_whatever_the_entry_point(
     assert ids in ([], [smoke_names(plan.name)[0]])
     # the job's per-rank logs, as the job writes them
     logs = [arg for arg in plan.launcher if split_flag(arg)[0] in (LOG_DIR_FLAG, TEE_FLAG)]
-    assert launcher[-len(logs):] == logs and logs
+    assert launcher[-len(logs) :] == logs and logs

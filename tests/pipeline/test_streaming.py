@@ -42,7 +42,8 @@ def test_line_spool_takes_lines_with_plus_equals() -> None:
 
 
 def test_profile_args_stay_strings_and_read_as_their_paths(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "folder").mkdir()
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"name: x\n")))
     args = ProfileArgs([str(tmp_path / "folder"), "p.yaml", "-"])

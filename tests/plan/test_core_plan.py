@@ -55,8 +55,15 @@ def test_single_gpu_is_python_with_local_rank_zero() -> None:
 def test_single_node_is_standalone_torchrun_with_one_process_per_gpu() -> None:
     job = job_for("h200-8gpu")
     command = pod(job)["containers"][0]["command"]
-    assert command[:7] == ["torchrun", "--standalone", "--nnodes=1", "--nproc-per-node=8",
-                           "--log-dir=/checkpoints/logs/$(POD_NAME)", "--tee=3", "train.py"]
+    assert command[:7] == [
+        "torchrun",
+        "--standalone",
+        "--nnodes=1",
+        "--nproc-per-node=8",
+        "--log-dir=/checkpoints/logs/$(POD_NAME)",
+        "--tee=3",
+        "train.py",
+    ]
     assert pod(job)["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 8
     assert "LOCAL_RANK" not in env(job)
 
@@ -70,10 +77,16 @@ def test_multi_node_master_trains_and_torchrun_reads_the_operator_variables() ->
         assert container["name"] == CONTAINER
         # c10d on the Master's service, so that a pod the kubelet restarts in place rejoins
         assert container["command"][:9] == [
-            "torchrun", "--rdzv-backend=c10d", "--rdzv-endpoint=$(MASTER_ADDR):$(MASTER_PORT)",
-            "--rdzv-id=demo", "--max-restarts=3",
+            "torchrun",
+            "--rdzv-backend=c10d",
+            "--rdzv-endpoint=$(MASTER_ADDR):$(MASTER_PORT)",
+            "--rdzv-id=demo",
+            "--max-restarts=3",
             "--rdzv-conf=join_timeout=900,read_timeout=600",
-            "--log-dir=/checkpoints/logs/$(POD_NAME)", "--tee=3", "train.py"]
+            "--log-dir=/checkpoints/logs/$(POD_NAME)",
+            "--tee=3",
+            "train.py",
+        ]
         assert not any(a.startswith("--nnodes") or a.startswith("--node") for a in container["command"])
         assert {"name": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "value": "1"} in container["env"]
         assert pod(job, role)["terminationGracePeriodSeconds"] == 300
@@ -89,14 +102,23 @@ def test_multi_node_master_trains_and_torchrun_reads_the_operator_variables() ->
 def test_elastic_is_worker_only_with_c10d_bounds() -> None:
     job = job_for("h200-elastic-2to4x8-ib", batch={"local": 4, "grad_accum": 1, "global": 128})
     assert set(job["spec"]["pytorchReplicaSpecs"]) == {WORKER}
-    assert job["spec"]["elasticPolicy"] == {"rdzvBackend": "c10d", "minReplicas": 2,
-                                            "maxReplicas": 4, "maxRestarts": 3}
+    assert job["spec"]["elasticPolicy"] == {
+        "rdzvBackend": "c10d",
+        "minReplicas": 2,
+        "maxReplicas": 4,
+        "maxRestarts": 3,
+    }
     # Without a Master the operator injects no PET_NPROC_PER_NODE from nprocPerNode: the
     # launcher must say it, or torchrun starts one process on an 8-GPU pod.
     assert pod(job, WORKER)["containers"][0]["command"][:7] == [
-        "torchrun", "--nproc-per-node=8", "--rdzv-id=demo",
+        "torchrun",
+        "--nproc-per-node=8",
+        "--rdzv-id=demo",
         "--rdzv-conf=join_timeout=900,read_timeout=600",
-        "--log-dir=/checkpoints/logs/$(POD_NAME)", "--tee=3", "train.py"]
+        "--log-dir=/checkpoints/logs/$(POD_NAME)",
+        "--tee=3",
+        "train.py",
+    ]
     assert job["spec"]["runPolicy"]["backoffLimit"] == 9
 
 
@@ -107,8 +129,7 @@ def test_nproc_rule_catches_a_worker_only_job_whose_torchrun_would_start_one_pro
     from runai_spec.check.rules import Context
 
     data = copy.deepcopy(BASE_PROFILE)
-    data.update(preset="h200-elastic-2to4x8-ib", batch={"local": 4, "grad_accum": 1,
-                                                          "global": 128})
+    data.update(preset="h200-elastic-2to4x8-ib", batch={"local": 4, "grad_accum": 1, "global": 128})
     loaded = parse_profile(dump([data]), "p.yaml")
     approved = REGISTRY.get("h200-elastic-2to4x8-ib")
     plan = plan_workload(loaded, approved, REGISTRY.site())
@@ -121,7 +142,8 @@ def test_nproc_rule_catches_a_worker_only_job_whose_torchrun_would_start_one_pro
     old_site = REGISTRY.site().model_copy(update={"operator_version": "1.7"})
     findings = list(check_nproc(dataclasses.replace(bare_ctx, site=old_site)))
     assert [(f.rule, f.message) for f in findings] == [
-        ("nproc-gpus", "torchrun would start 1 process(es) per pod on 8 GPUs")]
+        ("nproc-gpus", "torchrun would start 1 process(es) per pod on 8 GPUs")
+    ]
 
 
 def test_run_ai_adoption_labels_and_namespace() -> None:
@@ -152,8 +174,7 @@ def test_volumes_checkpoint_pvc_and_memory_shm(preset: str) -> None:
     job = job_for(preset, data=[{"source": "datasets-shared", "path": "/data"}])
     volumes = {v["name"]: v for v in pod(job)["volumes"]}
     assert volumes["checkpoint"]["persistentVolumeClaim"]["claimName"] == "team-a-ckpt"
-    assert volumes["data-0"]["persistentVolumeClaim"] == {"claimName": "datasets-shared",
-                                                          "readOnly": True}
+    assert volumes["data-0"]["persistentVolumeClaim"] == {"claimName": "datasets-shared", "readOnly": True}
     assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
     mounts = {m["name"]: m["mountPath"] for m in pod(job)["containers"][0]["volumeMounts"]}
     assert mounts == {"checkpoint": "/checkpoints", "data-0": "/data", "dshm": "/dev/shm"}

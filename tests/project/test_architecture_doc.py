@@ -51,14 +51,25 @@ def stage_rank(name: str) -> int:
 
 def drawn_map() -> str:
     """The map, top-level entries in stage order (alphabetical within a stage)."""
-    top = sorted((p for p in PACKAGE.iterdir() if p.name not in SKIP and not p.name.startswith(".")
-                  and p.name != "__init__.py" and (p.suffix == ".py" or p.is_dir())),
-                 key=lambda p: (stage_rank(p.name), p.name))
+    top = sorted(
+        (
+            p
+            for p in PACKAGE.iterdir()
+            if p.name not in SKIP
+            and not p.name.startswith(".")
+            and p.name != "__init__.py"
+            and (p.suffix == ".py" or p.is_dir())
+        ),
+        key=lambda p: (stage_rank(p.name), p.name),
+    )
     lines = ["src/runai_spec/"]
     for path in top:
         if path.is_dir():
-            doc = first_line(path / "__init__.py") if (path / "__init__.py").exists() else first_line(
-                path / "sitecustomize.py")
+            doc = (
+                first_line(path / "__init__.py")
+                if (path / "__init__.py").exists()
+                else first_line(path / "sitecustomize.py")
+            )
             lines.append(f"  {path.name + '/':<22} {doc}".rstrip())
             if (path / "__init__.py").exists():
                 lines.extend(_entries(path, 2))
@@ -74,7 +85,8 @@ def current_map(text: str) -> str:
 def test_the_map_is_the_tree() -> None:
     expected = drawn_map()
     assert current_map(DOC.read_text(encoding="utf-8")) == expected, (
-        f"docs/architecture.md's map is not the tree; refresh it with: {REFRESH}")
+        f"docs/architecture.md's map is not the tree; refresh it with: {REFRESH}"
+    )
 
 
 def test_every_file_the_page_names_exists() -> None:

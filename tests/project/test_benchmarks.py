@@ -14,18 +14,32 @@ from conftest import ROOT
 BENCH = ROOT / "benchmarks"
 # each script, its tiny run, and the lines it must print
 CASES = {
-    "bench_render.py": (["--paired", "1"], [r"^ratio render / floor: [\d.]+ x.*budget <= 1\.6",
-                                            r"^ratio --version / render: [\d.]+ x.*budget <= 0\.5",
-                                            r"^ratio --help / render: [\d.]+ x"]),
-    "bench_diff.py": (["--count", "4", "--runs", "1"],
-                      [rf"^{name} of 4 profiles: .* above start-up -?[\d.]+ s .* ratio [\d.]+ x"
-                       for name in ("validate", "render -d", "diff --against")]),
-    "bench_stream.py": (["--count", "20"],
-                        [rf"^  this: {name}: time x[\d.]+ for x10 profiles .*, peak memory x[\d.]+"
-                         for name in ("render -d", "validate", "diff")]),
-    "bench_signatures.py": (["--rounds", "2"],
-                            [r"^warm: .* paired ratio median [\d.]+", r"^cold: .* paired ratio",
-                             r"^render: .* paired ratio"]),
+    "bench_render.py": (
+        ["--paired", "1"],
+        [
+            r"^ratio render / floor: [\d.]+ x.*budget <= 1\.6",
+            r"^ratio --version / render: [\d.]+ x.*budget <= 0\.5",
+            r"^ratio --help / render: [\d.]+ x",
+        ],
+    ),
+    "bench_diff.py": (
+        ["--count", "4", "--runs", "1"],
+        [
+            rf"^{name} of 4 profiles: .* above start-up -?[\d.]+ s .* ratio [\d.]+ x"
+            for name in ("validate", "render -d", "diff --against")
+        ],
+    ),
+    "bench_stream.py": (
+        ["--count", "20"],
+        [
+            rf"^  this: {name}: time x[\d.]+ for x10 profiles .*, peak memory x[\d.]+"
+            for name in ("render -d", "validate", "diff")
+        ],
+    ),
+    "bench_signatures.py": (
+        ["--rounds", "2"],
+        [r"^warm: .* paired ratio median [\d.]+", r"^cold: .* paired ratio", r"^render: .* paired ratio"],
+    ),
 }
 
 
@@ -37,8 +51,9 @@ def test_every_benchmark_script_is_covered() -> None:
 @pytest.mark.parametrize("script", sorted(CASES))
 def test_benchmark_prints_its_ratio_lines(script: str) -> None:
     args, patterns = CASES[script]
-    done = subprocess.run([sys.executable, str(BENCH / script), *args], capture_output=True,
-                          text=True, cwd=ROOT, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(BENCH / script), *args], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     for pattern in patterns:
         assert re.search(pattern, done.stdout, re.M), f"{pattern!r} not in:\n{done.stdout}"

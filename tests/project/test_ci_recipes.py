@@ -29,9 +29,11 @@ def recipe_commands(path: Path) -> list[str]:
     commands: list[str] = []
     if "jobs" in doc:  # GitHub Actions
         for job in doc["jobs"].values():
-            commands += [step["run"] for step in job["steps"]
-                         if "run" in step and "if" not in step
-                         and not step["run"].startswith("pip install")]
+            commands += [
+                step["run"]
+                for step in job["steps"]
+                if "run" in step and "if" not in step and not step["run"].startswith("pip install")
+            ]
     else:  # GitLab CI: every mapping with a script is a job
         for job in doc.values():
             if isinstance(job, dict) and "script" in job:
@@ -44,8 +46,10 @@ def run_recipe(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """COMMAND as the CI shell runs it, `runai-spec` being this checkout's."""
     if command.startswith("runai-spec "):
         command = f"{sys.executable} -m runai_spec {command.removeprefix('runai-spec ')}"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    )
     return subprocess.run(command, shell=True, cwd=cwd, env=env, capture_output=True, text=True)
 
 
@@ -68,8 +72,7 @@ def researcher_repository(tmp: Path) -> Path:
 @pytest.mark.parametrize("recipe", RESEARCHER)
 def test_the_researcher_recipe_passes_and_catches_drift(recipe: str, tmp_path: Path) -> None:
     commands = recipe_commands(CI / recipe)
-    assert [c.split()[:2] for c in commands] == [["runai-spec", "validate"],
-                                                 ["runai-spec", "diff"]]
+    assert [c.split()[:2] for c in commands] == [["runai-spec", "validate"], ["runai-spec", "diff"]]
     assert not any("presets" in c for c in commands)  # the presets repository's business
     repo = researcher_repository(tmp_path)
     for command in commands:
@@ -93,9 +96,11 @@ def presets_repository(tmp: Path) -> Path:
 
 def test_the_presets_recipe_passes_and_catches_what_it_should(tmp_path: Path) -> None:
     commands = recipe_commands(CI / PRESETS)
-    assert [c.split()[:3] for c in commands] == [["runai-spec", "presets", "verify"],
-                                                 ["runai-spec", "presets", "policy"],
-                                                 ["diff", "-ru", "deploy/"]]
+    assert [c.split()[:3] for c in commands] == [
+        ["runai-spec", "presets", "verify"],
+        ["runai-spec", "presets", "policy"],
+        ["diff", "-ru", "deploy/"],
+    ]
     assert all("--dir presets/" in c for c in commands[:2])
     repo = presets_repository(tmp_path)
     for command in commands:

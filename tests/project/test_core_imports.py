@@ -32,16 +32,23 @@ OFFLINE = [
     ["runai-spec", "diff", "--help"],
     ["runai-spec", "diff", MULTI, "--against", str(ROOT)],
     ["runai-spec", "presets", "verify"],
-    *[["runai-spec", command, "--help"] for command in
-      ("submit", "status", "logs", "delete", "rehearse", "init")],
+    *[
+        ["runai-spec", command, "--help"]
+        for command in ("submit", "status", "logs", "delete", "rehearse", "init")
+    ],
 ]
 
 
 def test_offline_commands_and_every_help_never_import_kubernetes_or_torch() -> None:
     # One interpreter runs them in turn (imports only accumulate), printing after each
     # command what has been imported so far: the first offender is the first non-empty line.
-    out = subprocess.run([sys.executable, "-c", PROBE.format(argvs=OFFLINE)],
-                         capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE.format(argvs=OFFLINE)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    ).stdout
     lines = [ln for ln in out.splitlines() if ln.startswith("IMPORTED:")]
     assert len(lines) == len(OFFLINE)
     assert [ln for ln in lines if not ln.endswith(":")] == []

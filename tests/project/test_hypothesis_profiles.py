@@ -22,8 +22,11 @@ def test_ci_run_selects_the_ci_profile_before_the_test_command() -> None:
 
 
 def test_property_tests_leave_the_full_count_to_the_profile() -> None:
-    pinned = [f"{path.name}:{text.count(chr(10), 0, m.start()) + 1}"
-              for path in sorted((ROOT / "tests").rglob("test_*.py"))
-              for text in [path.read_text(encoding="utf-8")]
-              for m in re.finditer(r"max_examples=(\d+)", text) if int(m.group(1)) >= 1000]
+    pinned = [
+        f"{path.name}:{text.count(chr(10), 0, m.start()) + 1}"
+        for path in sorted((ROOT / "tests").rglob("test_*.py"))
+        for text in [path.read_text(encoding="utf-8")]
+        for m in re.finditer(r"max_examples=(\d+)", text)
+        if int(m.group(1)) >= 1000
+    ]
     assert pinned == []

@@ -17,17 +17,17 @@ PACKAGE = ROOT / "src" / "runai_spec"
 # The stages in order (docs/architecture.md draws the same list): a module may import its own
 # stage or an earlier one. A new top-level module or folder must be placed here.
 STAGES: list[set[str]] = [
-    {"errors", "findings", "text"},        # no imports of ours but each other
-    {"secrets", "resources", "files"},     # what every stage may need: masking, shipped data, writes
-    {"facts"},                             # other systems' behaviour, pure and versioned
-    {"load"},                              # files -> validated models
-    {"plan"},                              # models -> Plan (pure)
-    {"render"},                            # Plan -> manifests
-    {"check"},                             # Plan + manifests -> findings
-    {"pipeline"},                          # profile paths -> workloads, streaming
-    {"cluster", "rehearse"},               # where a workload goes: a cluster, or this machine
-    {"outputs"},                           # every text, JSON and Markdown result, the admission policy
-    {"cli"},                               # parse, call, print
+    {"errors", "findings", "text"},  # no imports of ours but each other
+    {"secrets", "resources", "files"},  # what every stage may need: masking, shipped data, writes
+    {"facts"},  # other systems' behaviour, pure and versioned
+    {"load"},  # files -> validated models
+    {"plan"},  # models -> Plan (pure)
+    {"render"},  # Plan -> manifests
+    {"check"},  # Plan + manifests -> findings
+    {"pipeline"},  # profile paths -> workloads, streaming
+    {"cluster", "rehearse"},  # where a workload goes: a cluster, or this machine
+    {"outputs"},  # every text, JSON and Markdown result, the admission policy
+    {"cli"},  # parse, call, print
 ]
 LAYERS: dict[str, int] = {name: i for i, names in enumerate(STAGES) for name in names}
 # Run inside each rank with only torch: import nothing of ours.
@@ -40,8 +40,12 @@ NO_SIBLING_IMPORTS = {"outputs"}
 # Each library that shapes how the tool starts or what it can reach, and the only folders that
 # may import it.
 OWNERS: dict[str, set[str]] = {
-    "typer": {"cli"}, "click": {"cli"}, "jinja2": {"render"}, "kubernetes": {"cluster"},
-    "torch": {"preflight", "audit"}, "rich": {"cli", "outputs", "rehearse"},
+    "typer": {"cli"},
+    "click": {"cli"},
+    "jinja2": {"render"},
+    "kubernetes": {"cluster"},
+    "torch": {"preflight", "audit"},
+    "rich": {"cli", "outputs", "rehearse"},
 }
 
 
@@ -99,8 +103,9 @@ def upward_edges(path: Path, source: str | None = None) -> list[str]:
         elif target in SELF_CONTAINED:
             continue  # read as a data file, never imported for code
         elif LAYERS[target] > LAYERS[me]:
-            problems.append(f"{path.name}:{line}: {me} (stage {LAYERS[me]}) imports {target} "
-                            f"(stage {LAYERS[target]})")
+            problems.append(
+                f"{path.name}:{line}: {me} (stage {LAYERS[me]}) imports {target} (stage {LAYERS[target]})"
+            )
     return problems
 
 
@@ -123,6 +128,7 @@ def _graph() -> dict[str, set[str]]:
 
 def _cycle_from(graph: dict[str, set[str]], start: str, inside: str) -> list[str] | None:
     """A cycle through start among the modules of the package `inside`, or None."""
+
     def within(m: str) -> bool:
         return m.startswith(inside + ".") or m == inside
 
@@ -154,8 +160,9 @@ PACKAGES = sorted(module_name(p) for p in MODULES if p.name == "__init__.py" and
 def test_no_cycle_inside_a_package(package: str) -> None:
     graph = _graph()
     depth = package.count(".") + 1
-    members = sorted(m for m in graph
-                     if m == package or m.startswith(package + ".") and m.count(".") == depth)
+    members = sorted(
+        m for m in graph if m == package or m.startswith(package + ".") and m.count(".") == depth
+    )
     cycles = [c for m in members if (c := _cycle_from(graph, m, package))]
     assert cycles == [], " -> ".join(cycles[0])
 
@@ -206,5 +213,8 @@ def test_the_checker_sees_an_upward_edge() -> None:
 def test_the_checker_sees_a_cycle() -> None:
     graph = {"runai_spec.x.a": {"runai_spec.x.b"}, "runai_spec.x.b": {"runai_spec.x.a", "runai_spec.y"}}
     assert _cycle_from(graph, "runai_spec.x.a", "runai_spec.x") == [
-        "runai_spec.x.a", "runai_spec.x.b", "runai_spec.x.a"]
+        "runai_spec.x.a",
+        "runai_spec.x.b",
+        "runai_spec.x.a",
+    ]
     assert _cycle_from({"runai_spec.x.a": {"runai_spec.y.b"}}, "runai_spec.x.a", "runai_spec.x") is None

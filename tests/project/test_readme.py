@@ -44,8 +44,7 @@ README = ROOT / "README.md"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 runner = CliRunner()
 
-OFFLINE = {"validate", "plan", "explain", "render", "rules", "schema", "presets", "diff",
-           "version"}
+OFFLINE = {"validate", "plan", "explain", "render", "rules", "schema", "presets", "diff", "version"}
 CLUSTER = {"submit", "status", "logs", "delete"}
 REHEARSE = {"rehearse"}
 INTERACTIVE = {"init"}
@@ -60,13 +59,13 @@ NOT_RUN = {
 
 
 def blocks(lang: str) -> list[str]:
-    return [body for fence, body in FENCE.findall(README.read_text(encoding="utf-8"))
-            if fence == lang]
+    return [body for fence, body in FENCE.findall(README.read_text(encoding="utf-8")) if fence == lang]
 
 
 def profile_blocks() -> list[str]:
-    return [body for body in blocks("yaml")
-            if isinstance(doc := yaml.safe_load(body), dict) and "preset" in doc]
+    return [
+        body for body in blocks("yaml") if isinstance(doc := yaml.safe_load(body), dict) and "preset" in doc
+    ]
 
 
 @dataclass(frozen=True)
@@ -89,8 +88,8 @@ def commands() -> list[Command]:
         for line in body.splitlines():
             words = shlex.split(line, comments=True)
             while words:
-                part = words[:words.index("&&")] if "&&" in words else words
-                words = words[len(part) + 1:]
+                part = words[: words.index("&&")] if "&&" in words else words
+                words = words[len(part) + 1 :]
                 target = None
                 if ">" in part:
                     at = part.index(">")
@@ -138,16 +137,14 @@ def readme_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def invoke(command: Command, key: Path | None = None) -> Any:
     """The command as written; `~/.ssh/id_ed25519` (the engineer's key) becomes KEY."""
-    argv = [str(key) if key is not None and a == "~/.ssh/id_ed25519" else a
-            for a in command.argv[1:]]
+    argv = [str(key) if key is not None and a == "~/.ssh/id_ed25519" else a for a in command.argv[1:]]
     result = runner.invoke(app, argv)
     if command.stdout_to:
         Path(command.stdout_to).write_text(result.stdout, encoding="utf-8")
     return result
 
 
-def test_every_offline_command_runs(readme_folder: Path, presets_dir: Path,
-                                    _engineer_key: Path) -> None:
+def test_every_offline_command_runs(readme_folder: Path, presets_dir: Path, _engineer_key: Path) -> None:
     # the engineer runs `presets approve ... --dir presets/` in the presets repository's
     # checkout: a copy here, whose allowed_signers lists the engineer's (throwaway) key
     shutil.copytree(presets_dir, readme_folder / "presets")
@@ -169,7 +166,8 @@ def test_every_offline_command_runs(readme_folder: Path, presets_dir: Path,
 
 
 def test_every_cluster_command_runs_against_the_fake_api(
-        readme_folder: Path, api: KubeAPI, kubeconfig: Path) -> None:
+    readme_folder: Path, api: KubeAPI, kubeconfig: Path
+) -> None:
     # the README's resubmit (`delete ... && submit ...`) is for a job already submitted
     assert runner.invoke(app, ["submit", "profile.yaml"]).exit_code == 0
     for command in of_kind(CLUSTER):
@@ -179,7 +177,8 @@ def test_every_cluster_command_runs_against_the_fake_api(
 
 
 def test_every_rehearse_command_parses_and_reaches_the_rehearsal(
-        readme_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    readme_folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # arguments only (see the module's docstring): the rehearsal is the slow tests' subject
     calls: list[dict[str, Any]] = []
 
@@ -196,19 +195,25 @@ def test_every_rehearse_command_parses_and_reaches_the_rehearsal(
         if "--procs-per-pod" in argv:
             assert kw["procs_per_pod"] == int(argv[argv.index("--procs-per-pod") + 1])
         assert kw["restart_after_checkpoint"] == ("--restart-after-checkpoint" in argv)
-        assert kw["network"] == (argv[argv.index("--network") + 1] if "--network" in argv
-                                 else "auto")
+        assert kw["network"] == (argv[argv.index("--network") + 1] if "--network" in argv else "auto")
 
 
 def test_every_interactive_command_runs_on_a_terminal(tmp_path: Path) -> None:
-    answers = {"Run:ai project": "nlp-lab", "Layout": "h200-2x8-ib", "Workload name": "readme",
-               "Image": IMAGE, "Entry point": "train.py --config c.yaml", "Model size": "7B",
-               "local batch": "4", "accumulation": "8", "Parallelism": "fsdp"}
+    answers = {
+        "Run:ai project": "nlp-lab",
+        "Layout": "h200-2x8-ib",
+        "Workload name": "readme",
+        "Image": IMAGE,
+        "Entry point": "train.py --config c.yaml",
+        "Model size": "7B",
+        "local batch": "4",
+        "accumulation": "8",
+        "Parallelism": "fsdp",
+    }
     for command in of_kind(INTERACTIVE):
         folder = tmp_path / command.argv[1]
         folder.mkdir()
-        code, shown = interview([sys.executable, "-m", "runai_spec", *command.argv[1:]],
-                                folder, answers)
+        code, shown = interview([sys.executable, "-m", "runai_spec", *command.argv[1:]], folder, answers)
         assert code == 0, shown
         result = runner.invoke(app, ["validate", str(folder / "profile.yaml")])
         assert result.exit_code == 0 and "warning:" not in result.stderr, result.output

@@ -20,14 +20,16 @@ ONE_FILE_BY_DESIGN = {PACKAGE / "preflight.py"}
 # Generated from templates/ by render.compile_templates, never edited by hand.
 GENERATED = PACKAGE / "render" / "compiled"
 
-MODULES = sorted(p for p in PACKAGE.rglob("*.py")
-                 if "__pycache__" not in p.parts and not p.is_relative_to(GENERATED))
+MODULES = sorted(
+    p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts and not p.is_relative_to(GENERATED)
+)
 
 
 def parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
     a = node.args
-    count = len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs) + (a.vararg is not None) + (
-        a.kwarg is not None)
+    count = (
+        len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs) + (a.vararg is not None) + (a.kwarg is not None)
+    )
     first = (a.posonlyargs + a.args)[:1]
     return count - (1 if first and first[0].arg in ("self", "cls") else 0)
 
@@ -57,8 +59,11 @@ def test_the_limits_are_measured() -> None:
     body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
     long_function = f"def f(a, b, c, d, e, f, g, h, i):\n{body}"
     assert over_the_limits(PACKAGE / "x.py", long_function) == [
-        f"f: {MAX_FUNCTION_LINES + 1} lines", "f: 9 parameters"]
+        f"f: {MAX_FUNCTION_LINES + 1} lines",
+        "f: 9 parameters",
+    ]
     method = "class C:\n    def m(self, a, b, c, d, e, f, g, h):\n        pass\n"
     assert over_the_limits(PACKAGE / "x.py", method) == []
     assert over_the_limits(PACKAGE / "x.py", "x = 1\n" * (MAX_MODULE_LINES + 1)) == [
-        f"{MAX_MODULE_LINES + 1} lines"]
+        f"{MAX_MODULE_LINES + 1} lines"
+    ]

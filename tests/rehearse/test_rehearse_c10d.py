@@ -31,8 +31,10 @@ def c10d_job(grace: int | None = None) -> dict[str, Any]:
         command = container["command"]
         assert command[0] == "torchrun" and "--rdzv-backend=c10d" in command
         assert {"name": C10D_ENV, "value": "1"} in container["env"]
-        container["command"] = ["--rdzv-conf=join_timeout=120,read_timeout=120"
-                                 if a.startswith("--rdzv-conf=") else a for a in command]
+        container["command"] = [
+            "--rdzv-conf=join_timeout=120,read_timeout=120" if a.startswith("--rdzv-conf=") else a
+            for a in command
+        ]
         if grace is not None:
             rspec["template"]["spec"]["terminationGracePeriodSeconds"] = grace
     return job
@@ -40,17 +42,21 @@ def c10d_job(grace: int | None = None) -> dict[str, Any]:
 
 # --- the kubelet's $(VAR) expansion (kubernetes third_party/forked/golang/expansion)
 
-@pytest.mark.parametrize(("text", "out"), [
-    ("$(A):$(B)", "a:b"),
-    ("--x=$(A)$(A)", "--x=aa"),
-    ("$$(A)", "$(A)"),  # escaped: the literal text
-    ("$$$(A)", "$a"),
-    ("$(MISSING)", "$(MISSING)"),  # undefined: left as written
-    ("$(A", "$(A"),  # incomplete reference: kept
-    ("cost $5 and $", "cost $5 and $"),  # an operator that opens nothing
-    ("$()", "$()"),
-    ("no vars", "no vars"),
-])
+
+@pytest.mark.parametrize(
+    ("text", "out"),
+    [
+        ("$(A):$(B)", "a:b"),
+        ("--x=$(A)$(A)", "--x=aa"),
+        ("$$(A)", "$(A)"),  # escaped: the literal text
+        ("$$$(A)", "$a"),
+        ("$(MISSING)", "$(MISSING)"),  # undefined: left as written
+        ("$(A", "$(A"),  # incomplete reference: kept
+        ("cost $5 and $", "cost $5 and $"),  # an operator that opens nothing
+        ("$()", "$()"),
+        ("no vars", "no vars"),
+    ],
+)
 def test_expand_follows_the_kubelet(text: str, out: str) -> None:
     assert expand(text, {"A": "a", "B": "b"}) == out
 
@@ -61,8 +67,7 @@ def test_env_values_expand_from_earlier_variables_only() -> None:
     assert expand_command(["torchrun", "$(B)"], env) == ["torchrun", "x-$(C)"]
 
 
-def test_the_rendered_c10d_command_runs_expanded_with_the_store_on_master_0(
-        tmp_path: Path) -> None:
+def test_the_rendered_c10d_command_runs_expanded_with_the_store_on_master_0(tmp_path: Path) -> None:
     plans, world = plan_pods([c10d_job()], RehearsalSpec(procs_per_pod=1), root=tmp_path)
     assert world == 2 and [p.name for p in plans] == ["master-0", "worker-0"]
     port = plans[0].env["MASTER_PORT"]
@@ -100,8 +105,7 @@ def test_an_elastic_rehearsal_accepts_a_round_of_min_replicas_pods(tmp_path: Pat
     # after worker-0 (the store host) is killed, a round may form with 3 of 4 pods while one
     # still restarts: elastic by design (minReplicas 2). preflight.py failed such a round as a
     # wrong world size, exited 1, and made the agents restart again (a CI run, 2026-12-04)
-    plans, world = plan_pods([example_job("elastic")], RehearsalSpec(procs_per_pod=1),
-                             root=tmp_path)
+    plans, world = plan_pods([example_job("elastic")], RehearsalSpec(procs_per_pod=1), root=tmp_path)
     assert world == 4
     for p in plans:
         argv = list(p.argv)
@@ -130,18 +134,22 @@ def test_a_static_job_adds_no_is_host_and_says_node_rank_0_hosts(tmp_path: Path)
 
 # --- the faults: --restart-after-checkpoint is a --kill of the hardest pod
 
+
 def test_restart_after_checkpoint_is_a_kill_of_the_hardest_pod_at_the_checkpoint() -> None:
     assert faults_of(example_job("multi-node"), [], None, True) == [Fault("kill", "master-0", None)]
     assert faults_of(example_job("elastic"), [], None, True) == [Fault("kill", "worker-0", None)]
     assert faults_of(example_job("multi-node"), ["worker-0@5"], "checkpoint", False) == [
-        Fault("kill", "worker-0", 5.0), Fault("preempt", None, None)]
+        Fault("kill", "worker-0", 5.0),
+        Fault("preempt", None, None),
+    ]
     with pytest.raises(InputError) as caught:
         faults_of(example_job("multi-node"), ["worker-0"], None, True)
     assert caught.value.field == "--restart-after-checkpoint"
 
 
-SETTINGS = PreflightSettings(local_batch=4, grad_accum=8, global_batch=512, join_timeout_s=30,
-                             collective_timeout_s=30)
+SETTINGS = PreflightSettings(
+    local_batch=4, grad_accum=8, global_batch=512, join_timeout_s=30, collective_timeout_s=30
+)
 
 
 @pytest.mark.long
@@ -153,9 +161,18 @@ def test_c10d_recovers_from_a_worker_kill_while_rank_0_is_busy(tmp_path: Path) -
     # rank 0 busy 3 s after the checkpoint, longer than the first back-off (1 s at 0.1): the
     # restarted worker meets a master that has not yet noticed (RESULTS.md C-kill-w0-busy)
     settings = PreflightSettings(**{**SETTINGS.__dict__, "busy_rank0_s": 3.0})
-    r = rehearse_manifests([c10d_job()], RehearsalSpec(
-        settings=settings, procs_per_pod=1, device="cpu", logs_dir=tmp_path, timeout_s=150.0,
-        kills=["worker-0@checkpoint"], backoff_scale=0.1))
+    r = rehearse_manifests(
+        [c10d_job()],
+        RehearsalSpec(
+            settings=settings,
+            procs_per_pod=1,
+            device="cpu",
+            logs_dir=tmp_path,
+            timeout_s=150.0,
+            kills=["worker-0@checkpoint"],
+            backoff_scale=0.1,
+        ),
+    )
     [fault] = [c for c in r.checks if c.check == "fault"]
     assert fault.status == "pass" and r.ok, [(c.check, c.status, c.message) for c in r.checks]
     assert fault.details["phase"] == "Succeeded" and fault.details["restarted"] == ["worker-0"]
@@ -173,9 +190,18 @@ def test_c10d_recovers_from_a_worker_kill_while_rank_0_is_busy(tmp_path: Path) -
 def test_a_preemption_deletes_every_pod_and_the_recreated_job_resumes(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     settings = PreflightSettings(**{**SETTINGS.__dict__, "checkpoint_on_sigterm": True})
-    r = rehearse_manifests([c10d_job(grace=5)], RehearsalSpec(
-        settings=settings, procs_per_pod=1, device="cpu", logs_dir=tmp_path, timeout_s=150.0,
-        preempt="checkpoint", backoff_scale=0.1))
+    r = rehearse_manifests(
+        [c10d_job(grace=5)],
+        RehearsalSpec(
+            settings=settings,
+            procs_per_pod=1,
+            device="cpu",
+            logs_dir=tmp_path,
+            timeout_s=150.0,
+            preempt="checkpoint",
+            backoff_scale=0.1,
+        ),
+    )
     [fault] = [c for c in r.checks if c.check == "fault"]
     assert fault.status == "pass" and r.ok, [(c.check, c.status, c.message) for c in r.checks]
     assert fault.message.startswith("preemption after the first checkpoint: every pod deleted")
@@ -184,27 +210,39 @@ def test_a_preemption_deletes_every_pod_and_the_recreated_job_resumes(tmp_path: 
     assert fault.details["sigterm_saves"] == [0, 1]
     assert set(fault.details["deleted"]) == {"master-0", "worker-0"}
     assert fault.details["resumed_ranks"] == [0, 1]
-    assert [(o.name, o.attempt) for o in r.pods if o.attempt == 1] == [
-        ("master-0", 1), ("worker-0", 1)]
+    assert [(o.name, o.attempt) for o in r.pods if o.attempt == 1] == [("master-0", 1), ("worker-0", 1)]
 
 
-@pytest.mark.parametrize(("args", "what"), [
-    (["--preempt", "soon"], "--preempt: @soon is neither @checkpoint nor a number of seconds"),
-    (["--restart-after-checkpoint", "--kill", "worker-0"],
-     "--restart-after-checkpoint: --restart-after-checkpoint is itself a --kill"),
-])
-def test_cli_bad_fault_options_exit_2_before_anything_runs(tmp_path: Path, args: list[str],
-                                                           what: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "what"),
+    [
+        (["--preempt", "soon"], "--preempt: @soon is neither @checkpoint nor a number of seconds"),
+        (
+            ["--restart-after-checkpoint", "--kill", "worker-0"],
+            "--restart-after-checkpoint: --restart-after-checkpoint is itself a --kill",
+        ),
+    ],
+)
+def test_cli_bad_fault_options_exit_2_before_anything_runs(
+    tmp_path: Path, args: list[str], what: str
+) -> None:
     from typer.testing import CliRunner
 
     from runai_spec.cli import app
 
-    r = CliRunner().invoke(app, ["rehearse", str(ROOT / "examples" / "multi-node" /
-                                                 "profile.yaml"), *args,
-                                 "--logs", str(tmp_path / "logs")])
+    r = CliRunner().invoke(
+        app,
+        [
+            "rehearse",
+            str(ROOT / "examples" / "multi-node" / "profile.yaml"),
+            *args,
+            "--logs",
+            str(tmp_path / "logs"),
+        ],
+    )
     assert r.exit_code == 2, r.output
     lines = r.stderr.splitlines()  # the profile's findings come first
-    lines = lines[next(i for i, line in enumerate(lines) if line.startswith("error: ")):]
+    lines = lines[next(i for i, line in enumerate(lines) if line.startswith("error: ")) :]
     assert len(lines) == 2 and lines[0].startswith(f"error: {what}"), lines
     assert lines[1].startswith("hint: ") and "Traceback" not in r.output
     assert not (tmp_path / "logs").exists()

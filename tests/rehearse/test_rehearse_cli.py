@@ -15,8 +15,17 @@ from runai_spec.cli import app
 @pytest.mark.slow
 def test_rehearse_command_prints_the_checks_and_exits_0(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    result = CliRunner().invoke(app, ["rehearse", str(ROOT / "examples/multi-node/profile.yaml"),
-                                      "--procs-per-pod", "2", "--logs", str(tmp_path)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "rehearse",
+            str(ROOT / "examples/multi-node/profile.yaml"),
+            "--procs-per-pod",
+            "2",
+            "--logs",
+            str(tmp_path),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert (tmp_path / "result.json").exists()
     # the latest rehearsal is recorded where `plan` reads it, for the engineer's ticket
@@ -31,11 +40,19 @@ def test_rehearse_command_prints_the_checks_and_exits_0(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "nan"])
-def test_a_timeout_that_is_not_a_positive_number_is_refused_in_two_lines(
-        tmp_path: Path, value: str) -> None:
-    result = CliRunner().invoke(app, ["rehearse", str(ROOT / "examples/multi-node/profile.yaml"),
-                                      "--own-script", "--timeout", value,
-                                      "--logs", str(tmp_path / "logs")])
+def test_a_timeout_that_is_not_a_positive_number_is_refused_in_two_lines(tmp_path: Path, value: str) -> None:
+    result = CliRunner().invoke(
+        app,
+        [
+            "rehearse",
+            str(ROOT / "examples/multi-node/profile.yaml"),
+            "--own-script",
+            "--timeout",
+            value,
+            "--logs",
+            str(tmp_path / "logs"),
+        ],
+    )
     assert result.exit_code == 2, result.output
     lines = result.stderr.splitlines()
     assert len(lines) == 2, lines

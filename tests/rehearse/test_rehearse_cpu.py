@@ -22,8 +22,9 @@ from runai_spec.rehearse import PreflightSettings, RehearseResult, rehearse_mani
 from runai_spec.rehearse.spec import RehearsalSpec
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
-SETTINGS = PreflightSettings(local_batch=4, grad_accum=8, global_batch=512, join_timeout_s=20,
-                             collective_timeout_s=60)
+SETTINGS = PreflightSettings(
+    local_batch=4, grad_accum=8, global_batch=512, join_timeout_s=20, collective_timeout_s=60
+)
 
 
 @pytest.fixture(autouse=True)
@@ -38,17 +39,20 @@ def old_launcher(job: dict[str, Any] | None = None) -> dict[str, Any]:
     for spec in job["spec"]["pytorchReplicaSpecs"].values():
         container = spec["template"]["spec"]["containers"][0]
         container["command"] = ["torchrun", *split_command(container["command"]).entry]
-        container["env"] = [e for e in container.get("env", [])
-                            if e["name"] != "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"]
+        container["env"] = [
+            e for e in container.get("env", []) if e["name"] != "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+        ]
     job["spec"]["runPolicy"]["backoffLimit"] = 3
     return job
 
 
-def rehearse(tmp_path: Path, job: dict[str, Any] | None = None, **kw: object) -> RehearseResult:
+def rehearse(tmp_path: Path, job: dict[str, Any] | None = None, **kw: Any) -> RehearseResult:
     kw.setdefault("settings", SETTINGS)
     kw.setdefault("procs_per_pod", 2)
-    return rehearse_manifests([job or example_job("multi-node")], RehearsalSpec(
-        device="cpu", logs_dir=tmp_path, **{"timeout_s": 90.0, **kw}))  # type: ignore[arg-type]
+    return rehearse_manifests(
+        [job or example_job("multi-node")],
+        RehearsalSpec(device="cpu", logs_dir=tmp_path, **{"timeout_s": 90.0, **kw}),
+    )
 
 
 def test_multi_node_rehearses_on_cpu_and_every_check_passes(tmp_path: Path) -> None:
@@ -56,8 +60,16 @@ def test_multi_node_rehearses_on_cpu_and_every_check_passes(tmp_path: Path) -> N
     assert r.ok, [(c.check, c.status, c.message) for c in r.checks]
     assert r.world_size == 4 and r.backend == "gloo"
     assert {c.check for c in r.checks if c.status == "pass"} >= {
-        "ranks", "world-size", "device", "global-batch", "checkpoint", "metrics",
-        "bus-bandwidth", "shutdown", "pods"}
+        "ranks",
+        "world-size",
+        "device",
+        "global-batch",
+        "checkpoint",
+        "metrics",
+        "bus-bandwidth",
+        "shutdown",
+        "pods",
+    }
     # per-rank logs from the rendered --log-dir, per pod, in the checkpoint volume's folder
     logs = tmp_path / "volumes" / "nlp-lab-checkpoints" / "logs"
     assert len(list(logs.glob("llm-7b-fsdp-*/*/attempt_0/*/stdout.log"))) == 4
@@ -68,9 +80,13 @@ def test_elastic_worker_only_job_starts_every_process_of_every_pod(tmp_path: Pat
     # No Master: the operator injects no PET_NPROC_PER_NODE, so only the launcher's own
     # --nproc-per-node makes torchrun start more than one process per pod.
     job = example_job("elastic")
-    r = rehearse(tmp_path, job, settings=PreflightSettings(
-        local_batch=8, grad_accum=2, global_batch=512, join_timeout_s=30,
-        collective_timeout_s=60))
+    r = rehearse(
+        tmp_path,
+        job,
+        settings=PreflightSettings(
+            local_batch=8, grad_accum=2, global_batch=512, join_timeout_s=30, collective_timeout_s=60
+        ),
+    )
     assert r.ok, [(c.check, c.status, c.message) for c in r.checks]
     world = r.check("world-size")
     assert r.world_size == 8 and world is not None and "world of 8" in world.message
@@ -97,17 +113,20 @@ def test_a_pod_with_the_wrong_process_count_fails_world_size(tmp_path: Path) -> 
     job = copy.deepcopy(example_job("multi-node"))
     worker = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
     worker["command"] = ["torchrun", "--nproc-per-node=1", *worker["command"][1:]]
-    r = rehearse(tmp_path, job, procs_per_pod=None,
-                 settings=PreflightSettings(**{**SETTINGS.__dict__, "global_batch": None}),
-                 env={"PET_NPROC_PER_NODE": "2"})
+    r = rehearse(
+        tmp_path,
+        job,
+        procs_per_pod=None,
+        settings=PreflightSettings(**{**SETTINGS.__dict__, "global_batch": None}),
+        env={"PET_NPROC_PER_NODE": "2"},
+    )
     ws = r.check("world-size")
     assert ws is not None and ws.status == "fail" and "a world of 3" in ws.message
 
 
 @pytest.mark.long  # CI keeps the representative set under 10 minutes
 def test_a_wrong_global_batch_fails_the_batch_check(tmp_path: Path) -> None:
-    r = rehearse(tmp_path, settings=PreflightSettings(**{**SETTINGS.__dict__,
-                                                         "global_batch": 256}))
+    r = rehearse(tmp_path, settings=PreflightSettings(**{**SETTINGS.__dict__, "global_batch": 256}))
     gb = r.check("global-batch")
     assert gb is not None and gb.status == "fail" and "256" in gb.message
 
@@ -122,11 +141,17 @@ def test_a_checkpoint_that_does_not_reload_fails_the_checkpoint_check(tmp_path: 
 def test_preflight_alone_names_the_rank_that_never_joined(tmp_path: Path) -> None:
     script = ROOT / "src" / "runai_spec" / "preflight.py"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "TORCHELASTIC"))}
-    env.update(RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT="29731",
-               CUDA_VISIBLE_DEVICES="")
-    done = subprocess.run([sys.executable, str(script), "--join-timeout", "3",
-                           "--checkpoint-dir", str(tmp_path)], env=env, capture_output=True,
-                          text=True, timeout=120, check=False)
+    env.update(
+        RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT="29731", CUDA_VISIBLE_DEVICES=""
+    )
+    done = subprocess.run(
+        [sys.executable, str(script), "--join-timeout", "3", "--checkpoint-dir", str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 1
     assert '"check": "ranks", "status": "fail"' in done.stdout
     assert "rank(s) 1 of 2 did not join" in done.stdout
@@ -134,7 +159,8 @@ def test_preflight_alone_names_the_rank_that_never_joined(tmp_path: Path) -> Non
 
 @pytest.mark.long
 def test_a_pod_killed_after_the_first_checkpoint_resumes_but_the_static_rendezvous_fails(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     # --restart-after-checkpoint: a --kill of the hardest pod (master-0, the store host) right
     # after the first checkpoint, run under the kubelet/operator model like any --kill
     r = rehearse(tmp_path, old_launcher(), restart_after_checkpoint=True, backoff_scale=0.1)
@@ -165,8 +191,9 @@ def test_a_pod_killed_after_the_first_checkpoint_resumes_but_the_static_rendezvo
 
 @pytest.mark.long  # CI keeps the representative set under 10 minutes
 def test_a_restarted_job_that_does_not_resume_fails_the_restart_check(tmp_path: Path) -> None:
-    r = rehearse(tmp_path, restart_after_checkpoint=True, backoff_scale=0.1,
-                 env={"PREFLIGHT_BREAK": "resume"})
+    r = rehearse(
+        tmp_path, restart_after_checkpoint=True, backoff_scale=0.1, env={"PREFLIGHT_BREAK": "resume"}
+    )
     [fault] = [c for c in r.checks if c.check == "fault"]
     assert fault.status == "fail" and not r.ok
     assert "no rank resumed the saved step 2" in fault.message, fault.message
@@ -212,17 +239,23 @@ for i in range(600):
 """
 
 
-def rehearse_own_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                        write_profile: Callable[..., Path], profile: dict[str, Any],
-                        script: str, *args: str) -> tuple[Any, dict[str, Any], str]:
+def rehearse_own_script(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    write_profile: Callable[..., Path],
+    profile: dict[str, Any],
+    script: str,
+    *args: str,
+) -> tuple[Any, dict[str, Any], str]:
     """`rehearse --own-script` of a two-pod profile whose command is `script`, run from
     tmp_path: (CLI result, result.json, the table's pods row)."""
     (tmp_path / "train.py").write_text(script)
     path = write_profile({**profile, "command": ["train.py"]})
     monkeypatch.chdir(tmp_path)  # the pods run the command in the current folder
     monkeypatch.setenv("COLUMNS", "1000")  # one table row, one line
-    result = CliRunner().invoke(app, ["rehearse", str(path), "--own-script",
-                                      "--procs-per-pod", "1", "--logs", "logs", *args])
+    result = CliRunner().invoke(
+        app, ["rehearse", str(path), "--own-script", "--procs-per-pod", "1", "--logs", "logs", *args]
+    )
     if not (tmp_path / "logs" / "result.json").exists():
         pytest.fail(f"exit {result.exit_code}, no rehearsal:\n{result.output}")
     report = json.loads((tmp_path / "logs" / "result.json").read_text())
@@ -235,10 +268,12 @@ def checks(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_own_script_that_all_reduces_and_exits_0_passes(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_profile: Callable[..., Path],
-        base_profile: dict[str, Any]) -> None:
-    result, report, row = rehearse_own_script(tmp_path, monkeypatch, write_profile,
-                                              base_profile, ALL_REDUCE)
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    write_profile: Callable[..., Path],
+    base_profile: dict[str, Any],
+) -> None:
+    result, report, row = rehearse_own_script(tmp_path, monkeypatch, write_profile, base_profile, ALL_REDUCE)
     assert result.exit_code == 0, result.output
     pods = checks(report)["pods"]
     assert pods["status"] == "pass"
@@ -255,44 +290,60 @@ def test_own_script_that_all_reduces_and_exits_0_passes(
     # and where each rank's own output is: every rank did its all-reduce
     logs = tmp_path.resolve() / "logs"
     assert f"each rank: {logs}/<pod>/ranks/<run id>/attempt_0/<local rank>/" in result.stderr
-    outs = sorted((Path(p["rank_logs"]) / "attempt_0" / "0" / "stdout.log").read_text()
-                  for p in report["pods"])
+    outs = sorted(
+        (Path(p["rank_logs"]) / "attempt_0" / "0" / "stdout.log").read_text() for p in report["pods"]
+    )
     assert [o.strip() for o in outs] == ["rank 0 of world 2: sum 3", "rank 1 of world 2: sum 3"]
 
 
 @pytest.mark.long  # CI keeps the representative set under 10 minutes
 def test_own_script_that_raises_on_rank_1_fails_and_names_the_pod_and_its_log(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_profile: Callable[..., Path],
-        base_profile: dict[str, Any]) -> None:
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    write_profile: Callable[..., Path],
+    base_profile: dict[str, Any],
+) -> None:
     # The shipped multi-node launcher lets torchrun restart a failed worker group
     # (--max-restarts) and its c10d rendezvous waits up to join_timeout for the pod that gave
     # up: a rank that crashes every time keeps the job running, here as in the cluster. The
     # rehearsal still fails, on the guide's rows, naming the rank and its error.
-    result, report, row = rehearse_own_script(tmp_path, monkeypatch, write_profile,
-                                              base_profile, RANK_1_RAISES, "--timeout", "40")
+    result, report, row = rehearse_own_script(
+        tmp_path, monkeypatch, write_profile, base_profile, RANK_1_RAISES, "--timeout", "40"
+    )
     assert result.exit_code == 1, result.output
     shutdown = checks(report)["shutdown"]
-    assert shutdown["status"] == "fail" and "rank 1: 1 (RuntimeError: rank 1 breaks on purpose)" \
-        in shutdown["message"], shutdown
+    assert (
+        shutdown["status"] == "fail"
+        and "rank 1: 1 (RuntimeError: rank 1 breaks on purpose)" in shutdown["message"]
+    ), shutdown
     # the rank's own log holds the traceback, in the pod's torchrun log folder (the rendered
     # --log-dir, on the rehearsal's checkpoint volume)
     (folder,) = {p["rank_logs"] for p in report["pods"] if p["pod"] == "worker-0"}
-    traces = [p for p in Path(folder).glob("**/attempt_*/0/stderr.log")
-              if "rank 1 breaks on purpose" in p.read_text()]
+    traces = [
+        p
+        for p in Path(folder).glob("**/attempt_*/0/stderr.log")
+        if "rank 1 breaks on purpose" in p.read_text()
+    ]
     assert traces, sorted(map(str, Path(folder).glob("**/*")))
 
 
 @pytest.mark.long  # CI keeps the representative set under 10 minutes
 def test_own_script_still_running_at_the_timeout_is_stopped_and_counted_healthy(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_profile: Callable[..., Path],
-        base_profile: dict[str, Any]) -> None:
-    result, report, row = rehearse_own_script(tmp_path, monkeypatch, write_profile,
-                                              base_profile, RUNS_ON, "--timeout", "30")
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    write_profile: Callable[..., Path],
+    base_profile: dict[str, Any],
+) -> None:
+    result, report, row = rehearse_own_script(
+        tmp_path, monkeypatch, write_profile, base_profile, RUNS_ON, "--timeout", "30"
+    )
     assert result.exit_code == 0, result.output
     pods = checks(report)["pods"]
     assert pods["status"] == "pass" and pods["message"] in row
-    assert pods["message"] == ("master-0, worker-0: ran 30 s without failing: still running at "
-                               "the deadline (--timeout), stopped there")
+    assert pods["message"] == (
+        "master-0, worker-0: ran 30 s without failing: still running at "
+        "the deadline (--timeout), stopped there"
+    )
     assert all(p["timed_out"] for p in report["pods"])
     # both ranks ran, each pod in its own copy of the working tree, and neither is left
     # behind once the rehearsal has returned
@@ -315,24 +366,31 @@ def _runs_train_py(pid: int) -> bool:
 
 # issue 23, item 9: a script that writes records into the audit folder itself (here: a
 # `metrics` record from no rank and a second rank 0 that passes everything) fails the rehearsal
-FORGES_RECORDS = ALL_REDUCE + """\
+FORGES_RECORDS = (
+    ALL_REDUCE
+    + """\
 import json, os
 folder = os.environ.get("RUNAI_SPEC_AUDIT_DIR") or "."
 with open(os.path.join(folder, f"rank-{os.environ['RANK']}.1.jsonl"), "a") as fh:
     fh.write(json.dumps({"event": "exit", "t": 1e12, "rank": 0, "exit_code": 0}) + "\\n")
 """
+)
 
 
 def test_own_script_that_forges_audit_records_fails_the_rehearsal(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_profile: Callable[..., Path],
-        base_profile: dict[str, Any]) -> None:
-    result, report, _ = rehearse_own_script(tmp_path, monkeypatch, write_profile,
-                                            base_profile, FORGES_RECORDS)
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    write_profile: Callable[..., Path],
+    base_profile: dict[str, Any],
+) -> None:
+    result, report, _ = rehearse_own_script(
+        tmp_path, monkeypatch, write_profile, base_profile, FORGES_RECORDS
+    )
     assert result.exit_code == 1, result.output
     rows = checks(report)
     assert rows["audit"]["status"] == "fail"
-    assert rows["audit"]["message"].startswith("2 record(s) in the audit folder were not "
-                                               "written by the audit layer (rank-0.1.jsonl, "
-                                               "rank-1.1.jsonl)")
+    assert rows["audit"]["message"].startswith(
+        "2 record(s) in the audit folder were not written by the audit layer (rank-0.1.jsonl, rank-1.1.jsonl)"
+    )
     for name in ("ranks", "world-size", "shutdown"):  # the layer's own records still count
         assert rows[name]["status"] == "pass", rows[name]

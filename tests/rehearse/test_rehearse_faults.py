@@ -43,10 +43,20 @@ def test_the_static_torchrun_cascade_reaches_backoff_limit_3() -> None:
     # RESULTS.md S-kill-w0-busy: worker killed, master's agent exits 1 later, the restarted
     # worker fails again: 3 restarts summed over the pods = backoffLimit 3 -> Failed
     m = JobModel.of(job_with("OnFailure", 3), backoff_scale=0.1)
-    acts = drive(m, [(9.3, "exit", "worker-0", 137), (15.0, "exit", "master-0", 1),
-                     (45.6, "exit", "worker-0", 1), (60.0, "tick", None, 0)])
+    acts = drive(
+        m,
+        [
+            (9.3, "exit", "worker-0", 137),
+            (15.0, "exit", "master-0", 1),
+            (45.6, "exit", "worker-0", 1),
+            (60.0, "tick", None, 0),
+        ],
+    )
     assert [(a.kind, a.pod) for _, a in acts] == [
-        ("restart", "worker-0"), ("restart", "master-0"), ("stop-all", None)]
+        ("restart", "worker-0"),
+        ("restart", "master-0"),
+        ("stop-all", None),
+    ]
     assert m.phase == "Failed" and "reach backoffLimit 3" in m.reason
     assert m.restarts_used == 3
     # the worker's second back-off was twice the first (2 s at scale 0.1)
@@ -89,7 +99,10 @@ def test_preemption_recreates_every_pod_and_uses_no_restarts() -> None:
     drive(m, [(1.0, "exit", "worker-0", 137), (3.0, "tick", None, 0)])
     acts = m.preempted(4.0)
     assert [(a.kind, a.pod) for a in acts] == [
-        ("delete-all", None), ("recreate", "master-0"), ("recreate", "worker-0")]
+        ("delete-all", None),
+        ("recreate", "master-0"),
+        ("recreate", "worker-0"),
+    ]
     assert m.restarts_used == 0 and m.phase == "Running"
 
 
@@ -119,8 +132,7 @@ def test_kill_and_preempt_options_parse_and_unknown_pods_are_bad_input() -> None
     assert names == ["master-0", "worker-0", "worker-1"]
     assert parse_kill("worker-1", names).at is None
     assert parse_kill("master-0@12.5", names).at == 12.5
-    assert parse_kill("worker-0@checkpoint", names).label == (
-        "kill worker-0 after the first checkpoint")
+    assert parse_kill("worker-0@checkpoint", names).label == ("kill worker-0 after the first checkpoint")
     assert parse_preempt("").kind == "preempt" and parse_preempt("@7").at == 7.0
     with pytest.raises(InputError) as caught:
         parse_kill("worker-5", names)
@@ -136,8 +148,7 @@ def test_the_hardest_pod_per_layout() -> None:
 
 
 @pytest.mark.torch
-def test_preflight_saves_on_sigterm_within_the_grace_period_while_rank_0_is_busy(
-        tmp_path: Path) -> None:
+def test_preflight_saves_on_sigterm_within_the_grace_period_while_rank_0_is_busy(tmp_path: Path) -> None:
     import json
     import os
     import signal
@@ -149,17 +160,29 @@ def test_preflight_saves_on_sigterm_within_the_grace_period_while_rank_0_is_busy
     from runai_spec.pipeline.checklist import PreflightSettings, parse_lines
     from runai_spec.rehearse import free_port
 
-    settings = PreflightSettings(steps=6, checkpoint_every=2, busy_rank0_s=60.0,
-                                 checkpoint_on_sigterm=True, join_timeout_s=20)
+    settings = PreflightSettings(
+        steps=6, checkpoint_every=2, busy_rank0_s=60.0, checkpoint_on_sigterm=True, join_timeout_s=20
+    )
     hold = tmp_path / "hold"
-    args = settings.args(world_size=1, checkpoint_dir=str(tmp_path / "ckpt"),
-                         metrics_file=None, hold_dir=str(hold))
+    args = settings.args(
+        world_size=1, checkpoint_dir=str(tmp_path / "ckpt"), metrics_file=None, hold_dir=str(hold)
+    )
     assert "--busy-rank0" in args and "--checkpoint-on-sigterm" in args
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "TORCHELASTIC"))}
-    env.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-               CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, str(ROOT / "src" / "runai_spec" / "preflight.py"),
-                             *args], env=env, stdout=subprocess.PIPE, text=True)
+    env.update(
+        RANK="0",
+        WORLD_SIZE="1",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(free_port()),
+        CUDA_VISIBLE_DEVICES="",
+        PYTHONUNBUFFERED="1",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "src" / "runai_spec" / "preflight.py"), *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while not (hold / "holding.0").exists() and time.monotonic() < deadline:

@@ -35,6 +35,7 @@ from runai_spec.rehearse.spec import RehearsalSpec
 
 # --- planning (no root needed)
 
+
 def test_the_subnet_avoids_every_route_of_this_machine() -> None:
     routes = [ipaddress.IPv4Network("10.233.7.0/24"), ipaddress.IPv4Network("10.233.8.0/22")]
     assert str(pick_subnet(routes, 7)) == "10.233.12.0/24"  # 7 routed, 8-11 inside the /22
@@ -50,8 +51,10 @@ def test_names_and_addresses_are_unique_per_rehearsal() -> None:
     b = plan_network(NAME, ["master-0", "worker-0", "worker-1"], pid=4242, routes=[])
     assert a.subnet == "10.233.146.0/24"  # 4242 % 256
     assert [(p.hostname, p.address) for p in a.pods] == [
-        (f"{NAME}-master-0", "10.233.146.2"), (f"{NAME}-worker-0", "10.233.146.3"),
-        (f"{NAME}-worker-1", "10.233.146.4")]
+        (f"{NAME}-master-0", "10.233.146.2"),
+        (f"{NAME}-worker-0", "10.233.146.3"),
+        (f"{NAME}-worker-1", "10.233.146.4"),
+    ]
     # the pid and a counter: a second rehearsal of the same process collides with nothing
     names_a = {a.bridge_netns, *(p.netns for p in a.pods)}
     names_b = {b.bridge_netns, *(p.netns for p in b.pods)}
@@ -74,21 +77,27 @@ def test_a_pods_hosts_file_names_the_others_only_while_they_run() -> None:
     assert "10.233.1.2\tllm-7b-fsdp-master-0" not in [ln.strip() for ln in idle.splitlines()]
     assert "10.233.1.3\tllm-7b-fsdp-worker-0" in [ln.strip() for ln in idle.splitlines()]
     # every version has the same length: rewritten in place, the bind mounts keep seeing it
-    sizes = {len(plan.hosts_text(s, frozenset(r))) for s in ("master-0", "worker-0")
-             for r in ([], ["master-0"], ["worker-1"], ["master-0", "worker-0", "worker-1"])}
+    sizes = {
+        len(plan.hosts_text(s, frozenset(r)))
+        for s in ("master-0", "worker-0")
+        for r in ([], ["master-0"], ["worker-1"], ["master-0", "worker-0", "worker-1"])
+    }
     assert len(sizes) == 1
 
 
 def test_netns_plan_keeps_the_cluster_env_and_adds_no_is_host(tmp_path: Path) -> None:
     plan = plan_network(NAME, ["master-0", "worker-0"], pid=1, routes=[])
-    plans, _ = plan_pods([example_job("multi-node")], RehearsalSpec(procs_per_pod=1), root=tmp_path,
-                         network=plan)
+    plans, _ = plan_pods(
+        [example_job("multi-node")], RehearsalSpec(procs_per_pod=1), root=tmp_path, network=plan
+    )
     for pod in plans:
         # the service name, as the operator sets it: the pod resolves it through /etc/hosts
         assert pod.env["MASTER_ADDR"] == f"{NAME}-master-0"
         # then PID 1 of a PID namespace of its own, where this machine allows it
-        assert pod.wrapper == plan.wrapper(pod.name) + (
-            PID_NAMESPACE if pod.pid_namespace else ()) and pod.port is None
+        assert (
+            pod.wrapper == plan.wrapper(pod.name) + (PID_NAMESPACE if pod.pid_namespace else ())
+            and pod.port is None
+        )
         assert pod.pid_namespace == can_pid_namespace()
         assert not any("is_host" in a for a in pod.argv)
     # loopback exactly as before
@@ -97,8 +106,7 @@ def test_netns_plan_keeps_the_cluster_env_and_adds_no_is_host(tmp_path: Path) ->
 
 
 def test_network_modes_and_availability(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(net_module, "unavailable", lambda: "not root (network namespaces "
-                        "need root)")
+    monkeypatch.setattr(net_module, "unavailable", lambda: "not root (network namespaces need root)")
     assert resolve_mode("auto") == "loopback" and resolve_mode("loopback") == "loopback"
     with pytest.raises(InputError, match="not available here: not root") as exc:
         resolve_mode("netns")
@@ -115,16 +123,26 @@ def test_network_modes_and_availability(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_netns_where_it_is_unavailable_is_refused_in_two_lines(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(net_module, "unavailable", lambda: "no `ip` on PATH (iproute2 / "
-                        "util-linux)")
-    result = CliRunner().invoke(app, ["rehearse", str(ROOT / "examples/multi-node/profile.yaml"),
-                                      "--network", "netns", "--logs", str(tmp_path / "logs")])
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(net_module, "unavailable", lambda: "no `ip` on PATH (iproute2 / util-linux)")
+    result = CliRunner().invoke(
+        app,
+        [
+            "rehearse",
+            str(ROOT / "examples/multi-node/profile.yaml"),
+            "--network",
+            "netns",
+            "--logs",
+            str(tmp_path / "logs"),
+        ],
+    )
     assert result.exit_code == 2, result.output
     lines = result.stderr.splitlines()
     assert len(lines) == 2, lines
-    assert lines[0] == ("error: --network: network namespaces are not available here: no `ip` "
-                        "on PATH (iproute2 / util-linux)")
+    assert lines[0] == (
+        "error: --network: network namespaces are not available here: no `ip` on PATH (iproute2 / util-linux)"
+    )
     assert lines[1].startswith("hint: ") and "--network loopback" in lines[1]
     assert not (tmp_path / "logs").exists()  # refused before anything ran
 
@@ -133,7 +151,8 @@ def test_netns_where_it_is_unavailable_is_refused_in_two_lines(
 
 needs_netns = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("unshare") is None,
-    reason="network namespaces need root, iproute2 and unshare")
+    reason="network namespaces need root, iproute2 and unshare",
+)
 
 
 def _host_state() -> tuple[str, str]:
@@ -144,23 +163,32 @@ def _host_state() -> tuple[str, str]:
 
 def _in_pod(plan: net_module.NetPlan, short: str, code: str, *args: str) -> list[str]:
     """What `code` prints, run with Python in pod `short`'s namespaces."""
-    done = subprocess.run([*plan.wrapper(short), sys.executable, "-c", code, *args],
-                          capture_output=True, text=True, timeout=30, check=False)
+    done = subprocess.run(
+        [*plan.wrapper(short), sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     assert done.returncode == 0, done
     return done.stdout.splitlines()
 
 
-LOOKUP = ("import socket, sys\n"
-          "print(socket.gethostname())\n"
-          "try:\n"
-          "    s = socket.create_connection((sys.argv[1], 29500), timeout=5); s.close()\n"
-          "    print('reached')\n"
-          "except OSError as e:\n"
-          "    print('unreached', type(e).__name__)\n")
-SERVER = ("import socket, time\n"
-          "s = socket.create_server(('0.0.0.0', 29500))\n"
-          "print('listening', flush=True)\n"
-          "time.sleep(60)\n")
+LOOKUP = (
+    "import socket, sys\n"
+    "print(socket.gethostname())\n"
+    "try:\n"
+    "    s = socket.create_connection((sys.argv[1], 29500), timeout=5); s.close()\n"
+    "    print('reached')\n"
+    "except OSError as e:\n"
+    "    print('unreached', type(e).__name__)\n"
+)
+SERVER = (
+    "import socket, time\n"
+    "s = socket.create_server(('0.0.0.0', 29500))\n"
+    "print('listening', flush=True)\n"
+    "time.sleep(60)\n"
+)
 
 
 def _wait(predicate: object, timeout: float = 10.0) -> bool:
@@ -180,20 +208,24 @@ def test_two_pods_see_their_hostnames_and_each_other_only_while_running() -> Non
     with Network(plan) as net:
         # nothing runs in master-0: its name does not resolve in worker-0
         assert _in_pod(plan, "worker-0", LOOKUP, master) == [worker, "unreached gaierror"]
-        server = subprocess.Popen([*plan.wrapper("master-0"), sys.executable, "-c", SERVER],
-                                  stdout=subprocess.PIPE, text=True)
+        server = subprocess.Popen(
+            [*plan.wrapper("master-0"), sys.executable, "-c", SERVER], stdout=subprocess.PIPE, text=True
+        )
         assert server.stdout is not None and server.stdout.readline().strip() == "listening"
         assert _wait(lambda: "master-0" in net.running)
         assert _in_pod(plan, "worker-0", LOOKUP, master) == [worker, "reached"]
         # the master sees itself by its own name, at its own address
-        assert _in_pod(plan, "master-0", f"import socket; print(socket.gethostbyname("
-                       f"{master!r}))") == [plan.pod("master-0").address]
+        assert _in_pod(plan, "master-0", f"import socket; print(socket.gethostbyname({master!r}))") == [
+            plan.pod("master-0").address
+        ]
         server.kill()
         server.wait(10)
         assert _wait(lambda: "master-0" not in net.running)
         assert _in_pod(plan, "worker-0", LOOKUP, master) == [worker, "unreached gaierror"]
         assert [(pod, up) for _, pod, up in net.changes if pod == "master-0"] == [
-            ("master-0", True), ("master-0", False)]
+            ("master-0", True),
+            ("master-0", False),
+        ]
     # everything it made is gone: namespaces, links, /etc/netns folders
     assert _host_state() == before
     assert not any((ETC_NETNS / p.netns).exists() for p in plan.pods)
@@ -212,15 +244,26 @@ def test_the_network_is_removed_when_the_block_fails() -> None:
 
 # --- a real rehearsal in netns mode
 
+
 @needs_netns
 @pytest.mark.slow
 @pytest.mark.torch
 def test_the_multi_node_example_passes_in_netns_mode_and_says_so(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     before = _host_state()
-    result = CliRunner().invoke(app, ["rehearse", str(ROOT / "examples/multi-node/profile.yaml"),
-                                      "--procs-per-pod", "2", "--network", "netns",
-                                      "--logs", str(tmp_path)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "rehearse",
+            str(ROOT / "examples/multi-node/profile.yaml"),
+            "--procs-per-pod",
+            "2",
+            "--network",
+            "netns",
+            "--logs",
+            str(tmp_path),
+        ],
+    )
     assert result.exit_code == 0, result.output
     # the table says which mode ran; result.json has the whole row
     assert any("network" in ln and "netns:" in ln for ln in result.stdout.splitlines())
@@ -229,8 +272,7 @@ def test_the_multi_node_example_passes_in_netns_mode_and_says_so(tmp_path: Path)
     assert row["details"]["mode"] == "netns", row
     assert f"{NAME}-master-0 10.233." in row["message"]
     # the c10d endpoint names master-0; torch finds that out from the hostnames, unaided
-    assert "c10d store host: master-0" in row["message"] and row["details"]["store_hosts"] == [
-        "master-0"]
+    assert "c10d store host: master-0" in row["message"] and row["details"]["store_hosts"] == ["master-0"]
     pods = json.loads((tmp_path / "pods.json").read_text())["pods"]
     assert {p["env"]["MASTER_ADDR"] for p in pods} == {f"{NAME}-master-0"}
     assert not any("is_host" in a for p in pods for a in p["argv"])
@@ -250,9 +292,19 @@ def test_a_worker_kill_while_rank_0_is_busy_recovers_in_netns_mode(tmp_path: Pat
 
     settings = PreflightSettings(**{**SETTINGS.__dict__, "busy_rank0_s": 3.0})
     before = _host_state()
-    r = rehearse_manifests([c10d_job()], RehearsalSpec(
-        settings=settings, procs_per_pod=1, device="cpu", logs_dir=tmp_path, timeout_s=150.0,
-        kills=["worker-0@checkpoint"], backoff_scale=0.1, network="netns"))
+    r = rehearse_manifests(
+        [c10d_job()],
+        RehearsalSpec(
+            settings=settings,
+            procs_per_pod=1,
+            device="cpu",
+            logs_dir=tmp_path,
+            timeout_s=150.0,
+            kills=["worker-0@checkpoint"],
+            backoff_scale=0.1,
+            network="netns",
+        ),
+    )
     [fault] = [c for c in r.checks if c.check == "fault"]
     assert fault.status == "pass" and r.ok, [(c.check, c.status, c.message) for c in r.checks]
     assert fault.details["restarted"] == ["worker-0"] and fault.details["resumed_ranks"] == [0, 1]

@@ -23,8 +23,10 @@ PROFILE = str(ROOT / "examples/multi-node/profile.yaml")
 
 
 def fake_result(logs: Path) -> RehearseResult:
-    checks = (CheckResult("ranks", "pass", "4 of 4 ranks reported"),
-              CheckResult("pods", "pass", "2 pod(s) exited 0"))
+    checks = (
+        CheckResult("ranks", "pass", "4 of 4 ranks reported"),
+        CheckResult("pods", "pass", "2 pod(s) exited 0"),
+    )
     pods = (PodOutcome("master-0", 0, 0, False, False, logs / "master-0" / "pod.log", 0),)
     return RehearseResult(True, checks, pods, logs, 4, "gloo", False)
 
@@ -49,7 +51,8 @@ def calls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any
 
 
 def test_the_table_goes_to_stdout_and_the_logs_paths_to_stderr(
-        calls: list[dict[str, Any]], tmp_path: Path) -> None:
+    calls: list[dict[str, Any]], tmp_path: Path
+) -> None:
     result = CliRunner().invoke(app, ["rehearse", PROFILE])
     assert result.exit_code == 0, result.output
     assert "│ ranks " in result.stdout and "│ pods " in result.stdout
@@ -89,25 +92,29 @@ def test_the_status_line_is_shown_on_a_terminal_only(monkeypatch: pytest.MonkeyP
     show("pods up 2/2 | r0:ranks | 1/60 s")
     clear()
     # rewritten in place, and gone before the table comes
-    assert terminal.getvalue() == ("\r\x1b[Kpods up 1/2 | 0/60 s"
-                                   "\r\x1b[Kpods up 2/2 | r0:ranks | 1/60 s\r\x1b[K")
+    assert terminal.getvalue() == (
+        "\r\x1b[Kpods up 1/2 | 0/60 s\r\x1b[Kpods up 2/2 | r0:ranks | 1/60 s\r\x1b[K"
+    )
 
 
 def _plan(tmp_path: Path, name: str, rank: int, code: str) -> PodPlan:
     log_dir = tmp_path / name
     log_dir.mkdir(parents=True)
-    return PodPlan(name, "Worker", rank, rank, (sys.executable, "-c", code), {}, tmp_path,
-                   log_dir)
+    return PodPlan(name, "Worker", rank, rank, (sys.executable, "-c", code), {}, tmp_path, log_dir)
 
 
 def test_run_attempt_reports_pods_up_each_ranks_last_check_and_the_time(tmp_path: Path) -> None:
-    say = ("import json, time\n"
-           "for check in ('ranks', 'world-size'):\n"
-           "    print('PREFLIGHT ' + json.dumps({'check': check, 'status': 'pass', "
-           "'rank': {rank}}), flush=True)\n"
-           "time.sleep({sleep})\n")
-    plans = [_plan(tmp_path, "master-0", 0, say.replace("{rank}", "0").replace("{sleep}", "2.5")),
-             _plan(tmp_path, "worker-0", 1, say.replace("{rank}", "1").replace("{sleep}", "0"))]
+    say = (
+        "import json, time\n"
+        "for check in ('ranks', 'world-size'):\n"
+        "    print('PREFLIGHT ' + json.dumps({'check': check, 'status': 'pass', "
+        "'rank': {rank}}), flush=True)\n"
+        "time.sleep({sleep})\n"
+    )
+    plans = [
+        _plan(tmp_path, "master-0", 0, say.replace("{rank}", "0").replace("{sleep}", "2.5")),
+        _plan(tmp_path, "worker-0", 1, say.replace("{rank}", "1").replace("{sleep}", "0")),
+    ]
     lines: list[str] = []
     run_attempt(plans, 0, 30, progress=lines.append)
     assert 2 <= len(lines) <= 4, lines  # about once a second
@@ -126,9 +133,10 @@ def test_a_crashed_pods_row_ends_with_its_ranks_last_error_lines(tmp_path: Path)
     (rank_logs / "attempt_0" / "0" / "stderr.log").write_text("")  # a rank that said nothing
     (rank_logs / "attempt_0" / "1").mkdir(parents=True)
     (rank_logs / "attempt_0" / "1" / "stderr.log").write_text(
-        "Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\n"
-        "    main()\n\n  File \"train.py\", line 2, in main\n"
-        "ValueError: bad \x1b[31mbatch\tsize\n\n")
+        'Traceback (most recent call last):\n  File "train.py", line 3, in <module>\n'
+        '    main()\n\n  File "train.py", line 2, in main\n'
+        "ValueError: bad \x1b[31mbatch\tsize\n\n"
+    )
     pod_log = tmp_path / "pod.log"
     pod_log.write_text("# argv: []\n")
     crashed = PodOutcome("worker-0", 1, 1, False, False, pod_log, 0, rank_logs)
@@ -136,8 +144,10 @@ def test_a_crashed_pods_row_ends_with_its_ranks_last_error_lines(tmp_path: Path)
     row = next(c for c in aggregate([], 2, [fine, crashed], 60, True) if c.check == "pods")
     assert row.status == "fail"
     assert row.message.startswith("worker-0: crashed with exit 1: see ")
-    assert ("; last lines:     main() |   File \"train.py\", line 2, in main | "
-            "ValueError: bad \\x1b[31mbatch\\tsize; master-0:") in row.message
+    assert (
+        '; last lines:     main() |   File "train.py", line 2, in main | '
+        "ValueError: bad \\x1b[31mbatch\\tsize; master-0:"
+    ) in row.message
     assert "\n" not in row.message and "\x1b" not in row.message
 
 
@@ -154,12 +164,15 @@ def test_a_pod_that_raises_shows_its_traceback_end_in_the_pods_row(tmp_path: Pat
     run = run_attempt(plans, 0, 30)
     row = next(c for c in aggregate(run.lines, 1, run.outcomes, 30, True) if c.check == "pods")
     assert row.status == "fail" and row.message.startswith("master-0: crashed with exit 1: see ")
-    assert row.message.endswith('; last lines:   File "<string>", line 3, in <module> |   File '
-                                '"<string>", line 2, in main | ValueError: boom'), row.message
+    assert row.message.endswith(
+        '; last lines:   File "<string>", line 3, in <module> |   File '
+        '"<string>", line 2, in main | ValueError: boom'
+    ), row.message
 
 
 def test_a_profile_with_error_findings_is_refused_before_anything_runs(
-        calls: list[dict[str, Any]], tmp_path: Path) -> None:
+    calls: list[dict[str, Any]], tmp_path: Path
+) -> None:
     # issue 23, item 3: `env: {LD_PRELOAD: ./x.so}` is refused by validate, and rehearse loaded
     # the library on this machine
     text = (ROOT / "examples/multi-node/profile.yaml").read_text(encoding="utf-8")

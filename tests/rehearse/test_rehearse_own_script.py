@@ -28,8 +28,9 @@ from runai_spec.rehearse.script_checks import (
 )
 
 SETTINGS = PreflightSettings(local_batch=4, grad_accum=2, global_batch=16)
-RUN = ScriptRun(world=2, plan_world=2, checkpoint_dir="/checkpoints", gpus=0, restarted=False,
-                timed_out=False)
+RUN = ScriptRun(
+    world=2, plan_world=2, checkpoint_dir="/checkpoints", gpus=0, restarted=False, timed_out=False
+)
 
 # a script that computes, prints, checkpoints, loads and ends with its own exit code
 SCRIPT = """\
@@ -52,8 +53,9 @@ sys.exit(int(os.environ.get("CODE", "0")))
 
 def _rank_env(tmp_path: Path, audit: Path | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RUNAI_SPEC")}
-    env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(_free_port()))
+    env.update(
+        RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port())
+    )
     if audit is not None:
         env["RUNAI_SPEC_AUDIT_DIR"] = str(audit)
         env["RUNAI_SPEC_AUDIT_KEY"] = KEY
@@ -74,23 +76,29 @@ def _free_port() -> int:
 
 def _run(tmp_path: Path, audit: Path | None, **extra: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "train.py").write_text(SCRIPT)
-    return subprocess.run([sys.executable, "train.py"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=180, check=False,
-                          env={**_rank_env(tmp_path, audit), **extra})
+    return subprocess.run(
+        [sys.executable, "train.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+        env={**_rank_env(tmp_path, audit), **extra},
+    )
 
 
 @pytest.mark.torch
 @pytest.mark.slow
 @pytest.mark.parametrize("extra", [{}, {"CODE": "3"}, {"RAISE": "1"}], ids=["0", "3", "raise"])
-def test_the_audit_layer_changes_neither_output_nor_exit_code(
-        tmp_path: Path, extra: dict[str, str]) -> None:
+def test_the_audit_layer_changes_neither_output_nor_exit_code(tmp_path: Path, extra: dict[str, str]) -> None:
     pytest.importorskip("torch")
     plain = _run(tmp_path, None, **extra)
     audited = _run(tmp_path, tmp_path / "audit", **extra)
     assert (audited.returncode, audited.stdout) == (plain.returncode, plain.stdout)
     assert audited.stderr == plain.stderr
     assert "loss" in plain.stdout and plain.returncode == {"CODE": 3, "RAISE": 1}.get(
-        next(iter(extra), ""), 0)
+        next(iter(extra), ""), 0
+    )
     records = read_audit(tmp_path / "audit", KEY)
     events = [r["event"] for r in records]
     assert events[:2] == ["start", "init-process-group"] and events[-1] == "exit"
@@ -109,19 +117,31 @@ def test_the_audit_layer_fails_open(tmp_path: Path) -> None:
     plain = _run(tmp_path, None)
     audited = _run(tmp_path, blocker)
     assert (audited.returncode, audited.stdout, audited.stderr) == (
-        plain.returncode, plain.stdout, plain.stderr)
+        plain.returncode,
+        plain.stdout,
+        plain.stderr,
+    )
 
 
 def _rec(event: str, rank: int, t: float, **kw: Any) -> dict[str, Any]:
-    return {"event": event, "rank": rank, "t": t, "pid": 100 + rank + 10 * kw.get("attempt", 0),
-            "attempt": 0, "restart": 0, **kw}
+    return {
+        "event": event,
+        "rank": rank,
+        "t": t,
+        "pid": 100 + rank + 10 * kw.get("attempt", 0),
+        "attempt": 0,
+        "restart": 0,
+        **kw,
+    }
 
 
 def _healthy(world: int = 2) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for k in range(world):
-        out += [_rec("start", k, 1), _rec("init-process-group", k, 2, group_world_size=world,
-                                          backend="gloo", device="cpu")]
+        out += [
+            _rec("start", k, 1),
+            _rec("init-process-group", k, 2, group_world_size=world, backend="gloo", device="cpu"),
+        ]
     out.append(_rec("save", 0, 3, path="/checkpoints/s.pt", api="torch.save", step=5))
     for k in range(world):
         out += [_rec("destroy-process-group", k, 4), _rec("exit", k, 5, exit_code=0)]
@@ -135,8 +155,15 @@ def _rows(records: list[dict[str, Any]], run: ScriptRun = RUN) -> dict[str, Any]
 def test_a_healthy_run_passes_every_row_that_can_be_checked_on_cpu() -> None:
     rows = _rows(_healthy())
     assert {k: r.status for k, r in rows.items()} == {
-        "ranks": "pass", "world-size": "pass", "device": "skip", "global-batch": "pass",
-        "checkpoint": "pass", "metrics": "skip", "resume": "skip", "shutdown": "pass"}
+        "ranks": "pass",
+        "world-size": "pass",
+        "device": "skip",
+        "global-batch": "pass",
+        "checkpoint": "pass",
+        "metrics": "skip",
+        "resume": "skip",
+        "shutdown": "pass",
+    }
 
 
 def test_a_checkpoint_in_the_working_directory_is_lost_at_restart() -> None:
@@ -160,21 +187,26 @@ def test_a_restarted_rank_that_saves_before_loading_started_again_from_step_0() 
     run = ScriptRun(**{**RUN.__dict__, "restarted": True})
     records = _healthy()[:5]  # attempt 0: killed after the save of step 5
     for k in range(2):
-        records += [_rec("start", k, 10, attempt=1), _rec("init-process-group", k, 11, attempt=1,
-                                                          group_world_size=2)]
+        records += [
+            _rec("start", k, 10, attempt=1),
+            _rec("init-process-group", k, 11, attempt=1, group_world_size=2),
+        ]
     records.append(_rec("save", 0, 12, attempt=1, path="/checkpoints/s.pt", step=5))
     row = _rows(records, run)["resume"]
     assert row.status == "fail" and "started again from step 0" in row.message
-    resumed = records[:-1] + [
-        _rec("load", k, 11.5, attempt=1, path="/checkpoints/s.pt", step=5) for k in range(2)] + [
-        _rec("save", 0, 12, attempt=1, path="/checkpoints/s.pt", step=6)]
+    resumed = (
+        records[:-1]
+        + [_rec("load", k, 11.5, attempt=1, path="/checkpoints/s.pt", step=5) for k in range(2)]
+        + [_rec("save", 0, 12, attempt=1, path="/checkpoints/s.pt", step=6)]
+    )
     assert _rows(sorted(resumed, key=lambda r: r["t"]), run)["resume"].status == "pass"
 
 
 def test_a_script_that_needs_nccl_says_what_could_not_run_on_cpu() -> None:
     records = [_rec("start", k, 1) for k in range(2)] + [
         _rec("init-process-group", k, 2, requested_backend="nccl", failed="RuntimeError: no NCCL")
-        for k in range(2)]
+        for k in range(2)
+    ]
     rows = _rows(records)
     assert rows["world-size"].status == "skip"
     assert "asks for nccl" in rows["world-size"].message and "GPU machine" in rows["world-size"].message
@@ -215,9 +247,15 @@ for rank in (0, 1):
 
 def test_records_a_script_writes_into_the_audit_folder_do_not_count(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(FORGER)
-    done = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=60, check=False,
-                          env=_rank_env(tmp_path, tmp_path / "audit"))
+    done = subprocess.run(
+        [sys.executable, "train.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=_rank_env(tmp_path, tmp_path / "audit"),
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "key seen: None\n"  # the rank's environment lost the key
     records = read_audit(tmp_path / "audit", KEY)
@@ -227,8 +265,10 @@ def test_records_a_script_writes_into_the_audit_folder_do_not_count(tmp_path: Pa
     assert foreign == {"rank-0.990.jsonl": 2, "rank-1.991.jsonl": 2}
     row = foreign_row(foreign)
     assert row is not None and row.status == "fail" and row.check == "audit"
-    assert row.message.startswith("4 record(s) in the audit folder were not written by the "
-                                  "audit layer (rank-0.990.jsonl, rank-1.991.jsonl)")
+    assert row.message.startswith(
+        "4 record(s) in the audit folder were not written by the "
+        "audit layer (rank-0.990.jsonl, rank-1.991.jsonl)"
+    )
     assert read_audit(tmp_path / "audit", "another key") == []  # another rehearsal's key
     assert foreign_row({}) is None
 
@@ -240,10 +280,10 @@ def test_an_edited_record_of_the_audit_layer_does_not_count(tmp_path: Path) -> N
     (log,) = (tmp_path / "audit").glob("rank-0.*.jsonl")
     lines = log.read_text().splitlines()
     assert len(lines) == 2 and '"exit_code": 0' in lines[1]
-    log.write_text("\n".join([lines[0], lines[1].replace('"exit_code": 0', '"exit_code": 1')])
-                   + "\n")
+    log.write_text("\n".join([lines[0], lines[1].replace('"exit_code": 0', '"exit_code": 1')]) + "\n")
     assert [r["event"] for r in read_audit(tmp_path / "audit", KEY)] == ["start"]
     assert foreign_records(tmp_path / "audit", KEY) == {log.name: 1}
+
 
 @pytest.mark.skipif(not can_mount(), reason="needs root, unshare and mount namespaces")
 def test_the_pod_s_mounts_create_nothing_outside_the_rehearsal_folder(tmp_path: Path) -> None:
@@ -260,20 +300,30 @@ def test_the_pod_s_mounts_create_nothing_outside_the_rehearsal_folder(tmp_path: 
     deep = str(tmp_path / "link" / "missing" / "data")
     root, pod = tmp_path / "root", tmp_path / "root" / "master-0"
     pod.mkdir(parents=True)
-    container = {"volumeMounts": [
-        {"name": "checkpoint", "mountPath": f"{top}/ckpt"},
-        {"name": "data-0", "mountPath": deep, "readOnly": True},
-        {"name": "shm", "mountPath": f"{top}-shm"}]}
-    spec = {"volumes": [{"name": "checkpoint", "persistentVolumeClaim": {"claimName": "c"}},
-                        {"name": "data-0", "persistentVolumeClaim": {"claimName": "d"}},
-                        {"name": "shm", "emptyDir": {"medium": "Memory"}}]}
+    container = {
+        "volumeMounts": [
+            {"name": "checkpoint", "mountPath": f"{top}/ckpt"},
+            {"name": "data-0", "mountPath": deep, "readOnly": True},
+            {"name": "shm", "mountPath": f"{top}-shm"},
+        ]
+    }
+    spec = {
+        "volumes": [
+            {"name": "checkpoint", "persistentVolumeClaim": {"claimName": "c"}},
+            {"name": "data-0", "persistentVolumeClaim": {"claimName": "d"}},
+            {"name": "shm", "emptyDir": {"medium": "Memory"}},
+        ]
+    }
     (root / "volumes" / "d").mkdir(parents=True)
     (root / "volumes" / "d" / "input.txt").write_text("input\n")
     fs = pod_filesystem(spec, container, root, pod, tree, isolate=True)
-    script = (f"echo saved > {top}/ckpt/state && cat {deep}/input.txt && echo x > {top}-shm/x "
-              f"&& cat {beside}/kept.txt && ls && pwd")
-    done = subprocess.run([*fs.wrapper, "sh", "-c", script], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=60)
+    script = (
+        f"echo saved > {top}/ckpt/state && cat {deep}/input.txt && echo x > {top}-shm/x "
+        f"&& cat {beside}/kept.txt && ls && pwd"
+    )
+    done = subprocess.run(
+        [*fs.wrapper, "sh", "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["input", "kept", "train.py", str(pod / "image")]
     assert (root / "volumes" / "c" / "state").read_text() == "saved\n"
@@ -298,23 +348,29 @@ dist.destroy_process_group()
 @pytest.mark.torch
 @pytest.mark.slow
 def test_rehearse_own_script_names_a_checkpoint_off_the_volume_and_metrics_from_every_rank(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_profile: Callable[..., Path],
-        base_profile: dict[str, Any]) -> None:
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    write_profile: Callable[..., Path],
+    base_profile: dict[str, Any],
+) -> None:
     pytest.importorskip("torch")
     (tmp_path / "train.py").write_text(CARELESS)
     (tmp_path / "wandb.py").write_text("def init(*args, **kwargs):\n    return None\n")
     path = write_profile({**base_profile, "command": ["train.py"]})
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("COLUMNS", "1000")
-    result = CliRunner().invoke(app, ["rehearse", str(path), "--own-script", "--procs-per-pod",
-                                      "1", "--logs", "logs", "--timeout", "120"])
+    result = CliRunner().invoke(
+        app,
+        ["rehearse", str(path), "--own-script", "--procs-per-pod", "1", "--logs", "logs", "--timeout", "120"],
+    )
     assert result.exit_code == 1, result.output
-    rows = {c["check"]: c for c in json.loads((tmp_path / "logs" / "result.json").read_text())
-            ["checks"]}
+    rows = {c["check"]: c for c in json.loads((tmp_path / "logs" / "result.json").read_text())["checks"]}
     image = tmp_path.resolve() / "logs" / "master-0" / "image"
     assert rows["checkpoint"]["status"] == "fail"
-    assert f"{image}/snapshot.pt is not on the checkpoint volume /checkpoints: {LOST}" \
+    assert (
+        f"{image}/snapshot.pt is not on the checkpoint volume /checkpoints: {LOST}"
         in rows["checkpoint"]["message"]
+    )
     assert rows["metrics"]["status"] == "fail" and rows["metrics"]["failed_ranks"] == [1]
     assert rows["pods"]["status"] == "pass" and rows["ranks"]["status"] == "pass"
     assert "│ checkpoint   │ fail" in result.stdout
@@ -342,16 +398,35 @@ dist.destroy_process_group()
 """
 
 
-def _rehearse_kill(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                   write_profile: Callable[..., Path], profile: dict[str, Any], script: str,
-                   *args: str) -> tuple[Any, dict[str, dict[str, Any]]]:
+def _rehearse_kill(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    write_profile: Callable[..., Path],
+    profile: dict[str, Any],
+    script: str,
+    *args: str,
+) -> tuple[Any, dict[str, dict[str, Any]]]:
     (tmp_path / "train.py").write_text(script)
     path = write_profile({**profile, "command": ["train.py"]})
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("COLUMNS", "1000")
-    result = CliRunner().invoke(app, ["rehearse", str(path), "--own-script", "--procs-per-pod",
-                                      "1", "--logs", "logs", "--timeout", "240",
-                                      "--backoff-scale", "0.1", *args])
+    result = CliRunner().invoke(
+        app,
+        [
+            "rehearse",
+            str(path),
+            "--own-script",
+            "--procs-per-pod",
+            "1",
+            "--logs",
+            "logs",
+            "--timeout",
+            "240",
+            "--backoff-scale",
+            "0.1",
+            *args,
+        ],
+    )
     report = tmp_path / "logs" / "result.json"
     assert report.exists(), result.output
     return result, {c["check"]: c for c in json.loads(report.read_text())["checks"]}
@@ -360,11 +435,15 @@ def _rehearse_kill(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 @pytest.mark.torch
 @pytest.mark.slow
 def test_own_script_restart_after_checkpoint_resumes_on_the_volume(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_profile: Callable[..., Path],
-        base_profile: dict[str, Any]) -> None:
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    write_profile: Callable[..., Path],
+    base_profile: dict[str, Any],
+) -> None:
     pytest.importorskip("torch")
-    result, rows = _rehearse_kill(tmp_path, monkeypatch, write_profile, base_profile, RESUMES,
-                                  "--restart-after-checkpoint")
+    result, rows = _rehearse_kill(
+        tmp_path, monkeypatch, write_profile, base_profile, RESUMES, "--restart-after-checkpoint"
+    )
     assert result.exit_code == 0, result.output
     assert rows["fault"]["status"] == "pass", rows["fault"]
     assert rows["fault"]["message"].startswith("kill master-0 after the first checkpoint")
@@ -378,12 +457,16 @@ def test_own_script_restart_after_checkpoint_resumes_on_the_volume(
 @pytest.mark.torch
 @pytest.mark.slow
 def test_a_checkpoint_in_the_working_directory_is_gone_after_the_kill(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_profile: Callable[..., Path],
-        base_profile: dict[str, Any]) -> None:
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    write_profile: Callable[..., Path],
+    base_profile: dict[str, Any],
+) -> None:
     pytest.importorskip("torch")
     script = RESUMES.replace('os.environ.get("CKPT", "/checkpoints/state.pt")', '"state.pt"')
-    result, rows = _rehearse_kill(tmp_path, monkeypatch, write_profile, base_profile, script,
-                                  "--kill", "master-0")
+    result, rows = _rehearse_kill(
+        tmp_path, monkeypatch, write_profile, base_profile, script, "--kill", "master-0"
+    )
     assert result.exit_code == 1, result.output
     assert rows["checkpoint"]["status"] == "fail" and LOST in rows["checkpoint"]["message"]
     assert rows["resume"]["status"] == "fail"
@@ -394,12 +477,16 @@ def test_a_checkpoint_in_the_working_directory_is_gone_after_the_kill(
 @pytest.mark.slow
 @pytest.mark.long
 def test_a_script_that_ignores_its_checkpoint_after_a_restart_fails_the_resume(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_profile: Callable[..., Path],
-        base_profile: dict[str, Any]) -> None:
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    write_profile: Callable[..., Path],
+    base_profile: dict[str, Any],
+) -> None:
     pytest.importorskip("torch")
     script = RESUMES.replace("if os.path.exists(CKPT):", "if False:")
-    result, rows = _rehearse_kill(tmp_path, monkeypatch, write_profile, base_profile, script,
-                                  "--kill", "master-0@checkpoint")
+    result, rows = _rehearse_kill(
+        tmp_path, monkeypatch, write_profile, base_profile, script, "--kill", "master-0@checkpoint"
+    )
     assert result.exit_code == 1, result.output
     assert rows["checkpoint"]["status"] == "pass"
     assert rows["resume"]["status"] == "fail"
@@ -416,8 +503,9 @@ def test_the_rehearsal_folder_inside_the_tree_is_not_part_of_the_image(tmp_path:
     (root / "volumes").mkdir()
     fs = pod_filesystem({}, {}, root, pod, tmp_path, isolate=False)
     for _ in range(2):
-        done = subprocess.run([*fs.wrapper, "ls", "-a"], capture_output=True, text=True,
-                              check=True, cwd=tmp_path, timeout=30)
+        done = subprocess.run(
+            [*fs.wrapper, "ls", "-a"], capture_output=True, text=True, check=True, cwd=tmp_path, timeout=30
+        )
         assert sorted(done.stdout.split()) == [".", "..", "train.py"]
 
 
@@ -425,10 +513,15 @@ def test_a_process_the_rank_starts_afresh_records_nothing(tmp_path: Path) -> Non
     # the rank took the key out of its environment: a spawned child has none, and its lines
     # would otherwise read as forged
     (tmp_path / "train.py").write_text(
-        "import subprocess, sys\n"
-        "subprocess.run([sys.executable, '-c', 'print(1)'], check=True)\n")
-    subprocess.run([sys.executable, "train.py"], cwd=tmp_path, check=True, timeout=60,
-                   env=_rank_env(tmp_path, tmp_path / "audit"))
+        "import subprocess, sys\nsubprocess.run([sys.executable, '-c', 'print(1)'], check=True)\n"
+    )
+    subprocess.run(
+        [sys.executable, "train.py"],
+        cwd=tmp_path,
+        check=True,
+        timeout=60,
+        env=_rank_env(tmp_path, tmp_path / "audit"),
+    )
     assert len(list((tmp_path / "audit").glob("rank-0.*.jsonl"))) == 1  # the rank's own
     assert foreign_records(tmp_path / "audit", KEY) == {}
     assert [r["event"] for r in read_audit(tmp_path / "audit", KEY)] == ["start", "exit"]
@@ -442,8 +535,16 @@ def test_dcp_s_own_in_memory_serialisations_are_no_checkpoints() -> None:
 
     run = ScriptRun(**{**RUN.__dict__, "world": 4, "plan_world": 4})
     records = [{"event": "save", "api": "torch.save", "path": None, "rank": r} for r in range(4)]
-    records += [{"event": "save", "api": "torch.distributed.checkpoint.save",
-                 "path": "/checkpoints/step-2", "sharded": True, "rank": r} for r in range(4)]
+    records += [
+        {
+            "event": "save",
+            "api": "torch.distributed.checkpoint.save",
+            "path": "/checkpoints/step-2",
+            "sharded": True,
+            "rank": r,
+        }
+        for r in range(4)
+    ]
     row = _checkpoint_row(records, run)
     assert row.status == "pass", row.message
     assert "None" not in row.message and "(and in memory)" in row.message

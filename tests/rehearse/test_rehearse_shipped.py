@@ -29,32 +29,55 @@ BUSY_S = 6.0
 TIMEOUT_S = 240.0
 
 
-def rehearse_shipped(tmp_path: Path, example: str, procs: int, *, kill: str | None = None,
-                     preempt: bool = False, busy_s: float = 0.0
-                     ) -> tuple[RehearseResult, CheckResult, Mapping[str, Any]]:
+def rehearse_shipped(
+    tmp_path: Path,
+    example: str,
+    procs: int,
+    *,
+    kill: str | None = None,
+    preempt: bool = False,
+    busy_s: float = 0.0,
+) -> tuple[RehearseResult, CheckResult, Mapping[str, Any]]:
     """`rehearse examples/<example>/profile.yaml --procs-per-pod <procs> --backoff-scale 0.1`
     with the fault: (result, its one fault row, the rendered job)."""
     pytest.importorskip("torch")
     workload = prepare_workload(ROOT / "examples" / example / "profile.yaml")
     assert not [f for f in workload.findings if f.severity == "error"], workload.findings
     settings = replace(preflight_settings(workload), busy_rank0_s=busy_s)
-    r = rehearse_manifests(list(workload.manifests), RehearsalSpec(
-        settings=settings, procs_per_pod=procs, device="cpu", logs_dir=tmp_path,
-        timeout_s=TIMEOUT_S, kills=[f"{kill}@checkpoint"] if kill else (),
-        preempt="checkpoint" if preempt else None, backoff_scale=SCALE))
+    r = rehearse_manifests(
+        list(workload.manifests),
+        RehearsalSpec(
+            settings=settings,
+            procs_per_pod=procs,
+            device="cpu",
+            logs_dir=tmp_path,
+            timeout_s=TIMEOUT_S,
+            kills=[f"{kill}@checkpoint"] if kill else (),
+            preempt="checkpoint" if preempt else None,
+            backoff_scale=SCALE,
+        ),
+    )
     faults = [c for c in r.checks if c.check == "fault"]
     assert len(faults) == 1, [(c.check, c.status, c.message) for c in r.checks]
     job = next(m for m in workload.manifests if m.get("kind") == "PyTorchJob")
     fault = faults[0]
-    print(f"{example} {kill or 'preempt'}: {fault.status}, restarts "
-          f"{fault.details['restarts_used']}/{fault.details['backoff_limit']}, recovered "
-          f"{fault.details['ended_at_s'] - fault.details['fault_at_s']:.1f} s after the fault")
+    print(
+        f"{example} {kill or 'preempt'}: {fault.status}, restarts "
+        f"{fault.details['restarts_used']}/{fault.details['backoff_limit']}, recovered "
+        f"{fault.details['ended_at_s'] - fault.details['fault_at_s']:.1f} s after the fault"
+    )
     return r, fault, job
 
 
-def assert_recovered(r: RehearseResult, fault: CheckResult, job: Mapping[str, Any], *,
-                     restarted: Sequence[str], recreated: Sequence[str] = (),
-                     elastic: bool = False) -> None:
+def assert_recovered(
+    r: RehearseResult,
+    fault: CheckResult,
+    job: Mapping[str, Any],
+    *,
+    restarted: Sequence[str],
+    recreated: Sequence[str] = (),
+    elastic: bool = False,
+) -> None:
     """Recovered within the preset's backoffLimit, only these pods restarted in place (or
     recreated), and every rank of the job as it ended resumed the saved step and weights.
     Elastic: a pod that lost the store may need a second start before a round admits it, and
@@ -71,8 +94,7 @@ def assert_recovered(r: RehearseResult, fault: CheckResult, job: Mapping[str, An
     # the weights too: _resumes compares each resumed rank's digest with the saved one
     final = len(d["resumed_ranks"])
     low = job["spec"]["elasticPolicy"]["minReplicas"] if elastic else r.world_size
-    assert d["resumed_ranks"] == list(range(final)) and low <= final <= r.world_size, \
-        fault.message
+    assert d["resumed_ranks"] == list(range(final)) and low <= final <= r.world_size, fault.message
     assert "resumed other weights" not in fault.message and "older step" not in fault.message
     resume = r.check("resume")
     assert resume is not None and resume.status == "pass", rows
@@ -81,6 +103,7 @@ def assert_recovered(r: RehearseResult, fault: CheckResult, job: Mapping[str, An
 
 
 # --- multi-node (h200-2x8-ib: Master + 1 Worker, c10d at $(MASTER_ADDR), backoffLimit 5)
+
 
 @pytest.mark.slow
 @pytest.mark.torch
@@ -127,14 +150,14 @@ def test_multi_node_preemption_recreates_every_pod_and_uses_no_restart(tmp_path:
 
 # --- elastic (h200-elastic-2to4x8-ib: 4 Workers, c10d store on worker-0, backoffLimit 9)
 
+
 @pytest.mark.slow
 @pytest.mark.torch
 @pytest.mark.faults
 def test_elastic_worker_0_killed_restarts_every_pod_once(tmp_path: Path) -> None:
     # worker-0 hosts the c10d store: every other agent loses it and exits, 1 restart per pod
     r, fault, job = rehearse_shipped(tmp_path, "elastic", 1, kill="worker-0")
-    assert_recovered(r, fault, job, restarted=["worker-0", "worker-1", "worker-2", "worker-3"],
-                     elastic=True)
+    assert_recovered(r, fault, job, restarted=["worker-0", "worker-1", "worker-2", "worker-3"], elastic=True)
 
 
 @pytest.mark.long
@@ -149,10 +172,11 @@ def test_elastic_another_worker_killed_restarts_only_that_pod(tmp_path: Path) ->
 
 # --- the rehearsal's own bookkeeping, without torch
 
-def _rec(pod: str, start: tuple[int, int], rank: int, check: str, status: str = "pass",
-         **more: Any) -> dict[str, Any]:
-    return {"check": check, "status": status, "rank": rank, "_pod": pod, "_start": start,
-            **more}
+
+def _rec(
+    pod: str, start: tuple[int, int], rank: int, check: str, status: str = "pass", **more: Any
+) -> dict[str, Any]:
+    return {"check": check, "status": status, "rank": rank, "_pod": pod, "_start": start, **more}
 
 
 def test_the_final_round_is_each_pods_last_start_even_where_ranks_were_renumbered() -> None:
@@ -163,22 +187,26 @@ def test_the_final_round_is_each_pods_last_start_even_where_ranks_were_renumbere
     # round and hide the restarted worker-2's
     lines = [
         _rec("worker-2", (0, 0), 2, "ranks"),
-        _rec("worker-2", (1, 0), 3, "ranks"), _rec("worker-2", (1, 0), 3, "shutdown"),
+        _rec("worker-2", (1, 0), 3, "ranks"),
+        _rec("worker-2", (1, 0), 3, "shutdown"),
         _rec("worker-3", (0, 0), 3, "ranks"),
         _rec("worker-3", (0, 0), 3, "training", "fail"),
-        _rec("worker-3", (0, 1), 2, "ranks"), _rec("worker-3", (0, 1), 2, "shutdown"),
+        _rec("worker-3", (0, 1), 2, "ranks"),
+        _rec("worker-3", (0, 1), 2, "shutdown"),
     ]
     final = final_round(lines)
     assert [(r["_pod"], r["rank"], r["check"]) for r in final] == [
-        ("worker-2", 3, "ranks"), ("worker-2", 3, "shutdown"),
-        ("worker-3", 2, "ranks"), ("worker-3", 2, "shutdown")]
+        ("worker-2", 3, "ranks"),
+        ("worker-2", 3, "shutdown"),
+        ("worker-3", 2, "ranks"),
+        ("worker-3", 2, "shutdown"),
+    ]
 
 
 def test_a_resume_of_other_weights_fails_where_the_checkpoint_format_was_skipped() -> None:
     # DCP without numpy: the checkpoint row skips, but a torch.save copy of the step was
     # written and reloaded with its digest; a rank that resumed other weights is wrong
-    saved = _rec("master-0", (0, 0), 0, "checkpoint", "skip", saved_step=2, digest="aaaa",
-                 untested=True)
+    saved = _rec("master-0", (0, 0), 0, "checkpoint", "skip", saved_step=2, digest="aaaa", untested=True)
     good = _rec("master-0", (0, 1), 0, "resume", resumed_from=2, digest="aaaa")
     bad = _rec("worker-0", (1, 0), 1, "resume", resumed_from=2, digest="bbbb")
     resumed, wrong = _resumes([saved, good, bad], 2)

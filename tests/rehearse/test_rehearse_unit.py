@@ -39,8 +39,9 @@ def test_operator_env_elastic_worker_only_sets_no_rank() -> None:
 
 
 def test_split_command_finds_the_entry_point() -> None:
-    t = split_command(["torchrun", "--standalone", "--nnodes=1", "--nproc-per-node=8",
-                       "train.py", "--config", "x"])
+    t = split_command(
+        ["torchrun", "--standalone", "--nnodes=1", "--nproc-per-node=8", "train.py", "--config", "x"]
+    )
     assert t.kind == "torchrun" and t.entry == ("train.py", "--config", "x")
     p = split_command(["python", "-u", "train.py", "--lr", "1"])
     assert p.kind == "python" and p.head == ("python", "-u") and p.entry[0] == "train.py"
@@ -48,8 +49,7 @@ def test_split_command_finds_the_entry_point() -> None:
 
 
 def test_plan_pods_maps_the_cluster_onto_loopback(tmp_path: Path) -> None:
-    pods, world = plan_pods([example_job("multi-node")], RehearsalSpec(procs_per_pod=2),
-                            root=tmp_path)
+    pods, world = plan_pods([example_job("multi-node")], RehearsalSpec(procs_per_pod=2), root=tmp_path)
     assert world == 4 and [p.name for p in pods] == ["master-0", "worker-0"]
     for pod in pods:
         assert pod.env["MASTER_ADDR"] == "127.0.0.1" == pod.env["PET_MASTER_ADDR"]
@@ -66,8 +66,11 @@ def test_parse_lines_tolerates_prefixes_and_glued_lines() -> None:
 
 def test_preflight_imports_nothing_from_the_package_and_rehearse_no_torch() -> None:
     src = ROOT / "src" / "runai_spec"
-    torchless = [*sorted((src / "rehearse").glob("*.py")), src / "pipeline" / "checklist.py",
-                 src / "pipeline" / "smoke.py"]
+    torchless = [
+        *sorted((src / "rehearse").glob("*.py")),
+        src / "pipeline" / "checklist.py",
+        src / "pipeline" / "smoke.py",
+    ]
     assert len(torchless) > 4  # the rehearse package's modules were found
     for path, banned in [(src / "preflight.py", "runai_spec"), *((p, "torch") for p in torchless)]:
         tree = ast.parse(path.read_text())
@@ -80,20 +83,26 @@ def test_preflight_imports_nothing_from_the_package_and_rehearse_no_torch() -> N
                 assert not any(a.name.startswith(banned) for a in node.names), path
 
 
-@pytest.mark.parametrize(("policy", "backoff", "refused"), [
-    ("OnFailure", 3, None),
-    ("OnFailure", 2, "reach the backoffLimit of 2"),
-    ("Never", 3, "restartPolicy Never on master-0, worker-0"),
-    ("ExitCode", 3, "treats master-0 (exit 1) as a permanent error"),
-])
+@pytest.mark.parametrize(
+    ("policy", "backoff", "refused"),
+    [
+        ("OnFailure", 3, None),
+        ("OnFailure", 2, "reach the backoffLimit of 2"),
+        ("Never", 3, "restartPolicy Never on master-0, worker-0"),
+        ("ExitCode", 3, "treats master-0 (exit 1) as a permanent error"),
+    ],
+)
 def test_the_restart_follows_the_operators_restart_policy(
-        policy: str, backoff: int, refused: str | None) -> None:
+    policy: str, backoff: int, refused: str | None
+) -> None:
     job = example_job("multi-node")
     job["spec"]["runPolicy"]["backoffLimit"] = backoff
     for rspec in job["spec"]["pytorchReplicaSpecs"].values():
         rspec["restartPolicy"] = policy
-    failed = [PodOutcome("master-0", 0, 1, False, False, Path("m.log"), 0),  # torchrun gave up
-              PodOutcome("worker-0", 1, -9, False, True, Path("w.log"), 0)]  # SIGKILL: 137
+    failed = [
+        PodOutcome("master-0", 0, 1, False, False, Path("m.log"), 0),  # torchrun gave up
+        PodOutcome("worker-0", 1, -9, False, True, Path("w.log"), 0),
+    ]  # SIGKILL: 137
     why, _ = operator_verdict(job, {"master-0": "Master", "worker-0": "Worker"}, failed)
     assert (why is None) if refused is None else (why is not None and refused in why)
 
@@ -104,18 +113,20 @@ def test_a_python_without_torch_is_bad_input_before_anything_is_written(tmp_path
 
     # stands in for an environment without torch: fails the import as such a Python would
     python = tmp_path / "python-without-torch"
-    python.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\n"
-                      "exit 1\n")
+    python.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n")
     python.chmod(0o755)
     with pytest.raises(InputError) as caught:
-        rehearse_manifests([example_job("single-gpu")], RehearsalSpec(python=str(python),
-                                                                      logs_dir=tmp_path / "logs"))
+        rehearse_manifests(
+            [example_job("single-gpu")], RehearsalSpec(python=str(python), logs_dir=tmp_path / "logs")
+        )
     assert caught.value.field == "torch" and "pip install torch" in (caught.value.hint or "")
     assert not (tmp_path / "logs").exists()
 
 
-@pytest.mark.parametrize(("example", "static"), [
-    ("multi-node", False), ("elastic", False), ("single-node", False), ("single-gpu", False)])
+@pytest.mark.parametrize(
+    ("example", "static"),
+    [("multi-node", False), ("elastic", False), ("single-node", False), ("single-gpu", False)],
+)
 def test_the_static_rendezvous_is_recognised_in_the_rendered_job(example: str, static: bool) -> None:
     from runai_spec.facts.torchrun import split_command
     from runai_spec.rehearse.job import find_job

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-WELL_BEHAVED = '''\
+WELL_BEHAVED = """\
 import argparse, os, time
 import torch, torch.distributed as dist
 
@@ -49,7 +49,7 @@ for step in range(start + 1, TOTAL_STEPS + 1):
     time.sleep(0.5)
 print(f"rank {dist.get_rank()} done at step {TOTAL_STEPS} on {device}", flush=True)
 dist.destroy_process_group()
-'''
+"""
 
 
 def main() -> int:
@@ -61,20 +61,37 @@ def main() -> int:
     (tree / "train.py").write_text(WELL_BEHAVED)
     (tree / "configs" / "resnet50.yaml").write_text("{}\n")
     shutil.copyfile(ROOT / "examples" / "single-gpu" / "profile.yaml", tree / "profile.yaml")
-    env = {**os.environ, "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-           "NVSHMEM_DISABLE_NVLS": "1", "COLUMNS": "200",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"),
-                                                       os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "NCCL_NVLS_ENABLE": "0",
+        "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+        "NVSHMEM_DISABLE_NVLS": "1",
+        "COLUMNS": "200",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])),
+    }
     transcript, results, codes = [], {}, {}
     runs = {"straight": [], "kill": ["--kill", "master-0@checkpoint", "--backoff-scale", "0.1"]}
     for name, extra in runs.items():
         logs = tree / f"logs-{name}"
-        argv = [sys.executable, "-m", "runai_spec", "rehearse", "profile.yaml", "--own-script",
-                "--logs", str(logs), "--timeout", "240", *extra]
-        done = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True,
-                              timeout=300, check=False)
-        transcript.append(f"$ runai-spec {' '.join(argv[3:])}\n{done.stdout}{done.stderr}"
-                          f"exit {done.returncode}\n")
+        argv = [
+            sys.executable,
+            "-m",
+            "runai_spec",
+            "rehearse",
+            "profile.yaml",
+            "--own-script",
+            "--logs",
+            str(logs),
+            "--timeout",
+            "240",
+            *extra,
+        ]
+        done = subprocess.run(
+            argv, cwd=tree, env=env, capture_output=True, text=True, timeout=300, check=False
+        )
+        transcript.append(
+            f"$ runai-spec {' '.join(argv[3:])}\n{done.stdout}{done.stderr}exit {done.returncode}\n"
+        )
         print(transcript[-1], flush=True)
         codes[name] = done.returncode
         if (logs / "result.json").exists():

@@ -19,8 +19,12 @@ from pathlib import Path
 out = Path(os.environ.get("OUT", "/tmp/out"))
 logs = Path("/tmp/gpu-shipped")
 # NVLink multicast stays off on these shared hosts (device KINDS.md).
-safe = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-        "NVSHMEM_DISABLE_NVLS": "1", "COLUMNS": "200"}
+safe = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+    "COLUMNS": "200",
+}
 env = {**os.environ, **safe}
 transcript: list[str] = []
 results: dict[str, object] = {}
@@ -28,15 +32,26 @@ EXAMPLE = Path("examples/single-node/profile.yaml")
 
 
 def run(name: str, profile: Path, *options: str) -> int:
-    argv = [sys.executable, "-m", "runai_spec", "rehearse", str(profile), "--procs-per-pod", "1",
-            "--logs", str(logs / name), *options]
+    argv = [
+        sys.executable,
+        "-m",
+        "runai_spec",
+        "rehearse",
+        str(profile),
+        "--procs-per-pod",
+        "1",
+        "--logs",
+        str(logs / name),
+        *options,
+    ]
     res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=280)
-    transcript.append(f"$ runai-spec {' '.join(argv[3:])}\n{res.stdout}{res.stderr}"
-                      f"exit {res.returncode}\n")
+    transcript.append(f"$ runai-spec {' '.join(argv[3:])}\n{res.stdout}{res.stderr}exit {res.returncode}\n")
     print(transcript[-1], flush=True)
     result = logs / name / "result.json"
-    results[name] = {"exit": res.returncode,
-                     "result": json.loads(result.read_text()) if result.exists() else None}
+    results[name] = {
+        "exit": res.returncode,
+        "result": json.loads(result.read_text()) if result.exists() else None,
+    }
     return res.returncode
 
 
@@ -49,8 +64,9 @@ def volume_files(name: str) -> list[str]:
 run("straight", EXAMPLE)
 with tempfile.TemporaryDirectory() as tmp:
     debug = Path(tmp) / "profile.yaml"
-    debug.write_text(EXAMPLE.read_text()
-                     + "diagnostics: {nccl_debug: true, reason: GPU check of NCCL_DEBUG_FILE}\n")
+    debug.write_text(
+        EXAMPLE.read_text() + "diagnostics: {nccl_debug: true, reason: GPU check of NCCL_DEBUG_FILE}\n"
+    )
     run("nccl-debug", debug)
 run("kill", EXAMPLE, "--restart-after-checkpoint", "--backoff-scale", "0.1")
 run("preempt", EXAMPLE, "--preempt", "checkpoint", "--backoff-scale", "0.1")
@@ -61,8 +77,9 @@ for name in results:
     print(transcript[-1], flush=True)
 nccl = [p for p in (logs / "nccl-debug" / "volumes").glob("*/logs/*/nccl.*.log")]
 lines = sum(1 for p in nccl for ln in p.read_text(errors="replace").splitlines() if "NCCL INFO" in ln)
-transcript.append(f"# NCCL_DEBUG_FILE: {len(nccl)} file(s), {lines} 'NCCL INFO' lines: "
-                  + ", ".join(p.name for p in nccl))
+transcript.append(
+    f"# NCCL_DEBUG_FILE: {len(nccl)} file(s), {lines} 'NCCL INFO' lines: " + ", ".join(p.name for p in nccl)
+)
 print(transcript[-1], flush=True)
 out.mkdir(parents=True, exist_ok=True)
 (out / "gpu-shipped.log").write_text("\n".join(transcript) + "\n")

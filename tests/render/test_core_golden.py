@@ -24,17 +24,20 @@ def test_example_matches_committed_manifest(example: str) -> None:
     text = prepare_workload(profile).text
     expected = golden.read_text(encoding="utf-8")
     if text != expected:
-        diff = "".join(difflib.unified_diff(expected.splitlines(True), text.splitlines(True),
-                                            str(golden), "rendered now"))
-        pytest.fail(f"{golden} is out of date:\n{diff}\nrefresh with:\n  runai-spec render "
-                    f"examples/{example}/profile.yaml > examples/{example}/manifest.yaml")
+        diff = "".join(
+            difflib.unified_diff(
+                expected.splitlines(True), text.splitlines(True), str(golden), "rendered now"
+            )
+        )
+        pytest.fail(
+            f"{golden} is out of date:\n{diff}\nrefresh with:\n  runai-spec render "
+            f"examples/{example}/profile.yaml > examples/{example}/manifest.yaml"
+        )
 
 
 def test_every_layout_has_an_example() -> None:
-    layouts = {prepare_workload(ROOT / "examples" / e / "profile.yaml").plan.layout
-               for e in EXAMPLES}
-    elastic = [e for e in EXAMPLES
-               if prepare_workload(ROOT / "examples" / e / "profile.yaml").plan.elastic]
+    layouts = {prepare_workload(ROOT / "examples" / e / "profile.yaml").plan.layout for e in EXAMPLES}
+    elastic = [e for e in EXAMPLES if prepare_workload(ROOT / "examples" / e / "profile.yaml").plan.elastic]
     assert layouts == {"single-gpu", "single-node", "multi-node"}
     assert elastic
 

@@ -34,7 +34,14 @@ HOSTILE = [
     "&anchor *alias",
     "!!python/object:os.system",
     "# comment",
-    "no", "on", "0777", "1e3", "~", "null", "true", "",
+    "no",
+    "on",
+    "0777",
+    "1e3",
+    "~",
+    "null",
+    "true",
+    "",
     "\\n\\t backslashes \\",
     "tab\tand\nnewline\r\n",
     "unicode \u2028 \u00e9 \U0001f680",
@@ -47,34 +54,126 @@ HOSTILE = [
 # indicators, Jinja delimiters, the line breaks YAML and Unicode know (U+2028, U+2029) and the
 # bidi overrides. Every one is a character the strict loader accepts in a string (it refuses
 # the other control characters: REFUSED below).
-PIECES = ["\n", "\t", "\r", "\r\n", "\u2028", "\u2029", ": ", ":", "{", "}", "[", "]", "- ", "-",
-          "? ", ",", "#", " #", "&", "&a ", "*", "*a", "!", "!!str ", "!!python/object:os.system",
-          "|", "|-", ">", ">+", "'", '"', "%", "%YAML 1.1", "@", "`", "```", "{{", "}}", "{%", "%}",
-          "{#", "#}", "<!--", "-->", "---", "--- ", "...", "~", "null", "no", "1e3", "0777",
-          "\\", "\\n", "\u202e", "\u202d", "\u202a", "\u202b", "\u202c", "\u2066", "\u2067",
-          "\u2068", "\u2069", "\u200e", "\u200f", "\u061c", "\u00a0", "\u3000",
-          "\nhostNetwork: true", "{privileged: true}",
-          # spaces next to a line break, which a YAML reader folds or strips
-          " ", "  ", " \n", "\n ", " \u2028", "\u2029 "]
+PIECES = [
+    "\n",
+    "\t",
+    "\r",
+    "\r\n",
+    "\u2028",
+    "\u2029",
+    ": ",
+    ":",
+    "{",
+    "}",
+    "[",
+    "]",
+    "- ",
+    "-",
+    "? ",
+    ",",
+    "#",
+    " #",
+    "&",
+    "&a ",
+    "*",
+    "*a",
+    "!",
+    "!!str ",
+    "!!python/object:os.system",
+    "|",
+    "|-",
+    ">",
+    ">+",
+    "'",
+    '"',
+    "%",
+    "%YAML 1.1",
+    "@",
+    "`",
+    "```",
+    "{{",
+    "}}",
+    "{%",
+    "%}",
+    "{#",
+    "#}",
+    "<!--",
+    "-->",
+    "---",
+    "--- ",
+    "...",
+    "~",
+    "null",
+    "no",
+    "1e3",
+    "0777",
+    "\\",
+    "\\n",
+    "\u202e",
+    "\u202d",
+    "\u202a",
+    "\u202b",
+    "\u202c",
+    "\u2066",
+    "\u2067",
+    "\u2068",
+    "\u2069",
+    "\u200e",
+    "\u200f",
+    "\u061c",
+    "\u00a0",
+    "\u3000",
+    "\nhostNetwork: true",
+    "{privileged: true}",
+    # spaces next to a line break, which a YAML reader folds or strips
+    " ",
+    "  ",
+    " \n",
+    "\n ",
+    " \u2028",
+    "\u2029 ",
+]
 # Any other character but surrogates, controls and the byte-order mark.
 CHARS = st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters="\ufeff")
 # Printable text plus those pieces (st.text draws a run of characters in one choice, so an
 # example costs a few draws, not one per character).
-TEXT = st.lists(st.sampled_from(PIECES) | st.text(CHARS, min_size=1, max_size=6),
-                max_size=8).map("".join)
+TEXT = st.lists(st.sampled_from(PIECES) | st.text(CHARS, min_size=1, max_size=6), max_size=8).map("".join)
 # One value of many fields in one example: the same pieces, a fixed number of draws each.
 _PIECE = st.sampled_from(["", *PIECES])
 _RUN = st.text(CHARS, max_size=8)
 FIELD_TEXT = st.tuples(_RUN, _PIECE, _RUN, _PIECE, _RUN).map("".join)
 # The control characters the loader refuses in any string (loading.py's _CONTROL): NUL and
 # its neighbours, DEL, C1 (U+0085 NEL included). Tab, LF and CR are text.
-REFUSED = [chr(c) for c in [*range(0x00, 0x09), 0x0b, 0x0c, *range(0x0e, 0x20),
-                            *range(0x7f, 0xa0)]]
+REFUSED = [chr(c) for c in [*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), *range(0x7F, 0xA0)]]
 
 
 def test_the_hostile_alphabet_has_every_piece_the_issue_names() -> None:
-    for piece in ["\u2028", "\u2029", "\r", "\u202e", "{{", "{%", "<!--", "`", "|", ": ", "- ",
-                  "? ", "&", "*", "!", "%", "@", "#", "'", '"', ">", "[", "{", "---"]:
+    for piece in [
+        "\u2028",
+        "\u2029",
+        "\r",
+        "\u202e",
+        "{{",
+        "{%",
+        "<!--",
+        "`",
+        "|",
+        ": ",
+        "- ",
+        "? ",
+        "&",
+        "*",
+        "!",
+        "%",
+        "@",
+        "#",
+        "'",
+        '"',
+        ">",
+        "[",
+        "{",
+        "---",
+    ]:
         assert piece in PIECES, piece
     assert {"\x00", "\x01", "\x1f", "\x7f", "\x85", "\x9f"} <= set(REFUSED)
     assert "\t" not in REFUSED and "\n" not in REFUSED and "\r" not in REFUSED
@@ -152,9 +251,10 @@ def test_any_string_round_trips_without_changing_structure(value: str) -> None:
 
 
 @settings(deadline=None)
-@given(st.text(max_size=80)
-       | st.lists(st.sampled_from([*PIECES, *REFUSED]) | st.text(max_size=4), max_size=16
-                  ).map("".join))
+@given(
+    st.text(max_size=80)
+    | st.lists(st.sampled_from([*PIECES, *REFUSED]) | st.text(max_size=4), max_size=16).map("".join)
+)
 def test_quote_reads_back_as_the_same_string(value: str) -> None:
     try:
         docs = parse_documents(f"k: {quote(value)}\n", "q")
@@ -165,10 +265,16 @@ def test_quote_reads_back_as_the_same_string(value: str) -> None:
 
 
 @settings(deadline=None)
-@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=10),
-                    lambda children: st.lists(children, max_size=3)
-                    | st.dictionaries(st.text(min_size=1, max_size=8), children, max_size=3),
-                    max_leaves=20))
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=10),
+        lambda children: (
+            st.lists(children, max_size=3)
+            | st.dictionaries(st.text(min_size=1, max_size=8), children, max_size=3)
+        ),
+        max_leaves=20,
+    )
+)
 def test_hostile_documents_give_a_value_or_a_clear_error(value: Any) -> None:
     import yaml
 
@@ -195,8 +301,10 @@ def as_read(value: Any) -> Any:
         return [as_read(v) for v in value]
     if isinstance(value, dict):
         return {k: as_read(v) for k, v in value.items()}
-    plain_in_11 = isinstance(value, str) and yaml.resolver.Resolver().resolve(
-        yaml.ScalarNode, value, (True, False)) == "tag:yaml.org,2002:str"
+    plain_in_11 = (
+        isinstance(value, str)
+        and yaml.resolver.Resolver().resolve(yaml.ScalarNode, value, (True, False)) == "tag:yaml.org,2002:str"
+    )
     if plain_in_11 and _INT.match(value):
         return int(value)
     if plain_in_11 and _FLOAT.match(value):
@@ -223,8 +331,12 @@ def test_rendered_text_with_a_duplicate_key_or_nan_is_refused() -> None:
     import pytest
 
     assert parse_rendered('{"a": {"b": 1, "c": 2}}') == {"a": {"b": 1, "c": 2}}
-    for text, why in [('{"a": 1, "a": 2}', "duplicate key 'a'"), ('{"a": NaN}', "NaN"),
-                      ('["a"]', "not a mapping"), ('{"a": 1} {"b": 2}', "Extra data")]:
+    for text, why in [
+        ('{"a": 1, "a": 2}', "duplicate key 'a'"),
+        ('{"a": NaN}', "NaN"),
+        ('["a"]', "not a mapping"),
+        ('{"a": 1} {"b": 2}', "Extra data"),
+    ]:
         with pytest.raises(ValueError, match=why):
             parse_rendered(text)
 
@@ -232,6 +344,7 @@ def test_rendered_text_with_a_duplicate_key_or_nan_is_refused() -> None:
 # Issue 12: hostile text in EVERY string field of the profile, not only the command. The
 # fields are enumerated from the profile model, so that a new string field fails
 # test_every_string_field_of_the_profile_is_tested until it is given a place below.
+
 
 def _string_paths(annotation: Any, path: str, out: dict[str, tuple[str, ...] | None]) -> None:
     origin, args = get_origin(annotation), get_args(annotation)
@@ -269,19 +382,36 @@ NONEMPTY = FIELD_TEXT.map(lambda s: s or "x")
 FREE_FIELDS: dict[str, Any] = {
     # a command that starts with a flag is the launcher rule's error: no smoke job for it;
     # the entry point's suffix says how it runs (`.sh`: torchrun --no-python), so a Python one
-    "image": NONEMPTY, "command[0]": NONEMPTY.map(lambda s: ("x" + s if s[0] == "-" else s) + ".py"),
-    "command[1]": NONEMPTY, "command[2]": NONEMPTY,
-    "working_dir": FIELD_TEXT.map("/".__add__), "env.A_VALUE": FIELD_TEXT,
-    "env.OTHER": FIELD_TEXT, "checkpoint.dir": FIELD_TEXT.map("/ckpt".__add__),
-    "checkpoint.resume": NONEMPTY, "data[0].path": FIELD_TEXT.map("/data".__add__),
-    "data[1].path": FIELD_TEXT.map("/eval".__add__), "diagnostics.reason": FIELD_TEXT,
+    "image": NONEMPTY,
+    "command[0]": NONEMPTY.map(lambda s: ("x" + s if s[0] == "-" else s) + ".py"),
+    "command[1]": NONEMPTY,
+    "command[2]": NONEMPTY,
+    "working_dir": FIELD_TEXT.map("/".__add__),
+    "env.A_VALUE": FIELD_TEXT,
+    "env.OTHER": FIELD_TEXT,
+    "checkpoint.dir": FIELD_TEXT.map("/ckpt".__add__),
+    "checkpoint.resume": NONEMPTY,
+    "data[0].path": FIELD_TEXT.map("/data".__add__),
+    "data[1].path": FIELD_TEXT.map("/eval".__add__),
+    "diagnostics.reason": FIELD_TEXT,
     "metrics.tracker": NONEMPTY,
 }
 # Names (a pattern), a variable's name (`env{}`) and the choices (Literal fields, from the
 # model): hostile text in them is bad input, never a crash or a render.
-PATTERN_FIELDS = ("name", "project", "preset", "checkpoint.pvc", "checkpoint.source",
-                  "data[0].pvc", "data[0].source", "secret_env.HF_TOKEN.secret",
-                  "secret_env.HF_TOKEN.key", "env{}", "secret_env{}", "torch_version")
+PATTERN_FIELDS = (
+    "name",
+    "project",
+    "preset",
+    "checkpoint.pvc",
+    "checkpoint.source",
+    "data[0].pvc",
+    "data[0].source",
+    "secret_env.HF_TOKEN.secret",
+    "secret_env.HF_TOKEN.key",
+    "env{}",
+    "secret_env{}",
+    "torch_version",
+)
 CHOICE_FIELDS = {path: choices for path, choices in STRING_FIELDS.items() if choices}
 
 
@@ -352,28 +482,33 @@ def leaves(value: Any, path: str = "") -> dict[str, Any]:
     return {path: value}
 
 
-MARKERS = {field: f"/Qmark{i}Q" if field.endswith(("dir", "path")) or field == "working_dir"
-           else f"Qmark{i}Q" for i, field in enumerate(FREE_FIELDS)}
+MARKERS = {
+    field: f"/Qmark{i}Q" if field.endswith(("dir", "path")) or field == "working_dir" else f"Qmark{i}Q"
+    for i, field in enumerate(FREE_FIELDS)
+}
 MARKERS["command[0]"] += ".py"  # a marker carries its field's own prefix or suffix
 BENIGN_EVERY = render_every(MARKERS)
 BENIGN_EVERY_LEAVES = leaves(BENIGN_EVERY)
 BENIGN_EVERY_TYPES = {path: type(v) for path, v in BENIGN_EVERY_LEAVES.items()}
 # Where each field's value lands: path -> (benign text, the fields whose markers it holds).
-LANDED = {path: (benign, [f for f, m in MARKERS.items() if m in benign])
-          for path, benign in BENIGN_EVERY_LEAVES.items()
-          if isinstance(benign, str) and "Qmark" in benign}
+LANDED = {
+    path: (benign, [f for f, m in MARKERS.items() if m in benign])
+    for path, benign in BENIGN_EVERY_LEAVES.items()
+    if isinstance(benign, str) and "Qmark" in benign
+}
 
 
-KUBELET_EXPANDED = re.compile(r"\.containers\[\d+\]\.(command|args)\[\d+\]$|"
-                              r"\.containers\[\d+\]\.env\[\d+\]\.value$")
+KUBELET_EXPANDED = re.compile(
+    r"\.containers\[\d+\]\.(command|args)\[\d+\]$|"
+    r"\.containers\[\d+\]\.env\[\d+\]\.value$"
+)
 
 
 def test_every_free_text_field_lands_somewhere_or_is_documentation() -> None:
     """The markers show where each field goes; the fields the manifest does not carry are
     the ones only the review and the rules read."""
     landed = {f for _, fields in LANDED.values() for f in fields}
-    assert set(FREE_FIELDS) - landed == {"checkpoint.resume", "diagnostics.reason",
-                                         "metrics.tracker"}
+    assert set(FREE_FIELDS) - landed == {"checkpoint.resume", "diagnostics.reason", "metrics.tracker"}
     assert [shape(m) for m in BENIGN_EVERY] == [shape(m) for m in render_every({})]
 
 
@@ -391,8 +526,7 @@ def test_hostile_text_in_every_string_field_keeps_the_structure(values: dict[str
         expanded = KUBELET_EXPANDED.search(path) is not None
         for field in fields:
             value = values[field]
-            expected = expected.replace(MARKERS[field],
-                                        kubelet_literal(value) if expanded else value)
+            expected = expected.replace(MARKERS[field], kubelet_literal(value) if expanded else value)
         assert got[path] == expected, path
     for m in manifests:
         spec = m.get("spec", {}).get("pytorchReplicaSpecs", {})
@@ -401,14 +535,14 @@ def test_hostile_text_in_every_string_field_keeps_the_structure(values: dict[str
 
 
 # Text for a name or a choice: hostile text, and now and then a plain name or a choice.
-NAME_TEXT = TEXT | st.sampled_from(["a", "x-1", "a.b", "A_B", "team-a", "ddp", "bf16", "rank0",
-                                    "dcp", "adamw", "-a", "a-", "1a"])
+NAME_TEXT = TEXT | st.sampled_from(
+    ["a", "x-1", "a.b", "A_B", "team-a", "ddp", "bf16", "rank0", "dcp", "adamw", "-a", "a-", "1a"]
+)
 
 
 @settings(deadline=None)
 @given(st.sampled_from([*PATTERN_FIELDS, *CHOICE_FIELDS]), NAME_TEXT)
-def test_hostile_text_in_a_pattern_field_is_bad_input_or_a_plain_name(field: str, value: str
-                                                                      ) -> None:
+def test_hostile_text_in_a_pattern_field_is_bad_input_or_a_plain_name(field: str, value: str) -> None:
     from runai_spec.errors import InputError
 
     data = every_field_profile({})
@@ -427,10 +561,15 @@ def test_hostile_text_in_a_pattern_field_is_bad_input_or_a_plain_name(field: str
 
 
 @settings(deadline=None)
-@given(st.sampled_from([*FREE_FIELDS, *PATTERN_FIELDS, *CHOICE_FIELDS]), FIELD_TEXT,
-       st.sampled_from(REFUSED), FIELD_TEXT)
+@given(
+    st.sampled_from([*FREE_FIELDS, *PATTERN_FIELDS, *CHOICE_FIELDS]),
+    FIELD_TEXT,
+    st.sampled_from(REFUSED),
+    FIELD_TEXT,
+)
 def test_a_control_character_in_any_string_field_is_bad_input_on_its_line(
-        field: str, before: str, char: str, after: str) -> None:
+    field: str, before: str, char: str, after: str
+) -> None:
     """NUL, ESC, DEL, U+0085 and the other controls the loader refuses: one `error:` line
     naming the file and the line that holds the value, wherever the value is."""
     from runai_spec.errors import InputError
@@ -443,8 +582,11 @@ def test_a_control_character_in_any_string_field_is_bad_input_on_its_line(
         first = exc.lines()[0]
     else:
         raise AssertionError(f"{field}: {value!r} was accepted")
-    match = re.match(r"error: hostile\.yaml:(\d+): (?:(\S+): )?control characters are not "
-                     r"allowed", first)
+    match = re.match(
+        r"error: hostile\.yaml:(\d+): (?:(\S+): )?control characters are not "
+        r"allowed",
+        first,
+    )
     assert match, first
     # the value's own field, where the value is one (a variable's name is a key: its line)
     assert match.group(2) == (None if field.endswith("{}") else field), first

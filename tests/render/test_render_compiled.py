@@ -28,7 +28,8 @@ def test_each_compiled_module_is_the_current_template_compiled(name: str) -> Non
     path = Path(render.__file__).parent / "compiled" / f"{render.compiled_module_name(name)}.py"
     assert path.is_file(), f"no compiled module for {name}; refresh with: {REFRESH}"
     assert path.read_text(encoding="utf-8") == render.compiled_source(name), (
-        f"{path.name} is stale; refresh with: {REFRESH}")
+        f"{path.name} is stale; refresh with: {REFRESH}"
+    )
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -38,7 +39,8 @@ def test_render_uses_the_compiled_module(name: str, fresh_templates: None) -> No
 
 
 def test_a_template_that_differs_from_its_compiled_module_is_compiled_from_its_text(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_templates: None) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_templates: None
+) -> None:
     # what render emits follows the template's text, whatever compiled module is present
     (tmp_path / "templates").mkdir()
     (tmp_path / "templates" / "configmap.json.j2").write_text("changed {{ config_map }}\n")

@@ -55,49 +55,50 @@ def render_error(plan: Plan) -> str:
 
 
 def test_a_broken_line_of_the_shipped_template_is_named_by_its_template_line(
-        templates: Path, plan: Plan) -> None:
+    templates: Path, plan: Plan
+) -> None:
     path = templates / JOB
     text = path.read_text(encoding="utf-8")
     path.write_text(text.replace('"IfNotPresent",', '"IfNotPresent",,'), encoding="utf-8")
     message = render_error(plan)
-    assert message.startswith(f"error: {JOB}:{line_of(text, 'IfNotPresent')}: rendered "
-                              f"{plan.name} is not a valid manifest"), message
+    assert message.startswith(
+        f"error: {JOB}:{line_of(text, 'IfNotPresent')}: rendered {plan.name} is not a valid manifest"
+    ), message
 
 
-def test_a_missing_comma_in_a_loop_names_the_line_the_parser_stopped_on(
-        templates: Path, plan: Plan) -> None:
+def test_a_missing_comma_in_a_loop_names_the_line_the_parser_stopped_on(templates: Path, plan: Plan) -> None:
     (templates / JOB).write_text(
-        '{#- a template whose loop forgets its commas\n'
-        '    over two lines -#}\n'
-        '{\n'
+        "{#- a template whose loop forgets its commas\n"
+        "    over two lines -#}\n"
+        "{\n"
         '  "kind": {{ kubeflow.KIND }},\n'
-        '{%- for key, value in plan.labels %}\n'
-        '  {{ key }}: {{ value }}\n'
-        '{%- endfor %}\n'
-        '}\n', encoding="utf-8")
+        "{%- for key, value in plan.labels %}\n"
+        "  {{ key }}: {{ value }}\n"
+        "{%- endfor %}\n"
+        "}\n",
+        encoding="utf-8",
+    )
     assert render_error(plan).startswith(f"error: {JOB}:6: rendered "), render_error(plan)
 
 
 def test_an_undefined_value_names_its_template_line(templates: Path, plan: Plan) -> None:
-    (templates / JOB).write_text('{\n  "kind": {{ kubeflow.KIND }},\n'
-                                 '  "x": {{ plan.no_such_field }}\n}\n', encoding="utf-8")
+    (templates / JOB).write_text(
+        '{\n  "kind": {{ kubeflow.KIND }},\n  "x": {{ plan.no_such_field }}\n}\n', encoding="utf-8"
+    )
     message = render_error(plan)
     assert message.startswith(f"error: {JOB}:3: template uses an undefined value"), message
     assert "no_such_field" in message
 
 
-def test_a_value_the_encoder_refuses_names_its_template_line(templates: Path,
-                                                             plan: Plan) -> None:
+def test_a_value_the_encoder_refuses_names_its_template_line(templates: Path, plan: Plan) -> None:
     (templates / JOB).write_text('{\n\n  "volumes": {{ plan.volumes }}\n}\n', encoding="utf-8")
     message = render_error(plan)
     assert message.startswith(f"error: {JOB}:3: template produced a non-scalar value"), message
 
 
 def test_a_template_that_does_not_compile_names_its_line(templates: Path, plan: Plan) -> None:
-    (templates / JOB).write_text('{\n  "kind": {{ kubeflow.KIND }},\n{% if %}\n}\n',
-                                 encoding="utf-8")
-    assert render_error(plan).startswith(f"error: {JOB}:3: template does not compile"), (
-        render_error(plan))
+    (templates / JOB).write_text('{\n  "kind": {{ kubeflow.KIND }},\n{% if %}\n}\n', encoding="utf-8")
+    assert render_error(plan).startswith(f"error: {JOB}:3: template does not compile"), render_error(plan)
 
 
 def test_the_shipped_templates_keep_no_comma_by_hand_but_between_replicas() -> None:
@@ -124,8 +125,7 @@ def test_the_container_filters_keep_any_text_a_value(value: str) -> None:
 
 
 def test_the_mapping_filter_writes_a_key_given_twice_so_the_strict_parse_refuses_it() -> None:
-    text = render.environment().from_string("{{ a | mapping(b) }}").render(
-        a=(("k", "1"),), b=[("k", "2")])
+    text = render.environment().from_string("{{ a | mapping(b) }}").render(a=(("k", "1"),), b=[("k", "2")])
     assert text == '{"k": "1", "k": "2"}'
     with pytest.raises(ValueError, match="duplicate key 'k'"):
         parse_rendered(text)
@@ -139,11 +139,12 @@ def test_the_container_filters_refuse_what_is_no_json_value() -> None:
         env.from_string("{{ x | mapping }}").render(x=[(1, "one")])
 
 
-def test_the_env_list_is_the_downward_api_then_values_then_secret_references(
-        plan: Plan) -> None:
+def test_the_env_list_is_the_downward_api_then_values_then_secret_references(plan: Plan) -> None:
     plan = dataclasses.replace(plan, secret_env=(("TOKEN", "s", "k"),))
     entries = env_entries(plan)
     assert [e["name"] for e in entries] == [
-        *(k for k, _ in plan.field_env), *(k for k, _ in plan.env), "TOKEN"]
-    assert entries[-1] == {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s",
-                                                                           "key": "k"}}}
+        *(k for k, _ in plan.field_env),
+        *(k for k, _ in plan.env),
+        "TOKEN",
+    ]
+    assert entries[-1] == {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}

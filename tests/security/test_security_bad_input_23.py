@@ -47,20 +47,36 @@ def _spec(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 CRD_BREAKS = {
-    "a bad schema type": (lambda s: _spec(s)["properties"]["runPolicy"].update(type="foo"),
-                          f"{SPEC}.properties.spec.properties.runPolicy.type",
-                          "is no valid schema"),
-    "a $ref loop": (lambda s: _spec(s).update({"$ref": "#/properties/spec"}),
-                    f"{SPEC}.properties.spec.$ref", "uses $ref"),
+    "a bad schema type": (
+        lambda s: _spec(s)["properties"]["runPolicy"].update(type="foo"),
+        f"{SPEC}.properties.spec.properties.runPolicy.type",
+        "is no valid schema",
+    ),
+    "a $ref loop": (
+        lambda s: _spec(s).update({"$ref": "#/properties/spec"}),
+        f"{SPEC}.properties.spec.$ref",
+        "uses $ref",
+    ),
     "a $ref to the root": (lambda s: s.update({"$ref": "#"}), f"{SPEC}.$ref", "uses $ref"),
-    "an invalid regex": (lambda s: s["properties"]["metadata"].update(
-        {"properties": {"name": {"type": "string", "pattern": "(["}}}),
-        f"{SPEC}.properties.metadata.properties.name.pattern", "is no valid schema"),
-    "a required that is no list": (lambda s: _spec(s).update(required="runPolicy"),
-                                   f"{SPEC}.properties.spec.required", "is no valid schema"),
-    "a length that is no number": (lambda s: s["properties"]["metadata"].update(
-        {"properties": {"name": {"type": "string", "maxLength": "x"}}}),
-        f"{SPEC}.properties.metadata.properties.name.maxLength", "is no valid schema"),
+    "an invalid regex": (
+        lambda s: s["properties"]["metadata"].update(
+            {"properties": {"name": {"type": "string", "pattern": "(["}}}
+        ),
+        f"{SPEC}.properties.metadata.properties.name.pattern",
+        "is no valid schema",
+    ),
+    "a required that is no list": (
+        lambda s: _spec(s).update(required="runPolicy"),
+        f"{SPEC}.properties.spec.required",
+        "is no valid schema",
+    ),
+    "a length that is no number": (
+        lambda s: s["properties"]["metadata"].update(
+            {"properties": {"name": {"type": "string", "maxLength": "x"}}}
+        ),
+        f"{SPEC}.properties.metadata.properties.name.maxLength",
+        "is no valid schema",
+    ),
 }
 
 
@@ -72,10 +88,14 @@ def test_a_crd_whose_schema_is_no_json_schema_is_bad_input(tmp_path: Path, case:
     assert what in line
 
 
-@pytest.mark.parametrize("schema", [
-    {"type": "object", "properties": {"spec": {"type": "foo"}}},
-    {"type": "object", "properties": {"spec": {"$ref": "#/properties/spec"}}},
-    {"type": "object", "properties": {"metadata": {"properties": {"name": {"pattern": "(["}}}}}])
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "properties": {"spec": {"type": "foo"}}},
+        {"type": "object", "properties": {"spec": {"$ref": "#/properties/spec"}}},
+        {"type": "object", "properties": {"metadata": {"properties": {"name": {"pattern": "(["}}}}},
+    ],
+)
 def test_an_unchecked_schema_that_cannot_be_used_is_bad_input(schema: dict[str, Any]) -> None:
     """A schema that did not come through crd_schemas (a caller's own) is still bad input."""
     job = yaml.safe_load((ROOT / "examples" / "multi-node" / "manifest.yaml").read_text())
@@ -91,6 +111,7 @@ def test_the_upstream_crd_is_a_valid_schema(tmp_path: Path) -> None:
 
 # --- rehearse --logs ---------------------------------------------------------------------
 
+
 def test_rehearse_logs_naming_a_file_is_bad_input(tmp_path: Path) -> None:
     file = tmp_path / "afile"
     file.write_text("mine\n")
@@ -105,21 +126,25 @@ def test_rehearse_logs_under_a_file_is_bad_input(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "internal error" not in result.output, result.output
 
 
-@pytest.mark.parametrize("planted", ["result.json", "pods.json", "master-0", "master-0/log",
-                                     "preflight", "volumes/ckpt"])
+@pytest.mark.parametrize(
+    "planted", ["result.json", "pods.json", "master-0", "master-0/log", "preflight", "volumes/ckpt"]
+)
 def test_rehearse_never_writes_through_a_link_planted_in_its_logs_folder(
-        tmp_path: Path, planted: str) -> None:
+    tmp_path: Path, planted: str
+) -> None:
     precious = tmp_path / "precious"
     precious.mkdir()
     (precious / "keep.txt").write_text("precious\n")
     logs = tmp_path / "logs"
     link = logs / planted
     link.parent.mkdir(parents=True, exist_ok=True)
-    link.symlink_to(precious if "/" not in planted or planted.startswith("volumes")
-                    else precious / "keep.txt")
+    link.symlink_to(
+        precious if "/" not in planted or planted.startswith("volumes") else precious / "keep.txt"
+    )
     before = sorted(p.name for p in logs.rglob("*"))
-    line = one_line_and_a_hint(run("rehearse", SINGLE, "--logs", str(logs)),
-                               f"{logs.resolve() / planted}: --logs: ")
+    line = one_line_and_a_hint(
+        run("rehearse", SINGLE, "--logs", str(logs)), f"{logs.resolve() / planted}: --logs: "
+    )
     assert "is a link that leads out of the folder" in line
     assert sorted(p.name for p in precious.iterdir()) == ["keep.txt"]
     assert (precious / "keep.txt").read_text() == "precious\n"
@@ -140,8 +165,7 @@ def test_rehearse_refuses_a_hard_link_or_a_fifo_in_its_logs_folder(tmp_path: Pat
         check_logs_dir(logs)
 
 
-def test_a_link_that_stays_inside_the_logs_folder_and_the_pods_image_copies_are_fine(
-        tmp_path: Path) -> None:
+def test_a_link_that_stays_inside_the_logs_folder_and_the_pods_image_copies_are_fine(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     (logs / "volumes" / "ckpt" / "step-10").mkdir(parents=True)
     (logs / "volumes" / "ckpt" / "latest").symlink_to("step-10")

@@ -25,16 +25,19 @@ TYPE_LABEL = "training.kubeflow.org/replica-type"
 
 # --- item 6: a replica-index label that str.isdigit accepts and int() does not ------------
 
-@pytest.mark.parametrize(("label", "index"), [
-    ("²", 0), ("١", 0), ("٣٤", 0), ("𝟘", 0), ("3", 3), ("", 0), ("-1", 0), (" 2", 0),
-    ("9" * 5000, 0)])
+
+@pytest.mark.parametrize(
+    ("label", "index"),
+    [("²", 0), ("١", 0), ("٣٤", 0), ("𝟘", 0), ("3", 3), ("", 0), ("-1", 0), (" 2", 0), ("9" * 5000, 0)],
+)
 def test_a_replica_index_that_is_no_ascii_number_reads_as_zero(label: str, index: int) -> None:
     assert replica_index({INDEX_LABEL: label}) == index
 
 
 @pytest.mark.parametrize("command", ["status", "logs"])
 def test_a_superscript_replica_index_label_is_no_internal_error(
-        api: KubeAPI, kubeconfig: Path, rendered: Render, tmp_path: Path, command: str) -> None:
+    api: KubeAPI, kubeconfig: Path, rendered: Render, tmp_path: Path, command: str
+) -> None:
     running_job(api, rendered)
     api.kube.add_pod(NAME, NS, "master", 0)
     worker = api.kube.add_pod(NAME, NS, "worker", 0)
@@ -48,6 +51,7 @@ def test_a_superscript_replica_index_label_is_no_internal_error(
 
 # --- item 2: logs --out DIR never writes through a link planted in DIR --------------------
 
+
 def _one_pod_with_rank_lines(api: KubeAPI, rendered: Render) -> str:
     running_job(api, rendered)
     api.kube.add_pod(NAME, NS, "master", 0)
@@ -57,7 +61,8 @@ def _one_pod_with_rank_lines(api: KubeAPI, rendered: Render) -> str:
 
 
 def test_logs_never_write_rank_files_through_a_link_planted_as_the_pod_folder(
-        api: KubeAPI, kubeconfig: Path, rendered: Render, tmp_path: Path) -> None:
+    api: KubeAPI, kubeconfig: Path, rendered: Render, tmp_path: Path
+) -> None:
     pod = _one_pod_with_rank_lines(api, rendered)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -68,15 +73,17 @@ def test_logs_never_write_rank_files_through_a_link_planted_as_the_pod_folder(
     result = run("logs", PROFILE, "--out", str(out))
     assert result.exit_code == 2, result.output
     errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
-    assert errors == [f"error: {out / pod}: is a link or not a folder; no rank log is written "
-                      "through it"], result.stderr
+    assert errors == [f"error: {out / pod}: is a link or not a folder; no rank log is written through it"], (
+        result.stderr
+    )
     assert "\nhint: " in result.stderr and "Traceback" not in result.output
     assert sorted(p.name for p in elsewhere.iterdir()) == ["rank-0.log"]
     assert (elsewhere / "rank-0.log").read_text() == "precious\n"
 
 
 def test_logs_replace_a_link_planted_at_a_rank_file_instead_of_writing_through_it(
-        api: KubeAPI, kubeconfig: Path, rendered: Render, tmp_path: Path) -> None:
+    api: KubeAPI, kubeconfig: Path, rendered: Render, tmp_path: Path
+) -> None:
     pod = _one_pod_with_rank_lines(api, rendered)
     precious = tmp_path / "precious.txt"
     precious.write_text("precious\n")
@@ -98,25 +105,81 @@ def test_logs_replace_a_link_planted_at_a_rank_file_instead_of_writing_through_i
 # --- property: whatever the server names its pods, labels them and logs, no exit 70 and no
 # file outside --out ------------------------------------------------------------------------
 
-HOSTILE = ["../", "..", "/", ".", "\x00", "\n", "\r", "\x1b[2J", "\u2028", "\u202e", "²", "١",
-           "[rank", "]:", "[rank0]:", "[rank../../x]:", "[rank999999]:", "[rank²]:", "%2F",
-           "rank-0.log", "-", "a", "0", " ", "\\", "~", "$(HOME)", "{{x}}", "é", "\t"]
+HOSTILE = [
+    "../",
+    "..",
+    "/",
+    ".",
+    "\x00",
+    "\n",
+    "\r",
+    "\x1b[2J",
+    "\u2028",
+    "\u202e",
+    "²",
+    "١",
+    "[rank",
+    "]:",
+    "[rank0]:",
+    "[rank../../x]:",
+    "[rank999999]:",
+    "[rank²]:",
+    "%2F",
+    "rank-0.log",
+    "-",
+    "a",
+    "0",
+    " ",
+    "\\",
+    "~",
+    "$(HOME)",
+    "{{x}}",
+    "é",
+    "\t",
+]
 hostile_text = st.lists(st.sampled_from(HOSTILE) | st.text(max_size=4), max_size=8).map("".join)
 pod_names = st.one_of(
-    hostile_text, st.sampled_from([f"{NAME}-master-0", "../escape", "/tmp/abs", "a/b", "..",
-                                   ".", "x" * 300, "ok.name", "-bad", "rank-0.log"]))
+    hostile_text,
+    st.sampled_from(
+        [
+            f"{NAME}-master-0",
+            "../escape",
+            "/tmp/abs",
+            "a/b",
+            "..",
+            ".",
+            "x" * 300,
+            "ok.name",
+            "-bad",
+            "rank-0.log",
+        ]
+    ),
+)
 log_lines = st.lists(
-    st.one_of(hostile_text, st.builds("[rank{}]:{}".format, st.integers(0, 10**7) | st.text(
-        max_size=3), hostile_text)), max_size=12).map("\n".join)
+    st.one_of(
+        hostile_text,
+        st.builds("[rank{}]:{}".format, st.integers(0, 10**7) | st.text(max_size=3), hostile_text),
+    ),
+    max_size=12,
+).map("\n".join)
 
 
-@settings(max_examples=40, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(name=pod_names, index=st.sampled_from(HOSTILE) | hostile_text, role=hostile_text,
-       log=log_lines)
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(name=pod_names, index=st.sampled_from(HOSTILE) | hostile_text, role=hostile_text, log=log_lines)
 def test_hostile_pod_names_labels_and_log_lines_never_crash_nor_escape_the_folder(
-        api: KubeAPI, kubeconfig: Path, rendered: Render, tmp_path: Path,
-        name: str, index: str, role: str, log: str) -> None:
+    api: KubeAPI,
+    kubeconfig: Path,
+    rendered: Render,
+    tmp_path: Path,
+    name: str,
+    index: str,
+    role: str,
+    log: str,
+) -> None:
     with api.kube.lock:
         for key in [k for k in api.kube.objects if k[0] == "pods"]:
             del api.kube.objects[key]
@@ -136,9 +199,12 @@ def test_hostile_pod_names_labels_and_log_lines_never_crash_nor_escape_the_folde
     base.mkdir(exist_ok=True)
     before = set(tmp_path.rglob("*")) - set(base.rglob("*")) - {base}
     out = base / "out"
-    for args in (["status", PROFILE], ["logs", PROFILE, "--out", str(out)],
-                 ["logs", PROFILE, "--out", "-"],
-                 ["logs", PROFILE, "--out", "-", "--follow", "--watch-timeout", "0"]):
+    for args in (
+        ["status", PROFILE],
+        ["logs", PROFILE, "--out", str(out)],
+        ["logs", PROFILE, "--out", "-"],
+        ["logs", PROFILE, "--out", "-", "--follow", "--watch-timeout", "0"],
+    ):
         result = run(*args)
         assert result.exit_code != EXIT_INTERNAL, (args, result.output)
         assert result.exit_code in (0, 2, 3), (args, result.output)

@@ -83,7 +83,8 @@ def test_a_profile_through_a_symlink_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("evil", ["../escaped", "/tmp/absolute", "a/../../b"])
 def test_logs_never_write_outside_the_folder_for_a_server_chosen_pod_name(
-        api: KubeAPI, target: Target, rendered: Render, tmp_path: Path, evil: str) -> None:
+    api: KubeAPI, target: Target, rendered: Render, tmp_path: Path, evil: str
+) -> None:
     running_job(api, rendered)
     pod = api.kube.add_pod(NAME, NS, "master", 0)
     pod["metadata"]["name"] = evil
@@ -103,8 +104,14 @@ def test_render_reads_and_writes_no_bytecode_cache(tmp_path: Path) -> None:
     for name in ("__jinja2_poison.cache", "x.cache"):
         (poisoned / name).write_bytes(b"hostNetwork: true\n")
     env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
-    done = subprocess.run([sys.executable, "-m", "runai_spec", "render", str(PROFILE)],
-                          capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+    done = subprocess.run(
+        [sys.executable, "-m", "runai_spec", "render", str(PROFILE)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout == (ROOT / "examples" / "multi-node" / "manifest.yaml").read_text()
     assert sorted(p.name for p in poisoned.iterdir()) == ["__jinja2_poison.cache", "x.cache"]

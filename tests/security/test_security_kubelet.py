@@ -25,8 +25,7 @@ FLAG = "--rdzv-conf=join_timeout=5,read_timeout=5,x="
 
 def container(preset: str, **changes: Any) -> dict[str, Any]:
     data = {**copy.deepcopy(BASE_PROFILE), "preset": preset, **changes}
-    plan = plan_workload(parse_profile(dump([data]), "p.yaml"), REGISTRY.get(preset),
-                         REGISTRY.site())
+    plan = plan_workload(parse_profile(dump([data]), "p.yaml"), REGISTRY.get(preset), REGISTRY.site())
     job = render_plan(plan)[-1]
     spec = job["spec"]["pytorchReplicaSpecs"]
     return dict(next(iter(spec.values()))["template"]["spec"]["containers"][0])
@@ -49,8 +48,7 @@ def test_a_variable_reference_in_the_command_never_becomes_a_launcher_flag() -> 
 
 
 def test_on_one_gpu_a_variable_cannot_become_pythons_dash_c() -> None:
-    c = container("h200-1gpu", command=["$(X).py", "train.py"],
-                  env={"X": '-cimport os;os.system("id")#'})
+    c = container("h200-1gpu", command=["$(X).py", "train.py"], env={"X": '-cimport os;os.system("id")#'})
     argv = as_started(c)
     assert argv[:3] == ["python", "-u", "$(X).py"]
 
@@ -62,8 +60,9 @@ def test_env_values_reach_the_container_as_typed() -> None:
 
 
 def test_a_checkpoint_folder_with_a_dollar_keeps_it_in_the_log_folder() -> None:
-    c = container("h200-2x8-ib", checkpoint={**BASE_PROFILE["checkpoint"], "dir": "/ck$(X)"},
-                  env={"X": "/etc"})
+    c = container(
+        "h200-2x8-ib", checkpoint={**BASE_PROFILE["checkpoint"], "dir": "/ck$(X)"}, env={"X": "/etc"}
+    )
     log_dir = next(a for a in as_started(c) if a.startswith("--log-dir="))
     assert log_dir.startswith("--log-dir=/ck$(X)/logs/")
 

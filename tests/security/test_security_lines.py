@@ -19,11 +19,24 @@ from runai_spec.outputs.admission import documents as admission
 
 PROFILE = (ROOT / "examples" / "multi-node" / "profile.yaml").read_text(encoding="utf-8")
 BREAKS = ["\n", "\r", "\r\n", "\u2028", "\u2029", "\x85", "\x0b", "\x0c", "\x1c", "\x1e"]
-BIDI = ["\u202e", "\u202d", "\u202a", "\u202b", "\u202c", "\u2066", "\u2067", "\u2068", "\u2069",
-        "\u200e", "\u200f", "\u061c"]
-HOSTILE = st.lists(st.one_of(st.sampled_from([*BREAKS, *BIDI, "\x1b[2J", "\t", "ok: ",
-                                                "error: "]), st.characters()),
-                   max_size=12).map("".join)
+BIDI = [
+    "\u202e",
+    "\u202d",
+    "\u202a",
+    "\u202b",
+    "\u202c",
+    "\u2066",
+    "\u2067",
+    "\u2068",
+    "\u2069",
+    "\u200e",
+    "\u200f",
+    "\u061c",
+]
+HOSTILE = st.lists(
+    st.one_of(st.sampled_from([*BREAKS, *BIDI, "\x1b[2J", "\t", "ok: ", "error: "]), st.characters()),
+    max_size=12,
+).map("".join)
 
 
 def one_line_each(lines: list[str]) -> None:
@@ -32,16 +45,14 @@ def one_line_each(lines: list[str]) -> None:
         assert len(line.splitlines()) <= 1, repr(line)
 
 
-def test_a_diagnostics_reason_cannot_print_a_forged_ok_line(
-        write_profile: Callable[..., Path]) -> None:
+def test_a_diagnostics_reason_cannot_print_a_forged_ok_line(write_profile: Callable[..., Path]) -> None:
     text = PROFILE + 'diagnostics: {nccl_debug: true, reason: "x\\nok: all clean\\u202e\\u2028"}\n'
     path = write_profile(text)
     result = run("validate", str(path))
     lines = result.stderr.splitlines()
     assert not [ln for ln in lines if ln.startswith("ok: all clean")], result.stderr
     (warning,) = [ln for ln in lines if ln.startswith("warning:")]
-    assert warning.endswith(
-        "NCCL_DEBUG=INFO is on (x\\nok: all clean\\u202e\\u2028) [nccl-debug-temporary]")
+    assert warning.endswith("NCCL_DEBUG=INFO is on (x\\nok: all clean\\u202e\\u2028) [nccl-debug-temporary]")
     one_line_each(lines)
 
 
@@ -73,17 +84,16 @@ def test_an_unreadable_profile_path_is_one_error_line(tmp_path: Path) -> None:
 
 def test_each_break_and_bidi_character_is_shown_escaped() -> None:
     assert visible("a\nb\rc\td\u2028e\u2029f\u202eg\x85h\x1bi") == (
-        "a\\nb\\rc\\td\\u2028e\\u2029f\\u202eg\\x85h\\x1bi")
+        "a\\nb\\rc\\td\\u2028e\\u2029f\\u202eg\\x85h\\x1bi"
+    )
     assert visible("plain text, é and 🚀") == "plain text, é and 🚀"
     assert visible(visible("a\nb")) == "a\\nb"  # applying it twice changes nothing
 
 
 @settings(max_examples=500, deadline=None)
 @given(HOSTILE, HOSTILE, HOSTILE, HOSTILE, st.integers(1, 99))
-def test_a_finding_is_exactly_its_lines(message: str, hint: str, file: str, field: str,
-                                        line: int) -> None:
-    finding = Finding("nccl-transport-env", Location(file, line, field), message, hint or None,
-                      "warning")
+def test_a_finding_is_exactly_its_lines(message: str, hint: str, file: str, field: str, line: int) -> None:
+    finding = Finding("nccl-transport-env", Location(file, line, field), message, hint or None, "warning")
     lines = finding.lines()
     assert len(lines) == (2 if hint else 1)
     one_line_each(lines)
@@ -93,21 +103,28 @@ def test_a_finding_is_exactly_its_lines(message: str, hint: str, file: str, fiel
 
 @settings(max_examples=500, deadline=None)
 @given(HOSTILE, HOSTILE, HOSTILE, HOSTILE, st.lists(HOSTILE, max_size=3))
-def test_an_error_is_exactly_its_lines(message: str, hint: str, file: str, field: str,
-                                       also: list[str]) -> None:
-    error = InputError(message, file=file or None, line=3, field=field or None,
-                       hint=hint or None, also=[f"error: {a}" for a in also])
+def test_an_error_is_exactly_its_lines(
+    message: str, hint: str, file: str, field: str, also: list[str]
+) -> None:
+    error = InputError(
+        message,
+        file=file or None,
+        line=3,
+        field=field or None,
+        hint=hint or None,
+        also=[f"error: {a}" for a in also],
+    )
     lines = error.lines()
     assert len(lines) == 1 + len(also) + (1 if hint else 0)
     one_line_each(lines)
     assert str(error).split("\n") == lines
-    problems = ProfileProblems([error], [Finding("image-digest", Location(file, 2, field),
-                                                 message, hint or None)])
+    problems = ProfileProblems(
+        [error], [Finding("image-digest", Location(file, 2, field), message, hint or None)]
+    )
     one_line_each(problems.lines())
 
 
-def test_presets_verify_live_lines_stay_lines_whatever_the_cluster_s_keys(tmp_path: Path
-                                                                         ) -> None:
+def test_presets_verify_live_lines_stay_lines_whatever_the_cluster_s_keys(tmp_path: Path) -> None:
     """`presets verify --live` names presets from the cluster's ConfigMap keys."""
     deployed = {"x\nok: all presets match\u202e.sha256": "0" * 64}
     out, err = admission.deployment_report(tmp_path, {}, deployed)

@@ -42,34 +42,128 @@ MD = MarkdownIt("commonmark").enable(["table", "strikethrough"])
 REGISTRY = PresetRegistry(ROOT / "presets")
 
 # What a value would use to forge a section, hide one, or leave its cell, list or block.
-PIECES = ["## Findings", "\nnone\n", "<!--", "-->", "|", "```", "````", "~~~", "\r", "\n",
-          "\r\n", "\n\n", "<details>", "</details>", "<b>", "*", "**", "_", "__", "[x](http://a)",
-          "![i](x)", "<http://a>", "&lt;", "&#60;", "&amp;", "\\", "\\|", "    ", "1. ", "2) ",
-          "- ", "+ ", "> ", "# ", "===", "---", "***", "<", ">", "&", "`", "``", "$", "$$", "~~",
-          "\t", "  \n", "\\\n", " ", "[^1]", "[a]: http://b", ":x:", "@team", "| --- |",
-          "<script>", "=", "-", "#"]
+PIECES = [
+    "## Findings",
+    "\nnone\n",
+    "<!--",
+    "-->",
+    "|",
+    "```",
+    "````",
+    "~~~",
+    "\r",
+    "\n",
+    "\r\n",
+    "\n\n",
+    "<details>",
+    "</details>",
+    "<b>",
+    "*",
+    "**",
+    "_",
+    "__",
+    "[x](http://a)",
+    "![i](x)",
+    "<http://a>",
+    "&lt;",
+    "&#60;",
+    "&amp;",
+    "\\",
+    "\\|",
+    "    ",
+    "1. ",
+    "2) ",
+    "- ",
+    "+ ",
+    "> ",
+    "# ",
+    "===",
+    "---",
+    "***",
+    "<",
+    ">",
+    "&",
+    "`",
+    "``",
+    "$",
+    "$$",
+    "~~",
+    "\t",
+    "  \n",
+    "\\\n",
+    " ",
+    "[^1]",
+    "[a]: http://b",
+    ":x:",
+    "@team",
+    "| --- |",
+    "<script>",
+    "=",
+    "-",
+    "#",
+]
 # ... and what would open YAML or a template tag, break a line (U+2028, U+2029) or turn the
 # reading order (the bidi overrides).
-PIECES += ["\u2028", "\u2029", "\u202e", "\u202d", "\u2066", "\u2067", "\u2068", "\u2069",
-           "\u200f", "{{", "}}", "{%", "%}", ": ", "? ", ",", "&a", "*a", "!!str", "%YAML", "'", '"',
-           "...", "\u00a0"]
+PIECES += [
+    "\u2028",
+    "\u2029",
+    "\u202e",
+    "\u202d",
+    "\u2066",
+    "\u2067",
+    "\u2068",
+    "\u2069",
+    "\u200f",
+    "{{",
+    "}}",
+    "{%",
+    "%}",
+    ": ",
+    "? ",
+    ",",
+    "&a",
+    "*a",
+    "!!str",
+    "%YAML",
+    "'",
+    '"',
+    "...",
+    "\u00a0",
+]
 CHARS = st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters="\ufeff")
 # Text a profile can carry (the loader refuses control characters but tab, CR and LF); a run
 # of characters is one draw (st.text), so an example costs a few draws.
-PROFILE_TEXT = st.lists(st.sampled_from(PIECES) | st.text(CHARS, min_size=1, max_size=4),
-                        max_size=12).map("".join)
+PROFILE_TEXT = st.lists(st.sampled_from(PIECES) | st.text(CHARS, min_size=1, max_size=4), max_size=12).map(
+    "".join
+)
 # Text from anywhere (a server, a file name, a message): any character at all, NUL, ESC,
 # DEL, U+0085 and the C1 controls included.
-CONTROLS = ["\x00", "\x01", "\x07", "\x08", "\x0b", "\x0c", "\x1b[2J", "\x1f", "\x7f", "\x85",
-            "\x9b", "\x9f"]
-ANY_TEXT = st.lists(st.sampled_from([*PIECES, *CONTROLS])
-                    | st.text(st.characters(blacklist_categories=["Cs"]), min_size=1, max_size=4),
-                    max_size=12).map("".join)
+CONTROLS = ["\x00", "\x01", "\x07", "\x08", "\x0b", "\x0c", "\x1b[2J", "\x1f", "\x7f", "\x85", "\x9b", "\x9f"]
+ANY_TEXT = st.lists(
+    st.sampled_from([*PIECES, *CONTROLS])
+    | st.text(st.characters(blacklist_categories=["Cs"]), min_size=1, max_size=4),
+    max_size=12,
+).map("".join)
 
 
 def test_the_pieces_include_what_the_issue_names() -> None:
-    for piece in ["\u2028", "\u2029", "\r", "\u202e", "{{", "{%", "<!--", "`", "|", ": ", "- ",
-                  "? ", "&a", "*a", "#"]:
+    for piece in [
+        "\u2028",
+        "\u2029",
+        "\r",
+        "\u202e",
+        "{{",
+        "{%",
+        "<!--",
+        "`",
+        "|",
+        ": ",
+        "- ",
+        "? ",
+        "&a",
+        "*a",
+        "#",
+    ]:
         assert piece in PIECES, piece
     assert {"\x00", "\x01", "\x1f", "\x85"} <= set(CONTROLS)
 
@@ -94,15 +188,23 @@ def structure(markdown: str) -> list[tuple[Any, ...]]:
 HTML_TAG = re.compile(r"</?[A-Za-z][^\s/>]*|<!--|-->|<!|<\?")
 
 
-def workload_of(data: dict[str, Any], source: str = "p.yaml",
-                extra: tuple[Finding, ...] = ()) -> Workload:
+def workload_of(data: dict[str, Any], source: str = "p.yaml", extra: tuple[Finding, ...] = ()) -> Workload:
     loaded = parse_profile(dump([data]), source)
     approved, approved_site = REGISTRY.get(loaded.profile.preset), REGISTRY.approved_site()
     site = approved_site.site
     plan = plan_workload(loaded, approved, site, site_sha256=approved_site.sha256)
     manifests = tuple(render_plan(plan, site.family))
-    findings = check_all(Context(loaded, approved, site, plan, manifests, today=REGISTRY.today,
-                                 site_approval=approved_site.approval))
+    findings = check_all(
+        Context(
+            loaded,
+            approved,
+            site,
+            plan,
+            manifests,
+            today=REGISTRY.today,
+            site_approval=approved_site.approval,
+        )
+    )
     return Workload(loaded, approved, site, plan, manifests, (*findings, *extra))
 
 
@@ -126,11 +228,11 @@ BENIGN_PLAN = structure(plan_markdown("benign"))
 
 def validate_doc(value: str) -> str:
     finding = Finding("nccl-transport-env", Location(value, 4, value), value, value or None)
-    check = ProfileCheck(value, value, value, 2, 8, 16, (finding, dataclasses.replace(
-        finding, severity="warning")))
+    check = ProfileCheck(
+        value, value, value, 2, 8, 16, (finding, dataclasses.replace(finding, severity="warning"))
+    )
     clean = ProfileCheck(value, value, value, 1, 1, 1, ())
-    return validate_markdown([check, clean], [InputError(value, file=value, field=value,
-                                                         hint=value)])
+    return validate_markdown([check, clean], [InputError(value, file=value, field=value, hint=value)])
 
 
 BENIGN_VALIDATE = structure(validate_doc("benign"))
@@ -138,8 +240,9 @@ BENIGN_VALIDATE = structure(validate_doc("benign"))
 
 def diff_doc(value: str) -> str:
     body = f"--- committed\n+++ rendered\n-kind: {value}\n+kind: PyTorchJob\n {value}\n"
-    result = ProfileDiff(value, value, (ObjectDiff(value, value, body),
-                                        ObjectDiff(value, "changed", value + "\n")))
+    result = ProfileDiff(
+        value, value, (ObjectDiff(value, value, body), ObjectDiff(value, "changed", value + "\n"))
+    )
     return as_markdown([result], [InputError(value, file=value, field=value, hint=value)])
 
 
@@ -196,12 +299,18 @@ def test_escaped_text_and_code_render_as_the_value(value: str) -> None:
     shown = one_line(value)
     (para,) = [t for t in MD.parse(f"a {md_text(value)} b") if t.type == "inline"]
     assert "".join(c.content for c in para.children or []) == f"a {shown} b".strip(" ")
-    (code,) = [c for t in MD.parse(f"a {md_code(value)}") if t.type == "inline"
-               for c in t.children or [] if c.type == "code_inline"]
+    (code,) = [
+        c
+        for t in MD.parse(f"a {md_code(value)}")
+        if t.type == "inline"
+        for c in t.children or []
+        if c.type == "code_inline"
+    ]
     assert code.content == (shown or " ")
     table = f"| h |\n|---|\n| {md_code(value, cell=True)} |"
-    (cell,) = [c for t in MD.parse(table) if t.type == "inline"
-               for c in t.children or [] if c.type == "code_inline"]
+    (cell,) = [
+        c for t in MD.parse(table) if t.type == "inline" for c in t.children or [] if c.type == "code_inline"
+    ]
     assert cell.content == (shown or " ")
 
 
@@ -212,8 +321,7 @@ def test_a_committed_kind_cannot_leave_the_diff_block(tmp_path: Path) -> None:
     job = example_job("single-gpu")
     job["metadata"]["labels"]["x"] = "```\n\n## Approved\n\n<!--"
     (tmp_path / f"{name}.yaml").write_text(dump([job]))
-    res = CliRunner().invoke(app, ["diff", str(profile), "--against", str(tmp_path),
-                                   "-f", "markdown"])
+    res = CliRunner().invoke(app, ["diff", str(profile), "--against", str(tmp_path), "-f", "markdown"])
     assert res.exit_code == 1, res.output
     tokens = MD.parse(res.stdout)
     assert [t.tag for t in tokens if t.type == "heading_open"] == ["h2"]

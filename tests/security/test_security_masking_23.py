@@ -24,17 +24,21 @@ VALUE = "s3cr3t-value-for-the-test"
 
 
 def config_map(data: dict[str, str]) -> dict[str, object]:
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": f"{NAME}-notes", "namespace": NS}, "data": data}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": f"{NAME}-notes", "namespace": NS},
+        "data": data,
+    }
 
 
-def test_diff_against_masks_client_key_data_and_auth_of_a_committed_config_map(
-        tmp_path: Path) -> None:
+def test_diff_against_masks_client_key_data_and_auth_of_a_committed_config_map(tmp_path: Path) -> None:
     folder = tmp_path / "manifests"
     folder.mkdir()
     job = (ROOT / "examples" / "multi-node" / "manifest.yaml").read_text()
-    notes = yaml.safe_dump(config_map({"client-key-data": KEY_DATA, "auth": AUTH,
-                                       "tls.key": VALUE, "ssh-privatekey": VALUE}))
+    notes = yaml.safe_dump(
+        config_map({"client-key-data": KEY_DATA, "auth": AUTH, "tls.key": VALUE, "ssh-privatekey": VALUE})
+    )
     (folder / f"{NAME}.yaml").write_text(f"{job}---\n{notes}")
     for fmt in ("text", "markdown", "json"):
         result = run("diff", PROFILE, "--against", str(folder), "--format", fmt)
@@ -44,10 +48,13 @@ def test_diff_against_masks_client_key_data_and_auth_of_a_committed_config_map(
             assert secret not in result.stdout + result.stderr, (fmt, secret)
 
 
-@pytest.mark.parametrize("variable", ["DB_PASS", "REGISTRY_AUTH", "SSH_KEY", "DB_PW",
-                                      "MYSQL_PWD", "PGPASSWORD", "API_CREDS", "KEY"])
+@pytest.mark.parametrize(
+    "variable",
+    ["DB_PASS", "REGISTRY_AUTH", "SSH_KEY", "DB_PW", "MYSQL_PWD", "PGPASSWORD", "API_CREDS", "KEY"],
+)
 def test_diff_live_masks_a_credential_named_variable(
-        api: KubeAPI, kubeconfig: Path, rendered: Render, variable: str) -> None:
+    api: KubeAPI, kubeconfig: Path, rendered: Render, variable: str
+) -> None:
     job = rendered()[0]
     container = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
     container["env"] = [*container.get("env", []), {"name": variable, "value": VALUE}]
@@ -58,8 +65,19 @@ def test_diff_live_masks_a_credential_named_variable(
     assert VALUE not in result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("name", ["TOKENIZERS_PARALLELISM", "MAX_NEW_TOKENS", "PWD", "NCCL_IB_HCA",
-                                  "BYPASS", "AUTHOR", "MASTER_ADDR", "OMP_NUM_THREADS"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "TOKENIZERS_PARALLELISM",
+        "MAX_NEW_TOKENS",
+        "PWD",
+        "NCCL_IB_HCA",
+        "BYPASS",
+        "AUTHOR",
+        "MASTER_ADDR",
+        "OMP_NUM_THREADS",
+    ],
+)
 def test_ordinary_variable_names_stay_visible(name: str) -> None:
     from runai_spec.secrets import secret_name
 

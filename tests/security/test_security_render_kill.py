@@ -37,16 +37,19 @@ def profiles(folder: Path, flag: str) -> list[str]:
 
 
 def render(paths: list[str], out: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "runai_spec", "render", *paths, "-d", str(out)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    return subprocess.Popen(
+        [sys.executable, "-m", "runai_spec", "render", *paths, "-d", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=ROOT,
+    )
 
 
 def snapshot(out: Path) -> dict[str, str]:
     return {p.name: p.read_text() for p in out.iterdir()} if out.exists() else {}
 
 
-def test_render_d_killed_at_random_points_leaves_the_old_set_or_the_new_set(
-        tmp_path: Path) -> None:
+def test_render_d_killed_at_random_points_leaves_the_old_set_or_the_new_set(tmp_path: Path) -> None:
     sets = {"old": profiles(tmp_path / "old", "old"), "new": profiles(tmp_path / "new", "new")}
     out = tmp_path / "out"
     expected: dict[str, dict[str, str]] = {}
@@ -74,7 +77,8 @@ def test_render_d_killed_at_random_points_leaves_the_old_set_or_the_new_set(
             f"seed {seed}, kill {kill} after {delay:.2f} s: {len(now)} files, "
             f"{sum(now.get(k) == v for k, v in expected['new'].items())} new, "
             f"{sum(now.get(k) == v for k, v in expected['old'].items())} old, "
-            f"leftovers {sorted(set(now) - set(expected['old']))[:5]}")
+            f"leftovers {sorted(set(now) - set(expected['old']))[:5]}"
+        )
         state = "new" if now == expected["new"] else "old"
         seen.append(f"{delay:.2f}s:{state}")
     time.sleep(pipeline._STALE_S + 0.2)  # what the killed renders left is stale now
@@ -85,6 +89,7 @@ def test_render_d_killed_at_random_points_leaves_the_old_set_or_the_new_set(
 
 
 # --- the layout: a folder of files, swapped as a whole -------------------------------------
+
 
 def test_other_files_and_links_in_the_folder_are_kept_as_they_were(tmp_path: Path) -> None:
     out = tmp_path / "out"
@@ -97,12 +102,17 @@ def test_other_files_and_links_in_the_folder_are_kept_as_they_were(tmp_path: Pat
     result = run("render", "examples/multi-node/profile.yaml", "-d", str(out))
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in out.iterdir()) == [
-        "README.md", "kustomization.yaml", "latest", "llm-7b-fsdp.yaml"]
+        "README.md",
+        "kustomization.yaml",
+        "latest",
+        "llm-7b-fsdp.yaml",
+    ]
     assert (out / "README.md").stat().st_ino == inode  # the same file, not a copy
     assert os.readlink(out / "latest") == "README.md"
     assert out.stat().st_mode & 0o777 == 0o750
     assert (out / "llm-7b-fsdp.yaml").read_text() == (
-        ROOT / "examples" / "multi-node" / "manifest.yaml").read_text()
+        ROOT / "examples" / "multi-node" / "manifest.yaml"
+    ).read_text()
     assert [p.name for p in tmp_path.iterdir()] == ["out"]  # nothing beside it
 
 
@@ -116,10 +126,10 @@ def test_a_link_to_the_folder_stays_a_link_and_its_folder_is_replaced(tmp_path: 
     assert [p.name for p in real.iterdir()] == ["llm-7b-fsdp.yaml"]
 
 
-@pytest.mark.parametrize("what", ["a folder inside", "the current folder", "a file",
-                                  "a mount point"])
+@pytest.mark.parametrize("what", ["a folder inside", "the current folder", "a file", "a mount point"])
 def test_what_cannot_be_swapped_as_a_whole_is_bad_input_and_nothing_changes(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, what: str) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, what: str
+) -> None:
     out = tmp_path / "out"
     out.mkdir()
     (out / "old.yaml").write_text("old\n")
@@ -140,13 +150,15 @@ def test_what_cannot_be_swapped_as_a_whole_is_bad_input_and_nothing_changes(
     assert len(errors) == 1 and "\nhint: " in result.stderr, result.stderr
     assert "Traceback" not in result.output
     assert sorted(p.name for p in out.iterdir()) == (
-        ["base", "old.yaml"] if what == "a folder inside" else ["old.yaml"])
+        ["base", "old.yaml"] if what == "a folder inside" else ["old.yaml"]
+    )
     assert (out / "old.yaml").read_text() == "old\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
 def test_without_renameat2_the_folder_is_moved_aside_and_back(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A C library without renameat2: two renames (DIR is missing for that instant), the
     same result."""
     import ctypes

@@ -33,6 +33,7 @@ def test_a_directory_as_second_target_leaves_the_first_file_unchanged(tmp_path: 
 
 # --- a rename that fails half-way: every file already replaced is put back -------------
 
+
 @pytest.fixture
 def immutable() -> Iterator[Callable[[Path], None]]:
     """Mark a file immutable (`chattr +i`, root only); undone in teardown. Skips where the
@@ -63,8 +64,12 @@ def two_profiles(write_profile: Callable[..., Path], base_profile: dict[str, Any
 
 @pytest.mark.parametrize("option", ["-d", "-o"])
 def test_an_immutable_second_target_leaves_the_first_file_unchanged(
-        tmp_path: Path, write_profile: Callable[..., Path], base_profile: dict[str, Any],
-        immutable: Callable[[Path], None], option: str) -> None:
+    tmp_path: Path,
+    write_profile: Callable[..., Path],
+    base_profile: dict[str, Any],
+    immutable: Callable[[Path], None],
+    option: str,
+) -> None:
     out = tmp_path / "out"
     out.mkdir()
     (out / "a.yaml").write_text("old a\n")
@@ -73,8 +78,9 @@ def test_an_immutable_second_target_leaves_the_first_file_unchanged(
     result = run("render", *two_profiles(write_profile, base_profile), option, str(out))
     assert result.exit_code == 2, result.output
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert errors == [f"error: {out / 'b.yaml'}: cannot write: Operation not permitted; "
-                      "no file was changed"], result.stderr
+    assert errors == [
+        f"error: {out / 'b.yaml'}: cannot write: Operation not permitted; no file was changed"
+    ], result.stderr
     assert "\nhint: " in result.stderr and "Traceback" not in result.stderr
     assert (out / "a.yaml").read_text() == "old a\n"  # put back
     assert (out / "b.yaml").read_text() == "old b\n"
@@ -85,8 +91,10 @@ def test_an_immutable_second_target_leaves_the_first_file_unchanged(
 def links(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Backups as a second hard link, or (a file system without them) by renaming."""
     if request.param == "no hard links":
+
         def no_link(*args: object, **kwargs: object) -> None:
             raise PermissionError(1, "Operation not permitted")
+
         monkeypatch.setattr(os, "link", no_link)
     return str(request.param)
 
@@ -94,6 +102,7 @@ def links(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> st
 def fail_swap(monkeypatch: pytest.MonkeyPatch) -> None:
     """The exchange of the new folder with the old one fails (issue 23: DIR is replaced as a
     whole, by one rename)."""
+
     def refuse(a: Path, b: Path) -> None:
         raise PermissionError(1, "Operation not permitted")
 
@@ -105,7 +114,8 @@ def hidden_beside(folder: Path) -> list[str]:
 
 
 def test_a_failed_swap_leaves_every_file_as_it_was(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, links: str) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, links: str
+) -> None:
     out = tmp_path / "out"
     out.mkdir()
     for name in ("a", "b", "c"):
@@ -119,8 +129,8 @@ def test_a_failed_swap_leaves_every_file_as_it_was(
         sink.commit()
     assert caught.value.lines() == [
         f"error: {out}: cannot write: Operation not permitted; no file was changed",
-        "hint: check the folder's permissions and attributes (`lsattr`), or choose another "
-        "--out-dir folder"]
+        "hint: check the folder's permissions and attributes (`lsattr`), or choose another --out-dir folder",
+    ]
     for name in ("a", "b", "c"):
         assert (out / f"{name}.yaml").read_text() == f"old {name}\n", links
     assert sorted(p.name for p in out.iterdir()) == ["a.yaml", "b.yaml", "c.yaml", "notes.txt"]
@@ -128,7 +138,8 @@ def test_a_failed_swap_leaves_every_file_as_it_was(
 
 
 def test_a_file_new_in_the_folder_never_appears_when_the_swap_fails(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "b.yaml").write_text("old b\n")
     sink = StagedFiles(tmp_path)
     sink.add("a.yaml", "new\n")
@@ -141,7 +152,8 @@ def test_a_file_new_in_the_folder_never_appears_when_the_swap_fails(
 
 
 def test_a_previous_set_that_cannot_be_removed_is_named_and_the_next_render_removes_it(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "out"
     out.mkdir()
     (out / "a.yaml").write_text("old a\n")
@@ -155,8 +167,10 @@ def test_a_previous_set_that_cannot_be_removed_is_named_and_the_next_render_remo
     monkeypatch.setattr(shutil, "rmtree", refuse)
     lines = sink.commit()
     (kept,) = hidden_beside(out)
-    assert lines == [f"wrote {out / 'a.yaml'}", f"warning: the previous files stay in "
-                     f"{out.parent / kept}: Operation not permitted"]
+    assert lines == [
+        f"wrote {out / 'a.yaml'}",
+        f"warning: the previous files stay in {out.parent / kept}: Operation not permitted",
+    ]
     assert (out / "a.yaml").read_text() == "new\n"
     assert (out.parent / kept / "a.yaml").read_text() == "old a\n"
     monkeypatch.setattr(shutil, "rmtree", real)
@@ -182,6 +196,7 @@ def test_every_backup_is_removed_after_a_commit(tmp_path: Path, links: str) -> N
 
 # --- never through a link placed at a name render would use -----------------------------
 
+
 def test_render_never_writes_through_a_link_at_its_old_temporary_name(tmp_path: Path) -> None:
     """The temporary name was `.NAME.tmp-PID`: a link placed there was written through."""
     out = tmp_path / "out"
@@ -198,7 +213,8 @@ def test_render_never_writes_through_a_link_at_its_old_temporary_name(tmp_path: 
 
 
 def test_temporaries_and_backups_are_new_files_whatever_name_is_guessed(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A link already at the random name drawn (for the staged file, then for the backup) is
     skipped: the name is created exclusively, never opened or linked over."""
     precious = tmp_path / "precious.txt"
@@ -215,5 +231,4 @@ def test_temporaries_and_backups_are_new_files_whatever_name_is_guessed(
     sink.commit()
     assert precious.read_text() == "precious\n"
     assert (out / "a.yaml").read_text() == "new\n" and not (out / "a.yaml").is_symlink()
-    assert sorted(p.name for p in out.iterdir()) == [
-        ".a.yaml.bak-guessed", ".a.yaml.tmp-guessed", "a.yaml"]
+    assert sorted(p.name for p in out.iterdir()) == [".a.yaml.bak-guessed", ".a.yaml.tmp-guessed", "a.yaml"]

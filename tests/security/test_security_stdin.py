@@ -19,8 +19,13 @@ def validate_stdin_fed(limit: int, folder: Path) -> tuple[int, str, int]:
     """`validate -` fed zero bytes through a pipe until the reader stops reading (or limit);
     (exit code, stderr, bytes the pipe took)."""
     with (folder / "stderr").open("w+b") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "runai_spec", "validate", "-"], cwd=ROOT,
-                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "runai_spec", "validate", "-"],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
         sent = 0
 
         def feed() -> None:  # the only one to touch the pipe (communicate() would close it)
@@ -51,22 +56,29 @@ def test_an_endless_profile_on_stdin_is_refused_after_the_cap(tmp_path: Path) ->
     # the same lines a file one byte too large gets, under the name <stdin>
     big = tmp_path / "big.yaml"
     big.write_bytes(b"\0" * (MAX_BYTES + 1))
-    as_file = subprocess.run([sys.executable, "-m", "runai_spec", "validate", str(big)],
-                             cwd=ROOT, capture_output=True, timeout=60)
+    as_file = subprocess.run(
+        [sys.executable, "-m", "runai_spec", "validate", str(big)], cwd=ROOT, capture_output=True, timeout=60
+    )
     assert as_file.returncode == 2
     assert stderr.splitlines() == [
-        line.replace(str(big), "<stdin>") for line in as_file.stderr.decode().splitlines()]
+        line.replace(str(big), "<stdin>") for line in as_file.stderr.decode().splitlines()
+    ]
     assert stderr.splitlines() == [
         f"error: <stdin>: file is larger than {MAX_BYTES} bytes",
-        "hint: profiles and presets are small; is this the right file?"]
+        "hint: profiles and presets are small; is this the right file?",
+    ]
     # it stopped reading at the cap: the writer was cut off long before its own end
     assert sent < 16 * MAX_BYTES, f"the whole stream was read: {sent} bytes"
 
 
 def test_a_profile_on_stdin_below_the_cap_is_read_whole() -> None:
     profile = (ROOT / "examples" / "multi-node" / "profile.yaml").read_bytes()
-    result = subprocess.run([sys.executable, "-m", "runai_spec", "validate", "-"], cwd=ROOT,
-                            input=profile + b"#" * (MAX_BYTES - len(profile) - 1) + b"\n",
-                            capture_output=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "runai_spec", "validate", "-"],
+        cwd=ROOT,
+        input=profile + b"#" * (MAX_BYTES - len(profile) - 1) + b"\n",
+        capture_output=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     assert b"ok: <stdin>: llm-7b-fsdp" in result.stderr

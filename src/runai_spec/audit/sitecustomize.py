@@ -48,8 +48,7 @@ ENV_DIR = "RUNAI_SPEC_AUDIT_DIR"
 ENV_KEY = "RUNAI_SPEC_AUDIT_KEY"
 # A rank takes the key out of its environment (the script's os.environ and the processes it
 # starts never see it); torchrun's agent keeps it for the ranks it starts and restarts.
-_KEY = (os.environ.pop(ENV_KEY, "") if "LOCAL_RANK" in os.environ
-        else os.environ.get(ENV_KEY, "")).encode()
+_KEY = (os.environ.pop(ENV_KEY, "") if "LOCAL_RANK" in os.environ else os.environ.get(ENV_KEY, "")).encode()
 STEP_KEYS = ("step", "global_step", "iteration", "iter", "epoch")
 _lock = threading.Lock()
 _state: dict[str, Any] = {"exit_code": None, "exception": None}
@@ -89,12 +88,18 @@ def record(event: str, **fields: Any) -> None:
     if not folder or not _KEY:
         return
     try:
-        data = {"event": event, "t": time.time(), "pid": os.getpid(),
-                "rank": _int_env("RANK"), "local_rank": _int_env("LOCAL_RANK"),
-                "world_size": _int_env("WORLD_SIZE"),
-                "attempt": _int_env("RUNAI_SPEC_ATTEMPT") or 0,
-                "restart": _int_env("TORCHELASTIC_RESTART_COUNT") or 0,
-                "pod": os.environ.get("RUNAI_SPEC_POD"), **fields}
+        data = {
+            "event": event,
+            "t": time.time(),
+            "pid": os.getpid(),
+            "rank": _int_env("RANK"),
+            "local_rank": _int_env("LOCAL_RANK"),
+            "world_size": _int_env("WORLD_SIZE"),
+            "attempt": _int_env("RUNAI_SPEC_ATTEMPT") or 0,
+            "restart": _int_env("TORCHELASTIC_RESTART_COUNT") or 0,
+            "pod": os.environ.get("RUNAI_SPEC_POD"),
+            **fields,
+        }
         body = json.dumps(data, default=str)
         line = f"{hmac.new(_KEY, body.encode(), hashlib.sha256).hexdigest()} {body}\n"
         name = os.path.join(folder, f"rank-{data['rank']}.{os.getpid()}.jsonl")
@@ -115,8 +120,13 @@ def _audit_error(where: str) -> None:
     record("audit-error", where=where, error=traceback.format_exc(limit=3)[-500:])
 
 
-def _wrap(owner: Any, attr: str, before: Callable[..., dict[str, Any] | None] | None = None,
-          after: Callable[..., dict[str, Any] | None] | None = None, event: str = "") -> None:
+def _wrap(
+    owner: Any,
+    attr: str,
+    before: Callable[..., dict[str, Any] | None] | None = None,
+    after: Callable[..., dict[str, Any] | None] | None = None,
+    event: str = "",
+) -> None:
     """Replace owner.attr by a wrapper that records `event` with the fields `before(*args)`
     and `after(result, *args)` return; the call itself is the original's, unchanged."""
     original = getattr(owner, attr, None)
@@ -169,16 +179,32 @@ def _device() -> dict[str, Any]:
 
 
 def _patch_torch(torch: ModuleType) -> None:
-    _wrap(torch, "save", event="save", before=lambda *a, **k: {
-        "api": "torch.save", "path": _path_of(_arg(a, k, 1, "f")), "step": _step_of(_arg(a, k, 0, "obj"))})
-    _wrap(torch, "load", event="load", before=lambda *a, **k: {
-        "api": "torch.load", "path": _path_of(_arg(a, k, 0, "f"))},
-        after=lambda result, *a, **k: {"step": _step_of(result)})
+    _wrap(
+        torch,
+        "save",
+        event="save",
+        before=lambda *a, **k: {
+            "api": "torch.save",
+            "path": _path_of(_arg(a, k, 1, "f")),
+            "step": _step_of(_arg(a, k, 0, "obj")),
+        },
+    )
+    _wrap(
+        torch,
+        "load",
+        event="load",
+        before=lambda *a, **k: {"api": "torch.load", "path": _path_of(_arg(a, k, 0, "f"))},
+        after=lambda result, *a, **k: {"step": _step_of(result)},
+    )
     cuda = getattr(torch, "cuda", None)
     if cuda is not None:
-        _wrap(cuda, "set_device", event="set-device",
-              before=lambda *a, **k: {"requested": str(_arg(a, k, 0, "device"))},
-              after=lambda result, *a, **k: _device())
+        _wrap(
+            cuda,
+            "set_device",
+            event="set-device",
+            before=lambda *a, **k: {"requested": str(_arg(a, k, 0, "device"))},
+            after=lambda result, *a, **k: _device(),
+        )
 
 
 def _patch_distributed(dist: ModuleType) -> None:
@@ -186,22 +212,36 @@ def _patch_distributed(dist: ModuleType) -> None:
         return {"requested_backend": str(_arg(args, kwargs, 0, "backend"))}
 
     def init_after(result: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        return {"backend": str(dist.get_backend()), "group_rank": dist.get_rank(),
-                "group_world_size": dist.get_world_size(), **_device()}
+        return {
+            "backend": str(dist.get_backend()),
+            "group_rank": dist.get_rank(),
+            "group_world_size": dist.get_world_size(),
+            **_device(),
+        }
 
     for owner in (dist, getattr(dist, "distributed_c10d", None)):
         if owner is not None:
-            _wrap(owner, "init_process_group", event="init-process-group", before=init_before,
-                  after=init_after)
+            _wrap(
+                owner, "init_process_group", event="init-process-group", before=init_before, after=init_after
+            )
             _wrap(owner, "destroy_process_group", event="destroy-process-group")
 
 
 def _dcp_before(api: str) -> Callable[..., dict[str, Any]]:
     def before(*args: Any, **kwargs: Any) -> dict[str, Any]:
-        target = kwargs.get("checkpoint_id") or kwargs.get("storage_writer") \
-            or kwargs.get("storage_reader") or (args[1] if len(args) > 1 else None)
-        return {"api": api, "path": _path_of(target), "sharded": True,
-                "step": _step_of(_arg(args, kwargs, 0, "state_dict"))}
+        target = (
+            kwargs.get("checkpoint_id")
+            or kwargs.get("storage_writer")
+            or kwargs.get("storage_reader")
+            or (args[1] if len(args) > 1 else None)
+        )
+        return {
+            "api": api,
+            "path": _path_of(target),
+            "sharded": True,
+            "step": _step_of(_arg(args, kwargs, 0, "state_dict")),
+        }
+
     return before
 
 
@@ -209,19 +249,40 @@ def _patch_dcp(dcp: ModuleType) -> None:
     for name in ("save", "async_save", "save_state_dict"):
         _wrap(dcp, name, event="save", before=_dcp_before(f"torch.distributed.checkpoint.{name}"))
     for name in ("load", "load_state_dict"):
-        _wrap(dcp, name, event="load", before=_dcp_before(f"torch.distributed.checkpoint.{name}"),
-              after=lambda result, *a, **k: {"step": _step_of(_arg(a, k, 0, "state_dict"))})
+        _wrap(
+            dcp,
+            name,
+            event="load",
+            before=_dcp_before(f"torch.distributed.checkpoint.{name}"),
+            after=lambda result, *a, **k: {"step": _step_of(_arg(a, k, 0, "state_dict"))},
+        )
 
 
 def _patch_safetensors(st: ModuleType) -> None:
-    _wrap(st, "save_file", event="save", before=lambda *a, **k: {
-        "api": "safetensors.save_file", "path": _path_of(_arg(a, k, 1, "filename"))})
-    _wrap(st, "save_model", event="save", before=lambda *a, **k: {
-        "api": "safetensors.save_model", "path": _path_of(_arg(a, k, 1, "filename"))})
-    _wrap(st, "load_file", event="load", before=lambda *a, **k: {
-        "api": "safetensors.load_file", "path": _path_of(_arg(a, k, 0, "filename"))})
-    _wrap(st, "load_model", event="load", before=lambda *a, **k: {
-        "api": "safetensors.load_model", "path": _path_of(_arg(a, k, 1, "filename"))})
+    _wrap(
+        st,
+        "save_file",
+        event="save",
+        before=lambda *a, **k: {"api": "safetensors.save_file", "path": _path_of(_arg(a, k, 1, "filename"))},
+    )
+    _wrap(
+        st,
+        "save_model",
+        event="save",
+        before=lambda *a, **k: {"api": "safetensors.save_model", "path": _path_of(_arg(a, k, 1, "filename"))},
+    )
+    _wrap(
+        st,
+        "load_file",
+        event="load",
+        before=lambda *a, **k: {"api": "safetensors.load_file", "path": _path_of(_arg(a, k, 0, "filename"))},
+    )
+    _wrap(
+        st,
+        "load_model",
+        event="load",
+        before=lambda *a, **k: {"api": "safetensors.load_model", "path": _path_of(_arg(a, k, 1, "filename"))},
+    )
 
 
 def _metrics(api: str, path_arg: tuple[int, str] | None = None) -> Callable[..., dict[str, Any]]:
@@ -231,6 +292,7 @@ def _metrics(api: str, path_arg: tuple[int, str] | None = None) -> Callable[...,
             value = _arg(args, kwargs, *path_arg)
             out["path"] = _path_of(value) if value is not None else None
         return out
+
     return before
 
 
@@ -238,8 +300,12 @@ def _patch_tensorboard(tb: ModuleType) -> None:
     writer = getattr(tb, "SummaryWriter", None)
     if writer is not None:
         # args[0] is the writer itself: the log dir is the second positional argument
-        _wrap(writer, "__init__", event="metrics",
-              before=_metrics(f"{tb.__name__}.SummaryWriter", (1, "log_dir")))
+        _wrap(
+            writer,
+            "__init__",
+            event="metrics",
+            before=_metrics(f"{tb.__name__}.SummaryWriter", (1, "log_dir")),
+        )
 
 
 def _patch_wandb(wandb: ModuleType) -> None:
@@ -288,8 +354,9 @@ class _Loader(importlib.abc.Loader):
 class _Finder(importlib.abc.MetaPathFinder):
     """Finds the patched modules with the other finders and wraps their loader."""
 
-    def find_spec(self, name: str, path: Sequence[str] | None,
-                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self, name: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
         patch = PATCHES.get(name)
         if patch is None:
             return None

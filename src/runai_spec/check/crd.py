@@ -30,10 +30,8 @@ def load_crd_schemas(path: Path) -> dict[str, dict[str, Any]]:
         read_text(path)  # raises the right "no such file" / "is a directory" error
         raise InputError("cannot read", file=str(path))
     docs = parse_documents(read_text(path, max_bytes=CRD_MAX_BYTES), str(path))
-    if len(docs) != 1 or not isinstance(docs[0], dict) \
-            or docs[0].get("kind") != "CustomResourceDefinition":
-        raise InputError("not a CustomResourceDefinition", file=str(path),
-                         hint=CRD_FETCH)
+    if len(docs) != 1 or not isinstance(docs[0], dict) or docs[0].get("kind") != "CustomResourceDefinition":
+        raise InputError("not a CustomResourceDefinition", file=str(path), hint=CRD_FETCH)
     return crd_schemas(docs[0], str(path))
 
 
@@ -42,8 +40,7 @@ def crd_schemas(crd: dict[str, Any], source: str) -> dict[str, dict[str, Any]]:
     one the cluster serves)."""
     schemas = {}
     for index, version in enumerate(crd.get("spec", {}).get("versions", []) or []):
-        schema = (version.get("schema") or {}).get("openAPIV3Schema") \
-            if isinstance(version, dict) else None
+        schema = (version.get("schema") or {}).get("openAPIV3Schema") if isinstance(version, dict) else None
         if isinstance(schema, dict):
             check_schema(schema, source, f"spec.versions[{index}].schema.openAPIV3Schema")
             schemas[str(version.get("name"))] = schema
@@ -61,17 +58,21 @@ def check_schema(schema: dict[str, Any], source: str, field: str) -> None:
     hint = CRD_HINT
     ref = _find_ref(schema)
     if ref is not None:
-        raise InputError("uses $ref, which a CustomResourceDefinition's schema cannot",
-                         file=source, field=f"{field}{ref}", hint=hint)
+        raise InputError(
+            "uses $ref, which a CustomResourceDefinition's schema cannot",
+            file=source,
+            field=f"{field}{ref}",
+            hint=hint,
+        )
     try:
         jsonschema.Draft7Validator.check_schema(schema)
     except jsonschema.exceptions.SchemaError as exc:
         where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in exc.absolute_path)
-        raise InputError(f"is no valid schema: {_short(exc.message)}", file=source,
-                         field=f"{field}{where}", hint=hint) from None
+        raise InputError(
+            f"is no valid schema: {_short(exc.message)}", file=source, field=f"{field}{where}", hint=hint
+        ) from None
     except RecursionError:
-        raise InputError("is nested too deeply to check", file=source, field=field,
-                         hint=hint) from None
+        raise InputError("is nested too deeply to check", file=source, field=field, hint=hint) from None
 
 
 def _find_ref(value: Any, path: str = "") -> str | None:
@@ -93,8 +94,9 @@ def _short(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def crd_findings(manifests: list[Manifest], schemas: dict[str, dict[str, Any]],
-                 kind: str, source: str) -> list[Finding]:
+def crd_findings(
+    manifests: list[Manifest], schemas: dict[str, dict[str, Any]], kind: str, source: str
+) -> list[Finding]:
     """One finding per schema violation of each object of `kind`."""
     import jsonschema  # only on the --crd path
 
@@ -105,20 +107,38 @@ def crd_findings(manifests: list[Manifest], schemas: dict[str, dict[str, Any]],
         version = str(manifest.get("apiVersion", "")).rsplit("/", 1)[-1]
         schema = schemas.get(version)
         if schema is None:
-            findings.append(Finding("crd-schema", Location(source, None, "apiVersion"),
-                                    f"the cluster's CRD does not serve version {version!r}",
-                                    "ask the AI Engineers which operator version runs"))
+            findings.append(
+                Finding(
+                    "crd-schema",
+                    Location(source, None, "apiVersion"),
+                    f"the cluster's CRD does not serve version {version!r}",
+                    "ask the AI Engineers which operator version runs",
+                )
+            )
             continue
         validator = jsonschema.Draft7Validator(schema)
         try:
             errors = sorted(validator.iter_errors(manifest), key=lambda e: list(e.absolute_path))
-        except (jsonschema.exceptions.SchemaError, jsonschema.exceptions.UnknownType,
-                RecursionError, re.error, TypeError, LookupError) as exc:
+        except (
+            jsonschema.exceptions.SchemaError,
+            jsonschema.exceptions.UnknownType,
+            RecursionError,
+            re.error,
+            TypeError,
+            LookupError,
+        ) as exc:
             # a schema crd_schemas never saw: still bad input, never exit 70
-            raise InputError(f"the CRD's schema cannot be used: {_short(str(exc))}",
-                             field="--crd", hint=CRD_HINT) from None
+            raise InputError(
+                f"the CRD's schema cannot be used: {_short(str(exc))}", field="--crd", hint=CRD_HINT
+            ) from None
         for error in errors:
             path = ".".join(str(p) for p in error.absolute_path) or "<root>"
-            findings.append(Finding("crd-schema", Location(source, None, path), error.message,
-                                    "the cluster's CRD refuses this object"))
+            findings.append(
+                Finding(
+                    "crd-schema",
+                    Location(source, None, path),
+                    error.message,
+                    "the cluster's CRD refuses this object",
+                )
+            )
     return findings

@@ -36,15 +36,16 @@ from .rules import Context, finding, rule
 # diagnostics switch's own variables are left out, for `nccl-debug-temporary`.
 def transport_variable(name: str) -> bool:
     """A variable that chooses or configures the network path: the engineers' (the preset's)."""
-    return ((name.startswith(TRANSPORT_ENV_PREFIXES) or name in TRANSPORT_ENV_NAMES)
-            and name not in NCCL_DIAGNOSTICS)
+    return (
+        name.startswith(TRANSPORT_ENV_PREFIXES) or name in TRANSPORT_ENV_NAMES
+    ) and name not in NCCL_DIAGNOSTICS
 
 
 # What each prefix or name of launcher.TRANSPORT_ENV_* configures, for the finding's message.
 TRANSPORT_WHAT = {
     "NCCL_": "NCCL (the network path between GPUs)",
     "TORCH_NCCL_": "PyTorch's NCCL process group (its error handling, watchdog and heartbeat "
-                   "timeouts: how a fault is noticed)",
+    "timeouts: how a fault is noticed)",
     "UCX_": "UCX (a network transport)",
     "NVSHMEM_": "NVSHMEM (a network transport)",
     "FI_": "libfabric (the EFA/OFI network transport)",
@@ -74,8 +75,8 @@ TRANSPORT_WHAT = {
 
 def transport_what(name: str) -> str:
     return TRANSPORT_WHAT.get(name) or next(
-        TRANSPORT_WHAT[p] for p in sorted(TRANSPORT_ENV_PREFIXES, key=len, reverse=True)
-        if name.startswith(p))
+        TRANSPORT_WHAT[p] for p in sorted(TRANSPORT_ENV_PREFIXES, key=len, reverse=True) if name.startswith(p)
+    )
 
 
 def env_line(name: str) -> str:
@@ -85,8 +86,9 @@ def env_line(name: str) -> str:
 def env_fields(profile: Profile) -> list[tuple[str, str]]:
     """(name, field) of every variable the profile sets: `env.NAME` or `secret_env.NAME`, so
     that a finding points at the line that sets it."""
-    return ([(name, env_line(name)) for name in profile.env]
-            + [(name, f"secret_env.{name}") for name in profile.secret_env])
+    return [(name, env_line(name)) for name in profile.env] + [
+        (name, f"secret_env.{name}") for name in profile.secret_env
+    ]
 
 
 @rule("nccl-transport-env", "error", "NCCL interface and transport variables are engineer-owned")
@@ -107,29 +109,45 @@ def check_nccl_transport(ctx: Context) -> Iterator[Finding]:
     cluster's admission policy refuses the same list."""
     for name, field in env_fields(ctx.loaded.profile):
         if transport_variable(name):
-            yield finding(ctx, "nccl-transport-env", field,
-                           f"{name} configures {transport_what(name)}, which the preset owns",
-                           "remove it; the preset supplies the approved network path. "
-                           "For a hang, keep per-rank logs and ask your AI Engineer")
+            yield finding(
+                ctx,
+                "nccl-transport-env",
+                field,
+                f"{name} configures {transport_what(name)}, which the preset owns",
+                "remove it; the preset supplies the approved network path. "
+                "For a hang, keep per-rank logs and ask your AI Engineer",
+            )
 
 
-@rule("nccl-debug-temporary", "error", "NCCL_DEBUG only through the temporary diagnostics switch",
-      milder=("warning",))
+@rule(
+    "nccl-debug-temporary",
+    "error",
+    "NCCL_DEBUG only through the temporary diagnostics switch",
+    milder=("warning",),
+)
 def check_nccl_debug(ctx: Context) -> Iterator[Finding]:
     """NCCL_DEBUG=INFO is a temporary diagnostic; it is switched on explicitly and reported."""
     profile = ctx.loaded.profile
     for name, field in sorted(env_fields(profile)):
         if name not in NCCL_DIAGNOSTICS:
             continue
-        yield finding(ctx, "nccl-debug-temporary", field,
-                       f"{name} set as a variable stays on after diagnosis",
-                       "use `diagnostics: {nccl_debug: true, reason: ...}` and remove it afterwards")
+        yield finding(
+            ctx,
+            "nccl-debug-temporary",
+            field,
+            f"{name} set as a variable stays on after diagnosis",
+            "use `diagnostics: {nccl_debug: true, reason: ...}` and remove it afterwards",
+        )
     if profile.diagnostics.nccl_debug:
         reason = profile.diagnostics.reason or "no reason given"
-        yield finding(ctx, "nccl-debug-temporary", "diagnostics.nccl_debug",
-                       f"temporary diagnostic NCCL_DEBUG=INFO is on ({reason})",
-                       "save a log per rank (`runai-spec logs --out DIR`) and switch it off "
-                       "after diagnosis", severity="warning")
+        yield finding(
+            ctx,
+            "nccl-debug-temporary",
+            "diagnostics.nccl_debug",
+            f"temporary diagnostic NCCL_DEBUG=INFO is on ({reason})",
+            "save a log per rank (`runai-spec logs --out DIR`) and switch it off after diagnosis",
+            severity="warning",
+        )
 
 
 def _operator_names() -> frozenset[str]:
@@ -137,14 +155,24 @@ def _operator_names() -> frozenset[str]:
     container (kubeflow.operator_env), whatever the job: a Master and Workers, with and
     without an elasticPolicy that sets all it can."""
     replica = {"replicas": 1, "template": {"spec": {"containers": [{"name": CONTAINER}]}}}
-    elastic = {"maxRestarts": 1, "nProcPerNode": 1, "rdzvId": "id", "standalone": True,
-               "rdzvConf": [{"key": "key", "value": "value"}]}
+    elastic = {
+        "maxRestarts": 1,
+        "nProcPerNode": 1,
+        "rdzvId": "id",
+        "standalone": True,
+        "rdzvConf": [{"key": "key", "value": "value"}],
+    }
     names: set[str] = set()
     for version in OPERATOR_VERSIONS:
         for policy in ({}, {"elasticPolicy": elastic}):
-            job = {"metadata": {"name": "job"}, "spec": {
-                "nprocPerNode": "1", "pytorchReplicaSpecs": {MASTER: replica, WORKER: replica},
-                **policy}}
+            job = {
+                "metadata": {"name": "job"},
+                "spec": {
+                    "nprocPerNode": "1",
+                    "pytorchReplicaSpecs": {MASTER: replica, WORKER: replica},
+                    **policy,
+                },
+            }
             for role in REPLICA_TYPES:
                 names.update(operator_env(job, role, 0, version))
     return frozenset(names)
@@ -165,9 +193,13 @@ def env_owners(plan: Plan) -> dict[str, str]:
         origin = plan.origins.get(f"env[{index}][1]")
         if origin is None or (origin.kind == "profile" and origin.field == env_line(name)):
             continue
-        owners[name] = (f"the preset ({origin.file} {origin.field})" if origin.kind == "preset"
-                        else "runai-spec" if origin.kind in ("derived", "template")
-                        else f"the profile's {origin.field}")
+        owners[name] = (
+            f"the preset ({origin.file} {origin.field})"
+            if origin.kind == "preset"
+            else "runai-spec"
+            if origin.kind in ("derived", "template")
+            else f"the profile's {origin.field}"
+        )
     for name, _ in plan.field_env:
         owners[name] = "runai-spec (the pod's own name, for its per-rank log folder)"
     return owners
@@ -185,26 +217,37 @@ def check_operator_env(ctx: Context) -> Iterator[Finding]:
     owners = env_owners(ctx.plan)
     for name, field in env_fields(ctx.loaded.profile):
         if INJECTED_ENV.match(name):
-            yield finding(ctx, "reserved-env", field,
-                           f"{name} is injected by the PyTorch operator or torchrun"
-                           + (" (runai-spec sets it for the per-rank log folder)"
-                              if name == POD_NAME_ENV[0] else ""),
-                           "remove it; read RANK, LOCAL_RANK and WORLD_SIZE in the script")
+            yield finding(
+                ctx,
+                "reserved-env",
+                field,
+                f"{name} is injected by the PyTorch operator or torchrun"
+                + (" (runai-spec sets it for the per-rank log folder)" if name == POD_NAME_ENV[0] else ""),
+                "remove it; read RANK, LOCAL_RANK and WORLD_SIZE in the script",
+            )
         elif name in owners and not transport_variable(name) and name not in NCCL_DIAGNOSTICS:
-            yield finding(ctx, "reserved-env", field,
-                           f"{name} is set by {owners[name]}: "
-                           + ("the container would get a second variable of that name, and "
-                              "the later one wins" if field.startswith("secret_env.")
-                              else "a value set here never reaches the job"),
-                           "remove it; ask your AI Engineer if the job needs another value")
+            yield finding(
+                ctx,
+                "reserved-env",
+                field,
+                f"{name} is set by {owners[name]}: "
+                + (
+                    "the container would get a second variable of that name, and the later one wins"
+                    if field.startswith("secret_env.")
+                    else "a value set here never reaches the job"
+                ),
+                "remove it; ask your AI Engineer if the job needs another value",
+            )
 
 
 SECRET_FLAG = re.compile(r"(?i)^--?[\w-]*(token|password|passwd|api[-_]?key|secret)[\w-]*(=.+)?$")
 
 
-SECRET_HINT = ("put it in a Kubernetes Secret in the project's namespace and reference it: "
-               "`secret_env: {NAME: {secret: SECRET-NAME, key: KEY}}` (rendered as "
-               "valueFrom.secretKeyRef); rotate it if it was ever committed")
+SECRET_HINT = (
+    "put it in a Kubernetes Secret in the project's namespace and reference it: "
+    "`secret_env: {NAME: {secret: SECRET-NAME, key: KEY}}` (rendered as "
+    "valueFrom.secretKeyRef); rotate it if it was ever committed"
+)
 
 
 @rule("secret-env", "error", "Credentials come from a Secret (secretKeyRef), never the profile")
@@ -214,17 +257,32 @@ def check_secret_env(ctx: Context) -> Iterator[Finding]:
     profile = ctx.loaded.profile
     for name, value in profile.env_strings().items():
         if looks_secret(name):
-            yield finding(ctx, "secret-env", env_line(name),
-                           f"{name} looks like a credential written as a plain value", SECRET_HINT)
+            yield finding(
+                ctx,
+                "secret-env",
+                env_line(name),
+                f"{name} looks like a credential written as a plain value",
+                SECRET_HINT,
+            )
         elif secret_value(value):
-            yield finding(ctx, "secret-env", env_line(name),
-                           f"the value of {name} looks like a credential", SECRET_HINT)
+            yield finding(
+                ctx, "secret-env", env_line(name), f"the value of {name} looks like a credential", SECRET_HINT
+            )
     for name in profile.secret_env:
         if name in profile.env:
-            yield finding(ctx, "secret-env", f"secret_env.{name}",
-                           f"{name} is set both in env and in secret_env",
-                           "keep only the secret_env entry")
+            yield finding(
+                ctx,
+                "secret-env",
+                f"secret_env.{name}",
+                f"{name} is set both in env and in secret_env",
+                "keep only the secret_env entry",
+            )
     for index, arg in enumerate(profile.command):
         if secret_value(arg) or (SECRET_FLAG.match(arg) and "=" in arg):
-            yield finding(ctx, "secret-env", f"command[{index}]",
-                           "a command argument looks like a credential", SECRET_HINT)
+            yield finding(
+                ctx,
+                "secret-env",
+                f"command[{index}]",
+                "a command argument looks like a credential",
+                SECRET_HINT,
+            )

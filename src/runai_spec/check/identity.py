@@ -20,8 +20,10 @@ IMAGE_REPO = r"[a-z0-9._/-]+"
 IMAGE_TAG = r":[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
 
 
-IMAGE = re.compile(rf"^(?P<registry>[a-z0-9.-]+(:[0-9]+)?)/(?P<repo>{IMAGE_REPO})"
-                   rf"(?P<tagged>{IMAGE_TAG})?(@sha256:(?P<digest>[0-9a-f]{{64}}))?\Z")
+IMAGE = re.compile(
+    rf"^(?P<registry>[a-z0-9.-]+(:[0-9]+)?)/(?P<repo>{IMAGE_REPO})"
+    rf"(?P<tagged>{IMAGE_TAG})?(@sha256:(?P<digest>[0-9a-f]{{64}}))?\Z"
+)
 
 
 @rule("reserved-field", "error", "Fields the site guide reserves for the SCC AI Engineers")
@@ -37,13 +39,22 @@ def check_image_digest(ctx: Context) -> Iterator[Finding]:
     image = ctx.loaded.profile.image
     match = IMAGE.match(image)
     if match is None:
-        yield finding(ctx, "image-digest", "image",
-                       f"{image!r} is not registry/repo[:tag]@sha256:<64 hex>",
-                       "write the full reference, e.g. registry.example.org/team/train@sha256:<64 hex>")
+        yield finding(
+            ctx,
+            "image-digest",
+            "image",
+            f"{image!r} is not registry/repo[:tag]@sha256:<64 hex>",
+            "write the full reference, e.g. registry.example.org/team/train@sha256:<64 hex>",
+        )
     elif match.group("digest") is None:
-        yield finding(ctx, "image-digest", "image", "tag-only images are mutable",
-                       "pin the digest, e.g. repo:tag@sha256:<64 hex> "
-                       "(`docker buildx imagetools inspect IMAGE` shows it)")
+        yield finding(
+            ctx,
+            "image-digest",
+            "image",
+            "tag-only images are mutable",
+            "pin the digest, e.g. repo:tag@sha256:<64 hex> "
+            "(`docker buildx imagetools inspect IMAGE` shows it)",
+        )
 
 
 @rule("registry", "error", "Images come from a registry the site allows")
@@ -51,9 +62,13 @@ def check_registry(ctx: Context) -> Iterator[Finding]:
     """Only the registries listed in presets/site.yaml are allowed."""
     match = IMAGE.match(ctx.loaded.profile.image)
     if match and match.group("registry") not in ctx.site.registries:
-        yield finding(ctx, "registry", "image",
-                       f"registry {match.group('registry')!r} is not allowed on {ctx.site.cluster}",
-                       "use one of: " + ", ".join(ctx.site.registries))
+        yield finding(
+            ctx,
+            "registry",
+            "image",
+            f"registry {match.group('registry')!r} is not allowed on {ctx.site.cluster}",
+            "use one of: " + ", ".join(ctx.site.registries),
+        )
 
 
 def name_room(plan: Plan) -> int:
@@ -62,30 +77,43 @@ def name_room(plan: Plan) -> int:
     return kubeflow_name_room(plan.name, plan.longest_pod_name) - len(SMOKE_SUFFIX)
 
 
-@rule("name-length", "error",
-      f"Derived pod names, the smoke test's too, stay within {NAME_MAX} characters")
+@rule("name-length", "error", f"Derived pod names, the smoke test's too, stay within {NAME_MAX} characters")
 def check_name_length(ctx: Context) -> Iterator[Finding]:
     """Pods and their headless services are named `<name>-worker-<N>`: a DNS label. The smoke
     test's are `<name>-smoke-worker-<N>`; a name that only they outgrow is refused here too,
     so that validate passes nothing `render --smoke` and `submit --smoke` then refuse."""
     name, longest = ctx.plan.name, ctx.plan.longest_pod_name
-    smoke = f"{name}{SMOKE_SUFFIX}{longest[len(name):]}"
+    smoke = f"{name}{SMOKE_SUFFIX}{longest[len(name) :]}"
     room = name_room(ctx.plan)
     hint = f"shorten name to at most {room} characters (its smoke test's pods add `{SMOKE_SUFFIX}`)"
     if len(longest) > NAME_MAX:
-        yield finding(ctx, "name-length", "name",
-                       f"pod name {longest!r} has {len(longest)} characters (limit {NAME_MAX})",
-                       hint)
+        yield finding(
+            ctx,
+            "name-length",
+            "name",
+            f"pod name {longest!r} has {len(longest)} characters (limit {NAME_MAX})",
+            hint,
+        )
     elif len(smoke) > NAME_MAX:
-        yield finding(ctx, "name-length", "name",
-                       f"the smoke test's pod name {smoke!r} would have {len(smoke)} characters "
-                       f"(limit {NAME_MAX}): `render --smoke` and `submit --smoke` refuse it", hint)
+        yield finding(
+            ctx,
+            "name-length",
+            "name",
+            f"the smoke test's pod name {smoke!r} would have {len(smoke)} characters "
+            f"(limit {NAME_MAX}): `render --smoke` and `submit --smoke` refuse it",
+            hint,
+        )
     namespace = ctx.plan.namespace
     if len(namespace) > NAME_MAX or not DNS1123.match(namespace):  # a namespace is a DNS-1123 label
-        yield finding(ctx, "name-length", "project",
-                       f"project {ctx.loaded.profile.project!r} makes the namespace {namespace!r} "
-                       f"({len(namespace)} characters), which is not a DNS label of at most "
-                       f"{NAME_MAX}", "use the Run:ai project's name as the cluster knows it")
+        yield finding(
+            ctx,
+            "name-length",
+            "project",
+            f"project {ctx.loaded.profile.project!r} makes the namespace {namespace!r} "
+            f"({len(namespace)} characters), which is not a DNS label of at most "
+            f"{NAME_MAX}",
+            "use the Run:ai project's name as the cluster knows it",
+        )
 
 
 @rule("smoke-name", "error", f"A workload name never ends in `{SMOKE_SUFFIX}`")
@@ -96,11 +124,15 @@ def check_smoke_name(ctx: Context) -> Iterator[Finding]:
     rules out every such pair, in one batch of profiles or across a project's profiles."""
     name = ctx.loaded.profile.name
     if name.endswith(SMOKE_SUFFIX):
-        yield finding(ctx, "smoke-name", "name",
-                       f"{name!r} ends in {SMOKE_SUFFIX!r}: it is the name of the smoke test "
-                       f"of workload {name.removesuffix(SMOKE_SUFFIX)!r}",
-                       f"rename it, e.g. {name.removesuffix(SMOKE_SUFFIX) + '-test'!r}; a smoke "
-                       "test is `--smoke` of the real workload's profile, never a profile")
+        yield finding(
+            ctx,
+            "smoke-name",
+            "name",
+            f"{name!r} ends in {SMOKE_SUFFIX!r}: it is the name of the smoke test "
+            f"of workload {name.removesuffix(SMOKE_SUFFIX)!r}",
+            f"rename it, e.g. {name.removesuffix(SMOKE_SUFFIX) + '-test'!r}; a smoke "
+            "test is `--smoke` of the real workload's profile, never a profile",
+        )
 
 
 EXPIRY_WARNING_DAYS = 30
@@ -112,22 +144,30 @@ def check_preset_expiry(ctx: Context) -> Iterator[Finding]:
     expiry of the preset's or the site file's approval, so the re-review happens in time."""
     if ctx.today is None:
         return
-    for what, approval in ((f"preset {ctx.approved.name}", ctx.approved.approval),
-                           ("the site file", ctx.site_approval)):
+    for what, approval in (
+        (f"preset {ctx.approved.name}", ctx.approved.approval),
+        ("the site file", ctx.site_approval),
+    ):
         if approval is None or approval.expires is None:
             continue
         days = (dt.date.fromisoformat(approval.expires) - ctx.today).days
         if 0 <= days <= EXPIRY_WARNING_DAYS:
-            yield finding(ctx, "preset-expired", "preset",
-                           f"the approval of {what} expires on {approval.expires} "
-                           f"(in {days} day{'s' if days != 1 else ''}); after that it is refused",
-                           "ask your SCC AI Engineers to re-review and re-approve it "
-                           "(`runai-spec presets approve NAME --key KEY --expires DATE`)")
+            yield finding(
+                ctx,
+                "preset-expired",
+                "preset",
+                f"the approval of {what} expires on {approval.expires} "
+                f"(in {days} day{'s' if days != 1 else ''}); after that it is refused",
+                "ask your SCC AI Engineers to re-review and re-approve it "
+                "(`runai-spec presets approve NAME --key KEY --expires DATE`)",
+            )
 
 
-GRANT_HINT = ("ask the SCC AI Engineers to grant the preset to your project (the site guide: "
-              "multi-GPU and multi-node work needs advance agreement), or use a preset your "
-              "project is granted (`runai-spec presets list`)")
+GRANT_HINT = (
+    "ask the SCC AI Engineers to grant the preset to your project (the site guide: "
+    "multi-GPU and multi-node work needs advance agreement), or use a preset your "
+    "project is granted (`runai-spec presets list`)"
+)
 
 
 @rule("preset-not-granted", "error", "The project is granted the preset (site file `grants`)")
@@ -136,5 +176,6 @@ def check_preset_granted(ctx: Context) -> Iterator[Finding]:
     are usually granted to every project (`*`), multi-GPU and multi-node ones by agreement."""
     project, name = ctx.loaded.profile.project, ctx.approved.name
     if not ctx.site.granted(project, name):
-        yield finding(ctx, "preset-not-granted", "preset",
-                       f"project {project} is not granted preset {name}", GRANT_HINT)
+        yield finding(
+            ctx, "preset-not-granted", "preset", f"project {project} is not granted preset {name}", GRANT_HINT
+        )

@@ -18,12 +18,13 @@ from ..facts.torchrun import (
 from ..findings import Finding
 from .rules import Context, finding, rule
 
-LAUNCHERS = {"python", "python3", "torchrun", "accelerate", "deepspeed", "mpirun", "srun",
-             "bash", "sh"}
+LAUNCHERS = {"python", "python3", "torchrun", "accelerate", "deepspeed", "mpirun", "srun", "bash", "sh"}
 
 
-LAUNCHER_FLAGS = re.compile(r"^--(nproc[-_]per[-_]node|nnodes|node[-_]rank|master[-_]addr|"
-                            r"master[-_]port|rdzv[-_].*|standalone)(=|$)")
+LAUNCHER_FLAGS = re.compile(
+    r"^--(nproc[-_]per[-_]node|nnodes|node[-_]rank|master[-_]addr|"
+    r"master[-_]port|rdzv[-_].*|standalone)(=|$)"
+)
 
 
 @rule("launcher", "error", "The tool adds the launcher; the command is the entry point only")
@@ -46,45 +47,66 @@ def check_launcher(ctx: Context) -> Iterator[Finding]:
     kind = entry_point_kind(command)
     if first.rsplit("/", 1)[-1] in LAUNCHERS and kind != EXECUTABLE_ENTRY:
         rest = without_launcher(command)
-        yield finding(ctx, "launcher", "command[0]",
-                       f"{first!r} is a launcher; runai-spec adds the right one per layout",
-                       f"start the command with the script: {rest!r}" if rest
-                       else "start the command with the script")
+        yield finding(
+            ctx,
+            "launcher",
+            "command[0]",
+            f"{first!r} is a launcher; runai-spec adds the right one per layout",
+            f"start the command with the script: {rest!r}" if rest else "start the command with the script",
+        )
     elif (module := launcher_entry(command)) is not None:
-        yield finding(ctx, "launcher", "command[0]" if first.endswith(".py") else "command[1]",
-                       f"{module!r} is a launcher's own module: it would start processes of its "
-                       "own beside the ones the preset plans (runai-spec already runs torchrun "
-                       "or python per layout)",
-                       "start the command with your training script, e.g. [train.py, ...]")
+        yield finding(
+            ctx,
+            "launcher",
+            "command[0]" if first.endswith(".py") else "command[1]",
+            f"{module!r} is a launcher's own module: it would start processes of its "
+            "own beside the ones the preset plans (runai-spec already runs torchrun "
+            "or python per layout)",
+            "start the command with your training script, e.g. [train.py, ...]",
+        )
     elif first in ("-m", "--module"):
         if not ctx.site.allow_module_entrypoint:
-            yield finding(ctx, "launcher", "command[0]",
-                           "the module form (`-m package`) is not allowed on this site",
-                           "start the command with the script's path, e.g. [train.py, ...]")
+            yield finding(
+                ctx,
+                "launcher",
+                "command[0]",
+                "the module form (`-m package`) is not allowed on this site",
+                "start the command with the script's path, e.g. [train.py, ...]",
+            )
     elif first.startswith("-"):
-        yield finding(ctx, "launcher", "command[0]",
-                       f"{first!r} is a flag before the entry point; torchrun would take it "
-                       "as its own (it accepts unique prefixes, and the last copy wins)",
-                       "start the command with the script's path; the preset decides the "
-                       "launcher's flags")
+        yield finding(
+            ctx,
+            "launcher",
+            "command[0]",
+            f"{first!r} is a flag before the entry point; torchrun would take it "
+            "as its own (it accepts unique prefixes, and the last copy wins)",
+            "start the command with the script's path; the preset decides the launcher's flags",
+        )
     elif any(c.isspace() for c in first):
         words = [*first.split(), *command[1:]]
         if words[0].rsplit("/", 1)[-1] in LAUNCHERS:
             words = without_launcher(words)
-        yield finding(ctx, "launcher", "command[0]",
-                       f"{first!r} is one string with spaces: it is run as one file name",
-                       f"write one list item per argument: {words!r}")
+        yield finding(
+            ctx,
+            "launcher",
+            "command[0]",
+            f"{first!r} is one string with spaces: it is run as one file name",
+            f"write one list item per argument: {words!r}",
+        )
     else:
         yield from _entry_point_findings(ctx, command, kind)
     for index, arg in enumerate(command[1:], start=1):
         if LAUNCHER_FLAGS.match(arg):
-            yield finding(ctx, "launcher", f"command[{index}]",
-                           f"{arg!r} is a torchrun flag; the preset decides the topology",
-                           "remove it")
+            yield finding(
+                ctx,
+                "launcher",
+                f"command[{index}]",
+                f"{arg!r} is a torchrun flag; the preset decides the topology",
+                "remove it",
+            )
 
 
-def _entry_point_findings(ctx: Context, command: list[str], kind: str | None
-                          ) -> Iterator[Finding]:
+def _entry_point_findings(ctx: Context, command: list[str], kind: str | None) -> Iterator[Finding]:
     """Whether the entry point runs with Python or as an executable, told by its name (the
     file is in the image, not here): `*.py` (or `-m module`) with Python; a wrapper script,
     `*.sh` or `[bash|sh, script.sh]`, as an executable (torchrun `--no-python`, and no
@@ -92,18 +114,26 @@ def _entry_point_findings(ctx: Context, command: list[str], kind: str | None
     looked up on PATH, not in the working directory, by the container runtime and torchrun."""
     first = command[0]
     if kind is None:
-        yield finding(ctx, "launcher", "command[0]",
-                       f"{first!r}: runai-spec cannot tell whether this is a Python script or "
-                       "an executable (the file is in the image, so its name decides)",
-                       "a Python script ends in .py; a wrapper script ends in .sh (executable, "
-                       "with a shebang) or is written with its interpreter, e.g. "
-                       "[bash, run.sh]")
+        yield finding(
+            ctx,
+            "launcher",
+            "command[0]",
+            f"{first!r}: runai-spec cannot tell whether this is a Python script or "
+            "an executable (the file is in the image, so its name decides)",
+            "a Python script ends in .py; a wrapper script ends in .sh (executable, "
+            "with a shebang) or is written with its interpreter, e.g. "
+            "[bash, run.sh]",
+        )
     elif kind == EXECUTABLE_ENTRY and first.rsplit("/", 1)[-1] not in SHELLS and "/" not in first:
-        yield finding(ctx, "launcher", "command[0]",
-                       f"{first!r} is run as an executable, and without a '/' it is looked up "
-                       "on PATH, not in the working directory",
-                       f"write {['./' + first, *command[1:]]!r} (relative to working_dir), its "
-                       f"absolute path, or {['bash', first, *command[1:]]!r}")
+        yield finding(
+            ctx,
+            "launcher",
+            "command[0]",
+            f"{first!r} is run as an executable, and without a '/' it is looked up "
+            "on PATH, not in the working directory",
+            f"write {['./' + first, *command[1:]]!r} (relative to working_dir), its "
+            f"absolute path, or {['bash', first, *command[1:]]!r}",
+        )
 
 
 def _launcher_head(command: list[str]) -> tuple[str, ...]:
@@ -130,10 +160,18 @@ def check_nproc(ctx: Context) -> Iterator[Finding]:
             flags = nproc_flags(head)
             started = torchrun_procs(manifest, head, ctx.site.operator_version)
             if command[:1] == ["torchrun"] and str(started) != str(gpus):
-                yield finding(ctx, "nproc-gpus", f"spec.pytorchReplicaSpecs.{role}",
-                               f"torchrun would start {started} process(es) per pod on {gpus} "
-                               "GPUs", "this is a runai-spec or preset bug; tell the AI Engineers")
+                yield finding(
+                    ctx,
+                    "nproc-gpus",
+                    f"spec.pytorchReplicaSpecs.{role}",
+                    f"torchrun would start {started} process(es) per pod on {gpus} GPUs",
+                    "this is a runai-spec or preset bug; tell the AI Engineers",
+                )
             elif str(gpus) != str(nproc) or any(flag != str(gpus) for flag in flags):
-                yield finding(ctx, "nproc-gpus", f"spec.pytorchReplicaSpecs.{role}",
-                               f"{gpus} GPUs per pod but nprocPerNode {nproc} / flags {flags}",
-                               "this is a runai-spec or preset bug; tell the AI Engineers")
+                yield finding(
+                    ctx,
+                    "nproc-gpus",
+                    f"spec.pytorchReplicaSpecs.{role}",
+                    f"{gpus} GPUs per pod but nprocPerNode {nproc} / flags {flags}",
+                    "this is a runai-spec or preset bug; tell the AI Engineers",
+                )

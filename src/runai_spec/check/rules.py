@@ -51,15 +51,23 @@ class Rule:
 REGISTRY: dict[str, Rule] = {}  # every rule, as its module defines it (catalogue.RULES: in order)
 
 
-def rule(rule_id: str, severity: Severity, summary: str, *, milder: tuple[Severity, ...] = ()
-         ) -> Callable[[RuleFn], RuleFn]:
+def rule(
+    rule_id: str, severity: Severity, summary: str, *, milder: tuple[Severity, ...] = ()
+) -> Callable[[RuleFn], RuleFn]:
     def register(fn: RuleFn) -> RuleFn:
         REGISTRY[rule_id] = Rule(rule_id, severity, summary, fn, milder)
         return fn
+
     return register
 
 
-def finding(ctx: Context, rule_id: str, path: str, message: str, hint: str | None = None,
-             severity: Severity | None = None) -> Finding:
+def finding(
+    ctx: Context,
+    rule_id: str,
+    path: str,
+    message: str,
+    hint: str | None = None,
+    severity: Severity | None = None,
+) -> Finding:
     where = Location(ctx.loaded.path, ctx.loaded.line(path), path)
     return Finding(rule_id, where, message, hint, severity or REGISTRY[rule_id].severity)

@@ -16,9 +16,13 @@ def check_checkpoint(ctx: Context) -> Iterator[Finding]:
     """The guide: write checkpoints to a PVC or approved data source, not the image."""
     ckpt = ctx.loaded.profile.checkpoint
     if (ckpt.pvc is None) == (ckpt.source is None):
-        yield finding(ctx, "checkpoint-on-pvc", "checkpoint",
-                       "set exactly one of checkpoint.pvc or checkpoint.source",
-                       "checkpoints written to the image filesystem are lost on restart")
+        yield finding(
+            ctx,
+            "checkpoint-on-pvc",
+            "checkpoint",
+            "set exactly one of checkpoint.pvc or checkpoint.source",
+            "checkpoints written to the image filesystem are lost on restart",
+        )
 
 
 @rule("data-source", "error", "Every volume is one PVC or one data source the site approved")
@@ -27,19 +31,32 @@ def check_data_sources(ctx: Context) -> Iterator[Finding]:
     `data_sources`; a data volume sets exactly one of `pvc` and `source`."""
     ckpt = ctx.loaded.profile.checkpoint
     if ckpt.pvc is None and ckpt.source is not None and ckpt.source not in ctx.site.data_sources:
-        yield finding(ctx, "data-source", "checkpoint.source",
-                       f"{ckpt.source!r} is not an approved data source",
-                       "approved: " + ", ".join(ctx.site.data_sources))
+        yield finding(
+            ctx,
+            "data-source",
+            "checkpoint.source",
+            f"{ckpt.source!r} is not an approved data source",
+            "approved: " + ", ".join(ctx.site.data_sources),
+        )
     for index, data in enumerate(ctx.loaded.profile.data):
         path = f"data[{index}]"
         if (data.pvc is None) == (data.source is None):
-            yield finding(ctx, "data-source", path, "set exactly one of pvc or source",
-                           "a data volume mounts one claim: `pvc: NAME` or `source: NAME` "
-                           "(one of the site's approved data sources)")
+            yield finding(
+                ctx,
+                "data-source",
+                path,
+                "set exactly one of pvc or source",
+                "a data volume mounts one claim: `pvc: NAME` or `source: NAME` "
+                "(one of the site's approved data sources)",
+            )
         elif data.source is not None and data.source not in ctx.site.data_sources:
-            yield finding(ctx, "data-source", f"{path}.source",
-                           f"{data.source!r} is not an approved data source",
-                           "approved: " + ", ".join(ctx.site.data_sources))
+            yield finding(
+                ctx,
+                "data-source",
+                f"{path}.source",
+                f"{data.source!r} is not an approved data source",
+                "approved: " + ", ".join(ctx.site.data_sources),
+            )
 
 
 # Mounting over these hides what the container needs (its programs and libraries, /proc, the
@@ -48,8 +65,23 @@ def check_data_sources(ctx: Context) -> Iterator[Finding]:
 # mount there hides /usr/bin or /usr/lib. /var/lib holds the image's own state (the package
 # databases, dpkg's alternatives) and no data of a job, and /var/lib/kubelet is the kubelet's
 # folder on the node: the whole of /var/lib is refused, not only the kubelet's folder.
-SYSTEM_PATHS = ("/etc", "/proc", "/sys", "/dev", "/usr", "/bin", "/sbin", "/lib", "/lib32",
-                "/lib64", "/libx32", "/boot", "/var/lib", "/var/run/secrets", "/run/secrets")
+SYSTEM_PATHS = (
+    "/etc",
+    "/proc",
+    "/sys",
+    "/dev",
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/boot",
+    "/var/lib",
+    "/var/run/secrets",
+    "/run/secrets",
+)
 
 
 # A working directory may lie in the image's own folders (`/usr/src/app` is a common one); only
@@ -71,22 +103,27 @@ def _nested(a: str, b: str) -> bool:
 def _path_problem(path: str) -> tuple[str, str] | None:
     """(message, hint) when a mount path is not one clean absolute path."""
     if _PATH_CONTROL.search(path):
-        return (f"{path!r} contains a control character (a line break, a tab)",
-                "write the path on one line, without control characters")
+        return (
+            f"{path!r} contains a control character (a line break, a tab)",
+            "write the path on one line, without control characters",
+        )
     if not path.startswith("/"):
         return f"{path!r} is not an absolute path", f"write it from the root, e.g. /{path}"
     normal = "/" + posixpath.normpath(path).lstrip("/")  # normpath keeps a leading `//`
     if ".." in path.split("/"):
-        return (f"{path!r} contains `..`: Kubernetes mounts it at {normal}",
-                "write the folder's own absolute path, without `..`")
+        return (
+            f"{path!r} contains `..`: Kubernetes mounts it at {normal}",
+            "write the folder's own absolute path, without `..`",
+        )
     if normal != path:
-        return (f"{path!r} is not a normalised path (`//`, `/./` or a trailing `/`)",
-                f"write {normal}")
+        return (f"{path!r} is not a normalised path (`//`, `/./` or a trailing `/`)", f"write {normal}")
     long = next((p for p in path.split("/") if len(p.encode("utf-8")) > PATH_NAME_MAX), None)
     if long is not None:
-        return (f"{path[:40]!r}... has a folder name of {len(long.encode('utf-8'))} bytes: Linux "
-                f"allows at most {PATH_NAME_MAX} (NAME_MAX), so nothing can be mounted there",
-                f"shorten {long[:20]!r}... to at most {PATH_NAME_MAX} bytes")
+        return (
+            f"{path[:40]!r}... has a folder name of {len(long.encode('utf-8'))} bytes: Linux "
+            f"allows at most {PATH_NAME_MAX} (NAME_MAX), so nothing can be mounted there",
+            f"shorten {long[:20]!r}... to at most {PATH_NAME_MAX} bytes",
+        )
     return None
 
 
@@ -100,8 +137,11 @@ def _holds(folder: str, path: str) -> bool:
     return folder == path or path.startswith(folder.rstrip("/") + "/")
 
 
-@rule("mount-path", "error", "Mount paths and the working directory are clean, absolute, not "
-      "system paths, and never overlap")
+@rule(
+    "mount-path",
+    "error",
+    "Mount paths and the working directory are clean, absolute, not system paths, and never overlap",
+)
 def check_mount_paths(ctx: Context) -> Iterator[Finding]:
     """`checkpoint.dir`, every `data[].path` and `working_dir` are absolute and normalised (no
     `..`, `//`, `/./` or trailing `/`, no control characters, no folder name over 255 bytes).
@@ -115,8 +155,11 @@ def check_mount_paths(ctx: Context) -> Iterator[Finding]:
     `/var/../dev/shm` on the shared memory, and a nested mount hides the files under it. No
     mount is the working directory or holds it: it would hide the image's code there."""
     profile = ctx.loaded.profile
-    theirs = [(f"the preset's {v.name} volume", v.mount_path) for v in ctx.plan.volumes
-              if v.name != "checkpoint" and not v.name.startswith("data-")]
+    theirs = [
+        (f"the preset's {v.name} volume", v.mount_path)
+        for v in ctx.plan.volumes
+        if v.name != "checkpoint" and not v.name.startswith("data-")
+    ]
     theirs.append(("runai-spec's own mount for the smoke test's preflight.py", SMOKE_MOUNT))
     workdir = profile.working_dir
     if workdir is not None:
@@ -135,31 +178,51 @@ def check_mount_paths(ctx: Context) -> Iterator[Finding]:
         system = _system_path(path)
         mount = next(((who, other) for who, other in seen if _nested(path, other)), None)
         if clash is not None and path != "/":
-            yield finding(ctx, "mount-path", field,
-                           f"{path} {'is' if path == clash[1] else 'overlaps'} {clash[0]} "
-                           f"({clash[1]})", "mount it somewhere of its own, e.g. /data/<name>")
+            yield finding(
+                ctx,
+                "mount-path",
+                field,
+                f"{path} {'is' if path == clash[1] else 'overlaps'} {clash[0]} ({clash[1]})",
+                "mount it somewhere of its own, e.g. /data/<name>",
+            )
         elif system is not None:
-            what = ("the root: it hides the whole image" if system == "/" else "a system path"
-                    if system == path else f"under the system path {system}"
-                    if path.startswith(system) else f"a folder that holds the system path {system}")
-            yield finding(ctx, "mount-path", field, f"{path} is {what}",
-                           "mount it somewhere of its own, e.g. /data/<name> or /checkpoints")
+            what = (
+                "the root: it hides the whole image"
+                if system == "/"
+                else "a system path"
+                if system == path
+                else f"under the system path {system}"
+                if path.startswith(system)
+                else f"a folder that holds the system path {system}"
+            )
+            yield finding(
+                ctx,
+                "mount-path",
+                field,
+                f"{path} is {what}",
+                "mount it somewhere of its own, e.g. /data/<name> or /checkpoints",
+            )
         elif mount is not None:
-            yield finding(ctx, "mount-path", field,
-                           f"{path} {'is also' if path == mount[1] else 'overlaps'} "
-                           f"{mount[0]} ({mount[1]})",
-                           "give each volume a folder of its own, neither inside the other")
+            yield finding(
+                ctx,
+                "mount-path",
+                field,
+                f"{path} {'is also' if path == mount[1] else 'overlaps'} {mount[0]} ({mount[1]})",
+                "give each volume a folder of its own, neither inside the other",
+            )
         elif workdir is not None and _holds(path, workdir):
-            yield finding(ctx, "mount-path", field,
-                           f"{path} {'is' if path == workdir else 'holds'} the working directory "
-                           f"{workdir}: the volume would hide the image's code there",
-                           "mount it somewhere of its own, e.g. /data/<name> or /checkpoints, "
-                           "outside working_dir")
+            yield finding(
+                ctx,
+                "mount-path",
+                field,
+                f"{path} {'is' if path == workdir else 'holds'} the working directory "
+                f"{workdir}: the volume would hide the image's code there",
+                "mount it somewhere of its own, e.g. /data/<name> or /checkpoints, outside working_dir",
+            )
         seen.append((field, path))
 
 
-def _working_dir_findings(ctx: Context, workdir: str, theirs: list[tuple[str, str]]
-                          ) -> Iterator[Finding]:
+def _working_dir_findings(ctx: Context, workdir: str, theirs: list[tuple[str, str]]) -> Iterator[Finding]:
     """working_dir is one clean absolute path, not in the kernel's virtual file systems or
     the mounted credentials (WORKDIR_REFUSED), and no mount of the preset or runai-spec holds
     it. It may lie anywhere else, the image's own folders under /usr included."""
@@ -171,12 +234,20 @@ def _working_dir_findings(ctx: Context, workdir: str, theirs: list[tuple[str, st
     clash = next(((who, other) for who, other in theirs if _holds(other, workdir)), None)
     if system is not None:
         what = "a system path" if system == workdir else f"under the system path {system}"
-        yield finding(ctx, "mount-path", "working_dir",
-                       f"{workdir} is {what}: the entry point and what the script writes by "
-                       "relative path would be there",
-                       "use the folder of the image that holds the training code, e.g. /workspace")
+        yield finding(
+            ctx,
+            "mount-path",
+            "working_dir",
+            f"{workdir} is {what}: the entry point and what the script writes by "
+            "relative path would be there",
+            "use the folder of the image that holds the training code, e.g. /workspace",
+        )
     elif clash is not None:
-        yield finding(ctx, "mount-path", "working_dir",
-                       f"{workdir} is {'' if workdir == clash[1] else 'under '}{clash[0]} "
-                       f"({clash[1]}): that mount would hide the image's code there",
-                       "use the folder of the image that holds the training code, e.g. /workspace")
+        yield finding(
+            ctx,
+            "mount-path",
+            "working_dir",
+            f"{workdir} is {'' if workdir == clash[1] else 'under '}{clash[0]} "
+            f"({clash[1]}): that mount would hide the image's code there",
+            "use the folder of the image that holds the training code, e.g. /workspace",
+        )

@@ -12,8 +12,7 @@ from .env import env_line
 from .rules import Context, finding, rule
 
 
-@rule("global-batch", "error", "global batch = local x processes x grad_accum",
-      milder=("warning",))
+@rule("global-batch", "error", "global batch = local x processes x grad_accum", milder=("warning",))
 def check_global_batch(ctx: Context) -> Iterator[Finding]:
     """The guide: record local batch, accumulation and the intended global batch."""
     batch = ctx.loaded.profile.batch
@@ -23,21 +22,32 @@ def check_global_batch(ctx: Context) -> Iterator[Finding]:
     scales = elastic is not None and elastic.min_pods != elastic.max_pods
     # an elastic job declares its global batch at the most pods (the rendered world size);
     # the error and the warning below both say so, and name the same number (issue 26 item 2)
-    at_most = f" (at {elastic.max_pods} pods, the elastic preset's most)" if (
-        elastic is not None and scales) else ""
+    at_most = (
+        f" (at {elastic.max_pods} pods, the elastic preset's most)"
+        if (elastic is not None and scales)
+        else ""
+    )
     if expected != batch.global_:
-        yield finding(ctx, "global-batch", "batch.global",
-                       f"{batch.global_} != local {batch.local} x processes {procs} x "
-                       f"grad_accum {batch.grad_accum} = {expected}{at_most}",
-                       f"set batch.global to {expected}, or change local/grad_accum")
+        yield finding(
+            ctx,
+            "global-batch",
+            "batch.global",
+            f"{batch.global_} != local {batch.local} x processes {procs} x "
+            f"grad_accum {batch.grad_accum} = {expected}{at_most}",
+            f"set batch.global to {expected}, or change local/grad_accum",
+        )
     if elastic is not None and scales:
         low = batch.local * elastic.min_pods * ctx.plan.procs_per_pod * batch.grad_accum
-        yield finding(ctx, "global-batch", "batch.global",
-                       f"elastic preset: the effective global batch ranges {low}..{expected} "
-                       f"as pods scale {elastic.min_pods}..{elastic.max_pods}; batch.global "
-                       f"is declared at {elastic.max_pods} pods ({expected})",
-                       "scale grad_accum or the learning rate with WORLD_SIZE in the script",
-                       severity="warning")
+        yield finding(
+            ctx,
+            "global-batch",
+            "batch.global",
+            f"elastic preset: the effective global batch ranges {low}..{expected} "
+            f"as pods scale {elastic.min_pods}..{elastic.max_pods}; batch.global "
+            f"is declared at {elastic.max_pods} pods ({expected})",
+            "scale grad_accum or the learning rate with WORLD_SIZE in the script",
+            severity="warning",
+        )
 
 
 @rule("strategy-allowed", "error", "The strategy is one the preset allows")
@@ -46,19 +56,36 @@ def check_strategy(ctx: Context) -> Iterator[Finding]:
     profile = ctx.loaded.profile
     allowed = ctx.approved.preset.strategies
     if profile.strategy not in allowed:
-        yield finding(ctx, "strategy-allowed", "strategy",
-                       f"{profile.strategy} is not allowed by preset {ctx.approved.name}",
-                       "allowed: " + ", ".join(allowed) + "; other topologies need a review")
+        yield finding(
+            ctx,
+            "strategy-allowed",
+            "strategy",
+            f"{profile.strategy} is not allowed by preset {ctx.approved.name}",
+            "allowed: " + ", ".join(allowed) + "; other topologies need a review",
+        )
     if profile.strategy == "deepspeed" and profile.zero_stage is None:
-        yield finding(ctx, "strategy-allowed", "zero_stage",
-                       "deepspeed needs an explicit ZeRO stage", "set zero_stage: 0..3")
+        yield finding(
+            ctx,
+            "strategy-allowed",
+            "zero_stage",
+            "deepspeed needs an explicit ZeRO stage",
+            "set zero_stage: 0..3",
+        )
     if profile.zero_stage is not None and profile.strategy != "deepspeed":
-        yield finding(ctx, "strategy-allowed", "zero_stage",
-                       "zero_stage only applies to strategy deepspeed", "remove zero_stage")
+        yield finding(
+            ctx,
+            "strategy-allowed",
+            "zero_stage",
+            "zero_stage only applies to strategy deepspeed",
+            "remove zero_stage",
+        )
 
 
-@rule("preemptible-needs-resume", "error",
-      "A preemptible preset needs checkpoints on a PVC and a resume setting")
+@rule(
+    "preemptible-needs-resume",
+    "error",
+    "A preemptible preset needs checkpoints on a PVC and a resume setting",
+)
 def check_preemptible_resume(ctx: Context) -> Iterator[Finding]:
     """The guide: confirm the framework can restore after a pod restart or preemption. On a
     preemptible preset that is not optional: the job will be stopped and started again, so it
@@ -67,14 +94,21 @@ def check_preemptible_resume(ctx: Context) -> Iterator[Finding]:
         return
     ckpt = ctx.loaded.profile.checkpoint
     if ckpt.resume is None:
-        yield finding(ctx, "preemptible-needs-resume", "checkpoint.resume",
-                       f"preset {ctx.approved.name} is preemptible but checkpoint.resume is not set",
-                       f"say how the script resumes, e.g. `resume: latest checkpoint in {ckpt.dir}`, "
-                       "and test it in the rehearsal")
+        yield finding(
+            ctx,
+            "preemptible-needs-resume",
+            "checkpoint.resume",
+            f"preset {ctx.approved.name} is preemptible but checkpoint.resume is not set",
+            f"say how the script resumes, e.g. `resume: latest checkpoint in {ckpt.dir}`, "
+            "and test it in the rehearsal",
+        )
 
 
-@rule("sigterm-one-gpu", "warning",
-      "One GPU: a script that does not handle SIGTERM holds its GPU for the grace period")
+@rule(
+    "sigterm-one-gpu",
+    "warning",
+    "One GPU: a script that does not handle SIGTERM holds its GPU for the grace period",
+)
 def check_sigterm_one_gpu(ctx: Context) -> Iterator[Finding]:
     """In the one-GPU layout the container runs `python -u <script>` (or the wrapper script)
     as its PID 1, and the kernel gives PID 1 no default action for SIGTERM: a script without
@@ -90,17 +124,24 @@ def check_sigterm_one_gpu(ctx: Context) -> Iterator[Finding]:
     grace = plan.termination_grace_period_seconds
     if plan.launcher[:1] == ("torchrun",) or plan.checkpoint_on_sigterm or grace <= 0:
         return
-    yield finding(ctx, "sigterm-one-gpu", "checkpoint.on_sigterm",
-                   f"the script is PID 1 of its container, which ignores SIGTERM unless the "
-                   f"script handles it: each preemption holds the GPU idle for the preset's "
-                   f"{grace} s grace period before SIGKILL",
-                   "handle SIGTERM in the script (save, then exit) and declare "
-                   "`checkpoint: {on_sigterm: true}`; `rehearse --preempt` checks it",
-                   severity="warning")
+    yield finding(
+        ctx,
+        "sigterm-one-gpu",
+        "checkpoint.on_sigterm",
+        f"the script is PID 1 of its container, which ignores SIGTERM unless the "
+        f"script handles it: each preemption holds the GPU idle for the preset's "
+        f"{grace} s grace period before SIGKILL",
+        "handle SIGTERM in the script (save, then exit) and declare "
+        "`checkpoint: {on_sigterm: true}`; `rehearse --preempt` checks it",
+        severity="warning",
+    )
 
 
-@rule("shutdown-window", "warning",
-      "torch before 2.12 gives torchrun's ranks 30 s to save on SIGTERM, not the grace period")
+@rule(
+    "shutdown-window",
+    "warning",
+    "torch before 2.12 gives torchrun's ranks 30 s to save on SIGTERM, not the grace period",
+)
 def check_shutdown_window(ctx: Context) -> Iterator[Finding]:
     """torchrun, PID 1 of a torchrun pod, forwards SIGTERM to its ranks and SIGKILLs them its
     shutdown timeout later (launcher.shutdown_window): the render sets it to the preset's
@@ -114,13 +155,18 @@ def check_shutdown_window(ctx: Context) -> Iterator[Finding]:
     window = shutdown_window(plan.torch_version, grace)
     if window is None or window >= grace:
         return
-    yield finding(ctx, "shutdown-window", "torch_version",
-                   f"torch {plan.torch_version} gives the ranks {window} s from SIGTERM to "
-                   f"SIGKILL (torchrun's fixed shutdown timeout), not the preset's {grace} s "
-                   "grace period: a checkpoint on SIGTERM that takes longer is cut off",
-                   f"use an image with torch 2.12 or later (it reads {SHUTDOWN_TIMEOUT_ENV}, "
-                   f"which the render sets to the grace period), or keep the save on SIGTERM "
-                   f"under {window} s", severity="warning")
+    yield finding(
+        ctx,
+        "shutdown-window",
+        "torch_version",
+        f"torch {plan.torch_version} gives the ranks {window} s from SIGTERM to "
+        f"SIGKILL (torchrun's fixed shutdown timeout), not the preset's {grace} s "
+        "grace period: a checkpoint on SIGTERM that takes longer is cut off",
+        f"use an image with torch 2.12 or later (it reads {SHUTDOWN_TIMEOUT_ENV}, "
+        f"which the render sets to the grace period), or keep the save on SIGTERM "
+        f"under {window} s",
+        severity="warning",
+    )
 
 
 @rule("rank0-metrics", "error", "Only rank 0 writes shared metrics", milder=("warning",))
@@ -132,23 +178,31 @@ def check_rank0_metrics(ctx: Context) -> Iterator[Finding]:
         return
     metrics = ctx.loaded.profile.metrics
     if metrics is None:
-        yield finding(ctx, "rank0-metrics", "metrics",
-                       f"{ctx.plan.world_size} processes and no declaration of who writes metrics",
-                       "guard metric writes with `if int(os.environ['RANK']) == 0` and declare "
-                       "`metrics: {writer: rank0}`", severity="warning")
+        yield finding(
+            ctx,
+            "rank0-metrics",
+            "metrics",
+            f"{ctx.plan.world_size} processes and no declaration of who writes metrics",
+            "guard metric writes with `if int(os.environ['RANK']) == 0` and declare "
+            "`metrics: {writer: rank0}`",
+            severity="warning",
+        )
     elif metrics.writer == "all-ranks":
-        yield finding(ctx, "rank0-metrics", "metrics.writer",
-                       f"every one of {ctx.plan.world_size} ranks writes the same metrics "
-                       f"(each value {ctx.plan.world_size} times)",
-                       "write from global rank 0 only (torchrun's per-process RANK), or use "
-                       "`writer: per-rank` with one file per rank")
+        yield finding(
+            ctx,
+            "rank0-metrics",
+            "metrics.writer",
+            f"every one of {ctx.plan.world_size} ranks writes the same metrics "
+            f"(each value {ctx.plan.world_size} times)",
+            "write from global rank 0 only (torchrun's per-process RANK), or use "
+            "`writer: per-rank` with one file per rank",
+        )
 
 
 HEADROOM = 0.8  # model state above this share of GPU memory leaves too little for activations
 
 
-@rule("ddp-replica-fits", "error", "The model state fits the preset's GPU memory",
-      milder=("warning", "info"))
+@rule("ddp-replica-fits", "error", "The model state fits the preset's GPU memory", milder=("warning", "info"))
 def check_replica_fits(ctx: Context) -> Iterator[Finding]:
     """The guide: DDP assumes a complete replica fits on every GPU. Estimates weights,
     gradients and optimizer state (parameters x bytes at the profile's precision); activations
@@ -158,40 +212,56 @@ def check_replica_fits(ctx: Context) -> Iterator[Finding]:
     gpu = ctx.approved.preset.gpu
     if profile.model is None:
         if ctx.plan.world_size > 1:
-            yield finding(ctx, "ddp-replica-fits", "model",
-                           "model size and precision are not declared; the memory check and the "
-                           "review need them",
-                           "add `model: {parameters: N, precision: bf16, sequence_length: N}`",
-                           severity="warning")
+            yield finding(
+                ctx,
+                "ddp-replica-fits",
+                "model",
+                "model size and precision are not declared; the memory check and the review need them",
+                "add `model: {parameters: N, precision: bf16, sequence_length: N}`",
+                severity="warning",
+            )
         return
     estimate = memory_estimate(profile, ctx.plan, gpu.memory_gb)
     if estimate is None:
-        yield finding(ctx, "ddp-replica-fits", "strategy",
-                       f"no memory estimate for {profile.strategy}: it depends on the parallel "
-                       "degrees, which are part of the review", "run `runai-spec plan` and "
-                       "agree the topology with your AI Engineer", severity="info")
+        yield finding(
+            ctx,
+            "ddp-replica-fits",
+            "strategy",
+            f"no memory estimate for {profile.strategy}: it depends on the parallel "
+            "degrees, which are part of the review",
+            "run `runai-spec plan` and agree the topology with your AI Engineer",
+            severity="info",
+        )
         return
     sharded = estimate.shards > 1
     where = "strategy" if sharded else "model.parameters"
     if estimate.share > 1 or (estimate.share > HEADROOM and not sharded):
         worst = estimate.share > 1
-        message = (f"{'does not fit' if worst else 'leaves under 20% for activations'}: "
-                   f"{estimate.describe()} ({gpu.model})")
+        message = (
+            f"{'does not fit' if worst else 'leaves under 20% for activations'}: "
+            f"{estimate.describe()} ({gpu.model})"
+        )
         options = []
         for strategy, stage in (("fsdp", None), ("deepspeed", 2), ("deepspeed", 3)):
             alt = memory_estimate(profile, ctx.plan, gpu.memory_gb, strategy, stage)
             if alt is not None and alt.shards > 1 and strategy in ctx.approved.preset.strategies:
                 options.append(f"{alt.method}: {alt.total_gb:.1f} GB per GPU")
-        hint = ("shard the model state: " + "; ".join(options) if options and not sharded
-                else "a bigger preset or a model-parallel topology; run `runai-spec plan` "
-                     "and ask your AI Engineer")
-        yield finding(ctx, "ddp-replica-fits", where, message, hint,
-                       severity=None if worst else "warning")
+        hint = (
+            "shard the model state: " + "; ".join(options)
+            if options and not sharded
+            else "a bigger preset or a model-parallel topology; run `runai-spec plan` "
+            "and ask your AI Engineer"
+        )
+        yield finding(ctx, "ddp-replica-fits", where, message, hint, severity=None if worst else "warning")
     elif sharded:
-        yield finding(ctx, "ddp-replica-fits", "strategy",
-                       f"model state estimate: {estimate.describe()}",
-                       "activations come on top; measure peak memory in the rehearsal",
-                       severity="info")
+        yield finding(
+            ctx,
+            "ddp-replica-fits",
+            "strategy",
+            f"model state estimate: {estimate.describe()}",
+            "activations come on top; measure peak memory in the rehearsal",
+            severity="info",
+        )
 
 
 AUTOTUNE = re.compile(r"(?i)autotun")
@@ -201,12 +271,14 @@ MODEL_PARALLEL_FLAG = re.compile(
     r"(?i)^--?[\w.-]*?(tensor|pipe|pipeline|model|context|sequence|expert)[-_]?(model[-_]?)?"
     r"parallel(ism)?[-_]?(size|degree|stages?)(=(?P<value>.*))?$"
     r"|^--(tp|pp|cp|ep)([-_](size|degree))?(=(?P<short>.*))?$"
-    r"|^--(num[-_]stages|pipeline[-_]stages)(=(?P<stages>.*))?$")
+    r"|^--(num[-_]stages|pipeline[-_]stages)(=(?P<stages>.*))?$"
+)
 
 
 MODEL_PARALLEL_ENV = re.compile(
     r"(?i)^(TP|PP|CP|EP|TENSOR_PARALLEL|PIPELINE_PARALLEL|MODEL_PARALLEL|PIPE_PARALLEL|"
-    r"CONTEXT_PARALLEL|EXPERT_PARALLEL)(_(SIZE|DEGREE|DIM))?$")
+    r"CONTEXT_PARALLEL|EXPERT_PARALLEL)(_(SIZE|DEGREE|DIM))?$"
+)
 
 
 def _degree(value: str | None) -> int | None:
@@ -216,20 +288,26 @@ def _degree(value: str | None) -> int | None:
         return None
 
 
-@rule("deepspeed-autotune", "error",
-      "No DeepSpeed autotuning sweep or copied model-parallel configuration")
+@rule("deepspeed-autotune", "error", "No DeepSpeed autotuning sweep or copied model-parallel configuration")
 def check_deepspeed_autotune(ctx: Context) -> Iterator[Finding]:
     """The guide: do not start a DeepSpeed autotuning sweep or copy a model-parallel
     configuration from another cluster; share model size, precision, sequence length,
     checkpoint format and topology with the AI Engineer first."""
     profile = ctx.loaded.profile
-    review = ("remove it; `runai-spec plan PROFILE` writes the review request for your SCC AI "
-              "Engineer, who approves a bounded test plan")
+    review = (
+        "remove it; `runai-spec plan PROFILE` writes the review request for your SCC AI "
+        "Engineer, who approves a bounded test plan"
+    )
     command = profile.command
     for index, arg in enumerate(command):
         if AUTOTUNE.search(arg):
-            yield finding(ctx, "deepspeed-autotune", f"command[{index}]",
-                           f"{arg!r} requests a DeepSpeed autotuning sweep", review)
+            yield finding(
+                ctx,
+                "deepspeed-autotune",
+                f"command[{index}]",
+                f"{arg!r} requests a DeepSpeed autotuning sweep",
+                review,
+            )
             continue
         match = MODEL_PARALLEL_FLAG.match(arg)
         if match:
@@ -238,13 +316,23 @@ def check_deepspeed_autotune(ctx: Context) -> Iterator[Finding]:
                 value = command[index + 1]
             if _degree(value) == 1:  # a degree of 1 is no model parallelism at all
                 continue
-            yield finding(ctx, "deepspeed-autotune", f"command[{index}]",
-                           f"{arg!r} sets a model-parallel degree ({value}) the preset was not "
-                           "reviewed for", review)
+            yield finding(
+                ctx,
+                "deepspeed-autotune",
+                f"command[{index}]",
+                f"{arg!r} sets a model-parallel degree ({value}) the preset was not reviewed for",
+                review,
+            )
     for name, value in profile.env_strings().items():
         if AUTOTUNE.search(name) or AUTOTUNE.search(value):
-            yield finding(ctx, "deepspeed-autotune", env_line(name),
-                           f"{name} requests DeepSpeed autotuning", review)
+            yield finding(
+                ctx, "deepspeed-autotune", env_line(name), f"{name} requests DeepSpeed autotuning", review
+            )
         elif MODEL_PARALLEL_ENV.match(name) and _degree(value) != 1:
-            yield finding(ctx, "deepspeed-autotune", env_line(name),
-                           f"{name}={value} sets a model-parallel degree", review)
+            yield finding(
+                ctx,
+                "deepspeed-autotune",
+                env_line(name),
+                f"{name}={value} sets a model-parallel degree",
+                review,
+            )

@@ -16,10 +16,21 @@ if TYPE_CHECKING:
 
 # Each command, with the module that registers it; this order is the order of `--help`.
 COMMANDS: dict[str, str] = {
-    "validate": "offline", "rules": "offline", "plan": "offline", "diff": "offline",
-    "render": "offline", "explain": "offline", "schema": "offline", "version": "offline",
-    "init": "init", "submit": "cluster", "status": "cluster", "logs": "cluster",
-    "delete": "cluster", "rehearse": "rehearse", "presets": "presets",
+    "validate": "offline",
+    "rules": "offline",
+    "plan": "offline",
+    "diff": "offline",
+    "render": "offline",
+    "explain": "offline",
+    "schema": "offline",
+    "version": "offline",
+    "init": "init",
+    "submit": "cluster",
+    "status": "cluster",
+    "logs": "cluster",
+    "delete": "cluster",
+    "rehearse": "rehearse",
+    "presets": "presets",
 }
 COMPLETE_VAR = "_RUNAI_SPEC_COMPLETE"  # set by the shell's completion script: the whole tree
 

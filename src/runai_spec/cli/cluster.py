@@ -31,16 +31,19 @@ if TYPE_CHECKING:
     from ..pipeline.workload import Workload
     from ..render.manifests import Manifest
 
-def cluster_target(kubeconfig: Path | None, context: str | None, debug: bool,
-                   request_timeout: float | None = None) -> cluster.Target:
+
+def cluster_target(
+    kubeconfig: Path | None, context: str | None, debug: bool, request_timeout: float | None = None
+) -> cluster.Target:
     from .. import cluster
 
     if debug:
         cluster.enable_debug()
     target = cluster.Target(kubeconfig=kubeconfig, context=context, progress=progress_line)
     if request_timeout is not None:
-        target = dataclasses.replace(target, timeout=(min(target.timeout[0], request_timeout),
-                                                      request_timeout))
+        target = dataclasses.replace(
+            target, timeout=(min(target.timeout[0], request_timeout), request_timeout)
+        )
     return target
 
 
@@ -67,16 +70,19 @@ def job_refs(job: str, project: str | None, smoke: bool = False) -> list[cluster
     name, namespace, workload = resolve_job(job, project)
     if smoke:
         smoke_job, configmap = smoke_names(name)
-        return [cluster.job_ref(smoke_job, namespace),
-                cluster.Ref(cluster.CONFIGMAP, namespace, configmap)]
+        return [cluster.job_ref(smoke_job, namespace), cluster.Ref(cluster.CONFIGMAP, namespace, configmap)]
     if workload is not None:
         return [cluster.ref_of(m) for m in workload.manifests]
     return [cluster.job_ref(name, namespace)]
 
 
-def diff_live_all(profiles: Sequence[Path], kubeconfig: Path | None, context: str | None, debug: bool,
-                  request_timeout: float | None = None
-                  ) -> tuple[list[ProfileDiff], list[RunaiSpecError | Finding], list[RunaiSpecError]]:
+def diff_live_all(
+    profiles: Sequence[Path],
+    kubeconfig: Path | None,
+    context: str | None,
+    debug: bool,
+    request_timeout: float | None = None,
+) -> tuple[list[ProfileDiff], list[RunaiSpecError | Finding], list[RunaiSpecError]]:
     """diff --live: (results, what stopped it, bad input); nothing is sent if any profile
     fails, and every checked workload is compared in one session."""
     from .. import cluster
@@ -92,10 +98,19 @@ def diff_live_all(profiles: Sequence[Path], kubeconfig: Path | None, context: st
     target = cluster_target(kubeconfig, context, debug, request_timeout)
     live = cluster.live_objects_all([w.manifests for w in workloads], target)
     for objects in live:
-        err(f"note: {o.ref}: exists and was not created by runai-spec; submit will not touch it"
-            for o in objects if o.live is not None and not cluster.managed_by_us(o.live))
-    return [drift.diff_live(w.path, w.manifests, [(o.live, o.applied) for o in objects])
-            for w, objects in zip(workloads, live, strict=True)], [], []
+        err(
+            f"note: {o.ref}: exists and was not created by runai-spec; submit will not touch it"
+            for o in objects
+            if o.live is not None and not cluster.managed_by_us(o.live)
+        )
+    return (
+        [
+            drift.diff_live(w.path, w.manifests, [(o.live, o.applied) for o in objects])
+            for w, objects in zip(workloads, live, strict=True)
+        ],
+        [],
+        [],
+    )
 
 
 @app.command()
@@ -105,22 +120,29 @@ def submit(o: SubmitOptions) -> None:
     --smoke sends its smoke test instead (a ConfigMap with preflight.py and job <name>-smoke);
     --wait then polls until it is running or has ended."""
     if o.wait and o.dry_run is not None:
-        raise InputError("--wait goes without --dry-run (a dry run starts no job)", field="--wait",
-                         hint="drop one of them")
+        raise InputError(
+            "--wait goes without --dry-run (a dry run starts no job)", field="--wait", hint="drop one of them"
+        )
     workload = checked_workload(o.profile)
     if submit_via(o, workload):  # issue 27: through Run:ai
         return
     with cluster_session(o) as session:
         live_checks(workload, session)
         manifests = smoke_manifests(workload) if o.smoke else list(workload.manifests)
-        send(o.profile, manifests, session, dry_run=o.dry_run is not None, replace=o.replace,
-             smoke=o.smoke)
+        send(o.profile, manifests, session, dry_run=o.dry_run is not None, replace=o.replace, smoke=o.smoke)
         if o.wait:
             wait_until_running(o.profile, manifests, session, o.interval, o.watch_timeout)
 
 
-def send(profile: Path, manifests: list[Manifest], session: cluster.Session, *, dry_run: bool,
-         replace: bool, smoke: bool) -> None:
+def send(
+    profile: Path,
+    manifests: list[Manifest],
+    session: cluster.Session,
+    *,
+    dry_run: bool,
+    replace: bool,
+    smoke: bool,
+) -> None:
     """Server-side apply of the manifests, and what it did on stderr (a dry run's objects
     on stdout)."""
     from .. import cluster
@@ -137,16 +159,20 @@ def send(profile: Path, manifests: list[Manifest], session: cluster.Session, *, 
         err([report.smoke_note(str(profile))])
 
 
-def wait_until_running(profile: Path, manifests: list[Manifest], session: cluster.Session,
-                       interval: float, watch_timeout: float) -> None:
+def wait_until_running(
+    profile: Path, manifests: list[Manifest], session: cluster.Session, interval: float, watch_timeout: float
+) -> None:
     """submit --wait: poll the job until it runs or ends; Failed is a cluster failure."""
     from .. import cluster
     from ..facts.kubeflow import KIND
 
     ref = next(cluster.ref_of(m) for m in manifests if m.get("kind") == KIND)
     if watch_job(ref, session, TextJson.text, True, interval, watch_timeout) == "Failed":
-        raise ClusterError(f"{ref}: Failed (the status above says why)", file="cluster",
-                           hint=f"`runai-spec logs {profile} --out -` shows its logs")
+        raise ClusterError(
+            f"{ref}: Failed (the status above says why)",
+            file="cluster",
+            hint=f"`runai-spec logs {profile} --out -` shows its logs",
+        )
 
 
 def live_checks(workload: Workload, session: cluster.Session) -> None:
@@ -176,15 +202,28 @@ def status(o: StatusOptions) -> None:
         watch_job(ref, session, o.fmt, o.watch, o.interval, o.watch_timeout)
 
 
-def watch_job(ref: cluster.Ref, session: cluster.Session, fmt: TextJson, watch: bool,
-              interval: float, watch_timeout: float) -> str:
+def watch_job(
+    ref: cluster.Ref,
+    session: cluster.Session,
+    fmt: TextJson,
+    watch: bool,
+    interval: float,
+    watch_timeout: float,
+) -> str:
     """Print the job's status (again whenever it changes) until it is running or has ended,
     polling every interval seconds when watching; returns the phase it settled in (exit 3 when
     it has not within watch_timeout)."""
     from .. import cluster
 
-    return watch_status(lambda: cluster.job_status(ref.name, ref.namespace, session), str(ref),
-                        "cluster", fmt, watch, interval, watch_timeout)
+    return watch_status(
+        lambda: cluster.job_status(ref.name, ref.namespace, session),
+        str(ref),
+        "cluster",
+        fmt,
+        watch,
+        interval,
+        watch_timeout,
+    )
 
 
 @app.command()
@@ -193,13 +232,7 @@ def logs(o: LogsOptions) -> None:
     """Save every rank's (pod's) log in its own file, so the logs outlive the pods; `--out -`
     prints them instead (one --pod, the last --tail N lines, --follow until the pods end), as
     kubectl logs does."""
-    if o.follow and (str(o.out) != "-" or o.previous):
-        raise InputError("--follow goes with --out - and without --previous", field="--follow",
-                         hint="`runai-spec logs JOB --out - --follow` prints the logs as they grow")
-    ref = job_refs(o.job, o.project, o.smoke)[0]
-    if str(o.out) != "-" and (o.pod is not None or o.tail is not None):
-        raise InputError("--pod and --tail go with --out - (printing to stdout)", field="--pod",
-                         hint="saving to a folder keeps every pod's whole log")
+    ref = checked_logs_ref(o)
     with cluster_session(o) as session:
         if o.follow:
             follow_job_logs(ref, session, o)
@@ -209,15 +242,35 @@ def logs(o: LogsOptions) -> None:
             save_job_logs(ref, session, o.out, o.previous)
 
 
-def print_job_logs(ref: cluster.Ref, session: cluster.Session, previous: bool, pod: str | None,
-                   tail: int | None) -> None:
+def checked_logs_ref(o: LogsOptions) -> cluster.Ref:
+    """The job's reference, once the options are known to go together."""
+    if o.follow and (str(o.out) != "-" or o.previous):
+        raise InputError(
+            "--follow goes with --out - and without --previous",
+            field="--follow",
+            hint="`runai-spec logs JOB --out - --follow` prints the logs as they grow",
+        )
+    ref = job_refs(o.job, o.project, o.smoke)[0]
+    if str(o.out) != "-" and (o.pod is not None or o.tail is not None):
+        raise InputError(
+            "--pod and --tail go with --out - (printing to stdout)",
+            field="--pod",
+            hint="saving to a folder keeps every pod's whole log",
+        )
+    return ref
+
+
+def print_job_logs(
+    ref: cluster.Ref, session: cluster.Session, previous: bool, pod: str | None, tail: int | None
+) -> None:
     """logs --out -: the logs on stdout; the pods without one on stderr, and exit 3 when no
     pod had one (as --out DIR does)."""
     from ..cluster.logs import NoLogs, print_logs
 
     try:
-        skipped = print_logs(ref.name, ref.namespace, session, sys.stdout.buffer,
-                             previous=previous, pod=pod, tail=tail)
+        skipped = print_logs(
+            ref.name, ref.namespace, session, sys.stdout.buffer, previous=previous, pod=pod, tail=tail
+        )
     except NoLogs as exc:
         err(f"skipped {line}" for line in exc.skipped)
         raise
@@ -228,17 +281,31 @@ def follow_job_logs(ref: cluster.Ref, session: cluster.Session, o: LogsOptions) 
     """logs --out - --follow: print the logs as they grow, until every pod has ended."""
     from ..cluster.logs import Follow, follow_logs
 
-    followed = follow_logs(ref.name, ref.namespace, session, sys.stdout.buffer, Follow(
-        interval=o.interval, timeout=o.watch_timeout, sleep=common.watch_sleep, pod=o.pod,
-        tail=o.tail))
+    followed = follow_logs(
+        ref.name,
+        ref.namespace,
+        session,
+        sys.stdout.buffer,
+        Follow(
+            interval=o.interval, timeout=o.watch_timeout, sleep=common.watch_sleep, pod=o.pod, tail=o.tail
+        ),
+    )
     err(f"skipped {line}" for line in followed.skipped)
     if not followed.ended:
-        what = ("has no pods yet" if not followed.pods else
-                "its pods are still Pending" if followed.pending == followed.pods else
-                f"{followed.pending} of its {followed.pods} pods are still Pending, the others "
-                "still run" if followed.pending else "its pods still run")
-        raise ClusterError(f"{ref}: {what} after {followed.waited:g} s", file="cluster",
-                           hint="follow longer with --watch-timeout SECONDS")
+        what = (
+            "has no pods yet"
+            if not followed.pods
+            else "its pods are still Pending"
+            if followed.pending == followed.pods
+            else f"{followed.pending} of its {followed.pods} pods are still Pending, the others still run"
+            if followed.pending
+            else "its pods still run"
+        )
+        raise ClusterError(
+            f"{ref}: {what} after {followed.waited:g} s",
+            file="cluster",
+            hint="follow longer with --watch-timeout SECONDS",
+        )
 
 
 def save_job_logs(ref: cluster.Ref, session: cluster.Session, out: Path, previous: bool) -> None:
@@ -249,8 +316,11 @@ def save_job_logs(ref: cluster.Ref, session: cluster.Session, out: Path, previou
     result = cluster.save_logs(ref.name, ref.namespace, out, session, previous=previous)
     err(report.saved_log_lines(result))
     if not result.saved:
-        raise ClusterError(f"{ref}: no pod had a log to save", file="cluster",
-                           hint="`runai-spec status` shows the pods' states")
+        raise ClusterError(
+            f"{ref}: no pod had a log to save",
+            file="cluster",
+            hint="`runai-spec status` shows the pods' states",
+        )
 
 
 @app.command()
@@ -260,13 +330,13 @@ def delete(o: DeleteOptions) -> int:
     --smoke deletes its smoke test, job and ConfigMap (either may already be gone). Declining
     the question deletes nothing and exits 0."""
     from .. import cluster
+
     delete_via(o)  # issue 27: Run:ai ends it
     refs = job_refs(o.job, o.project, smoke=o.smoke)
     ask = common.asks_first(o.yes)
     # the question comes after the cluster was read: it names what is there to delete
     with cluster_session(o) as session:
-        result = cluster.delete_job(refs, session, missing_ok=o.smoke,
-                                    confirm=confirmed if ask else None)
+        result = cluster.delete_job(refs, session, missing_ok=o.smoke, confirm=confirmed if ask else None)
     if result.declined:
         err(["aborted: nothing deleted"])
         return EXIT_OK
@@ -276,5 +346,6 @@ def delete(o: DeleteOptions) -> int:
 
 
 def confirmed(refs: list[cluster.Ref]) -> bool:
-    return typer.confirm(f"delete {', '.join(map(str, refs))} and its pods (save logs first "
-                         "with `runai-spec logs`)?")
+    return typer.confirm(
+        f"delete {', '.join(map(str, refs))} and its pods (save logs first with `runai-spec logs`)?"
+    )

@@ -18,17 +18,34 @@ class Via(StrEnum):
     runai = "runai"
 
 
-ViaOpt = Annotated[Via | None, typer.Option(
-    "--via", help="`kubernetes`: the Kubernetes API (apply); `runai`: a Run:ai workload "
-    "through Run:ai's Workloads V2 API. Default: site.yaml's submit.via.", show_default=False)]
+ViaOpt = Annotated[
+    Via | None,
+    typer.Option(
+        "--via",
+        help="`kubernetes`: the Kubernetes API (apply); `runai`: a Run:ai workload "
+        "through Run:ai's Workloads V2 API. Default: site.yaml's submit.via.",
+        show_default=False,
+    ),
+]
 
 
 JobArg = Annotated[str, typer.Argument(help="Workload name, or its profile file.", show_default=False)]
-ProjectOpt = Annotated[str | None, typer.Option(
-    "--project", "-p", help="Run:ai project of a workload NAME: the site file maps it to the "
-    "namespace (`-p` as in Run:ai's own CLI).")]
-SmokeOpt = Annotated[bool, typer.Option("--smoke", help="The workload's in-cluster smoke test "
-                                        "(`render --smoke`): job <name>-smoke and its ConfigMap.")]
+ProjectOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--project",
+        "-p",
+        help="Run:ai project of a workload NAME: the site file maps it to the "
+        "namespace (`-p` as in Run:ai's own CLI).",
+    ),
+]
+SmokeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--smoke",
+        help="The workload's in-cluster smoke test (`render --smoke`): job <name>-smoke and its ConfigMap.",
+    ),
+]
 
 
 class DryRun(StrEnum):
@@ -40,48 +57,86 @@ def no_client_dry_run(value: DryRun | None) -> DryRun | None:
     """`--dry-run=client` (kubectl's habit) is what `render` does: say so instead of a bare
     "not one of"."""
     if value is DryRun.client:
-        raise InputError("a client-side dry run is `runai-spec render`: it prints exactly what "
-                         "submit would send, and needs no cluster", field="--dry-run",
-                         hint="`runai-spec render PROFILE`; `--dry-run server` has the API "
-                         "server check it and show what it would store")
+        raise InputError(
+            "a client-side dry run is `runai-spec render`: it prints exactly what "
+            "submit would send, and needs no cluster",
+            field="--dry-run",
+            hint="`runai-spec render PROFILE`; `--dry-run server` has the API "
+            "server check it and show what it would store",
+        )
     return value
 
 
-WatchOpt = Annotated[bool, typer.Option("--watch", "-w", help="Poll until the job is running or "
-                                        "has ended, at most --watch-timeout seconds.")]
-IntervalOpt = Annotated[float, typer.Option("--interval", metavar="SECONDS", min=0.1,
-                                            help="Seconds between polls with --watch.")]
-WatchTimeoutOpt = Annotated[float, typer.Option("--watch-timeout", metavar="SECONDS", min=0,
-                                                help="How long --watch polls before it gives up.")]
+WatchOpt = Annotated[
+    bool,
+    typer.Option(
+        "--watch", "-w", help="Poll until the job is running or has ended, at most --watch-timeout seconds."
+    ),
+]
+IntervalOpt = Annotated[
+    float, typer.Option("--interval", metavar="SECONDS", min=0.1, help="Seconds between polls with --watch.")
+]
+WatchTimeoutOpt = Annotated[
+    float,
+    typer.Option(
+        "--watch-timeout", metavar="SECONDS", min=0, help="How long --watch polls before it gives up."
+    ),
+]
 
 
-DryRunOpt = Annotated[DryRun | None, typer.Option(
-    "--dry-run", callback=no_client_dry_run, help="`server`: the API server checks it and shows "
-    "what it would store (`client`: use `runai-spec render`).")]
-ReplaceOpt = Annotated[bool, typer.Option("--replace", help="Delete a different earlier render of "
-                                          "the same name and create this one.")]
+DryRunOpt = Annotated[
+    DryRun | None,
+    typer.Option(
+        "--dry-run",
+        callback=no_client_dry_run,
+        help="`server`: the API server checks it and shows "
+        "what it would store (`client`: use `runai-spec render`).",
+    ),
+]
+ReplaceOpt = Annotated[
+    bool,
+    typer.Option("--replace", help="Delete a different earlier render of the same name and create this one."),
+]
 
 
-WaitOpt = Annotated[bool, typer.Option("--wait", help="After sending, poll (as `status --watch`) "
-                                       "until the job is running or has ended: exit 3 when it "
-                                       "failed or is not running within --watch-timeout.")]
+WaitOpt = Annotated[
+    bool,
+    typer.Option(
+        "--wait",
+        help="After sending, poll (as `status --watch`) "
+        "until the job is running or has ended: exit 3 when it "
+        "failed or is not running within --watch-timeout.",
+    ),
+]
 
 
-LogsOut = Annotated[Path, typer.Option("--out", "-o", help="Folder for one <pod>.log per rank; "
-                                       "`-` prints the logs to stdout instead.",
-                                       show_default=False)]
+LogsOut = Annotated[
+    Path,
+    typer.Option(
+        "--out",
+        "-o",
+        help="Folder for one <pod>.log per rank; `-` prints the logs to stdout instead.",
+        show_default=False,
+    ),
+]
 PodOpt = Annotated[str | None, typer.Option("--pod", help="Only this pod's log (with --out -).")]
-TailOpt = Annotated[int | None, typer.Option("--tail", min=0, help="Only the last N lines of "
-                                             "each log (with --out -).")]
-FollowOpt = Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new log lines "
-                                         "(with --out -) until the pods have ended, at most "
-                                         "--watch-timeout seconds, polling every --interval.")]
-PreviousOpt = Annotated[bool, typer.Option("--previous", help="The restarted containers' "
-                                           "earlier logs.")]
+TailOpt = Annotated[
+    int | None, typer.Option("--tail", min=0, help="Only the last N lines of each log (with --out -).")
+]
+FollowOpt = Annotated[
+    bool,
+    typer.Option(
+        "--follow",
+        "-f",
+        help="Keep printing new log lines "
+        "(with --out -) until the pods have ended, at most "
+        "--watch-timeout seconds, polling every --interval.",
+    ),
+]
+PreviousOpt = Annotated[bool, typer.Option("--previous", help="The restarted containers' earlier logs.")]
 
 
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (for scripts).")]
-
 
 
 @dataclass(frozen=True)

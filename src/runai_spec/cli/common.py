@@ -41,17 +41,23 @@ def with_options(command: Callable[[Options], Result]) -> Callable[..., Result]:
     hints = get_type_hints(command)
     (kind,) = [hint for name, hint in hints.items() if name != "return"]
     types = get_type_hints(kind, include_extras=True)
-    params = [inspect.Parameter(
-        f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=types[f.name],
-        default=inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default)
-        for f in dataclasses.fields(kind)]
+    params = [
+        inspect.Parameter(
+            f.name,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            annotation=types[f.name],
+            default=inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default,
+        )
+        for f in dataclasses.fields(kind)
+    ]
 
     @functools.wraps(command)
     def call(**values: Any) -> Result:
         return command(kind(**values))
 
     call.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-        params, return_annotation=hints.get("return", inspect.Signature.empty))
+        params, return_annotation=hints.get("return", inspect.Signature.empty)
+    )
     call.__annotations__ = {p.name: p.annotation for p in params}
     return call
 
@@ -102,9 +108,13 @@ def boundary(call: Callable[[], Any]) -> int:
     except KeyboardInterrupt:
         code = EXIT_INTERRUPTED
     except Exception as exc:  # a bug: say so, never look like findings
-        err([f"error: internal error (a bug in runai-spec {__version__}): "
-             f"{type(exc).__name__}: {visible(str(exc))}",
-             "hint: please report it with the command you ran"])
+        err(
+            [
+                f"error: internal error (a bug in runai-spec {__version__}): "
+                f"{type(exc).__name__}: {visible(str(exc))}",
+                "hint: please report it with the command you ran",
+            ]
+        )
         return EXIT_INTERNAL
     if code == EXIT_INTERRUPTED:  # Typer turns Ctrl-C into this code
         err(["error: interrupted"])
@@ -139,10 +149,17 @@ def polish(command: Any) -> None:
     command._polished = True
     command.help = one_paragraph_lines(command.help)
     if not any("--version" in p.opts for p in command.params):
-        command.params.append(TyperOption(
-            param_decls=["--version"], type_descriptor=bool_flag_type_descriptor(), is_flag=True,
-            expose_value=False, is_eager=True, callback=print_version,
-            help="Print the runai-spec version and exit."))
+        command.params.append(
+            TyperOption(
+                param_decls=["--version"],
+                type_descriptor=bool_flag_type_descriptor(),
+                is_flag=True,
+                expose_value=False,
+                is_eager=True,
+                callback=print_version,
+                help="Print the runai-spec version and exit.",
+            )
+        )
     help_option = command.get_help_option(Context(command, help_option_names=HELP_NAMES))
     for param in [*command.params, *([help_option] if help_option is not None else [])]:
         if getattr(param, "is_flag", False) and param.metavar is None:
@@ -156,13 +173,26 @@ def polish(command: Any) -> None:
 class Boundary(TyperGroup):
     """The root group: parses without Click's own error printing, then `boundary`."""
 
-    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
-             complete_var: str | None = None, standalone_mode: bool = True,
-             windows_expand_args: bool = True, **extra: Any) -> Any:
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
         polish(self)
-        code = boundary(lambda: super(Boundary, self).main(
-            args, prog_name, complete_var, standalone_mode=False,
-            windows_expand_args=windows_expand_args, **extra))
+        code = boundary(
+            lambda: super(Boundary, self).main(
+                args,
+                prog_name,
+                complete_var,
+                standalone_mode=False,
+                windows_expand_args=windows_expand_args,
+                **extra,
+            )
+        )
         if standalone_mode:
             sys.exit(code)
         return code
@@ -211,22 +241,43 @@ TextJsonOpt = Annotated[TextJson, typer.Option("--format", "-f", help="Output fo
 MarkdownJsonOpt = Annotated[MarkdownJson, typer.Option("--format", "-f", help="Output format.")]
 # Strings, each made its Path only when read (pipeline.ProfileArgs): 100,000 Path objects
 # alone would take ~40 MB, and Typer copies a list argument after its callback.
-Profiles = Annotated[list[str], typer.Argument(
-    help="Profile files (profile.yaml); a folder means its profile.yaml, `-` standard input.",
-    show_default=False, metavar="PROFILE")]
-ProfileArg = Annotated[Path, typer.Argument(
-    help="Profile file (profile.yaml); a folder means its profile.yaml, `-` standard input.",
-    metavar="PROFILE", callback=one_profile_path)]
+Profiles = Annotated[
+    list[str],
+    typer.Argument(
+        help="Profile files (profile.yaml); a folder means its profile.yaml, `-` standard input.",
+        show_default=False,
+        metavar="PROFILE",
+    ),
+]
+ProfileArg = Annotated[
+    Path,
+    typer.Argument(
+        help="Profile file (profile.yaml); a folder means its profile.yaml, `-` standard input.",
+        metavar="PROFILE",
+        callback=one_profile_path,
+    ),
+]
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
-KubeconfigOpt = Annotated[Path | None, typer.Option(
-    "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).")]
+KubeconfigOpt = Annotated[
+    Path | None,
+    typer.Option("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)."),
+]
 ContextOpt = Annotated[str | None, typer.Option("--context", help="kubeconfig context to use.")]
-DebugOpt = Annotated[bool, typer.Option("--debug", help="Log each API request to stderr "
-                                        "(never headers, tokens or the kubeconfig).")]
-RequestTimeoutOpt = Annotated[float | None, typer.Option(
-    "--request-timeout", metavar="SECONDS", min=0.1, show_default=False,
-    help="How long to wait for the API server's answer to one request (default 30); a request "
-    "without one is retried a few times, each retry said on stderr.")]
+DebugOpt = Annotated[
+    bool,
+    typer.Option("--debug", help="Log each API request to stderr (never headers, tokens or the kubeconfig)."),
+]
+RequestTimeoutOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--request-timeout",
+        metavar="SECONDS",
+        min=0.1,
+        show_default=False,
+        help="How long to wait for the API server's answer to one request (default 30); a request "
+        "without one is retried a few times, each retry said on stderr.",
+    ),
+]
 
 
 def progress_line(line: str) -> None:
@@ -234,8 +285,15 @@ def progress_line(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def watch_status(fetch: Callable[[], Any], what: str, source: str, fmt: TextJson, watch: bool,
-                 interval: float, watch_timeout: float) -> str:
+def watch_status(
+    fetch: Callable[[], Any],
+    what: str,
+    source: str,
+    fmt: TextJson,
+    watch: bool,
+    interval: float,
+    watch_timeout: float,
+) -> str:
     """FETCH a status (a JobStatus-shaped dataclass) and print it again whenever it changes,
     until it is running or has ended; the one poll loop of both submit paths."""
     from ..outputs import report
@@ -244,17 +302,22 @@ def watch_status(fetch: Callable[[], Any], what: str, source: str, fmt: TextJson
     shown: list[str] = []
     while True:
         result = fetch()
-        lines = ([json.dumps(dataclasses.asdict(result), indent=2)] if fmt is TextJson.json
-                 else report.status_lines(result))
+        lines = (
+            [json.dumps(dataclasses.asdict(result), indent=2)]
+            if fmt is TextJson.json
+            else report.status_lines(result)
+        )
         if lines != shown:
             print("\n".join(lines), flush=True)
             shown = lines
         if not watch or result.phase in SETTLED:
             return str(result.phase)
         if waited + interval > watch_timeout:
-            raise ClusterError(f"{what}: still {result.phase} after {waited:g} s", file=source,
-                               hint="watch longer with --watch-timeout SECONDS; the reasons "
-                               "above say what it waits for")
+            raise ClusterError(
+                f"{what}: still {result.phase} after {waited:g} s",
+                file=source,
+                hint="watch longer with --watch-timeout SECONDS; the reasons above say what it waits for",
+            )
         watch_sleep(interval)
         waited += interval
 
@@ -266,8 +329,9 @@ def stdin_is_terminal() -> bool:
 def asks_first(yes: bool) -> bool:
     """Whether delete asks before it deletes: not with --yes; never where no one can answer."""
     if not yes and not stdin_is_terminal():
-        raise InputError("refusing to delete without confirmation", field="--yes",
-                         hint="pass --yes in scripts")
+        raise InputError(
+            "refusing to delete without confirmation", field="--yes", hint="pass --yes in scripts"
+        )
     return not yes
 
 

@@ -32,48 +32,64 @@ class TerminalPrompt:
 
 @dataclass(frozen=True)
 class InitOptions:
-    folder: Annotated[Path, typer.Argument(metavar="[DIR]", help="Folder for profile.yaml "
-                                           "(made if missing).")] = Path(".")
+    folder: Annotated[
+        Path, typer.Argument(metavar="[DIR]", help="Folder for profile.yaml (made if missing).")
+    ] = Path(".")
     project: Annotated[str | None, _opt("--project", "Run:ai project.")] = None
-    preset: Annotated[str | None, _opt("--preset", "Approved preset (one the project may "
-                                       "use).")] = None
+    preset: Annotated[str | None, _opt("--preset", "Approved preset (one the project may use).")] = None
     name: Annotated[str | None, _opt("--name", "Workload name (DNS-1035).")] = None
-    image: Annotated[str | None, _opt("--image", "Image pinned by digest: "
-                                      "registry/repo[:tag]@sha256:<64 hex>.")] = None
-    command: Annotated[str | None, _opt("--command", "Entry point as typed, e.g. "
-                                        "'train.py --config c.yaml' (no python/torchrun).")] = None
-    working_dir: Annotated[str | None, _opt("--working-dir", "Working directory in the image "
-                                            "(default /workspace).")] = None
-    strategy: Annotated[str | None, _opt("--strategy", "ddp, fsdp, deepspeed, ... (default "
-                                         "ddp).")] = None
+    image: Annotated[
+        str | None, _opt("--image", "Image pinned by digest: registry/repo[:tag]@sha256:<64 hex>.")
+    ] = None
+    command: Annotated[
+        str | None,
+        _opt("--command", "Entry point as typed, e.g. 'train.py --config c.yaml' (no python/torchrun)."),
+    ] = None
+    working_dir: Annotated[
+        str | None, _opt("--working-dir", "Working directory in the image (default /workspace).")
+    ] = None
+    strategy: Annotated[str | None, _opt("--strategy", "ddp, fsdp, deepspeed, ... (default ddp).")] = None
     local_batch: Annotated[str | None, _opt("--local-batch", "Samples per GPU per step.")] = None
-    grad_accum: Annotated[str | None, _opt("--grad-accum", "Gradient accumulation steps "
-                                           "(default 1).")] = None
-    parameters: Annotated[str | None, _opt("--parameters", "Model size, e.g. 7B or 7e9 "
-                                           "(unknown: not declared).")] = None
-    precision: Annotated[str | None, _opt("--precision", "bf16 (default), fp16, fp32, tf32 "
-                                          "or fp8.")] = None
-    sequence_length: Annotated[str | None, _opt("--sequence-length", "Tokens per sample "
-                                                "(default: not declared).")] = None
-    data: Annotated[str | None, _opt("--data", "Data to mount: SOURCE:/path (an approved data "
-                                     "source) or pvc:CLAIM:/path, comma-separated (default: "
-                                     "none).")] = None
-    checkpoint_pvc: Annotated[str | None, _opt("--checkpoint-pvc", "Checkpoint PVC (default "
-                                               "<project>-checkpoints).")] = None
-    checkpoint_dir: Annotated[str | None, _opt("--checkpoint-dir", "Checkpoint mount path "
-                                               "(default /checkpoints).")] = None
-    checkpoint_format: Annotated[str | None, _opt("--checkpoint-format", "dcp, torch, "
-                                                  "safetensors or deepspeed.")] = None
-    resume: Annotated[str | None, _opt("--resume", "How the script resumes after a "
-                                       "restart.")] = None
-    metrics_writer: Annotated[str | None, _opt("--metrics-writer", "rank0 (default), per-rank "
-                                               "or all-ranks.")] = None
-    metrics_tracker: Annotated[str | None, _opt("--metrics-tracker", "tensorboard, wandb, "
-                                                "mlflow, ... (default: none).")] = None
-    no_input: Annotated[bool, typer.Option("--no-input", help="Never ask: a value no flag "
-                                           "gives and that has no default is an error.")] = False
-    force: Annotated[bool, typer.Option("--force", help="Replace an existing "
-                                        "profile.yaml.")] = False
+    grad_accum: Annotated[str | None, _opt("--grad-accum", "Gradient accumulation steps (default 1).")] = None
+    parameters: Annotated[
+        str | None, _opt("--parameters", "Model size, e.g. 7B or 7e9 (unknown: not declared).")
+    ] = None
+    precision: Annotated[str | None, _opt("--precision", "bf16 (default), fp16, fp32, tf32 or fp8.")] = None
+    sequence_length: Annotated[
+        str | None, _opt("--sequence-length", "Tokens per sample (default: not declared).")
+    ] = None
+    data: Annotated[
+        str | None,
+        _opt(
+            "--data",
+            "Data to mount: SOURCE:/path (an approved data "
+            "source) or pvc:CLAIM:/path, comma-separated (default: "
+            "none).",
+        ),
+    ] = None
+    checkpoint_pvc: Annotated[
+        str | None, _opt("--checkpoint-pvc", "Checkpoint PVC (default <project>-checkpoints).")
+    ] = None
+    checkpoint_dir: Annotated[
+        str | None, _opt("--checkpoint-dir", "Checkpoint mount path (default /checkpoints).")
+    ] = None
+    checkpoint_format: Annotated[
+        str | None, _opt("--checkpoint-format", "dcp, torch, safetensors or deepspeed.")
+    ] = None
+    resume: Annotated[str | None, _opt("--resume", "How the script resumes after a restart.")] = None
+    metrics_writer: Annotated[
+        str | None, _opt("--metrics-writer", "rank0 (default), per-rank or all-ranks.")
+    ] = None
+    metrics_tracker: Annotated[
+        str | None, _opt("--metrics-tracker", "tensorboard, wandb, mlflow, ... (default: none).")
+    ] = None
+    no_input: Annotated[
+        bool,
+        typer.Option(
+            "--no-input", help="Never ask: a value no flag gives and that has no default is an error."
+        ),
+    ] = False
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing profile.yaml.")] = False
 
 
 @app.command()
@@ -96,11 +112,19 @@ def written(target: Path, workload: Workload, text: str) -> int:
 
     err(line for finding in workload.findings for line in finding.lines())
     if workload.errors:
-        err([f"error: {target}: nothing written: the profile has "
-             f"{len(workload.errors)} error finding(s) (above)"])
+        err(
+            [
+                f"error: {target}: nothing written: the profile has "
+                f"{len(workload.errors)} error finding(s) (above)"
+            ]
+        )
         return EXIT_FINDINGS
     write_profile(target, text)
-    err([f"wrote {target}",
-         f"next: `runai-spec plan {target}` (the ticket for the AI engineer), "
-         f"`runai-spec rehearse {target}`"])
+    err(
+        [
+            f"wrote {target}",
+            f"next: `runai-spec plan {target}` (the ticket for the AI engineer), "
+            f"`runai-spec rehearse {target}`",
+        ]
+    )
     return EXIT_OK

@@ -36,20 +36,37 @@ if TYPE_CHECKING:
     from ..pipeline.stream import ProfileCheck
     from ..pipeline.workload import Workload
 
-CrdOpt = Annotated[Path | None, typer.Option(
-    "--crd", help="Also validate the rendered manifests against this CRD (the cluster's own: "
-    "`kubectl get crd pytorchjobs.kubeflow.org -o yaml`).", show_default=False)]
+CrdOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--crd",
+        help="Also validate the rendered manifests against this CRD (the cluster's own: "
+        "`kubectl get crd pytorchjobs.kubeflow.org -o yaml`).",
+        show_default=False,
+    ),
+]
 
 
-ValidateLiveOpt = Annotated[bool, typer.Option(
-    "--live", help="Also check the cluster read-only: namespace, queue and quota, priority class, "
-    "PVCs, secrets, node pool, network attachments, training operator.")]
+ValidateLiveOpt = Annotated[
+    bool,
+    typer.Option(
+        "--live",
+        help="Also check the cluster read-only: namespace, queue and quota, priority class, "
+        "PVCs, secrets, node pool, network attachments, training operator.",
+    ),
+]
 
 
 @app.command()
-def validate(profiles: Profiles, fmt: FormatOpt = Format.text, crd: CrdOpt = None,
-             live: ValidateLiveOpt = False, kubeconfig: KubeconfigOpt = None,
-             context: ContextOpt = None, request_timeout: RequestTimeoutOpt = None) -> int:
+def validate(
+    profiles: Profiles,
+    fmt: FormatOpt = Format.text,
+    crd: CrdOpt = None,
+    live: ValidateLiveOpt = False,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    request_timeout: RequestTimeoutOpt = None,
+) -> int:
     """Check profiles against the preset and the site rules; exit 0 clean, 1 findings, 2 bad
     input (also when findings are listed with it: a profile with schema errors is checked on
     every field that parsed, all in one pass, sorted by line).
@@ -68,15 +85,18 @@ def validate(profiles: Profiles, fmt: FormatOpt = Format.text, crd: CrdOpt = Non
     if fmt is Format.text:
         err(report.validate_text(checks, bad))
     else:
-        print(report.validate_json(checks, bad) if fmt is Format.json
-              else report.validate_markdown(checks, bad))
+        print((report.validate_json if fmt is Format.json else report.validate_markdown)(checks, bad))
     return check_exit(checks, bad)
 
 
-def validate_checks(profiles: Sequence[Path], crd: Path | None, live: bool,
-                    kubeconfig: Path | None, context: str | None,
-                    request_timeout: float | None = None
-                    ) -> tuple[Spooled[ProfileCheck], list[RunaiSpecError]]:
+def validate_checks(
+    profiles: Sequence[Path],
+    crd: Path | None,
+    live: bool,
+    kubeconfig: Path | None,
+    context: str | None,
+    request_timeout: float | None = None,
+) -> tuple[Spooled[ProfileCheck], list[RunaiSpecError]]:
     """Every profile checked offline, and with --live against the cluster too (read-only)."""
     from ..pipeline.stream import check_profiles
 
@@ -114,45 +134,65 @@ def plan(profile: ProfileArg, fmt: MarkdownJsonOpt = MarkdownJson.markdown) -> i
 
     workload = prepare_workload(profile, PresetRegistry())
     print_findings(workload.findings)
-    print(review.review_json(workload) if fmt is MarkdownJson.json
-          else review.review_markdown(workload), end="" if fmt is not MarkdownJson.json else "\n")
+    print(
+        review.review_json(workload) if fmt is MarkdownJson.json else review.review_markdown(workload),
+        end="" if fmt is not MarkdownJson.json else "\n",
+    )
     return EXIT_FINDINGS if workload.errors else EXIT_OK
 
 
-AgainstOpt = Annotated[Path | None, typer.Option("--against", help="Folder of committed manifests, "
-                                                 "one <name>.yaml per workload.")]
-LiveOpt = Annotated[bool, typer.Option("--live", help="Compare with the cluster instead: a "
-                                       "server-side dry-run apply (stores nothing) against the "
-                                       "live objects.")]
+AgainstOpt = Annotated[
+    Path | None,
+    typer.Option("--against", help="Folder of committed manifests, one <name>.yaml per workload."),
+]
+LiveOpt = Annotated[
+    bool,
+    typer.Option(
+        "--live",
+        help="Compare with the cluster instead: a "
+        "server-side dry-run apply (stores nothing) against the "
+        "live objects.",
+    ),
+]
 
 
 @app.command()
-def diff(profiles: Profiles, against: AgainstOpt = None, live: LiveOpt = False,
-         fmt: FormatOpt = Format.text, kubeconfig: KubeconfigOpt = None,
-         context: ContextOpt = None, request_timeout: RequestTimeoutOpt = None,
-         debug: DebugOpt = False) -> int:
+def diff(
+    profiles: Profiles,
+    against: AgainstOpt = None,
+    live: LiveOpt = False,
+    fmt: FormatOpt = Format.text,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    request_timeout: RequestTimeoutOpt = None,
+    debug: DebugOpt = False,
+) -> int:
     """What the profiles render now against committed manifests (--against DIR) or the
     cluster (--live); exit 0 same, 1 changed, 2 bad input, 3 cluster error."""
     from ..outputs import diff as drift
 
     check_diff_options(against, live, kubeconfig or context or debug or request_timeout)
-    results, stopped, bad = compare(profiles, against, kubeconfig, context, debug,
-                                    request_timeout)
+    results, stopped, bad = compare(profiles, against, kubeconfig, context, debug, request_timeout)
     err(line for exc in stopped for line in exc.lines())  # stderr too, where a CI log shows it
     if fmt is Format.json:
         print(drift.as_json(results, stopped))
     else:
-        sys.stdout.write(drift.as_markdown(results, stopped) if fmt is Format.markdown
-                         else drift.as_text(results))
+        sys.stdout.write(
+            drift.as_markdown(results, stopped) if fmt is Format.markdown else drift.as_text(results)
+        )
     reason = drift.drift_line(results) if fmt is not Format.text else None
     err([reason] if reason else [])  # the report may be in a file: the log says why it failed
-    return EXIT_INPUT if bad else EXIT_FINDINGS if stopped or any(
-        r.changed for r in results) else EXIT_OK
+    return EXIT_INPUT if bad else EXIT_FINDINGS if stopped or any(r.changed for r in results) else EXIT_OK
 
 
-def compare(args: Sequence[str], against: Path | None, kubeconfig: Path | None,
-            context: str | None, debug: bool, request_timeout: float | None = None
-            ) -> tuple[Reported[ProfileDiff], list[RunaiSpecError | Finding], list[RunaiSpecError]]:
+def compare(
+    args: Sequence[str],
+    against: Path | None,
+    kubeconfig: Path | None,
+    context: str | None,
+    debug: bool,
+    request_timeout: float | None = None,
+) -> tuple[Reported[ProfileDiff], list[RunaiSpecError | Finding], list[RunaiSpecError]]:
     """diff's results, the profiles it stopped on, and which of those were bad input: against
     committed manifests, or (no folder) against the cluster."""
     from ..pipeline.stream import ProfileArgs
@@ -168,17 +208,24 @@ def compare(args: Sequence[str], against: Path | None, kubeconfig: Path | None,
 
 def check_diff_options(against: Path | None, live: bool, cluster_options: object) -> None:
     if (against is None) != live:
-        raise InputError("pass --against DIR or --live, not both" if live else
-                         "say what to compare with: --against DIR or --live",
-                         field="--against/--live", hint="--against DIR compares with committed "
-                         "manifests (CI); --live with what is on the cluster")
+        raise InputError(
+            "pass --against DIR or --live, not both"
+            if live
+            else "say what to compare with: --against DIR or --live",
+            field="--against/--live",
+            hint="--against DIR compares with committed manifests (CI); --live with what is on the cluster",
+        )
     if against is not None and cluster_options:
-        raise InputError("--kubeconfig, --context, --request-timeout and --debug go with --live",
-                         field="--against", hint="drop them, or use --live instead of --against")
+        raise InputError(
+            "--kubeconfig, --context, --request-timeout and --debug go with --live",
+            field="--against",
+            hint="drop them, or use --live instead of --against",
+        )
 
 
-def diff_against(profiles: Sequence[Path], against: Path
-                 ) -> tuple[Reported[ProfileDiff], list[RunaiSpecError]]:
+def diff_against(
+    profiles: Sequence[Path], against: Path
+) -> tuple[Reported[ProfileDiff], list[RunaiSpecError]]:
     """diff --against, with a progress bar on a terminal for more than one profile."""
     from ..outputs import diff as drift
 
@@ -191,22 +238,49 @@ def diff_against(profiles: Sequence[Path], against: Path
         return drift.diff_all(profiles, against, step=lambda: progress.advance(task))
 
 
-OutDirOpt = Annotated[Path | None, typer.Option("--out-dir", "-d", help="Write one <name>.yaml "
-                                                "per workload into this folder instead of stdout.")]
-OutputOpt = Annotated[str | None, typer.Option(
-    "--output", "-o", metavar="yaml|json", help="Output format, as kubectl's -o: yaml (default) "
-    "or json (one kubectl `List` object). A value other than yaml or json is the folder of "
-    "--out-dir, the old spelling (deprecated).")]
-SmokeRenderOpt = Annotated[bool, typer.Option("--smoke", help="The in-cluster smoke test instead: "
-                                              "the same workload as <name>-smoke, short, every "
-                                              "pod running preflight.py from a ConfigMap.")]
-ExplainOpt = Annotated[bool, typer.Option("--explain", help="Each value followed by where it came "
-                                          "from (profile line, preset, site, rule); see `explain`.")]
+OutDirOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--out-dir", "-d", help="Write one <name>.yaml per workload into this folder instead of stdout."
+    ),
+]
+OutputOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--output",
+        "-o",
+        metavar="yaml|json",
+        help="Output format, as kubectl's -o: yaml (default) "
+        "or json (one kubectl `List` object). A value other than yaml or json is the folder of "
+        "--out-dir, the old spelling (deprecated).",
+    ),
+]
+SmokeRenderOpt = Annotated[
+    bool,
+    typer.Option(
+        "--smoke",
+        help="The in-cluster smoke test instead: "
+        "the same workload as <name>-smoke, short, every "
+        "pod running preflight.py from a ConfigMap.",
+    ),
+]
+ExplainOpt = Annotated[
+    bool,
+    typer.Option(
+        "--explain",
+        help="Each value followed by where it came from (profile line, preset, site, rule); see `explain`.",
+    ),
+]
 
 
 @app.command()
-def render(profiles: Profiles, out_dir: OutDirOpt = None, output: OutputOpt = None,
-           smoke: SmokeRenderOpt = False, explain: ExplainOpt = False) -> int:
+def render(
+    profiles: Profiles,
+    out_dir: OutDirOpt = None,
+    output: OutputOpt = None,
+    smoke: SmokeRenderOpt = False,
+    explain: ExplainOpt = False,
+) -> int:
     """Render profiles to manifests: stdout as YAML (or, with -o json, one JSON `List`), or one
     file per workload with -d DIR."""
     from ..files import StagedFiles
@@ -226,27 +300,41 @@ def render(profiles: Profiles, out_dir: OutDirOpt = None, output: OutputOpt = No
     return code
 
 
-def render_target(output: str | None, out_dir: Path | None, smoke: bool, explain: bool
-                  ) -> tuple[str, Path | None]:
+def render_target(
+    output: str | None, out_dir: Path | None, smoke: bool, explain: bool
+) -> tuple[str, Path | None]:
     """render's format (yaml or json) and folder from its options; bad input where they do
     not combine. `-o DIR` is the old spelling of `--out-dir DIR` (a warning)."""
     fmt = "yaml"
     if output in ("yaml", "json"):
         fmt = output
     elif output is not None:
-        err([f"warning: `-o {output}` as a folder is deprecated; use `--out-dir {output}` "
-             "(-o is the output format: yaml or json)"])
+        err(
+            [
+                f"warning: `-o {output}` as a folder is deprecated; use `--out-dir {output}` "
+                "(-o is the output format: yaml or json)"
+            ]
+        )
         if out_dir is not None:
-            raise InputError("give the folder once", field="--out-dir",
-                             hint="-o yaml|json is the format, -d DIR the folder")
+            raise InputError(
+                "give the folder once",
+                field="--out-dir",
+                hint="-o yaml|json is the format, -d DIR the folder",
+            )
         out_dir = Path(output)
     if fmt == "json" and (out_dir is not None or explain):
-        raise InputError("JSON goes to stdout as one List; it does not combine with "
-                         f"{'--out-dir' if out_dir is not None else '--explain'}", field="-o")
+        raise InputError(
+            "JSON goes to stdout as one List; it does not combine with "
+            f"{'--out-dir' if out_dir is not None else '--explain'}",
+            field="-o",
+        )
     if explain and (out_dir is not None or smoke):
-        raise InputError("prints the annotated manifests to stdout; it does not combine with "
-                         f"{'--out-dir' if out_dir is not None else '--smoke'}", field="--explain",
-                         hint="run `runai-spec render PROFILE --explain` on its own")
+        raise InputError(
+            "prints the annotated manifests to stdout; it does not combine with "
+            f"{'--out-dir' if out_dir is not None else '--smoke'}",
+            field="--explain",
+            hint="run `runai-spec render PROFILE --explain` on its own",
+        )
     return fmt, out_dir
 
 
@@ -303,8 +391,9 @@ def explain(profile: ProfileArg, fmt: TextJsonOpt = TextJson.text) -> int:
     print_findings(workload.findings)
     result = explain_workload(workload)
     if fmt is TextJson.json:
-        print(json.dumps({"profile": result.profile,
-                          "fields": [f.as_dict() for f in result.fields]}, indent=2))
+        print(
+            json.dumps({"profile": result.profile, "fields": [f.as_dict() for f in result.fields]}, indent=2)
+        )
     else:
         sys.stdout.write(result.annotated())
     return EXIT_FINDINGS if workload.errors else EXIT_OK

@@ -14,12 +14,12 @@ from .common import ContextOpt, KubeconfigOpt, app, err
 if TYPE_CHECKING:
     from ..load.registry import PresetRegistry
 
-presets_app = typer.Typer(help="Engineer-owned presets and their approvals ledger.",
-                          no_args_is_help=True)
+presets_app = typer.Typer(help="Engineer-owned presets and their approvals ledger.", no_args_is_help=True)
 app.add_typer(presets_app, name="presets")
 
-PresetsDir = Annotated[Path | None, typer.Option("--dir", help="presets/ folder (default: the "
-                                                  "one shipped with runai-spec).")]
+PresetsDir = Annotated[
+    Path | None, typer.Option("--dir", help="presets/ folder (default: the one shipped with runai-spec).")
+]
 
 
 @presets_app.command("list")
@@ -39,20 +39,28 @@ def presets_show(name: str, directory: PresetsDir = None) -> None:
     from ..render.manifests import dump
 
     registry = PresetRegistry(directory)
-    summary = (site_summary(registry.approved_site()) if name == "site"
-               else preset_summary(registry.get(name)))
+    summary = site_summary(registry.approved_site()) if name == "site" else preset_summary(registry.get(name))
     sys.stdout.write(dump([summary]))
 
 
 @presets_app.command("approve")
 def presets_approve(
     name: Annotated[str, typer.Argument(help="Preset name, or `site` for the site file.")],
-    key: Annotated[Path | None, typer.Option(
-        "--key", help="Your SSH signing key (or its .pub, the private half in ssh-agent), "
-        "listed in the folder's allowed_signers; the approver is its principal there.")] = None,
-    expires: Annotated[str | None, typer.Option(
-        help="Expiry date YYYY-MM-DD (today or later), or `never`; left out, a re-approval "
-        "keeps the earlier approval's expiry (one that has passed must be given anew).")] = None,
+    key: Annotated[
+        Path | None,
+        typer.Option(
+            "--key",
+            help="Your SSH signing key (or its .pub, the private half in ssh-agent), "
+            "listed in the folder's allowed_signers; the approver is its principal there.",
+        ),
+    ] = None,
+    expires: Annotated[
+        str | None,
+        typer.Option(
+            help="Expiry date YYYY-MM-DD (today or later), or `never`; left out, a re-approval "
+            "keeps the earlier approval's expiry (one that has passed must be given anew)."
+        ),
+    ] = None,
     directory: PresetsDir = None,
     by: Annotated[str | None, typer.Option("--by", hidden=True)] = None,
 ) -> None:
@@ -60,15 +68,23 @@ def presets_approve(
     record the signed approval in the ledger."""
     registry, signing_key = approval_registry(name, key, directory, by)
     entry = registry.approve(name, signing_key, expires=expires)
-    until = (f"; expires {entry.expires}" + (" (kept from the earlier approval; `--expires "
-                                              "never` drops it)" if expires is None else "")
-             if entry.expires else "")
-    err([f"approved {name}: sha256 {entry.sha256} signed by {entry.approved_by} "
-         f"on {entry.approved_at}{until}"])
+    until = (
+        f"; expires {entry.expires}"
+        + (" (kept from the earlier approval; `--expires never` drops it)" if expires is None else "")
+        if entry.expires
+        else ""
+    )
+    err(
+        [
+            f"approved {name}: sha256 {entry.sha256} signed by {entry.approved_by} "
+            f"on {entry.approved_at}{until}"
+        ]
+    )
 
 
-def approval_registry(name: str, key: Path | None, directory: Path | None, by: str | None
-                      ) -> tuple[PresetRegistry, Path]:
+def approval_registry(
+    name: str, key: Path | None, directory: Path | None, by: str | None
+) -> tuple[PresetRegistry, Path]:
     """The presets folder `presets approve` may sign into; bad input for a typed approver,
     no key, or the shipped presets inside the installed package."""
     from ..errors import InputError
@@ -76,32 +92,50 @@ def approval_registry(name: str, key: Path | None, directory: Path | None, by: s
     from ..resources import inside_installed_package
 
     if by is not None:
-        raise InputError("an approval carries its engineer's SSH signature; the approver is the "
-                         "principal allowed_signers lists for the signing key, never a typed "
-                         "name", field="--by",
-                         hint=f"sign it: `runai-spec presets approve {name} --key "
-                              "~/.ssh/id_ed25519` (a key listed in presets/allowed_signers)")
+        raise InputError(
+            "an approval carries its engineer's SSH signature; the approver is the "
+            "principal allowed_signers lists for the signing key, never a typed "
+            "name",
+            field="--by",
+            hint=f"sign it: `runai-spec presets approve {name} --key "
+            "~/.ssh/id_ed25519` (a key listed in presets/allowed_signers)",
+        )
     if key is None:
-        raise InputError("an approval needs an AI Engineer's SSH signature: no signing key "
-                         "given", field="--key",
-                         hint=f"`runai-spec presets approve {name} --key ~/.ssh/id_ed25519` "
-                              "(a key listed in presets/allowed_signers)")
+        raise InputError(
+            "an approval needs an AI Engineer's SSH signature: no signing key given",
+            field="--key",
+            hint=f"`runai-spec presets approve {name} --key ~/.ssh/id_ed25519` "
+            "(a key listed in presets/allowed_signers)",
+        )
     registry = PresetRegistry(directory)
     if directory is None and inside_installed_package(registry.root):
-        raise InputError("the shipped presets are inside the installed package; approve writes "
-                         "only into a presets repository", file=str(registry.root), field="--dir",
-                         hint=f"run it in the presets repository's checkout: "
-                              f"`runai-spec presets approve {name} --key KEY --dir presets/`")
+        raise InputError(
+            "the shipped presets are inside the installed package; approve writes "
+            "only into a presets repository",
+            file=str(registry.root),
+            field="--dir",
+            hint=f"run it in the presets repository's checkout: "
+            f"`runai-spec presets approve {name} --key KEY --dir presets/`",
+        )
     return registry, key
 
 
-LiveOpt = Annotated[bool, typer.Option("--live", help="Also compare the approved presets with "
-                                        "the parameters the cluster's admission policy enforces.")]
+LiveOpt = Annotated[
+    bool,
+    typer.Option(
+        "--live",
+        help="Also compare the approved presets with the parameters the cluster's admission policy enforces.",
+    ),
+]
 
 
 @presets_app.command("verify")
-def presets_verify(directory: PresetsDir = None, live: LiveOpt = False,
-                   kubeconfig: KubeconfigOpt = None, context: ContextOpt = None) -> int:
+def presets_verify(
+    directory: PresetsDir = None,
+    live: LiveOpt = False,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+) -> int:
     """Check every file of the presets folder (--dir, default: the shipped one) against the
     ledger and its signatures; exit 1 when any is refused (for CI). --live: also compare them
     with what the cluster enforces (exit 1 on a difference)."""
@@ -126,15 +160,18 @@ def verify_live(registry: PresetRegistry, kubeconfig: Path | None, context: str 
     try:
         local = admission.params_data(registry)
     except InputError as exc:
-        err([f"warning: {registry.root}: live: not compared, the presets here do not verify "
-             f"({exc.message})"])
+        err([f"warning: {registry.root}: live: not compared, the presets here do not verify ({exc.message})"])
         return True
-    deployed = read_params(Target(kubeconfig=kubeconfig, context=context),
-                           admission.PARAMS_NAMESPACE, admission.PARAMS_NAME)
+    deployed = read_params(
+        Target(kubeconfig=kubeconfig, context=context), admission.PARAMS_NAMESPACE, admission.PARAMS_NAME
+    )
     if deployed.forbidden is not None:
-        err([f"warning: cluster: {admission.DEPLOYED}: not checked: forbidden "
-             f"({deployed.forbidden})",
-             "hint: ask the AI Engineers to run it, or for read access to that ConfigMap"])
+        err(
+            [
+                f"warning: cluster: {admission.DEPLOYED}: not checked: forbidden ({deployed.forbidden})",
+                "hint: ask the AI Engineers to run it, or for read access to that ConfigMap",
+            ]
+        )
         return False
     out, problems = admission.deployment_report(registry.root, local, deployed.data)
     for line in out:
@@ -145,9 +182,14 @@ def verify_live(registry: PresetRegistry, kubeconfig: Path | None, context: str 
 
 @presets_app.command("policy")
 def presets_policy(
-    out: Annotated[Path | None, typer.Option(
-        "--out", "-o", help="Write policy.yaml and params.yaml into this folder instead of "
-        "printing all three objects.")] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Write policy.yaml and params.yaml into this folder instead of printing all three objects.",
+        ),
+    ] = None,
     directory: PresetsDir = None,
 ) -> None:
     """The ValidatingAdmissionPolicy, its binding and its parameters, from the approved presets

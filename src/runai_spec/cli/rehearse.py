@@ -21,37 +21,67 @@ if TYPE_CHECKING:
     from ..rehearse import RehearseResult
     from ..rehearse.spec import RehearsalSpec
 
-ProcsOpt = Annotated[int | None, typer.Option(
-    "--procs-per-pod", help="Processes per pod here (scale down on a CPU machine).")]
-OwnScriptOpt = Annotated[bool, typer.Option(
-    "--own-script", help="Run the profile's own command instead of preflight.py.")]
-RestartOpt = Annotated[bool, typer.Option(
-    "--restart-after-checkpoint",
-    help="Shorthand for --kill of the pod whose loss is hardest for the layout "
-         "(master-0, or the elastic store host worker-0) @checkpoint.")]
-LogsOpt = Annotated[Path | None, typer.Option("--logs", help="Folder for per-pod and per-rank "
-                                              "logs (default: a new temporary folder).")]
-TimeoutOpt = Annotated[float, typer.Option(
-    "--timeout", metavar="SECONDS",
-    help="How long the pods may run. Then they are stopped: preflight.py still running has "
-         "failed, your own script (--own-script) still running is healthy.")]
-KillOpt = Annotated[list[str] | None, typer.Option(
-    "--kill", metavar="POD[@checkpoint|@SECONDS]",
-    help="Kill one pod's container (repeatable); the kubelet and operator model decide what "
-         "comes back.")]
-PreemptOpt = Annotated[str | None, typer.Option(
-    "--preempt", metavar="checkpoint|SECONDS",
-    help="Preempt the job (every pod: SIGTERM, SIGKILL after its terminationGracePeriodSeconds, "
-         "recreated by the operator) right after the first checkpoint or SECONDS in.")]
-BackoffOpt = Annotated[float, typer.Option(
-    "--backoff-scale",
-    help=f"Scale the kubelet's crash-loop back-off ({BACKOFF_BASE_S:g} s, doubling).")]
-NetworkOpt = Annotated[str, typer.Option(
-    "--network", metavar="auto|netns|loopback",
-    help="netns: each pod in its own network namespace, with its address, its pod name as "
-         "hostname and the service names in /etc/hosts only while their pod runs (root, "
-         "iproute2, unshare); loopback: every pod on 127.0.0.1; auto (default): netns where "
-         "possible.")]
+ProcsOpt = Annotated[
+    int | None, typer.Option("--procs-per-pod", help="Processes per pod here (scale down on a CPU machine).")
+]
+OwnScriptOpt = Annotated[
+    bool, typer.Option("--own-script", help="Run the profile's own command instead of preflight.py.")
+]
+RestartOpt = Annotated[
+    bool,
+    typer.Option(
+        "--restart-after-checkpoint",
+        help="Shorthand for --kill of the pod whose loss is hardest for the layout "
+        "(master-0, or the elastic store host worker-0) @checkpoint.",
+    ),
+]
+LogsOpt = Annotated[
+    Path | None,
+    typer.Option("--logs", help="Folder for per-pod and per-rank logs (default: a new temporary folder)."),
+]
+TimeoutOpt = Annotated[
+    float,
+    typer.Option(
+        "--timeout",
+        metavar="SECONDS",
+        help="How long the pods may run. Then they are stopped: preflight.py still running has "
+        "failed, your own script (--own-script) still running is healthy.",
+    ),
+]
+KillOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--kill",
+        metavar="POD[@checkpoint|@SECONDS]",
+        help="Kill one pod's container (repeatable); the kubelet and operator model decide what comes back.",
+    ),
+]
+PreemptOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--preempt",
+        metavar="checkpoint|SECONDS",
+        help="Preempt the job (every pod: SIGTERM, SIGKILL after its terminationGracePeriodSeconds, "
+        "recreated by the operator) right after the first checkpoint or SECONDS in.",
+    ),
+]
+BackoffOpt = Annotated[
+    float,
+    typer.Option(
+        "--backoff-scale", help=f"Scale the kubelet's crash-loop back-off ({BACKOFF_BASE_S:g} s, doubling)."
+    ),
+]
+NetworkOpt = Annotated[
+    str,
+    typer.Option(
+        "--network",
+        metavar="auto|netns|loopback",
+        help="netns: each pod in its own network namespace, with its address, its pod name as "
+        "hostname and the service names in /etc/hosts only while their pod runs (root, "
+        "iproute2, unshare); loopback: every pod on 127.0.0.1; auto (default): netns where "
+        "possible.",
+    ),
+]
 
 
 def _status_line() -> tuple[Callable[[str], None] | None, Callable[[], None]]:
@@ -97,18 +127,30 @@ def rehearse(o: RehearseOptions) -> int:
     """Rehearse the rendered workload here: one process per pod, the operator's environment.
     The checks go to stdout (a table, or --format json); on a terminal a status line on
     stderr shows the pods up, each rank's last check and the time against --timeout."""
-    from ..rehearse.spec import RehearsalSpec
-
     check_options(o.timeout, o.network)
     workload = runnable(o.profile)
-    spec = RehearsalSpec(procs_per_pod=o.procs_per_pod, own_script=o.own_script,
-                         restart_after_checkpoint=o.restart_after_checkpoint, logs_dir=o.logs,
-                         timeout_s=o.timeout, kills=tuple(o.kill or ()), preempt=o.preempt,
-                         backoff_scale=o.backoff_scale, network=o.network)
+    spec = spec_of(o)
     result = run_with_status_line(workload, spec)
     show_result(result, workload, o.fmt, o.backoff_scale if spec.faults_asked else None)
     record_result(result, workload, spec.recorded_options())
     return EXIT_OK if result.ok else EXIT_FINDINGS
+
+
+def spec_of(o: RehearseOptions) -> RehearsalSpec:
+    """What the command's options ask of the rehearsal, as one value."""
+    from ..rehearse.spec import RehearsalSpec
+
+    return RehearsalSpec(
+        procs_per_pod=o.procs_per_pod,
+        own_script=o.own_script,
+        restart_after_checkpoint=o.restart_after_checkpoint,
+        logs_dir=o.logs,
+        timeout_s=o.timeout,
+        kills=tuple(o.kill or ()),
+        preempt=o.preempt,
+        backoff_scale=o.backoff_scale,
+        network=o.network,
+    )
 
 
 def runnable(profile: Path) -> Workload:
@@ -141,15 +183,22 @@ def run_with_status_line(workload: Workload, spec: RehearsalSpec) -> RehearseRes
 
     show, clear = _status_line()
     try:
-        return rehearse_manifests(list(workload.manifests), dataclasses.replace(
-            spec, settings=preflight_settings(workload), progress=show,
-            operator_version=workload.plan.operator_version))
+        return rehearse_manifests(
+            list(workload.manifests),
+            dataclasses.replace(
+                spec,
+                settings=preflight_settings(workload),
+                progress=show,
+                operator_version=workload.plan.operator_version,
+            ),
+        )
     finally:
         clear()
 
 
-def show_result(result: RehearseResult, workload: Workload, fmt: TextJson,
-                backoff_scale: float | None) -> None:
+def show_result(
+    result: RehearseResult, workload: Workload, fmt: TextJson, backoff_scale: float | None
+) -> None:
     """The table (or JSON) on stdout; the back-off scale of a fault run and the logs' folder
     on stderr."""
     from ..outputs import report
@@ -168,12 +217,26 @@ def record_result(result: RehearseResult, workload: Workload, options: list[str]
     """The rehearsal's summary kept as the workload's latest, for `plan`'s ticket."""
     from ..rehearse.records import RehearsalRecord, write_record
 
-    record = write_record(RehearsalRecord(
-        project=workload.plan.project, name=workload.plan.name, profile=workload.path,
-        profile_sha256=workload.loaded.sha256, ok=result.ok, world_size=result.world_size,
-        backend=result.backend, options=tuple(options),
-        checks=tuple((c.check if c.attempt is None else f"{c.check} (attempt {c.attempt + 1})",
-                      c.status, c.message) for c in result.checks),
-        logs_dir=str(result.logs_dir)))
+    record = write_record(
+        RehearsalRecord(
+            project=workload.plan.project,
+            name=workload.plan.name,
+            profile=workload.path,
+            profile_sha256=workload.loaded.sha256,
+            ok=result.ok,
+            world_size=result.world_size,
+            backend=result.backend,
+            options=tuple(options),
+            checks=tuple(
+                (
+                    c.check if c.attempt is None else f"{c.check} (attempt {c.attempt + 1})",
+                    c.status,
+                    c.message,
+                )
+                for c in result.checks
+            ),
+            logs_dir=str(result.logs_dir),
+        )
+    )
     if record is not None:
         err([f"recorded for `runai-spec plan`: {record}"])

@@ -30,9 +30,12 @@ def chosen(site: Site, via: Via | None) -> Via:
     """The path of this call: --via, else the site's; `runai` needs the site's control plane."""
     path = Via(via or site.submit.via)
     if path is Via.runai and site.submit.runai is None:
-        raise InputError("--via runai needs the site's Run:ai control plane", field="--via",
-                         hint="the AI Engineers set submit.runai (url, cluster) in site.yaml; "
-                         "until then submit with --via kubernetes")
+        raise InputError(
+            "--via runai needs the site's Run:ai control plane",
+            field="--via",
+            hint="the AI Engineers set submit.runai (url, cluster) in site.yaml; "
+            "until then submit with --via kubernetes",
+        )
     return path
 
 
@@ -44,11 +47,13 @@ def runai_target(site: Site, debug: bool, request_timeout: float | None) -> Runa
         cluster.enable_debug()
     plane = site.submit.runai
     assert plane is not None  # chosen() checked it
-    target = RunaiTarget(url=plane.url, cluster=plane.cluster, category=plane.category,
-                         progress=progress_line)
+    target = RunaiTarget(
+        url=plane.url, cluster=plane.cluster, category=plane.category, progress=progress_line
+    )
     if request_timeout is not None:
-        target = dataclasses.replace(target, timeout=(min(target.timeout[0], request_timeout),
-                                                      request_timeout))
+        target = dataclasses.replace(
+            target, timeout=(min(target.timeout[0], request_timeout), request_timeout)
+        )
     return target
 
 
@@ -64,8 +69,12 @@ def metadata_of(workload: Workload) -> WorkloadMetadata:
     from ..cluster.runai import WorkloadMetadata
 
     preset = workload.approved.preset
-    return WorkloadMetadata(name=workload.plan.name, project=workload.plan.project,
-                            priority=preset.priority, preemptible=preset.preemptible)
+    return WorkloadMetadata(
+        name=workload.plan.name,
+        project=workload.plan.project,
+        priority=preset.priority,
+        preemptible=preset.preemptible,
+    )
 
 
 def job_of(workload: Workload) -> Manifest:
@@ -75,8 +84,9 @@ def job_of(workload: Workload) -> Manifest:
     return job
 
 
-def diff_via(workloads: list[Workload], debug: bool, request_timeout: float | None
-             ) -> list[ProfileDiff] | None:
+def diff_via(
+    workloads: list[Workload], debug: bool, request_timeout: float | None
+) -> list[ProfileDiff] | None:
     """diff --live's dispatch: through Run:ai when site.yaml's submit.via says so (the
     workloads as Run:ai holds them, against what submitting would store), else None."""
     from ..cluster.runai import live_workloads
@@ -88,24 +98,28 @@ def diff_via(workloads: list[Workload], debug: bool, request_timeout: float | No
         return None
     from ..cluster import managed_by_us
 
-    pairs = live_workloads([(metadata_of(w), job_of(w)) for w in workloads],
-                           runai_target(site, debug, request_timeout))
-    err(f"note: runai workload {w.plan.project}/{w.plan.name}: exists and was not submitted by "
-        "runai-spec; submit will not touch it" for w, (live, _) in zip(workloads, pairs,
-                                                                        strict=True)
-        if live is not None and not managed_by_us(live))
-    return [drift.diff_live(w.path, [job_of(w)], [pair]) for w, pair in
-            zip(workloads, pairs, strict=True)]
+    pairs = live_workloads(
+        [(metadata_of(w), job_of(w)) for w in workloads], runai_target(site, debug, request_timeout)
+    )
+    err(
+        f"note: runai workload {w.plan.project}/{w.plan.name}: exists and was not submitted by "
+        "runai-spec; submit will not touch it"
+        for w, (live, _) in zip(workloads, pairs, strict=True)
+        if live is not None and not managed_by_us(live)
+    )
+    return [drift.diff_live(w.path, [job_of(w)], [pair]) for w, pair in zip(workloads, pairs, strict=True)]
 
 
-def submit_runai(profile: Path, workload: Workload, session: RunaiSession, *, dry_run: bool,
-                 replace: bool) -> None:
+def submit_runai(
+    profile: Path, workload: Workload, session: RunaiSession, *, dry_run: bool, replace: bool
+) -> None:
     """submit --via runai: the rendered PyTorchJob, unchanged, as a Run:ai workload."""
     from ..cluster.runai import submit_workload
     from ..outputs import report
 
-    result = submit_workload(job_of(workload), metadata_of(workload), session, dry_run=dry_run,
-                             replace=replace)
+    result = submit_workload(
+        job_of(workload), metadata_of(workload), session, dry_run=dry_run, replace=replace
+    )
     err(report.submit_lines(result))
     if result.dry_run:
         sys.stdout.write(report.dry_run_text(result))
@@ -117,24 +131,42 @@ def submit_via(o: SubmitOptions, workload: Workload) -> bool:
     if chosen(workload.site, o.via) is not Via.runai:
         return False
     if o.smoke:
-        err(["note: the smoke test goes through the Kubernetes client (its ConfigMap is no "
-             "Run:ai workload); the workload itself goes through Run:ai"])
+        err(
+            [
+                "note: the smoke test goes through the Kubernetes client (its ConfigMap is no "
+                "Run:ai workload); the workload itself goes through Run:ai"
+            ]
+        )
         return False
     with runai_session(workload.site, o.debug, o.request_timeout) as session:
-        submit_runai(o.profile, workload, session, dry_run=o.dry_run is not None,
-                     replace=o.replace)
-        phase = (watch_runai(workload.plan.name, workload.plan.project, workload.plan.namespace,
-                             session, TextJson.text, True, o.interval, o.watch_timeout)
-                 if o.wait else None)
+        submit_runai(o.profile, workload, session, dry_run=o.dry_run is not None, replace=o.replace)
+        phase = (
+            watch_runai(
+                workload.plan.name,
+                workload.plan.project,
+                workload.plan.namespace,
+                session,
+                TextJson.text,
+                True,
+                o.interval,
+                o.watch_timeout,
+            )
+            if o.wait
+            else None
+        )
     if phase == "Failed":
-        raise ClusterError(f"runai workload {workload.plan.project}/{workload.plan.name}: "
-                           "Failed (the status above says why)", file="runai",
-                           hint=f"`runai-spec logs {o.profile} --out -` shows its logs")
+        raise ClusterError(
+            f"runai workload {workload.plan.project}/{workload.plan.name}: "
+            "Failed (the status above says why)",
+            file="runai",
+            hint=f"`runai-spec logs {o.profile} --out -` shows its logs",
+        )
     return True
 
 
-def resolved(job: str, project: str | None, via: Via | None, smoke: bool
-             ) -> tuple[str, str, str, Site] | None:
+def resolved(
+    job: str, project: str | None, via: Via | None, smoke: bool
+) -> tuple[str, str, str, Site] | None:
     """status/delete's dispatch: (name, project, namespace, site) when this call goes through
     Run:ai, None for the Kubernetes path (always for --smoke)."""
     from ..load.registry import PresetRegistry
@@ -154,8 +186,7 @@ def status_via(o: StatusOptions) -> None:
         return
     name, runai_project, namespace, site = found
     with runai_session(site, o.debug, o.request_timeout) as session:
-        watch_runai(name, runai_project, namespace, session, o.fmt, o.watch, o.interval,
-                    o.watch_timeout)
+        watch_runai(name, runai_project, namespace, session, o.fmt, o.watch, o.interval, o.watch_timeout)
     raise typer.Exit(EXIT_OK)
 
 
@@ -165,20 +196,33 @@ def delete_via(o: DeleteOptions) -> None:
     if found is None:
         return
     name, runai_project, _, site = found
-    raise typer.Exit(delete_runai(name, runai_project, runai_target(site, o.debug,
-                                                                    o.request_timeout), o.yes))
+    raise typer.Exit(delete_runai(name, runai_project, runai_target(site, o.debug, o.request_timeout), o.yes))
 
 
-def watch_runai(name: str, project: str, namespace: str, session: RunaiSession, fmt: TextJson,
-                watch: bool, interval: float, watch_timeout: float) -> str:
+def watch_runai(
+    name: str,
+    project: str,
+    namespace: str,
+    session: RunaiSession,
+    fmt: TextJson,
+    watch: bool,
+    interval: float,
+    watch_timeout: float,
+) -> str:
     """status --via runai (and submit --wait): the phase Run:ai reports, polled as the
     Kubernetes path's status --watch polls."""
     from ..cluster.runai import workload_status
     from .common import watch_status
 
-    return watch_status(lambda: workload_status(name, project, namespace, session),
-                        f"runai workload {project}/{name}", "runai", fmt, watch, interval,
-                        watch_timeout)
+    return watch_status(
+        lambda: workload_status(name, project, namespace, session),
+        f"runai workload {project}/{name}",
+        "runai",
+        fmt,
+        watch,
+        interval,
+        watch_timeout,
+    )
 
 
 def delete_runai(name: str, project: str, target: RunaiTarget, yes: bool) -> int:
@@ -195,5 +239,4 @@ def delete_runai(name: str, project: str, target: RunaiTarget, yes: bool) -> int
 
 
 def _confirmed(where: list[str]) -> bool:
-    return typer.confirm(f"delete {', '.join(where)} and its pods (save logs first with "
-                         "`runai-spec logs`)?")
+    return typer.confirm(f"delete {', '.join(where)} and its pods (save logs first with `runai-spec logs`)?")

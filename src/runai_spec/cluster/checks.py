@@ -43,14 +43,24 @@ def _get(session: Session, path: str) -> dict[str, Any] | None:
     return body if isinstance(body, dict) else None
 
 
-def _finding(w: Workload, rule: str, obj: str, message: str, hint: str,
-             severity: Severity = "error") -> Finding:
+def _finding(
+    w: Workload, rule: str, obj: str, message: str, hint: str, severity: Severity = "error"
+) -> Finding:
     return Finding(rule, Location(w.path, None, obj), message, hint, severity)
 
 
 def _quantity(text: str | int) -> float:
-    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "m": 1e-3, "k": 1e3,
-             "M": 1e6, "G": 1e9, "T": 1e12}
+    units = {
+        "Ki": 2**10,
+        "Mi": 2**20,
+        "Gi": 2**30,
+        "Ti": 2**40,
+        "m": 1e-3,
+        "k": 1e3,
+        "M": 1e6,
+        "G": 1e9,
+        "T": 1e12,
+    }
     match = re.match(r"^([0-9.]+)([A-Za-z]*)$", str(text))
     if not match:
         return 0.0
@@ -61,22 +71,36 @@ def _namespace(s: Session, w: Workload) -> Iterator[Finding]:
     ns, project = w.plan.namespace, w.plan.project
     obj = _get(s, f"/api/v1/namespaces/{ns}")
     if obj is None:
-        yield _finding(w, "live-namespace", f"namespace/{ns}", f"namespace {ns} does not exist",
-                       "check the project name; ask the AI Engineers which namespace it has")
+        yield _finding(
+            w,
+            "live-namespace",
+            f"namespace/{ns}",
+            f"namespace {ns} does not exist",
+            "check the project name; ask the AI Engineers which namespace it has",
+        )
         return
     label = obj.get("metadata", {}).get("labels", {}).get(w.site.queue_label)
     if label != project:
-        yield _finding(w, "live-namespace", f"namespace/{ns}",
-                       f"namespace {ns} is not project {project}'s ({w.site.queue_label}: "
-                       f"{label or 'absent'})", "use your project's namespace")
+        yield _finding(
+            w,
+            "live-namespace",
+            f"namespace/{ns}",
+            f"namespace {ns} is not project {project}'s ({w.site.queue_label}: {label or 'absent'})",
+            "use your project's namespace",
+        )
 
 
 def _queue(s: Session, w: Workload) -> Iterator[Finding]:
     project = w.plan.project
     obj = _get(s, f"{QUEUES}/{project}")
     if obj is None:
-        yield _finding(w, "live-queue", f"queue/{project}", f"Run:ai queue {project} does not exist",
-                       "ask the AI Engineers to create the project's queue")
+        yield _finding(
+            w,
+            "live-queue",
+            f"queue/{project}",
+            f"Run:ai queue {project} does not exist",
+            "ask the AI Engineers to create the project's queue",
+        )
         return
     gpus = w.plan.pods * int(dict(w.plan.limits).get(GPU_RESOURCE, 0) or 0)
     quota = 0.0
@@ -88,17 +112,26 @@ def _queue(s: Session, w: Workload) -> Iterator[Finding]:
     if isinstance(gpu_spec, dict):
         quota = float(gpu_spec.get("quota", quota))
     if quota >= 0 and gpus > quota:
-        yield _finding(w, "live-queue", f"queue/{project}",
-                       f"the job asks {gpus} GPUs, over queue {project}'s quota of {quota:g}",
-                       "it will wait, or run only as preemptible over-quota work", "warning")
+        yield _finding(
+            w,
+            "live-queue",
+            f"queue/{project}",
+            f"the job asks {gpus} GPUs, over queue {project}'s quota of {quota:g}",
+            "it will wait, or run only as preemptible over-quota work",
+            "warning",
+        )
 
 
 def _priority(s: Session, w: Workload) -> Iterator[Finding]:
     name = w.approved.preset.priority
     if _get(s, f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}") is None:
-        yield _finding(w, "live-priority", f"priorityclass/{name}",
-                       f"PriorityClass {name} does not exist (the scheduler would ignore it)",
-                       "ask the AI Engineers: the site's priority dictionary is out of date")
+        yield _finding(
+            w,
+            "live-priority",
+            f"priorityclass/{name}",
+            f"PriorityClass {name} does not exist (the scheduler would ignore it)",
+            "ask the AI Engineers: the site's priority dictionary is out of date",
+        )
 
 
 def _pvcs(s: Session, w: Workload) -> Iterator[Finding]:
@@ -109,21 +142,38 @@ def _pvcs(s: Session, w: Workload) -> Iterator[Finding]:
         obj = _get(s, f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{volume.claim}")
         where = f"persistentvolumeclaim/{volume.claim}"
         if obj is None:
-            yield _finding(w, "live-pvc", where, f"PVC {volume.claim} does not exist in {ns}",
-                           "create it, or name an existing claim")
+            yield _finding(
+                w,
+                "live-pvc",
+                where,
+                f"PVC {volume.claim} does not exist in {ns}",
+                "create it, or name an existing claim",
+            )
             continue
         phase = obj.get("status", {}).get("phase")
         if phase != "Bound":
-            yield _finding(w, "live-pvc", where, f"PVC {volume.claim} is {phase or 'not Bound'}",
-                           "the pods would stay Pending until it binds")
+            yield _finding(
+                w,
+                "live-pvc",
+                where,
+                f"PVC {volume.claim} is {phase or 'not Bound'}",
+                "the pods would stay Pending until it binds",
+            )
         modes = obj.get("spec", {}).get("accessModes", [])
-        if w.plan.pods > 1 and "ReadWriteMany" not in modes and not (
-                volume.read_only and "ReadOnlyMany" in modes):
-            yield _finding(w, "live-pvc", where,
-                           f"PVC {volume.claim} ({', '.join(modes) or 'no access modes'}) is "
-                           f"mounted by {w.plan.pods} pods but is not ReadWriteMany",
-                           "pods on different nodes fail with a multi-attach error; use a "
-                           "ReadWriteMany claim (shared file system)")
+        if (
+            w.plan.pods > 1
+            and "ReadWriteMany" not in modes
+            and not (volume.read_only and "ReadOnlyMany" in modes)
+        ):
+            yield _finding(
+                w,
+                "live-pvc",
+                where,
+                f"PVC {volume.claim} ({', '.join(modes) or 'no access modes'}) is "
+                f"mounted by {w.plan.pods} pods but is not ReadWriteMany",
+                "pods on different nodes fail with a multi-attach error; use a "
+                "ReadWriteMany claim (shared file system)",
+            )
 
 
 def _secrets(s: Session, w: Workload) -> Iterator[Finding]:
@@ -131,11 +181,21 @@ def _secrets(s: Session, w: Workload) -> Iterator[Finding]:
     for _variable, secret, key in w.plan.secret_env:
         obj = _get(s, f"/api/v1/namespaces/{ns}/secrets/{secret}")
         if obj is None:
-            yield _finding(w, "live-secret", f"secret/{secret}",
-                           f"Secret {secret} does not exist in {ns}", "create it first")
+            yield _finding(
+                w,
+                "live-secret",
+                f"secret/{secret}",
+                f"Secret {secret} does not exist in {ns}",
+                "create it first",
+            )
         elif key not in obj.get("data", {}) and key not in obj.get("stringData", {}):
-            yield _finding(w, "live-secret", f"secret/{secret}",
-                           f"Secret {secret} has no key {key}", "add the key or fix secret_env")
+            yield _finding(
+                w,
+                "live-secret",
+                f"secret/{secret}",
+                f"Secret {secret} has no key {key}",
+                "add the key or fix secret_env",
+            )
 
 
 def _nodes(s: Session, w: Workload) -> Iterator[Finding]:
@@ -147,17 +207,26 @@ def _nodes(s: Session, w: Workload) -> Iterator[Finding]:
     if pool is not None:
         nodes = [n for n in nodes if n.get("metadata", {}).get("labels", {}).get(label) == pool]
         if not nodes:
-            yield _finding(w, "live-node-pool", f"nodepool/{pool}",
-                           f"no node carries {label}={pool}: the pool is not served",
-                           "ask the AI Engineers which node pools the cluster serves")
+            yield _finding(
+                w,
+                "live-node-pool",
+                f"nodepool/{pool}",
+                f"no node carries {label}={pool}: the pool is not served",
+                "ask the AI Engineers which node pools the cluster serves",
+            )
             return
     model = preset.gpu.model.replace(" ", "-").lower()
-    matching = [n for n in nodes if model in
-                n.get("metadata", {}).get("labels", {}).get(GPU_PRODUCT, "").lower()]
+    matching = [
+        n for n in nodes if model in n.get("metadata", {}).get("labels", {}).get(GPU_PRODUCT, "").lower()
+    ]
     if not matching:
-        yield _finding(w, "live-node-pool", f"nodepool/{pool or 'default'}",
-                       f"no node of pool {pool or 'default'} has GPU product {preset.gpu.model}",
-                       "the preset's GPU model does not match the cluster's nodes")
+        yield _finding(
+            w,
+            "live-node-pool",
+            f"nodepool/{pool or 'default'}",
+            f"no node of pool {pool or 'default'} has GPU product {preset.gpu.model}",
+            "the preset's GPU model does not match the cluster's nodes",
+        )
         return
     needs = dict(w.plan.requests)
     for node in matching:
@@ -165,9 +234,13 @@ def _nodes(s: Session, w: Workload) -> Iterator[Finding]:
         if all(_quantity(free.get(k, 0)) >= _quantity(v) for k, v in needs.items()):
             return
     wanted = ", ".join(f"{k}={v}" for k, v in needs.items())
-    yield _finding(w, "live-node-fit", f"nodepool/{pool or 'default'}",
-                   f"no node of pool {pool or 'default'} has allocatable {wanted} for one pod",
-                   "the pods would stay Pending; ask the AI Engineers about the preset")
+    yield _finding(
+        w,
+        "live-node-fit",
+        f"nodepool/{pool or 'default'}",
+        f"no node of pool {pool or 'default'} has allocatable {wanted} for one pod",
+        "the pods would stay Pending; ask the AI Engineers about the preset",
+    )
 
 
 def _networks(s: Session, w: Workload) -> Iterator[Finding]:
@@ -176,33 +249,53 @@ def _networks(s: Session, w: Workload) -> Iterator[Finding]:
         entry = entry.split("@")[0]
         ns, _, name = entry.rpartition("/")
         ns = ns or w.plan.namespace
-        path = (f"/apis/k8s.cni.cncf.io/v1/namespaces/{ns}/network-attachment-definitions/{name}")
+        path = f"/apis/k8s.cni.cncf.io/v1/namespaces/{ns}/network-attachment-definitions/{name}"
         if _get(s, path) is None:
-            yield _finding(w, "live-network", f"network-attachment-definition/{ns}/{name}",
-                           f"network attachment {ns}/{name} does not exist",
-                           "ask the AI Engineers: the preset names a network the cluster lacks")
+            yield _finding(
+                w,
+                "live-network",
+                f"network-attachment-definition/{ns}/{name}",
+                f"network attachment {ns}/{name} does not exist",
+                "ask the AI Engineers: the preset names a network the cluster lacks",
+            )
 
 
 def _operator(s: Session, w: Workload) -> Iterator[Finding]:
     served = _get(s, PYTORCHJOB_CRD)
     if served is None:
-        yield _finding(w, "live-operator", "crd/pytorchjobs.kubeflow.org",
-                       "the PyTorchJob CRD is not served", "the training operator is not installed")
+        yield _finding(
+            w,
+            "live-operator",
+            "crd/pytorchjobs.kubeflow.org",
+            "the PyTorchJob CRD is not served",
+            "the training operator is not installed",
+        )
         return
     yield from _crd_schema(served, w)
     want = str(getattr(w.site, "operator_version", None) or OPERATOR_VERSION)
     deploy = _get(s, OPERATOR)
     if deploy is None:
-        yield _finding(w, "live-operator", "deployment/kubeflow/training-operator",
-                       "the training-operator deployment was not found", "check the install",
-                       "warning")
+        yield _finding(
+            w,
+            "live-operator",
+            "deployment/kubeflow/training-operator",
+            "the training-operator deployment was not found",
+            "check the install",
+            "warning",
+        )
         return
-    images = [c.get("image", "") for c in
-              deploy.get("spec", {}).get("template", {}).get("spec", {}).get("containers", [])]
+    images = [
+        c.get("image", "")
+        for c in deploy.get("spec", {}).get("template", {}).get("spec", {}).get("containers", [])
+    ]
     if not any(re.search(rf"[:v]{re.escape(want)}(\.|$|-)", image) for image in images):
-        yield _finding(w, "live-operator", "deployment/kubeflow/training-operator",
-                       f"the training operator runs {', '.join(images)}, not version {want}",
-                       "the site's operator_version and the cluster disagree")
+        yield _finding(
+            w,
+            "live-operator",
+            "deployment/kubeflow/training-operator",
+            f"the training operator runs {', '.join(images)}, not version {want}",
+            "the site's operator_version and the cluster disagree",
+        )
 
 
 def _crd_schema(served: dict[str, Any], w: Workload) -> Iterator[Finding]:
@@ -215,22 +308,40 @@ def _crd_schema(served: dict[str, Any], w: Workload) -> Iterator[Finding]:
     try:
         schemas = crd_schemas(served, source)
     except InputError as exc:  # no schema, or one that is no JSON Schema (issue 23)
-        what = ("the served PyTorchJob CRD has no schema" if exc.field is None else
-                f"the served PyTorchJob CRD's schema cannot be used: {exc.field}: {exc.message}")
-        yield _finding(w, "live-crd-schema", source, what,
-                       "the render could not be checked against the cluster's schema",
-                       "warning")
+        what = (
+            "the served PyTorchJob CRD has no schema"
+            if exc.field is None
+            else f"the served PyTorchJob CRD's schema cannot be used: {exc.field}: {exc.message}"
+        )
+        yield _finding(
+            w,
+            "live-crd-schema",
+            source,
+            what,
+            "the render could not be checked against the cluster's schema",
+            "warning",
+        )
         return
     for problem in crd_findings(list(w.manifests), schemas, KIND, w.path):
-        yield Finding("live-crd-schema", Location(w.path, None, f"{source}: {problem.path}"),
-                      problem.message, problem.hint, problem.severity)
+        yield Finding(
+            "live-crd-schema",
+            Location(w.path, None, f"{source}: {problem.path}"),
+            problem.message,
+            problem.hint,
+            problem.severity,
+        )
 
 
-CHECKS = (("namespaces", _namespace), ("queues.scheduling.run.ai", _queue),
-          ("priorityclasses", _priority), ("persistentvolumeclaims", _pvcs),
-          ("secrets", _secrets), ("nodes", _nodes),
-          ("network-attachment-definitions.k8s.cni.cncf.io", _networks),
-          ("training-operator", _operator))
+CHECKS = (
+    ("namespaces", _namespace),
+    ("queues.scheduling.run.ai", _queue),
+    ("priorityclasses", _priority),
+    ("persistentvolumeclaims", _pvcs),
+    ("secrets", _secrets),
+    ("nodes", _nodes),
+    ("network-attachment-definitions.k8s.cni.cncf.io", _networks),
+    ("training-operator", _operator),
+)
 
 
 def live_findings(session: Session, workload: Workload) -> list[Finding]:
@@ -240,13 +351,25 @@ def live_findings(session: Session, workload: Workload) -> list[Finding]:
         try:
             findings.extend(check(session, workload))
         except _Forbidden:
-            findings.append(_finding(workload, "live-forbidden", resource,
-                                     f"not checked: forbidden ({resource})",
-                                     "ask the AI Engineers to check it, or for read access",
-                                     "warning"))
+            findings.append(
+                _finding(
+                    workload,
+                    "live-forbidden",
+                    resource,
+                    f"not checked: forbidden ({resource})",
+                    "ask the AI Engineers to check it, or for read access",
+                    "warning",
+                )
+            )
         except (AttributeError, TypeError, ValueError, KeyError):  # the server's answer, odd
-            findings.append(_finding(workload, "live-forbidden", resource,
-                                     f"not checked: the API server's answer is malformed "
-                                     f"({resource})", "report it to your AI Engineers: the API "
-                                     "server does not answer as Kubernetes does", "warning"))
+            findings.append(
+                _finding(
+                    workload,
+                    "live-forbidden",
+                    resource,
+                    f"not checked: the API server's answer is malformed ({resource})",
+                    "report it to your AI Engineers: the API server does not answer as Kubernetes does",
+                    "warning",
+                )
+            )
     return [dataclasses.replace(f, message=clean(f.message, 2000)) for f in findings]

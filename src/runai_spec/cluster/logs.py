@@ -35,8 +35,9 @@ class LogsResult:
     skipped: tuple[tuple[str, str], ...]  # (pod, why)
 
 
-def save_logs(name: str, namespace: str, out_dir: Path, target: Target | Session, *,
-              previous: bool = False) -> LogsResult:
+def save_logs(
+    name: str, namespace: str, out_dir: Path, target: Target | Session, *, previous: bool = False
+) -> LogsResult:
     """Every rank's (pod's) log in its own file, streamed to disk so the logs outlive the pods."""
     saved: list[SavedLog] = []
     skipped: list[tuple[str, str]] = []
@@ -44,10 +45,16 @@ def save_logs(name: str, namespace: str, out_dir: Path, target: Target | Session
         pods = job_pods(session, name, namespace)
         if not pods:
             if get_object(session, job_ref(name, namespace)) is None:
-                raise ClusterError(f"{job_ref(name, namespace)}: not found", file="cluster",
-                                   hint="check the name and the project")
-            raise ClusterError(f"{job_ref(name, namespace)}: has no pods (yet, or any more)",
-                               file="cluster", hint="`runai-spec status` shows why")
+                raise ClusterError(
+                    f"{job_ref(name, namespace)}: not found",
+                    file="cluster",
+                    hint="check the name and the project",
+                )
+            raise ClusterError(
+                f"{job_ref(name, namespace)}: has no pods (yet, or any more)",
+                file="cluster",
+                hint="`runai-spec status` shows why",
+            )
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -65,8 +72,7 @@ def save_logs(name: str, namespace: str, out_dir: Path, target: Target | Session
             suffix = ".previous" if previous else ""
             path = out_dir / f"{pod_name}{suffix}.log"
             size = _stream_to(resp, path)
-            saved.append(SavedLog(pod_name, path, size,
-                                  split_ranks(path, out_dir / pod_name, suffix)))
+            saved.append(SavedLog(pod_name, path, size, split_ranks(path, out_dir / pod_name, suffix)))
     return LogsResult(tuple(saved), tuple(skipped))
 
 
@@ -77,10 +83,11 @@ _POD_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 def _safe_name(name: str) -> str:
     if not _POD_NAME.match(name) or ".." in name:
-        raise ClusterError(f"the server named a pod {clean(name, 80)!r}, which is not a pod "
-                           "name; no log was written for it", file="cluster",
-                           hint="report this to your AI Engineers: the API server's answer "
-                           "is not what Kubernetes sends")
+        raise ClusterError(
+            f"the server named a pod {clean(name, 80)!r}, which is not a pod name; no log was written for it",
+            file="cluster",
+            hint="report this to your AI Engineers: the API server's answer is not what Kubernetes sends",
+        )
     return name
 
 
@@ -115,11 +122,12 @@ def split_ranks(log: Path, folder: Path, suffix: str = "") -> tuple[int, ...]:
         if out is not None:
             out.commit()
     except OSError as exc:
-        what = ("is a link or not a folder; no rank log is written through it"
-                if exc.errno in (errno.ELOOP, errno.ENOTDIR)
-                else f"cannot split the log per rank: {exc.strerror}")
-        raise InputError(what, file=str(folder), hint="remove it, or choose another --out "
-                         "folder") from None
+        what = (
+            "is a link or not a folder; no rank log is written through it"
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR)
+            else f"cannot split the log per rank: {exc.strerror}"
+        )
+        raise InputError(what, file=str(folder), hint="remove it, or choose another --out folder") from None
     finally:
         if out is not None:
             out.discard()  # what a failure left; nothing after commit
@@ -151,8 +159,9 @@ def _stream_to(resp: Any, path: Path) -> int:
                 handle.write(chunk)
                 size += len(chunk)
     except urllib3.exceptions.HTTPError as exc:
-        raise ClusterError(f"pods/{path.stem}: the log stream broke: {reason_of(exc)}", file="cluster",
-                           hint="run logs again") from None
+        raise ClusterError(
+            f"pods/{path.stem}: the log stream broke: {reason_of(exc)}", file="cluster", hint="run logs again"
+        ) from None
     except OSError as exc:
         raise InputError(f"cannot write: {exc.strerror}", file=str(path)) from None
     finally:
@@ -160,8 +169,16 @@ def _stream_to(resp: Any, path: Path) -> int:
     return size
 
 
-def print_logs(name: str, namespace: str, target: Target | Session, sink: Any, *, previous: bool = False,
-               pod: str | None = None, tail: int | None = None) -> list[str]:
+def print_logs(
+    name: str,
+    namespace: str,
+    target: Target | Session,
+    sink: Any,
+    *,
+    previous: bool = False,
+    pod: str | None = None,
+    tail: int | None = None,
+) -> list[str]:
     """`logs --out -`: each rank's log (or one --pod's) written to sink (binary), each after a
     `==> pod <==` line as `tail` does for several files; returns the pods that were skipped.
     When every pod was skipped (all Pending: no log yet) it is the cluster error `--out DIR`
@@ -172,15 +189,24 @@ def print_logs(name: str, namespace: str, target: Target | Session, sink: Any, *
         pods = [_safe_name(str(p["metadata"]["name"])) for p in job_pods(session, name, namespace)]
         if pod is not None:
             if pod not in pods:
-                raise InputError(f"{pod!r} is not a pod of {job_ref(name, namespace)}",
-                                 field="--pod", hint=f"its pods: {', '.join(pods) or 'none yet'}")
+                raise InputError(
+                    f"{pod!r} is not a pod of {job_ref(name, namespace)}",
+                    field="--pod",
+                    hint=f"its pods: {', '.join(pods) or 'none yet'}",
+                )
             pods = [pod]
         if not pods:
-            raise ClusterError(f"{job_ref(name, namespace)}: has no pods (yet, or any more)",
-                               file="cluster", hint="`runai-spec status` shows why")
+            raise ClusterError(
+                f"{job_ref(name, namespace)}: has no pods (yet, or any more)",
+                file="cluster",
+                hint="`runai-spec status` shows why",
+            )
         for pod_name in pods:
-            query = [("container", CONTAINER)] + ([("previous", "true")] if previous else []) + (
-                [("tailLines", str(tail))] if tail is not None else [])
+            query = (
+                [("container", CONTAINER)]
+                + ([("previous", "true")] if previous else [])
+                + ([("tailLines", str(tail))] if tail is not None else [])
+            )
             resp = session.call("GET", f"{PODS.item(namespace, pod_name)}/log", query, stream=True)
             if resp.status in (400, 404):
                 skipped.append(f"{pod_name}: {clean(_message(resp), 200)}")
@@ -206,8 +232,11 @@ class NoLogs(ClusterError):
     --out DIR; `skipped` says why for each pod."""
 
     def __init__(self, ref: Ref, skipped: list[str]) -> None:
-        super().__init__(f"{ref}: no pod had a log to print", file="cluster",
-                         hint="`runai-spec status` shows the pods' states")
+        super().__init__(
+            f"{ref}: no pod had a log to print",
+            file="cluster",
+            hint="`runai-spec status` shows the pods' states",
+        )
         self.skipped = skipped
 
 
@@ -235,8 +264,9 @@ class Follow:
     tail: int | None = None
 
 
-def follow_logs(name: str, namespace: str, target: Target | Session, sink: Any,
-                follow: Follow) -> FollowResult:
+def follow_logs(
+    name: str, namespace: str, target: Target | Session, sink: Any, follow: Follow
+) -> FollowResult:
     """`logs --out - --follow`: print each pod's log, then every --interval only what each log
     gained since, until every pod has ended (its last lines printed) or timeout seconds passed.
     Polls (the whole log each time, printing what lies past what was printed) rather than holding
@@ -251,19 +281,27 @@ def follow_logs(name: str, namespace: str, target: Target | Session, sink: Any,
         with session_for(target) as session:
             pods = job_pods(session, name, namespace)
             if not pods and waited == 0 and get_object(session, job_ref(name, namespace)) is None:
-                raise ClusterError(f"{job_ref(name, namespace)}: not found", file="cluster",
-                                   hint="check the name and the project")
-            phases = {_safe_name(str(p["metadata"]["name"])): str(
-                (p.get("status") or {}).get("phase") or "Pending") for p in pods}
+                raise ClusterError(
+                    f"{job_ref(name, namespace)}: not found",
+                    file="cluster",
+                    hint="check the name and the project",
+                )
+            phases = {
+                _safe_name(str(p["metadata"]["name"])): str((p.get("status") or {}).get("phase") or "Pending")
+                for p in pods
+            }
             if follow.pod is not None:
                 if follow.pod not in phases:
-                    raise InputError(f"{follow.pod!r} is not a pod of {job_ref(name, namespace)}",
-                                     field="--pod",
-                                     hint=f"its pods: {', '.join(phases) or 'none yet'}")
+                    raise InputError(
+                        f"{follow.pod!r} is not a pod of {job_ref(name, namespace)}",
+                        field="--pod",
+                        hint=f"its pods: {', '.join(phases) or 'none yet'}",
+                    )
                 phases = {follow.pod: phases[follow.pod]}
             for pod_name in phases:
-                resp = session.call("GET", f"{PODS.item(namespace, pod_name)}/log",
-                                    [("container", CONTAINER)], stream=True)
+                resp = session.call(
+                    "GET", f"{PODS.item(namespace, pod_name)}/log", [("container", CONTAINER)], stream=True
+                )
                 if resp.status in (400, 404):  # not started yet: it may start later
                     skipped[pod_name] = clean(_message(resp), 200)
                     continue
@@ -289,12 +327,15 @@ def follow_logs(name: str, namespace: str, target: Target | Session, sink: Any,
                 sink.write(new)
                 sink.flush()
         if phases and all(phase in _ENDED for phase in phases.values()):
-            return FollowResult(True, waited, len(phases),
-                                tuple(f"{p}: {w}" for p, w in skipped.items()))
+            return FollowResult(True, waited, len(phases), tuple(f"{p}: {w}" for p, w in skipped.items()))
         if waited + follow.interval > follow.timeout:
-            return FollowResult(False, waited, len(phases),
-                                tuple(f"{p}: {w}" for p, w in skipped.items()),
-                                sum(1 for phase in phases.values() if phase == "Pending"))
+            return FollowResult(
+                False,
+                waited,
+                len(phases),
+                tuple(f"{p}: {w}" for p, w in skipped.items()),
+                sum(1 for phase in phases.values() if phase == "Pending"),
+            )
         follow.sleep(follow.interval)
         waited += follow.interval
 

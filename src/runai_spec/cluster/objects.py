@@ -25,8 +25,16 @@ if TYPE_CHECKING:
 
 FIELD_MANAGER = MANAGED_BY  # the server-side apply field manager
 # Fields the API server owns: never part of what runai-spec renders, so never diffed.
-SERVER_META = ("managedFields", "resourceVersion", "uid", "creationTimestamp", "generation",
-               "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds")
+SERVER_META = (
+    "managedFields",
+    "resourceVersion",
+    "uid",
+    "creationTimestamp",
+    "generation",
+    "selfLink",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+)
 
 
 # --- comparing -------------------------------------------------------------------------
@@ -36,8 +44,11 @@ def strip_server_fields(obj: Manifest) -> Manifest:
     """The object without what the server manages (status, uid, resourceVersion, ...)."""
     out = {k: v for k, v in obj.items() if k != "status"}
     meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in SERVER_META}
-    annotations = {k: v for k, v in (meta.get("annotations") or {}).items()
-                   if k != "kubectl.kubernetes.io/last-applied-configuration"}
+    annotations = {
+        k: v
+        for k, v in (meta.get("annotations") or {}).items()
+        if k != "kubectl.kubernetes.io/last-applied-configuration"
+    }
     if "annotations" in meta:
         meta["annotations"] = annotations
     out["metadata"] = meta
@@ -47,21 +58,29 @@ def strip_server_fields(obj: Manifest) -> Manifest:
 def contains(want: Any, have: Any) -> bool:
     """Everything runai-spec renders is in the live object (server defaults may add fields)."""
     if isinstance(want, dict):
-        return isinstance(have, dict) and all(k in have and contains(v, have[k])
-                                              for k, v in want.items())
+        return isinstance(have, dict) and all(k in have and contains(v, have[k]) for k, v in want.items())
     if isinstance(want, list):
-        return (isinstance(have, list) and len(want) == len(have)
-                and all(contains(w, h) for w, h in zip(want, have, strict=True)))
+        return (
+            isinstance(have, list)
+            and len(want) == len(have)
+            and all(contains(w, h) for w, h in zip(want, have, strict=True))
+        )
     return bool(want == have and type(want) is type(have)) or (
-        isinstance(want, (int, float)) and not isinstance(want, bool)
-        and isinstance(have, (int, float)) and not isinstance(have, bool) and want == have)
+        isinstance(want, (int, float))
+        and not isinstance(want, bool)
+        and isinstance(have, (int, float))
+        and not isinstance(have, bool)
+        and want == have
+    )
 
 
 def same_render(manifest: Manifest, live: Manifest) -> bool:
     """The live object is exactly this render: contains it, with the same runai-spec provenance."""
+
     def ours(obj: Manifest) -> dict[str, Any]:
         notes = (obj.get("metadata") or {}).get("annotations") or {}
         return {k: v for k, v in notes.items() if k.startswith(ANNOTATION_PREFIX)}
+
     return ours(manifest) == ours(live) and contains(manifest, live)
 
 
@@ -98,9 +117,12 @@ def checked(obj: Any, where: str) -> Manifest:
     traceback on `metadata: "notadict"` or a pod without metadata."""
     problem = _malformed(obj)
     if problem is not None:
-        raise ClusterError(f"{where}: the API server's answer is malformed: {problem}",
-                           file="cluster", hint="report it to your AI Engineers: the API server "
-                           "(or a proxy in front of it) does not answer as Kubernetes does")
+        raise ClusterError(
+            f"{where}: the API server's answer is malformed: {problem}",
+            file="cluster",
+            hint="report it to your AI Engineers: the API server "
+            "(or a proxy in front of it) does not answer as Kubernetes does",
+        )
     return obj  # type: ignore[no-any-return]
 
 
@@ -117,8 +139,10 @@ def _malformed(obj: Any) -> str | None:
             return f"metadata.{key} is not a string"
     for key in ("labels", "annotations"):
         value = meta.get(key)
-        if value is not None and not (isinstance(value, dict) and all(
-                isinstance(k, str) and isinstance(v, str) for k, v in value.items())):
+        if value is not None and not (
+            isinstance(value, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+        ):
             return f"metadata.{key} is not a mapping of strings"
     for key in ("spec", "status", "data"):
         if obj.get(key) is not None and not isinstance(obj[key], dict):
@@ -134,14 +158,17 @@ def require_served(session: Session, ref: Ref) -> None:
     resources = (json_body(resp) or {}) if resp.status == 200 else {}
     plurals = {r.get("name") for r in resources.get("resources", []) if isinstance(r, dict)}
     if ref.resource.plural not in plurals:
-        raise ClusterError(f"{ref}: the cluster does not serve {ref.resource.group_version} "
-                           f"{ref.resource.plural}", file="cluster",
-                           hint="the Kubeflow training operator (its PyTorchJob CRD) is not "
-                           "installed, or the kubeconfig context points at another cluster")
+        raise ClusterError(
+            f"{ref}: the cluster does not serve {ref.resource.group_version} {ref.resource.plural}",
+            file="cluster",
+            hint="the Kubeflow training operator (its PyTorchJob CRD) is not "
+            "installed, or the kubeconfig context points at another cluster",
+        )
 
 
-def list_objects(session: Session, resource: Resource, namespace: str,
-          query: list[tuple[str, str]]) -> list[Manifest]:
+def list_objects(
+    session: Session, resource: Resource, namespace: str, query: list[tuple[str, str]]
+) -> list[Manifest]:
     ref = f"{resource.plural}/{namespace}"
     resp = session.call("GET", resource.collection(namespace), query)
     if resp.status != 200:
@@ -149,19 +176,24 @@ def list_objects(session: Session, resource: Resource, namespace: str,
     body = json_body(resp)
     items = body.get("items") if isinstance(body, dict) else "absent"
     if not isinstance(items, list | None):
-        raise ClusterError(f"{ref}: the API server's answer is malformed: not a list of items",
-                           file="cluster", hint="report it to your AI Engineers: the API server "
-                           "(or a proxy in front of it) does not answer as Kubernetes does")
+        raise ClusterError(
+            f"{ref}: the API server's answer is malformed: not a list of items",
+            file="cluster",
+            hint="report it to your AI Engineers: the API server "
+            "(or a proxy in front of it) does not answer as Kubernetes does",
+        )
     return [checked(item, f"{ref}: items[{index}]") for index, item in enumerate(items or [])]
 
 
 def job_pods(session: Session, name: str, namespace: str) -> list[Manifest]:
     """The job's pods (by the operator's job-name label), master first, then by replica index."""
     pods = list_objects(session, PODS, namespace, [("labelSelector", f"{JOB_NAME_LABEL}={name}")])
+
     def order(pod: Manifest) -> tuple[int, int, str]:
         labels = (pod.get("metadata") or {}).get("labels") or {}
         role = str(labels.get(REPLICA_TYPE_LABEL, "")).lower()
         return (0 if role == "master" else 1, replica_index(labels), str(pod["metadata"].get("name")))
+
     return sorted(pods, key=order)
 
 

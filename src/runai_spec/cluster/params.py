@@ -40,8 +40,7 @@ def _answer(ref: Ref, resp: Any) -> DeployedParams:
         raise refusal(resp, ref, "read")
     body = json_body(resp)
     if not isinstance(body, dict):
-        raise ClusterError(f"{ref}: the API server sent something that is not an object",
-                           file="cluster")
+        raise ClusterError(f"{ref}: the API server sent something that is not an object", file="cluster")
     data = body.get("data") or {}
     if not isinstance(data, dict):
         raise ClusterError(f"{ref}: data is not a map", file="cluster")

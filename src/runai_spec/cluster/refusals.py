@@ -17,8 +17,11 @@ if TYPE_CHECKING:
 # staging/src/k8s.io/apiserver/pkg/admission/plugin/policy/validating/dispatcher.go, v1.30+):
 # `<resource> "<name>" is forbidden: ValidatingAdmissionPolicy '<policy>' with binding
 # '<binding>' denied request: <message>`, code 403 or 422 (or 401/413) by the rule's reason.
-_ADMISSION = re.compile(r"ValidatingAdmissionPolicy '(?P<policy>[^']*)'(?: with binding "
-                        r"'(?P<binding>[^']*)')? denied request: (?P<message>.*)$", re.S)
+_ADMISSION = re.compile(
+    r"ValidatingAdmissionPolicy '(?P<policy>[^']*)'(?: with binding "
+    r"'(?P<binding>[^']*)')? denied request: (?P<message>.*)$",
+    re.S,
+)
 # The generated policy's messages start with the manifest field they judge.
 _FIELD = re.compile(r"^(?P<field>[A-Za-z][\w./\[\]-]*): (?P<what>.+)$", re.S)
 
@@ -27,8 +30,7 @@ class AdmissionDenied(ClusterError):
     """The cluster's admission policy denied the object: `admission denied <where>: <field>:
     <message>`; the CLI names the profile file as WHERE (`for_file`)."""
 
-    def __init__(self, ref: str, policy: str, binding: str | None, field: str | None,
-                 detail: str) -> None:
+    def __init__(self, ref: str, policy: str, binding: str | None, field: str | None, detail: str) -> None:
         self.ref, self.policy, self.binding = ref, policy, binding
         self.denied_field, self.detail = field, detail
         super().__init__(self._text(ref), file="cluster", hint=self._hint())
@@ -38,10 +40,12 @@ class AdmissionDenied(ClusterError):
         return f"admission denied {where}: {field}{self.detail}"
 
     def _hint(self) -> str:
-        return (f"the cluster admits only the exact shape of an approved, deployed preset "
-                f"(ValidatingAdmissionPolicy {self.policy}; {self.ref}); render it again from "
-                "an unchanged preset, or ask the AI Engineers to approve and deploy the change "
-                "(`runai-spec presets verify --live` compares)")
+        return (
+            f"the cluster admits only the exact shape of an approved, deployed preset "
+            f"(ValidatingAdmissionPolicy {self.policy}; {self.ref}); render it again from "
+            "an unchanged preset, or ask the AI Engineers to approve and deploy the change "
+            "(`runai-spec presets verify --live` compares)"
+        )
 
     def for_file(self, file: str) -> AdmissionDenied:
         """The same denial, naming the profile FILE instead of the object."""
@@ -59,9 +63,13 @@ def admission_denied(status: Mapping[str, Any], ref: str) -> AdmissionDenied | N
     detail = clean(match.group("message"), 600)
     found = _FIELD.match(detail)
     field, what = (found.group("field"), found.group("what")) if found else (None, detail)
-    return AdmissionDenied(ref, clean(match.group("policy"), 120),
-                           clean(match.group("binding"), 120) if match.group("binding") else None,
-                           field, what)
+    return AdmissionDenied(
+        ref,
+        clean(match.group("policy"), 120),
+        clean(match.group("binding"), 120) if match.group("binding") else None,
+        field,
+        what,
+    )
 
 
 def refusal(resp: Any, ref: Ref | str, verb: str) -> ClusterError:
@@ -76,34 +84,54 @@ def refusal(resp: Any, ref: Ref | str, verb: str) -> ClusterError:
     if denied is not None:
         return denied
     if code == 401:
-        return ClusterError("unauthorised: the API server refused the credentials", file="cluster",
-                            hint="log in again or refresh the token of the kubeconfig context")
+        return ClusterError(
+            "unauthorised: the API server refused the credentials",
+            file="cluster",
+            hint="log in again or refresh the token of the kubeconfig context",
+        )
     if code == 403:
-        return ClusterError(f"{where}: forbidden: {message}", file="cluster",
-                            hint=f"ask the cluster engineers for permission to {verb} it")
+        return ClusterError(
+            f"{where}: forbidden: {message}",
+            file="cluster",
+            hint=f"ask the cluster engineers for permission to {verb} it",
+        )
     if code == 404:
-        return ClusterError(f"{where}: not found: {message}", file="cluster",
-                            hint="check the name, the project (namespace) and the kubeconfig context")
+        return ClusterError(
+            f"{where}: not found: {message}",
+            file="cluster",
+            hint="check the name, the project (namespace) and the kubeconfig context",
+        )
     if code == 409:
         conflicts = "; ".join(clean(c.get("message", ""), 120) for c in _causes(status))
-        return ClusterError(f"{where}: conflict: {conflicts or message}", file="cluster",
-                            hint="another client changed it; check with `runai-spec status`, "
-                            "then submit again (or --replace)")
+        return ClusterError(
+            f"{where}: conflict: {conflicts or message}",
+            file="cluster",
+            hint="another client changed it; check with `runai-spec status`, "
+            "then submit again (or --replace)",
+        )
     if code == 422:
         causes = _causes(status)
-        parts = [f"{clean(c.get('field', ''), 120)}: {clean(c.get('message', ''), 160)}"
-                 for c in causes] or [message]
+        parts = [f"{clean(c.get('field', ''), 120)}: {clean(c.get('message', ''), 160)}" for c in causes] or [
+            message
+        ]
         profile_field = next((f for c in causes if (f := profile_field_of(c.get("field", "")))), None)
-        hint = (f"it comes from the profile's `{profile_field}`" if profile_field else
-                "the field comes from the preset or template, not the profile: report it to the "
-                "engineers (the cluster's CRD may differ from the upstream one)")
+        hint = (
+            f"it comes from the profile's `{profile_field}`"
+            if profile_field
+            else "the field comes from the preset or template, not the profile: report it to the "
+            "engineers (the cluster's CRD may differ from the upstream one)"
+        )
         return ClusterError(f"{where}: invalid: {'; '.join(parts)}", file="cluster", hint=hint)
     if code == 400:
-        return ClusterError(f"{where}: bad request: {message}", file="cluster",
-                            hint="the server refused the manifest; an unknown field means the "
-                            "cluster's CRD is older than what runai-spec renders: report it")
-    return ClusterError(f"{where}: HTTP {code}: {message}", file="cluster",
-                        hint="try again later; report it if it persists")
+        return ClusterError(
+            f"{where}: bad request: {message}",
+            file="cluster",
+            hint="the server refused the manifest; an unknown field means the "
+            "cluster's CRD is older than what runai-spec renders: report it",
+        )
+    return ClusterError(
+        f"{where}: HTTP {code}: {message}", file="cluster", hint="try again later; report it if it persists"
+    )
 
 
 def _causes(status: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -49,8 +49,10 @@ ENV_CLIENT_SECRET = "RUNAI_CLIENT_SECRET"
 ENV_ACCESS_KEY_FILE = "RUNAI_ACCESS_KEY_FILE"  # YAML/JSON: clientId (or clientID), clientSecret
 ENV_CLI = "RUNAI_CLI"  # the runai CLI to ask for the logged-in user's token (default: on PATH)
 CLI_TOKEN_ARGS = ("auth", "get-token", "--output", "plaintext")
-LOGIN_HINT = ("log in again: `runai login` (runai-spec asks `runai auth get-token`), or renew "
-              f"the access key in {ENV_CLIENT_ID}/{ENV_CLIENT_SECRET} or {ENV_ACCESS_KEY_FILE}")
+LOGIN_HINT = (
+    "log in again: `runai login` (runai-spec asks `runai auth get-token`), or renew "
+    f"the access key in {ENV_CLIENT_ID}/{ENV_CLIENT_SECRET} or {ENV_ACCESS_KEY_FILE}"
+)
 TOKEN_PATH = "/api/v1/token"
 CLUSTERS_PATH = "/api/v1/clusters"
 PROJECTS_PATH = "/api/v1/org-unit/projects"
@@ -112,22 +114,35 @@ class _Credentials:
         try:
             status, data, _ = self.session.send_raw("POST", TOKEN_PATH, body=body, auth=None)
         except (_Unsent, Uncertain) as exc:
-            raise ClusterError(f"no token from the Run:ai control plane: {exc}", file="runai",
-                               hint="check site.yaml's submit.runai.url and that the control "
-                               "plane is up; try again later") from None
+            raise ClusterError(
+                f"no token from the Run:ai control plane: {exc}",
+                file="runai",
+                hint="check site.yaml's submit.runai.url and that the control plane is up; try again later",
+            ) from None
         if status in (400, 401, 403):
-            raise ClusterError(f"unauthorised: the Run:ai control plane refused the access key "
-                               f"(HTTP {status}: {_message(self.session.scrub(data), status)})",
-                               file="runai",
-                               hint=LOGIN_HINT)
-        if status != 200 or not isinstance(data, dict) or not isinstance(
-                data.get("accessToken"), str) or not data["accessToken"]:
-            raise ClusterError(f"the Run:ai token endpoint answered HTTP {status} without a "
-                               "token", file="runai", hint="try again later; report it if it "
-                               "persists")
+            raise ClusterError(
+                f"unauthorised: the Run:ai control plane refused the access key "
+                f"(HTTP {status}: {_message(self.session.scrub(data), status)})",
+                file="runai",
+                hint=LOGIN_HINT,
+            )
+        if (
+            status != 200
+            or not isinstance(data, dict)
+            or not isinstance(data.get("accessToken"), str)
+            or not data["accessToken"]
+        ):
+            raise ClusterError(
+                f"the Run:ai token endpoint answered HTTP {status} without a token",
+                file="runai",
+                hint="try again later; report it if it persists",
+            )
         expires_in = data.get("expiresIn")
-        expires = (self.target.clock() + max(0.0, float(expires_in) - EXPIRY_MARGIN)
-                   if isinstance(expires_in, int | float) else None)
+        expires = (
+            self.target.clock() + max(0.0, float(expires_in) - EXPIRY_MARGIN)
+            if isinstance(expires_in, int | float)
+            else None
+        )
         return _Token(data["accessToken"], expires)
 
 
@@ -136,9 +151,11 @@ def _access_key(env: Mapping[str, str]) -> tuple[str, str] | None:
     if client_id and secret:
         return client_id, secret
     if client_id or secret:
-        raise InputError(f"{ENV_CLIENT_ID} and {ENV_CLIENT_SECRET} go together; only one is set",
-                         field=ENV_CLIENT_ID if not client_id else ENV_CLIENT_SECRET,
-                         hint="set both (an access key's client id and secret), or neither")
+        raise InputError(
+            f"{ENV_CLIENT_ID} and {ENV_CLIENT_SECRET} go together; only one is set",
+            field=ENV_CLIENT_ID if not client_id else ENV_CLIENT_SECRET,
+            hint="set both (an access key's client id and secret), or neither",
+        )
     path = env.get(ENV_ACCESS_KEY_FILE)
     if not path:
         return None
@@ -147,17 +164,23 @@ def _access_key(env: Mapping[str, str]) -> tuple[str, str] | None:
     try:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise InputError(f"cannot read the access key file ({type(exc).__name__})", file=path,
-                         field=ENV_ACCESS_KEY_FILE, hint="a YAML or JSON file with clientId "
-                         "and clientSecret") from None
+        raise InputError(
+            f"cannot read the access key file ({type(exc).__name__})",
+            file=path,
+            field=ENV_ACCESS_KEY_FILE,
+            hint="a YAML or JSON file with clientId and clientSecret",
+        ) from None
     if isinstance(data, dict):
         client_id = data.get("clientId") or data.get("clientID")
         secret = data.get("clientSecret")
         if isinstance(client_id, str) and isinstance(secret, str) and client_id and secret:
             return client_id, secret
-    raise InputError("the access key file has no clientId and clientSecret", file=path,
-                     field=ENV_ACCESS_KEY_FILE, hint="a YAML or JSON file with clientId and "
-                     "clientSecret (strings)")
+    raise InputError(
+        "the access key file has no clientId and clientSecret",
+        file=path,
+        field=ENV_ACCESS_KEY_FILE,
+        hint="a YAML or JSON file with clientId and clientSecret (strings)",
+    )
 
 
 def _cli_token(env: Mapping[str, str]) -> _Token:
@@ -165,20 +188,28 @@ def _cli_token(env: Mapping[str, str]) -> _Token:
     shown (it is the token), nor its stderr."""
     cli = env.get(ENV_CLI) or shutil.which("runai", path=env.get("PATH"))
     if not cli:
-        raise ClusterError("no Run:ai credentials: no access key and no runai CLI to ask for "
-                           "a token", file="runai",
-                           hint=f"set {ENV_CLIENT_ID} and {ENV_CLIENT_SECRET} (an access key), "
-                           f"or {ENV_ACCESS_KEY_FILE}, or install the runai CLI and `runai login`")
+        raise ClusterError(
+            "no Run:ai credentials: no access key and no runai CLI to ask for a token",
+            file="runai",
+            hint=f"set {ENV_CLIENT_ID} and {ENV_CLIENT_SECRET} (an access key), "
+            f"or {ENV_ACCESS_KEY_FILE}, or install the runai CLI and `runai login`",
+        )
     try:
-        done = subprocess.run([cli, *CLI_TOKEN_ARGS], capture_output=True, timeout=30,
-                              check=False, env=dict(env))
+        done = subprocess.run(
+            [cli, *CLI_TOKEN_ARGS], capture_output=True, timeout=30, check=False, env=dict(env)
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ClusterError(f"cannot run `runai auth get-token` ({type(exc).__name__})",
-                           file="runai", hint=LOGIN_HINT) from None
+        raise ClusterError(
+            f"cannot run `runai auth get-token` ({type(exc).__name__})", file="runai", hint=LOGIN_HINT
+        ) from None
     token = done.stdout.decode("utf-8", "replace").strip()
     if done.returncode != 0 or not token or any(c.isspace() for c in token):
-        raise ClusterError(f"`runai auth get-token` gave no token (exit {done.returncode}); "
-                           "runai-spec never shows its output", file="runai", hint=LOGIN_HINT)
+        raise ClusterError(
+            f"`runai auth get-token` gave no token (exit {done.returncode}); "
+            "runai-spec never shows its output",
+            file="runai",
+            hint=LOGIN_HINT,
+        )
     return _Token(token, None)
 
 
@@ -199,8 +230,7 @@ class RunaiSession:
         self.target = target
         self.base = target.url.rstrip("/")
         self.host = clean(self.base, 200)
-        self.pool = urllib3.PoolManager(headers={"User-Agent": f"runai-spec/{__version__}"},
-                                        retries=False)
+        self.pool = urllib3.PoolManager(headers={"User-Agent": f"runai-spec/{__version__}"}, retries=False)
         self.credentials = _Credentials(target, self)
 
     def __enter__(self) -> RunaiSession:
@@ -214,8 +244,14 @@ class RunaiSession:
         server may echo the request): each becomes `***`."""
         if not isinstance(data, dict):
             return data
-        secrets = [v for v in (self.credentials.token.value if self.credentials.token else None,
-                               *(self.credentials.key or ())) if v]
+        secrets = [
+            v
+            for v in (
+                self.credentials.token.value if self.credentials.token else None,
+                *(self.credentials.key or ()),
+            )
+            if v
+        ]
         out = dict(data)
         for key in ("message", "details"):
             if isinstance(out.get(key), str):
@@ -223,8 +259,14 @@ class RunaiSession:
                     out[key] = out[key].replace(secret, "***")
         return out
 
-    def send_raw(self, method: str, path: str, query: Iterable[tuple[str, str]] = (),
-                 body: Any = None, auth: str | None = None) -> tuple[int, Any, float | None]:
+    def send_raw(
+        self,
+        method: str,
+        path: str,
+        query: Iterable[tuple[str, str]] = (),
+        body: Any = None,
+        auth: str | None = None,
+    ) -> tuple[int, Any, float | None]:
         """One attempt: (status, JSON body or None, Retry-After). The token goes only into
         the header."""
         import urllib3
@@ -238,33 +280,42 @@ class RunaiSession:
             headers["Authorization"] = auth
         started = self.target.clock()
         try:
-            resp = self.pool.request(method, url, headers=headers,
-                                     body=json.dumps(body) if body is not None else None,
-                                     timeout=urllib3.Timeout(connect=self.target.timeout[0],
-                                                             read=self.target.timeout[1]),
-                                     redirect=False)
-        except (urllib3.exceptions.ConnectTimeoutError,
-                urllib3.exceptions.NewConnectionError) as exc:
+            resp = self.pool.request(
+                method,
+                url,
+                headers=headers,
+                body=json.dumps(body) if body is not None else None,
+                timeout=urllib3.Timeout(connect=self.target.timeout[0], read=self.target.timeout[1]),
+                redirect=False,
+            )
+        except (urllib3.exceptions.ConnectTimeoutError, urllib3.exceptions.NewConnectionError) as exc:
             raise _Unsent(f"cannot connect to {self.host}: {reason_of(exc)}") from None
         except urllib3.exceptions.SSLError as exc:
-            raise ClusterError(f"cannot connect to {self.host}: TLS failure "
-                               f"({reason_of(exc)})", file="runai", hint="check site.yaml's "
-                               "submit.runai.url and the system's trusted certificates") from None
+            raise ClusterError(
+                f"cannot connect to {self.host}: TLS failure ({reason_of(exc)})",
+                file="runai",
+                hint="check site.yaml's submit.runai.url and the system's trusted certificates",
+            ) from None
         except urllib3.exceptions.HTTPError as exc:
             reason = reason_of(exc)
             if reason == "timed out":
                 reason = f"none within {self.target.timeout[1]:g} s (--request-timeout)"
             raise Uncertain(f"no answer from {self.host}: {reason}") from None
-        log.debug("runai %s %s -> %s (%.3f s)", method, path, resp.status,
-                  self.target.clock() - started)
+        log.debug("runai %s %s -> %s (%.3f s)", method, path, resp.status, self.target.clock() - started)
         try:
             data = json.loads(resp.data or b"null")
         except ValueError:
             data = None
         return resp.status, data, _retry_after(resp.headers.get("Retry-After"))
 
-    def call(self, method: str, path: str, query: Iterable[tuple[str, str]] = (),
-             body: Any = None, write: bool = False) -> tuple[int, Any]:
+    def call(
+        self,
+        method: str,
+        path: str,
+        query: Iterable[tuple[str, str]] = (),
+        body: Any = None,
+        write: bool = False,
+    ) -> tuple[int, Any]:
         """Send with the token, renewed once on a 401; bounded retries on 429/503 and on
         requests that never left. A write whose outcome is unknown raises Uncertain."""
         policy = self.target.retry
@@ -278,9 +329,11 @@ class RunaiSession:
             except _Unsent as exc:
                 failure = exc.what
                 if failure.endswith("connection refused"):
-                    raise ClusterError(failure, file="runai", hint="check site.yaml's "
-                                       "submit.runai.url and that the control plane is up"
-                                       ) from None
+                    raise ClusterError(
+                        failure,
+                        file="runai",
+                        hint="check site.yaml's submit.runai.url and that the control plane is up",
+                    ) from None
                 retry_after = None
             except Uncertain as exc:
                 if write:
@@ -293,25 +346,35 @@ class RunaiSession:
                     attempt -= 1
                     continue
                 if status == 401:
-                    raise ClusterError(f"unauthorised: the Run:ai control plane refused "
-                                       f"{self.credentials.source}'s token ({_message(data, 401)})",
-                                       file="runai", hint=LOGIN_HINT)
+                    raise ClusterError(
+                        f"unauthorised: the Run:ai control plane refused "
+                        f"{self.credentials.source}'s token ({_message(data, 401)})",
+                        file="runai",
+                        hint=LOGIN_HINT,
+                    )
                 if status in (429, 503) or (status >= 500 and not write):
                     failure = f"the Run:ai control plane is busy or failing (HTTP {status})"
                 elif status >= 500:
                     raise Uncertain(f"HTTP {status}")
                 else:
                     return status, (self.scrub(data) if status >= 400 else data)
-            delay = min(policy.max_delay, retry_after if retry_after is not None
-                        else policy.base_delay * 2 ** (attempt - 1))
+            delay = min(
+                policy.max_delay,
+                retry_after if retry_after is not None else policy.base_delay * 2 ** (attempt - 1),
+            )
             if attempt >= policy.attempts or waited + delay > policy.max_total:
-                raise ClusterError(f"{failure}; gave up after {attempt} attempt(s)",
-                                   file="runai", hint="try again later; check the control "
-                                   "plane's status with your engineers if it persists")
+                raise ClusterError(
+                    f"{failure}; gave up after {attempt} attempt(s)",
+                    file="runai",
+                    hint="try again later; check the control "
+                    "plane's status with your engineers if it persists",
+                )
             if self.target.progress is not None:
-                self.target.progress(f"note: {method} {clean(path, 120)}: {failure}; retrying "
-                                     f"in {delay:g} s (attempt {attempt + 1} of at most "
-                                     f"{policy.attempts})")
+                self.target.progress(
+                    f"note: {method} {clean(path, 120)}: {failure}; retrying "
+                    f"in {delay:g} s (attempt {attempt + 1} of at most "
+                    f"{policy.attempts})"
+                )
             self.target.sleep(delay)
             waited += delay
 
@@ -344,23 +407,34 @@ def refused(status: int, data: Any, where: str, verb: str) -> ClusterError:
     """A refused control-plane request as one `error:` line with the server's reason."""
     message = _message(data, status)
     if status == 403:
-        return ClusterError(f"{where}: forbidden: {message}", file="runai",
-                            hint=f"ask the Run:ai administrators for a role that may {verb} "
-                            "workloads in the project")
+        return ClusterError(
+            f"{where}: forbidden: {message}",
+            file="runai",
+            hint=f"ask the Run:ai administrators for a role that may {verb} workloads in the project",
+        )
     if status == 404:
-        return ClusterError(f"{where}: not found: {message}", file="runai",
-                            hint="check the name, the project and site.yaml's submit.runai")
+        return ClusterError(
+            f"{where}: not found: {message}",
+            file="runai",
+            hint="check the name, the project and site.yaml's submit.runai",
+        )
     if status == 409:
-        return ClusterError(f"{where}: conflict: {message}", file="runai",
-                            hint="a workload of that name exists: `runai-spec status` shows it; "
-                            "--replace updates it")
+        return ClusterError(
+            f"{where}: conflict: {message}",
+            file="runai",
+            hint="a workload of that name exists: `runai-spec status` shows it; --replace updates it",
+        )
     if status in (400, 422):
-        return ClusterError(f"{where}: refused by Run:ai: {message}", file="runai",
-                            hint="the metadata (priority, preemptibility, category) comes from "
-                            "the preset and site.yaml: ask the AI Engineers whether Run:ai "
-                            "knows those values")
-    return ClusterError(f"{where}: HTTP {status}: {message}", file="runai",
-                        hint="try again later; report it if it persists")
+        return ClusterError(
+            f"{where}: refused by Run:ai: {message}",
+            file="runai",
+            hint="the metadata (priority, preemptibility, category) comes from "
+            "the preset and site.yaml: ask the AI Engineers whether Run:ai "
+            "knows those values",
+        )
+    return ClusterError(
+        f"{where}: HTTP {status}: {message}", file="runai", hint="try again later; report it if it persists"
+    )
 
 
 def _is_uuid(value: str) -> bool:
@@ -382,8 +456,11 @@ def resolve_cluster(session: RunaiSession) -> str:
         if c.get("name") == cluster and isinstance(c.get("uuid"), str):
             return str(c["uuid"])
     names = ", ".join(sorted(clean(c.get("name"), 60) for c in clusters)) or "none"
-    raise ClusterError(f"cluster {cluster!r}: not known to the Run:ai control plane",
-                       file="runai", hint=f"site.yaml's submit.runai.cluster; clusters: {names}")
+    raise ClusterError(
+        f"cluster {cluster!r}: not known to the Run:ai control plane",
+        file="runai",
+        hint=f"site.yaml's submit.runai.cluster; clusters: {names}",
+    )
 
 
 def resolve_project(session: RunaiSession, project: str, cluster_id: str) -> str:
@@ -392,12 +469,17 @@ def resolve_project(session: RunaiSession, project: str, cluster_id: str) -> str
     if status != 200:
         raise refused(status, data, f"project {project}", "read")
     projects = data.get("projects") if isinstance(data, dict) else None
-    found = [p for p in projects or [] if isinstance(p, dict) and p.get("name") == project
-             and p.get("clusterId") == cluster_id]
+    found = [
+        p
+        for p in projects or []
+        if isinstance(p, dict) and p.get("name") == project and p.get("clusterId") == cluster_id
+    ]
     if not found:
-        raise ClusterError(f"project {project!r}: not found on cluster {cluster_id} of the "
-                           "Run:ai control plane", file="runai",
-                           hint="check the profile's project; `runai project list` shows yours")
+        raise ClusterError(
+            f"project {project!r}: not found on cluster {cluster_id} of the Run:ai control plane",
+            file="runai",
+            hint="check the profile's project; `runai project list` shows yours",
+        )
     return str(found[0]["id"])
 
 
@@ -414,13 +496,20 @@ class Found:
 def find_workload(session: RunaiSession, name: str, project_id: str) -> Found | None:
     """The project's workload called NAME (GET /api/v1/workloads), with its rawManifest
     (GET /api/v2/workloads/{id}); None when there is none."""
-    status, data = session.call("GET", WORKLOADS_V1_PATH,
-                                [("filterBy", f"name=={name},projectId=={project_id}")])
+    status, data = session.call(
+        "GET", WORKLOADS_V1_PATH, [("filterBy", f"name=={name},projectId=={project_id}")]
+    )
     if status != 200:
         raise refused(status, data, f"workload {name}", "list")
     items = data.get("workloads") if isinstance(data, dict) else None
-    match = [w for w in items or [] if isinstance(w, dict) and w.get("name") == name
-             and str(w.get("projectId")) == project_id and not w.get("deletedAt")]
+    match = [
+        w
+        for w in items or []
+        if isinstance(w, dict)
+        and w.get("name") == name
+        and str(w.get("projectId")) == project_id
+        and not w.get("deletedAt")
+    ]
     if not match:
         return None
     item = match[0]
@@ -433,8 +522,9 @@ def find_workload(session: RunaiSession, name: str, project_id: str) -> Found | 
         raise refused(status, data, f"workload {name}", "read")
     phase = item.get("phase")
     message = item.get("phaseMessage")
-    return Found(workload_id, raw, clean(phase, 40) if phase else None,
-                 clean(message, 200) if message else None)
+    return Found(
+        workload_id, raw, clean(phase, 40) if phase else None, clean(message, 200) if message else None
+    )
 
 
 def _manifest(value: Any) -> Manifest | None:

@@ -183,21 +183,33 @@ class Session:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def send(self, method: str, path: str, query: Iterable[tuple[str, str]] = (),
-             body: str | None = None, content_type: str = "application/json",
-             stream: bool = False) -> Any:
+    def send(
+        self,
+        method: str,
+        path: str,
+        query: Iterable[tuple[str, str]] = (),
+        body: str | None = None,
+        content_type: str = "application/json",
+        stream: bool = False,
+    ) -> Any:
         """One attempt. Returns the client's raw response; raises _Transport."""
         import urllib3
         from kubernetes.client.exceptions import ApiException
 
         headers = {"Accept": "application/json", "Content-Type": content_type}
         _, url, headers, body, _ = self.api.param_serialize(
-            method, path, query_params=list(query), header_params=headers, body=body,
-            auth_settings=["BearerToken"])
+            method,
+            path,
+            query_params=list(query),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
         started = time.monotonic()
         try:
-            resp = self.api.call_api(method, url, header_params=headers, body=body,
-                                     _request_timeout=self.target.timeout)
+            resp = self.api.call_api(
+                method, url, header_params=headers, body=body, _request_timeout=self.target.timeout
+            )
             if not stream or resp.status >= 300:
                 resp.read()
         except (urllib3.exceptions.ConnectTimeoutError, urllib3.exceptions.NewConnectionError) as exc:
@@ -208,8 +220,9 @@ class Session:
                 reason = f"none within {self.target.timeout[1]:g} s (--request-timeout)"
             raise _Transport(f"no answer from {self.host}: {reason}", sent=True) from None
         except OSError as exc:
-            raise _Transport(f"cannot reach {self.host}: {exc.strerror or type(exc).__name__}",
-                             sent=True) from None
+            raise _Transport(
+                f"cannot reach {self.host}: {exc.strerror or type(exc).__name__}", sent=True
+            ) from None
         except ApiException as exc:  # the client's wrapping of urllib3's SSLError (status 0)
             if exc.status == 0 and str(exc.reason).startswith("SSLError"):
                 raise tls_failure(self.host, str(exc.reason)) from None
@@ -217,9 +230,16 @@ class Session:
         log.debug("%s %s -> %s (%.3f s)", method, path, resp.status, time.monotonic() - started)
         return resp
 
-    def call(self, method: str, path: str, query: Iterable[tuple[str, str]] = (),
-             body: str | None = None, content_type: str = "application/json",
-             write: bool = False, stream: bool = False) -> Any:
+    def call(
+        self,
+        method: str,
+        path: str,
+        query: Iterable[tuple[str, str]] = (),
+        body: str | None = None,
+        content_type: str = "application/json",
+        write: bool = False,
+        stream: bool = False,
+    ) -> Any:
         """Send with bounded retries on 429/503 and on requests that never left.
 
         A write whose outcome is unknown raises Uncertain: the caller reads back first.
@@ -238,9 +258,13 @@ class Session:
                 failure: str = exc.what
                 retry_after = None
                 if not exc.sent and failure.endswith("connection refused"):  # nothing listens
-                    raise ClusterError(f"{failure}", file="cluster", hint="check the kubeconfig "
-                                       "context (`kubectl config current-context`) and that the "
-                                       "cluster is up") from None
+                    raise ClusterError(
+                        f"{failure}",
+                        file="cluster",
+                        hint="check the kubeconfig "
+                        "context (`kubectl config current-context`) and that the "
+                        "cluster is up",
+                    ) from None
             else:
                 if resp.status in (429, 503) or (resp.status >= 500 and not write):
                     failure = f"the API server is busy or failing (HTTP {resp.status})"
@@ -249,17 +273,23 @@ class Session:
                     raise Uncertain(f"HTTP {resp.status}")
                 else:
                     return resp
-            delay = min(policy.max_delay, retry_after if retry_after is not None
-                        else policy.base_delay * 2 ** (attempt - 1))
+            delay = min(
+                policy.max_delay,
+                retry_after if retry_after is not None else policy.base_delay * 2 ** (attempt - 1),
+            )
             if attempt >= policy.attempts or waited + delay > policy.max_total:
-                raise ClusterError(f"{failure}; gave up after {attempt} attempt(s)",
-                                   file="cluster", hint="try again later; check the cluster's "
-                                   "status with your engineers if it persists")
+                raise ClusterError(
+                    f"{failure}; gave up after {attempt} attempt(s)",
+                    file="cluster",
+                    hint="try again later; check the cluster's status with your engineers if it persists",
+                )
             log.debug("retrying in %.2f s (%s)", delay, failure)
             if self.target.progress is not None:
-                self.target.progress(f"note: {method} {clean(path, 120)}: {failure}; retrying in "
-                                     f"{delay:g} s (attempt {attempt + 1} of at most "
-                                     f"{policy.attempts})")
+                self.target.progress(
+                    f"note: {method} {clean(path, 120)}: {failure}; retrying in "
+                    f"{delay:g} s (attempt {attempt + 1} of at most "
+                    f"{policy.attempts})"
+                )
             self.target.sleep(delay)
             waited += delay
 
@@ -298,20 +328,33 @@ def tls_failure(host: str, reason: str) -> ClusterError:
     code = found.group("code") if found else None
     what = clean(found.group("what").strip() if found else reason.splitlines()[-1], 160)
     if code == "CERTIFICATE_VERIFY_FAILED":
-        return ClusterError(f"cannot connect to {host}: the server's TLS certificate is not "
-                            f"trusted ({what})", file="cluster",
-                            hint="the kubeconfig's certificate-authority(-data) must be the "
-                            "cluster's CA and the server address its name; ask your AI "
-                            "Engineers for a current kubeconfig")
-    if code in ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "UNEXPECTED_EOF_WHILE_READING",
-                "PACKET_LENGTH_TOO_LONG", "HTTP_REQUEST"):
-        return ClusterError(f"cannot connect to {host}: the TLS handshake failed ({what}): the "
-                            "server does not speak TLS there", file="cluster",
-                            hint="check the kubeconfig's server address (scheme and port): "
-                            "an https:// address on a plain-HTTP port fails like this")
-    return ClusterError(f"cannot connect to {host}: TLS failure ({what})", file="cluster",
-                        hint="check the kubeconfig's server address and certificate "
-                        "authority (`kubectl config view` hides secrets)")
+        return ClusterError(
+            f"cannot connect to {host}: the server's TLS certificate is not trusted ({what})",
+            file="cluster",
+            hint="the kubeconfig's certificate-authority(-data) must be the "
+            "cluster's CA and the server address its name; ask your AI "
+            "Engineers for a current kubeconfig",
+        )
+    if code in (
+        "WRONG_VERSION_NUMBER",
+        "RECORD_LAYER_FAILURE",
+        "UNEXPECTED_EOF_WHILE_READING",
+        "PACKET_LENGTH_TOO_LONG",
+        "HTTP_REQUEST",
+    ):
+        return ClusterError(
+            f"cannot connect to {host}: the TLS handshake failed ({what}): the "
+            "server does not speak TLS there",
+            file="cluster",
+            hint="check the kubeconfig's server address (scheme and port): "
+            "an https:// address on a plain-HTTP port fails like this",
+        )
+    return ClusterError(
+        f"cannot connect to {host}: TLS failure ({what})",
+        file="cluster",
+        hint="check the kubeconfig's server address and certificate "
+        "authority (`kubectl config view` hides secrets)",
+    )
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:
@@ -338,28 +381,39 @@ def _api_client(target: Target, library: LibraryLog) -> Any:
         if not path.exists() and os.environ.get("KUBERNETES_SERVICE_HOST"):
             return _in_cluster(cfg)
     if not path.is_file():
-        raise ClusterError("no kubeconfig found", file=str(path), hint="pass --kubeconfig FILE "
-                           "or set KUBECONFIG")
+        raise ClusterError(
+            "no kubeconfig found", file=str(path), hint="pass --kubeconfig FILE or set KUBECONFIG"
+        )
     try:
         contexts, _ = config.list_kube_config_contexts(config_file=str(path))
         names = [c.get("name") for c in contexts or []]
         if target.context is not None and target.context not in names:
-            raise InputError(f"context {target.context!r} not in the kubeconfig", file=str(path),
-                             field="--context",
-                             hint=f"contexts: {', '.join(map(str, names)) or 'none'}")
-        config.load_kube_config(config_file=str(path), context=target.context,
-                                client_configuration=cfg, persist_config=False)
+            raise InputError(
+                f"context {target.context!r} not in the kubeconfig",
+                file=str(path),
+                field="--context",
+                hint=f"contexts: {', '.join(map(str, names)) or 'none'}",
+            )
+        config.load_kube_config(
+            config_file=str(path), context=target.context, client_configuration=cfg, persist_config=False
+        )
     except (ClusterError, InputError):
         raise
     except Exception as exc:  # the loader raises many types; its text may quote the file
-        raise ClusterError(f"cannot use the kubeconfig ({type(exc).__name__})", file=str(path),
-                           hint="check it with `kubectl config view` (which hides secrets)") from None
+        raise ClusterError(
+            f"cannot use the kubeconfig ({type(exc).__name__})",
+            file=str(path),
+            hint="check it with `kubectl config view` (which hides secrets)",
+        ) from None
     plugin = library.exec_failure()
     if plugin is not None:  # the loader logs it and goes on without credentials
-        raise ClusterError(f"the kubeconfig's exec credential plugin failed ({plugin})",
-                           file=str(path), hint="run its command yourself (or `kubectl get "
-                           "pods`) to log in again; runai-spec never shows the plugin's own "
-                           "output, which can carry secrets")
+        raise ClusterError(
+            f"the kubeconfig's exec credential plugin failed ({plugin})",
+            file=str(path),
+            hint="run its command yourself (or `kubectl get "
+            "pods`) to log in again; runai-spec never shows the plugin's own "
+            "output, which can carry secrets",
+        )
     return _finish_client(cfg)
 
 
@@ -371,10 +425,13 @@ def _in_cluster(cfg: Any) -> Any:
     try:
         config.load_incluster_config(client_configuration=cfg)
     except config.ConfigException as exc:
-        raise ClusterError(f"in-cluster configuration failed: {clean(exc, 160)}",
-                           file="cluster", hint="runai-spec runs in a pod (KUBERNETES_SERVICE_HOST "
-                           "is set) without a kubeconfig: mount the service-account token "
-                           "(automountServiceAccountToken) or pass --kubeconfig FILE") from None
+        raise ClusterError(
+            f"in-cluster configuration failed: {clean(exc, 160)}",
+            file="cluster",
+            hint="runai-spec runs in a pod (KUBERNETES_SERVICE_HOST "
+            "is set) without a kubeconfig: mount the service-account token "
+            "(automountServiceAccountToken) or pass --kubeconfig FILE",
+        ) from None
     return _finish_client(cfg)
 
 
@@ -387,4 +444,3 @@ def _finish_client(cfg: Any) -> Any:
     api = client.ApiClient(cfg)
     api.user_agent = f"runai-spec/{__version__}"
     return api
-

@@ -37,23 +37,29 @@ class StatusResult:
 
 
 _PLAIN_REASONS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"(?i)quota"), "over the project's GPU quota: it waits until the project has "
-     "enough quota free (or ask for more quota)"),
-    (re.compile(r"(?i)node.?pool|node affinity|node selector|didn't match"),
-     "no node of the requested node pool can take it: the pool is full or matches no node"),
+    (
+        re.compile(r"(?i)quota"),
+        "over the project's GPU quota: it waits until the project has "
+        "enough quota free (or ask for more quota)",
+    ),
+    (
+        re.compile(r"(?i)node.?pool|node affinity|node selector|didn't match"),
+        "no node of the requested node pool can take it: the pool is full or matches no node",
+    ),
     (re.compile(r"(?i)insufficient nvidia\.com/gpu"), "not enough free GPUs on any node"),
     (re.compile(r"(?i)insufficient ([\w/-]+(?:\.[\w/-]+)*)"), "not enough free {0} on any node"),
     (re.compile(r"(?i)taint"), "the nodes carry taints the pod does not tolerate"),
-    (re.compile(r"(?i)persistentvolumeclaim|unbound"),
-     "a volume claim is missing or not bound: check the profile's checkpoint and data claims"),
+    (
+        re.compile(r"(?i)persistentvolumeclaim|unbound"),
+        "a volume claim is missing or not bound: check the profile's checkpoint and data claims",
+    ),
     (re.compile(r"(?i)unschedulable|failedscheduling"), "the scheduler cannot place it"),
 )
 _WAITING = {
     "ImagePullBackOff": "the image cannot be pulled: check the image and registry access",
     "ErrImagePull": "the image cannot be pulled: check the image and registry access",
     "CrashLoopBackOff": "the container keeps crashing: `runai-spec logs NAME --previous` shows why",
-    "CreateContainerConfigError": "the container cannot be configured (a missing secret or "
-    "config map?)",
+    "CreateContainerConfigError": "the container cannot be configured (a missing secret or config map?)",
 }
 
 
@@ -78,8 +84,7 @@ def _dicts(value: object) -> list[dict[str, Any]]:
 
 
 def _phase(job: Manifest) -> tuple[str, str | None]:
-    conditions = [c for c in _dicts(_dict(job.get("status")).get("conditions"))
-                  if c.get("status") == "True"]
+    conditions = [c for c in _dicts(_dict(job.get("status")).get("conditions")) if c.get("status") == "True"]
     if not conditions:
         return "Pending", "the training operator has not reported a status yet"
     last = conditions[-1]
@@ -98,16 +103,18 @@ def _pod_state(pod: Manifest) -> tuple[str, int]:
         return f"waiting: {clean(_dict(state['waiting']).get('reason', '?'), 80)}", restarts
     if "terminated" in state:
         t = _dict(state["terminated"])
-        return (f"terminated: exit {clean(t.get('exitCode'), 20)} "
-                f"({clean(t.get('reason', '?'), 80)})"), restarts
+        return (
+            f"terminated: exit {clean(t.get('exitCode'), 20)} ({clean(t.get('reason', '?'), 80)})"
+        ), restarts
     return "not started", restarts
-
 
 
 def _events(session: Session, namespace: str, name: str) -> list[Manifest]:
     events = list_objects(session, EVENTS, namespace, [("fieldSelector", f"involvedObject.name={name}")])
-    return sorted((e for e in events if e.get("type") == "Warning"),
-                  key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+    return sorted(
+        (e for e in events if e.get("type") == "Warning"),
+        key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""),
+    )
 
 
 def job_status(name: str, namespace: str, target: Target | Session) -> StatusResult:
@@ -116,9 +123,12 @@ def job_status(name: str, namespace: str, target: Target | Session) -> StatusRes
     with session_for(target) as session:
         job = get_object(session, ref)
         if job is None:
-            raise ClusterError(f"{ref}: not found", file="cluster",
-                               hint="check the name and the project; `kubectl get pytorchjobs -n "
-                               f"{namespace}` lists what is there")
+            raise ClusterError(
+                f"{ref}: not found",
+                file="cluster",
+                hint="check the name and the project; `kubectl get pytorchjobs -n "
+                f"{namespace}` lists what is there",
+            )
         phase, message = _phase(job)
         pods = []
         reasons: list[str] = []
@@ -132,15 +142,25 @@ def job_status(name: str, namespace: str, target: Target | Session) -> StatusRes
                 why = _pending_reason(session, pod)
             node = _dict(pod.get("spec")).get("nodeName")
             # every server-provided name is one clean line: no terminal escapes reach status
-            pods.append(PodState(clean(meta.get("name"), 120),
-                                 clean(labels.get(REPLICA_TYPE_LABEL, "?"), 40),
-                                 replica_index(labels), clean(pod_phase, 40), state, restarts,
-                                 clean(node, 120) if node else None, why))
+            pods.append(
+                PodState(
+                    clean(meta.get("name"), 120),
+                    clean(labels.get(REPLICA_TYPE_LABEL, "?"), 40),
+                    replica_index(labels),
+                    clean(pod_phase, 40),
+                    state,
+                    restarts,
+                    clean(node, 120) if node else None,
+                    why,
+                )
+            )
             if why:
                 reasons.append(f"{clean(meta.get('name'), 120)}: {why}")
         if not pods or phase in ("Pending", "Created"):
-            reasons += [explain(str(e.get("reason", "")), str(e.get("message", "")))
-                        for e in _events(session, namespace, name)[-3:]]
+            reasons += [
+                explain(str(e.get("reason", "")), str(e.get("message", "")))
+                for e in _events(session, namespace, name)[-3:]
+            ]
     return StatusResult(name, namespace, phase, message, tuple(pods), tuple(dict.fromkeys(reasons)))
 
 

@@ -51,16 +51,23 @@ class LiveObject:
     applied: Manifest  # the server's dry-run apply result
 
 
-def _apply(session: Session, ref: Ref, manifest: Manifest, *, dry_run: bool,
-           force: bool = False) -> tuple[int, Manifest]:
+def _apply(
+    session: Session, ref: Ref, manifest: Manifest, *, dry_run: bool, force: bool = False
+) -> tuple[int, Manifest]:
     """Server-side apply; a create answers 201, which is read from the raw body."""
     query = [("fieldManager", FIELD_MANAGER), ("fieldValidation", "Strict")]
     if force:
         query.append(("force", "true"))
     if dry_run:
         query.append(("dryRun", "All"))
-    resp = session.call("PATCH", ref.resource.item(ref.namespace, ref.name), query,
-                        json.dumps(manifest), APPLY_TYPE, write=not dry_run)
+    resp = session.call(
+        "PATCH",
+        ref.resource.item(ref.namespace, ref.name),
+        query,
+        json.dumps(manifest),
+        APPLY_TYPE,
+        write=not dry_run,
+    )
     if resp.status not in (200, 201):
         if resp.status == 404:
             require_served(session, ref)
@@ -80,19 +87,24 @@ def _create(session: Session, ref: Ref, manifest: Manifest) -> Manifest:
             if live is not None:
                 if managed_by_us(live) and same_render(manifest, live):
                     return live
-                raise ClusterError(f"{ref}: appeared with other contents while runai-spec was "
-                                   "creating it", file="cluster",
-                                   hint="check it with `runai-spec status` before submitting again"
-                                   ) from None
+                raise ClusterError(
+                    f"{ref}: appeared with other contents while runai-spec was creating it",
+                    file="cluster",
+                    hint="check it with `runai-spec status` before submitting again",
+                ) from None
             if attempt == policy.attempts:
-                raise ClusterError(f"{ref}: {exc}; gave up after {attempt} attempt(s)",
-                                   file="cluster", hint="try again later") from None
+                raise ClusterError(
+                    f"{ref}: {exc}; gave up after {attempt} attempt(s)",
+                    file="cluster",
+                    hint="try again later",
+                ) from None
             session.target.sleep(min(policy.max_delay, policy.base_delay * 2 ** (attempt - 1)))
     raise AssertionError("unreachable")
 
 
-def submit_manifests(manifests: Iterable[Manifest], target: Target | Session, *, dry_run: bool = False,
-                     replace: bool = False) -> SubmitResult:
+def submit_manifests(
+    manifests: Iterable[Manifest], target: Target | Session, *, dry_run: bool = False, replace: bool = False
+) -> SubmitResult:
     """Send a render with server-side apply: idempotent, never touching foreign objects.
 
     Every object is checked before anything is written (and, when there are several,
@@ -108,19 +120,22 @@ def submit_manifests(manifests: Iterable[Manifest], target: Target | Session, *,
                 plans.append((ref, manifest, None, "create"))
                 continue
             if not managed_by_us(live):
-                raise ClusterError(f"{ref}: exists and was not created by runai-spec; not touched",
-                                   file="cluster", hint="choose another `name` in the profile, "
-                                   "or ask its owner to delete it")
+                raise ClusterError(
+                    f"{ref}: exists and was not created by runai-spec; not touched",
+                    file="cluster",
+                    hint="choose another `name` in the profile, or ask its owner to delete it",
+                )
             if same_render(manifest, live):
                 plans.append((ref, manifest, live, "unchanged"))
                 continue
             if not replace:
-                old = ((live.get("metadata") or {}).get("annotations") or {}).get(
-                    PROFILE_SHA_ANNOTATION, "?")
-                raise ClusterError(f"{ref}: exists with a different render (live profile sha256 "
-                                   f"{str(old)[:12]})", file="cluster",
-                                   hint="submit with --replace to delete it and create this one "
-                                   "(its pods and logs go: save them with `runai-spec logs`)")
+                old = ((live.get("metadata") or {}).get("annotations") or {}).get(PROFILE_SHA_ANNOTATION, "?")
+                raise ClusterError(
+                    f"{ref}: exists with a different render (live profile sha256 {str(old)[:12]})",
+                    file="cluster",
+                    hint="submit with --replace to delete it and create this one "
+                    "(its pods and logs go: save them with `runai-spec logs`)",
+                )
             plans.append((ref, manifest, live, "replace"))
         writes = [p for p in plans if p[3] != "unchanged"]
         if len(writes) > 1 and not dry_run:
@@ -136,10 +151,8 @@ def submit_manifests(manifests: Iterable[Manifest], target: Target | Session, *,
                     assert live is not None
                     outcomes.append(ObjectOutcome(str(ref), "unchanged", strip_server_fields(live)))
                 elif dry_run:
-                    _, stored = _apply(session, ref, manifest, dry_run=True,
-                                       force=action == "replace")
-                    outcomes.append(ObjectOutcome(str(ref), f"would {action}",
-                                                  strip_server_fields(stored)))
+                    _, stored = _apply(session, ref, manifest, dry_run=True, force=action == "replace")
+                    outcomes.append(ObjectOutcome(str(ref), f"would {action}", strip_server_fields(stored)))
                 else:
                     if action == "replace":
                         assert live is not None
@@ -148,8 +161,13 @@ def submit_manifests(manifests: Iterable[Manifest], target: Target | Session, *,
                     stored = _create(session, ref, manifest)
                     if action == "create":
                         created.append((ref, stored))
-                    outcomes.append(ObjectOutcome(str(ref), "created" if action == "create"
-                                                  else "replaced", strip_server_fields(stored)))
+                    outcomes.append(
+                        ObjectOutcome(
+                            str(ref),
+                            "created" if action == "create" else "replaced",
+                            strip_server_fields(stored),
+                        )
+                    )
         except ClusterError as exc:
             if not created:
                 raise
@@ -157,8 +175,7 @@ def submit_manifests(manifests: Iterable[Manifest], target: Target | Session, *,
     return SubmitResult(tuple(outcomes), dry_run)
 
 
-def _rolled_back(session: Session, exc: ClusterError, created: list[tuple[Ref, Manifest]]
-                 ) -> ClusterError:
+def _rolled_back(session: Session, exc: ClusterError, created: list[tuple[Ref, Manifest]]) -> ClusterError:
     """A later object was refused after earlier ones were stored (the smoke job after its
     ConfigMap): delete what this submit created, only that (by uid), and say so."""
     notes = []
@@ -166,16 +183,18 @@ def _rolled_back(session: Session, exc: ClusterError, created: list[tuple[Ref, M
         try:
             delete_object(session, ref, stored)
         except ClusterError as failed:
-            notes.append(f"note: {ref} was created by this submit and could not be removed "
-                         f"({failed.message}); `runai-spec delete` removes it")
+            notes.append(
+                f"note: {ref} was created by this submit and could not be removed "
+                f"({failed.message}); `runai-spec delete` removes it"
+            )
         else:
             notes.append(f"note: removed {ref}, which this submit had created")
-    return ClusterError(exc.message, file=exc.file, line=exc.line, field=exc.field,
-                        hint=exc.hint, also=(*exc.also, *notes))
+    return ClusterError(
+        exc.message, file=exc.file, line=exc.line, field=exc.field, hint=exc.hint, also=(*exc.also, *notes)
+    )
 
 
-def live_objects_all(renders: Iterable[Iterable[Manifest]], target: Target
-                     ) -> list[tuple[LiveObject, ...]]:
+def live_objects_all(renders: Iterable[Iterable[Manifest]], target: Target) -> list[tuple[LiveObject, ...]]:
     """live_objects for several renders (one per profile) over one session."""
     with Session(target) as session:
         return [_live_objects(session, manifests) for manifests in renders]
@@ -188,6 +207,7 @@ def _live_objects(session: Session, manifests: Iterable[Manifest]) -> tuple[Live
         live = get_object(session, ref)
         # force: the preview of taking the fields over; dryRun=All: nothing is stored
         _, applied = _apply(session, ref, manifest, dry_run=True, force=True)
-        out.append(LiveObject(str(ref), strip_server_fields(live) if live else None,
-                              strip_server_fields(applied)))
+        out.append(
+            LiveObject(str(ref), strip_server_fields(live) if live else None, strip_server_fields(applied))
+        )
     return tuple(out)

@@ -45,6 +45,7 @@ def kubelet_literal(text: str) -> str:
     written so; the tool's own `$(MASTER_ADDR)` and `$(POD_NAME)` are meant to expand."""
     return text.replace("$", "$$")
 
+
 # Pod labels the operator sets (pkg/apis/kubeflow.org/v1/common_types.go).
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
@@ -110,9 +111,11 @@ def master_addr(job: str) -> str:
 # Set per process by the operator (operator_env), torchrun or the GPU device plugin: a value
 # written in the profile would be overridden or, worse, win. (NVIDIA_VISIBLE_DEVICES, the
 # device plugin's, is in launcher.TRANSPORT_ENV_NAMES: the list the admission policy reads.)
-INJECTED_ENV = re.compile(r"^(MASTER_ADDR|MASTER_PORT|WORLD_SIZE|RANK|LOCAL_RANK|NODE_RANK|"
-                          r"LOCAL_WORLD_SIZE|GROUP_RANK|PET_.*|TORCHELASTIC_.*|"
-                          r"CUDA_VISIBLE_DEVICES|POD_NAME)$")
+INJECTED_ENV = re.compile(
+    r"^(MASTER_ADDR|MASTER_PORT|WORLD_SIZE|RANK|LOCAL_RANK|NODE_RANK|"
+    r"LOCAL_WORLD_SIZE|GROUP_RANK|PET_.*|TORCHELASTIC_.*|"
+    r"CUDA_VISIBLE_DEVICES|POD_NAME)$"
+)
 
 
 # --- torchrun's processes per pod (the nproc rule) ------------------------------------
@@ -153,12 +156,10 @@ def injected_nproc(job: Mapping[str, Any], version: str = OPERATOR_VERSION) -> A
 
 def nproc_flags(command: Sequence[str]) -> list[str]:
     """The values of every `--nproc-per-node=N` in a container's argv."""
-    return [value for name, value in map(split_flag, command)
-            if name == NPROC_FLAG and value is not None]
+    return [value for name, value in map(split_flag, command) if name == NPROC_FLAG and value is not None]
 
 
-def torchrun_procs(job: Mapping[str, Any], command: Sequence[str],
-                   version: str = OPERATOR_VERSION) -> Any:
+def torchrun_procs(job: Mapping[str, Any], command: Sequence[str], version: str = OPERATOR_VERSION) -> Any:
     """How many processes torchrun starts in a pod: its last flag, else the operator's
     PET_NPROC_PER_NODE, else 1."""
     flags = nproc_flags(command)
@@ -180,6 +181,7 @@ def nproc_int(job: Mapping[str, Any]) -> int:
 
 # --- the operator's env (envvar.go, master.go, elastic.go) -------------------------------
 
+
 def replica_specs(job: Mapping[str, Any]) -> list[tuple[str, int, Mapping[str, Any]]]:
     """(type, replicas, spec) for Master then Worker, as the operator numbers them."""
     specs = job.get("spec", {}).get("pytorchReplicaSpecs") or {}
@@ -189,8 +191,7 @@ def replica_specs(job: Mapping[str, Any]) -> list[tuple[str, int, Mapping[str, A
         if spec is not None:
             out.append((rtype, int(spec.get("replicas", 1)), spec))
     if not out:
-        raise InputError("the PyTorchJob has no Master or Worker replicas",
-                         field="spec.pytorchReplicaSpecs")
+        raise InputError("the PyTorchJob has no Master or Worker replicas", field="spec.pytorchReplicaSpecs")
     return out
 
 
@@ -200,8 +201,10 @@ def pytorch_container(spec: Mapping[str, Any], replica_type: str) -> Mapping[str
     for c in containers:
         if c.get("name") == CONTAINER:
             return dict(c)
-    raise InputError(f"the {replica_type} template has no container named {CONTAINER!r}",
-                     field=f"spec.pytorchReplicaSpecs.{replica_type}.template.spec.containers")
+    raise InputError(
+        f"the {replica_type} template has no container named {CONTAINER!r}",
+        field=f"spec.pytorchReplicaSpecs.{replica_type}.template.spec.containers",
+    )
 
 
 def container_port(container: Mapping[str, Any]) -> int:
@@ -212,8 +215,9 @@ def container_port(container: Mapping[str, Any]) -> int:
     return DEFAULT_PORT
 
 
-def operator_env(job: Mapping[str, Any], replica_type: str, index: int,
-                 version: str = OPERATOR_VERSION) -> dict[str, str]:
+def operator_env(
+    job: Mapping[str, Any], replica_type: str, index: int, version: str = OPERATOR_VERSION
+) -> dict[str, str]:
     """The variables training-operator `version` appends, in its order, to the containers
     of pod `replica_type`/`index`: setPodEnv in pkg/controller.v1/pytorch/envvar.go,
     master.go and elastic.go at tags v1.7.0, v1.8.0, v1.9.0 (v1.8.0 and v1.9.0 identical).
@@ -223,8 +227,9 @@ def operator_env(job: Mapping[str, Any], replica_type: str, index: int,
     only with a Master, between RANK and PET_NODE_RANK; v1.8.0+ sets it whenever
     spec.nprocPerNode is set, after PET_NODE_RANK (so also for Worker-only jobs)."""
     if version not in OPERATOR_VERSIONS:
-        raise InputError(f"training operator {version} is not modelled",
-                         hint="supported: " + ", ".join(OPERATOR_VERSIONS))
+        raise InputError(
+            f"training operator {version} is not modelled", hint="supported: " + ", ".join(OPERATOR_VERSIONS)
+        )
     name = job["metadata"]["name"]
     spec = job.get("spec", {})
     replicas = replica_specs(job)
@@ -235,11 +240,16 @@ def operator_env(job: Mapping[str, Any], replica_type: str, index: int,
     if MASTER in by_type:
         port = container_port(pytorch_container(by_type[MASTER][1], MASTER))
         rank = index + 1 if replica_type == WORKER else index
-        env.update({
-            "MASTER_PORT": str(port), "PET_MASTER_PORT": str(port),
-            "MASTER_ADDR": master_addr(name), "PET_MASTER_ADDR": master_addr(name),
-            "WORLD_SIZE": str(total * nproc_int(job)), "RANK": str(rank),
-        })
+        env.update(
+            {
+                "MASTER_PORT": str(port),
+                "PET_MASTER_PORT": str(port),
+                "MASTER_ADDR": master_addr(name),
+                "PET_MASTER_ADDR": master_addr(name),
+                "WORLD_SIZE": str(total * nproc_int(job)),
+                "RANK": str(rank),
+            }
+        )
         if version == "1.7" and nproc is not None:
             env["PET_NPROC_PER_NODE"] = str(nproc)
         env["PET_NODE_RANK"] = str(rank)
@@ -253,8 +263,9 @@ def operator_env(job: Mapping[str, Any], replica_type: str, index: int,
             lo = hi = worker[0] if worker else None
         lo, hi = (lo if lo is not None else hi), (hi if hi is not None else lo)
         host = elastic.get("rdzvHost") or pod_name(name, WORKER, 0)
-        port = elastic.get("rdzvPort") or (container_port(pytorch_container(worker[1], WORKER))
-                                           if worker else DEFAULT_PORT)
+        port = elastic.get("rdzvPort") or (
+            container_port(pytorch_container(worker[1], WORKER)) if worker else DEFAULT_PORT
+        )
         env["PET_RDZV_ENDPOINT"] = f"{host}:{port}"
         env["PET_RDZV_BACKEND"] = str(elastic.get("rdzvBackend") or RDZV_BACKEND)
         env["PET_NNODES"] = f"{lo}:{hi}"
@@ -267,8 +278,7 @@ def operator_env(job: Mapping[str, Any], replica_type: str, index: int,
         if elastic.get("rdzvId") is not None:
             env["PET_RDZV_ID"] = str(elastic["rdzvId"])
         if elastic.get("rdzvConf"):
-            env["PET_RDZV_CONF"] = ",".join(f"{c['key']}={c['value']}"
-                                            for c in elastic["rdzvConf"])
+            env["PET_RDZV_CONF"] = ",".join(f"{c['key']}={c['value']}" for c in elastic["rdzvConf"])
         if elastic.get("standalone"):
             env["PET_STANDALONE"] = ""
     else:
@@ -296,14 +306,12 @@ def operator_problems(job: Mapping[str, Any]) -> list[str]:
     specs = job.get("spec", {}).get("pytorchReplicaSpecs", {})
     elastic = "elasticPolicy" in job.get("spec", {})
     if elastic and WORKER not in specs:
-        problems.append(f"spec.pytorchReplicaSpecs.{WORKER}: must be configured if elastic "
-                        "policy is used")
+        problems.append(f"spec.pytorchReplicaSpecs.{WORKER}: must be configured if elastic policy is used")
     if MASTER in specs:
         if specs[MASTER].get("replicas") != 1:
             problems.append(f"spec.pytorchReplicaSpecs.{MASTER}.replicas: must be exactly 1")
     elif not elastic:
-        problems.append(f"spec.pytorchReplicaSpecs: a {MASTER} replica is required "
-                        f"({OWN_RULE})")
+        problems.append(f"spec.pytorchReplicaSpecs: a {MASTER} replica is required ({OWN_RULE})")
     for role, spec in specs.items():
         if role == WORKER and spec.get("replicas") is not None and spec["replicas"] < 1:
             problems.append(f"spec.pytorchReplicaSpecs.{WORKER}.replicas: must be at least 1")

@@ -36,7 +36,7 @@ def expand(text: str, env: Mapping[str, str]) -> str:
                 out.append("$(")
                 i += 2
                 continue
-            name = text[i + 2:close]
+            name = text[i + 2 : close]
             out.append(env.get(name, f"$({name})"))
             i = close + 1
         else:  # an operator that opens nothing: kept with the character after it

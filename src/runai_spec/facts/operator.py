@@ -90,12 +90,12 @@ class JobModel:
     log: list[tuple[float, str]] = field(default_factory=list)
 
     @classmethod
-    def of(cls, job: Mapping[str, Any], *, backoff_scale: float = 1.0,
-           version: str = OPERATOR_VERSION) -> JobModel:
+    def of(
+        cls, job: Mapping[str, Any], *, backoff_scale: float = 1.0, version: str = OPERATOR_VERSION
+    ) -> JobModel:
         """The model of a rendered PyTorchJob: its pods, restart policies and backoffLimit."""
         if version not in OPERATOR_VERSIONS:
-            raise ValueError(f"training-operator {version!r}: modelled are "
-                             f"{', '.join(OPERATOR_VERSIONS)}")
+            raise ValueError(f"training-operator {version!r}: modelled are {', '.join(OPERATOR_VERSIONS)}")
         spec = job.get("spec") or {}
         replicas = spec.get("pytorchReplicaSpecs") or {}
         pods: dict[str, PodModel] = {}
@@ -108,8 +108,14 @@ class JobModel:
                 name = short_pod_name(rtype, i)
                 pods[name] = PodModel(name, policy)
         limit = (spec.get("runPolicy") or {}).get("backoffLimit")
-        return cls(pods, None if limit is None else int(limit), MASTER in replicas,
-                   spec.get("elasticPolicy") is not None, backoff_scale, version)
+        return cls(
+            pods,
+            None if limit is None else int(limit),
+            MASTER in replicas,
+            spec.get("elasticPolicy") is not None,
+            backoff_scale,
+            version,
+        )
 
     @property
     def restarts_used(self) -> int:
@@ -139,8 +145,11 @@ class JobModel:
             stable = BACKOFF_RESET_AFTER_S * self.backoff_scale
             if pod.last_failure_at is not None and now - pod.last_failure_at > stable:
                 pod.backoff_step = 0  # hasExpired: the back-off starts over
-                self._note(now, f"{name}: more than {stable:g} s since its last failure: the "
-                                "kubelet's back-off starts again from the beginning")
+                self._note(
+                    now,
+                    f"{name}: more than {stable:g} s since its last failure: the "
+                    "kubelet's back-off starts again from the beginning",
+                )
             pod.backoff_step += 1
             pod.last_failure_at = now
             wait = kubelet_backoff(pod.backoff_step, self.backoff_scale)
@@ -155,8 +164,11 @@ class JobModel:
             return [Action("recreate", name, f"exit {code} is retryable (>= 128)")]
         pod.phase = "Failed"
         if pod.policy == "ExitCode":
-            return self._fail(now, f"{name} exited {code}, a permanent error for "
-                                   "restartPolicy ExitCode (retryable only from 128)")
+            return self._fail(
+                now,
+                f"{name} exited {code}, a permanent error for "
+                "restartPolicy ExitCode (retryable only from 128)",
+            )
         return self._fail(now, f"{name} exited {code} under restartPolicy Never")
 
     def due(self, now: float) -> list[Action]:
@@ -170,9 +182,12 @@ class JobModel:
                 pod.phase, pod.restart_at = "Running", None
                 pod.restart_count += 1
                 pod.restarts += 1
-                self._note(now, f"{pod.name}: kubelet restarts the container in place "
-                                f"(restartCount {pod.restart_count}; job {self.restarts_used}"
-                                f"/{self.backoff_limit})")
+                self._note(
+                    now,
+                    f"{pod.name}: kubelet restarts the container in place "
+                    f"(restartCount {pod.restart_count}; job {self.restarts_used}"
+                    f"/{self.backoff_limit})",
+                )
                 out.append(Action("restart", pod.name, "kubelet back-off over"))
         limit = self.backoff_limit
         used = self.restarts_used
@@ -193,8 +208,10 @@ class JobModel:
             pod.backoff_step, pod.last_failure_at = 0, None  # new pod objects, new back-offs
             pod.recreations += 1
         self._note(now, "preempted: every pod deleted, the operator recreates them")
-        return [Action("delete-all", why="preemption"),
-                *(Action("recreate", name, "preemption") for name in self.pods)]
+        return [
+            Action("delete-all", why="preemption"),
+            *(Action("recreate", name, "preemption") for name in self.pods),
+        ]
 
     def _succeeded(self, now: float) -> list[Action]:
         pods = list(self.pods.values())
@@ -212,8 +229,9 @@ class JobModel:
         return [Action("stop-all", why="job Succeeded (cleanPodPolicy)")]
 
 
-def drive(model: JobModel, events: Sequence[tuple[float, str, str | None, int]]
-          ) -> list[tuple[float, Action]]:
+def drive(
+    model: JobModel, events: Sequence[tuple[float, str, str | None, int]]
+) -> list[tuple[float, Action]]:
     """Feed (time, "exit"|"preempt"|"tick", pod, code) events in order; every action taken,
     with its time. Back-offs that run out between events are served at their due time."""
     out: list[tuple[float, Action]] = []

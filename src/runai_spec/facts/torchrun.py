@@ -10,8 +10,15 @@ from dataclasses import dataclass
 
 from ..errors import InputError
 
-_TORCHRUN_BOOLEAN = {"--standalone", "--no-python", "--no_python", "--run-path", "--run_path",
-                     "-m", "--module"}
+_TORCHRUN_BOOLEAN = {
+    "--standalone",
+    "--no-python",
+    "--no_python",
+    "--run-path",
+    "--run_path",
+    "-m",
+    "--module",
+}
 _PYTHON_WITH_VALUE = {"-X", "-W", "-c"}
 
 # torchrun's flag for an entry point that is an executable, not a Python script
@@ -78,6 +85,7 @@ def shutdown_window(torch_version: str | None, grace_s: int) -> int | None:
         return grace_s
     return min(SHUTDOWN_DEFAULT_S, grace_s)
 
+
 # NCCL's diagnostics switch (NCCL `src/misc/debug.cc`): NCCL_DEBUG's level, its subsystems, and
 # the file it writes to instead of stdout, `%h` the host name and `%p` the process id (one
 # file per rank); a file NCCL cannot open leaves the lines on stdout.
@@ -115,14 +123,36 @@ NCCL_DIAGNOSTICS = (NCCL_DEBUG, "NCCL_DEBUG_SUBSYS", NCCL_DEBUG_FILE)
 # is a plain prefix or an exact name (no patterns), so that admission.py renders the same
 # list into CEL's startsWith and ==. NVIDIA_TF32_OVERRIDE and the other NVIDIA_* switches of
 # a library's arithmetic stay the researcher's: only the toolkit's names above are listed.
-TRANSPORT_ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "UCX_", "NVSHMEM_", "FI_", "SHARP_",
-                          "UCC_", "TORCH_UCC_", "IBV_", "RDMAV_", "MLX5_", "HCOLL_",
-                          "OMPI_MCA_", "CUDA_MPS_", "NVIDIA_REQUIRE_")
-TRANSPORT_ENV_NAMES = ("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "MELLANOX_VISIBLE_DEVICES",
-                       "LD_PRELOAD", "LD_LIBRARY_PATH", "GLOO_DEVICE_TRANSPORT",
-                       "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
-                       "NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES",
-                       "NVIDIA_DISABLE_REQUIRE")
+TRANSPORT_ENV_PREFIXES = (
+    "NCCL_",
+    "TORCH_NCCL_",
+    "UCX_",
+    "NVSHMEM_",
+    "FI_",
+    "SHARP_",
+    "UCC_",
+    "TORCH_UCC_",
+    "IBV_",
+    "RDMAV_",
+    "MLX5_",
+    "HCOLL_",
+    "OMPI_MCA_",
+    "CUDA_MPS_",
+    "NVIDIA_REQUIRE_",
+)
+TRANSPORT_ENV_NAMES = (
+    "GLOO_SOCKET_IFNAME",
+    "TP_SOCKET_IFNAME",
+    "MELLANOX_VISIBLE_DEVICES",
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+    "GLOO_DEVICE_TRANSPORT",
+    "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_DRIVER_CAPABILITIES",
+    "NVIDIA_MIG_CONFIG_DEVICES",
+    "NVIDIA_MIG_MONITOR_DEVICES",
+    "NVIDIA_DISABLE_REQUIRE",
+)
 
 
 # A launcher's own module run as the training entry point (issue 23, third red-team pass): the
@@ -132,9 +162,14 @@ TRANSPORT_ENV_NAMES = ("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "MELLANOX_VISIB
 # the file is in the image: the module form (`-m NAME`) and a script whose path ends in one of
 # the suffixes (any site-packages folder before it). Plain strings, so that the admission
 # policy's generator can render the same list.
-LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch",
-                    "accelerate.commands.launch", "accelerate.commands.accelerate_cli",
-                    "deepspeed.launcher.runner", "deepspeed.launcher.launch")
+LAUNCHER_MODULES = (
+    "torch.distributed.run",
+    "torch.distributed.launch",
+    "accelerate.commands.launch",
+    "accelerate.commands.accelerate_cli",
+    "deepspeed.launcher.runner",
+    "deepspeed.launcher.launch",
+)
 LAUNCHER_SCRIPT_SUFFIXES = tuple(m.replace(".", "/") + ".py" for m in LAUNCHER_MODULES)
 
 
@@ -148,8 +183,7 @@ def launcher_entry(command: Sequence[str]) -> str | None:
         module = command[1].strip() if len(command) > 1 else ""
         return module if module in LAUNCHER_MODULES else None
     path = posixpath.normpath(first)
-    return next((s for s in LAUNCHER_SCRIPT_SUFFIXES if path == s or path.endswith("/" + s)),
-                None)
+    return next((s for s in LAUNCHER_SCRIPT_SUFFIXES if path == s or path.endswith("/" + s)), None)
 
 
 def entry_point_kind(command: Sequence[str]) -> str | None:
@@ -169,8 +203,7 @@ def entry_point_kind(command: Sequence[str]) -> str | None:
         return PYTHON_ENTRY
     if first.endswith(SHELL_SUFFIXES):
         return EXECUTABLE_ENTRY
-    if (os.path.basename(first) in SHELLS and len(command) > 1
-            and command[1].endswith(SHELL_SUFFIXES)):
+    if os.path.basename(first) in SHELLS and len(command) > 1 and command[1].endswith(SHELL_SUFFIXES):
         return EXECUTABLE_ENTRY
     return None
 
@@ -193,6 +226,7 @@ class Launcher:
 
 
 # --- torchrun's flag grammar (argparse): `--name=value` or `--name value`, a boolean alone ---
+
 
 def flag(name: str, value: object) -> str:
     """The flag as runai-spec renders it: `--name=value`."""
@@ -248,9 +282,11 @@ def split_command(argv: Sequence[str]) -> Launcher:
         else:
             kind, i = "python", 1
     else:
-        raise InputError(f"the container command starts with {argv[0]!r}, neither python nor "
-                         "torchrun", field="command",
-                         hint="rehearse knows the launchers runai-spec renders")
+        raise InputError(
+            f"the container command starts with {argv[0]!r}, neither python nor torchrun",
+            field="command",
+            hint="rehearse knows the launchers runai-spec renders",
+        )
     i = _head_end(argv, kind, i)
     return Launcher(kind, tuple(argv[:i]), tuple(argv[i:]))
 
@@ -325,7 +361,7 @@ def without_launcher(command: Sequence[str]) -> list[str]:
     `bash`) and that launcher's own flags taken off: what the profile's command should be."""
     prog = os.path.basename(command[0]) if command else ""
     kind = "torchrun" if prog == "torchrun" else "python" if _python(prog) else prog
-    return list(command[_head_end(command, kind, 1):])
+    return list(command[_head_end(command, kind, 1) :])
 
 
 def python_head(argv: Sequence[str]) -> tuple[str, ...]:

@@ -45,8 +45,7 @@ def parse_absolute_time(text: str) -> int | None:
     core = text[:size]
     if size not in (8, 12, 14) or not re.fullmatch(r"[0-9]+", core):
         return None
-    fields = [int(core[i:i + w]) for i, w in ((0, 4), (4, 2), (6, 2), (8, 2), (10, 2), (12, 2))
-              if i < size]
+    fields = [int(core[i : i + w]) for i, w in ((0, 4), (4, 2), (6, 2), (8, 2), (10, 2), (12, 2)) if i < size]
     year, month, day, hour, minute, second = fields + [0] * (6 - len(fields))
     if not (1 <= month <= 12 and 1 <= day <= 31 and hour <= 23 and minute <= 59 and second <= 61):
         return None
@@ -69,12 +68,12 @@ def _strdelimw(text: str) -> tuple[str | None, str | None]:
     if at is None:
         return text, None
     if text[at] == '"':
-        text = text[:at] + text[at + 1:]
+        text = text[:at] + text[at + 1 :]
         end = text.find('"', at)
         if end < 0:
             return None, None
-        return text[:end], text[end + 1:].lstrip(_WHITESPACE)
-    return text[:at], text[at + 1:].lstrip(_WHITESPACE)
+        return text[:end], text[end + 1 :].lstrip(_WHITESPACE)
+    return text[:at], text[at + 1 :].lstrip(_WHITESPACE)
 
 
 def _read_key(text: str) -> PublicKey | None:
@@ -98,7 +97,7 @@ def _past_options(text: str) -> int | None:
     the end), None for an unterminated quote."""
     quoted, at = False, 0
     while at < len(text) and (quoted or text[at] not in " \t"):
-        if text[at] == "\\" and text[at + 1:at + 2] == '"':
+        if text[at] == "\\" and text[at + 1 : at + 2] == '"':
             at += 1
         elif text[at] == '"':
             quoted = not quoted
@@ -108,11 +107,11 @@ def _past_options(text: str) -> int | None:
 
 def _dequote(text: str, at: int) -> tuple[str, int]:
     """misc.c opt_dequote: the quoted value at TEXT[AT] (\\" for a quote) and where it ends."""
-    if text[at:at + 1] != '"':
+    if text[at : at + 1] != '"':
         raise Invalid("missing start quote")
     out, at = [], at + 1
     while at < len(text) and text[at] != '"':
-        if text[at] == "\\" and text[at + 1:at + 2] == '"':
+        if text[at] == "\\" and text[at + 1 : at + 2] == '"':
             at += 1
         out.append(text[at])
         at += 1
@@ -142,8 +141,11 @@ class SignerOptions:
                 found["cert_authority"] = True
                 at += len("cert-authority")
             else:
-                for name, field in (("namespaces", "namespaces"), ("valid-after", "valid_after"),
-                                    ("valid-before", "valid_before")):
+                for name, field in (
+                    ("namespaces", "namespaces"),
+                    ("valid-after", "valid_after"),
+                    ("valid-before", "valid_before"),
+                ):
                     if lower.startswith(name + "="):
                         if field in found:
                             raise Invalid(f'multiple "{name}" clauses')
@@ -164,8 +166,7 @@ class SignerOptions:
             if at >= len(text):
                 raise Invalid("unexpected end-of-options")
         options = cls(**found)
-        if options.valid_after and options.valid_before \
-                and options.valid_before <= options.valid_after:
+        if options.valid_after and options.valid_before and options.valid_before <= options.valid_after:
             raise Invalid('"valid-before" time is before "valid-after"')
         return options
 
@@ -198,7 +199,7 @@ class SignerLine:
             if end >= len(rest):
                 return cls(number, principals, problem="missing key")
             options = rest[:end]
-            key = _read_key(rest[end + 1:].lstrip(" \t"))
+            key = _read_key(rest[end + 1 :].lstrip(" \t"))
             if key is None:
                 return cls(number, principals, problem="invalid key")
         try:
@@ -226,12 +227,10 @@ class AllowedSigners:
         # its newline, a line's text ending at a NUL
         lines = data.decode("latin-1").split("\n")
         lines = [line + "\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
-        parsed = (SignerLine.parse(number, line.split("\0", 1)[0])
-                  for number, line in enumerate(lines, 1))
+        parsed = (SignerLine.parse(number, line.split("\0", 1)[0]) for number, line in enumerate(lines, 1))
         return cls(name, tuple(line for line in parsed if line is not None))
 
-    def _check(self, line: SignerLine, key: PublicKey, namespace: str | None,
-               at: int) -> str | None:
+    def _check(self, line: SignerLine, key: PublicKey, namespace: str | None, at: int) -> str | None:
         """check_allowed_keys_line after the principal: None where LINE admits KEY in
         NAMESPACE at AT; else why not ("" for a line of another key, or of a CA's: keys
         signed by a CA are certificates, refused by PublicKey.from_blob)."""
@@ -241,22 +240,29 @@ class AllowedSigners:
         if line.options.cert_authority or line.key != key:
             return ""
         options = line.options
-        if options.namespaces is not None and namespace is not None \
-                and match_pattern_list(namespace, options.namespaces) != 1:
+        if (
+            options.namespaces is not None
+            and namespace is not None
+            and match_pattern_list(namespace, options.namespaces) != 1
+        ):
             return f'{where}: key is not permitted for use in signature namespace "{namespace}"'
         if options.valid_after and at < options.valid_after:
-            return (f"{where}: key is not yet valid: verify time {_time_text(at)} < "
-                    f"valid-after {_time_text(options.valid_after)}")
+            return (
+                f"{where}: key is not yet valid: verify time {_time_text(at)} < "
+                f"valid-after {_time_text(options.valid_after)}"
+            )
         if options.valid_before and at > options.valid_before:
-            return (f"{where}: key has expired: verify time {_time_text(at)} > "
-                    f"valid-before {_time_text(options.valid_before)}")
+            return (
+                f"{where}: key has expired: verify time {_time_text(at)} > "
+                f"valid-before {_time_text(options.valid_before)}"
+            )
         return None
 
-    def _matches(self, key: PublicKey, principal: str | None, namespace: str | None,
-                 at: int) -> Iterator[tuple[SignerLine, str | None]]:
+    def _matches(
+        self, key: PublicKey, principal: str | None, namespace: str | None, at: int
+    ) -> Iterator[tuple[SignerLine, str | None]]:
         for line in self.lines:
-            if principal is not None and match_pattern_list(_c_text(principal),
-                                                            line.principals) != 1:
+            if principal is not None and match_pattern_list(_c_text(principal), line.principals) != 1:
                 continue
             yield line, self._check(line, key, namespace, at)
 
@@ -272,8 +278,9 @@ class AllowedSigners:
             elif reason and line.key is None:
                 unreadable.append(reason)
         reasons = of_key or unreadable
-        raise Invalid(reasons[0] if reasons else
-                      f"no line of {self.name} lists this {key.kind} key for {principal!r}")
+        raise Invalid(
+            reasons[0] if reasons else f"no line of {self.name} lists this {key.kind} key for {principal!r}"
+        )
 
     def principals(self, key: PublicKey, at: int) -> tuple[list[str], str | None]:
         """sshsig_find_principals: the principals of the first line listing KEY at AT (any

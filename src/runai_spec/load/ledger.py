@@ -28,9 +28,12 @@ class Approval(_Model):
     approved_by: str = Field(min_length=1, pattern=r"^[^\x00-\x1f\x7f]+$")
     approved_at: str = Field(pattern=r"^\d{4}-\d{2}-\d{2}$")
     expires: str | None = Field(None, pattern=r"^\d{4}-\d{2}-\d{2}$")
-    signature: str | None = Field(None, description="`ssh-keygen -Y sign -n runai-spec` of "
-                                  "the statement, by the key allowed_signers lists for "
-                                  "approved_by.")
+    signature: str | None = Field(
+        None,
+        description="`ssh-keygen -Y sign -n runai-spec` of "
+        "the statement, by the key allowed_signers lists for "
+        "approved_by.",
+    )
 
     @field_validator("approved_at", "expires")
     @classmethod
@@ -51,12 +54,14 @@ NO_EXPIRY = "never"  # `presets approve --expires never`: an approval without an
 
 def write_ledger(path: Path, approvals: dict[str, Approval]) -> None:
     """Write the ledger atomically, sorted, in a fixed plain format."""
-    lines = ["# Approvals ledger: written by `runai-spec presets approve`; reviewed in merge requests.",
-             "approvals:"]
+    lines = [
+        "# Approvals ledger: written by `runai-spec presets approve`; reviewed in merge requests.",
+        "approvals:",
+    ]
     for filename in sorted(approvals):
         entry = approvals[filename]
         lines.append(f"  {filename}:")
-        lines.append(f"    sha256: \"{entry.sha256}\"")
+        lines.append(f'    sha256: "{entry.sha256}"')
         lines.append(f"    approved_by: {json.dumps(entry.approved_by)}")
         lines.append(f'    approved_at: "{entry.approved_at}"')
         if entry.expires:
@@ -67,8 +72,7 @@ def write_ledger(path: Path, approvals: dict[str, Approval]) -> None:
     replace_file(path, "\n".join(lines) + "\n")
 
 
-def approval_expiry(name: str, expires: str | None, previous: Approval | None,
-                    today: dt.date) -> str | None:
+def approval_expiry(name: str, expires: str | None, previous: Approval | None, today: dt.date) -> str | None:
     """The expiry a new approval of NAME carries on TODAY: the date given (never one already
     past), none for `never`, and without --expires the earlier approval's, if it has not
     passed; an earlier expiry that has passed must be renewed or dropped explicitly."""
@@ -79,19 +83,24 @@ def approval_expiry(name: str, expires: str | None, previous: Approval | None,
             return None
         if dt.date.fromisoformat(previous.expires) >= today:
             return previous.expires  # re-approving an edit keeps the review's time limit
-        raise InputError(f"the earlier approval of {name} expired on {previous.expires}; "
-                         "say how long this one holds", field="--expires",
-                         hint="`--expires YYYY-MM-DD` (today or later), or `--expires "
-                         f"{NO_EXPIRY}` for an approval without an expiry")
+        raise InputError(
+            f"the earlier approval of {name} expired on {previous.expires}; say how long this one holds",
+            field="--expires",
+            hint="`--expires YYYY-MM-DD` (today or later), or `--expires "
+            f"{NO_EXPIRY}` for an approval without an expiry",
+        )
     try:
         if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", expires):
             raise ValueError(expires)  # fromisoformat also takes 20271231, 2027-W52-1
         date = dt.date.fromisoformat(expires)
     except ValueError:
-        raise InputError("not a date (YYYY-MM-DD)", field="--expires",
-                         hint=f"e.g. 2027-06-30, or `{NO_EXPIRY}`") from None
+        raise InputError(
+            "not a date (YYYY-MM-DD)", field="--expires", hint=f"e.g. 2027-06-30, or `{NO_EXPIRY}`"
+        ) from None
     if date < today:
-        raise InputError(f"{expires} has passed (today is {today.isoformat()}): the "
-                         "approval would be refused at once", field="--expires",
-                         hint="give today's date or a later one")
+        raise InputError(
+            f"{expires} has passed (today is {today.isoformat()}): the approval would be refused at once",
+            field="--expires",
+            hint="give today's date or a later one",
+        )
     return expires

@@ -33,8 +33,9 @@ class Network(_Model):
     """The approved high-speed network attachment."""
 
     annotations: dict[str, str] = Field(default_factory=dict, description="Pod annotations.")
-    resources: dict[str, int] = Field(default_factory=dict,
-                                      description="Extended resources per pod (RDMA devices).")
+    resources: dict[str, int] = Field(
+        default_factory=dict, description="Extended resources per pod (RDMA devices)."
+    )
     capabilities: list[str] = Field(default_factory=list, description="Added capabilities.")
     env: dict[str, str] = Field(default_factory=dict, description="NCCL settings for this path.")
 
@@ -54,22 +55,36 @@ class Rendezvous(_Model):
     (docs/fault-experiments/RESULTS.md measured each choice under a kubelet/operator model)."""
 
     backend: Literal["c10d", "static"] = Field(
-        RDZV_BACKEND, description="c10d: the agents re-admit a pod the kubelet restarted in place, "
+        RDZV_BACKEND,
+        description="c10d: the agents re-admit a pod the kubelet restarted in place, "
         "so one node fault costs one container restart; static (torchrun's default): never "
-        "re-admits, one fault can use the whole backoffLimit (elastic presets: always c10d).")
+        "re-admits, one fault can use the whole backoffLimit (elastic presets: always c10d).",
+    )
     max_restarts: int = Field(
-        3, ge=0, description="torchrun --max-restarts of a fixed-size multi-node job: how many "
+        3,
+        ge=0,
+        description="torchrun --max-restarts of a fixed-size multi-node job: how many "
         "times a surviving agent restarts its ranks for a lost peer (at least the faults the "
-        "backoffLimit tolerates). Elastic presets set it in elastic.max_restarts.")
+        "backoffLimit tolerates). Elastic presets set it in elastic.max_restarts.",
+    )
     join_timeout_seconds: int = Field(
-        900, gt=0, description="rdzv-conf join_timeout: how long the agents wait for a "
-        "restarted pod to rejoin (the kubelet's back-off + image pull + start).")
+        900,
+        gt=0,
+        description="rdzv-conf join_timeout: how long the agents wait for a "
+        "restarted pod to rejoin (the kubelet's back-off + image pull + start).",
+    )
     read_timeout_seconds: int = Field(
-        600, gt=0, description="rdzv-conf read_timeout: how long an agent waits on the "
-        "rendezvous store (torch's 60 s default is shorter than a pod restart).")
+        600,
+        gt=0,
+        description="rdzv-conf read_timeout: how long an agent waits on the "
+        "rendezvous store (torch's 60 s default is shorter than a pod restart).",
+    )
     last_call_timeout_seconds: int | None = Field(
-        None, gt=0, description="rdzv-conf last_call_timeout (elastic: how long a round "
-        "waits for more pods once it has the minimum); torch's default (30 s) when unset.")
+        None,
+        gt=0,
+        description="rdzv-conf last_call_timeout (elastic: how long a round "
+        "waits for more pods once it has the minimum); torch's default (30 s) when unset.",
+    )
 
 
 class Preset(_Model):
@@ -82,24 +97,28 @@ class Preset(_Model):
     gpu: GpuSpec
     cpu: str = Field(pattern=r"^[0-9]+(\.[0-9]+)?m?$", description="CPU per pod.")
     memory: str = Field(pattern=r"^[0-9]+(Ki|Mi|Gi|Ti)$", description="Memory per pod.")
-    shared_memory: str | None = Field(None, pattern=r"^[0-9]+(Ki|Mi|Gi|Ti)$",
-                                      description="Size of /dev/shm (memory emptyDir).")
+    shared_memory: str | None = Field(
+        None, pattern=r"^[0-9]+(Ki|Mi|Gi|Ti)$", description="Size of /dev/shm (memory emptyDir)."
+    )
     priority: str = Field(pattern=DNS1123_PATTERN, description="Run:ai priority class.")
     preemptible: bool
     elastic: Elastic | None = None
     node_pool: str | None = Field(None, pattern=DNS1123_PATTERN, description="Run:ai node pool.")
     network: Network = Field(default_factory=Network)
     strategies: list[Strategy] = Field(min_length=1)
-    min_busbw_gbps: float | None = Field(None, gt=0,
-                                         description="Minimum all-reduce bus bandwidth.")
+    min_busbw_gbps: float | None = Field(None, gt=0, description="Minimum all-reduce bus bandwidth.")
     master_port: int = Field(DEFAULT_PORT, ge=1024, le=65535)
     run_policy: RunPolicy = Field(default_factory=RunPolicy)
     rendezvous: Rendezvous = Field(
-        default_factory=Rendezvous, description="torchrun's rendezvous of a multi-node "
-        "layout (engineer-owned failure semantics).")
+        default_factory=Rendezvous,
+        description="torchrun's rendezvous of a multi-node layout (engineer-owned failure semantics).",
+    )
     termination_grace_period_seconds: int = Field(
-        30, ge=0, description="Every pod's terminationGracePeriodSeconds: how long a rank "
-        "asked to stop (SIGTERM: preemption, deletion) has to checkpoint before SIGKILL.")
+        30,
+        ge=0,
+        description="Every pod's terminationGracePeriodSeconds: how long a rank "
+        "asked to stop (SIGTERM: preemption, deletion) has to checkpoint before SIGKILL.",
+    )
 
 
 def preset_problem(preset: Preset) -> str | None:
@@ -124,8 +143,7 @@ def _rendezvous_consistency(preset: Preset) -> str | None:
     written = preset.rendezvous.model_fields_set
     if preset.layout != "multi-node":
         if "rendezvous" in preset.model_fields_set:
-            return (f"rendezvous applies to multi-node layouts; {preset.layout} renders its "
-                    "own launcher")
+            return f"rendezvous applies to multi-node layouts; {preset.layout} renders its own launcher"
         return None
     if preset.elastic is not None:
         if preset.rendezvous.backend != RDZV_BACKEND:
@@ -135,8 +153,8 @@ def _rendezvous_consistency(preset: Preset) -> str | None:
     elif preset.rendezvous.backend == "static":
         extra = sorted(written - {"backend"})
         if extra:
-            return (f"rendezvous.{extra[0]} has no effect with the static backend "
-                    "(torchrun's static rendezvous has no timeouts or re-admission)")
+            return (
+                f"rendezvous.{extra[0]} has no effect with the static backend "
+                "(torchrun's static rendezvous has no timeouts or re-admission)"
+            )
     return None
-
-

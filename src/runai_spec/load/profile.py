@@ -30,13 +30,15 @@ _AS_WRITTEN = BeforeValidator(literal_text, json_schema_input_type=str | int | f
 Arg = Annotated[str, _AS_WRITTEN]
 # An optional text's constraints go inside its type, before the validator: given to the field
 # of a `Text | None`, pydantic left the pattern out of the JSON Schema (issue 26 item 5).
-DnsText = Annotated[str, Field(pattern=DNS1123_PATTERN, max_length=253),
-                    BeforeValidator(literal_text)]
+DnsText = Annotated[str, Field(pattern=DNS1123_PATTERN, max_length=253), BeforeValidator(literal_text)]
 PathText = Annotated[str, Field(pattern=r"^/"), BeforeValidator(literal_text)]
 SomeText = Annotated[str, Field(min_length=1), BeforeValidator(literal_text)]
 # A torch release as `torch.__version__` writes it (`2.13.0`, `2.13.0+cu130`, `2.12`).
-TorchVersion = Annotated[str, Field(pattern=r"^[0-9]+\.[0-9]+(\.[0-9]+)?([+.a-z0-9]*)$",
-                                    max_length=64), BeforeValidator(literal_text)]
+TorchVersion = Annotated[
+    str,
+    Field(pattern=r"^[0-9]+\.[0-9]+(\.[0-9]+)?([+.a-z0-9]*)$", max_length=64),
+    BeforeValidator(literal_text),
+]
 # Only `true`/`false`: YAML 1.1's yes/no/on/off (and pydantic's "1", "t", ...) never flip a switch.
 Switch = Annotated[bool, Field(strict=True)]
 
@@ -52,8 +54,7 @@ def _a_number(value: Any) -> Any:
     if isinstance(value, bool):
         raise ValueError(f"must be a number, not {str(value).lower()}")
     if isinstance(value, str):
-        raise PydanticCustomError(COUNT_TEXT, "{text} is not a number",
-                                  {"text": repr(value)})
+        raise PydanticCustomError(COUNT_TEXT, "{text} is not a number", {"text": repr(value)})
     return value
 
 
@@ -77,8 +78,9 @@ class Batch(_Model):
 
     local: Count = Field(gt=0, description="Samples per process per step (the local batch).")
     grad_accum: Count = Field(1, gt=0, description="Gradient accumulation steps.")
-    global_: Count = Field(alias="global", gt=0,
-                         description="Intended global batch = local x processes x grad_accum.")
+    global_: Count = Field(
+        alias="global", gt=0, description="Intended global batch = local x processes x grad_accum."
+    )
 
 
 class Model(_Model):
@@ -88,7 +90,8 @@ class Model(_Model):
     precision: Precision = Field(description="Training precision of weights and gradients.")
     sequence_length: PositiveCount | None = Field(None, description="Tokens per sample, if any.")
     optimizer: Literal["adamw", "adam", "sgd"] = Field(
-        "adamw", description="Optimizer, for the memory estimate (Adam keeps two fp32 moments).")
+        "adamw", description="Optimizer, for the memory estimate (Adam keeps two fp32 moments)."
+    )
 
 
 class Checkpoint(_Model):
@@ -96,14 +99,15 @@ class Checkpoint(_Model):
 
     dir: Text = Field(pattern=r"^/", description="Absolute mount path of the checkpoints.")
     pvc: DnsText | None = Field(None, description="PersistentVolumeClaim mounted at `dir`.")
-    source: DnsText | None = Field(
-        None, description="Approved data source (site file) mounted at `dir`.")
+    source: DnsText | None = Field(None, description="Approved data source (site file) mounted at `dir`.")
     format: CheckpointFormat = Field("torch", description="Checkpoint format.")
-    resume: SomeText | None = Field(
-        None, description="How the script resumes, e.g. `latest in dir`.")
-    on_sigterm: Switch = Field(False, description="The script writes a checkpoint when it "
-                             "receives SIGTERM (preemption, eviction, a restart), within the "
-                             "preset's termination grace period.")
+    resume: SomeText | None = Field(None, description="How the script resumes, e.g. `latest in dir`.")
+    on_sigterm: Switch = Field(
+        False,
+        description="The script writes a checkpoint when it "
+        "receives SIGTERM (preemption, eviction, a restart), within the "
+        "preset's termination grace period.",
+    )
 
 
 class DataVolume(_Model):
@@ -111,8 +115,7 @@ class DataVolume(_Model):
 
     path: Text = Field(pattern=r"^/", description="Absolute mount path in the container.")
     pvc: DnsText | None = Field(None, description="PersistentVolumeClaim to mount.")
-    source: DnsText | None = Field(
-        None, description="Approved data source (site file) to mount.")
+    source: DnsText | None = Field(None, description="Approved data source (site file) to mount.")
     read_only: Switch = Field(True, description="Mount read-only (the default).")
 
 
@@ -128,9 +131,9 @@ class Metrics(_Model):
 
     writer: Literal["rank0", "per-rank", "all-ranks"] = Field(
         description="`rank0`: only global rank 0 writes; `per-rank`: each rank its own files; "
-                    "`all-ranks`: every rank writes the same metrics (duplicates).")
-    tracker: SomeText | None = Field(
-        None, description="Metrics tracker, e.g. tensorboard, wandb, mlflow.")
+        "`all-ranks`: every rank writes the same metrics (duplicates)."
+    )
+    tracker: SomeText | None = Field(None, description="Metrics tracker, e.g. tensorboard, wandb, mlflow.")
 
 
 class SecretRef(_Model):
@@ -143,22 +146,28 @@ class SecretRef(_Model):
 class Profile(_Model):
     """A researcher's project profile: what to run, never how the cluster runs it."""
 
-    name: Text = Field(pattern=DNS1035_PATTERN, max_length=NAME_MAX,
-                      description="Workload name (DNS-1035 label).")
+    name: Text = Field(
+        pattern=DNS1035_PATTERN, max_length=NAME_MAX, description="Workload name (DNS-1035 label)."
+    )
     project: Text = Field(pattern=DNS1123_PATTERN, max_length=NAME_MAX, description="Run:ai project.")
     preset: Text = Field(pattern=DNS1123_PATTERN, max_length=NAME_MAX, description="Approved preset name.")
     image: Text = Field(min_length=1, description="Immutable image: registry/repo[:tag]@sha256:<64 hex>.")
     command: list[Annotated[str, Field(min_length=1), _AS_WRITTEN]] = Field(
-        min_length=1, description="Training entry point and arguments, e.g. [train.py, --cfg, c.yaml].")
+        min_length=1, description="Training entry point and arguments, e.g. [train.py, --cfg, c.yaml]."
+    )
     working_dir: PathText | None = Field(None, description="Container working directory.")
     torch_version: TorchVersion | None = Field(
-        None, description="The image's PyTorch version, e.g. 2.13.0: how long torchrun lets "
-        "the ranks save on SIGTERM (30 s before torch 2.12, the preset's grace period since).")
+        None,
+        description="The image's PyTorch version, e.g. 2.13.0: how long torchrun lets "
+        "the ranks save on SIGTERM (30 s before torch 2.12, the preset's grace period since).",
+    )
     env: dict[Annotated[str, Field(pattern=ENV_NAME)], Arg] = Field(
-        default_factory=dict, description="Plain environment variables.")
+        default_factory=dict, description="Plain environment variables."
+    )
     secret_env: dict[Annotated[str, Field(pattern=ENV_NAME)], SecretRef] = Field(
         default_factory=dict,
-        description="Credentials as variables read from a Secret (never written in the profile).")
+        description="Credentials as variables read from a Secret (never written in the profile).",
+    )
     batch: Batch = Field(description="Batch arithmetic.")
     strategy: Strategy = Field("ddp", description="Parallelism strategy.")
     zero_stage: ZeroStage | None = Field(None, description="DeepSpeed ZeRO stage.")
@@ -166,8 +175,9 @@ class Profile(_Model):
     checkpoint: Checkpoint = Field(description="Checkpoint location and format.")
     data: list[DataVolume] = Field(default_factory=list, description="Data volumes to mount.")
     metrics: Metrics | None = Field(None, description="Who writes shared metrics (rank 0 only).")
-    diagnostics: Diagnostics = Field(default_factory=Diagnostics,
-                                     description="Temporary diagnostic switches.")
+    diagnostics: Diagnostics = Field(
+        default_factory=Diagnostics, description="Temporary diagnostic switches."
+    )
 
     def env_strings(self) -> dict[str, str]:
         return dict(self.env)
@@ -218,11 +228,9 @@ class ProfileProblems(InputError):
     the findings of the rules on the fields that parsed, each with its own hint. Bad input
     (exit 2) even where findings are listed too."""
 
-    def __init__(self, errors: Sequence[RunaiSpecError], findings: Sequence[Finding] = ()
-                 ) -> None:
+    def __init__(self, errors: Sequence[RunaiSpecError], findings: Sequence[Finding] = ()) -> None:
         first = min(errors, key=lambda e: e.line or 0)
-        super().__init__(first.message, file=first.file, line=first.line, field=first.field,
-                         hint=first.hint)
+        super().__init__(first.message, file=first.file, line=first.line, field=first.field, hint=first.hint)
         self.errors = tuple(sorted(errors, key=lambda e: e.line or 0))
         self.findings = tuple(sorted(findings, key=lambda f: f.line or 0))
 
@@ -263,8 +271,7 @@ def _meant(loc: tuple[Any, ...]) -> str | None:
     """The field an unknown key at loc was probably meant to be (`grad_acum`: grad_accum)."""
     key = str(loc[-1]) if loc else ""
     names = field_names(loc[:-1])
-    close = ([key.lower()] if key.lower() in names
-             else difflib.get_close_matches(key, names, n=1))
+    close = [key.lower()] if key.lower() in names else difflib.get_close_matches(key, names, n=1)
     return close[0] if close else None
 
 
@@ -277,50 +284,67 @@ def _explained(error: Any) -> tuple[str, str, str | None]:
     if kind == "extra_forbidden":
         close = _meant(loc)
         msg = "unknown field"
-        hint = (f"did you mean {close!r}? (`runai-spec schema` lists every field)" if close
-                else "see `runai-spec schema` for the fields a profile may set")
+        hint = (
+            f"did you mean {close!r}? (`runai-spec schema` lists every field)"
+            if close
+            else "see `runai-spec schema` for the fields a profile may set"
+        )
     elif kind == "missing":
         msg, hint = "required field is missing", "see examples/ for a complete profile"
     elif kind == "string_pattern_mismatch" and path in ("name", "project", "preset"):
         pattern = DNS1035_PATTERN if path == "name" else DNS1123_PATTERN
         if path == "name":
-            msg = ("must be a DNS-1035 label: lowercase letters, digits and '-', starting with "
-                   "a letter")
+            msg = "must be a DNS-1035 label: lowercase letters, digits and '-', starting with a letter"
         else:
             msg = "must be a DNS-1123 label: lowercase letters, digits and '-'"
         suggestion = dns_suggestion(value, pattern)
         hint = f"use {suggestion!r}" if suggestion else None
     elif kind == "string_pattern_mismatch" and (error.get("ctx") or {}).get("pattern") in (
-            DNS1123_PATTERN, DNS1035_PATTERN):
+        DNS1123_PATTERN,
+        DNS1035_PATTERN,
+    ):
         msg = f"{value!r} is not a Kubernetes name: lowercase letters, digits and '-'"
         suggestion = dns_suggestion(value, error["ctx"]["pattern"])
-        hint = (f"use {suggestion!r}" if suggestion
-                else "name the object as it is in the cluster (`kubectl get pvc,secret`)")
+        hint = (
+            f"use {suggestion!r}"
+            if suggestion
+            else "name the object as it is in the cluster (`kubectl get pvc,secret`)"
+        )
     elif kind == "bool_type":
         msg = "must be true or false"
-        hint = (f"write true or false; {value!r} is not a boolean here (YAML 1.1's yes/no/on/off "
-                "are not accepted)" if isinstance(value, str) and value in YAML11_BOOLS
-                else "write true or false")
+        hint = (
+            f"write true or false; {value!r} is not a boolean here (YAML 1.1's yes/no/on/off "
+            "are not accepted)"
+            if isinstance(value, str) and value in YAML11_BOOLS
+            else "write true or false"
+        )
     elif kind == COUNT_TEXT:
-        hint = count_hint(value) or ("write a plain number, e.g. 4 (digits only: no quotes, "
-                                     "leading zeros, `+`, `_` or spaces)")
+        hint = count_hint(value) or (
+            "write a plain number, e.g. 4 (digits only: no quotes, leading zeros, `+`, `_` or spaces)"
+        )
     return path, msg, hint or fallback_hint(kind, path)
 
 
-def _validation_errors(exc: ValidationError, source: str,
-                       lines: dict[str, int] | None = None) -> list[InputError]:
+def _validation_errors(
+    exc: ValidationError, source: str, lines: dict[str, int] | None = None
+) -> list[InputError]:
     """Every problem pydantic found, one InputError each (a profile with five mistakes
     shows five), each with its own hint."""
-    return [InputError(msg, file=source, line=line_of(path, lines or {}), field=path or None,
-                       hint=hint) for path, msg, hint in map(_explained, exc.errors())]
+    return [
+        InputError(msg, file=source, line=line_of(path, lines or {}), field=path or None, hint=hint)
+        for path, msg, hint in map(_explained, exc.errors())
+    ]
 
 
 # What a required field that did not parse holds while the rules look at the rest: valid,
 # and never the subject of a finding that is kept (`trusted` leaves out their rules).
 _PLACEHOLDER: dict[str, Any] = {
-    "name": "placeholder", "project": "placeholder", "preset": "placeholder",
+    "name": "placeholder",
+    "project": "placeholder",
+    "preset": "placeholder",
     "image": "registry.invalid/placeholder@sha256:" + "0" * 64,
-    "command": ["placeholder.py"], "batch": {"local": 1, "global": 1},
+    "command": ["placeholder.py"],
+    "batch": {"local": 1, "global": 1},
     "checkpoint": {"dir": "/placeholder/checkpoints", "pvc": "placeholder"},
 }
 
@@ -335,8 +359,7 @@ def _loc(error: Any) -> tuple[Any, ...]:
     return tuple(p for p in error["loc"] if not str(p).startswith("function-"))
 
 
-def _repair(data: dict[str, Any], exc: ValidationError
-            ) -> tuple[Profile, set[str], set[str]] | None:
+def _repair(data: dict[str, Any], exc: ValidationError) -> tuple[Profile, set[str], set[str]] | None:
     """A valid Profile from data: unknown keys dropped, each variable that did not parse
     dropped, any other field that did not parse back to its default or a placeholder."""
     data = copy.deepcopy(data)
@@ -368,8 +391,13 @@ def _repair(data: dict[str, Any], exc: ValidationError
                 data[top].pop(loc[1], None)
                 invalid.add(field_path(loc[:2]))
                 continue
-            if top in _ITEM_PLACEHOLDER and len(loc) >= 2 and isinstance(loc[1], int) \
-                    and isinstance(data.get(top), list) and loc[1] < len(data[top]):
+            if (
+                top in _ITEM_PLACEHOLDER
+                and len(loc) >= 2
+                and isinstance(loc[1], int)
+                and isinstance(data.get(top), list)
+                and loc[1] < len(data[top])
+            ):
                 # one bad item of a list stands in for itself only: the other items, and the
                 # rules that read the list, are still checked (issue 26 item 2)
                 data[top][loc[1]] = _ITEM_PLACEHOLDER[top](loc[1])
@@ -402,8 +430,16 @@ def parse_partial(text: str, source: str) -> LoadedProfile:
         if repaired is None:
             raise ProfileProblems(errors, findings) from None
         profile, invalid, replaced = repaired
-        return LoadedProfile(profile, source, digest, lines, tuple(findings), tuple(errors),
-                             frozenset(invalid), frozenset(replaced))
+        return LoadedProfile(
+            profile,
+            source,
+            digest,
+            lines,
+            tuple(findings),
+            tuple(errors),
+            frozenset(invalid),
+            frozenset(replaced),
+        )
     return LoadedProfile(profile, source, digest, lines, tuple(findings))
 
 
@@ -429,8 +465,7 @@ def _canonical(value: Any) -> Any:
 def canonical_json(value: Any) -> str:
     """The parsed profile as sorted-key JSON with every number as the text written: what the
     profile says, not how the file is laid out (line endings, comments, quoting, key order)."""
-    return json.dumps(_canonical(value), sort_keys=True, ensure_ascii=False,
-                      separators=(",", ":"))
+    return json.dumps(_canonical(value), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
 def canonical_sha256(raw: dict[str, Any]) -> str:

@@ -35,8 +35,28 @@ _SUFFIX = {"k": 3, "m": 6, "b": 9, "g": 9, "t": 12}
 _COUNT = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([kKmMbBgGtT])\s*\Z")
 
 
-YAML11_BOOLS = {"yes", "no", "on", "off", "y", "n", "True", "False", "TRUE", "FALSE", "Yes",
-                 "No", "On", "Off", "YES", "NO", "ON", "OFF", "1", "0"}
+YAML11_BOOLS = {
+    "yes",
+    "no",
+    "on",
+    "off",
+    "y",
+    "n",
+    "True",
+    "False",
+    "TRUE",
+    "FALSE",
+    "Yes",
+    "No",
+    "On",
+    "Off",
+    "YES",
+    "NO",
+    "ON",
+    "OFF",
+    "1",
+    "0",
+}
 
 
 def count_hint(text: str) -> str | None:
@@ -64,7 +84,11 @@ def fallback_hint(kind: str, path: str) -> str:
     """Every error gets a hint: where no better one is known, what the field takes."""
     if kind in ("string_type", "str_type"):
         return "write text here (a plain scalar or a quoted string; null is not text)"
-    if kind.startswith(("int_", "float_")) or kind in ("greater_than", "greater_than_equal",
-                                                        "less_than", "less_than_equal"):
+    if kind.startswith(("int_", "float_")) or kind in (
+        "greater_than",
+        "greater_than_equal",
+        "less_than",
+        "less_than_equal",
+    ):
         return f"`runai-spec schema` shows the numbers {path or 'this field'} takes"
     return f"`runai-spec schema` shows what {path or 'a profile'} takes"

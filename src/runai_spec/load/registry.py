@@ -66,11 +66,17 @@ def _sha256(data: bytes) -> str:
 
 def _pydantic_error(exc: ValidationError, source: str) -> PresetError:
     """Every problem of the file, one `error:` line each, and the engineers' hint."""
-    errors = [PresetError(e["msg"], file=source, field=".".join(str(p) for p in e["loc"]) or None)
-              for e in exc.errors()]
-    return PresetError(errors[0].message, file=source, field=errors[0].field,
-                       hint="presets are engineer-owned; ask an SCC AI Engineer",
-                       also=[e.lines()[0] for e in errors[1:]])
+    errors = [
+        PresetError(e["msg"], file=source, field=".".join(str(p) for p in e["loc"]) or None)
+        for e in exc.errors()
+    ]
+    return PresetError(
+        errors[0].message,
+        file=source,
+        field=errors[0].field,
+        hint="presets are engineer-owned; ask an SCC AI Engineer",
+        also=[e.lines()[0] for e in errors[1:]],
+    )
 
 
 class PresetRegistry:
@@ -102,8 +108,7 @@ class PresetRegistry:
 
     def names(self) -> list[str]:
         """Preset names stored in the folder (site and ledger excluded), sorted."""
-        return sorted(p.name[:-5] for p in self.root.glob("*.yaml")
-                      if p.name not in (SITE_FILE, LEDGER_FILE))
+        return sorted(p.name[:-5] for p in self.root.glob("*.yaml") if p.name not in (SITE_FILE, LEDGER_FILE))
 
     @property
     def allowed_signers_path(self) -> Path:
@@ -114,32 +119,45 @@ class PresetRegistry:
         source = str(path)
         hint_approve = approve_hint(what)
         if path.is_symlink():
-            raise PresetError("is a symlink; presets must be plain files", file=source,
-                              hint="replace the link with the reviewed file")
+            raise PresetError(
+                "is a symlink; presets must be plain files",
+                file=source,
+                hint="replace the link with the reviewed file",
+            )
         if not path.is_file():
             raise PresetError("no such file", file=source)
         data = path.read_bytes()
         entry = self.ledger().approvals.get(filename)
         if entry is None:
-            raise PresetError("not recorded in the approvals ledger", file=source,
-                              field="approvals", hint=hint_approve)
+            raise PresetError(
+                "not recorded in the approvals ledger", file=source, field="approvals", hint=hint_approve
+            )
         if _sha256(data) != entry.sha256:
-            raise PresetError("edited since it was approved (sha256 differs from the ledger)",
-                              file=source, field="sha256", hint=hint_approve)
+            raise PresetError(
+                "edited since it was approved (sha256 differs from the ledger)",
+                file=source,
+                field="sha256",
+                hint=hint_approve,
+            )
         self._verify_signature(filename, entry, source, hint_approve)
         if dt.date.fromisoformat(entry.approved_at) > self.today:
             # signed at a date still to come: no key window (valid-after) and no review
             # vouches for it yet (the signer chose the date)
-            raise PresetError(f"approval dated {entry.approved_at}, after today "
-                              f"({self.today.isoformat()})", file=source, field="approved_at",
-                              hint=hint_approve)
+            raise PresetError(
+                f"approval dated {entry.approved_at}, after today ({self.today.isoformat()})",
+                file=source,
+                field="approved_at",
+                hint=hint_approve,
+            )
         if entry.expires is not None and dt.date.fromisoformat(entry.expires) < self.today:
-            raise PresetError(f"approval expired on {entry.expires}", file=source,
-                              field="expires", hint=hint_approve)
+            raise PresetError(
+                f"approval expired on {entry.expires}", file=source, field="expires", hint=hint_approve
+            )
         return data, entry
 
-    def _approved_model(self, filename: str, what: str,
-                        model: type[_FileModel]) -> tuple[_FileModel, dict[str, int], Approval]:
+    def _approved_model(
+        self, filename: str, what: str, model: type[_FileModel]
+    ) -> tuple[_FileModel, dict[str, int], Approval]:
         """FILENAME as approved (_approved_bytes), validated as MODEL: the model, the line of
         each of its fields and the ledger entry."""
         data, entry = self._approved_bytes(filename, what)
@@ -154,14 +172,18 @@ class PresetRegistry:
         """Refuse the approval of FILENAME unless an engineer listed in allowed_signers signed
         exactly this entry (as an edited file is refused: one error, exit 2)."""
         if entry.signature is None:
-            raise SignatureError(f"the approval in {LEDGER_FILE} is not signed; approvals are "
-                                 "signed with an AI Engineer's SSH key", file=source,
-                                 field="signature", hint=hint)
+            raise SignatureError(
+                f"the approval in {LEDGER_FILE} is not signed; approvals are "
+                "signed with an AI Engineer's SSH key",
+                file=source,
+                field="signature",
+                hint=hint,
+            )
         try:  # in-process (signing.verify_approval): no ssh-keygen needed to load a preset
-            statement = Statement(filename, entry.sha256, entry.approved_by, entry.approved_at,
-                                  entry.expires)
-            verify_approval(SignedApproval(statement, entry.signature),
-                            self.allowed_signers_path, source=source)
+            statement = Statement(filename, entry.sha256, entry.approved_by, entry.approved_at, entry.expires)
+            verify_approval(
+                SignedApproval(statement, entry.signature), self.allowed_signers_path, source=source
+            )
         except SignatureError as exc:
             located = exc.located(source)
             if located.hint is None:
@@ -187,8 +209,11 @@ class PresetRegistry:
         if name in self._presets:
             return self._presets[name]
         if not _is_label(name) or name in ("site", "approvals"):
-            raise PresetError(f"{name!r} is not a preset name (a plain lowercase label)",
-                              field="preset", hint="run `runai-spec presets list`")
+            raise PresetError(
+                f"{name!r} is not a preset name (a plain lowercase label)",
+                field="preset",
+                hint="run `runai-spec presets list`",
+            )
         filename = f"{name}.yaml"
         if not (self.root / filename).exists() and not (self.root / filename).is_symlink():
             close = difflib.get_close_matches(name, self.names(), n=1)
@@ -199,10 +224,13 @@ class PresetRegistry:
         problem = preset_problem(preset) or _priority_problem(preset, self.site())
         if problem:
             about_priority = problem.endswith(PRIORITY_TAIL)
-            raise PresetError(problem, file=source,
-                              line=lines.get("priority") if about_priority else None,
-                              field="priority" if about_priority else None,
-                              hint=PRIORITY_HINT if about_priority else None)
+            raise PresetError(
+                problem,
+                file=source,
+                line=lines.get("priority") if about_priority else None,
+                field="priority" if about_priority else None,
+                hint=PRIORITY_HINT if about_priority else None,
+            )
         approved = ApprovedPreset(name, preset, entry.sha256, entry, lines)
         self._presets[name] = approved
         return approved
@@ -218,11 +246,18 @@ class PresetRegistry:
             return VerifyResult((), (str(exc).splitlines()[0],))
         signers = self.allowed_signers_path
         if signers.is_symlink() or not signers.is_file():
-            return VerifyResult((), (f"error: {signers}: allowed_signers: no such plain file; "
-                                     "no approval can verify without the engineers' keys",))
-        files = sorted(p.name for p in self.root.iterdir()
-                       if p.name not in (LEDGER_FILE, ALLOWED_SIGNERS_FILE)
-                       and not p.name.startswith("."))
+            return VerifyResult(
+                (),
+                (
+                    f"error: {signers}: allowed_signers: no such plain file; "
+                    "no approval can verify without the engineers' keys",
+                ),
+            )
+        files = sorted(
+            p.name
+            for p in self.root.iterdir()
+            if p.name not in (LEDGER_FILE, ALLOWED_SIGNERS_FILE) and not p.name.startswith(".")
+        )
         for filename in files:
             if not filename.endswith(".yaml"):
                 problems.append(f"error: {self.root / filename}: not a preset file (*.yaml)")
@@ -238,8 +273,10 @@ class PresetRegistry:
                 if line not in problems:  # a site file that fails, failing every preset: once
                     problems.append(line)
         for filename in sorted(set(ledger.approvals) - set(files)):
-            problems.append(f"error: {self.ledger_path}: approvals.{filename}: "
-                            "ledger entry for a file that does not exist")
+            problems.append(
+                f"error: {self.ledger_path}: approvals.{filename}: "
+                "ledger entry for a file that does not exist"
+            )
         return VerifyResult(tuple(ok), tuple(problems))
 
     def approve(self, name: str, key: Path, *, expires: str | None = None) -> Approval:
@@ -262,20 +299,32 @@ class PresetRegistry:
                 problem = preset_problem(preset) or _priority_problem(preset, self.site())
                 if problem:
                     about_priority = problem.endswith(PRIORITY_TAIL)
-                    raise PresetError(problem, file=str(path),
-                                      field="priority" if about_priority else None,
-                                      hint=PRIORITY_HINT if about_priority else None)
+                    raise PresetError(
+                        problem,
+                        file=str(path),
+                        field="priority" if about_priority else None,
+                        hint=PRIORITY_HINT if about_priority else None,
+                    )
         except ValidationError as exc:
             raise _pydantic_error(exc, str(path)) from None
         current = self.ledger().approvals if self.ledger_path.exists() else {}
         expires = approval_expiry(name, expires, current.get(filename), self.today)
-        signed = sign_approval(filename, _sha256(path.read_bytes()), key,
-                               self.allowed_signers_path, approved_at=self.today.isoformat(),
-                               expires=expires)
+        signed = sign_approval(
+            filename,
+            _sha256(path.read_bytes()),
+            key,
+            self.allowed_signers_path,
+            approved_at=self.today.isoformat(),
+            expires=expires,
+        )
         statement = signed.statement
-        entry = Approval(sha256=statement.sha256, approved_by=statement.approver,
-                         approved_at=statement.approved_at, expires=statement.expires,
-                         signature=signed.signature)
+        entry = Approval(
+            sha256=statement.sha256,
+            approved_by=statement.approver,
+            approved_at=statement.approved_at,
+            expires=statement.expires,
+            signature=signed.signature,
+        )
         approvals = dict(current)
         approvals[filename] = entry
         write_ledger(self.ledger_path, approvals)
@@ -288,8 +337,10 @@ class PresetRegistry:
 
 def approve_hint(what: str) -> str:
     """How a file gets (re-)approved: reviewed, then signed by an engineer's key."""
-    return (f"an SCC AI Engineer reviews it and runs `runai-spec presets approve {what} "
-            "--key ~/.ssh/id_ed25519` (a key listed in presets/allowed_signers)")
+    return (
+        f"an SCC AI Engineer reviews it and runs `runai-spec presets approve {what} "
+        "--key ~/.ssh/id_ed25519` (a key listed in presets/allowed_signers)"
+    )
 
 
 def _is_label(name: str) -> bool:
@@ -302,20 +353,28 @@ PRIORITY_HINT = "use one of the site's priorities (site.yaml `priorities`), e.g.
 
 def _priority_problem(preset: Preset, site: Site) -> str | None:
     if preset.priority not in site.priorities:
-        return (f"{preset.priority!r} is not a class the cluster serves "
-                f"({', '.join(site.priorities)}){PRIORITY_TAIL}")
+        return (
+            f"{preset.priority!r} is not a class the cluster serves "
+            f"({', '.join(site.priorities)}){PRIORITY_TAIL}"
+        )
     return None
 
 
 def site_summary(approved: ApprovedSite) -> dict[str, Any]:
     """A plain mapping of the site file and its approval, for `presets show site`."""
-    return {"name": "site", "sha256": approved.sha256,
-            "approval": approved.approval.model_dump(exclude_none=True, exclude={"signature"}),
-            **approved.site.model_dump(exclude_none=True)}
+    return {
+        "name": "site",
+        "sha256": approved.sha256,
+        "approval": approved.approval.model_dump(exclude_none=True, exclude={"signature"}),
+        **approved.site.model_dump(exclude_none=True),
+    }
 
 
 def preset_summary(approved: ApprovedPreset) -> dict[str, Any]:
     """A plain mapping of the preset and its approval, for `presets show`."""
-    return {"name": approved.name, "sha256": approved.sha256,
-            "approval": approved.approval.model_dump(exclude_none=True, exclude={"signature"}),
-            **approved.preset.model_dump(exclude_none=True)}
+    return {
+        "name": approved.name,
+        "sha256": approved.sha256,
+        "approval": approved.approval.model_dump(exclude_none=True, exclude={"signature"}),
+        **approved.preset.model_dump(exclude_none=True),
+    }

@@ -48,23 +48,27 @@ class Statement:
                 raise SignatureError("not a date (YYYY-MM-DD)", field=field)
 
     def text(self) -> str:
-        return (f"{STATEMENT_HEADER}\n"
-                f"namespace: {NAMESPACE}\n"
-                f"file: {self.file}\n"
-                f"sha256: {self.sha256}\n"
-                f"approver: {self.approver}\n"
-                f"approved_at: {self.approved_at}\n"
-                f"expires: {self.expires or 'never'}\n")
+        return (
+            f"{STATEMENT_HEADER}\n"
+            f"namespace: {NAMESPACE}\n"
+            f"file: {self.file}\n"
+            f"sha256: {self.sha256}\n"
+            f"approver: {self.approver}\n"
+            f"approved_at: {self.approved_at}\n"
+            f"expires: {self.expires or 'never'}\n"
+        )
 
 
 def ssh_keygen() -> str:
     """The ssh-keygen to run, or a SignatureError saying how to get one."""
     found = shutil.which("ssh-keygen")
     if found is None:
-        raise SignatureError("ssh-keygen not found; approving (signing) needs it",
-                             field="signature",
-                             hint="install OpenSSH 8.2 or newer (Debian/Ubuntu: apt-get install "
-                                  "openssh-client), as git needs for signed commits")
+        raise SignatureError(
+            "ssh-keygen not found; approving (signing) needs it",
+            field="signature",
+            hint="install OpenSSH 8.2 or newer (Debian/Ubuntu: apt-get install "
+            "openssh-client), as git needs for signed commits",
+        )
     return found
 
 
@@ -74,18 +78,29 @@ def _run(args: list[str], data: str | None, what: str) -> subprocess.CompletedPr
     # every machine (see verify_time)
     env = {**os.environ, "LC_ALL": "C", "TZ": "UTC"}
     try:
-        return subprocess.run([ssh_keygen(), *args], input=data, capture_output=True, text=True,
-                              env=env, timeout=TIMEOUT_S, check=False)
+        return subprocess.run(
+            [ssh_keygen(), *args],
+            input=data,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=TIMEOUT_S,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
-        raise SignatureError(f"ssh-keygen took over {TIMEOUT_S} s to {what}", field="signature",
-                             hint="is the key protected by a passphrase no one typed?") from None
+        raise SignatureError(
+            f"ssh-keygen took over {TIMEOUT_S} s to {what}",
+            field="signature",
+            hint="is the key protected by a passphrase no one typed?",
+        ) from None
     except OSError as exc:
         raise SignatureError(f"cannot run ssh-keygen: {exc.strerror}", field="signature") from None
 
 
 def _reason(stderr: str) -> str:
-    useful = [line.strip() for line in stderr.splitlines()
-              if line.strip() and not line.startswith("Signing data")]
+    useful = [
+        line.strip() for line in stderr.splitlines() if line.strip() and not line.startswith("Signing data")
+    ]
     return useful[-1] if useful else "ssh-keygen failed"
 
 
@@ -97,9 +112,12 @@ def sign_text(text: str, key: Path) -> str:
     done = _run(["-Y", "sign", "-n", NAMESPACE, "-f", str(key)], text, "sign")
     signature = done.stdout.replace("\r\n", "\n")
     if done.returncode != 0 or not ARMOR.match(signature):
-        raise SignatureError(f"cannot sign with this key: {_reason(done.stderr)}",
-                             file=str(key), field="--key",
-                             hint="use the SSH key listed for you in presets/allowed_signers")
+        raise SignatureError(
+            f"cannot sign with this key: {_reason(done.stderr)}",
+            file=str(key),
+            field="--key",
+            hint="use the SSH key listed for you in presets/allowed_signers",
+        )
     return signature if signature.endswith("\n") else signature + "\n"
 
 
@@ -126,15 +144,21 @@ def principal_of_key(key: Path, allowed_signers: Path, *, at: int | None = None)
     probe = sign_text(f"{STATEMENT_HEADER}\nprobe: which principal is this key?\n", key)
     found, refused = signers.principals(signer_key(probe), int(time.time()) if at is None else at)
     if not found:
-        raise SignatureError("this key is not listed in allowed_signers" if refused is None
-                             else f"allowed_signers does not admit this key ({refused})",
-                             file=str(key), field="--key",
-                             hint=f"an AI Engineer's key is added to {allowed_signers} in a "
-                                  "reviewed merge request")
+        raise SignatureError(
+            "this key is not listed in allowed_signers"
+            if refused is None
+            else f"allowed_signers does not admit this key ({refused})",
+            file=str(key),
+            field="--key",
+            hint=f"an AI Engineer's key is added to {allowed_signers} in a reviewed merge request",
+        )
     if len(found) > 1:
-        raise SignatureError(f"this key is listed for several principals ({', '.join(found)})",
-                             file=str(allowed_signers), field="allowed_signers",
-                             hint="list each engineer's key once")
+        raise SignatureError(
+            f"this key is listed for several principals ({', '.join(found)})",
+            file=str(allowed_signers),
+            field="allowed_signers",
+            hint="list each engineer's key once",
+        )
     return found[0]
 
 
@@ -146,8 +170,9 @@ class SignedApproval:
     signature: str
 
 
-def sign_approval(file: str, sha256: str, key: Path, allowed_signers: Path, *,
-                  approved_at: str, expires: str | None = None) -> SignedApproval:
+def sign_approval(
+    file: str, sha256: str, key: Path, allowed_signers: Path, *, approved_at: str, expires: str | None = None
+) -> SignedApproval:
     """Sign the approval of FILE (at SHA256) with KEY; the approver is the key's principal
     (at the approval's date, as it is verified)."""
     principal = principal_of_key(key, allowed_signers, at=verify_time(approved_at))
@@ -157,8 +182,7 @@ def sign_approval(file: str, sha256: str, key: Path, allowed_signers: Path, *,
     return signed
 
 
-def verify_approval(signed: SignedApproval, allowed_signers: Path, *,
-                    source: str | None = None) -> str:
+def verify_approval(signed: SignedApproval, allowed_signers: Path, *, source: str | None = None) -> str:
     """The approver, once the signature verifies for them against allowed_signers at the
     approval's date (`ssh-keygen -Y verify -I APPROVER -n runai-spec
     -Overify-time=APPROVED_AT`, in-process); a SignatureError otherwise. Needs neither the
@@ -172,7 +196,9 @@ def verify_approval(signed: SignedApproval, allowed_signers: Path, *,
         raise SignatureError(
             f"the signature of {statement.file}'s approval does not verify for "
             f"{statement.approver!r} against {allowed_signers.name} ({exc})",
-            file=source, field="signature",
+            file=source,
+            field="signature",
             hint="an approval is signed by an AI Engineer: `runai-spec presets approve NAME "
-                 "--key ~/.ssh/id_ed25519`") from None
+            "--key ~/.ssh/id_ed25519`",
+        ) from None
     return statement.approver

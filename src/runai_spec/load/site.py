@@ -35,8 +35,7 @@ class DataSource(_Model):
     """An approved data source: its PVC claim in each project's namespace."""
 
     claim: str = Field("{source}", description="Claim name pattern ({source}, {project}).")
-    projects: dict[str, str] = Field(default_factory=dict,
-                                     description="Explicit claim name per project.")
+    projects: dict[str, str] = Field(default_factory=dict, description="Explicit claim name per project.")
     read_only: bool = Field(True, description="Mounted read-only unless the profile says not.")
 
     def claim_for(self, source: str, project: str) -> str:
@@ -54,16 +53,25 @@ def _only_placeholders(pattern: str, allowed: tuple[str, ...]) -> str:
     import string
 
     try:
-        fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(pattern)
-                  if name is not None]
+        fields = [
+            (name, spec, conv)
+            for _, name, spec, conv in string.Formatter().parse(pattern)
+            if name is not None
+        ]
     except ValueError as exc:
         raise ValueError(f"{pattern!r} is not a pattern ({exc})") from None
     # a conversion or a format spec ({project!r}, {project:>9}) changes the text: refused too
-    wrong = [name + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "")
-             for name, spec, conv in fields if name not in allowed or spec or conv]
+    wrong = [
+        name + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "")
+        for name, spec, conv in fields
+        if name not in allowed or spec or conv
+    ]
     if wrong:
-        raise ValueError(f"{pattern!r} names the placeholder {{{wrong[0]}}}; only "
-                         + ", ".join(f"{{{a}}}" for a in allowed) + " exist")
+        raise ValueError(
+            f"{pattern!r} names the placeholder {{{wrong[0]}}}; only "
+            + ", ".join(f"{{{a}}}" for a in allowed)
+            + " exist"
+        )
     return pattern
 
 
@@ -76,11 +84,13 @@ class WorkloadGuard(_Model):
     creators: list[str] = Field(
         default_factory=lambda: ["system:serviceaccount:kubeflow:training-operator"],
         description="User names (service accounts) that may create such Pods: the training "
-        "operator's, and any other controller of the site that runs approved workloads.")
+        "operator's, and any other controller of the site that runs approved workloads.",
+    )
     resource_prefixes: list[str] = Field(
         default_factory=lambda: ["nvidia.com/", "rdma/"],
         description="Extended resource name prefixes that count as accelerators or RDMA "
-        "devices (the presets' network.resources are added).")
+        "devices (the presets' network.resources are added).",
+    )
 
 
 RUNAI_CLUSTER_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
@@ -89,25 +99,34 @@ RUNAI_CLUSTER_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}
 class RunaiControlPlane(_Model):
     """Run:ai's control plane, for submitting through its Workloads V2 API (issue 27)."""
 
-    url: str = Field(pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$", description="The control "
-                     "plane's URL (the Run:ai UI's address), e.g. https://runai.example.org.")
-    cluster: str = Field(min_length=1, description="The cluster's id (a UUID) or its name, as "
-                         "the control plane lists it.")
-    category: str | None = Field("Train", description="The workload category Run:ai monitors "
-                                 "it under (Build, Train, Deploy); null: the workload type's "
-                                 "default.")
+    url: str = Field(
+        pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$",
+        description="The control plane's URL (the Run:ai UI's address), e.g. https://runai.example.org.",
+    )
+    cluster: str = Field(
+        min_length=1, description="The cluster's id (a UUID) or its name, as the control plane lists it."
+    )
+    category: str | None = Field(
+        "Train",
+        description="The workload category Run:ai monitors "
+        "it under (Build, Train, Deploy); null: the workload type's "
+        "default.",
+    )
 
 
 class SiteSubmit(_Model):
     """How the site submits: the Kubernetes API (apply) or Run:ai's Workloads V2 API."""
 
     via: Literal["kubernetes", "runai"] = Field(
-        "kubernetes", description="The default path: `kubernetes` applies the PyTorchJob with "
+        "kubernetes",
+        description="The default path: `kubernetes` applies the PyTorchJob with "
         "the Kubernetes client (Run:ai schedules it as an externally submitted workload); "
         "`runai` submits it as a Run:ai workload (POST /api/v2/workloads). `--via` overrides "
-        "it per call when `runai` is configured.")
-    runai: RunaiControlPlane | None = Field(None, description="The Run:ai control plane; "
-                                            "needed for `via: runai` and for `--via runai`.")
+        "it per call when `runai` is configured.",
+    )
+    runai: RunaiControlPlane | None = Field(
+        None, description="The Run:ai control plane; needed for `via: runai` and for `--via runai`."
+    )
 
     def model_post_init(self, context: Any, /) -> None:
         if self.via == "runai" and self.runai is None:
@@ -120,8 +139,9 @@ class Site(_Model):
     cluster: str
     family: Literal["kubeflow", "runai"] = "kubeflow"
     namespace_pattern: str = "runai-{project}"
-    namespaces: dict[str, str] = Field(default_factory=dict,
-                                       description="Projects mapped to other namespaces.")
+    namespaces: dict[str, str] = Field(
+        default_factory=dict, description="Projects mapped to other namespaces."
+    )
     scheduler_name: str = "runai-scheduler"
     queue_label: str = QUEUE_LABEL
     priority_label: str = PRIORITY_LABEL
@@ -129,25 +149,40 @@ class Site(_Model):
     node_pool_label: str = NODE_POOL_LABEL
     registries: list[str] = Field(min_length=1)
     data_sources: dict[str, DataSource] = Field(
-        default_factory=dict, description="Approved data sources (a list: claim = source name).")
-    priorities: list[str] = Field(default_factory=lambda: list(RUNAI_PRIORITIES),
-                                  min_length=1, description="The cluster's priority dictionary.")
+        default_factory=dict, description="Approved data sources (a list: claim = source name)."
+    )
+    priorities: list[str] = Field(
+        default_factory=lambda: list(RUNAI_PRIORITIES),
+        min_length=1,
+        description="The cluster's priority dictionary.",
+    )
     allow_module_entrypoint: bool = Field(
-        False, description="Whether a profile's command may start with `-m <module>` (torchrun "
-        "--module / python -m) instead of a script path.")
+        False,
+        description="Whether a profile's command may start with `-m <module>` (torchrun "
+        "--module / python -m) instead of a script path.",
+    )
     operator_version: OperatorVersion = Field(
-        OPERATOR_VERSION, description="The Kubeflow training-operator release the cluster runs "
-        "(kubeflow.OPERATOR_VERSIONS); it fixes the env the operator injects per pod.")
-    label_keys: LabelKeys | None = Field(None, description="Scheduler label keys; overrides "
-                                         "queue_label, priority_label, ... when given.")
+        OPERATOR_VERSION,
+        description="The Kubeflow training-operator release the cluster runs "
+        "(kubeflow.OPERATOR_VERSIONS); it fixes the env the operator injects per pod.",
+    )
+    label_keys: LabelKeys | None = Field(
+        None, description="Scheduler label keys; overrides queue_label, priority_label, ... when given."
+    )
     grants: dict[str, list[str]] | None = Field(
-        None, description="Project -> presets it may use (`*`: every project / every preset); "
-        "absent: every project may use every preset.")
+        None,
+        description="Project -> presets it may use (`*`: every project / every preset); "
+        "absent: every project may use every preset.",
+    )
     workload_guard: WorkloadGuard = Field(
-        default_factory=WorkloadGuard, description="The optional admission policy that keeps "
-        "GPU, RDMA and network-attachment Pods to the listed creators (docs/admission.md).")
-    submit: SiteSubmit = Field(default_factory=SiteSubmit, description="How `submit`, `status` "
-                               "and `delete` reach the cluster (docs/runai-submit.md).")
+        default_factory=WorkloadGuard,
+        description="The optional admission policy that keeps "
+        "GPU, RDMA and network-attachment Pods to the listed creators (docs/admission.md).",
+    )
+    submit: SiteSubmit = Field(
+        default_factory=SiteSubmit,
+        description="How `submit`, `status` and `delete` reach the cluster (docs/runai-submit.md).",
+    )
 
     @field_validator("namespace_pattern")
     @classmethod
@@ -159,15 +194,17 @@ class Site(_Model):
     def _sources_list(cls, value: Any) -> Any:
         if isinstance(value, list):
             return {name: {} for name in value}
-        return {k: ({} if v is None else v) for k, v in value.items()} \
-            if isinstance(value, dict) else value
+        return {k: ({} if v is None else v) for k, v in value.items()} if isinstance(value, dict) else value
 
     def model_post_init(self, context: Any, /) -> None:
         keys = self.label_keys
         if keys is not None:
-            for name, value in (("queue_label", keys.queue), ("priority_label", keys.priority),
-                                ("preemptibility_label", keys.preemptibility),
-                                ("node_pool_label", keys.node_pool)):
+            for name, value in (
+                ("queue_label", keys.queue),
+                ("priority_label", keys.priority),
+                ("preemptibility_label", keys.preemptibility),
+                ("node_pool_label", keys.node_pool),
+            ):
                 object.__setattr__(self, name, value)
 
     def claim_for(self, source: str, project: str) -> str:
@@ -184,6 +221,7 @@ class Site(_Model):
             if preset in names or ALL_PROJECTS in names:
                 return True
         return False
+
     # The line of each field in the file it was read from (for `explain`); empty when built
     # in code. Not a field: it is no setting, and the schema does not show it.
     _lines: dict[str, int] = PrivateAttr(default_factory=dict)

@@ -45,9 +45,13 @@ RSA_MIN_BITS = 1024  # sshkey.c SSH_RSA_MINIMUM_MODULUS_SIZE
 RSA_MAX_BITS = 16384  # SSHBUF_MAX_BIGNUM
 ECDSA_CURVES = {"nistp256": "sha256", "nistp384": "sha384", "nistp521": "sha512"}
 # the type names sshkey_read accepts at the start of a key, for the key types verified here
-KEY_NAMES = {"ssh-ed25519": "ssh-ed25519", "ssh-rsa": "ssh-rsa", "rsa-sha2-256": "ssh-rsa",
-             "rsa-sha2-512": "ssh-rsa",
-             **{f"ecdsa-sha2-{curve}": f"ecdsa-sha2-{curve}" for curve in ECDSA_CURVES}}
+KEY_NAMES = {
+    "ssh-ed25519": "ssh-ed25519",
+    "ssh-rsa": "ssh-rsa",
+    "rsa-sha2-256": "ssh-rsa",
+    "rsa-sha2-512": "ssh-rsa",
+    **{f"ecdsa-sha2-{curve}": f"ecdsa-sha2-{curve}" for curve in ECDSA_CURVES},
+}
 
 
 class Invalid(Exception):
@@ -64,7 +68,7 @@ class _Reader:
     def take(self, size: int) -> bytes:
         if size > len(self.data) - self.at:
             raise Invalid("invalid format (truncated)")
-        chunk = self.data[self.at:self.at + size]
+        chunk = self.data[self.at : self.at + size]
         self.at += size
         return chunk
 
@@ -102,10 +106,11 @@ def _crypto(name: str) -> Any:
     try:
         return importlib.import_module(f"cryptography.hazmat.primitives.{name}")
     except ImportError:  # pragma: no cover - a dependency of runai-spec
-        raise SignatureError("the cryptography package is not installed; signed approvals "
-                             "need it to verify", field="signature",
-                             hint="reinstall runai-spec (pip install runai-spec) in this "
-                                  "environment") from None
+        raise SignatureError(
+            "the cryptography package is not installed; signed approvals need it to verify",
+            field="signature",
+            hint="reinstall runai-spec (pip install runai-spec) in this environment",
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -136,13 +141,16 @@ class PublicKey:
         elif kind == "ssh-rsa":
             e, n = reader.mpint(), reader.mpint()
             if not RSA_MIN_BITS <= n.bit_length() <= RSA_MAX_BITS:
-                raise Invalid(f"RSA key of {n.bit_length()} bits (OpenSSH takes "
-                              f"{RSA_MIN_BITS} to {RSA_MAX_BITS})")
+                raise Invalid(
+                    f"RSA key of {n.bit_length()} bits (OpenSSH takes {RSA_MIN_BITS} to {RSA_MAX_BITS})"
+                )
             key = cls(kind, (e, n))
         else:
-            raise Invalid(f"key type {kind!r} is not verified here (plain ssh-ed25519, "
-                          "ecdsa-sha2-nistp256/384/521 and ssh-rsa keys are; certificates, "
-                          "security keys and DSA are refused)")
+            raise Invalid(
+                f"key type {kind!r} is not verified here (plain ssh-ed25519, "
+                "ecdsa-sha2-nistp256/384/521 and ssh-rsa keys are; certificates, "
+                "security keys and DSA are refused)"
+            )
         reader.end()
         key.crypto_key()  # a point that is on no curve, an RSA exponent no one signs with
         return key
@@ -156,8 +164,9 @@ class PublicKey:
                 e, n = self.material
                 return _crypto("asymmetric.rsa").RSAPublicNumbers(int(e), int(n)).public_key()
             ec = _crypto("asymmetric.ec")
-            curve = {"nistp256": ec.SECP256R1, "nistp384": ec.SECP384R1,
-                     "nistp521": ec.SECP521R1}[self.kind[11:]]()
+            curve = {"nistp256": ec.SECP256R1, "nistp384": ec.SECP384R1, "nistp521": ec.SECP521R1}[
+                self.kind[11:]
+            ]()
             point = self.material[0]
             assert isinstance(point, bytes)
             return ec.EllipticCurvePublicKey.from_encoded_point(curve, point)
@@ -197,8 +206,11 @@ class PublicKey:
                 r, s = inner.mpint(), inner.mpint()
                 inner.end()
                 hashes, ec = _crypto("hashes"), _crypto("asymmetric.ec")
-                curve_hash = {"sha256": hashes.SHA256(), "sha384": hashes.SHA384(),
-                              "sha512": hashes.SHA512()}[ECDSA_CURVES[self.kind[11:]]]
+                curve_hash = {
+                    "sha256": hashes.SHA256(),
+                    "sha384": hashes.SHA384(),
+                    "sha512": hashes.SHA512(),
+                }[ECDSA_CURVES[self.kind[11:]]]
                 der = _crypto("asymmetric.utils").encode_dss_signature(r, s)
                 key.verify(der, data, ec.ECDSA(curve_hash))
         except InvalidSignature:
@@ -212,8 +224,7 @@ class PublicKey:
         elif self.kind == "ssh-rsa":
             out += [_ssh_mpint(int(value)) for value in self.material]
         else:
-            out += [_ssh_string(self.kind[11:].encode()),
-                    _ssh_string(bytes(self.material[0]))]
+            out += [_ssh_string(self.kind[11:].encode()), _ssh_string(bytes(self.material[0]))]
         return f"{self.kind} {base64.b64encode(b''.join(out)).decode()}"
 
 
@@ -237,14 +248,12 @@ def _b64(text: str) -> bytes:
 def dearmor(signature: str) -> bytes:
     """The SSHSIG blob of an armored signature (sshsig_dearmor; PROTOCOL.sshsig section 1)."""
     if not ARMOR.match(signature):
-        raise SignatureError("not an SSH signature (-----BEGIN SSH SIGNATURE-----)",
-                             field="signature")
-    body = signature[len(SIGNATURE_BEGIN) + 1:signature.index("\n" + SIGNATURE_END)]
+        raise SignatureError("not an SSH signature (-----BEGIN SSH SIGNATURE-----)", field="signature")
+    body = signature[len(SIGNATURE_BEGIN) + 1 : signature.index("\n" + SIGNATURE_END)]
     try:
         return _b64(body)
     except Invalid:
-        raise SignatureError("not an SSH signature (its base64 does not decode)",
-                             field="signature") from None
+        raise SignatureError("not an SSH signature (its base64 does not decode)", field="signature") from None
 
 
 @dataclass(frozen=True)
@@ -266,8 +275,7 @@ class Sshsig:
             raise Invalid("invalid format (no SSHSIG preamble)")
         version = reader.u32()
         if version > SIG_VERSION:
-            raise Invalid(f"signature version {version} is larger than supported version "
-                          f"{SIG_VERSION}")
+            raise Invalid(f"signature version {version} is larger than supported version {SIG_VERSION}")
         key_blob = reader.string()
         namespace = reader.cstring()
         reserved = reader.string()
@@ -290,8 +298,13 @@ def verify_sshsig(signature: str, message: bytes, namespace: str) -> PublicKey:
     # the signed data is built with an empty reserved field, whatever the blob carries
     # (sshsig_wrap_verify), as PROTOCOL.sshsig section 3 lays it out
     digest = HASH_ALGORITHMS[sig.hash_algorithm](message).digest()
-    signed = (MAGIC + _ssh_string(namespace.encode()) + _ssh_string(b"")
-              + _ssh_string(sig.hash_algorithm.encode()) + _ssh_string(digest))
+    signed = (
+        MAGIC
+        + _ssh_string(namespace.encode())
+        + _ssh_string(b"")
+        + _ssh_string(sig.hash_algorithm.encode())
+        + _ssh_string(digest)
+    )
     sig.key.verify(sig.signature, signed)
     return sig.key
 
@@ -301,5 +314,6 @@ def signer_key(signature: str) -> PublicKey:
     try:
         return Sshsig.parse(dearmor(signature)).key
     except Invalid as exc:
-        raise SignatureError(f"not an SSH signature of a key verified here ({exc})",
-                             field="signature") from None
+        raise SignatureError(
+            f"not an SSH signature of a key verified here ({exc})", field="signature"
+        ) from None

@@ -79,8 +79,9 @@ def _scalar(event: yaml.ScalarEvent) -> Any:
 class _Builder:
     """Builds plain JSON values from the parser's event stream, refusing what JSON lacks."""
 
-    def __init__(self, source: str, get_event: Any, *, track_lines: bool = True,
-                 literal: bool = False) -> None:
+    def __init__(
+        self, source: str, get_event: Any, *, track_lines: bool = True, literal: bool = False
+    ) -> None:
         self.source = source
         self.literal = literal
         self.get_event = get_event
@@ -88,8 +89,7 @@ class _Builder:
         self.track_lines = track_lines
         self.lines: dict[str, int] = {}
 
-    def fail(self, event: Any, what: str, hint: str | None = None, field: str = ""
-             ) -> InputError:
+    def fail(self, event: Any, what: str, hint: str | None = None, field: str = "") -> InputError:
         mark = getattr(event, "start_mark", None)
         line = mark.line + 1 if mark is not None else None
         return InputError(what, file=self.source, line=line, field=field or None, hint=hint)
@@ -99,16 +99,22 @@ class _Builder:
         if self.nodes > MAX_NODES:
             raise self.fail(event, f"more than {MAX_NODES} YAML nodes")
         if type(event) is yaml.AliasEvent:
-            raise self.fail(event, "YAML aliases (*name) are not allowed",
-                            "write the value out in full; aliases can expand without bound")
+            raise self.fail(
+                event,
+                "YAML aliases (*name) are not allowed",
+                "write the value out in full; aliases can expand without bound",
+            )
         anchor = getattr(event, "anchor", None)
         if anchor is not None:
-            raise self.fail(event, f"YAML anchors (&{anchor}) are not allowed",
-                            "write the value out in full")
+            raise self.fail(event, f"YAML anchors (&{anchor}) are not allowed", "write the value out in full")
         tag = getattr(event, "tag", None)
         if tag is not None and tag != "!":
-            raise self.fail(event, f"YAML tags ({tag}) are not allowed",
-                            "remove the tag; only plain JSON-like values are accepted", path)
+            raise self.fail(
+                event,
+                f"YAML tags ({tag}) are not allowed",
+                "remove the tag; only plain JSON-like values are accepted",
+                path,
+            )
 
     # One hot loop (every node of every profile and manifest passes here): type() checks
     # and the C parser's get_event instead of isinstance() and a Python generator.
@@ -118,23 +124,41 @@ class _Builder:
         if track and path and path not in self.lines and event.start_mark is not None:
             self.lines[path] = event.start_mark.line + 1
         if depth > MAX_DEPTH:
-            raise self.fail(event, f"nesting deeper than {MAX_DEPTH} levels",
-                            "no setting nests that deep; check the indentation", path)
+            raise self.fail(
+                event,
+                f"nesting deeper than {MAX_DEPTH} levels",
+                "no setting nests that deep; check the indentation",
+                path,
+            )
         kind = type(event)
         if kind is yaml.ScalarEvent:
-            if (len(event.value) > MAX_NUMBER_CHARS and not event.style and event.tag != "!"
-                    and _FLOAT.match(event.value)):
-                raise self.fail(event, f"a number of {len(event.value)} characters (at most "
-                                f"{MAX_NUMBER_CHARS})", "no setting needs a number that long; "
-                                "quote it if it is meant as text", path)
+            if (
+                len(event.value) > MAX_NUMBER_CHARS
+                and not event.style
+                and event.tag != "!"
+                and _FLOAT.match(event.value)
+            ):
+                raise self.fail(
+                    event,
+                    f"a number of {len(event.value)} characters (at most {MAX_NUMBER_CHARS})",
+                    "no setting needs a number that long; quote it if it is meant as text",
+                    path,
+                )
             value = event.value if event.tag == "!" else _scalar(event)
             if type(value) is float and not math.isfinite(value):
-                raise self.fail(event, f"{event.value} is too large for a number",
-                                "no setting needs it; quote it if it is meant as text", path)
+                raise self.fail(
+                    event,
+                    f"{event.value} is too large for a number",
+                    "no setting needs it; quote it if it is meant as text",
+                    path,
+                )
             if type(value) is str and _CONTROL.search(value):
-                raise self.fail(event, "control characters are not allowed in strings",
-                                "remove them (an escape such as \\x1b or \\x85 in a quoted "
-                                "string writes one)", path)
+                raise self.fail(
+                    event,
+                    "control characters are not allowed in strings",
+                    "remove them (an escape such as \\x1b or \\x85 in a quoted string writes one)",
+                    path,
+                )
             if self.literal and (type(value) is int or type(value) is float):
                 value = (LiteralInt if type(value) is int else LiteralFloat)(value)
                 value.text = event.value
@@ -146,8 +170,7 @@ class _Builder:
                 nxt = get_event()
                 if type(nxt) is yaml.SequenceEndEvent:
                     return items
-                items.append(self.value(nxt, depth + 1,
-                                        f"{path}[{len(items)}]" if track else ""))
+                items.append(self.value(nxt, depth + 1, f"{path}[{len(items)}]" if track else ""))
         if kind is yaml.MappingStartEvent:
             mapping: dict[str, Any] = {}
             while True:
@@ -159,13 +182,15 @@ class _Builder:
                 if type(key_event) is not yaml.ScalarEvent:
                     raise self.fail(key_event, "mapping keys must be plain strings")
                 if key == "<<" and key_event.style in (None, ""):
-                    raise self.fail(key_event, "YAML merge keys (<<) are not allowed",
-                                    "write the merged keys out in full")
+                    raise self.fail(
+                        key_event, "YAML merge keys (<<) are not allowed", "write the merged keys out in full"
+                    )
                 if type(key) is not str:
                     key = key_event.value
                 if key in mapping:
-                    raise self.fail(key_event, f"duplicate key {key!r}",
-                                    "each key may appear once; remove one of them")
+                    raise self.fail(
+                        key_event, f"duplicate key {key!r}", "each key may appear once; remove one of them"
+                    )
                 child = ""
                 if track:
                     child = f"{path}.{key}" if path else str(key)
@@ -180,8 +205,9 @@ def parse_documents(text: str, source: str) -> list[Any]:
     return _parse(text, source, track_lines=False)[0]
 
 
-def _parse(text: str, source: str, *, track_lines: bool = True, literal: bool = False
-           ) -> tuple[list[Any], dict[str, int]]:
+def _parse(
+    text: str, source: str, *, track_lines: bool = True, literal: bool = False
+) -> tuple[list[Any], dict[str, int]]:
     docs: list[Any] = []
     loader = _Loader(text)
     builder = _Builder(source, loader.get_event, track_lines=track_lines, literal=literal)
@@ -206,13 +232,20 @@ def _yaml_error(exc: yaml.YAMLError, text: str, source: str) -> InputError:
         # any token" or "a tab character that violates indentation", never where the tab is
         rows = text.splitlines()
         row = rows[mark.line] if mark.line < len(rows) else ""
-        column = mark.column if row[mark.column:mark.column + 1] == "\t" else row.find("\t")
+        column = mark.column if row[mark.column : mark.column + 1] == "\t" else row.find("\t")
         if column >= 0 and ("tab" in problem or row[:column].strip() == ""):
-            return InputError(f"a tab character at column {column + 1}: YAML indents with "
-                              "spaces only", file=source, line=line,
-                              hint="replace the tab with spaces (your editor can show tabs)")
-    return InputError(f"not valid YAML: {problem}", file=source, line=line,
-                      hint="check indentation and quoting near that line")
+            return InputError(
+                f"a tab character at column {column + 1}: YAML indents with spaces only",
+                file=source,
+                line=line,
+                hint="replace the tab with spaces (your editor can show tabs)",
+            )
+    return InputError(
+        f"not valid YAML: {problem}",
+        file=source,
+        line=line,
+        hint="check indentation and quoting near that line",
+    )
 
 
 def read_text(path: Path, *, max_bytes: int = MAX_BYTES) -> str:
@@ -226,13 +259,16 @@ def read_text(path: Path, *, max_bytes: int = MAX_BYTES) -> str:
         # would block or never end (O_NONBLOCK lets the open return so fstat can refuse it)
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        raise InputError("no such file", file=source,
-                         hint="check the path; profiles are usually <project>/profile.yaml"
-                         ) from None
+        raise InputError(
+            "no such file", file=source, hint="check the path; profiles are usually <project>/profile.yaml"
+        ) from None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise InputError("is a symbolic link; runai-spec reads only regular files",
-                             file=source, hint="commit the file itself, not a link") from None
+            raise InputError(
+                "is a symbolic link; runai-spec reads only regular files",
+                file=source,
+                hint="commit the file itself, not a link",
+            ) from None
         if exc.errno == errno.EISDIR:
             raise InputError("is a directory, not a file", file=source) from None
         raise InputError(f"cannot read: {exc.strerror}", file=source) from None
@@ -242,13 +278,16 @@ def read_text(path: Path, *, max_bytes: int = MAX_BYTES) -> str:
             if stat.S_ISDIR(mode):
                 raise InputError("is a directory, not a file", file=source)
             if not stat.S_ISREG(mode):
-                raise InputError("is not a regular file (a pipe, device or socket)", file=source,
-                                 hint="pass a regular file, or `-` for standard input")
+                raise InputError(
+                    "is not a regular file (a pipe, device or socket)",
+                    file=source,
+                    hint="pass a regular file, or `-` for standard input",
+                )
             data = handle.read(max_bytes + 1)
     except FileNotFoundError:
-        raise InputError("no such file", file=source,
-                         hint="check the path; profiles are usually <project>/profile.yaml"
-                         ) from None
+        raise InputError(
+            "no such file", file=source, hint="check the path; profiles are usually <project>/profile.yaml"
+        ) from None
     except IsADirectoryError:
         raise InputError("is a directory, not a file", file=source) from None
     except OSError as exc:
@@ -258,13 +297,17 @@ def read_text(path: Path, *, max_bytes: int = MAX_BYTES) -> str:
 
 def _decode(data: bytes, source: str, max_bytes: int) -> str:
     if len(data) > max_bytes:
-        raise InputError(f"file is larger than {max_bytes} bytes", file=source,
-                         hint="profiles and presets are small; is this the right file?")
+        raise InputError(
+            f"file is larger than {max_bytes} bytes",
+            file=source,
+            hint="profiles and presets are small; is this the right file?",
+        )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise InputError(f"not valid UTF-8 (byte {exc.start})", file=source,
-                         hint="save the file as UTF-8") from None
+        raise InputError(
+            f"not valid UTF-8 (byte {exc.start})", file=source, hint="save the file as UTF-8"
+        ) from None
 
 
 def load_mapping_text(text: str, source: str) -> dict[str, Any]:
@@ -272,21 +315,28 @@ def load_mapping_text(text: str, source: str) -> dict[str, Any]:
     return load_mapping_lines(text, source)[0]
 
 
-def load_mapping_lines(text: str, source: str, *, literal: bool = False
-                       ) -> tuple[dict[str, Any], dict[str, int]]:
+def load_mapping_lines(
+    text: str, source: str, *, literal: bool = False
+) -> tuple[dict[str, Any], dict[str, int]]:
     """Like load_mapping_text, also returning the line of every field path (`a.b[0].c`).
     With literal, plain-scalar numbers are LiteralInt/LiteralFloat that keep their text."""
     docs, lines = _parse(text, source, literal=literal)
     if not docs:
         docs = [None]
     if len(docs) != 1:
-        raise InputError(f"expected one YAML document, found {len(docs)}", file=source,
-                         hint="remove the extra '---' separators")
+        raise InputError(
+            f"expected one YAML document, found {len(docs)}",
+            file=source,
+            hint="remove the extra '---' separators",
+        )
     doc = docs[0]
     if not isinstance(doc, dict):
         kind = "empty" if doc is None else type(doc).__name__
-        raise InputError(f"top level must be a mapping, got {kind}", file=source,
-                         hint="write `key: value` pairs at the top level")
+        raise InputError(
+            f"top level must be a mapping, got {kind}",
+            file=source,
+            hint="write `key: value` pairs at the top level",
+        )
     return doc, lines
 
 
@@ -301,5 +351,3 @@ def load_documents(path: Path, *, max_bytes: int = 16 * MAX_BYTES) -> list[dict[
             raise InputError(f"document {index + 1} is not a mapping", file=str(path))
         out.append(doc)
     return out
-
-

@@ -55,8 +55,9 @@ def _by_key(manifests: Iterable[Manifest]) -> dict[str, Manifest]:
     return {object_key(m): m for m in manifests}
 
 
-def compare(rendered: Iterable[Manifest], committed: Iterable[Manifest], *,
-            new_label: str, old_label: str) -> tuple[ObjectDiff, ...]:
+def compare(
+    rendered: Iterable[Manifest], committed: Iterable[Manifest], *, new_label: str, old_label: str
+) -> tuple[ObjectDiff, ...]:
     now, before = _by_key(rendered), _by_key(committed)
     out: list[ObjectDiff] = []
     for key in list(before) + [k for k in now if k not in before]:
@@ -65,12 +66,19 @@ def compare(rendered: Iterable[Manifest], committed: Iterable[Manifest], *,
         old = dump([mask(before[key])]) if key in before else ""
         new = dump([mask(now[key])]) if key in now else ""
         status = "added" if key not in before else "removed" if key not in now else "changed"
-        text = "".join(difflib.unified_diff(old.splitlines(keepends=True),
-                                            new.splitlines(keepends=True),
-                                            f"{old_label} ({key})", f"{new_label} ({key})"))
+        text = "".join(
+            difflib.unified_diff(
+                old.splitlines(keepends=True),
+                new.splitlines(keepends=True),
+                f"{old_label} ({key})",
+                f"{new_label} ({key})",
+            )
+        )
         if old == new:  # only a masked value differs: say so, without showing either
-            text = (f"--- {old_label} ({key})\n+++ {new_label} ({key})\n"
-                    "# a masked (credential-named or credential-shaped) value differs\n")
+            text = (
+                f"--- {old_label} ({key})\n+++ {new_label} ({key})\n"
+                "# a masked (credential-named or credential-shaped) value differs\n"
+            )
         out.append(ObjectDiff(key, status, text))
     return tuple(out)
 
@@ -84,9 +92,12 @@ def _only_our_manifests(documents: Iterable[Manifest], path: Path) -> None:
     for index, doc in enumerate(documents):
         kind = (doc.get("apiVersion"), doc.get("kind")) if isinstance(doc, dict) else None
         if kind not in OUR_KINDS:
-            raise InputError(f"document {index + 1} is not a manifest runai-spec renders "
-                             "(PyTorchJob or ConfigMap); its content is not shown",
-                             file=str(path), hint="commit only the output of `runai-spec render`")
+            raise InputError(
+                f"document {index + 1} is not a manifest runai-spec renders "
+                "(PyTorchJob or ConfigMap); its content is not shown",
+                file=str(path),
+                hint="commit only the output of `runai-spec render`",
+            )
 
 
 def diff_workload(workload: Workload, against: Path) -> ProfileDiff:
@@ -100,20 +111,27 @@ def diff_workload(workload: Workload, against: Path) -> ProfileDiff:
         _only_our_manifests(committed, committed_path)
     else:
         committed = []
-    objects = compare(workload.manifests, committed, new_label=f"render {path}",
-                      old_label=str(committed_path))
+    objects = compare(
+        workload.manifests, committed, new_label=f"render {path}", old_label=str(committed_path)
+    )
     return ProfileDiff(str(path), str(committed_path), objects)
 
 
-def diff_all(paths: Sequence[Path], against: Path, *, registry: PresetRegistry | None = None,
-             step: Callable[[], None] | None = None
-             ) -> tuple[Spooled[ProfileDiff], list[RunaiSpecError]]:
+def diff_all(
+    paths: Sequence[Path],
+    against: Path,
+    *,
+    registry: PresetRegistry | None = None,
+    step: Callable[[], None] | None = None,
+) -> tuple[Spooled[ProfileDiff], list[RunaiSpecError]]:
     """Each profile against its `<name>.yaml` in `against`; then the folder's other manifests:
     one holding a workload whose file is missing is named in that workload's note, and one no
     profile renders is reported as stale (every object removed)."""
     if not against.is_dir():
-        raise InputError(f"{against}: not a folder", hint="pass the folder of committed "
-                         "manifests, one <name>.yaml per workload")
+        raise InputError(
+            f"{against}: not a folder",
+            hint="pass the folder of committed manifests, one <name>.yaml per workload",
+        )
     done: Spooled[ProfileDiff] = Spooled()  # kept out of memory: one per profile
     bad: list[RunaiSpecError] = []
     claimed: set[str] = set()  # file names in `against` that a workload owns
@@ -142,23 +160,25 @@ def diff_all(paths: Sequence[Path], against: Path, *, registry: PresetRegistry |
         if index not in missing:
             continue
         name, keys = missing[index]
-        holders = [path.name for path, docs in others.items()
-                   if keys & {object_key(d) for d in docs}]
+        holders = [path.name for path, docs in others.items() if keys & {object_key(d) for d in docs}]
         note = f"no file named {name}.yaml in {against}: every object shows as added"
         if holders:
-            note += (f"; {', '.join(holders)} holds this workload's objects: name it "
-                     f"{name}.yaml, as `render -d` does")
+            note += (
+                f"; {', '.join(holders)} holds this workload's objects: name it "
+                f"{name}.yaml, as `render -d` does"
+            )
         done.replace(index, replace(result, note=note))
         others = {p: d for p, d in others.items() if p.name not in holders}
     for index, result in enumerate(done if others else ()):  # a smoke test's file: not stale
         if index not in smokes:
             continue
         name, keys = smokes[index][0], smoke_keys(*smokes[index])
-        holders = [path.name for path, docs in others.items()
-                   if {object_key(d) for d in docs} <= keys]
+        holders = [path.name for path, docs in others.items() if {object_key(d) for d in docs} <= keys]
         if holders:
-            note = (f"{', '.join(holders)} holds its smoke test (`render --smoke`): not "
-                    f"compared; `render --smoke -d` names it {name}-smoke.yaml")
+            note = (
+                f"{', '.join(holders)} holds its smoke test (`render --smoke`): not "
+                f"compared; `render --smoke -d` names it {name}-smoke.yaml"
+            )
             done.replace(index, replace(result, note="; ".join(filter(None, (result.note, note)))))
             others = {p: d for p, d in others.items() if p.name not in holders}
     if not bad:  # with a profile that did not load, its own file would look stale
@@ -173,8 +193,12 @@ def smoke_keys(name: str, namespace: str) -> frozenset[str]:
 
     job, configmap = smoke_names(name)
     where = {"namespace": namespace}
-    return frozenset({object_key({"kind": KIND, "metadata": {**where, "name": job}}),
-                      object_key({"kind": "ConfigMap", "metadata": {**where, "name": configmap}})})
+    return frozenset(
+        {
+            object_key({"kind": KIND, "metadata": {**where, "name": job}}),
+            object_key({"kind": "ConfigMap", "metadata": {**where, "name": configmap}}),
+        }
+    )
 
 
 def _other_manifests(against: Path, claimed: set[str]) -> dict[Path, list[Manifest]]:
@@ -196,9 +220,14 @@ def _other_manifests(against: Path, claimed: set[str]) -> dict[Path, list[Manife
 
 def _stale(path: Path, docs: list[Manifest]) -> ProfileDiff:
     objects = compare([], docs, new_label="no profile", old_label=str(path))
-    return ProfileDiff("", str(path), objects, note=f"stale: {path} is rendered by none of "
-                       "the profiles given (its profile removed or renamed?): delete it, or "
-                       "pass its profile too")
+    return ProfileDiff(
+        "",
+        str(path),
+        objects,
+        note=f"stale: {path} is rendered by none of "
+        "the profiles given (its profile removed or renamed?): delete it, or "
+        "pass its profile too",
+    )
 
 
 LIVE = "live"
@@ -212,18 +241,17 @@ def ordered_like(value: Any, like: Any) -> Any:
     """
     if isinstance(value, dict):
         template = like if isinstance(like, dict) else {}
-        keys = [k for k in template if k in value] + sorted((k for k in value if k not in template),
-                                                            key=str)
+        keys = [k for k in template if k in value] + sorted((k for k in value if k not in template), key=str)
         return {k: ordered_like(value[k], template.get(k)) for k in keys}
     if isinstance(value, list):
         items = like if isinstance(like, list) else []
-        return [ordered_like(item, items[i] if i < len(items) else None)
-                for i, item in enumerate(value)]
+        return [ordered_like(item, items[i] if i < len(items) else None) for i, item in enumerate(value)]
     return value
 
 
-def diff_live(profile: str, rendered: Iterable[Manifest],
-              objects: Iterable[tuple[Manifest | None, Manifest]]) -> ProfileDiff:
+def diff_live(
+    profile: str, rendered: Iterable[Manifest], objects: Iterable[tuple[Manifest | None, Manifest]]
+) -> ProfileDiff:
     """`diff --live`: each object as it is live (old; None when absent, so `added`) against
     what a server-side dry-run apply would store (new).
 
@@ -238,8 +266,9 @@ def diff_live(profile: str, rendered: Iterable[Manifest],
         applied.append(ordered_like(after, like))
         if before is not None:
             live.append(ordered_like(before, like))
-    return ProfileDiff(profile, LIVE, compare(applied, live, new_label=f"dry-run apply {profile}",
-                                              old_label=LIVE))
+    return ProfileDiff(
+        profile, LIVE, compare(applied, live, new_label=f"dry-run apply {profile}", old_label=LIVE)
+    )
 
 
 def summary(results: Reported[ProfileDiff]) -> tuple[int, int]:
@@ -250,8 +279,9 @@ def summary(results: Reported[ProfileDiff]) -> tuple[int, int]:
 def _counts(results: Reported[ProfileDiff]) -> str:
     changed, objects = summary(results)
     stale = sum(1 for r in results if not r.profile)
-    return (f"{len(results) - stale} profile(s), {changed} changed, {objects} object(s) differ"
-            + (f", {stale} stale manifest(s)" if stale else ""))
+    return f"{len(results) - stale} profile(s), {changed} changed, {objects} object(s) differ" + (
+        f", {stale} stale manifest(s)" if stale else ""
+    )
 
 
 def drift_line(results: Reported[ProfileDiff], shown: int = 3) -> str | None:
@@ -274,21 +304,36 @@ def as_text(results: Reported[ProfileDiff]) -> str:
 
 def as_json(results: Reported[ProfileDiff], bad: Sequence[HasLines]) -> str:
     changed, objects = summary(results)
-    return json.dumps({
-        "profiles": sum(1 for r in results if r.profile), "changed": changed,
-        "objects_differing": objects, "stale": [r.committed for r in results if not r.profile],
-        "results": [{"profile": r.profile, "committed": r.committed, "changed": r.changed,
-                     "note": r.note,
-                     "objects": [{"key": o.key, "status": o.status, "diff": o.diff}
-                                 for o in r.objects]} for r in results],
-        "errors": [" ".join(e.lines()) for e in bad],
-    }, indent=2)
+    return json.dumps(
+        {
+            "profiles": sum(1 for r in results if r.profile),
+            "changed": changed,
+            "objects_differing": objects,
+            "stale": [r.committed for r in results if not r.profile],
+            "results": [
+                {
+                    "profile": r.profile,
+                    "committed": r.committed,
+                    "changed": r.changed,
+                    "note": r.note,
+                    "objects": [{"key": o.key, "status": o.status, "diff": o.diff} for o in r.objects],
+                }
+                for r in results
+            ],
+            "errors": [" ".join(e.lines()) for e in bad],
+        },
+        indent=2,
+    )
 
 
 def as_markdown(results: Reported[ProfileDiff], bad: Sequence[HasLines]) -> str:
     changed = summary(results)[0]
-    lines = ["## runai-spec diff", "",
-             _counts(results).replace(f"{changed} changed", f"**{changed} changed**") + ".", ""]
+    lines = [
+        "## runai-spec diff",
+        "",
+        _counts(results).replace(f"{changed} changed", f"**{changed} changed**") + ".",
+        "",
+    ]
     for e in bad:
         lines.append(f"- :x: {md_code(' '.join(e.lines()))}")
     lines += [f"- :warning: {md_text(r.note)}" for r in results if r.note]
@@ -296,7 +341,13 @@ def as_markdown(results: Reported[ProfileDiff], bad: Sequence[HasLines]) -> str:
         lines.append("")
     for r in results:
         for o in r.objects:
-            lines += [f"<details><summary><code>{html_text(r.profile or r.committed)}</code>: "
-                      f"{html_text(o.key)} ({html_text(o.status)})</summary>", "",
-                      *md_fence(o.diff.rstrip("\n"), "diff"), "", "</details>", ""]
+            lines += [
+                f"<details><summary><code>{html_text(r.profile or r.committed)}</code>: "
+                f"{html_text(o.key)} ({html_text(o.status)})</summary>",
+                "",
+                *md_fence(o.diff.rstrip("\n"), "diff"),
+                "",
+                "</details>",
+                "",
+            ]
     return "\n".join(lines) + "\n"

@@ -57,8 +57,11 @@ def _marked(value: Any, path: str) -> Any:
     None, empty strings and empty tuples stay, so the template takes the same branches.
     The plan's own record of origins is no value of the manifests: it stays as it is."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        changes = {f.name: _marked(getattr(value, f.name), f"{path}.{f.name}" if path else f.name)
-                   for f in dataclasses.fields(value) if f.name != "origins"}
+        changes = {
+            f.name: _marked(getattr(value, f.name), f"{path}.{f.name}" if path else f.name)
+            for f in dataclasses.fields(value)
+            if f.name != "origins"
+        }
         return dataclasses.replace(value, **changes)
     if isinstance(value, tuple):
         return tuple(_marked(item, f"{path}[{i}]") for i, item in enumerate(value))
@@ -67,8 +70,13 @@ def _marked(value: Any, path: str) -> Any:
     return f"{_MARK}{path}"
 
 
-def _walk(real: Any, marked: Any, path: str, out: list[tuple[str, Any, str | None, str | None]],
-          key_mark: str | None = None) -> None:
+def _walk(
+    real: Any,
+    marked: Any,
+    path: str,
+    out: list[tuple[str, Any, str | None, str | None]],
+    key_mark: str | None = None,
+) -> None:
     if isinstance(real, dict):
         if not isinstance(marked, dict) or len(marked) != len(real):
             raise InternalError(f"explain: the marked render differs in shape at {path or '.'}")
@@ -98,10 +106,10 @@ def explain_workload(workload: Workload) -> ExplainResult:
         if mark is None:
             origin = Origin("template", "fixed by runai-spec's template")
         else:
-            plan_path = mark[len(_MARK):]
+            plan_path = mark[len(_MARK) :]
             if plan_path not in origins:
                 raise InternalError(f"explain: no origin recorded for plan field {plan_path}")
             origin = origins[plan_path]
-        key_origin = origins.get(key_mark[len(_MARK):]) if key_mark else None
+        key_origin = origins.get(key_mark[len(_MARK) :]) if key_mark else None
         fields.append(FieldOrigin(path, value, origin, key_origin))
     return ExplainResult(workload.path, workload.manifests, tuple(fields))

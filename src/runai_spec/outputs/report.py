@@ -23,15 +23,26 @@ SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 
 def finding_dict(finding: Finding) -> dict[str, Any]:
-    return {"rule": finding.rule, "severity": finding.severity, "file": finding.file,
-            "line": finding.line, "path": finding.path, "message": finding.message,
-            "hint": finding.hint}
+    return {
+        "rule": finding.rule,
+        "severity": finding.severity,
+        "file": finding.file,
+        "line": finding.line,
+        "path": finding.path,
+        "message": finding.message,
+        "hint": finding.hint,
+    }
 
 
 def error_dict(exc: RunaiSpecError) -> dict[str, Any]:
-    out: dict[str, Any] = {"file": exc.file, "line": exc.line, "field": exc.field,
-                           "message": exc.message, "hint": exc.hint,
-                           "exit_code": exc.exit_code}
+    out: dict[str, Any] = {
+        "file": exc.file,
+        "line": exc.line,
+        "field": exc.field,
+        "message": exc.message,
+        "hint": exc.hint,
+        "exit_code": exc.exit_code,
+    }
     errors: tuple[RunaiSpecError, ...] = getattr(exc, "errors", ())
     findings: tuple[Finding, ...] = getattr(exc, "findings", ())
     if errors or findings:  # a profile with schema errors, checked on the fields that parsed
@@ -56,8 +67,8 @@ def counts(findings: Iterable[Finding]) -> dict[str, int]:
 
 # --- validate --------------------------------------------------------------------
 
-def validate_text(workloads: Iterable[ProfileCheck], bad: list[RunaiSpecError]
-                  ) -> Iterator[str]:
+
+def validate_text(workloads: Iterable[ProfileCheck], bad: list[RunaiSpecError]) -> Iterator[str]:
     """Compiler-style lines (for stderr): every finding, then `ok:` for clean profiles; made
     as they are printed."""
     for exc in bad:
@@ -72,12 +83,25 @@ def validate_text(workloads: Iterable[ProfileCheck], bad: list[RunaiSpecError]
 def validate_json(workloads: Reported[ProfileCheck], bad: list[RunaiSpecError]) -> str:
     every = (f for w in workloads for f in w.findings)
     doc = {
-        "summary": {"profiles": len(workloads) + len(bad), "bad_input": len(bad),
-                    "with_errors": sum(1 for w in workloads if w.errors), **counts(every)},
-        "profiles": [{"file": w.path, "workload": w.workload, "layout": w.layout,
-                      "pods": w.pods, "procs_per_pod": w.procs_per_pod,
-                      "world_size": w.world_size, "ok": not w.errors,
-                      "findings": [finding_dict(f) for f in w.findings]} for w in workloads],
+        "summary": {
+            "profiles": len(workloads) + len(bad),
+            "bad_input": len(bad),
+            "with_errors": sum(1 for w in workloads if w.errors),
+            **counts(every),
+        },
+        "profiles": [
+            {
+                "file": w.path,
+                "workload": w.workload,
+                "layout": w.layout,
+                "pods": w.pods,
+                "procs_per_pod": w.procs_per_pod,
+                "world_size": w.world_size,
+                "ok": not w.errors,
+                "findings": [finding_dict(f) for f in w.findings],
+            }
+            for w in workloads
+        ],
         "bad_input": [error_dict(exc) for exc in bad],
     }
     return json.dumps(doc, indent=2)
@@ -88,21 +112,40 @@ def validate_markdown(workloads: Reported[ProfileCheck], bad: list[RunaiSpecErro
     n = counts(every)
     failed = sum(1 for w in workloads if w.errors) + len(bad)
     verdict = "passed" if failed == 0 else f"{failed} of {len(workloads) + len(bad)} failed"
-    out = [f"### runai-spec validate: {verdict}", "",
-           f"{len(workloads) + len(bad)} profile(s); {n['error']} error(s), "
-           f"{n['warning']} warning(s), {n['info']} note(s).", ""]
+    out = [
+        f"### runai-spec validate: {verdict}",
+        "",
+        f"{len(workloads) + len(bad)} profile(s); {n['error']} error(s), "
+        f"{n['warning']} warning(s), {n['info']} note(s).",
+        "",
+    ]
     if bad:
-        out += ["**Bad input** (a profile with schema errors: its findings on the fields that "
-                "parsed are listed with it):", ""]
+        out += [
+            "**Bad input** (a profile with schema errors: its findings on the fields that "
+            "parsed are listed with it):",
+            "",
+        ]
         for exc in bad:
             errors: tuple[RunaiSpecError, ...] = getattr(exc, "errors", ()) or (exc,)
             findings: tuple[Finding, ...] = getattr(exc, "findings", ())
-            items = [(e.line or 0, f"- {md_code(e.file or '')} {md_cell(e.line or '')} "
-                      f"{md_cell(e.field or '')}: {md_cell(e.message)}"
-                      + (f" (hint: {md_cell(e.hint)})" if e.hint else "")) for e in errors]
-            items += [(f.line or 0, f"- {md_code(f.file or '')} {md_cell(f.line or '')} "
-                       f"{md_cell(f.path)}: {f.severity} {md_code(f.rule)}: {md_cell(f.message)}"
-                       + (f" (hint: {md_cell(f.hint)})" if f.hint else "")) for f in findings]
+            items = [
+                (
+                    e.line or 0,
+                    f"- {md_code(e.file or '')} {md_cell(e.line or '')} "
+                    f"{md_cell(e.field or '')}: {md_cell(e.message)}"
+                    + (f" (hint: {md_cell(e.hint)})" if e.hint else ""),
+                )
+                for e in errors
+            ]
+            items += [
+                (
+                    f.line or 0,
+                    f"- {md_code(f.file or '')} {md_cell(f.line or '')} "
+                    f"{md_cell(f.path)}: {f.severity} {md_code(f.rule)}: {md_cell(f.message)}"
+                    + (f" (hint: {md_cell(f.hint)})" if f.hint else ""),
+                )
+                for f in findings
+            ]
             out += [text for _, text in sorted(items, key=lambda item: item[0])]
         out.append("")
     for workload in workloads:
@@ -112,25 +155,34 @@ def validate_markdown(workloads: Reported[ProfileCheck], bad: list[RunaiSpecErro
         if not workload.findings:
             out += ["No findings.", ""]
             continue
-        out += ["| severity | rule | field | line | message | hint |",
-                "|---|---|---|---|---|---|"]
+        out += ["| severity | rule | field | line | message | hint |", "|---|---|---|---|---|---|"]
         for f in sorted(workload.findings, key=lambda f: SEVERITY_ORDER[f.severity]):
-            out.append(f"| {md_text(f.severity)} | {md_code(f.rule, cell=True)} | "
-                       f"{md_code(f.path, cell=True)} | "
-                       f"{f.line if f.line is not None else ''} | {md_text(f.message)} | "
-                       f"{md_text(f.hint or '')} |")
+            out.append(
+                f"| {md_text(f.severity)} | {md_code(f.rule, cell=True)} | "
+                f"{md_code(f.path, cell=True)} | "
+                f"{f.line if f.line is not None else ''} | {md_text(f.message)} | "
+                f"{md_text(f.hint or '')} |"
+            )
         out.append("")
     return "\n".join(out)
 
 
 # --- the rule catalogue ----------------------------------------------------------
 
+
 def rule_docs() -> list[dict[str, Any]]:
     """Each rule: its id, default severity, every severity it reports (validate never reports
     another), summary and details."""
-    return [{"id": r.id, "severity": r.severity, "severities": list(r.severities),
-             "summary": r.summary, "details": inspect.cleandoc(r.check.__doc__ or "")}
-            for r in RULES.values()]
+    return [
+        {
+            "id": r.id,
+            "severity": r.severity,
+            "severities": list(r.severities),
+            "summary": r.summary,
+            "details": inspect.cleandoc(r.check.__doc__ or ""),
+        }
+        for r in RULES.values()
+    ]
 
 
 def _severities(doc: dict[str, Any]) -> str:
@@ -147,28 +199,39 @@ def _doc_cell(text: str) -> str:
 
 def rules_markdown() -> str:
     """docs/rules.md, generated from the rules' ids, severities, summaries and docstrings."""
-    out = ["# Rules", "",
-           "<!-- Generated by `runai-spec rules --format markdown > docs/rules.md`; "
-           "tests/check/test_rules_docs.py keeps it in step with the code. -->", "",
-           "Every finding names one of these rules. `validate` reports all of them at once; "
-           "the severity shown is the rule's default, and in brackets what it reports for a "
-           "milder case. Errors exit 1, warnings and notes (info) do not.", "",
-           "| rule | severity | summary |", "|---|---|---|"]
+    out = [
+        "# Rules",
+        "",
+        "<!-- Generated by `runai-spec rules --format markdown > docs/rules.md`; "
+        "tests/check/test_rules_docs.py keeps it in step with the code. -->",
+        "",
+        "Every finding names one of these rules. `validate` reports all of them at once; "
+        "the severity shown is the rule's default, and in brackets what it reports for a "
+        "milder case. Errors exit 1, warnings and notes (info) do not.",
+        "",
+        "| rule | severity | summary |",
+        "|---|---|---|",
+    ]
     docs = rule_docs()
-    out += [f"| [`{d['id']}`](#{d['id']}) | {_severities(d)} | {_doc_cell(d['summary'])} |"
-            for d in docs]
+    out += [f"| [`{d['id']}`](#{d['id']}) | {_severities(d)} | {_doc_cell(d['summary'])} |" for d in docs]
     for d in docs:
-        out += ["", f"## {d['id']}", "", f"*{_severities(d)}*: {d['summary']}.", "",
-                " ".join(d["details"].split())]
+        out += [
+            "",
+            f"## {d['id']}",
+            "",
+            f"*{_severities(d)}*: {d['summary']}.",
+            "",
+            " ".join(d["details"].split()),
+        ]
     return "\n".join(out) + "\n"
 
 
 def rules_text() -> str:
-    return "".join(f"{d['id']:26} {'/'.join(d['severities']):18} {d['summary']}\n"
-                   for d in rule_docs())
+    return "".join(f"{d['id']:26} {'/'.join(d['severities']):18} {d['summary']}\n" for d in rule_docs())
 
 
 # --- presets, cluster, rehearsal ---------------------------------------------------
+
 
 def presets_lines(registry: PresetRegistry) -> list[str]:
     """`presets list`: one line per preset, REFUSED with the reason for one that fails."""
@@ -188,9 +251,11 @@ def presets_lines(registry: PresetRegistry) -> list[str]:
             continue
         elastic = f"  elastic {p.elastic.min}..{p.elastic.max}" if p.elastic else ""
         granted = "" if refused is not None else f"  granted to {granted_to(grants, name)}"
-        lines.append(f"{name:28} {p.layout:12} {p.nodes} x {p.gpus_per_pod} {p.gpu.model} "
-                     f"({p.gpu.memory_gb:g} GB)  priority={p.priority} "
-                     f"{'preemptible' if p.preemptible else 'non-preemptible'}{elastic}{granted}")
+        lines.append(
+            f"{name:28} {p.layout:12} {p.nodes} x {p.gpus_per_pod} {p.gpu.model} "
+            f"({p.gpu.memory_gb:g} GB)  priority={p.priority} "
+            f"{'preemptible' if p.preemptible else 'non-preemptible'}{elastic}{granted}"
+        )
     if refused is not None:
         lines.append(f"{'site.yaml':28} REFUSED: {refused} (grants not shown)")
     return lines
@@ -203,22 +268,28 @@ def granted_to(grants: dict[str, list[str]] | None, preset: str) -> str:
 
     if grants is None or any(n in (preset, ALL_PROJECTS) for n in grants.get(ALL_PROJECTS, [])):
         return "every project"
-    projects = sorted(p for p, names in grants.items()
-                      if p != ALL_PROJECTS and (preset in names or ALL_PROJECTS in names))
+    projects = sorted(
+        p for p, names in grants.items() if p != ALL_PROJECTS and (preset in names or ALL_PROJECTS in names)
+    )
     return ", ".join(projects) if projects else "no project"
 
 
 def submit_lines(result: SubmitResult) -> list[str]:
-    return [f"{o.action}: {o.ref}{' (dry run: nothing stored)' if result.dry_run else ''}"
-            for o in result.outcomes]
+    return [
+        f"{o.action}: {o.ref}{' (dry run: nothing stored)' if result.dry_run else ''}"
+        for o in result.outcomes
+    ]
 
 
 def saved_log_lines(result: LogsResult) -> list[str]:
     """`logs --out DIR`: each pod log saved, the ranks split out of it, and the pods skipped."""
     lines = []
     for s in result.saved:
-        ranks = (f"; {len(s.ranks)} rank(s) apart in {s.path.parent / s.pod}/rank-<k>.log"
-                 if s.ranks else "; no [rank<k>]: lines to split")
+        ranks = (
+            f"; {len(s.ranks)} rank(s) apart in {s.path.parent / s.pod}/rank-<k>.log"
+            if s.ranks
+            else "; no [rank<k>]: lines to split"
+        )
         lines.append(f"saved {s.path} ({s.size} bytes{ranks})")
     return lines + [f"skipped {pod}: {why}" for pod, why in result.skipped]
 
@@ -232,17 +303,23 @@ def dry_run_text(result: SubmitResult) -> str:
 
 
 def smoke_note(profile: str) -> str:
-    return (f"note: every pod runs preflight.py: `runai-spec status {profile} --smoke` follows "
-            f"it, `runai-spec logs {profile} --smoke -o DIR` saves each rank's checks, "
-            f"`runai-spec delete {profile} --smoke` removes the job and its ConfigMap")
+    return (
+        f"note: every pod runs preflight.py: `runai-spec status {profile} --smoke` follows "
+        f"it, `runai-spec logs {profile} --smoke -o DIR` saves each rank's checks, "
+        f"`runai-spec delete {profile} --smoke` removes the job and its ConfigMap"
+    )
 
 
 def status_lines(result: StatusResult) -> list[str]:
     """`status`: the job's phase, then a line per pod and per reason it is pending."""
-    lines = [f"{result.name} ({result.namespace}): {result.phase}"
-             f"{': ' + result.message if result.message else ''}"]
-    lines += [f"  {p.name}  {p.role} {p.index}  {p.phase}  {p.state}  restarts {p.restarts}"
-              f"{'  on ' + p.node if p.node else ''}" for p in result.pods]
+    lines = [
+        f"{result.name} ({result.namespace}): {result.phase}{': ' + result.message if result.message else ''}"
+    ]
+    lines += [
+        f"  {p.name}  {p.role} {p.index}  {p.phase}  {p.state}  restarts {p.restarts}"
+        f"{'  on ' + p.node if p.node else ''}"
+        for p in result.pods
+    ]
     lines += [f"  pending: {reason}" for reason in result.pending_reasons]
     return lines
 
@@ -255,10 +332,13 @@ def print_rehearsal(result: RehearseResult, name: str) -> list[str]:
     from rich.table import Table
 
     restarted = any(c.attempt is not None for c in result.checks)
-    table = Table(title=f"rehearse {name}: world {result.world_size}, {result.backend}",
-                  caption="attempt 1: the job until one pod was killed after the first "
-                          "checkpoint; 2: the job restarted; 1→2: the restart itself"
-                  if restarted else None)
+    table = Table(
+        title=f"rehearse {name}: world {result.world_size}, {result.backend}",
+        caption="attempt 1: the job until one pod was killed after the first "
+        "checkpoint; 2: the job restarted; 1→2: the restart itself"
+        if restarted
+        else None,
+    )
     for column in ("attempt",) * restarted + ("check", "status"):
         table.add_column(column)
     table.add_column("message", overflow="fold")  # a log's path whole, never cut short
@@ -270,13 +350,20 @@ def print_rehearsal(result: RehearseResult, name: str) -> list[str]:
         table.add_row(*row, end_section=after != c.attempt)
     Console().print(table)
     # plain lines: rich would read torchrun's [default0] prefix as markup
-    again = (" (pod.attempt<N>.log: the pod restarted or recreated)"
-             if restarted or any(o.attempt for o in result.pods) else "")
-    lines = [f"logs: {result.logs_dir}",
-             f"  each pod: {result.logs_dir}/<pod>/pod.log"
-             f"{again} (launcher and "
-             "every rank, a rank's lines prefixed [default<local rank>])"]
+    again = (
+        " (pod.attempt<N>.log: the pod restarted or recreated)"
+        if restarted or any(o.attempt for o in result.pods)
+        else ""
+    )
+    lines = [
+        f"logs: {result.logs_dir}",
+        f"  each pod: {result.logs_dir}/<pod>/pod.log"
+        f"{again} (launcher and "
+        "every rank, a rank's lines prefixed [default<local rank>])",
+    ]
     if any(o.rank_logs for o in result.pods):
-        lines.append(f"  each rank: {result.logs_dir}/<pod>/ranks/<run id>/attempt_0/"
-                     "<local rank>/{stdout,stderr}.log")
+        lines.append(
+            f"  each rank: {result.logs_dir}/<pod>/ranks/<run id>/attempt_0/"
+            "<local rank>/{stdout,stderr}.log"
+        )
     return lines

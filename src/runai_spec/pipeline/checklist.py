@@ -25,17 +25,17 @@ class GuideItem:
 # The guide's checklist, in the guide's order: `plan` prints the words, rehearse's tables
 # derive their rows from the checks.
 GUIDE_CHECKLIST = (
-    GuideItem("Every expected rank starts once and reports the same world size.",
-              ("ranks", "world-size")),
-    GuideItem("Each process sees one intended GPU and no two processes claim the same device.",
-              ("device",)),
-    GuideItem("The global batch size equals local batch size x process count x gradient "
-              "accumulation.", ("global-batch",)),
-    GuideItem("A checkpoint is written, reloaded, and produces the expected next step.",
-              ("checkpoint", "resume")),
+    GuideItem("Every expected rank starts once and reports the same world size.", ("ranks", "world-size")),
+    GuideItem("Each process sees one intended GPU and no two processes claim the same device.", ("device",)),
+    GuideItem(
+        "The global batch size equals local batch size x process count x gradient accumulation.",
+        ("global-batch",),
+    ),
+    GuideItem(
+        "A checkpoint is written, reloaded, and produces the expected next step.", ("checkpoint", "resume")
+    ),
     GuideItem("Metrics are emitted once rather than duplicated by every rank.", ("metrics",)),
-    GuideItem("The run stops cleanly and its important logs are saved before they disappear.",
-              ("shutdown",)),
+    GuideItem("The run stops cleanly and its important logs are saved before they disappear.", ("shutdown",)),
 )
 GUIDE_CHECKS = tuple(check for item in GUIDE_CHECKLIST for check in item.checks)
 # what preflight.py checks beyond the guide: the preset's bus bandwidth, a few training steps
@@ -60,16 +60,33 @@ class PreflightSettings:
     busy_rank0_s: float = 0.0  # rank 0 busy after the first checkpoint (the hard fault case)
     checkpoint_on_sigterm: bool = False  # the profile's script saves on SIGTERM
 
-    def args(self, *, world_size: int | None, checkpoint_dir: str | None,
-             metrics_file: str | None, hold_dir: str | None = None,
-             plan_world_size: int | None = None,
-             min_world_size: int | None = None) -> list[str]:
+    def args(
+        self,
+        *,
+        world_size: int | None,
+        checkpoint_dir: str | None,
+        metrics_file: str | None,
+        hold_dir: str | None = None,
+        plan_world_size: int | None = None,
+        min_world_size: int | None = None,
+    ) -> list[str]:
         """preflight.py's argv (after the script path)."""
-        out = ["--local-batch", str(self.local_batch), "--grad-accum", str(self.grad_accum),
-               "--checkpoint-format", self.checkpoint_format, "--steps", str(self.steps),
-               "--checkpoint-every", str(self.checkpoint_every),
-               "--join-timeout", f"{self.join_timeout_s:g}",
-               "--timeout", f"{self.collective_timeout_s:g}"]
+        out = [
+            "--local-batch",
+            str(self.local_batch),
+            "--grad-accum",
+            str(self.grad_accum),
+            "--checkpoint-format",
+            self.checkpoint_format,
+            "--steps",
+            str(self.steps),
+            "--checkpoint-every",
+            str(self.checkpoint_every),
+            "--join-timeout",
+            f"{self.join_timeout_s:g}",
+            "--timeout",
+            f"{self.collective_timeout_s:g}",
+        ]
         if self.global_batch is not None:
             out += ["--global-batch", str(self.global_batch)]
         if world_size is not None:
@@ -95,11 +112,9 @@ class PreflightSettings:
         return out
 
 
-
 def preflight_source() -> str:
     """The text of preflight.py as shipped in the package (also the ConfigMap's data)."""
     return resources.files("runai_spec").joinpath("preflight.py").read_text(encoding="utf-8")
-
 
 
 def parse_lines(text: str) -> list[dict[str, Any]]:
@@ -126,7 +141,11 @@ def preflight_settings(workload: Workload, *, in_cluster: bool = False) -> Prefl
     the profile's checkpoint volume; a local rehearsal keeps it in its own folder."""
     p = workload.loaded.profile
     return PreflightSettings(
-        local_batch=p.batch.local, grad_accum=p.batch.grad_accum, global_batch=p.batch.global_,
+        local_batch=p.batch.local,
+        grad_accum=p.batch.grad_accum,
+        global_batch=p.batch.global_,
         checkpoint_format=str(p.checkpoint.format),
         checkpoint_dir=p.checkpoint.dir if in_cluster else None,
-        min_busbw_gbps=workload.approved.preset.min_busbw_gbps, fresh_checkpoint=in_cluster)
+        min_busbw_gbps=workload.approved.preset.min_busbw_gbps,
+        fresh_checkpoint=in_cluster,
+    )

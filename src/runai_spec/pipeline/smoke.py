@@ -80,9 +80,14 @@ def smoke_names(name: str) -> tuple[str, str]:
     return job, f"{job}-preflight"
 
 
-def smoke_plan(plan: Plan, settings: PreflightSettings | None = None, *,
-               deadline_s: int = DEFAULT_DEADLINE_S, source: str | None = None,
-               file: str | None = None) -> SmokePlan:
+def smoke_plan(
+    plan: Plan,
+    settings: PreflightSettings | None = None,
+    *,
+    deadline_s: int = DEFAULT_DEADLINE_S,
+    source: str | None = None,
+    file: str | None = None,
+) -> SmokePlan:
     """The same workload, short: the world size, batch arithmetic and bandwidth minimum that
     preflight.py checks are the real job's. Bad input (in `file`, the profile) when a pod name
     would outgrow a DNS label with `-smoke`."""
@@ -93,9 +98,12 @@ def smoke_plan(plan: Plan, settings: PreflightSettings | None = None, *,
     longest = renamed.longest_pod_name
     if len(longest) > NAME_MAX:
         room = name_room(plan.name, longest)
-        raise InputError(f"the smoke test's pod name {longest!r} has {len(longest)} characters "
-                         f"(limit {NAME_MAX})", file=file, field="name",
-                         hint=f"shorten name to at most {room} characters to run the smoke test")
+        raise InputError(
+            f"the smoke test's pod name {longest!r} has {len(longest)} characters (limit {NAME_MAX})",
+            file=file,
+            field="name",
+            hint=f"shorten name to at most {room} characters to run the smoke test",
+        )
     notes = {k: v for k, v in plan.annotations if k.startswith(ANNOTATION_PREFIX)}
     notes[SMOKE_LABEL] = SMOKE_NOTE
     # a changed preflight.py is a different render of both objects: resubmit says so
@@ -106,8 +114,7 @@ def smoke_plan(plan: Plan, settings: PreflightSettings | None = None, *,
         run_policy["activeDeadlineSeconds"] = deadline_s
     else:
         after = (("activeDeadlineSeconds", deadline_s),)
-    settings = dataclasses.replace(
-        settings, join_timeout_s=max(settings.join_timeout_s, MIN_JOIN_TIMEOUT_S))
+    settings = dataclasses.replace(settings, join_timeout_s=max(settings.join_timeout_s, MIN_JOIN_TIMEOUT_S))
     ckpt = settings.checkpoint_dir
     # an elastic job may be started with minReplicas pods (KAI gangs the minimum): that
     # world passes too, as in the rehearsal
@@ -116,7 +123,8 @@ def smoke_plan(plan: Plan, settings: PreflightSettings | None = None, *,
         world_size=plan.world_size,
         checkpoint_dir=f"{ckpt}/{CHECKPOINT_SUBDIR}" if ckpt else None,
         metrics_file=METRICS_FILE,
-        min_world_size=None if elastic is None else elastic.min_pods * plan.procs_per_pod)
+        min_world_size=None if elastic is None else elastic.min_pods * plan.procs_per_pod,
+    )
     # its own rendezvous id, as for any job of that name (plan.rendezvous_plan), and no
     # torchrun restarts: a smoke test runs every rank once. An elastic job's restarts are
     # elasticPolicy.maxRestarts, which the operator passes as PET_MAX_RESTARTS whenever it is
@@ -127,15 +135,22 @@ def smoke_plan(plan: Plan, settings: PreflightSettings | None = None, *,
     job = dataclasses.replace(
         renamed,
         annotations=tuple({**dict(plan.annotations), **notes}.items()),
-        run_policy=tuple(run_policy.items()), restart_policy="Never", rendezvous=rendezvous,
+        run_policy=tuple(run_policy.items()),
+        restart_policy="Never",
+        rendezvous=rendezvous,
         elastic=None if elastic is None else dataclasses.replace(elastic, max_restarts=0),
         launcher=smoke_launcher(plan, rendezvous),
-        entrypoint=(f"{SMOKE_MOUNT}/preflight.py", *args))
+        entrypoint=(f"{SMOKE_MOUNT}/preflight.py", *args),
+    )
     # the job's labels carry runai-spec's managed-by label: submit and delete treat the
     # ConfigMap as runai-spec's own, like the job
-    config_map = ConfigMapPlan(cm_name, plan.namespace, (*job.labels, (SMOKE_LABEL, "true")),
-                               tuple(notes.items()),
-                               (("preflight.py", source),))
+    config_map = ConfigMapPlan(
+        cm_name,
+        plan.namespace,
+        (*job.labels, (SMOKE_LABEL, "true")),
+        tuple(notes.items()),
+        (("preflight.py", source),),
+    )
     return SmokePlan(job, config_map, after)
 
 
@@ -144,16 +159,20 @@ def smoke_launcher(plan: Plan, rendezvous: RendezvousPlan | None) -> tuple[str, 
     layout's launcher with the smoke test's RENDEZVOUS, then the job's per-rank log flags.
     Never torchrun's --no-python, and `python -u` on one GPU: preflight.py is a Python
     script whatever the job's entry point."""
-    head = launcher_for(plan.layout, plan.procs_per_pod, elastic=plan.elastic is not None,
-                        rendezvous=rendezvous)
+    head = launcher_for(
+        plan.layout, plan.procs_per_pod, elastic=plan.elastic is not None, rendezvous=rendezvous
+    )
     logs = tuple(arg for arg in plan.launcher if split_flag(arg)[0] in RANK_LOG_FLAGS)
     return head + logs
 
 
-def smoke_workload(workload: Workload, *,
-                   deadline_s: int = DEFAULT_DEADLINE_S) -> list[Manifest]:
+def smoke_workload(workload: Workload, *, deadline_s: int = DEFAULT_DEADLINE_S) -> list[Manifest]:
     """`render --smoke`: the workload's smoke test (ConfigMap, then job), expecting what the
     real job declares."""
-    smoke = smoke_plan(workload.plan, preflight_settings(workload, in_cluster=True),
-                       deadline_s=deadline_s, file=workload.path)
+    smoke = smoke_plan(
+        workload.plan,
+        preflight_settings(workload, in_cluster=True),
+        deadline_s=deadline_s,
+        file=workload.path,
+    )
     return render_smoke(smoke, workload.site.family)

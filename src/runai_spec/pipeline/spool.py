@@ -88,7 +88,8 @@ class Spool:
         self.sep = sep
         # closed by commit or discard, which render_all always reaches
         self.buffer: IO[str] = tempfile.SpooledTemporaryFile(  # noqa: SIM115
-            8 << 20, mode="w+", encoding="utf-8")
+            8 << 20, mode="w+", encoding="utf-8"
+        )
         self.count = 0
 
     def add(self, name: str, text: str) -> None:

@@ -71,8 +71,9 @@ class ProfileArgs(Sequence[Path]):
         return arg if isinstance(arg, Path) else profile_path(Path(arg))
 
 
-def workloads(paths: Iterable[Path], registry: PresetRegistry | None = None
-              ) -> Iterator[Workload | InputError]:
+def workloads(
+    paths: Iterable[Path], registry: PresetRegistry | None = None
+) -> Iterator[Workload | InputError]:
     """Each profile carried through, in order: its workload, or the bad input that stopped it.
     Nothing is kept: a workload lives until the caller drops it."""
     registry = registry or PresetRegistry()
@@ -116,6 +117,7 @@ class Gate:
 
 # --- validate ----------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class ProfileCheck:
     """What validate reports of one profile; the workload itself is not kept."""
@@ -134,19 +136,24 @@ class ProfileCheck:
 
     @property
     def summary(self) -> str:
-        return (f"{self.workload}: {self.layout}, {self.pods} pod(s) x {self.procs_per_pod} "
-                f"process(es), world size {self.world_size}")
+        return (
+            f"{self.workload}: {self.layout}, {self.pods} pod(s) x {self.procs_per_pod} "
+            f"process(es), world size {self.world_size}"
+        )
 
 
 def profile_check(workload: Workload, extra: Iterable[Finding] = ()) -> ProfileCheck:
     p = workload.plan
-    return ProfileCheck(workload.path, p.name, p.layout, p.pods, p.procs_per_pod, p.world_size,
-                        (*workload.findings, *extra))
+    return ProfileCheck(
+        workload.path, p.name, p.layout, p.pods, p.procs_per_pod, p.world_size, (*workload.findings, *extra)
+    )
 
 
-def check_profiles(paths: Iterable[Path], crd: Path | None = None,
-                   live: Callable[[Workload], list[Finding]] | None = None,
-                   ) -> tuple[Spooled[ProfileCheck], list[RunaiSpecError]]:
+def check_profiles(
+    paths: Iterable[Path],
+    crd: Path | None = None,
+    live: Callable[[Workload], list[Finding]] | None = None,
+) -> tuple[Spooled[ProfileCheck], list[RunaiSpecError]]:
     """`validate`: every profile checked (and, with crd, its rendered objects against that
     CRD's schema), collecting bad input instead of stopping."""
     extra: Callable[[Workload], list[Finding]] = lambda w: []  # noqa: E731
@@ -191,8 +198,7 @@ def render_all(paths: Iterable[Path], piece: Piece, sink: Sink) -> tuple[Iterabl
         for i, workload in enumerate(gate.passed(workloads(paths))):
             name = workload.plan.name
             if name in first:
-                again = (*first[name][:1], name, first[name][1], workload.path,
-                         workload.loaded.line("name"))
+                again = (*first[name][:1], name, first[name][1], workload.path, workload.loaded.line("name"))
                 duplicate = min(duplicate or again, again)
             first.setdefault(name, (i, workload.path))
             if gate.code != EXIT_OK or duplicate is not None:
@@ -210,10 +216,16 @@ def render_all(paths: Iterable[Path], piece: Piece, sink: Sink) -> tuple[Iterabl
     code = gate.code
     if code == EXIT_OK and duplicate is not None:
         _, name, one, other, line = duplicate
-        lines = [*lines, *InputError(f"two profiles render the workload {name!r}: {one} and {other}",
-                            file=other, line=line, field="name",
-                            hint="workload names must be unique within one call: rename one "
-                            "of them").lines()]
+        lines = [
+            *lines,
+            *InputError(
+                f"two profiles render the workload {name!r}: {one} and {other}",
+                file=other,
+                line=line,
+                field="name",
+                hint="workload names must be unique within one call: rename one of them",
+            ).lines(),
+        ]
         code = EXIT_INPUT
     elif code == EXIT_OK and refused:
         lines, code = [*lines, *refused], EXIT_INPUT
@@ -222,8 +234,9 @@ def render_all(paths: Iterable[Path], piece: Piece, sink: Sink) -> tuple[Iterabl
     return lines, code
 
 
-def prepare_all(paths: Iterable[Path], registry: PresetRegistry | None = None
-                ) -> tuple[list[Workload], list[InputError]]:
+def prepare_all(
+    paths: Iterable[Path], registry: PresetRegistry | None = None
+) -> tuple[list[Workload], list[InputError]]:
     """Every profile's workload, kept (for what needs them all at once: one cluster session),
     and the bad input, collected instead of stopping."""
     done: list[Workload] = []
@@ -234,6 +247,7 @@ def prepare_all(paths: Iterable[Path], registry: PresetRegistry | None = None
 
 
 # --- cluster commands: which workload a NAME or PROFILE means -------------------------
+
 
 def resolve_job(job: str, project: str | None) -> tuple[str, str, Workload | None]:
     """NAME|PROFILE -> (workload name, namespace, its workload when a profile was given); the
@@ -247,6 +261,5 @@ def resolve_job(job: str, project: str | None) -> tuple[str, str, Workload | Non
     if not DNS1035.match(job) or len(job) > 63:
         raise InputError(f"{job!r} is neither a profile file nor a workload name", field="NAME")
     if project is None:
-        raise InputError("a workload NAME needs --project (or pass its profile instead)",
-                         field="--project")
+        raise InputError("a workload NAME needs --project (or pass its profile instead)", field="--project")
     return job, namespace_for(PresetRegistry().site(), project), None

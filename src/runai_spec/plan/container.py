@@ -29,54 +29,78 @@ class ContainerEnv:
     diagnostics: tuple[str, ...]
 
 
-def _launcher_env(preset: Preset, launcher: tuple[str, ...], logs: str | None,
-                  rendezvous: RendezvousPlan | None, src: Sources) -> dict[str, Entry]:
+def _launcher_env(
+    preset: Preset,
+    launcher: tuple[str, ...],
+    logs: str | None,
+    rendezvous: RendezvousPlan | None,
+    src: Sources,
+) -> dict[str, Entry]:
     """The variables the layout, the rendezvous and torchrun need, after the profile's."""
     env: dict[str, Entry] = {}
     if preset.layout == "single-gpu":
         # Scripts written for torchrun read LOCAL_RANK; nothing else sets it for bare python.
-        env["LOCAL_RANK"] = same(derived("single GPU: bare python sets no LOCAL_RANK"),
-                                 "LOCAL_RANK", "0")
+        env["LOCAL_RANK"] = same(derived("single GPU: bare python sets no LOCAL_RANK"), "LOCAL_RANK", "0")
     for key, value in preset.network.env.items():
         env[key] = same(src.preset(f"network.env.{key}"), key, value)
     if rendezvous is not None and rendezvous.backend == RDZV_BACKEND:
         key, value = DISABLE_SHARED_STORE
-        env[key] = same(derived("c10d: a pod restarted in place must be able to rejoin "
-                                "(torch's shared rendezvous store deadlocks it)"), key, value)
+        env[key] = same(
+            derived(
+                "c10d: a pod restarted in place must be able to rejoin "
+                "(torch's shared rendezvous store deadlocks it)"
+            ),
+            key,
+            value,
+        )
     if launcher[:1] == ("torchrun",):
         # torchrun (PID 1) gives its ranks this long from SIGTERM to SIGKILL (torch >= 2.12;
         # launcher.SHUTDOWN_TIMEOUT_ENV): the pod's whole grace period, not torch's 30 s
         grace_origin = src.preset("termination_grace_period_seconds")
         env[SHUTDOWN_TIMEOUT_ENV] = (
-            SHUTDOWN_TIMEOUT_ENV, str(preset.termination_grace_period_seconds),
+            SHUTDOWN_TIMEOUT_ENV,
+            str(preset.termination_grace_period_seconds),
             derived("torchrun's SIGTERM-to-SIGKILL window for its ranks (torch >= 2.12)"),
-            grace_origin)
+            grace_origin,
+        )
     if logs is not None:
-        env[RANK_PREFIX_ENV] = same(derived("each pod log line names its global rank "
-                                            "(`logs --out` splits them)"),
-                                    RANK_PREFIX_ENV, RANK_PREFIX)
+        env[RANK_PREFIX_ENV] = same(
+            derived("each pod log line names its global rank (`logs --out` splits them)"),
+            RANK_PREFIX_ENV,
+            RANK_PREFIX,
+        )
     return env
 
 
-def plan_env(profile: Profile, preset: Preset, launcher: tuple[str, ...], logs: str | None,
-             rendezvous: RendezvousPlan | None, src: Sources, o: dict[str, Origin]
-             ) -> ContainerEnv:
+def plan_env(
+    profile: Profile,
+    preset: Preset,
+    launcher: tuple[str, ...],
+    logs: str | None,
+    rendezvous: RendezvousPlan | None,
+    src: Sources,
+    o: dict[str, Origin],
+) -> ContainerEnv:
     """The profile's env, then the launcher's, then the diagnostics'; the origins of the
     field and secret variables into `o` (env's are recorded with the plan's pairs)."""
-    env = {key: same(src.profile(f"env.{key}"), key, kubelet_literal(value))
-           for key, value in profile.env_strings().items()}
+    env = {
+        key: same(src.profile(f"env.{key}"), key, kubelet_literal(value))
+        for key, value in profile.env_strings().items()
+    }
     env |= _launcher_env(preset, launcher, logs, rendezvous, src)
     field_env: list[tuple[str, str]] = []
     if logs is not None:
         field_env.append(POD_NAME_ENV)
         o["field_env[0][0]"] = o["field_env[0][1]"] = derived(
-            "the pod's name (downward API), for its per-rank log folder")
+            "the pod's name (downward API), for its per-rank log folder"
+        )
     diagnostics: list[str] = []
     if profile.diagnostics.nccl_debug:
         env[NCCL_DEBUG] = same(src.profile("diagnostics.nccl_debug"), NCCL_DEBUG, "INFO")
         if logs is not None:  # %h host, %p pid (NCCL's debug file name): one file per rank
-            env[NCCL_DEBUG_FILE] = same(src.profile("diagnostics.nccl_debug"),
-                                        NCCL_DEBUG_FILE, f"{logs}/nccl.%h.%p.log")
+            env[NCCL_DEBUG_FILE] = same(
+                src.profile("diagnostics.nccl_debug"), NCCL_DEBUG_FILE, f"{logs}/nccl.%h.%p.log"
+            )
         diagnostics.append("nccl-debug")
     secret_env = []
     for i, (name, ref) in enumerate(profile.secret_env.items()):
@@ -88,9 +112,11 @@ def plan_env(profile: Profile, preset: Preset, launcher: tuple[str, ...], logs: 
 
 def plan_limits(preset: Preset, src: Sources, o: dict[str, Origin]) -> dict[str, Entry]:
     """GPUs, CPU, memory and the network's devices; the capabilities' origins into `o`."""
-    limits = {GPU_RESOURCE: same(src.preset("gpus_per_pod"), GPU_RESOURCE, preset.gpus_per_pod),
-              "cpu": same(src.preset("cpu"), "cpu", preset.cpu),
-              "memory": same(src.preset("memory"), "memory", preset.memory)}
+    limits = {
+        GPU_RESOURCE: same(src.preset("gpus_per_pod"), GPU_RESOURCE, preset.gpus_per_pod),
+        "cpu": same(src.preset("cpu"), "cpu", preset.cpu),
+        "memory": same(src.preset("memory"), "memory", preset.memory),
+    }
     for key, devices in preset.network.resources.items():
         limits[key] = same(src.preset(f"network.resources.{key}"), key, devices)
     for i in range(len(preset.network.capabilities)):

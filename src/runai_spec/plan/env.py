@@ -14,9 +14,10 @@ def env_entries(plan: Plan) -> list[EnvEntry]:
     kubelet expands `$(POD_NAME)` in a value only from variables listed before it), then the
     values, then the Secret references (never a value)."""
     return [
-        *({"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
-          for name, path in plan.field_env),
+        *({"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}} for name, path in plan.field_env),
         *({"name": name, "value": value} for name, value in plan.env),
-        *({"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
-          for name, secret, key in plan.secret_env),
+        *(
+            {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+            for name, secret, key in plan.secret_env
+        ),
     ]

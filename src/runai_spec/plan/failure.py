@@ -43,22 +43,30 @@ def sigterm_window(plan: Plan) -> str:
     (launcher.shutdown_window)."""
     grace = plan.termination_grace_period_seconds
     if plan.launcher[:1] != ("torchrun",):
-        return (f"the script, PID 1 of its container, has {grace} s, then SIGKILL; PID 1 has no "
-                "default action for SIGTERM, so a script without a handler keeps running, and "
-                "holds its GPU, until that SIGKILL")
+        return (
+            f"the script, PID 1 of its container, has {grace} s, then SIGKILL; PID 1 has no "
+            "default action for SIGTERM, so a script without a handler keeps running, and "
+            "holds its GPU, until that SIGKILL"
+        )
     window = shutdown_window(plan.torch_version, grace)
     old = min(SHUTDOWN_DEFAULT_S, grace)
     if window is None:
-        return (f"torchrun forwards it to the ranks and gives them {grace} s on torch 2.12 and "
-                f"later ({SHUTDOWN_TIMEOUT_ENV}), {old} s on older torch, then SIGKILL "
-                "(torch_version in the profile says which)")
+        return (
+            f"torchrun forwards it to the ranks and gives them {grace} s on torch 2.12 and "
+            f"later ({SHUTDOWN_TIMEOUT_ENV}), {old} s on older torch, then SIGKILL "
+            "(torch_version in the profile says which)"
+        )
     if window == grace:
-        return (f"torchrun forwards it to the ranks and gives them the grace period, {grace} s "
-                f"(torch {plan.torch_version} reads {SHUTDOWN_TIMEOUT_ENV}), then SIGKILL")
-    return (f"torchrun forwards it to the ranks and SIGKILLs them {window} s later: torch "
-            f"{plan.torch_version} has no setting for it (2.12 and later read "
-            f"{SHUTDOWN_TIMEOUT_ENV}); the rest of the {grace} s grace period only holds the "
-            "GPUs")
+        return (
+            f"torchrun forwards it to the ranks and gives them the grace period, {grace} s "
+            f"(torch {plan.torch_version} reads {SHUTDOWN_TIMEOUT_ENV}), then SIGKILL"
+        )
+    return (
+        f"torchrun forwards it to the ranks and SIGKILLs them {window} s later: torch "
+        f"{plan.torch_version} has no setting for it (2.12 and later read "
+        f"{SHUTDOWN_TIMEOUT_ENV}); the rest of the {grace} s grace period only holds the "
+        "GPUs"
+    )
 
 
 def save_time(plan: Plan) -> str:
@@ -82,20 +90,38 @@ def _choices(plan: Plan) -> tuple[tuple[str, str], ...]:
         ("backoffLimit", "none (the operator never gives up)" if limit is None else str(limit)),
     ]
     if r is not None:
-        where = (f"{r.endpoint} (the Master's service)" if r.endpoint else
-                 f"{short_pod_name(WORKER, 0)}'s service (the operator's PET_RDZV_ENDPOINT)")
-        choices.append(("rendezvous", "static (bare torchrun)" if r.backend == "static" else
-                        f"{r.backend} at {where}, id {r.rdzv_id}"))
+        where = (
+            f"{r.endpoint} (the Master's service)"
+            if r.endpoint
+            else f"{short_pod_name(WORKER, 0)}'s service (the operator's PET_RDZV_ENDPOINT)"
+        )
+        choices.append(
+            (
+                "rendezvous",
+                "static (bare torchrun)"
+                if r.backend == "static"
+                else f"{r.backend} at {where}, id {r.rdzv_id}",
+            )
+        )
         if r.backend == RDZV_BACKEND:
-            restarts = (r.max_restarts if r.max_restarts is not None
-                        else plan.elastic.max_restarts if plan.elastic else 0)
+            restarts = (
+                r.max_restarts
+                if r.max_restarts is not None
+                else plan.elastic.max_restarts
+                if plan.elastic
+                else 0
+            )
             choices += [
                 ("torchrun max restarts", str(restarts)),
                 ("rendezvous join / read timeout", f"{r.join_timeout_s} s / {r.read_timeout_s} s"),
             ]
             if plan.elastic is not None:
-                choices.append(("rendezvous last call", f"{r.last_call_timeout_s} s"
-                                if r.last_call_timeout_s else "torch's default (30 s)"))
+                choices.append(
+                    (
+                        "rendezvous last call",
+                        f"{r.last_call_timeout_s} s" if r.last_call_timeout_s else "torch's default (30 s)",
+                    )
+                )
     grace = plan.termination_grace_period_seconds
     choices.append(("termination grace period", f"{grace} s (SIGTERM, then SIGKILL)"))
     choices.append(("time to save on SIGTERM", sigterm_window(plan)))
@@ -103,37 +129,51 @@ def _choices(plan: Plan) -> tuple[tuple[str, str], ...]:
 
 
 # the kubelet's back-off between restarts of a container in place, in words
-IN_PLACE = ("the kubelet restarts that container in place after its back-off "
-            f"({BACKOFF_BASE_S:g} s, doubling up to {BACKOFF_CAP_S:g} s)")
+IN_PLACE = (
+    "the kubelet restarts that container in place after its back-off "
+    f"({BACKOFF_BASE_S:g} s, doubling up to {BACKOFF_CAP_S:g} s)"
+)
 
 
-def _faults_in_place(plan: Plan, preempt: FaultOutcome
-                     ) -> tuple[tuple[FaultOutcome, ...], int | None]:
+def _faults_in_place(plan: Plan, preempt: FaultOutcome) -> tuple[tuple[FaultOutcome, ...], int | None]:
     """Faults of a job whose containers restart in place (OnFailure/Always), and the
     restarts the worst of them uses (None: it can use the whole backoffLimit)."""
     r = plan.rendezvous
     if r is None:
-        return (FaultOutcome(
-            "the pod's container fails", f"{IN_PLACE}; the job resumes from its last "
-            "checkpoint", 1, True), preempt), 1
+        return (
+            FaultOutcome(
+                "the pod's container fails", f"{IN_PLACE}; the job resumes from its last checkpoint", 1, True
+            ),
+            preempt,
+        ), 1
     if r.backend == "static":
-        return (FaultOutcome(
-            "any pod's container fails",
-            f"{IN_PLACE}, but torchrun's static rendezvous never re-admits it: a restarted pod "
-            "can meet the others' old store and fail again, so one fault can use the whole "
-            "backoffLimit, and whether the job recovers depends on timing (measured: "
-            "docs/fault-experiments/RESULTS.md)", None, False), preempt), None
+        return (
+            FaultOutcome(
+                "any pod's container fails",
+                f"{IN_PLACE}, but torchrun's static rendezvous never re-admits it: a restarted pod "
+                "can meet the others' old store and fail again, so one fault can use the whole "
+                "backoffLimit, and whether the job recovers depends on timing (measured: "
+                "docs/fault-experiments/RESULTS.md)",
+                None,
+                False,
+            ),
+            preempt,
+        ), None
     host = pod_name(plan.name, MASTER if plan.elastic is None else WORKER, 0)
     join = f"torchrun on the other pods waits up to {r.join_timeout_s} s for it to rejoin"
     others = FaultOutcome(
-        "a worker's container fails" if plan.elastic is None
-        else "another worker's container fails",
-        f"{IN_PLACE}; {join}, then every rank resumes from the last checkpoint", 1, True)
+        "a worker's container fails" if plan.elastic is None else "another worker's container fails",
+        f"{IN_PLACE}; {join}, then every rank resumes from the last checkpoint",
+        1,
+        True,
+    )
     store = FaultOutcome(
         f"{host} fails (it hosts the c10d store)",
         f"{IN_PLACE}; torchrun on the other pods loses the store and exits, so the kubelet "
         "restarts every pod's container once; the job resumes from the last checkpoint",
-        plan.pods, True)
+        plan.pods,
+        True,
+    )
     return (store, others, preempt), plan.pods
 
 
@@ -144,29 +184,41 @@ def failure_semantics(plan: Plan, profile_path: str = "PROFILE") -> FailureSeman
     pkg/core/job.go PastBackoffLimit); a preemption deletes every pod and the operator
     creates them anew, which costs no restart."""
     choices = _choices(plan)
-    resubmit = (f"runai-spec delete {plan.name} --project {plan.project} --yes && "
-                f"runai-spec submit {shlex.quote(profile_path)}")
+    resubmit = (
+        f"runai-spec delete {plan.name} --project {plan.project} --yes && "
+        f"runai-spec submit {shlex.quote(profile_path)}"
+    )
     preempt = FaultOutcome(
         "preemption or eviction",
         f"every pod gets SIGTERM and {save_time(plan)} to checkpoint, then SIGKILL; the "
-        "operator creates the pods anew and the job resumes from its last checkpoint", 0, True)
+        "operator creates the pods anew and the job resumes from its last checkpoint",
+        0,
+        True,
+    )
     faults: tuple[FaultOutcome, ...]
     if plan.restart_policy == "ExitCode" and plan.pods == 1:
-        faults = (FaultOutcome(
-            "the pod's container fails",
-            "a signal (exit 128 and up: OOM kill, node loss) makes the operator recreate the "
-            "pod, which resumes from its last checkpoint; an error exit (1-127) fails the job "
-            "at once and stops it (fail fast)", 0, True), preempt)
+        faults = (
+            FaultOutcome(
+                "the pod's container fails",
+                "a signal (exit 128 and up: OOM kill, node loss) makes the operator recreate the "
+                "pod, which resumes from its last checkpoint; an error exit (1-127) fails the job "
+                "at once and stops it (fail fast)",
+                0,
+                True,
+            ),
+            preempt,
+        )
         return FailureSemantics(choices, faults, 0, resubmit)
     if plan.restart_policy in ("Never", "ExitCode"):
         # ExitCode recreates a pod killed by a signal, but its peers then exit 1 (torchrun's
         # ChildFailedError), a permanent code: the job fails one recreation later.
-        how = ("the operator marks the job Failed at once and stops every pod"
-               if plan.restart_policy == "Never" else
-               "the operator recreates a pod killed by a signal, but its peers then exit 1, "
-               "a permanent error: the job is marked Failed and every pod stopped")
-        faults = (FaultOutcome("a pod's container fails", f"fails fast: {how}", None, False),
-                  preempt)
+        how = (
+            "the operator marks the job Failed at once and stops every pod"
+            if plan.restart_policy == "Never"
+            else "the operator recreates a pod killed by a signal, but its peers then exit 1, "
+            "a permanent error: the job is marked Failed and every pod stopped"
+        )
+        faults = (FaultOutcome("a pod's container fails", f"fails fast: {how}", None, False), preempt)
         return FailureSemantics(choices, faults, 0, resubmit)
     faults, worst = _faults_in_place(plan, preempt)
     if worst is None:

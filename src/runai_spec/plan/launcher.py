@@ -58,13 +58,19 @@ def rendezvous_plan(preset: Preset, job: str) -> RendezvousPlan | None:
     # operator sets PET_RDZV_ID only from elasticPolicy.rdzvId, and a per-submission value
     # would make every render differ (diff, submit's "unchanged").
     return RendezvousPlan(
-        RDZV_BACKEND, None if preset.elastic else RDZV_ENDPOINT, job,
-        None if preset.elastic else r.max_restarts, r.join_timeout_seconds,
-        r.read_timeout_seconds, r.last_call_timeout_seconds)
+        RDZV_BACKEND,
+        None if preset.elastic else RDZV_ENDPOINT,
+        job,
+        None if preset.elastic else r.max_restarts,
+        r.join_timeout_seconds,
+        r.read_timeout_seconds,
+        r.last_call_timeout_seconds,
+    )
 
 
-def launcher_for(layout: str, gpus: int, elastic: bool = False,
-                 rendezvous: RendezvousPlan | None = None) -> tuple[str, ...]:
+def launcher_for(
+    layout: str, gpus: int, elastic: bool = False, rendezvous: RendezvousPlan | None = None
+) -> tuple[str, ...]:
     """The site guide's launcher for each layout, with the preset's rendezvous flags."""
     if layout == "single-gpu":
         return SINGLE_GPU_LAUNCHER
@@ -102,9 +108,15 @@ def rendezvous_flags(r: RendezvousPlan | None) -> tuple[str, ...]:
         flags.append(flag(RDZV_ID_FLAG, r.rdzv_id))
     if r.max_restarts is not None:
         flags.append(flag(MAX_RESTARTS_FLAG, r.max_restarts))
-    conf = [f"{key}={value}" for key, value in (
-        ("join_timeout", r.join_timeout_s), ("read_timeout", r.read_timeout_s),
-        ("last_call_timeout", r.last_call_timeout_s)) if value is not None]
+    conf = [
+        f"{key}={value}"
+        for key, value in (
+            ("join_timeout", r.join_timeout_s),
+            ("read_timeout", r.read_timeout_s),
+            ("last_call_timeout", r.last_call_timeout_s),
+        )
+        if value is not None
+    ]
     if conf:
         flags.append(flag("--rdzv-conf", ",".join(conf)))
     return tuple(flags)
@@ -112,36 +124,49 @@ def rendezvous_flags(r: RendezvousPlan | None) -> tuple[str, ...]:
 
 def _launcher_origin(arg: str, layout: str, src: Sources) -> Origin:
     """Where launcher flag ARG came from: the preset field it renders, or the layout."""
-    fields = {NPROC_FLAG: "gpus_per_pod", MAX_RESTARTS_FLAG: "rendezvous.max_restarts",
-              "--rdzv-backend": "rendezvous.backend", "--rdzv-conf": "rendezvous"}
+    fields = {
+        NPROC_FLAG: "gpus_per_pod",
+        MAX_RESTARTS_FLAG: "rendezvous.max_restarts",
+        "--rdzv-backend": "rendezvous.backend",
+        "--rdzv-conf": "rendezvous",
+    }
     name = split_flag(arg)[0]
     if name in fields:
         return src.preset(fields[name])
     if name == "--rdzv-endpoint":
-        return derived("c10d store on the Master's service: the operator's MASTER_ADDR and "
-                       "MASTER_PORT, expanded by the kubelet")
+        return derived(
+            "c10d store on the Master's service: the operator's MASTER_ADDR and "
+            "MASTER_PORT, expanded by the kubelet"
+        )
     if name == RDZV_ID_FLAG:
         return derived("rendezvous id: the job name (unique while the job exists)")
     if name in (LOG_DIR_FLAG, TEE_FLAG):
-        return derived("a log per rank (site guide), kept on the checkpoint volume so that "
-                       "it outlives the pod; the pod log carries every rank's lines too")
+        return derived(
+            "a log per rank (site guide), kept on the checkpoint volume so that "
+            "it outlives the pod; the pod log carries every rank's lines too"
+        )
     return derived(f"launcher for the {layout} layout (site guide)")
 
 
-def plan_launcher(profile: Profile, preset: Preset, elastic: bool,
-                  rendezvous: RendezvousPlan | None, src: Sources, o: dict[str, Origin]
-                  ) -> tuple[tuple[str, ...], str | None]:
+def plan_launcher(
+    profile: Profile,
+    preset: Preset,
+    elastic: bool,
+    rendezvous: RendezvousPlan | None,
+    src: Sources,
+    o: dict[str, Origin],
+) -> tuple[tuple[str, ...], str | None]:
     """The launcher argv and torchrun's per-rank log folder (None for python); the origins
     of the launcher and of the entry point into `o`."""
-    launcher = launcher_for(preset.layout, preset.gpus_per_pod, elastic=elastic,
-                            rendezvous=rendezvous)
+    launcher = launcher_for(preset.layout, preset.gpus_per_pod, elastic=elastic, rendezvous=rendezvous)
     launcher = for_entry_point(launcher, profile.command)  # a wrapper script: --no-python
     logs = rank_log_dir(profile.checkpoint.dir) if launcher[:1] == ("torchrun",) else None
     if logs is not None:
         launcher += (flag(LOG_DIR_FLAG, logs), flag(TEE_FLAG, 3))
     for i, arg in enumerate(launcher):
-        o[f"launcher[{i}]"] = (src.profile("command[0]") if arg == NO_PYTHON
-                               else _launcher_origin(arg, preset.layout, src))
+        o[f"launcher[{i}]"] = (
+            src.profile("command[0]") if arg == NO_PYTHON else _launcher_origin(arg, preset.layout, src)
+        )
     for i in range(len(profile.command)):
         o[f"entrypoint[{i}]"] = src.profile(f"command[{i}]")
     return launcher, logs

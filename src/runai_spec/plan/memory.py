@@ -30,9 +30,11 @@ class MemoryEstimate:
         return self.total_gb / self.capacity_gb
 
     def describe(self) -> str:
-        return (f"{self.total_gb:.1f} GB per GPU (weights {self.weights_gb:.1f} + gradients "
-                f"{self.grads_gb:.1f} + optimizer {self.optimizer_gb:.1f}, {self.method}) "
-                f"of {self.capacity_gb:g} GB")
+        return (
+            f"{self.total_gb:.1f} GB per GPU (weights {self.weights_gb:.1f} + gradients "
+            f"{self.grads_gb:.1f} + optimizer {self.optimizer_gb:.1f}, {self.method}) "
+            f"of {self.capacity_gb:g} GB"
+        )
 
 
 def state_bytes(profile: Profile) -> tuple[float, float, float]:
@@ -47,9 +49,13 @@ def state_bytes(profile: Profile) -> tuple[float, float, float]:
     return float(value), float(value), float(master + moments)
 
 
-def memory_estimate(profile: Profile, plan: Plan, capacity_gb: float,
-                    strategy: str | None = None, zero_stage: int | None = None
-                    ) -> MemoryEstimate | None:
+def memory_estimate(
+    profile: Profile,
+    plan: Plan,
+    capacity_gb: float,
+    strategy: str | None = None,
+    zero_stage: int | None = None,
+) -> MemoryEstimate | None:
     """Per-GPU model state for a strategy; None when the profile declares no model or the
     strategy's split (tensor, pipeline, hybrid degrees) is not known to the tool."""
     if profile.model is None:
@@ -64,11 +70,11 @@ def memory_estimate(profile: Profile, plan: Plan, capacity_gb: float,
         return MemoryEstimate("full replica per GPU (DDP)", 1, w, g, o, capacity_gb)
     if strategy == "fsdp" or (strategy == "deepspeed" and stage == 3):
         name = "FSDP full shard" if strategy == "fsdp" else "ZeRO-3"
-        return MemoryEstimate(f"{name} over {shards} GPUs", shards, w / shards, g / shards,
-                              o / shards, capacity_gb)
+        return MemoryEstimate(
+            f"{name} over {shards} GPUs", shards, w / shards, g / shards, o / shards, capacity_gb
+        )
     if strategy == "deepspeed" and stage == 1:
         return MemoryEstimate(f"ZeRO-1 over {shards} GPUs", shards, w, g, o / shards, capacity_gb)
     if strategy == "deepspeed" and stage == 2:
-        return MemoryEstimate(f"ZeRO-2 over {shards} GPUs", shards, w, g / shards, o / shards,
-                              capacity_gb)
+        return MemoryEstimate(f"ZeRO-2 over {shards} GPUs", shards, w, g / shards, o / shards, capacity_gb)
     return None

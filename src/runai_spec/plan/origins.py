@@ -61,8 +61,7 @@ class Sources:
 Entry = tuple[str, Any, Origin, Origin]
 
 
-def pairs(origins: dict[str, Origin], prefix: str, entries: dict[str, Entry]
-          ) -> tuple[tuple[str, Any], ...]:
+def pairs(origins: dict[str, Origin], prefix: str, entries: dict[str, Entry]) -> tuple[tuple[str, Any], ...]:
     """The plan's (key, value) tuple, recording `prefix[i][0]` and `prefix[i][1]`."""
     for i, (_, _, key_origin, value_origin) in enumerate(entries.values()):
         origins[f"{prefix}[{i}][0]"], origins[f"{prefix}[{i}][1]"] = key_origin, value_origin

@@ -100,8 +100,7 @@ class Plan:
     def pod_names(self) -> tuple[str, ...]:
         names = []
         for replica in self.replicas:
-            count = self.elastic.max_pods if (self.elastic and replica.role == WORKER) \
-                else replica.replicas
+            count = self.elastic.max_pods if (self.elastic and replica.role == WORKER) else replica.replicas
             names += [pod_name(self.name, replica.role, i) for i in range(count)]
         return tuple(names)
 
@@ -112,15 +111,26 @@ class Plan:
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly view (for plan --format json and rehearse)."""
         return {
-            "name": self.name, "namespace": self.namespace, "project": self.project,
-            "layout": self.layout, "pods": self.pods, "procs_per_pod": self.procs_per_pod,
+            "name": self.name,
+            "namespace": self.namespace,
+            "project": self.project,
+            "layout": self.layout,
+            "pods": self.pods,
+            "procs_per_pod": self.procs_per_pod,
             "world_size": self.world_size,
-            "elastic": None if self.elastic is None else {
-                "min_pods": self.elastic.min_pods, "max_pods": self.elastic.max_pods,
-                "max_restarts": self.elastic.max_restarts},
+            "elastic": None
+            if self.elastic is None
+            else {
+                "min_pods": self.elastic.min_pods,
+                "max_pods": self.elastic.max_pods,
+                "max_restarts": self.elastic.max_restarts,
+            },
             "replicas": {r.role: r.replicas for r in self.replicas},
-            "command": list(self.command), "env": dict(self.env), "image": self.image,
-            "preset": self.preset_name, "pod_names": list(self.pod_names),
+            "command": list(self.command),
+            "env": dict(self.env),
+            "image": self.image,
+            "preset": self.preset_name,
+            "pod_names": list(self.pod_names),
         }
 
 
@@ -128,19 +138,24 @@ def _own_origins(loaded: LoadedProfile, site: Site, src: Sources) -> dict[str, O
     """The origins of the plan's scalar fields."""
     project = loaded.profile.project
     return {
-        "name": src.profile("name"), "project": src.profile("project"),
-        "namespace": (src.site(f"namespaces.{project}")
-                      if project in site.namespaces else src.site("namespace_pattern")),
-        "procs_per_pod": src.preset("gpus_per_pod"), "image": src.profile("image"),
-        "working_dir": src.profile("working_dir"), "scheduler_name": src.site("scheduler_name"),
+        "name": src.profile("name"),
+        "project": src.profile("project"),
+        "namespace": (
+            src.site(f"namespaces.{project}") if project in site.namespaces else src.site("namespace_pattern")
+        ),
+        "procs_per_pod": src.preset("gpus_per_pod"),
+        "image": src.profile("image"),
+        "working_dir": src.profile("working_dir"),
+        "scheduler_name": src.site("scheduler_name"),
         "master_port": src.preset("master_port"),
         "restart_policy": src.preset("run_policy.restart_policy"),
         "termination_grace_period_seconds": src.preset("termination_grace_period_seconds"),
     }
 
 
-def plan_workload(loaded: LoadedProfile, approved: ApprovedPreset, site: Site,
-                  *, site_sha256: str = "") -> Plan:
+def plan_workload(
+    loaded: LoadedProfile, approved: ApprovedPreset, site: Site, *, site_sha256: str = ""
+) -> Plan:
     """Derive the topology and every value the manifests carry, and where each came from."""
     profile, preset = loaded.profile, approved.preset
     src = Sources(loaded, approved, site)

@@ -26,15 +26,18 @@ class ElasticPlan:
     max_restarts: int
 
 
-def plan_topology(preset: Preset, src: Sources, o: dict[str, Origin]
-                  ) -> tuple[ElasticPlan | None, tuple[Replica, ...]]:
+def plan_topology(
+    preset: Preset, src: Sources, o: dict[str, Origin]
+) -> tuple[ElasticPlan | None, tuple[Replica, ...]]:
     """The preset's elastic bounds and replicas; their origins into `o`."""
     elastic = None
     if preset.elastic is not None:
         elastic = ElasticPlan(preset.elastic.min, preset.elastic.max, preset.elastic.max_restarts)
-        o |= {"elastic.min_pods": src.preset("elastic.min"),
-              "elastic.max_pods": src.preset("elastic.max"),
-              "elastic.max_restarts": src.preset("elastic.max_restarts")}
+        o |= {
+            "elastic.min_pods": src.preset("elastic.min"),
+            "elastic.max_pods": src.preset("elastic.max"),
+            "elastic.max_restarts": src.preset("elastic.max_restarts"),
+        }
         replicas: tuple[Replica, ...] = (Replica(WORKER, preset.nodes),)
         counts = [src.preset("nodes")]
     elif preset.nodes == 1:
@@ -42,10 +45,10 @@ def plan_topology(preset: Preset, src: Sources, o: dict[str, Origin]
         counts = [derived("exactly one Master")]
     else:
         replicas = (Replica(MASTER, 1), Replica(WORKER, preset.nodes - 1))
-        counts = [derived("exactly one Master"),
-                  derived(f"preset nodes ({preset.nodes}) - 1 Master")]
+        counts = [derived("exactly one Master"), derived(f"preset nodes ({preset.nodes}) - 1 Master")]
     for i, count in enumerate(counts):
-        o[f"replicas[{i}].role"] = derived("Master trains; Workers join it" if elastic is None
-                                           else "elastic: Worker-only job")
+        o[f"replicas[{i}].role"] = derived(
+            "Master trains; Workers join it" if elastic is None else "elastic: Worker-only job"
+        )
         o[f"replicas[{i}].replicas"] = count
     return elastic, replicas

@@ -22,35 +22,62 @@ class Volume:
     source: str | None = None  # the approved Run:ai data source mounted through `claim`
 
 
-def plan_volumes(profile: Profile, preset: Preset, site: Site, src: Sources,
-                 o: dict[str, Origin]) -> tuple[Volume, ...]:
+def plan_volumes(
+    profile: Profile, preset: Preset, site: Site, src: Sources, o: dict[str, Origin]
+) -> tuple[Volume, ...]:
     """The checkpoint volume, the data volumes, /dev/shm; their origins into `o`."""
     ckpt = profile.checkpoint
+
     def claim(pvc: str | None, source: str | None) -> str | None:
         # An approved data source is mounted through its claim in the project's namespace.
         return pvc or (None if source is None else site.claim_for(source, profile.project))
 
-    volumes = [Volume("checkpoint", ckpt.dir, False, claim=claim(ckpt.pvc, ckpt.source),
-                      source=None if ckpt.pvc else ckpt.source)]
-    origins = [{"mount_path": src.profile("checkpoint.dir"),
-                "claim": src.profile("checkpoint.pvc" if ckpt.pvc else "checkpoint.source"),
-                "read_only": derived("checkpoints are written")}]
+    volumes = [
+        Volume(
+            "checkpoint",
+            ckpt.dir,
+            False,
+            claim=claim(ckpt.pvc, ckpt.source),
+            source=None if ckpt.pvc else ckpt.source,
+        )
+    ]
+    origins = [
+        {
+            "mount_path": src.profile("checkpoint.dir"),
+            "claim": src.profile("checkpoint.pvc" if ckpt.pvc else "checkpoint.source"),
+            "read_only": derived("checkpoints are written"),
+        }
+    ]
     for index, data in enumerate(profile.data):
         d = f"data[{index}]"
-        volumes.append(Volume(f"data-{index}", data.path, data.read_only,
-                              claim=claim(data.pvc, data.source),
-                              source=None if data.pvc else data.source))
+        volumes.append(
+            Volume(
+                f"data-{index}",
+                data.path,
+                data.read_only,
+                claim=claim(data.pvc, data.source),
+                source=None if data.pvc else data.source,
+            )
+        )
         read_only = src.profile(f"{d}.read_only")
-        origins.append({
-            "mount_path": src.profile(f"{d}.path"),
-            "claim": src.profile(f"{d}.pvc" if data.pvc else f"{d}.source"),
-            "read_only": read_only if read_only.line else
-            derived("data is read-only unless the profile says otherwise")})
+        origins.append(
+            {
+                "mount_path": src.profile(f"{d}.path"),
+                "claim": src.profile(f"{d}.pvc" if data.pvc else f"{d}.source"),
+                "read_only": read_only
+                if read_only.line
+                else derived("data is read-only unless the profile says otherwise"),
+            }
+        )
     if preset.shared_memory:
         volumes.append(Volume("dshm", "/dev/shm", False, memory_size=preset.shared_memory))
-        origins.append({"mount_path": derived("large shared memory at /dev/shm"),
-                        "memory_size": src.preset("shared_memory"),
-                        "read_only": derived("shared memory is written")})
+        origins.append(
+            {
+                "mount_path": derived("large shared memory at /dev/shm"),
+                "memory_size": src.preset("shared_memory"),
+                "read_only": derived("shared memory is written"),
+            }
+        )
     for i, fields in enumerate(origins):
         o[f"volumes[{i}].name"] = derived("volume name")
         o |= {f"volumes[{i}].{name}": origin for name, origin in fields.items()}

@@ -49,14 +49,35 @@ from .spec import (
 )
 
 __all__ = [
-    "CHECK_ORDER", "DEFAULT_PORT", "DEFAULT_TIMEOUT_S", "MULTICAST_OFF", "OWN_SCRIPT_SETTLE_S",
-    "PORT_NAME", "PREFLIGHT_LINE",
-    "CheckResult", "Launcher",
-    "PodOutcome", "PodPlan", "PreflightSettings", "Progress", "RehearsalSpec", "RehearseResult",
+    "CHECK_ORDER",
+    "DEFAULT_PORT",
+    "DEFAULT_TIMEOUT_S",
+    "MULTICAST_OFF",
+    "OWN_SCRIPT_SETTLE_S",
+    "PORT_NAME",
+    "PREFLIGHT_LINE",
+    "CheckResult",
+    "Launcher",
+    "PodOutcome",
+    "PodPlan",
+    "PreflightSettings",
+    "Progress",
+    "RehearsalSpec",
+    "RehearseResult",
     "free_port",
-    "operator_verdict", "aggregate", "check_timeout", "find_job", "operator_env",
-    "parse_lines", "plan_pods", "preflight_settings", "preflight_source",
-    "probe_gpus", "rehearse_manifests", "result_dict", "set_nproc",
+    "operator_verdict",
+    "aggregate",
+    "check_timeout",
+    "find_job",
+    "operator_env",
+    "parse_lines",
+    "plan_pods",
+    "preflight_settings",
+    "preflight_source",
+    "probe_gpus",
+    "rehearse_manifests",
+    "result_dict",
+    "set_nproc",
     "split_command",
 ]
 
@@ -105,25 +126,45 @@ def set_up(manifests: Sequence[Mapping[str, Any]], spec: RehearsalSpec) -> Setup
         settings = PreflightSettings(**{**settings.__dict__, "min_busbw_gbps": None})
     if faults:
         settings = restart_settings(settings)
-    netplan = (plan_network(str(job["metadata"]["name"]),
-                            [short_pod_name(t, i) for t, n, _ in replicas_of(job) for i in range(n)])
-               if mode == "netns" else None)
-    return Setup(dataclasses.replace(spec, settings=settings), job, tuple(faults), root, gpus,
-                 root / "restart" if faults else None, netplan, auto_why)
+    netplan = (
+        plan_network(
+            str(job["metadata"]["name"]),
+            [short_pod_name(t, i) for t, n, _ in replicas_of(job) for i in range(n)],
+        )
+        if mode == "netns"
+        else None
+    )
+    return Setup(
+        dataclasses.replace(spec, settings=settings),
+        job,
+        tuple(faults),
+        root,
+        gpus,
+        root / "restart" if faults else None,
+        netplan,
+        auto_why,
+    )
 
 
-def own_script_checks(setup: Setup, plans: Sequence[PodPlan], world: int,
-                      outcomes: Sequence[PodOutcome], *, restarted: bool) -> list[CheckResult]:
+def own_script_checks(
+    setup: Setup, plans: Sequence[PodPlan], world: int, outcomes: Sequence[PodOutcome], *, restarted: bool
+) -> list[CheckResult]:
     """The guide's checklist on the script, from the audit layer's records of every rank, after
     a row saying how the pods' file systems were set up."""
     settings, root = setup.spec.settings, setup.root
     plan_world = len(plans) * max(1, nproc_of(setup.job))
-    checkpoint_dir = next((p.checkpoint_dir for p in plans if p.checkpoint_dir),
-                          settings.checkpoint_dir or "/checkpoints")
+    checkpoint_dir = next(
+        (p.checkpoint_dir for p in plans if p.checkpoint_dir), settings.checkpoint_dir or "/checkpoints"
+    )
     note = plans[0].filesystem_note if plans else None
-    run = ScriptRun(world=world, plan_world=plan_world, checkpoint_dir=checkpoint_dir,
-                    gpus=setup.gpus, restarted=restarted,
-                    timed_out=any(o.timed_out for o in outcomes))
+    run = ScriptRun(
+        world=world,
+        plan_world=plan_world,
+        checkpoint_dir=checkpoint_dir,
+        gpus=setup.gpus,
+        restarted=restarted,
+        timed_out=any(o.timed_out for o in outcomes),
+    )
     key = audit_key(plans)
     rows = script_checks(read_audit(root / "audit", key), run, settings)
     forged = foreign_row(foreign_records(root / "audit", key))
@@ -132,32 +173,48 @@ def own_script_checks(setup: Setup, plans: Sequence[PodPlan], world: int,
     return [head, *rows, *([forged] if forged else [])]
 
 
-def run_with_faults(setup: Setup, plans: Sequence[PodPlan], world: int
-                    ) -> tuple[list[CheckResult], list[PodOutcome]]:
+def run_with_faults(
+    setup: Setup, plans: Sequence[PodPlan], world: int
+) -> tuple[list[CheckResult], list[PodOutcome]]:
     """The pods under the kubelet/operator model, with the faults injected."""
     spec, hold_dir = setup.spec, setup.hold_dir
     assert hold_dir is not None
     shutil.rmtree(hold_dir, ignore_errors=True)
     hold_dir.mkdir(parents=True)
     fault_checks, outcomes, lines = rehearse_faults(
-        setup.job, plans, world, setup.faults, spec, hold_dir,
-        audit_dir=setup.root / "audit" if spec.own_script else None)
+        setup.job,
+        plans,
+        world,
+        setup.faults,
+        spec,
+        hold_dir,
+        audit_dir=setup.root / "audit" if spec.own_script else None,
+    )
     if spec.own_script:
         checks = own_script_checks(setup, plans, world, outcomes, restarted=True) + fault_checks
     else:
         # the preflight's checks as the job ended; what a fault cut short is in the rows
-        checks = [c for c in aggregate(final_round(lines), world, outcomes, spec.timeout_s,
-                                       False) if c.check != "pods"] + fault_checks
+        checks = [
+            c
+            for c in aggregate(final_round(lines), world, outcomes, spec.timeout_s, False)
+            if c.check != "pods"
+        ] + fault_checks
     return checks, outcomes
 
 
-def run_once(setup: Setup, plans: Sequence[PodPlan], world: int
-             ) -> tuple[list[CheckResult], list[PodOutcome]]:
+def run_once(
+    setup: Setup, plans: Sequence[PodPlan], world: int
+) -> tuple[list[CheckResult], list[PodOutcome]]:
     """The pods started once, until they exit or the timeout passes."""
     spec = setup.spec
-    run = run_attempt(plans, 0, spec.timeout_s, skip=spec.skip_pods,
-                      after_crash_s=OWN_SCRIPT_SETTLE_S if spec.own_script else None,
-                      progress=spec.progress)
+    run = run_attempt(
+        plans,
+        0,
+        spec.timeout_s,
+        skip=spec.skip_pods,
+        after_crash_s=OWN_SCRIPT_SETTLE_S if spec.own_script else None,
+        progress=spec.progress,
+    )
     checks = aggregate(run.lines, world, run.outcomes, spec.timeout_s, spec.own_script)
     if spec.own_script:
         checks = own_script_checks(setup, plans, world, run.outcomes, restarted=False) + checks
@@ -167,20 +224,30 @@ def run_once(setup: Setup, plans: Sequence[PodPlan], world: int
 def notes(setup: Setup, plans: Sequence[PodPlan]) -> list[CheckResult]:
     """The rows that say how the pods were set up: network, command, PID 1."""
     name = str(setup.job["metadata"]["name"])
-    out = ([netns_note(plans, setup.netplan)] if setup.netplan is not None
-           else [network_note(plans, name)] if len(plans) > 1 else [])
+    out = (
+        [netns_note(plans, setup.netplan)]
+        if setup.netplan is not None
+        else [network_note(plans, name)]
+        if len(plans) > 1
+        else []
+    )
     if setup.auto_why and out:
         out[0] = dataclasses.replace(out[0], message=f"{out[0].message}; {setup.auto_why}")
     return out + [n for n in [command_note(plans)] if n is not None] + [pid1_note(plans)]
 
 
-def rehearse_manifests(manifests: Sequence[Mapping[str, Any]],
-                       spec: RehearsalSpec) -> RehearseResult:
+def rehearse_manifests(manifests: Sequence[Mapping[str, Any]], spec: RehearsalSpec) -> RehearseResult:
     """Run the job's topology here and collect the preflight's checks (RehearsalSpec says
     what is asked)."""
     setup = set_up(manifests, spec)
-    plans, world = plan_pods(manifests, setup.spec, root=setup.root, gpus=setup.gpus,
-                             hold_dir=setup.hold_dir, network=setup.netplan)
+    plans, world = plan_pods(
+        manifests,
+        setup.spec,
+        root=setup.root,
+        gpus=setup.gpus,
+        hold_dir=setup.hold_dir,
+        network=setup.netplan,
+    )
     root = setup.root
     write_plan(root, plans, world, setup.backend)
     shutil.rmtree(root / "checkpoints", ignore_errors=True)
@@ -190,7 +257,6 @@ def rehearse_manifests(manifests: Sequence[Mapping[str, Any]],
         checks, outcomes = run(setup, plans, world)
     checks = notes(setup, plans) + checks
     ok = all(c.ok for c in checks if c.status != "not run")
-    result = RehearseResult(ok, tuple(checks), tuple(outcomes), root, world, setup.backend,
-                            spec.own_script)
+    result = RehearseResult(ok, tuple(checks), tuple(outcomes), root, world, setup.backend, spec.own_script)
     (root / "result.json").write_text(json.dumps(result_dict(result), indent=2) + "\n")
     return result

@@ -48,9 +48,11 @@ MULTICAST_OFF = {
 }
 
 # Set by the operator or by torchrun: never inherited from the shell that runs the rehearsal.
-_OWNED = re.compile(r"^(RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|GROUP_RANK|ROLE_RANK|"
-                    r"ROLE_WORLD_SIZE|GROUP_WORLD_SIZE|MASTER_ADDR|MASTER_PORT|PET_.*|"
-                    r"TORCHELASTIC_.*|PREFLIGHT_.*|CUDA_VISIBLE_DEVICES)$")
+_OWNED = re.compile(
+    r"^(RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|GROUP_RANK|ROLE_RANK|"
+    r"ROLE_WORLD_SIZE|GROUP_WORLD_SIZE|MASTER_ADDR|MASTER_PORT|PET_.*|"
+    r"TORCHELASTIC_.*|PREFLIGHT_.*|CUDA_VISIBLE_DEVICES)$"
+)
 
 
 @dataclass(frozen=True)
@@ -118,25 +120,26 @@ def _grace(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-def _c10d_store_host(head: Sequence[str], env: Mapping[str, str],
-                     hostname: str) -> StoreHost | None:
+def _c10d_store_host(head: Sequence[str], env: Mapping[str, str], hostname: str) -> StoreHost | None:
     """Who hosts the c10d store in the cluster, for the pod called `hostname`: None when its
     torchrun does not use a c10d rendezvous (torchrun reads PET_<FLAG> for a missing flag)."""
     if has_flag(head, "--standalone"):
         return None
-    backend = flag_value(head, "--rdzv-backend", "--rdzv_backend") or env.get(
-        "PET_RDZV_BACKEND", "static")
+    backend = flag_value(head, "--rdzv-backend", "--rdzv_backend") or env.get("PET_RDZV_BACKEND", "static")
     if backend != RDZV_BACKEND:
         return None
-    endpoint = flag_value(head, "--rdzv-endpoint", "--rdzv_endpoint") or env.get(
-        "PET_RDZV_ENDPOINT", "")
+    endpoint = flag_value(head, "--rdzv-endpoint", "--rdzv_endpoint") or env.get("PET_RDZV_ENDPOINT", "")
     host = endpoint.rsplit(":", 1)[0].strip("[]") if endpoint else "localhost"
     flag = flag_value(head, *RDZV_CONF_FLAGS)
     conf = flag if flag is not None else env.get("PET_RDZV_CONF", "")
-    matches = (host in ("localhost", hostname) or host.startswith(hostname + ".")
-               or host.startswith("127."))
-    return StoreHost(endpoint, host, matches, "--rdzv-conf" if flag is not None
-                     else "PET_RDZV_CONF", "is_host" in rdzv_conf_keys(conf))
+    matches = host in ("localhost", hostname) or host.startswith(hostname + ".") or host.startswith("127.")
+    return StoreHost(
+        endpoint,
+        host,
+        matches,
+        "--rdzv-conf" if flag is not None else "PET_RDZV_CONF",
+        "is_host" in rdzv_conf_keys(conf),
+    )
 
 
 def _with_is_host(head: list[str], env: dict[str, str], store: StoreHost) -> list[str]:
@@ -173,13 +176,20 @@ def probe_gpus(python: str) -> int:
     try:
         done = subprocess.run(
             [python, "-c", "import torch; print(torch.cuda.device_count())"],
-            capture_output=True, text=True, timeout=120, check=False)
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise InputError(f"cannot start {python}: {exc}", field="python") from None
     if "No module named 'torch'" in done.stderr:
-        raise InputError(f"rehearse runs the pods with PyTorch, and {python} has no torch",
-                         field="torch", hint="install it into this environment: "
-                         "`pip install torch` (a CPU build is enough: the rehearsal uses gloo)")
+        raise InputError(
+            f"rehearse runs the pods with PyTorch, and {python} has no torch",
+            field="torch",
+            hint="install it into this environment: "
+            "`pip install torch` (a CPU build is enough: the rehearsal uses gloo)",
+        )
     try:
         return int(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else 0
     except (ValueError, IndexError):
@@ -220,8 +230,7 @@ class _Layout:
     def overrides(self, short: str) -> dict[str, str]:
         """`env`, then the pod's `pod_env` by its short and its full name: set on purpose."""
         pod_env = self.spec.pod_env
-        return {**self.spec.env, **pod_env.get(short, {}),
-                **pod_env.get(f"{self.name}-{short}", {})}
+        return {**self.spec.env, **pod_env.get(short, {}), **pod_env.get(f"{self.name}-{short}", {})}
 
 
 def _scaled(job: Mapping[str, Any], procs_per_pod: int | None) -> dict[str, Any]:
@@ -230,13 +239,21 @@ def _scaled(job: Mapping[str, Any], procs_per_pod: int | None) -> dict[str, Any]
     if procs_per_pod is not None:
         scaled["spec"] = {**scaled.get("spec", {}), "nprocPerNode": str(procs_per_pod)}
         if (scaled["spec"].get("elasticPolicy") or {}).get("nProcPerNode") is not None:
-            scaled["spec"]["elasticPolicy"] = {**scaled["spec"]["elasticPolicy"],
-                                               "nProcPerNode": procs_per_pod}
+            scaled["spec"]["elasticPolicy"] = {
+                **scaled["spec"]["elasticPolicy"],
+                "nProcPerNode": procs_per_pod,
+            }
     return scaled
 
 
-def _layout(job: Mapping[str, Any], spec: RehearsalSpec, root: Path, gpus: int,
-            hold_dir: Path | None, network: NetPlan | None) -> _Layout:
+def _layout(
+    job: Mapping[str, Any],
+    spec: RehearsalSpec,
+    root: Path,
+    gpus: int,
+    hold_dir: Path | None,
+    network: NetPlan | None,
+) -> _Layout:
     """The job's shape here; bad input (too few GPUs) before any folder is made."""
     declared = nproc_of(job)
     nproc = spec.procs_per_pod or declared
@@ -248,13 +265,14 @@ def _layout(job: Mapping[str, Any], spec: RehearsalSpec, root: Path, gpus: int,
     audit_key = secrets.token_hex(32)  # this rehearsal's: every pod's audit layer signs with it
     # an elastic job's round may form with minReplicas pods while another still restarts
     elastic = (job.get("spec") or {}).get("elasticPolicy") or {}
-    min_world = (int(elastic["minReplicas"]) * nproc
-                 if str(elastic.get("minReplicas", "")).isdigit() else None)
+    min_world = int(elastic["minReplicas"]) * nproc if str(elastic.get("minReplicas", "")).isdigit() else None
     pods = [(rtype, i) for rtype, n, _ in replicas for i in range(n)]
     world = len(pods) * nproc
     if gpus and world > gpus:
-        raise InputError(f"the rehearsal needs {world} GPUs (one per process), {gpus} visible",
-                         hint="scale down with --procs-per-pod, or rehearse on CPU")
+        raise InputError(
+            f"the rehearsal needs {world} GPUs (one per process), {gpus} visible",
+            hint="scale down with --procs-per-pod, or rehearse on CPU",
+        )
     port = free_port()
     # On loopback the pods share this machine's hostname, and torchrun's dynamic rendezvous
     # tells agents apart by hostname and PID (dynamic_rendezvous.py _NodeDesc, torch 2.13):
@@ -266,20 +284,41 @@ def _layout(job: Mapping[str, Any], spec: RehearsalSpec, root: Path, gpus: int,
     # a copy, so that the package's siblings never come first on the script's sys.path
     script = preflight_dir / "preflight.py"
     script.write_text(preflight_source(), encoding="utf-8")
-    return _Layout(spec, root, str(job["metadata"]["name"]), scaled, replicas, containers, nproc,
-                   declared,
-                   min_world, pods, gpus, port, network, hold_dir, script, audit_key, pid1)
+    return _Layout(
+        spec,
+        root,
+        str(job["metadata"]["name"]),
+        scaled,
+        replicas,
+        containers,
+        nproc,
+        declared,
+        min_world,
+        pods,
+        gpus,
+        port,
+        network,
+        hold_dir,
+        script,
+        audit_key,
+        pid1,
+    )
 
 
-def plan_pods(manifests: Sequence[Mapping[str, Any]], spec: RehearsalSpec, *, root: Path,
-              gpus: int = 0, hold_dir: Path | None = None, network: NetPlan | None = None
-              ) -> tuple[list[PodPlan], int]:
+def plan_pods(
+    manifests: Sequence[Mapping[str, Any]],
+    spec: RehearsalSpec,
+    *,
+    root: Path,
+    gpus: int = 0,
+    hold_dir: Path | None = None,
+    network: NetPlan | None = None,
+) -> tuple[list[PodPlan], int]:
     """Every pod's argv, env and folders, and the world size the plan expects. With `network`
     (network.py) each pod has its own namespace, address and hostname: the operator's
     variables stay as in the cluster and torch decides the c10d store host itself."""
     layout = _layout(find_job(manifests), spec, root, gpus, hold_dir, network)
-    out = [_plan_pod(layout, pod_index, rtype, i)
-           for pod_index, (rtype, i) in enumerate(layout.pods)]
+    out = [_plan_pod(layout, pod_index, rtype, i) for pod_index, (rtype, i) in enumerate(layout.pods)]
     if spec.own_script:
         install_audit_layer(root)
     return out, layout.world
@@ -308,8 +347,9 @@ def _plan_pod(lay: _Layout, pod_index: int, rtype: str, i: int) -> PodPlan:
     head, added, rank_logs = _launcher_here(lay, short, launcher, command, mounts, mounted)
     store: StoreHost | None = None
     if launcher.kind == "torchrun":
-        store = _c10d_store_host(split_command(expand_command(raw, cluster_env)).head,
-                                 cluster_env, f"{lay.name}-{short}")
+        store = _c10d_store_host(
+            split_command(expand_command(raw, cluster_env)).head, cluster_env, f"{lay.name}-{short}"
+        )
         if store is not None and lay.network is None:
             head = _with_is_host(head, kenv, store)
     pod_dir = lay.root / short
@@ -317,28 +357,47 @@ def _plan_pod(lay: _Layout, pod_index: int, rtype: str, i: int) -> PodPlan:
     fs = None
     if lay.spec.own_script:
         entry = list(launcher.entry)
-        fs = pod_filesystem(lay.pod_spec(rtype), container, lay.root, pod_dir,
-                            (lay.spec.workdir or Path.cwd()).resolve())
+        fs = pod_filesystem(
+            lay.pod_spec(rtype), container, lay.root, pod_dir, (lay.spec.workdir or Path.cwd()).resolve()
+        )
     else:
         entry = _preflight_entry(lay, pod_dir)
     penv = _process_env(lay, kenv, pod_index, short)
     nccl_file = _nccl_debug_file_here(penv, mounts, lay.root, mounted=mounted)
     rank = int(op.get("RANK", pod_index))
     grace = lay.pod_spec(rtype).get("terminationGracePeriodSeconds")
-    return PodPlan(short, rtype, i, rank, tuple(head + entry), penv, pod_dir, pod_dir,
-                   wrapper=(lay.network.wrapper(short) if lay.network else ())
-                   + (fs.wrapper if fs else ()) + (PID_NAMESPACE if lay.pid1 else ()),
-                   filesystem_note=fs.note if fs else None,
-                   checkpoint_dir=fs.checkpoint_dir if fs else None,
-                   added_flags=added, rank_logs=rank_logs, store=store,
-                   nccl_debug_file=nccl_file,
-                   port=lay.port if lay.network is None else None,
-                   grace_s=_grace(grace), pid_namespace=lay.pid1)
+    return PodPlan(
+        short,
+        rtype,
+        i,
+        rank,
+        tuple(head + entry),
+        penv,
+        pod_dir,
+        pod_dir,
+        wrapper=(lay.network.wrapper(short) if lay.network else ())
+        + (fs.wrapper if fs else ())
+        + (PID_NAMESPACE if lay.pid1 else ()),
+        filesystem_note=fs.note if fs else None,
+        checkpoint_dir=fs.checkpoint_dir if fs else None,
+        added_flags=added,
+        rank_logs=rank_logs,
+        store=store,
+        nccl_debug_file=nccl_file,
+        port=lay.port if lay.network is None else None,
+        grace_s=_grace(grace),
+        pid_namespace=lay.pid1,
+    )
 
 
-def _launcher_here(lay: _Layout, short: str, launcher: Launcher, command: Sequence[str],
-                   mounts: Sequence[tuple[str, str]], mounted: bool
-                   ) -> tuple[list[str], tuple[str, ...], Path | None]:
+def _launcher_here(
+    lay: _Layout,
+    short: str,
+    launcher: Launcher,
+    command: Sequence[str],
+    mounts: Sequence[tuple[str, str]],
+    mounted: bool,
+) -> tuple[list[str], tuple[str, ...], Path | None]:
     """The pod's launcher as this machine runs it, the flags the rehearsal added to it, and
     where torchrun's per-rank logs land here."""
     head = list(launcher.head)
@@ -360,26 +419,34 @@ def _launcher_here(lay: _Layout, short: str, launcher: Launcher, command: Sequen
     elif head:  # with its own script, a one-GPU wrapper script runs itself, as in the pod
         head = [python, *head[1:]]
         if lay.nproc > 1:
-            raise InputError(f"{short}: a bare {command[0]!r} starts one process, but the "
-                             f"job asks for {lay.nproc} per pod", field="command",
-                             hint="more than one process per pod needs torchrun")
+            raise InputError(
+                f"{short}: a bare {command[0]!r} starts one process, but the "
+                f"job asks for {lay.nproc} per pod",
+                field="command",
+                hint="more than one process per pod needs torchrun",
+            )
     return head, added, rank_logs
 
 
 def _preflight_entry(lay: _Layout, pod_dir: Path) -> list[str]:
     """preflight.py and its arguments, in place of the profile's entry point."""
     settings = lay.spec.settings
-    return [str(lay.script), *settings.args(
-        world_size=lay.world,
-        checkpoint_dir=str(lay.root / "checkpoints") if settings.checkpoint_dir is None
-        else settings.checkpoint_dir,
-        metrics_file=str(pod_dir / "metrics.jsonl"),
-        hold_dir=str(lay.hold_dir) if lay.hold_dir else None,
-        plan_world_size=len(lay.pods) * lay.declared, min_world_size=lay.min_world)]
+    return [
+        str(lay.script),
+        *settings.args(
+            world_size=lay.world,
+            checkpoint_dir=str(lay.root / "checkpoints")
+            if settings.checkpoint_dir is None
+            else settings.checkpoint_dir,
+            metrics_file=str(pod_dir / "metrics.jsonl"),
+            hold_dir=str(lay.hold_dir) if lay.hold_dir else None,
+            plan_world_size=len(lay.pods) * lay.declared,
+            min_world_size=lay.min_world,
+        ),
+    ]
 
 
-def _process_env(lay: _Layout, kenv: Mapping[str, str], pod_index: int,
-                 short: str) -> dict[str, str]:
+def _process_env(lay: _Layout, kenv: Mapping[str, str], pod_index: int, short: str) -> dict[str, str]:
     """The pod's process env: this shell's (less what the operator or torchrun own), the
     container's, its GPUs, the audit layer (--own-script), and the overrides on purpose."""
     penv = {k: v for k, v in os.environ.items() if not _OWNED.match(k)}
@@ -394,8 +461,7 @@ def _process_env(lay: _Layout, kenv: Mapping[str, str], pod_index: int,
         penv[AUDIT_ENV] = str(lay.root / "audit")
         penv[AUDIT_KEY_ENV] = lay.audit_key  # only what the audit layer wrote counts
         penv[POD_ENV] = short
-        penv["PYTHONPATH"] = os.pathsep.join(
-            [str(layer), *filter(None, [penv.get("PYTHONPATH")])])
+        penv["PYTHONPATH"] = os.pathsep.join([str(layer), *filter(None, [penv.get("PYTHONPATH")])])
     penv.update(lay.overrides(short))
     return penv
 
@@ -424,14 +490,18 @@ def _own_env(container: Mapping[str, Any], pod: str) -> list[tuple[str, str]]:
     return out
 
 
-def _pvc_mounts(pod_spec: Mapping[str, Any], container: Mapping[str, Any]
-                ) -> list[tuple[str, str]]:
+def _pvc_mounts(pod_spec: Mapping[str, Any], container: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(mount path, claim) of each PersistentVolumeClaim the container mounts."""
-    claims = {str(v.get("name")): str(v["persistentVolumeClaim"].get("claimName", v.get("name")))
-              for v in pod_spec.get("volumes") or []
-              if isinstance(v, dict) and isinstance(v.get("persistentVolumeClaim"), dict)}
-    return [(str(m.get("mountPath")), claims[str(m.get("name"))])
-            for m in container.get("volumeMounts") or [] if str(m.get("name")) in claims]
+    claims = {
+        str(v.get("name")): str(v["persistentVolumeClaim"].get("claimName", v.get("name")))
+        for v in pod_spec.get("volumes") or []
+        if isinstance(v, dict) and isinstance(v.get("persistentVolumeClaim"), dict)
+    }
+    return [
+        (str(m.get("mountPath")), claims[str(m.get("name"))])
+        for m in container.get("volumeMounts") or []
+        if str(m.get("name")) in claims
+    ]
 
 
 def _on_volume_here(value: str, mounts: Sequence[tuple[str, str]], root: Path) -> Path | None:
@@ -445,8 +515,9 @@ def _on_volume_here(value: str, mounts: Sequence[tuple[str, str]], root: Path) -
     return None
 
 
-def _rank_logs_here(head: list[str], mounts: Sequence[tuple[str, str]], root: Path, *,
-                    mounted: bool) -> tuple[list[str], Path | None]:
+def _rank_logs_here(
+    head: list[str], mounts: Sequence[tuple[str, str]], root: Path, *, mounted: bool
+) -> tuple[list[str], Path | None]:
     """The rendered --log-dir, kept as it is, and the folder of this machine it lands in,
     bind-mounted at its path where the pod has a mount namespace; elsewhere the flag's path
     is that folder."""
@@ -457,13 +528,14 @@ def _rank_logs_here(head: list[str], mounts: Sequence[tuple[str, str]], root: Pa
     here = _on_volume_here(use.value, mounts, root)
     if here is not None and not mounted:
         new = list(head)
-        new[use.index:use.index + use.width] = [f"{use.name}={here}"]
+        new[use.index : use.index + use.width] = [f"{use.name}={here}"]
         return new, here
     return head, here
 
 
-def _nccl_debug_file_here(penv: dict[str, str], mounts: Sequence[tuple[str, str]], root: Path,
-                          *, mounted: bool) -> Path | None:
+def _nccl_debug_file_here(
+    penv: dict[str, str], mounts: Sequence[tuple[str, str]], root: Path, *, mounted: bool
+) -> Path | None:
     """The rendered NCCL_DEBUG_FILE (diagnostics.nccl_debug: one file per rank beside the
     pod's rank logs) as the file pattern of this machine it lands in. Without a mount
     namespace the container path does not exist here: NCCL, unable to open it, would write
@@ -477,13 +549,32 @@ def _nccl_debug_file_here(penv: dict[str, str], mounts: Sequence[tuple[str, str]
 
 
 def write_plan(root: Path, plans: Sequence[PodPlan], world: int, backend: str) -> None:
-    shown = [{"pod": p.name, "rank": p.rank, "argv": list(p.argv), "cwd": str(p.cwd),
-              "env": {k: v for k, v in sorted(p.env.items())
-                      if k in _ENV_SHOWN or k.startswith(("PET_", "NCCL_", "PREFLIGHT_"))}}
-             for p in plans]
-    (root / "pods.json").write_text(json.dumps({"world_size": world, "backend": backend,
-                                                "pods": shown}, indent=2) + "\n")
+    shown = [
+        {
+            "pod": p.name,
+            "rank": p.rank,
+            "argv": list(p.argv),
+            "cwd": str(p.cwd),
+            "env": {
+                k: v
+                for k, v in sorted(p.env.items())
+                if k in _ENV_SHOWN or k.startswith(("PET_", "NCCL_", "PREFLIGHT_"))
+            },
+        }
+        for p in plans
+    ]
+    (root / "pods.json").write_text(
+        json.dumps({"world_size": world, "backend": backend, "pods": shown}, indent=2) + "\n"
+    )
 
 
-_ENV_SHOWN = {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "CUDA_VISIBLE_DEVICES",
-              "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS", "PYTHONUNBUFFERED"}
+_ENV_SHOWN = {
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WORLD_SIZE",
+    "RANK",
+    "CUDA_VISIBLE_DEVICES",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+    "NVSHMEM_DISABLE_NVLS",
+    "PYTHONUNBUFFERED",
+}

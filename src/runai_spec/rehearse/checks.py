@@ -43,7 +43,6 @@ class CheckResult:
         return self.status in ("pass", "skip", "note")
 
 
-
 @dataclass(frozen=True)
 class RehearseResult:
     """What the rehearsal found: per-check results, per-pod outcomes, where the logs are."""
@@ -59,8 +58,7 @@ class RehearseResult:
     def check(self, name: str, attempt: int | None = None) -> CheckResult | None:
         """The result of one check: from the given attempt, else from the last one to report
         it (after a restart, the restarted run's)."""
-        found = [c for c in self.checks if c.check == name
-                 and (attempt is None or c.attempt == attempt)]
+        found = [c for c in self.checks if c.check == name and (attempt is None or c.attempt == attempt)]
         return found[-1] if found else None
 
     @property
@@ -68,10 +66,14 @@ class RehearseResult:
         return tuple(c.check for c in self.checks if c.status == "fail")
 
 
-
-def aggregate(lines: Sequence[Mapping[str, Any]], world: int,
-              outcomes: Sequence[PodOutcome], timeout_s: float,
-              own_script: bool, attempt: int | None = None) -> list[CheckResult]:
+def aggregate(
+    lines: Sequence[Mapping[str, Any]],
+    world: int,
+    outcomes: Sequence[PodOutcome],
+    timeout_s: float,
+    own_script: bool,
+    attempt: int | None = None,
+) -> list[CheckResult]:
     """One result per check over all ranks, plus the rehearsal's own `pods` check, each
     marked with `attempt`."""
     results: list[CheckResult] = []
@@ -86,8 +88,14 @@ def aggregate(lines: Sequence[Mapping[str, Any]], world: int,
             recs = by_check.get(name, [])
             if not recs:
                 if name == "ranks":
-                    results.append(CheckResult("ranks", "fail", _silent_message(
-                        silent, world, outcomes, timeout_s), failed_ranks=tuple(silent)))
+                    results.append(
+                        CheckResult(
+                            "ranks",
+                            "fail",
+                            _silent_message(silent, world, outcomes, timeout_s),
+                            failed_ranks=tuple(silent),
+                        )
+                    )
                 elif name not in ("training",):
                     results.append(CheckResult(name, "not run", "no rank reached this check"))
                 continue
@@ -96,11 +104,14 @@ def aggregate(lines: Sequence[Mapping[str, Any]], world: int,
             statuses = {r.get("status") for r in recs}
             status = "fail" if failed else "skip" if statuses == {"skip"} else "pass"
             lead = next((r for r in recs if r.get("status") == "fail"), None) or next(
-                (r for r in recs if r.get("rank") == 0), recs[0])
+                (r for r in recs if r.get("rank") == 0), recs[0]
+            )
             message = str(lead.get("message", ""))
-            details = {k: v for k, v in lead.items()  # "_pod", "_start": the rehearsal's
-                       if k not in ("check", "status", "ok", "rank", "message")
-                       and not k.startswith("_")}
+            details = {
+                k: v
+                for k, v in lead.items()  # "_pod", "_start": the rehearsal's
+                if k not in ("check", "status", "ok", "rank", "message") and not k.startswith("_")
+            }
             if name == "ranks" and status == "pass" and silent:
                 status, message = "fail", _silent_message(silent, world, outcomes, timeout_s)
                 failed = tuple(silent)
@@ -112,27 +123,33 @@ def aggregate(lines: Sequence[Mapping[str, Any]], world: int,
     return [replace(c, attempt=attempt) for c in results]
 
 
-def _pods_check(outcomes: Sequence[PodOutcome], timeout_s: float,
-                own_script: bool) -> CheckResult:
+def _pods_check(outcomes: Sequence[PodOutcome], timeout_s: float, own_script: bool) -> CheckResult:
     """The rehearsal's own `pods` check: how each pod ended, with where its logs are."""
     # the profile's own script may train for hours: still running at the deadline is healthy
-    bad = [o for o in outcomes if o.exit_code != 0 and not o.killed
-           and not (own_script and o.timed_out)]
-    details = {"logs": {o.name: str(o.log) for o in outcomes},
-               "rank_logs": {o.name: str(o.rank_logs) for o in outcomes if o.rank_logs}}
+    bad = [o for o in outcomes if o.exit_code != 0 and not o.killed and not (own_script and o.timed_out)]
+    details = {
+        "logs": {o.name: str(o.log) for o in outcomes},
+        "rank_logs": {o.name: str(o.rank_logs) for o in outcomes if o.rank_logs},
+    }
     if bad:
         # with the profile's own script this row is the whole story: the other pods too
         shown = bad + [o for o in outcomes if o not in bad and own_script]
-        return CheckResult("pods", "fail", "; ".join(
-            f"{o.name}: {_pod_story(o, timeout_s, own_script)}" for o in shown),
-            details=details)
+        return CheckResult(
+            "pods",
+            "fail",
+            "; ".join(f"{o.name}: {_pod_story(o, timeout_s, own_script)}" for o in shown),
+            details=details,
+        )
     if own_script:
         by_story: dict[str, list[str]] = {}
         for o in outcomes:
             by_story.setdefault(_pod_story(o, timeout_s, own_script), []).append(o.name)
-        return CheckResult("pods", "pass", "; ".join(
-            f"{', '.join(names)}: {story}" for story, names in by_story.items()),
-            details=details)
+        return CheckResult(
+            "pods",
+            "pass",
+            "; ".join(f"{', '.join(names)}: {story}" for story, names in by_story.items()),
+            details=details,
+        )
     return CheckResult("pods", "pass", f"{len(outcomes)} pod(s) exited 0", details=details)
 
 
@@ -141,11 +158,13 @@ def _pod_story(o: PodOutcome, timeout_s: float, own_script: bool) -> str:
     if o.exit_code is None and not o.timed_out:
         return "not started"
     if o.timed_out and o.stopped_after:
-        return (f"still running {o.settle_s:g} s after {o.stopped_after} crashed "
-                "(waiting for it?), stopped there")
+        return (
+            f"still running {o.settle_s:g} s after {o.stopped_after} crashed (waiting for it?), stopped there"
+        )
     if o.timed_out and own_script:
-        return (f"ran {timeout_s:g} s without failing: still running at the deadline "
-                "(--timeout), stopped there")
+        return (
+            f"ran {timeout_s:g} s without failing: still running at the deadline (--timeout), stopped there"
+        )
     if o.timed_out:
         return f"timed out after {timeout_s:g} s"
     if o.exit_code == 0:
@@ -164,27 +183,29 @@ def _pod_story(o: PodOutcome, timeout_s: float, own_script: bool) -> str:
 def error_tail(o: PodOutcome, count: int = TAIL_LINES) -> list[str]:
     """The last `count` non-empty lines of the first rank's stderr that has any (torchrun's
     per-rank files), else of the pod's log; each escaped to one line."""
-    files = (sorted(o.rank_logs.glob("attempt_*/*/stderr.log"))
-             if o.rank_logs is not None else [])
+    files = sorted(o.rank_logs.glob("attempt_*/*/stderr.log")) if o.rank_logs is not None else []
     for path in [*files, o.log]:
         try:
             text = path.read_text(errors="replace")
         except OSError:
             continue
         # the pod log's own notes ("# argv:", "# runai-spec: ...") are not the pod's output
-        lines = [ln for ln in text.splitlines()
-                 if ln.strip() and not (path == o.log and ln.startswith("# "))]
+        lines = [ln for ln in text.splitlines() if ln.strip() and not (path == o.log and ln.startswith("# "))]
         if lines:
             return [one_line(ln.rstrip()) for ln in lines[-count:]]
     return []
 
 
-def _silent_message(silent: Sequence[int], world: int, outcomes: Sequence[PodOutcome],
-                    timeout_s: float) -> str:
+def _silent_message(
+    silent: Sequence[int], world: int, outcomes: Sequence[PodOutcome], timeout_s: float
+) -> str:
     not_started = [o.name for o in outcomes if o.exit_code is None and not o.timed_out]
     waited = [o.name for o in outcomes if o.timed_out]
-    msg = (f"no report from rank(s) {', '.join(map(str, silent))} of {world}"
-           if len(silent) < world else f"none of the {world} ranks reported")
+    msg = (
+        f"no report from rank(s) {', '.join(map(str, silent))} of {world}"
+        if len(silent) < world
+        else f"none of the {world} ranks reported"
+    )
     if not_started:
         msg += f"; pod(s) {', '.join(not_started)} never started"
     if waited:
@@ -199,17 +220,37 @@ def exit_status(code: int | None) -> int | None:
 
 def result_dict(result: RehearseResult) -> dict[str, Any]:
     return {
-        "ok": result.ok, "world_size": result.world_size, "backend": result.backend,
-        "own_script": result.own_script, "logs_dir": str(result.logs_dir),
-        "checks": [{"check": c.check, "status": c.status, "message": c.message,
-                    "ranks": list(c.ranks), "failed_ranks": list(c.failed_ranks),
-                    "details": dict(c.details), "attempt": c.attempt}
-                   for c in result.checks],
-        "pods": [{"pod": o.name, "rank": o.rank, "exit_code": o.exit_code,
-                  "timed_out": o.timed_out, "killed": o.killed, "log": str(o.log),
-                  "rank_logs": str(o.rank_logs) if o.rank_logs else None,
-                  "stopped_after": o.stopped_after,
-                  "attempt": o.attempt} for o in result.pods],
+        "ok": result.ok,
+        "world_size": result.world_size,
+        "backend": result.backend,
+        "own_script": result.own_script,
+        "logs_dir": str(result.logs_dir),
+        "checks": [
+            {
+                "check": c.check,
+                "status": c.status,
+                "message": c.message,
+                "ranks": list(c.ranks),
+                "failed_ranks": list(c.failed_ranks),
+                "details": dict(c.details),
+                "attempt": c.attempt,
+            }
+            for c in result.checks
+        ],
+        "pods": [
+            {
+                "pod": o.name,
+                "rank": o.rank,
+                "exit_code": o.exit_code,
+                "timed_out": o.timed_out,
+                "killed": o.killed,
+                "log": str(o.log),
+                "rank_logs": str(o.rank_logs) if o.rank_logs else None,
+                "stopped_after": o.stopped_after,
+                "attempt": o.attempt,
+            }
+            for o in result.pods
+        ],
     }
 
 
@@ -220,15 +261,19 @@ def network_note(plans: Sequence[PodPlan], job_name: str) -> CheckResult:
         return CheckResult("network", "note", "no pod")
     port = plans[0].port
     names = ", ".join(f"{job_name}-{p.name}" for p in plans)
-    lead = (f"loopback: every pod on 127.0.0.1 of this machine, no network namespace of its "
-            f"own; the service names ({names}) stand for 127.0.0.1 and the job's ports for "
-            f"{port}; no DNS delay before a pod is Ready")
+    lead = (
+        f"loopback: every pod on 127.0.0.1 of this machine, no network namespace of its "
+        f"own; the service names ({names}) stand for 127.0.0.1 and the job's ports for "
+        f"{port}; no DNS delay before a pod is Ready"
+    )
     stores = [p for p in plans if p.store is not None]
     if not stores:
         if len(plans) > 1 and any("MASTER_ADDR" in p.env for p in plans):
             host = next((p.name for p in plans if p.rank == 0), plans[0].name)
-            tail = (f"store host: {host}, node rank 0 of the static rendezvous "
-                    "(MASTER_ADDR:MASTER_PORT), as in the cluster")
+            tail = (
+                f"store host: {host}, node rank 0 of the static rendezvous "
+                "(MASTER_ADDR:MASTER_PORT), as in the cluster"
+            )
         else:
             tail = "no rendezvous across pods"
         return CheckResult("network", "note", f"{lead}; {tail}")
@@ -240,15 +285,24 @@ def network_note(plans: Sequence[PodPlan], job_name: str) -> CheckResult:
         how = f"the rendered rdzv conf of {', '.join(explicit)} sets is_host itself"
     else:
         via = sorted({p.store.via for p in stores if p.store is not None})
-        how = (f"on loopback every agent would take itself for the host of 127.0.0.1, so the "
-               f"rehearsal adds is_host=1 to {', '.join(hosts) or 'no pod'}'s and is_host=0 to "
-               f"the other pods' {' / '.join(via)} (torch's _matches_machine_hostname picks the "
-               "pod whose hostname is the endpoint host in the cluster)")
-    who = (f"c10d store host: {', '.join(hosts)} (the endpoint {first.endpoint} names it)"
-           if hosts else f"c10d store host: none of the pods is named {first.host} (the "
-           f"endpoint {first.endpoint}), as in the cluster no agent hosts the store")
-    details = {"port": port, "endpoint": first.endpoint, "store_hosts": hosts,
-               "is_host": {p.name: p.store.is_host for p in stores if p.store is not None}}
+        how = (
+            f"on loopback every agent would take itself for the host of 127.0.0.1, so the "
+            f"rehearsal adds is_host=1 to {', '.join(hosts) or 'no pod'}'s and is_host=0 to "
+            f"the other pods' {' / '.join(via)} (torch's _matches_machine_hostname picks the "
+            "pod whose hostname is the endpoint host in the cluster)"
+        )
+    who = (
+        f"c10d store host: {', '.join(hosts)} (the endpoint {first.endpoint} names it)"
+        if hosts
+        else f"c10d store host: none of the pods is named {first.host} (the "
+        f"endpoint {first.endpoint}), as in the cluster no agent hosts the store"
+    )
+    details = {
+        "port": port,
+        "endpoint": first.endpoint,
+        "store_hosts": hosts,
+        "is_host": {p.name: p.store.is_host for p in stores if p.store is not None},
+    }
     return CheckResult("network", "note", f"{lead}; {who}; {how}", details=details)
 
 
@@ -256,18 +310,29 @@ def pid1_note(plans: Sequence[PodPlan]) -> CheckResult:
     """The `pid-1` row: whether each pod's command ran as PID 1 of its own PID namespace, as
     in the cluster (so a SIGTERM it does not handle is ignored, as there), or why not."""
     if plans and all(p.pid_namespace for p in plans):
-        return CheckResult("pid-1", "note", "each pod's command runs as PID 1 of a PID namespace "
-                           "of its own, as in the container: SIGTERM reaches it only through a "
-                           "handler of its own (torchrun has one and forwards it)",
-                           details={"pid_namespace": True})
-    why = ("on loopback the pods share one hostname, and torchrun's rendezvous tells agents "
-           "apart by hostname and PID, so several pods need --network netns for it"
-           if len(plans) > 1 and can_pid_namespace() else
-           "that needs root and util-linux `unshare`")
-    return CheckResult("pid-1", "note", "the pods' commands do NOT run as PID 1 of a PID "
-                       f"namespace of their own ({why}): a script without a SIGTERM handler "
-                       "ends on SIGTERM here, but in the cluster, as PID 1, it would ignore it "
-                       "until the grace period's SIGKILL", details={"pid_namespace": False})
+        return CheckResult(
+            "pid-1",
+            "note",
+            "each pod's command runs as PID 1 of a PID namespace "
+            "of its own, as in the container: SIGTERM reaches it only through a "
+            "handler of its own (torchrun has one and forwards it)",
+            details={"pid_namespace": True},
+        )
+    why = (
+        "on loopback the pods share one hostname, and torchrun's rendezvous tells agents "
+        "apart by hostname and PID, so several pods need --network netns for it"
+        if len(plans) > 1 and can_pid_namespace()
+        else "that needs root and util-linux `unshare`"
+    )
+    return CheckResult(
+        "pid-1",
+        "note",
+        "the pods' commands do NOT run as PID 1 of a PID "
+        f"namespace of their own ({why}): a script without a SIGTERM handler "
+        "ends on SIGTERM here, but in the cluster, as PID 1, it would ignore it "
+        "until the grace period's SIGKILL",
+        details={"pid_namespace": False},
+    )
 
 
 def command_note(plans: Sequence[PodPlan]) -> CheckResult | None:
@@ -277,27 +342,41 @@ def command_note(plans: Sequence[PodPlan]) -> CheckResult | None:
     if not torchrun:
         return None
     with_flags = [p for p in torchrun if p.added_flags]
-    lead = ("each pod runs its rendered command with $(VAR) expanded from the container's env "
-            "as the kubelet does, torchrun as this machine's `python -m torch.distributed.run`")
+    lead = (
+        "each pod runs its rendered command with $(VAR) expanded from the container's env "
+        "as the kubelet does, torchrun as this machine's `python -m torch.distributed.run`"
+    )
     if with_flags:
-        shown = " ".join("<logs>/<pod>/ranks" if a.endswith("ranks") and a.startswith("/")
-                         else a for a in with_flags[0].added_flags)
-        how = (f"the rehearsal adds `{shown}` to {', '.join(p.name for p in with_flags)}: it "
-               "reads each rank's records from those files (the render carries no --log-dir "
-               "of its own)")
+        shown = " ".join(
+            "<logs>/<pod>/ranks" if a.endswith("ranks") and a.startswith("/") else a
+            for a in with_flags[0].added_flags
+        )
+        how = (
+            f"the rehearsal adds `{shown}` to {', '.join(p.name for p in with_flags)}: it "
+            "reads each rank's records from those files (the render carries no --log-dir "
+            "of its own)"
+        )
     else:
-        how = ("nothing added: the rendered --log-dir/--tee keep a log per rank, here in "
-               + ", ".join(str(p.rank_logs) for p in torchrun)
-               + " (the checkpoint volume's folder of this rehearsal)")
+        how = (
+            "nothing added: the rendered --log-dir/--tee keep a log per rank, here in "
+            + ", ".join(str(p.rank_logs) for p in torchrun)
+            + " (the checkpoint volume's folder of this rehearsal)"
+        )
     nccl = [p for p in plans if p.nccl_debug_file is not None]
     if nccl:
-        how += ("; NCCL_DEBUG_FILE (diagnostics.nccl_debug) likewise, one file per rank: "
-                + ", ".join(str(p.nccl_debug_file) for p in nccl))
+        how += "; NCCL_DEBUG_FILE (diagnostics.nccl_debug) likewise, one file per rank: " + ", ".join(
+            str(p.nccl_debug_file) for p in nccl
+        )
     return CheckResult(
-        "command", "note", f"{lead}; {how}",
-        details={"added": {p.name: list(p.added_flags) for p in with_flags},
-                 "rank_logs": {p.name: str(p.rank_logs) for p in torchrun},
-                 "nccl_debug_file": {p.name: str(p.nccl_debug_file) for p in nccl}})
+        "command",
+        "note",
+        f"{lead}; {how}",
+        details={
+            "added": {p.name: list(p.added_flags) for p in with_flags},
+            "rank_logs": {p.name: str(p.rank_logs) for p in torchrun},
+            "nccl_debug_file": {p.name: str(p.nccl_debug_file) for p in nccl},
+        },
+    )
 
 
 def netns_note(plans: Sequence[PodPlan], net: NetPlan) -> CheckResult:
@@ -306,26 +385,37 @@ def netns_note(plans: Sequence[PodPlan], net: NetPlan) -> CheckResult:
     from .checks import CheckResult
 
     pods = ", ".join(f"{p.hostname} {p.address}" for p in net.pods)
-    lead = (f"netns: every pod in a network namespace of its own on {net.subnet} ({pods}), its "
-            "hostname its pod name; another pod's service name resolves (/etc/hosts) only "
-            "while that pod's container runs, as a headless service publishes only Ready pods; "
-            "the job's ports as rendered")
-    details: dict[str, object] = {"mode": "netns", "subnet": net.subnet,
-                                  "addresses": {p.short: p.address for p in net.pods}}
+    lead = (
+        f"netns: every pod in a network namespace of its own on {net.subnet} ({pods}), its "
+        "hostname its pod name; another pod's service name resolves (/etc/hosts) only "
+        "while that pod's container runs, as a headless service publishes only Ready pods; "
+        "the job's ports as rendered"
+    )
+    details: dict[str, object] = {
+        "mode": "netns",
+        "subnet": net.subnet,
+        "addresses": {p.short: p.address for p in net.pods},
+    }
     stores = [p for p in plans if p.store is not None]
     if not stores:
         master = next((p for p in plans if p.rank == 0), plans[0])
         addr = master.env.get("MASTER_ADDR")
-        tail = (f"store host: {master.name}, node rank 0 of the static rendezvous at "
-                f"{addr}:{master.env.get('MASTER_PORT')}, as in the cluster" if addr
-                else "no rendezvous across pods")
+        tail = (
+            f"store host: {master.name}, node rank 0 of the static rendezvous at "
+            f"{addr}:{master.env.get('MASTER_PORT')}, as in the cluster"
+            if addr
+            else "no rendezvous across pods"
+        )
         return CheckResult("network", "note", f"{lead}; {tail}", details=details)
     first = stores[0].store
     assert first is not None
     hosts = [p.name for p in stores if p.store is not None and p.store.is_host]
-    who = (f"c10d store host: {', '.join(hosts)} (the endpoint {first.endpoint} names it; "
-           "torch's _matches_machine_hostname decides it here as in the cluster)" if hosts
-           else f"c10d store host: none of the pods is named {first.host} (the endpoint "
-           f"{first.endpoint}), as in the cluster no agent hosts the store")
+    who = (
+        f"c10d store host: {', '.join(hosts)} (the endpoint {first.endpoint} names it; "
+        "torch's _matches_machine_hostname decides it here as in the cluster)"
+        if hosts
+        else f"c10d store host: none of the pods is named {first.host} (the endpoint "
+        f"{first.endpoint}), as in the cluster no agent hosts the store"
+    )
     details.update(endpoint=first.endpoint, store_hosts=hosts)
     return CheckResult("network", "note", f"{lead}; {who}", details=details)

@@ -32,9 +32,12 @@ class Fault:
 def pod_names(job: Mapping[str, Any]) -> list[str]:
     """The job's pods by short name (`master-0`, `worker-N`), as the operator numbers them."""
     replicas = (job.get("spec") or {}).get("pytorchReplicaSpecs") or {}
-    return [short_pod_name(rtype, i) for rtype in REPLICA_TYPES
-            if replicas.get(rtype) is not None
-            for i in range(int(replicas[rtype].get("replicas", 1)))]
+    return [
+        short_pod_name(rtype, i)
+        for rtype in REPLICA_TYPES
+        if replicas.get(rtype) is not None
+        for i in range(int(replicas[rtype].get("replicas", 1)))
+    ]
 
 
 def _when(text: str, field: str) -> float | None:
@@ -45,8 +48,11 @@ def _when(text: str, field: str) -> float | None:
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and value >= 0):
-        raise InputError(f"@{text} is neither @checkpoint nor a number of seconds",
-                         field=field, hint="e.g. @checkpoint (the default) or @30")
+        raise InputError(
+            f"@{text} is neither @checkpoint nor a number of seconds",
+            field=field,
+            hint="e.g. @checkpoint (the default) or @30",
+        )
     return value
 
 
@@ -55,9 +61,11 @@ def parse_kill(text: str, names: Iterable[str]) -> Fault:
     pod, _, when = text.partition("@")
     known = list(names)
     if pod not in known:
-        raise InputError(f"no pod {pod!r} in this job (its pods: {', '.join(known)})",
-                         field="--kill", hint=f"e.g. --kill {known[-1] if known else 'worker-0'}"
-                                              "@checkpoint")
+        raise InputError(
+            f"no pod {pod!r} in this job (its pods: {', '.join(known)})",
+            field="--kill",
+            hint=f"e.g. --kill {known[-1] if known else 'worker-0'}@checkpoint",
+        )
     return Fault("kill", pod, _when(when, "--kill"))
 
 
@@ -72,8 +80,7 @@ def hardest_pod(job: Mapping[str, Any]) -> str:
     Worker-only elastic job; the only pod of a single-pod layout."""
     names = pod_names(job)
     if not names:
-        raise InputError("the PyTorchJob has no Master or Worker replicas",
-                         field="spec.pytorchReplicaSpecs")
+        raise InputError("the PyTorchJob has no Master or Worker replicas", field="spec.pytorchReplicaSpecs")
     master0, worker0 = short_pod_name(MASTER, 0), short_pod_name(WORKER, 0)
     if master0 in names:
         return master0
@@ -86,17 +93,20 @@ def hardest_pod(job: Mapping[str, Any]) -> str:
     return worker0 if worker0 in names else names[0]
 
 
-def faults_of(job: Mapping[str, Any], kills: Iterable[str], preempt: str | None,
-              restart_after_checkpoint: bool) -> list[Fault]:
+def faults_of(
+    job: Mapping[str, Any], kills: Iterable[str], preempt: str | None, restart_after_checkpoint: bool
+) -> list[Fault]:
     """The faults a rehearsal injects: each `--kill`, the `--preempt`, and for
     `--restart-after-checkpoint` one kill of `hardest_pod` right after the first checkpoint
     (so that its table is the --kill table)."""
     kills = list(kills)
     if restart_after_checkpoint and (kills or preempt is not None):
-        raise InputError("--restart-after-checkpoint is itself a --kill of the hardest pod; it "
-                         "does not combine with --kill or --preempt",
-                         field="--restart-after-checkpoint",
-                         hint=f"e.g. --kill {hardest_pod(job)}@checkpoint and your other faults")
+        raise InputError(
+            "--restart-after-checkpoint is itself a --kill of the hardest pod; it "
+            "does not combine with --kill or --preempt",
+            field="--restart-after-checkpoint",
+            hint=f"e.g. --kill {hardest_pod(job)}@checkpoint and your other faults",
+        )
     if restart_after_checkpoint:
         kills = [f"{hardest_pod(job)}@{AT_CHECKPOINT}"]
     names = pod_names(job)

@@ -48,7 +48,8 @@ _SHADOW = (
     '[ -e "$e" ] || [ -L "$e" ] || continue; b="$t/${e##*/}"; '
     'if [ -L "$e" ]; then cp -P "$e" "$b"; '
     'elif [ -d "$e" ]; then mkdir "$b"; mount --rbind "$e" "$b"; '
-    'else : > "$b"; mount --bind "$e" "$b"; fi; done; }')
+    'else : > "$b"; mount --bind "$e" "$b"; fi; done; }'
+)
 
 
 def _existing_folder(path: str) -> str:
@@ -86,8 +87,7 @@ def _mount_script(binds: list[tuple[str, str, bool]], tmpfs: list[str], new: Pat
     tmpfs = [os.path.realpath(path) for path in tmpfs]
     missing = [os.path.realpath(path) for path in missing]
     new.mkdir(parents=True, exist_ok=True)
-    shadows = sorted({_existing_folder(path) for path in missing} - {"/"},
-                     key=lambda p: p.count("/"))
+    shadows = sorted({_existing_folder(path) for path in missing} - {"/"}, key=lambda p: p.count("/"))
     inner = ["set -e", f"new={shlex.quote(str(new))}", _SHADOW, 'shadow ""']
     inner += [f"shadow {shlex.quote(folder)}" for folder in shadows]
     for source_dir, path, read_only in binds:
@@ -114,27 +114,38 @@ def can_mount() -> bool:
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         return False
     try:
-        done = subprocess.run(["unshare", "--mount", "--propagation", "private", "true"],
-                              capture_output=True, timeout=10, check=False)
+        done = subprocess.run(
+            ["unshare", "--mount", "--propagation", "private", "true"],
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0
 
 
-def _volumes(pod_spec: Mapping[str, Any], container: Mapping[str, Any]
-             ) -> list[tuple[str, str, bool, Mapping[str, Any]]]:
+def _volumes(
+    pod_spec: Mapping[str, Any], container: Mapping[str, Any]
+) -> list[tuple[str, str, bool, Mapping[str, Any]]]:
     """(name, mount path, read-only, volume source) of each mount of the container."""
     sources = {str(v.get("name")): v for v in pod_spec.get("volumes") or [] if isinstance(v, dict)}
     out: list[tuple[str, str, bool, Mapping[str, Any]]] = []
     for mount in container.get("volumeMounts") or []:
         name = str(mount.get("name"))
-        out.append((name, str(mount.get("mountPath")), bool(mount.get("readOnly")),
-                    sources.get(name, {})))
+        out.append((name, str(mount.get("mountPath")), bool(mount.get("readOnly")), sources.get(name, {})))
     return out
 
 
-def pod_filesystem(pod_spec: Mapping[str, Any], container: Mapping[str, Any], root: Path,
-                   pod_dir: Path, tree: Path, *, isolate: bool | None = None) -> PodFilesystem:
+def pod_filesystem(
+    pod_spec: Mapping[str, Any],
+    container: Mapping[str, Any],
+    root: Path,
+    pod_dir: Path,
+    tree: Path,
+    *,
+    isolate: bool | None = None,
+) -> PodFilesystem:
     """The wrapper that gives one pod its image copy and its volumes."""
     isolate = can_mount() if isolate is None else isolate
     image = pod_dir / IMAGE_DIR
@@ -171,17 +182,25 @@ def pod_filesystem(pod_spec: Mapping[str, Any], container: Mapping[str, Any], ro
         f"cd {shlex.quote(str(image))}",
     ]
     if isolate and (binds or tmpfs):
-        lines.append("exec unshare --mount --propagation private sh -c "
-                     f"{shlex.quote(_mount_script(binds, tmpfs, pod_dir / NEW_ROOT))} sh \"$@\"")
-        note = ("volumes bind-mounted at their paths in a mount namespace per pod ("
-                + ", ".join(p for _, p, _ in binds) + (", " if binds and tmpfs else "")
-                + ", ".join(f"{p} tmpfs" for p in tmpfs) + "); working directory: a fresh "
-                "copy of your tree at every container start")
+        lines.append(
+            "exec unshare --mount --propagation private sh -c "
+            f'{shlex.quote(_mount_script(binds, tmpfs, pod_dir / NEW_ROOT))} sh "$@"'
+        )
+        note = (
+            "volumes bind-mounted at their paths in a mount namespace per pod ("
+            + ", ".join(p for _, p, _ in binds)
+            + (", " if binds and tmpfs else "")
+            + ", ".join(f"{p} tmpfs" for p in tmpfs)
+            + "); working directory: a fresh "
+            "copy of your tree at every container start"
+        )
     else:
         lines.append('exec "$@"')
         why = "not root" if os.geteuid() != 0 else "no mount namespaces here"
-        note = (f"volumes NOT mounted at their paths ({why}): the script's paths are this "
-                "machine's; working directory: a fresh copy of your tree at every container start")
+        note = (
+            f"volumes NOT mounted at their paths ({why}): the script's paths are this "
+            "machine's; working directory: a fresh copy of your tree at every container start"
+        )
     script = pod_dir / "container.sh"
     script.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return PodFilesystem(("sh", str(script)), checkpoint_dir, isolate and bool(binds or tmpfs), note)

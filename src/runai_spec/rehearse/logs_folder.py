@@ -29,8 +29,12 @@ def check_logs_dir(logs_dir: Path | None) -> None:
             raise InputError("is a link to nothing", file=str(path), field="--logs", hint=_HINT)
         return
     if not path.is_dir():
-        raise InputError("is not a folder", file=str(path), field="--logs",
-                         hint="give --logs a folder (it is made if missing)")
+        raise InputError(
+            "is not a folder",
+            file=str(path),
+            field="--logs",
+            hint="give --logs a folder (it is made if missing)",
+        )
     root = path.resolve()
     for folder, dirs, files in os.walk(root):
         here = Path(folder)
@@ -48,16 +52,27 @@ def _check_entry(root: Path, entry: Path) -> None:
     if stat.S_ISLNK(info.st_mode):
         target = Path(os.path.realpath(entry))
         if target != root and root not in target.parents:
-            raise InputError("is a link that leads out of the folder; the rehearsal never "
-                             "writes through it", file=str(entry), field="--logs", hint=_HINT)
+            raise InputError(
+                "is a link that leads out of the folder; the rehearsal never writes through it",
+                file=str(entry),
+                field="--logs",
+                hint=_HINT,
+            )
     elif stat.S_ISREG(info.st_mode):
         if info.st_nlink > 1:
-            raise InputError("is a hard link (the file has another name); the rehearsal "
-                             "never writes through it", file=str(entry), field="--logs",
-                             hint=_HINT)
+            raise InputError(
+                "is a hard link (the file has another name); the rehearsal never writes through it",
+                file=str(entry),
+                field="--logs",
+                hint=_HINT,
+            )
     elif not stat.S_ISDIR(info.st_mode):
-        raise InputError("is not a file or a folder (a FIFO, socket or device)",
-                         file=str(entry), field="--logs", hint=_HINT)
+        raise InputError(
+            "is not a file or a folder (a FIFO, socket or device)",
+            file=str(entry),
+            field="--logs",
+            hint=_HINT,
+        )
 
 
 def make_logs_dir(logs_dir: Path | None) -> Path:
@@ -69,6 +84,10 @@ def make_logs_dir(logs_dir: Path | None) -> Path:
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise InputError(f"cannot create the folder: {exc.strerror or exc}", file=str(logs_dir),
-                         field="--logs", hint="give --logs a folder you can write") from None
+        raise InputError(
+            f"cannot create the folder: {exc.strerror or exc}",
+            file=str(logs_dir),
+            field="--logs",
+            hint="give --logs a folder you can write",
+        ) from None
     return root

@@ -56,8 +56,7 @@ SUBNET_BASE = "10.233"
 WATCH_EVERY_S = 0.05
 _SEQ = itertools.count()
 # the pod's hostname is its name (UTS namespace), HOSTNAME as the container runtime sets it
-_HOSTNAME_SH = ('echo "$0" > /proc/sys/kernel/hostname && export HOSTNAME="$0" && '
-                'exec "$@"')
+_HOSTNAME_SH = 'echo "$0" > /proc/sys/kernel/hostname && export HOSTNAME="$0" && exec "$@"'
 
 
 @dataclass(frozen=True)
@@ -83,8 +82,19 @@ class NetPlan:
     def wrapper(self, short: str) -> tuple[str, ...]:
         """The argv prefix that starts a pod's container in its namespaces."""
         pod = self.pod(short)
-        return ("ip", "netns", "exec", pod.netns, "unshare", "--uts", "--", "sh", "-c",
-                _HOSTNAME_SH, pod.hostname)
+        return (
+            "ip",
+            "netns",
+            "exec",
+            pod.netns,
+            "unshare",
+            "--uts",
+            "--",
+            "sh",
+            "-c",
+            _HOSTNAME_SH,
+            pod.hostname,
+        )
 
     def slot_width(self) -> int:
         return max(max(len(_line(p)), len(_absent(p))) for p in self.pods)
@@ -95,10 +105,13 @@ class NetPlan:
         runs, a comment while not), so every version of the file has the same length."""
         own = self.pod(short)
         width = self.slot_width()
-        lines = ["# Kubernetes-managed hosts file (the kubelet's), as runai-spec rehearse "
-                 "writes it", "127.0.0.1\tlocalhost",
-                 "::1\tlocalhost ip6-localhost ip6-loopback", _line(own),
-                 "# the job's headless services: a pod's name resolves only while it runs"]
+        lines = [
+            "# Kubernetes-managed hosts file (the kubelet's), as runai-spec rehearse writes it",
+            "127.0.0.1\tlocalhost",
+            "::1\tlocalhost ip6-localhost ip6-loopback",
+            _line(own),
+            "# the job's headless services: a pod's name resolves only while it runs",
+        ]
         for p in self.pods:
             if p.short != short:
                 lines.append((_line(p) if p.short in running else _absent(p)).ljust(width))
@@ -135,23 +148,33 @@ def pick_subnet(routes: Sequence[ipaddress.IPv4Network], seed: int) -> ipaddress
         net = ipaddress.IPv4Network(f"{SUBNET_BASE}.{(seed + k) % 256}.0/24")
         if not any(net.overlaps(r) for r in routes):
             return net
-    raise InputError(f"every /24 of {SUBNET_BASE}.0.0/16 is routed on this machine",
-                     field="--network", hint="--network loopback runs the pods on loopback")
+    raise InputError(
+        f"every /24 of {SUBNET_BASE}.0.0/16 is routed on this machine",
+        field="--network",
+        hint="--network loopback runs the pods on loopback",
+    )
 
 
-def plan_network(job_name: str, shorts: Sequence[str], *, pid: int | None = None,
-                 routes: Sequence[ipaddress.IPv4Network] | None = None) -> NetPlan:
+def plan_network(
+    job_name: str,
+    shorts: Sequence[str],
+    *,
+    pid: int | None = None,
+    routes: Sequence[ipaddress.IPv4Network] | None = None,
+) -> NetPlan:
     """Names and addresses for the pods `shorts` of job `job_name`: namespaces named after
     this process and a counter (unique per rehearsal), addresses .2, .3, ... of a free /24."""
     pid = os.getpid() if pid is None else pid
     tag = f"runai-spec-{pid}-{next(_SEQ)}"
     net = pick_subnet(host_routes() if routes is None else routes, pid)
     if len(shorts) > net.num_addresses - 3:
-        raise InputError(f"{len(shorts)} pods do not fit in one /24", field="--network",
-                         hint="--network loopback runs them on loopback")
+        raise InputError(
+            f"{len(shorts)} pods do not fit in one /24",
+            field="--network",
+            hint="--network loopback runs them on loopback",
+        )
     hosts = list(net.hosts())
-    pods = tuple(PodNet(s, f"{job_name}-{s}", f"{tag}-{s}", str(hosts[i + 1]))
-                 for i, s in enumerate(shorts))
+    pods = tuple(PodNet(s, f"{job_name}-{s}", f"{tag}-{s}", str(hosts[i + 1])) for i, s in enumerate(shorts))
     return NetPlan(tag, str(net), f"{tag}-net", pods)
 
 
@@ -165,13 +188,15 @@ def unavailable() -> str | None:
     if not os.access("/etc", os.W_OK):
         return "/etc is not writable (`ip netns exec` reads /etc/netns/NAME/hosts)"
     try:
-        done = subprocess.run(["unshare", "--net", "--uts", "--mount", "true"],
-                              capture_output=True, timeout=10, check=False)
+        done = subprocess.run(
+            ["unshare", "--net", "--uts", "--mount", "true"], capture_output=True, timeout=10, check=False
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"unshare failed: {exc}"
     if done.returncode != 0:
         return "unshare --net --uts --mount failed: " + (
-            done.stderr.decode(errors="replace").strip() or f"exit {done.returncode}")
+            done.stderr.decode(errors="replace").strip() or f"exit {done.returncode}"
+        )
     return None
 
 
@@ -179,18 +204,24 @@ def resolve_mode(mode: str) -> str:
     """`netns` or `loopback` for `--network MODE`: auto takes netns where it is available;
     netns where it is not is bad input, before anything starts."""
     if mode not in MODES:
-        raise InputError(f"{mode!r} is not one of {', '.join(MODES)}", field="--network",
-                         hint="--network auto (the default) uses network namespaces where "
-                              "this machine allows them, else loopback")
+        raise InputError(
+            f"{mode!r} is not one of {', '.join(MODES)}",
+            field="--network",
+            hint="--network auto (the default) uses network namespaces where "
+            "this machine allows them, else loopback",
+        )
     if mode == "loopback":
         return mode
     why = unavailable()
     if why is None:
         return "netns"
     if mode == "netns":
-        raise InputError(f"network namespaces are not available here: {why}",
-                         field="--network", hint="run as root on Linux with iproute2 (`ip`) "
-                         "and util-linux (`unshare`), or use --network loopback")
+        raise InputError(
+            f"network namespaces are not available here: {why}",
+            field="--network",
+            hint="run as root on Linux with iproute2 (`ip`) "
+            "and util-linux (`unshare`), or use --network loopback",
+        )
     return "loopback"
 
 
@@ -198,9 +229,11 @@ def resolve_mode(mode: str) -> str:
 # NCCL_HOSTID) match: with a hostname per pod, NCCL would carry every byte between pods over
 # the namespaces' veth bridge (its socket transport), and the bus bandwidth row would measure
 # that, not this machine's NVLink as on loopback nor the cluster's fabric
-AUTO_ON_GPU = ("auto keeps loopback with GPUs: in namespaces of their own, with a hostname "
-               "each, NCCL would take the pods for separate hosts and send their traffic over "
-               "the namespaces' bridge (--network netns does that on purpose)")
+AUTO_ON_GPU = (
+    "auto keeps loopback with GPUs: in namespaces of their own, with a hostname "
+    "each, NCCL would take the pods for separate hosts and send their traffic over "
+    "the namespaces' bridge (--network netns does that on purpose)"
+)
 
 
 def auto_on_gpu(network: str, mode: str, gpus: int) -> tuple[str, str | None]:
@@ -211,11 +244,13 @@ def auto_on_gpu(network: str, mode: str, gpus: int) -> tuple[str, str | None]:
 
 
 def _ip(*args: str) -> None:
-    done = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30,
-                          check=False)
+    done = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30, check=False)
     if done.returncode != 0:
-        raise InputError(f"`ip {' '.join(args)}` failed: {done.stderr.strip()}",
-                         field="--network", hint="--network loopback runs the pods on loopback")
+        raise InputError(
+            f"`ip {' '.join(args)}` failed: {done.stderr.strip()}",
+            field="--network",
+            hint="--network loopback runs the pods on loopback",
+        )
 
 
 def _ns_ids() -> dict[int, str]:
@@ -262,10 +297,13 @@ class Network:
         self._teardown()
         if self.log is not None and self.changes:
             start = self.changes[0][0]
-            self.log.write_text("".join(
-                f"{t - start:8.2f} s  {self.plan.pod(s).hostname} "
-                f"{'resolves (container running)' if up else 'gone (not ready)'}\n"
-                for t, s, up in self.changes))
+            self.log.write_text(
+                "".join(
+                    f"{t - start:8.2f} s  {self.plan.pod(s).hostname} "
+                    f"{'resolves (container running)' if up else 'gone (not ready)'}\n"
+                    for t, s, up in self.changes
+                )
+            )
 
     def _add_ns(self, name: str) -> None:
         _ip("netns", "add", name)
@@ -280,8 +318,20 @@ class Network:
         for i, pod in enumerate(plan.pods):
             self._add_ns(pod.netns)
             # both ends live in the rehearsal's namespaces: nothing is added to this machine's
-            _ip("-n", plan.bridge_netns, "link", "add", f"p{i}", "type", "veth", "peer", "name",
-                "eth0", "netns", pod.netns)
+            _ip(
+                "-n",
+                plan.bridge_netns,
+                "link",
+                "add",
+                f"p{i}",
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth0",
+                "netns",
+                pod.netns,
+            )
             _ip("-n", plan.bridge_netns, "link", "set", f"p{i}", "master", "br0", "up")
             _ip("-n", pod.netns, "addr", "add", f"{pod.address}/{prefix}", "dev", "eth0")
             _ip("-n", pod.netns, "link", "set", "eth0", "up")
@@ -293,7 +343,8 @@ class Network:
             (folder / "hosts").write_text(plan.hosts_text(pod.short, frozenset()))
             (folder / "resolv.conf").write_text(
                 "# runai-spec rehearse: no cluster DNS here; the job's names are in /etc/hosts\n"
-                "options timeout:1 attempts:1\n")
+                "options timeout:1 attempts:1\n"
+            )
             self._ids[pod.short] = f"net:[{os.stat(NETNS_RUN / pod.netns).st_ino}]"
 
     def _write_hosts(self, running: frozenset[str]) -> None:
@@ -353,5 +404,3 @@ def pod_network(plan: NetPlan | None, log: Path | None = None) -> Iterator[Netwo
         return
     with Network(plan, log) as net:
         yield net
-
-

@@ -26,8 +26,7 @@ def can_pid_namespace() -> bool:
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         return False
     try:
-        done = subprocess.run([*PID_NAMESPACE, "true"], capture_output=True, timeout=10,
-                              check=False)
+        done = subprocess.run([*PID_NAMESPACE, "true"], capture_output=True, timeout=10, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0
@@ -50,8 +49,7 @@ def namespace_init(pid: int) -> int | None:
             status = Path(f"/proc/{current}/status").read_text()
         except OSError:
             continue
-        ids = next((line.split()[1:] for line in status.splitlines()
-                    if line.startswith("NSpid:")), [])
+        ids = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
         if len(ids) > 1 and ids[-1] == "1":
             return current
         todo += children.get(current, [])

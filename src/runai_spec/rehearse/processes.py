@@ -50,15 +50,25 @@ class Pod:
         self._read_to: dict[Path, int] = {}
         self._rank_root = plan.rank_logs
         # torchrun names each launch's folder at random: the ones already there are older runs
-        self._earlier = (set(self._rank_root.iterdir())
-                         if self._rank_root is not None and self._rank_root.is_dir() else set())
+        self._earlier = (
+            set(self._rank_root.iterdir())
+            if self._rank_root is not None and self._rank_root.is_dir()
+            else set()
+        )
         self._fh = self.log.open("w", encoding="utf-8")
         self._fh.write(f"# argv: {json.dumps(list(plan.argv))}\n# cwd: {plan.cwd}\n")
         self._fh.flush()
         self.proc = subprocess.Popen(
-            [*plan.wrapper, *plan.argv], env=dict(plan.env), cwd=plan.cwd, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, errors="replace",
-            start_new_session=True)  # its own process group, so that kill reaches torchrun's
+            [*plan.wrapper, *plan.argv],
+            env=dict(plan.env),
+            cwd=plan.cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            errors="replace",
+            start_new_session=True,
+        )  # its own process group, so that kill reaches torchrun's
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -95,8 +105,7 @@ class Pod:
         where it has one; returns the processes of the container now, for `reap` once the
         grace period is over."""
         tree = [self.proc.pid, *descendants(self.proc.pid)]
-        main = (namespace_init(self.proc.pid) if self.plan.pid_namespace else None) \
-            or self.proc.pid
+        main = (namespace_init(self.proc.pid) if self.plan.pid_namespace else None) or self.proc.pid
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(main, signal.SIGTERM)
         return tree
@@ -138,15 +147,29 @@ class Pod:
         self._reader.join(10)
         if self.timed_out:
             # the launcher's SignalException traceback just above reads like a crash
-            why = (f"{self.settle_s:g} s after {self.stopped_after} crashed"
-                   if self.stopped_after else "at the deadline (--timeout)")
-            self._fh.write(f"# runai-spec: still running {why}: stopped (SIGTERM, then "
-                           "SIGKILL); a SignalException above comes from that stop\n")
+            why = (
+                f"{self.settle_s:g} s after {self.stopped_after} crashed"
+                if self.stopped_after
+                else "at the deadline (--timeout)"
+            )
+            self._fh.write(
+                f"# runai-spec: still running {why}: stopped (SIGTERM, then "
+                "SIGKILL); a SignalException above comes from that stop\n"
+            )
         self._fh.close()
         runs = self._runs()
-        return PodOutcome(self.plan.name, self.plan.rank, self.proc.returncode, self.timed_out,
-                          self.killed, self.log, self.attempt, runs[-1] if runs else None,
-                          self.stopped_after, self.settle_s)
+        return PodOutcome(
+            self.plan.name,
+            self.plan.rank,
+            self.proc.returncode,
+            self.timed_out,
+            self.killed,
+            self.log,
+            self.attempt,
+            runs[-1] if runs else None,
+            self.stopped_after,
+            self.settle_s,
+        )
 
     def last_checks(self) -> dict[int, str]:
         """The last check each rank of this pod reported so far. Read on from where the last
@@ -157,7 +180,7 @@ class Pod:
             with contextlib.suppress(OSError), f.open("rb") as fh:
                 fh.seek(start)
                 chunk = fh.read()
-                whole = chunk[:chunk.rfind(b"\n") + 1]  # a line still being written waits
+                whole = chunk[: chunk.rfind(b"\n") + 1]  # a line still being written waits
                 self._read_to[f] = start + len(whole)
                 self._progress.extend(parse_lines(whole.decode(errors="replace")))
         last: dict[int, str] = {}
@@ -174,9 +197,15 @@ class Pod:
         files = sorted(f for d in self._runs() for f in d.glob("attempt_*/*/stdout.log"))
         # which start of the workers each record comes from: the container's attempt, then
         # torchrun's restart of its workers (the attempt_<k> folder)
-        records = ([{**r, "_start": (self.attempt, _agent_attempt(f))} for f in files
-                    for r in parse_lines(f.read_text(errors="replace"))]
-                   if files else [{**r, "_start": (self.attempt, 0)} for r in self.records])
+        records = (
+            [
+                {**r, "_start": (self.attempt, _agent_attempt(f))}
+                for f in files
+                for r in parse_lines(f.read_text(errors="replace"))
+            ]
+            if files
+            else [{**r, "_start": (self.attempt, 0)} for r in self.records]
+        )
         return [{**r, "_pod": self.plan.name} for r in records]
 
 
@@ -217,8 +246,7 @@ def progress_line(pods: Sequence[Pod], total: int, elapsed_s: float, timeout_s: 
     for p in pods:
         last.update(p.last_checks())
     steps = " ".join(f"r{r}:{c}" for r, c in sorted(last.items()))
-    return (f"pods up {up}/{total}" + (f" | {steps}" if steps else "")
-            + f" | {elapsed_s:.0f}/{timeout_s:g} s")
+    return f"pods up {up}/{total}" + (f" | {steps}" if steps else "") + f" | {elapsed_s:.0f}/{timeout_s:g} s"
 
 
 class Ticker:
@@ -237,9 +265,15 @@ class Ticker:
         self.progress(progress_line(pods, self.total, now - self.start, self.timeout_s))
 
 
-def run_attempt(plans: Sequence[PodPlan], attempt: int, timeout_s: float, *,
-                skip: Sequence[str] = (), after_crash_s: float | None = None,
-                progress: Progress | None = None) -> Attempt:
+def run_attempt(
+    plans: Sequence[PodPlan],
+    attempt: int,
+    timeout_s: float,
+    *,
+    skip: Sequence[str] = (),
+    after_crash_s: float | None = None,
+    progress: Progress | None = None,
+) -> Attempt:
     """Start every pod, wait for all of them (bounded), return outcomes and PREFLIGHT lines.
 
     With `after_crash_s`, once one pod exits non-zero the others get that long to end too.
@@ -251,8 +285,7 @@ def run_attempt(plans: Sequence[PodPlan], attempt: int, timeout_s: float, *,
     try:
         while time.monotonic() < deadline and any(p.proc.poll() is None for p in pods):
             if after_crash_s is not None and first_crash is None:
-                first_crash = next((p.plan.name for p in pods
-                                    if p.proc.poll() not in (None, 0)), None)
+                first_crash = next((p.plan.name for p in pods if p.proc.poll() not in (None, 0)), None)
                 if first_crash is not None:
                     deadline = min(deadline, time.monotonic() + after_crash_s)
             ticker.tick(pods)
@@ -267,7 +300,6 @@ def run_attempt(plans: Sequence[PodPlan], attempt: int, timeout_s: float, *,
     outcomes = [p.finish() for p in pods]
     for name in skip:
         plan = next(pl for pl in plans if pl.name == name)
-        outcomes.append(PodOutcome(name, plan.rank, None, False, False, plan.log_dir / "pod.log",
-                                   attempt))
+        outcomes.append(PodOutcome(name, plan.rank, None, False, False, plan.log_dir / "pod.log", attempt))
     lines = [r for p in pods for r in p.lines()]
     return Attempt(outcomes, lines)

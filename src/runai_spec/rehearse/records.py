@@ -75,16 +75,24 @@ def record_key(*, create: bool) -> bytes | None:
         return None
     with os.fdopen(fd, "rb") as handle:
         info = os.fstat(handle.fileno())
-        if (not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid()
-                or info.st_mode & 0o077 or info.st_size != KEY_BYTES):
+        if (
+            not stat.S_ISREG(info.st_mode)
+            or info.st_uid != os.geteuid()
+            or info.st_mode & 0o077
+            or info.st_size != KEY_BYTES
+        ):
             return None
         key = handle.read(KEY_BYTES + 1)
     return key if len(key) == KEY_BYTES else None
 
 
 def _signature(key: bytes, doc: Mapping[str, Any]) -> str:
-    body = json.dumps({k: v for k, v in doc.items() if k != "signature"}, sort_keys=True,
-                      separators=(",", ":"), ensure_ascii=True)
+    body = json.dumps(
+        {k: v for k, v in doc.items() if k != "signature"},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=True,
+    )
     return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
 
 
@@ -116,13 +124,21 @@ class RehearsalRecord:
 
     def as_dict(self) -> dict[str, Any]:
         tool, version, host, user = self.written_by
-        return {"version": RECORD_VERSION, "project": self.project, "name": self.name,
-                "profile": self.profile, "profile_sha256": self.profile_sha256,
-                "finished_at": self.finished_at, "ok": self.ok, "world_size": self.world_size,
-                "backend": self.backend, "options": list(self.options),
-                "checks": [{"check": c, "status": s, "message": m} for c, s, m in self.checks],
-                "logs_dir": self.logs_dir,
-                "written_by": {"tool": tool, "version": version, "host": host, "user": user}}
+        return {
+            "version": RECORD_VERSION,
+            "project": self.project,
+            "name": self.name,
+            "profile": self.profile,
+            "profile_sha256": self.profile_sha256,
+            "finished_at": self.finished_at,
+            "ok": self.ok,
+            "world_size": self.world_size,
+            "backend": self.backend,
+            "options": list(self.options),
+            "checks": [{"check": c, "status": s, "message": m} for c, s, m in self.checks],
+            "logs_dir": self.logs_dir,
+            "written_by": {"tool": tool, "version": version, "host": host, "user": user},
+        }
 
 
 @dataclass(frozen=True)
@@ -138,8 +154,10 @@ def write_record(record: RehearsalRecord, *, now: datetime | None = None) -> Pat
     signed; None when the cache or its key cannot be written (a read-only home must not fail
     the rehearsal itself)."""
     record = dataclasses.replace(
-        record, finished_at=(now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        written_by=(TOOL, __version__, socket.gethostname(), _user()))
+        record,
+        finished_at=(now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        written_by=(TOOL, __version__, socket.gethostname(), _user()),
+    )
     path = record_path(record.project, record.name)
     try:
         key = record_key(create=True)
@@ -168,24 +186,34 @@ def read_record(project: str, name: str) -> RehearsalRecord | ForeignRecord | No
     key = record_key(create=False)
     signature = doc.get("signature")
     if not isinstance(signature, str):
-        return ForeignRecord(str(path), "it carries no signature: written by hand, or by a "
-                             "runai-spec older than its records' signatures")
+        return ForeignRecord(
+            str(path),
+            "it carries no signature: written by hand, or by a runai-spec older than its records' signatures",
+        )
     if key is None:
-        return ForeignRecord(str(path), f"this machine has no record key ({key_path()}) to "
-                             "verify it with")
-    if not hmac.compare_digest(signature, _signature(key, doc)) \
-            or doc.get("version") != RECORD_VERSION:
-        return ForeignRecord(str(path), "its signature does not verify with this machine's "
-                             "record key: runai-spec did not write it, or it was edited since")
+        return ForeignRecord(str(path), f"this machine has no record key ({key_path()}) to verify it with")
+    if not hmac.compare_digest(signature, _signature(key, doc)) or doc.get("version") != RECORD_VERSION:
+        return ForeignRecord(
+            str(path),
+            "its signature does not verify with this machine's "
+            "record key: runai-spec did not write it, or it was edited since",
+        )
     try:
         by = doc["written_by"]
         return RehearsalRecord(
-            str(doc["project"]), str(doc["name"]), str(doc["profile"]),
-            str(doc["profile_sha256"]), bool(doc["ok"]),
-            int(doc["world_size"]), str(doc["backend"]),
+            str(doc["project"]),
+            str(doc["name"]),
+            str(doc["profile"]),
+            str(doc["profile_sha256"]),
+            bool(doc["ok"]),
+            int(doc["world_size"]),
+            str(doc["backend"]),
             tuple(str(o) for o in doc["options"]),
-            tuple((str(c["check"]), str(c["status"]), str(c["message"]))
-                  for c in doc["checks"]), str(doc["logs_dir"]), str(doc["finished_at"]),
-            (str(by["tool"]), str(by["version"]), str(by["host"]), str(by["user"])), str(path))
+            tuple((str(c["check"]), str(c["status"]), str(c["message"])) for c in doc["checks"]),
+            str(doc["logs_dir"]),
+            str(doc["finished_at"]),
+            (str(by["tool"]), str(by["version"]), str(by["host"]), str(by["user"])),
+            str(path),
+        )
     except (ValueError, KeyError, TypeError):
         return None

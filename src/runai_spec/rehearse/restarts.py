@@ -21,25 +21,35 @@ def restart_settings(settings: PreflightSettings) -> PreflightSettings:
     return PreflightSettings(**{**settings.__dict__, "steps": steps, "checkpoint_every": every})
 
 
-def operator_verdict(job: Mapping[str, Any], replica_types: Mapping[str, str],
-                      failed: Sequence[PodOutcome]) -> tuple[str | None, str]:
+def operator_verdict(
+    job: Mapping[str, Any], replica_types: Mapping[str, str], failed: Sequence[PodOutcome]
+) -> tuple[str | None, str]:
     """(why the operator would not restart these failed pods, or None; what it would do)."""
     spec = job.get("spec") or {}
     replicas = spec.get("pytorchReplicaSpecs") or {}
     # the operator's defaults set OnFailure where the manifest says nothing (pytorch_defaults.go
     # setDefaultRestartPolicy, applied by the controller: its webhook only validates)
-    policy = {o.name: str((replicas.get(replica_types.get(o.name, "")) or {}).get(
-        "restartPolicy") or "OnFailure") for o in failed}
+    policy = {
+        o.name: str((replicas.get(replica_types.get(o.name, "")) or {}).get("restartPolicy") or "OnFailure")
+        for o in failed
+    }
     never = [o.name for o in failed if policy[o.name] == "Never"]
     if never:
-        return (f"restartPolicy Never on {', '.join(never)}: the operator marks the job Failed "
-                "instead of restarting it"), "no restart"
+        return (
+            f"restartPolicy Never on {', '.join(never)}: the operator marks the job Failed "
+            "instead of restarting it"
+        ), "no restart"
     # ExitCode: exit codes up to 127 are permanent, from 128 (signals) retryable
-    permanent = [f"{o.name} (exit {exit_status(o.exit_code)})" for o in failed
-                 if policy[o.name] == "ExitCode" and (exit_status(o.exit_code) or 0) < 128]
+    permanent = [
+        f"{o.name} (exit {exit_status(o.exit_code)})"
+        for o in failed
+        if policy[o.name] == "ExitCode" and (exit_status(o.exit_code) or 0) < 128
+    ]
     if permanent:
-        return (f"restartPolicy ExitCode treats {', '.join(permanent)} as a permanent error: "
-                "the operator marks the job Failed instead of restarting it"), "no restart"
+        return (
+            f"restartPolicy ExitCode treats {', '.join(permanent)} as a permanent error: "
+            "the operator marks the job Failed instead of restarting it"
+        ), "no restart"
     counted = [o for o in failed if policy[o.name] in ("OnFailure", "Always")]
     limit = (spec.get("runPolicy") or {}).get("backoffLimit")
     used = len(counted)
@@ -49,8 +59,10 @@ def operator_verdict(job: Mapping[str, Any], replica_types: Mapping[str, str],
         return None, note
     note += f" ({used} restart(s), backoffLimit {limit})"
     if (limit == 0 and used > 0) or (limit > 0 and used >= limit):
-        return (f"{used} container restart(s) reach the backoffLimit of {limit}: the operator "
-                "marks the job Failed after losing one pod"), note
+        return (
+            f"{used} container restart(s) reach the backoffLimit of {limit}: the operator "
+            "marks the job Failed after losing one pod"
+        ), note
     return None, note
 
 
@@ -67,7 +79,8 @@ STATIC_RENDEZVOUS_RISK = (
     "cluster the kubelet restarts {victim} in place while the other pods may still hold the "
     "old store, so one node fault can use the whole backoffLimit and fail the job (measured "
     "with a kubelet model on CPU: 3 restarts of backoffLimit 3); whether it recovers depends "
-    "on timing. After a node fault resubmit the job, which resumes from the checkpoint")
+    "on timing. After a node fault resubmit the job, which resumes from the checkpoint"
+)
 
 
 def static_rendezvous(job: Mapping[str, Any]) -> bool:
@@ -83,4 +96,5 @@ def static_rendezvous(job: Mapping[str, Any]) -> bool:
     except InputError:
         return False
     return launcher.kind == "torchrun" and not has_flag(
-        launcher.head, "--rdzv-backend", "--rdzv_backend", "--standalone")
+        launcher.head, "--rdzv-backend", "--rdzv_backend", "--standalone"
+    )

@@ -35,8 +35,10 @@ def _delete_all(pods: Sequence[Pod]) -> dict[str, str]:
             grace = p.plan.grace_s if p.plan.grace_s is not None else DEFAULT_GRACE_S
             code = p.proc.poll()
             if code is not None:
-                ended[name] = (f"exited {128 - code if code < 0 else code} "
-                               f"{time.monotonic() - start:.1f} s after SIGTERM")
+                ended[name] = (
+                    f"exited {128 - code if code < 0 else code} "
+                    f"{time.monotonic() - start:.1f} s after SIGTERM"
+                )
             elif time.monotonic() - start >= grace:
                 ended[name] = f"SIGKILL after the grace period of {grace:g} s"
                 p.kill()
@@ -67,12 +69,18 @@ class FaultRun:
     records. `spec.settings.checkpoint_on_sigterm`: the profile says its script saves on
     SIGTERM; a preemption then fails where a rank did not save within the grace period."""
 
-    def __init__(self, job: Mapping[str, Any], plans: Sequence[PodPlan], world: int,
-                 spec: RehearsalSpec, hold_dir: Path, audit_dir: Path | None) -> None:
+    def __init__(
+        self,
+        job: Mapping[str, Any],
+        plans: Sequence[PodPlan],
+        world: int,
+        spec: RehearsalSpec,
+        hold_dir: Path,
+        audit_dir: Path | None,
+    ) -> None:
         self.job, self.plans, self.world, self.spec = job, plans, world, spec
         self.hold_dir, self.audit_dir = hold_dir, audit_dir
-        self.model = JobModel.of(job, backoff_scale=spec.backoff_scale,
-                                 version=spec.operator_version)
+        self.model = JobModel.of(job, backoff_scale=spec.backoff_scale, version=spec.operator_version)
         self.by_name = {p.name: p for p in plans}
         self.attempts = {p.name: 0 for p in plans}
         self.pods: dict[str, Pod] = {p.name: Pod(p, 0) for p in plans}
@@ -107,10 +115,16 @@ class FaultRun:
         """Each pending fault whose moment has come: at its second, or at the first
         checkpoint (every rank holding there; with its own script, the first save)."""
         for f in list(pending):
-            saves = (held(self.hold_dir) if self.audit_dir is None
-                     else first_saves(self.audit_dir, audit_key(self.plans)))
-            ready = ((bool(saves) if self.audit_dir is not None else len(saves) >= self.world)
-                     if f.at is None else now >= f.at)
+            saves = (
+                held(self.hold_dir)
+                if self.audit_dir is None
+                else first_saves(self.audit_dir, audit_key(self.plans))
+            )
+            ready = (
+                (bool(saves) if self.audit_dir is not None else len(saves) >= self.world)
+                if f.at is None
+                else now >= f.at
+            )
             if not ready:
                 continue
             saved = min(saves.values()) if saves else 0
@@ -144,8 +158,11 @@ class FaultRun:
                     if code is not None and id(p) not in self.seen_exit:
                         self.seen_exit.add(id(p))
                         # Kubernetes reports a signal as 128 + signal
-                        self.apply(model.exited(name, 128 - code if code < 0 else code,
-                                                time.monotonic() - self.start))
+                        self.apply(
+                            model.exited(
+                                name, 128 - code if code < 0 else code, time.monotonic() - self.start
+                            )
+                        )
                 self.apply(model.due(time.monotonic() - self.start))
                 ticker.tick(list(self.pods.values()))
                 time.sleep(0.05)
@@ -168,7 +185,8 @@ class FaultRun:
         if model.phase == "Succeeded" and static_rendezvous(self.job) and f.fault.kind == "kill":
             # recovered this time; in the cluster the same fault can use the whole budget
             return "recovered here, but " + STATIC_RENDEZVOUS_RISK.format(
-                victim=f.fault.pod or "a pod"), False
+                victim=f.fault.pod or "a pod"
+            ), False
         if model.phase == "Succeeded":
             return f"recovered (the job succeeded {self.ended_at - f.at:.1f} s after it)", True
         return f"still running at --timeout {self.spec.timeout_s:g} s", False
@@ -176,51 +194,79 @@ class FaultRun:
     def row(self, f: Fired, lines: Sequence[Mapping[str, Any]]) -> CheckResult:
         """The fault's row: what the cluster did, the restarts used, the verdict, the resume."""
         model, world, scale = self.model, self.world, self.spec.backoff_scale
-        resumed, wrong = (_resumes(lines, f.saved) if self.audit_dir is None
-                          else (set(range(world)), []))
+        resumed, wrong = _resumes(lines, f.saved) if self.audit_dir is None else (set(range(world)), [])
         verdict, ok = self.verdict(f, resumed, wrong)
-        story = (f"ranks {', '.join(map(str, sorted(resumed)))} resumed the saved step {f.saved}"
-                 if resumed else f"no rank resumed the saved step {f.saved}")
+        story = (
+            f"ranks {', '.join(map(str, sorted(resumed)))} resumed the saved step {f.saved}"
+            if resumed
+            else f"no rank resumed the saved step {f.saved}"
+        )
         if self.audit_dir is not None:
             story = "the resume row checks what your script loaded after it"
         if wrong:
             story += "; " + "; ".join(wrong)
         moved = f"pods restarted in place: {', '.join(sorted(f.restarted)) or 'none'}"
         if f.fault.kind == "preempt" or f.recreated:
-            moved = (f"every pod deleted ({'; '.join(f'{k}: {v}' for k, v in f.ended.items())}), "
-                     f"pods recreated: {', '.join(sorted(f.recreated)) or 'none'}; " + moved)
-        saves = sorted({int(r["rank"]) for r in lines if r.get("event") == "sigterm-checkpoint"
-                        and r.get("saved")})
+            moved = (
+                f"every pod deleted ({'; '.join(f'{k}: {v}' for k, v in f.ended.items())}), "
+                f"pods recreated: {', '.join(sorted(f.recreated)) or 'none'}; " + moved
+            )
+        saves = sorted(
+            {int(r["rank"]) for r in lines if r.get("event") == "sigterm-checkpoint" and r.get("saved")}
+        )
         if f.fault.kind == "preempt":
-            moved += ("; on SIGTERM rank(s) " + ", ".join(map(str, saves)) + " saved their last "
-                      "step within the grace period" if saves else "; no rank saved on SIGTERM")
+            moved += (
+                "; on SIGTERM rank(s) " + ", ".join(map(str, saves)) + " saved their last "
+                "step within the grace period"
+                if saves
+                else "; no rank saved on SIGTERM"
+            )
             unsaved = sorted(set(range(world)) - set(saves))
             if self.spec.settings.checkpoint_on_sigterm and unsaved and ok:
-                verdict, ok = (f"rank(s) {', '.join(map(str, unsaved))} did not save on "
-                               "SIGTERM within the grace period, as the profile says its "
-                               "script does"), False
+                verdict, ok = (
+                    (
+                        f"rank(s) {', '.join(map(str, unsaved))} did not save on "
+                        "SIGTERM within the grace period, as the profile says its "
+                        "script does"
+                    ),
+                    False,
+                )
         limit = "none" if model.backoff_limit is None else str(model.backoff_limit)
-        msg = (f"{f.fault.label}: {moved}; restarts used {model.restarts_used}/{limit} (back-off "
-               f"scale {scale:g}); {verdict}; {story}")
-        return CheckResult("fault", "pass" if ok else "fail", msg,
-                           details={"phase": model.phase, "reason": model.reason,
-                                    "restarts_used": model.restarts_used,
-                                    "backoff_limit": model.backoff_limit,
-                                    "restarted": sorted(f.restarted),
-                                    "recreated": sorted(f.recreated),
-                                    "deleted": dict(f.ended),
-                                    "sigterm_saves": saves,
-                                    "saved_step": f.saved,
-                                    "resumed_ranks": sorted(resumed),
-                                    "fault_at_s": round(f.at, 1),
-                                    "ended_at_s": round(self.ended_at, 1),
-                                    "backoff_scale": scale})
+        msg = (
+            f"{f.fault.label}: {moved}; restarts used {model.restarts_used}/{limit} (back-off "
+            f"scale {scale:g}); {verdict}; {story}"
+        )
+        return CheckResult(
+            "fault",
+            "pass" if ok else "fail",
+            msg,
+            details={
+                "phase": model.phase,
+                "reason": model.reason,
+                "restarts_used": model.restarts_used,
+                "backoff_limit": model.backoff_limit,
+                "restarted": sorted(f.restarted),
+                "recreated": sorted(f.recreated),
+                "deleted": dict(f.ended),
+                "sigterm_saves": saves,
+                "saved_step": f.saved,
+                "resumed_ranks": sorted(resumed),
+                "fault_at_s": round(f.at, 1),
+                "ended_at_s": round(self.ended_at, 1),
+                "backoff_scale": scale,
+            },
+        )
 
 
-def rehearse_faults(job: Mapping[str, Any], plans: Sequence[PodPlan], world: int,
-                    faults: Sequence[Fault], spec: RehearsalSpec, hold_dir: Path,
-                    audit_dir: Path | None = None
-                    ) -> tuple[list[CheckResult], list[PodOutcome], list[dict[str, Any]]]:
+def rehearse_faults(
+    job: Mapping[str, Any],
+    plans: Sequence[PodPlan],
+    world: int,
+    faults: Sequence[Fault],
+    spec: RehearsalSpec,
+    hold_dir: Path,
+    audit_dir: Path | None = None,
+) -> tuple[list[CheckResult], list[PodOutcome], list[dict[str, Any]]]:
     """Run the pods, inject `faults`, follow the model until the job ends or the spec's
     timeout (FaultRun): a row per fault, how each pod ended, the ranks' records."""
     run = FaultRun(job, plans, world, spec, hold_dir, audit_dir)
@@ -230,8 +276,9 @@ def rehearse_faults(job: Mapping[str, Any], plans: Sequence[PodPlan], world: int
     lines = [r for p in every for r in p.lines()]
     checks = [run.row(f, lines) for f in run.fired]
     for f in pending:
-        checks.append(CheckResult("fault", "fail", f"{f.label}: never fired (the job ended or "
-                                  "--timeout passed first)"))
+        checks.append(
+            CheckResult("fault", "fail", f"{f.label}: never fired (the job ended or --timeout passed first)")
+        )
     return checks, outcomes, lines
 
 
@@ -249,8 +296,13 @@ def first_saves(audit_dir: Path, key: str) -> dict[int, int]:
 
     out: dict[int, int] = {}
     for r in read_audit(audit_dir, key):
-        if r.get("event") == "save" and not r.get("failed") and r.get("rank") is not None \
-                and not r.get("attempt") and not r.get("restart"):
+        if (
+            r.get("event") == "save"
+            and not r.get("failed")
+            and r.get("rank") is not None
+            and not r.get("attempt")
+            and not r.get("restart")
+        ):
             out.setdefault(int(r["rank"]), int(r.get("step") or 0))
     return out
 
@@ -260,11 +312,20 @@ def _resumes(lines: Sequence[Mapping[str, Any]], saved: int) -> tuple[set[int], 
     was wrong with the others' resumes: an older step, or other weights than those saved."""
     # a checkpoint row that skips (the profile's format cannot be written here, e.g. DCP
     # without numpy) still saved and reloaded a copy of that step: its weights count too
-    digests = {int(r["saved_step"]): r.get("digest") for r in lines
-               if r.get("check") == "checkpoint" and r.get("status") in ("pass", "skip")
-               and r.get("saved_step") is not None}
-    digests.update({int(r["step"]): r.get("digest") for r in lines
-                    if r.get("event") == "sigterm-checkpoint" and r.get("saved")})
+    digests = {
+        int(r["saved_step"]): r.get("digest")
+        for r in lines
+        if r.get("check") == "checkpoint"
+        and r.get("status") in ("pass", "skip")
+        and r.get("saved_step") is not None
+    }
+    digests.update(
+        {
+            int(r["step"]): r.get("digest")
+            for r in lines
+            if r.get("event") == "sigterm-checkpoint" and r.get("saved")
+        }
+    )
     resumed: set[int] = set()
     older: set[int] = set()
     other: set[int] = set()
@@ -280,11 +341,9 @@ def _resumes(lines: Sequence[Mapping[str, Any]], saved: int) -> tuple[set[int], 
             resumed.add(rank)
     wrong = []
     if older - resumed:
-        wrong.append(f"rank(s) {', '.join(map(str, sorted(older - resumed)))} resumed an older "
-                     "step")
+        wrong.append(f"rank(s) {', '.join(map(str, sorted(older - resumed)))} resumed an older step")
     if other:
-        wrong.append(f"rank(s) {', '.join(map(str, sorted(other)))} resumed other weights than "
-                     "those saved")
+        wrong.append(f"rank(s) {', '.join(map(str, sorted(other)))} resumed other weights than those saved")
     return resumed - other, wrong
 
 

@@ -61,24 +61,31 @@ class RehearsalSpec:
 
     def recorded_options(self) -> list[str]:
         """The options that change what a rehearsal shows, as `plan`'s ticket lists them."""
-        return ([f"--procs-per-pod {self.procs_per_pod}"] * (self.procs_per_pod is not None)
-                + ["--own-script"] * self.own_script
-                + ["--restart-after-checkpoint"] * self.restart_after_checkpoint
-                + [f"--kill {k}" for k in self.kills]
-                + [f"--network {self.network}"] * (self.network != "auto"))
+        return (
+            [f"--procs-per-pod {self.procs_per_pod}"] * (self.procs_per_pod is not None)
+            + ["--own-script"] * self.own_script
+            + ["--restart-after-checkpoint"] * self.restart_after_checkpoint
+            + [f"--kill {k}" for k in self.kills]
+            + [f"--network {self.network}"] * (self.network != "auto")
+        )
 
 
 def check_timeout(timeout_s: float) -> None:
     """How long the pods may run: a positive, finite number of seconds."""
     if not (math.isfinite(timeout_s) and timeout_s > 0):
-        raise InputError(f"{timeout_s:g} is not a positive number of seconds", field="--timeout",
-                         hint=f"how long the pods may run, e.g. --timeout 60 (default "
-                              f"{DEFAULT_TIMEOUT_S:g})")
+        raise InputError(
+            f"{timeout_s:g} is not a positive number of seconds",
+            field="--timeout",
+            hint=f"how long the pods may run, e.g. --timeout 60 (default {DEFAULT_TIMEOUT_S:g})",
+        )
 
 
 def check_backoff_scale(scale: float) -> None:
     """The kubelet's back-off scaled by a non-negative, finite factor."""
     if not (math.isfinite(scale) and scale >= 0):
-        raise InputError(f"{scale:g} is not a non-negative number", field="--backoff-scale",
-                         hint=f"e.g. --backoff-scale 0.1 (the kubelet's {BACKOFF_BASE_S:g} s "
-                              f"back-off becomes {BACKOFF_BASE_S * 0.1:g} s)")
+        raise InputError(
+            f"{scale:g} is not a non-negative number",
+            field="--backoff-scale",
+            hint=f"e.g. --backoff-scale 0.1 (the kubelet's {BACKOFF_BASE_S:g} s "
+            f"back-off becomes {BACKOFF_BASE_S * 0.1:g} s)",
+        )

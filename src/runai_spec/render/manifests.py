@@ -14,13 +14,14 @@ from ..load.yaml import parse_documents
 Manifest = dict[str, Any]
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*$")
 # YAML 1.1 readers (PyYAML, older tools) would turn these plain keys into non-strings.
-_AMBIGUOUS = re.compile(r"^(y|Y|yes|Yes|YES|n|N|no|No|NO|true|True|TRUE|false|False|FALSE|"
-                        r"on|On|ON|off|Off|OFF|null|Null|NULL|~)$")
+_AMBIGUOUS = re.compile(
+    r"^(y|Y|yes|Yes|YES|n|N|no|No|NO|true|True|TRUE|false|False|FALSE|"
+    r"on|On|ON|off|Off|OFF|null|Null|NULL|~)$"
+)
 # Escape what PyYAML's reader refuses even inside quotes, and the YAML 1.1 line breaks
 # (NEL, LS, PS) that a reader would fold into spaces. Compiled on first non-ASCII value:
 # the class spans most of Unicode and costs ~9 ms to compile.
-_UNPRINTABLE_CLASS = ("[^\x09\x0a\x0d\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufffd"
-                      "\U00010000-\U0010ffff]")
+_UNPRINTABLE_CLASS = "[^\x09\x0a\x0d\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]"
 
 
 @lru_cache(maxsize=1)
@@ -85,8 +86,9 @@ def _key(key: str) -> str:
     return key if _PLAIN_KEY.match(key) and not _AMBIGUOUS.match(key) else quote(key)
 
 
-def _emit(value: Any, indent: int, out: list[str],
-          comments: dict[str, str] | None = None, path: str = "") -> None:
+def _emit(
+    value: Any, indent: int, out: list[str], comments: dict[str, str] | None = None, path: str = ""
+) -> None:
     # comments (path -> text) is for `render --explain`; None keeps the hot path lean.
     pad = "  " * indent
     if isinstance(value, dict):
@@ -103,7 +105,7 @@ def _emit(value: Any, indent: int, out: list[str],
             if isinstance(item, (dict, list)) and item:
                 lines: list[str] = []
                 _emit(item, indent + 1, lines, comments, sub)
-                first = lines[0][len(pad) + 2:]
+                first = lines[0][len(pad) + 2 :]
                 out.append(f"{pad}- {first}")
                 out.extend(lines[1:])
             else:

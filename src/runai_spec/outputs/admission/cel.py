@@ -18,9 +18,31 @@ from .shape import ItemClass, KeyedListShape, ListShape, MapShape, Named, Pin, P
 # CEL and cannot be named the same way in every implementation; the only one in the
 # PyTorchJob schema is the pod template's metadata.namespace, which the operator ignores
 # (pods are created in the job's namespace).
-RESERVED = frozenset({"as", "break", "const", "continue", "else", "for", "function", "if",
-                      "import", "let", "loop", "package", "namespace", "return", "var", "void",
-                      "while", "in", "true", "false", "null"})
+RESERVED = frozenset(
+    {
+        "as",
+        "break",
+        "const",
+        "continue",
+        "else",
+        "for",
+        "function",
+        "if",
+        "import",
+        "let",
+        "loop",
+        "package",
+        "namespace",
+        "return",
+        "var",
+        "void",
+        "while",
+        "in",
+        "true",
+        "false",
+        "null",
+    }
+)
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Keys at the top of the job and of its metadata that the API server or the operator writes
 # (status; uid, resourceVersion, managedFields, finalizers, ...): not the render's to judge.
@@ -57,8 +79,10 @@ def child(e: str, key: str, typed: bool) -> tuple[str, str]:
 
 
 def item(e: str, name: str) -> tuple[str, str]:
-    return (f"{rng(e)}.filter(x, has(x.name) && x.name == {lit(name)})[0]",
-            f"{rng(e)}.exists(x, has(x.name) && x.name == {lit(name)})")
+    return (
+        f"{rng(e)}.filter(x, has(x.name) && x.name == {lit(name)})[0]",
+        f"{rng(e)}.exists(x, has(x.name) && x.name == {lit(name)})",
+    )
 
 
 def let(value: str, var: str, body: str) -> str:
@@ -79,8 +103,7 @@ def concat(parts: list[str]) -> str:
 class Emitter:
     """The problems of one preset's shape, with its rules' context."""
 
-    def __init__(self, shape: PresetShape, ctx: RuleContext, root: MapShape,
-                 prefix: str = "") -> None:
+    def __init__(self, shape: PresetShape, ctx: RuleContext, root: MapShape, prefix: str = "") -> None:
         self.ctx = ctx
         self.prefix = prefix  # of the names of the anchors' variables
         self.anchors: dict[tuple[object, ...], tuple[str, str]] = {}
@@ -117,28 +140,31 @@ class Emitter:
     def leaf(self, leaf: Shape, e: str, where: str) -> tuple[str, str]:
         """(condition, message) of one scalar."""
         if isinstance(leaf, Named):
-            return (f"{is_string(e)} && {self.named(leaf.stem, e)}",
-                    _msg(where, f"must be {leaf.stem}<n>" + self.tag))
+            return (
+                f"{is_string(e)} && {self.named(leaf.stem, e)}",
+                _msg(where, f"must be {leaf.stem}<n>" + self.tag),
+            )
         if isinstance(leaf, Pin):
-            want = ("true" if leaf.value is True else "false" if leaf.value is False
-                    else str(leaf.value))
+            want = "true" if leaf.value is True else "false" if leaf.value is False else str(leaf.value)
             return f"{text(e)} == {lit(want)}", _msg(where, f"must be {want!r}")
         if isinstance(leaf, Slot):
             rule = RULES[leaf.rule]
-            return (rule.cel(e, self.ctx, leaf.prefix, leaf.suffix),
-                    _msg(where, self._what(rule, leaf.prefix, leaf.suffix)))
+            return (
+                rule.cel(e, self.ctx, leaf.prefix, leaf.suffix),
+                _msg(where, self._what(rule, leaf.prefix, leaf.suffix)),
+            )
         assert isinstance(leaf, Same)
         anchor, guards, anchor_where = self.locate(leaf.anchor)
         # the anchor's value is a variable of the policy (a selection path of a dozen
         # levels would not fit a parser's recursion limit inside the checks)
         if leaf.anchor not in self.anchors:
             name = f"{self.prefix}a{len(self.anchors)}"
-            self.anchors[leaf.anchor] = (
-                name, f"{balanced('&&', guards, 'true')} ? {text(anchor)} : ''")
+            self.anchors[leaf.anchor] = (name, f"{balanced('&&', guards, 'true')} ? {text(anchor)} : ''")
         var = f"variables.{self.anchors[leaf.anchor][0]}"
-        return (f"{e} == {lit(leaf.prefix)} + {var} + {lit(leaf.suffix)}",
-                _msg(where, f"must be {leaf.prefix!r} + {anchor_where} + {leaf.suffix!r}"
-                     + self.tag))
+        return (
+            f"{e} == {lit(leaf.prefix)} + {var} + {lit(leaf.suffix)}",
+            _msg(where, f"must be {leaf.prefix!r} + {anchor_where} + {leaf.suffix!r}" + self.tag),
+        )
 
     @staticmethod
     def named(stem: str, e: str) -> str:
@@ -154,8 +180,7 @@ class Emitter:
     # A place is reached by plain selection from the nearest bound variable (the pod
     # template, a named list entry), its checks guarded by the presence of every key on the
     # way: a parser counts each nested `let` several levels deep, a selection one.
-    def problems(self, shape: Shape, e: str, where: str, guards: tuple[str, ...], depth: int
-                 ) -> list[str]:
+    def problems(self, shape: Shape, e: str, where: str, guards: tuple[str, ...], depth: int) -> list[str]:
         """List expressions whose concatenation is the problems of SHAPE at E."""
         if isinstance(shape, MapShape):
             return self.mapping(shape, e, where, guards, depth)
@@ -168,7 +193,7 @@ class Emitter:
     @staticmethod
     def guarded(guards: tuple[str, ...], cond: str, message: str) -> str:
         if message.startswith(LET):  # a check that computes its own message ('' when it holds)
-            item = message[len(LET):]
+            item = message[len(LET) :]
             return f"({balanced('&&', list(guards), 'true')}) ? {item} : ''" if guards else item
         if not guards:
             return check(cond, message)
@@ -188,17 +213,28 @@ class Emitter:
                 if props:
                     # the names of the keys set, listed once: the condition is that none is
                     named = ", ".join(f"has({e}.{p}) ? {lit(p)} : ''" for p in props)
-                    out.append((f"[{named}].all(p, p == '')", LET + let(
-                        f"[{named}].filter(p, p != '')", "b",
-                        f"size(b) == 0 ? '' : {lit((where + '.') if where else '')} + b[0] + "
-                        + lit(": not allowed: the preset's render has none" + self.tag))))
+                    out.append(
+                        (
+                            f"[{named}].all(p, p == '')",
+                            LET
+                            + let(
+                                f"[{named}].filter(p, p != '')",
+                                "b",
+                                f"size(b) == 0 ? '' : {lit((where + '.') if where else '')} + b[0] + "
+                                + lit(": not allowed: the preset's render has none" + self.tag),
+                            ),
+                        )
+                    )
             else:
                 names = ", ".join(lit(k) for k in allowed)
-                out.append((f"{rng(e)}.all(k, k in [{names}])",
-                            f"{lit((where + '.') if where else '')} + "
-                            f"{rng(e)}.filter(k, !(k in [{names}]))[0] + "
-                            + lit(": not allowed: the preset renders only "
-                                  + ", ".join(shape.keys) + self.tag)))
+                out.append(
+                    (
+                        f"{rng(e)}.all(k, k in [{names}])",
+                        f"{lit((where + '.') if where else '')} + "
+                        f"{rng(e)}.filter(k, !(k in [{names}]))[0] + "
+                        + lit(": not allowed: the preset renders only " + ", ".join(shape.keys) + self.tag),
+                    )
+                )
         for key in shape.keys:
             if key not in shape.optional and not (where == "metadata" and key == "namespace"):
                 _, present = child(e, key, shape.typed)
@@ -206,8 +242,7 @@ class Emitter:
                 out.append((present, _msg(path, "missing: the preset's render has it" + self.tag)))
         return out
 
-    def mapping(self, shape: MapShape, e: str, where: str, guards: tuple[str, ...], depth: int
-                ) -> list[str]:
+    def mapping(self, shape: MapShape, e: str, where: str, guards: tuple[str, ...], depth: int) -> list[str]:
         own = [self.guarded(guards, c, m) for c, m in self._keys(shape, e, where)]
         subs: list[str] = []
         for key, sub in shape.keys.items():
@@ -228,8 +263,13 @@ class Emitter:
             return self.command(shape, e, where, guards)
         n, k = len(shape.head), shape.optional_tail
         sized = f"size({e}) == {n}" if not k else f"(size({e}) == {n} || size({e}) == {n - k})"
-        items = [self.guarded(guards, sized, _msg(
-            where, f"must have {n} items" + (f" (or {n - k})" if k else "") + self.tag))]
+        items = [
+            self.guarded(
+                guards,
+                sized,
+                _msg(where, f"must have {n} items" + (f" (or {n - k})" if k else "") + self.tag),
+            )
+        ]
         for i, leaf in enumerate(shape.head):
             cond, message = self.leaf(leaf, f"{e}[{i}]", f"{where}[{i}]")
             items.append(self.guarded((*guards, sized, f"size({e}) > {i}"), cond, message))
@@ -247,32 +287,51 @@ class Emitter:
             for j, rule in enumerate(entry):
                 at = f"{e}[{n + j}]"
                 if rule.startswith("="):
-                    parts.append((f"{at} == {lit(rule[1:])}",
-                                  _msg(f"{where}[{n + j}]", f"must be {rule[1:]!r}" + self.tag)))
+                    parts.append(
+                        (
+                            f"{at} == {lit(rule[1:])}",
+                            _msg(f"{where}[{n + j}]", f"must be {rule[1:]!r}" + self.tag),
+                        )
+                    )
                 else:
-                    parts.append((RULES[rule].cel(at, self.ctx), _msg(
-                        f"{where}[{n + j}]", f"the entry point must be {RULES[rule].what}"
-                        + self.tag)))
+                    parts.append(
+                        (
+                            RULES[rule].cel(at, self.ctx),
+                            _msg(
+                                f"{where}[{n + j}]", f"the entry point must be {RULES[rule].what}" + self.tag
+                            ),
+                        )
+                    )
             arg = RULES["arg"].cel(f"{e}[i]", self.ctx)
             bad = f"{ARG_INDEXES}.filter(i, i >= {k} && i < size({e}) && !({arg}))"
-            args = (f"size({bad}) == 0 ? '' : {lit(where + '[')} + string({bad}[0]) + "
-                    f"{lit(']: must be ' + RULES['arg'].what + self.tag)}")
-            size_msg = _msg(where, f"must be the preset's launcher ({n} items), an entry point "
-                            f"and at most {MAX_ARGS} arguments" + self.tag)
-            listed = [check(sized, size_msg),
-                      *(check(f"({sized}) ? ({c}) : true", m) for c, m in parts),
-                      f"!({sized}) ? '' : ({args})"]
+            args = (
+                f"size({bad}) == 0 ? '' : {lit(where + '[')} + string({bad}[0]) + "
+                f"{lit(']: must be ' + RULES['arg'].what + self.tag)}"
+            )
+            size_msg = _msg(
+                where,
+                f"must be the preset's launcher ({n} items), an entry point "
+                f"and at most {MAX_ARGS} arguments" + self.tag,
+            )
+            listed = [
+                check(sized, size_msg),
+                *(check(f"({sized}) ? ({c}) : true", m) for c, m in parts),
+                f"!({sized}) ? '' : ({args})",
+            ]
             variants.append(f"[{', '.join(listed)}]")
-        closest = ("ls.exists(l, size(l) == 0) ? '' : (ls.filter(l, size(l) == 1) + "
-                   "ls.filter(l, size(l) == 2) + ls)[0][0]")
+        closest = (
+            "ls.exists(l, size(l) == 0) ? '' : (ls.filter(l, size(l) == 1) + "
+            "ls.filter(l, size(l) == 2) + ls)[0][0]"
+        )
         lists = f"[{', '.join(variants)}].map(l, l.filter(m, m != ''))"
         body = f"[{lists}].map(ls, {closest})[0]"
         if not guards:
             return body
         return f"!{balanced('&&', list(guards), 'true')} ? '' : {body}"
 
-    def keyed(self, shape: KeyedListShape, e: str, where: str, guards: tuple[str, ...],
-              depth: int) -> list[str]:
+    def keyed(
+        self, shape: KeyedListShape, e: str, where: str, guards: tuple[str, ...], depth: int
+    ) -> list[str]:
         fixed = ", ".join(lit(n) for n in shape.fixed)
         matches = [f"(has(x.name) ? x.name in [{fixed}] : false)"]
         matches += [f"({self.class_ok(c, 'x')})" for c in shape.classes]
@@ -280,25 +339,40 @@ class Emitter:
         allowed = ", ".join(shape.fixed) or "none"
         classes = "; ".join(self.class_what(c) for c in shape.classes)
         extra = f" or the profile may add ({classes})" if classes else ""
-        bad = (f"[{rng(e)}.filter(x, !({every}))].map(bad, size(bad) == 0 ? '' : "
-               f"{lit(where + ': ')} + (has(bad[0].name) ? {text('bad[0].name')} : '(no name)') + "
-               + lit(f": not an entry the preset renders ({allowed}){extra}{self.tag}") + ")[0]")
+        bad = (
+            f"[{rng(e)}.filter(x, !({every}))].map(bad, size(bad) == 0 ? '' : "
+            f"{lit(where + ': ')} + (has(bad[0].name) ? {text('bad[0].name')} : '(no name)') + "
+            + lit(f": not an entry the preset renders ({allowed}){extra}{self.tag}")
+            + ")[0]"
+        )
         g = balanced("&&", list(guards), "true")
-        own = [bad if not guards else f"!{g} ? '' : {bad}",
-               self.guarded(guards, f"{rng(e)}.all(x, has(x.name) ? {rng(e)}.filter(y, has(y.name) "
-                                    f"? y.name == x.name : false).size() == 1 : true)",
-                            _msg(where, "each name at most once" + self.tag))]
+        own = [
+            bad if not guards else f"!{g} ? '' : {bad}",
+            self.guarded(
+                guards,
+                f"{rng(e)}.all(x, has(x.name) ? {rng(e)}.filter(y, has(y.name) "
+                f"? y.name == x.name : false).size() == 1 : true)",
+                _msg(where, "each name at most once" + self.tag),
+            ),
+        ]
         subs: list[str] = []
         for name, sub in shape.fixed.items():
             ie, present = item(e, name)
             if name not in shape.optional:
-                own.append(self.guarded(guards, present, _msg(
-                    f"{where}[{name}]", "missing: the preset's render has it" + self.tag)))
+                own.append(
+                    self.guarded(
+                        guards,
+                        present,
+                        _msg(f"{where}[{name}]", "missing: the preset's render has it" + self.tag),
+                    )
+                )
             var = f"v{depth}"
             cond = balanced("&&", [*guards, present], "true")
             if name == CONTAINER:
-                relations = [check(c, _msg(f"{where}[{name}]", what + self.tag))
-                             for c, what in container_relations(var)]
+                relations = [
+                    check(c, _msg(f"{where}[{name}]", what + self.tag))
+                    for c, what in container_relations(var)
+                ]
                 subs.append(f"({cond} ? {let(ie, var, '[' + ', '.join(relations) + ']')} : [])")
             # each part binds the entry again, so that the parts can go to different variables
             for part in self.mapping(sub, var, f"{where}[{name}]", (), depth + 1):
@@ -322,9 +396,13 @@ class Emitter:
             return out
         if isinstance(shape, ListShape):
             n = len(shape.head)
-            return [under(f"size({e}) == {n}"), *(
-                under(f"size({e}) == {n} ? ({self.leaf(h, f'{e}[{i}]', '')[0]}) : true")
-                for i, h in enumerate(shape.head))]
+            return [
+                under(f"size({e}) == {n}"),
+                *(
+                    under(f"size({e}) == {n} ? ({self.leaf(h, f'{e}[{i}]', '')[0]}) : true")
+                    for i, h in enumerate(shape.head)
+                ),
+            ]
         if isinstance(shape, KeyedListShape):
             raise ValueError("a list of named entries inside a repeated entry")
         return [under(self.leaf(shape, e, "")[0])]
@@ -349,26 +427,39 @@ def _alike(x: Shape, y: Shape) -> bool:
     """Equal shapes, but that a derived value (Same) may stand where the other has the
     value's own rule (Slot): the second role's copy of the first's value."""
     if isinstance(x, MapShape) and isinstance(y, MapShape):
-        return (list(x.keys) == list(y.keys) and x.optional == y.optional and x.typed == y.typed
-                and all(_alike(x.keys[k], y.keys[k]) for k in x.keys))
+        return (
+            list(x.keys) == list(y.keys)
+            and x.optional == y.optional
+            and x.typed == y.typed
+            and all(_alike(x.keys[k], y.keys[k]) for k in x.keys)
+        )
     if isinstance(x, KeyedListShape) and isinstance(y, KeyedListShape):
-        return (list(x.fixed) == list(y.fixed) and x.optional == y.optional
-                and all(_alike(x.fixed[k], y.fixed[k]) for k in x.fixed)
-                and len(x.classes) == len(y.classes)
-                and all(_alike(a.shape, b.shape) for a, b in zip(x.classes, y.classes, strict=True)))
+        return (
+            list(x.fixed) == list(y.fixed)
+            and x.optional == y.optional
+            and all(_alike(x.fixed[k], y.fixed[k]) for k in x.fixed)
+            and len(x.classes) == len(y.classes)
+            and all(_alike(a.shape, b.shape) for a, b in zip(x.classes, y.classes, strict=True))
+        )
     if isinstance(x, ListShape) and isinstance(y, ListShape):
-        return (x.tail == y.tail and len(x.variants) == len(y.variants)
-                and all(len(a) == len(b) and all(_alike(p, q) for p, q in zip(a, b, strict=True))
-                        and r == t for (a, r), (b, t) in zip(x.variants, y.variants, strict=True))
-                and len(x.head) == len(y.head)
-                and all(_alike(p, q) for p, q in zip(x.head, y.head, strict=True)))
+        return (
+            x.tail == y.tail
+            and len(x.variants) == len(y.variants)
+            and all(
+                len(a) == len(b) and all(_alike(p, q) for p, q in zip(a, b, strict=True)) and r == t
+                for (a, r), (b, t) in zip(x.variants, y.variants, strict=True)
+            )
+            and len(x.head) == len(y.head)
+            and all(_alike(p, q) for p, q in zip(x.head, y.head, strict=True))
+        )
     if isinstance(x, Slot | Same) and isinstance(y, Slot | Same):
         return True
     return x == y
 
 
-def preset_problems(shape: PresetShape, ctx: RuleContext, smoke: bool, prefix: str = ""
-                    ) -> tuple[list[str], list[tuple[str, str]]]:
+def preset_problems(
+    shape: PresetShape, ctx: RuleContext, smoke: bool, prefix: str = ""
+) -> tuple[list[str], list[tuple[str, str]]]:
     """The job's problems under SHAPE, as CEL lists of lists of messages ('' where none),
     each below the parser's size limit, and the variables (name, expression) of the values
     other values derive from. Where every role's pod
@@ -382,20 +473,25 @@ def preset_problems(shape: PresetShape, ctx: RuleContext, smoke: bool, prefix: s
     roles = list(replicas.keys.values())
     templates = [r.keys["template"] for r in roles if isinstance(r, MapShape)]
     if not templates or not all(_alike(templates[0], t) for t in templates[1:]):
-        return (_pack(emitter.problems(root, "object", "", (), 0), lambda body: body),
-                list(emitter.anchors.values()))
+        return (
+            _pack(emitter.problems(root, "object", "", (), 0), lambda body: body),
+            list(emitter.anchors.values()),
+        )
     template = templates[0]
     emitter.skip = {id(role) for role in roles}
     job = _pack(emitter.problems(root, "object", "", (), 0), lambda body: body)
     role = lit(ROLE)[1:-1]
-    missing = _msg(f"spec.pytorchReplicaSpecs.{ROLE}.template",
-                   "missing: the preset's render has it").replace(role, '" + r + "')
+    missing = _msg(
+        f"spec.pytorchReplicaSpecs.{ROLE}.template", "missing: the preset's render has it"
+    ).replace(role, '" + r + "')
     specs = "object.spec.pytorchReplicaSpecs"
 
     def per_role(body: str) -> str:
         body = body.replace(role, '" + r + "')
-        loop = (f"{ROLES}.map(r, has({specs}[r].template) ? "
-                f"[{specs}[r].template].map(t, {body})[0] : [{missing}])")
+        loop = (
+            f"{ROLES}.map(r, has({specs}[r].template) ? "
+            f"[{specs}[r].template].map(t, {body})[0] : [{missing}])"
+        )
         return f"({loop}.filter(l, l.exists(m, m != '')) + [[]])[0]"
 
     where = f"spec.pytorchReplicaSpecs.{ROLE}.template"

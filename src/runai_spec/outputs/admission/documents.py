@@ -51,8 +51,9 @@ ALL = "*"
 
 
 # -- parameters ------------------------------------------------------------------------
-def preset_params(registry: PresetRegistry, name: str, projects: Sequence[str],
-                  gate: PresetGate | None = None) -> dict[str, str]:
+def preset_params(
+    registry: PresetRegistry, name: str, projects: Sequence[str], gate: PresetGate | None = None
+) -> dict[str, str]:
     """The flat ConfigMap entries of one approved preset: `<name>.<field>` -> text: the
     approval itself and the digest of the shape the policy enforces for it."""
     approved = registry.get(name)
@@ -73,8 +74,7 @@ def granted_projects(grants: Mapping[str, Sequence[str]] | None, name: str) -> l
     project, preset `*` every preset. No grants at all: every preset to every project."""
     if grants is None:
         return [ALL]
-    projects = sorted(project for project, names in grants.items()
-                      if name in names or ALL in names)
+    projects = sorted(project for project, names in grants.items() if name in names or ALL in names)
     return [ALL] if ALL in projects else projects
 
 
@@ -89,8 +89,11 @@ def _approved_names(registry: PresetRegistry) -> tuple[list[str], dict[str, str]
     names, expired = [], {}
     for name in registry.names():
         entry = ledger.approvals.get(f"{name}.yaml")
-        if entry is not None and entry.expires is not None \
-                and dt.date.fromisoformat(entry.expires) < registry.today:
+        if (
+            entry is not None
+            and entry.expires is not None
+            and dt.date.fromisoformat(entry.expires) < registry.today
+        ):
             expired[name] = entry.expires
         else:
             names.append(name)
@@ -103,9 +106,11 @@ def gates(registry: PresetRegistry) -> list[PresetGate]:
     return [preset_gate(registry, name, i) for i, name in enumerate(_approved_names(registry)[0])]
 
 
-def params_data(registry: PresetRegistry,
-                grants: Mapping[str, Sequence[str]] | None = None,
-                preset_gates: Sequence[PresetGate] | None = None) -> dict[str, str]:
+def params_data(
+    registry: PresetRegistry,
+    grants: Mapping[str, Sequence[str]] | None = None,
+    preset_gates: Sequence[PresetGate] | None = None,
+) -> dict[str, str]:
     """The ConfigMap data: every approved, unexpired preset's approval; an expired approval
     only as `<name>.expired`, so that the policy names it (the policy has no clock: the AI
     Engineers regenerate and apply the parameters when an approval expires)."""
@@ -124,42 +129,55 @@ def params_data(registry: PresetRegistry,
     return dict(sorted(data.items()))
 
 
-CHANGES = ("request.operation != 'UPDATE' || oldObject == null || "
-           "!has(oldObject.spec) || !has(object.spec) || object.spec != oldObject.spec || "
-           "(has(object.metadata.labels) ? object.metadata.labels : {}) != "
-           "(has(oldObject.metadata.labels) ? oldObject.metadata.labels : {}) || "
-           "(has(object.metadata.annotations) ? object.metadata.annotations : {}) != "
-           "(has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {})")
+CHANGES = (
+    "request.operation != 'UPDATE' || oldObject == null || "
+    "!has(oldObject.spec) || !has(object.spec) || object.spec != oldObject.spec || "
+    "(has(object.metadata.labels) ? object.metadata.labels : {}) != "
+    "(has(oldObject.metadata.labels) ? oldObject.metadata.labels : {}) || "
+    "(has(object.metadata.annotations) ? object.metadata.annotations : {}) != "
+    "(has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {})"
+)
 
 # `kubectl scale` (the CRD's scale subresource: spec.pytorchReplicaSpecs.Worker.replicas)
 # never reaches a policy on pytorchjobs: it is matched on its own. A Scale that keeps the
 # replicas (a read-modify-write that changes nothing) is admitted; any other is not.
-SCALE_UNCHANGED = ("oldObject != null && has(object.spec) && has(oldObject.spec) && "
-                   "(has(object.spec.replicas) ? object.spec.replicas : 0) == "
-                   "(has(oldObject.spec.replicas) ? oldObject.spec.replicas : 0)")
+SCALE_UNCHANGED = (
+    "oldObject != null && has(object.spec) && has(oldObject.spec) && "
+    "(has(object.spec.replicas) ? object.spec.replicas : 0) == "
+    "(has(oldObject.spec.replicas) ? oldObject.spec.replicas : 0)"
+)
 
 
 GUARD_POLICY_NAME = "runai-spec-workloads"
 NETWORK_ANNOTATION_PREFIXES = ("k8s.v1.cni.cncf.io/", "v1.multus-cni.io/")  # Multus's keys
 # What else can run a pod: the workload kinds of Kubernetes, and the training operator's
 # other job kinds (training-operator v1.9 serves these CRDs beside pytorchjobs).
-GUARDED = (("", "v1", ("pods",)),
-           ("batch", "v1", ("jobs", "cronjobs")),
-           ("apps", "v1", ("deployments", "statefulsets", "daemonsets", "replicasets")),
-           ("kubeflow.org", "v1", ("tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs")))
+GUARDED = (
+    ("", "v1", ("pods",)),
+    ("batch", "v1", ("jobs", "cronjobs")),
+    ("apps", "v1", ("deployments", "statefulsets", "daemonsets", "replicasets")),
+    ("kubeflow.org", "v1", ("tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs")),
+)
 
 
 def _document(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
     """One admission object of ours (a policy or a binding), labelled and annotated alike."""
-    return {"apiVersion": API_VERSION, "kind": kind,
-            "metadata": {"name": name, "labels": {MANAGED_BY_LABEL: MANAGED_BY},
-                         "annotations": {REQUIRES_ANNOTATION: f">={MIN_KUBERNETES}"}},
-            "spec": spec}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": kind,
+        "metadata": {
+            "name": name,
+            "labels": {MANAGED_BY_LABEL: MANAGED_BY},
+            "annotations": {REQUIRES_ANNOTATION: f">={MIN_KUBERNETES}"},
+        },
+        "spec": spec,
+    }
 
 
 def _binding(name: str, **extra: Any) -> dict[str, Any]:
-    return _document("ValidatingAdmissionPolicyBinding", name,
-                     {"policyName": name, "validationActions": ["Deny"], **extra})
+    return _document(
+        "ValidatingAdmissionPolicyBinding", name, {"policyName": name, "validationActions": ["Deny"], **extra}
+    )
 
 
 def guard_documents(registry: PresetRegistry) -> list[dict[str, Any]]:
@@ -172,62 +190,95 @@ def guard_documents(registry: PresetRegistry) -> list[dict[str, Any]]:
     guard = site.workload_guard
     if not guard.enabled:
         return []
-    names = sorted({r for n in registry.names() if n in _approved_names(registry)[0]
-                    for r in registry.get(n).preset.network.resources})
-    device = balanced("||", [f"k.startsWith({lit(p)})" for p in guard.resource_prefixes]
-                      + [f"k in [{', '.join(lit(n) for n in names)}]"], "false")
-    network = balanced("||", [f"k.startsWith({lit(p)})" for p in NETWORK_ANNOTATION_PREFIXES],
-                       "false")
-    asks = (f"(has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(k, "
-            f"{device})) || (has(c.resources.requests) && c.resources.requests.exists(k, "
-            f"{device}))))")
-    claims = (f"variables.templates.exists(t, (has(t.spec) && "
-              f"((has(t.spec.containers) && t.spec.containers.exists(c, {asks})) || "
-              f"(has(t.spec.initContainers) && t.spec.initContainers.exists(c, {asks})))) || "
-              f"(has(t.metadata) && has(t.metadata.annotations) && "
-              f"t.metadata.annotations.exists(k, {network})))")
-    templates = ("(has(object.spec) && has(object.spec.containers) ? [object] : []) + "
-                 "(has(object.spec) && has(object.spec.template) ? [object.spec.template] : []) + "
-                 "(has(object.spec) && has(object.spec.jobTemplate) && "
-                 "has(object.spec.jobTemplate.spec) && has(object.spec.jobTemplate.spec.template)"
-                 " ? [object.spec.jobTemplate.spec.template] : [])")
+    names = sorted(
+        {
+            r
+            for n in registry.names()
+            if n in _approved_names(registry)[0]
+            for r in registry.get(n).preset.network.resources
+        }
+    )
+    device = balanced(
+        "||",
+        [f"k.startsWith({lit(p)})" for p in guard.resource_prefixes]
+        + [f"k in [{', '.join(lit(n) for n in names)}]"],
+        "false",
+    )
+    network = balanced("||", [f"k.startsWith({lit(p)})" for p in NETWORK_ANNOTATION_PREFIXES], "false")
+    asks = (
+        f"(has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(k, "
+        f"{device})) || (has(c.resources.requests) && c.resources.requests.exists(k, "
+        f"{device}))))"
+    )
+    claims = (
+        f"variables.templates.exists(t, (has(t.spec) && "
+        f"((has(t.spec.containers) && t.spec.containers.exists(c, {asks})) || "
+        f"(has(t.spec.initContainers) && t.spec.initContainers.exists(c, {asks})))) || "
+        f"(has(t.metadata) && has(t.metadata.annotations) && "
+        f"t.metadata.annotations.exists(k, {network})))"
+    )
+    templates = (
+        "(has(object.spec) && has(object.spec.containers) ? [object] : []) + "
+        "(has(object.spec) && has(object.spec.template) ? [object.spec.template] : []) + "
+        "(has(object.spec) && has(object.spec.jobTemplate) && "
+        "has(object.spec.jobTemplate.spec) && has(object.spec.jobTemplate.spec.template)"
+        " ? [object.spec.jobTemplate.spec.template] : [])"
+    )
     creators = ", ".join(lit(c) for c in guard.creators)
-    rules = [{"apiGroups": [g], "apiVersions": [v], "operations": ["CREATE", "UPDATE"],
-              "resources": list(rs)} for g, v, rs in GUARDED]
-    policy = _document("ValidatingAdmissionPolicy", GUARD_POLICY_NAME, {
-        "failurePolicy": "Fail",
-        "matchConstraints": {"namespaceSelector": {"matchExpressions": [
-            {"key": site.queue_label, "operator": "Exists"}]}, "resourceRules": rules},
-        "variables": [
-            {"name": "templates", "expression": templates},
-            {"name": "claims", "expression": f"request.resource.group == 'kubeflow.org' "
-                                             f"|| {claims}"},
-        ],
-        "validations": [Validation(
-            "creator", f"!variables.claims || request.userInfo.username in [{creators}]",
-            "only PyTorchJobs admitted by the preset policy may run GPU, RDMA or "
-            "network-attachment pods in a project namespace",
-            "request.resource.resource + ' ' + (has(object.metadata.name) ? "
-            "object.metadata.name : '') + ': requests GPUs, RDMA devices or a network "
-            "attachment (or is a training job); in a project namespace only the "
-            "PyTorchJobs the preset policy admits may, run by the training operator'",
-        ).document()],
-    })
+    rules = [
+        {"apiGroups": [g], "apiVersions": [v], "operations": ["CREATE", "UPDATE"], "resources": list(rs)}
+        for g, v, rs in GUARDED
+    ]
+    policy = _document(
+        "ValidatingAdmissionPolicy",
+        GUARD_POLICY_NAME,
+        {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "namespaceSelector": {"matchExpressions": [{"key": site.queue_label, "operator": "Exists"}]},
+                "resourceRules": rules,
+            },
+            "variables": [
+                {"name": "templates", "expression": templates},
+                {"name": "claims", "expression": f"request.resource.group == 'kubeflow.org' || {claims}"},
+            ],
+            "validations": [
+                Validation(
+                    "creator",
+                    f"!variables.claims || request.userInfo.username in [{creators}]",
+                    "only PyTorchJobs admitted by the preset policy may run GPU, RDMA or "
+                    "network-attachment pods in a project namespace",
+                    "request.resource.resource + ' ' + (has(object.metadata.name) ? "
+                    "object.metadata.name : '') + ': requests GPUs, RDMA devices or a network "
+                    "attachment (or is a training job); in a project namespace only the "
+                    "PyTorchJobs the preset policy admits may, run by the training operator'",
+                ).document()
+            ],
+        },
+    )
     return [policy, _binding(GUARD_POLICY_NAME)]
 
 
 def _match(site: Site, resource: str) -> dict[str, Any]:
     return {
-        "namespaceSelector": {"matchExpressions": [
-            {"key": site.queue_label, "operator": "Exists"}]},
-        "resourceRules": [{"apiGroups": ["kubeflow.org"], "apiVersions": ["v1"],
-                           "operations": ["CREATE", "UPDATE"], "resources": [resource]}],
+        "namespaceSelector": {"matchExpressions": [{"key": site.queue_label, "operator": "Exists"}]},
+        "resourceRules": [
+            {
+                "apiGroups": ["kubeflow.org"],
+                "apiVersions": ["v1"],
+                "operations": ["CREATE", "UPDATE"],
+                "resources": [resource],
+            }
+        ],
     }
 
 
-def policy_documents(registry: PresetRegistry,
-                     grants: Mapping[str, Sequence[str]] | None = None,
-                     *, params_namespace: str = PARAMS_NAMESPACE) -> list[dict[str, Any]]:
+def policy_documents(
+    registry: PresetRegistry,
+    grants: Mapping[str, Sequence[str]] | None = None,
+    *,
+    params_namespace: str = PARAMS_NAMESPACE,
+) -> list[dict[str, Any]]:
     """The policy and its binding, the scale policy and its binding, the workload guard and
     its binding where the site enables it, and the parameters (last), for `presets policy`.
 
@@ -236,59 +287,84 @@ def policy_documents(registry: PresetRegistry,
     site = registry.site()
     preset_gates = gates(registry)
     data = params_data(registry, grants, preset_gates)
-    policy = _document("ValidatingAdmissionPolicy", POLICY_NAME, {
-        "failurePolicy": "Fail",
-        "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
-        "matchConstraints": _match(site, PLURAL),
-        # an update that leaves spec, labels and annotations alone (the operator's own
-        # writes) is not judged again, so a job admitted before an approval expired can
-        # still be cleaned up
-        "matchConditions": [{"name": "changes-the-shape", "expression": CHANGES}],
-        "variables": variables(site, preset_gates),
-        "validations": [v.document() for v in validations()],
-    })
-    binding = _binding(POLICY_NAME, paramRef={
-        "name": PARAMS_NAME, "namespace": params_namespace, "parameterNotFoundAction": "Deny"})
-    scale = _document("ValidatingAdmissionPolicy", SCALE_POLICY_NAME, {
-        "failurePolicy": "Fail",
-        "matchConstraints": _match(site, f"{PLURAL}/scale"),
-        "validations": [Validation(
-            "scale", SCALE_UNCHANGED, "spec.replicas: a PyTorchJob's replicas are its "
-            "preset's; scaling is refused",
-            "'spec.replicas: the replicas of a PyTorchJob are its approved preset\\'s; "
-            "kubectl scale is refused (elastic presets scale within their own bounds)'",
-        ).document()],
-    })
+    policy = _document(
+        "ValidatingAdmissionPolicy",
+        POLICY_NAME,
+        {
+            "failurePolicy": "Fail",
+            "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+            "matchConstraints": _match(site, PLURAL),
+            # an update that leaves spec, labels and annotations alone (the operator's own
+            # writes) is not judged again, so a job admitted before an approval expired can
+            # still be cleaned up
+            "matchConditions": [{"name": "changes-the-shape", "expression": CHANGES}],
+            "variables": variables(site, preset_gates),
+            "validations": [v.document() for v in validations()],
+        },
+    )
+    binding = _binding(
+        POLICY_NAME,
+        paramRef={"name": PARAMS_NAME, "namespace": params_namespace, "parameterNotFoundAction": "Deny"},
+    )
+    scale = _document(
+        "ValidatingAdmissionPolicy",
+        SCALE_POLICY_NAME,
+        {
+            "failurePolicy": "Fail",
+            "matchConstraints": _match(site, f"{PLURAL}/scale"),
+            "validations": [
+                Validation(
+                    "scale",
+                    SCALE_UNCHANGED,
+                    "spec.replicas: a PyTorchJob's replicas are its preset's; scaling is refused",
+                    "'spec.replicas: the replicas of a PyTorchJob are its approved preset\\'s; "
+                    "kubectl scale is refused (elastic presets scale within their own bounds)'",
+                ).document()
+            ],
+        },
+    )
     scale_binding = _binding(SCALE_POLICY_NAME)
     params = {
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": PARAMS_NAME, "namespace": params_namespace,
-                     "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": PARAMS_NAME,
+            "namespace": params_namespace,
+            "labels": {MANAGED_BY_LABEL: MANAGED_BY},
+        },
         "data": data,
     }
     size = len(json.dumps(policy))
     if size > MAX_POLICY_BYTES:
-        raise PresetError(f"the generated policy is {size:,} bytes, over the {MAX_POLICY_BYTES:,} "
-                          "that fit etcd's default request limit (1.5 MiB) with room for the "
-                          f"API server's own fields ({len(preset_gates)} presets)",
-                          file=str(registry.root), field="presets",
-                          hint="approve fewer presets per cluster, or raise etcd's "
-                          "--max-request-bytes (docs/admission.md)")
+        raise PresetError(
+            f"the generated policy is {size:,} bytes, over the {MAX_POLICY_BYTES:,} "
+            "that fit etcd's default request limit (1.5 MiB) with room for the "
+            f"API server's own fields ({len(preset_gates)} presets)",
+            file=str(registry.root),
+            field="presets",
+            hint="approve fewer presets per cluster, or raise etcd's --max-request-bytes (docs/admission.md)",
+        )
     return [policy, binding, scale, scale_binding, *guard_documents(registry), params]
 
 
-def write_policy(registry: PresetRegistry, out_dir: Path,
-                 grants: Mapping[str, Sequence[str]] | None = None,
-                 *, params_namespace: str = PARAMS_NAMESPACE) -> list[Path]:
+def write_policy(
+    registry: PresetRegistry,
+    out_dir: Path,
+    grants: Mapping[str, Sequence[str]] | None = None,
+    *,
+    params_namespace: str = PARAMS_NAMESPACE,
+) -> list[Path]:
     """Write policy.yaml (the policies and bindings) and params.yaml (the approvals) into
     OUT_DIR, both or neither (files.ReplacedFiles). Returns the paths."""
     *policies, params = policy_documents(registry, grants, params_namespace=params_namespace)
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError("not a folder", file=str(out_dir), field="--out")
-    header = (f"# Generated by `runai-spec presets policy` from the approved presets of "
-              f"{registry.site().cluster}; needs Kubernetes >= {MIN_KUBERNETES}.\n"
-              "# Apply params.yaml and policy.yaml together: the policy checks the parameters' "
-              "shape digests.\n")
+    header = (
+        f"# Generated by `runai-spec presets policy` from the approved presets of "
+        f"{registry.site().cluster}; needs Kubernetes >= {MIN_KUBERNETES}.\n"
+        "# Apply params.yaml and policy.yaml together: the policy checks the parameters' "
+        "shape digests.\n"
+    )
     texts = {POLICY_FILE: header + dump(policies), PARAMS_FILE: header + dump([params])}
     paths = [out_dir / name for name in texts]
     for path in paths:
@@ -300,8 +376,12 @@ def write_policy(registry: PresetRegistry, out_dir: Path,
             for name, text in texts.items():
                 out.add(name, text)
     except OSError as exc:
-        raise InputError(f"cannot write the policy: {exc.strerror or exc}", file=str(out_dir),
-                         field="--out", hint="give a folder you can write, e.g. deploy/") from None
+        raise InputError(
+            f"cannot write the policy: {exc.strerror or exc}",
+            file=str(out_dir),
+            field="--out",
+            hint="give a folder you can write, e.g. deploy/",
+        ) from None
     return paths
 
 
@@ -317,16 +397,24 @@ class Deployment:
     def line(self, root: Path, where: str) -> str:
         file = root / f"{self.name}.yaml"
         if self.state == "not deployed":
-            return (f"error: {file}: live: approved here but not yet deployed by the AI "
-                    f"Engineers ({where} has no {self.name}; the cluster denies its jobs)")
+            return (
+                f"error: {file}: live: approved here but not yet deployed by the AI "
+                f"Engineers ({where} has no {self.name}; the cluster denies its jobs)"
+            )
         if self.state == "expired here":
-            return (f"error: {file}: live: deployed on the cluster ({where}) but its approval "
-                    f"here expired on {self.fields[0]}; the cluster still admits its jobs")
+            return (
+                f"error: {file}: live: deployed on the cluster ({where}) but its approval "
+                f"here expired on {self.fields[0]}; the cluster still admits its jobs"
+            )
         if self.state == "not approved here":
-            return (f"error: {file}: live: deployed on the cluster ({where}) but not approved "
-                    "here (the cluster admits jobs of a preset this ledger does not vouch for)")
-        return (f"error: {file}: live: deployed but different: {', '.join(self.fields)} "
-                f"({where} holds other values)")
+            return (
+                f"error: {file}: live: deployed on the cluster ({where}) but not approved "
+                "here (the cluster admits jobs of a preset this ledger does not vouch for)"
+            )
+        return (
+            f"error: {file}: live: deployed but different: {', '.join(self.fields)} "
+            f"({where} holds other values)"
+        )
 
 
 def _by_preset(data: Mapping[str, str]) -> dict[str, dict[str, str]]:
@@ -362,22 +450,38 @@ def compare_deployed(local: Mapping[str, str], deployed: Mapping[str, str]) -> l
 DEPLOYED = f"configmap {PARAMS_NAMESPACE}/{PARAMS_NAME}"
 
 
-def deployment_report(root: Path, local: Mapping[str, str], deployed: Mapping[str, str] | None,
-                      where: str = DEPLOYED) -> tuple[list[str], list[str]]:
+def deployment_report(
+    root: Path, local: Mapping[str, str], deployed: Mapping[str, str] | None, where: str = DEPLOYED
+) -> tuple[list[str], list[str]]:
     """`presets verify --live`'s (stdout, stderr) lines for the parameters here (params_data)
     and on the cluster (None: no ConfigMap); any stderr line is a finding."""
     problems = []
     if deployed is None:
-        problems.append(f"error: cluster: {where}: not deployed (no admission parameters on "
-                        "the cluster)")
+        problems.append(f"error: cluster: {where}: not deployed (no admission parameters on the cluster)")
     problems += [d.line(root, where) for d in compare_deployed(local, deployed or {})]
     if not problems:
         return [visible(f"ok: live: {where} matches the approved presets")], []
     # the names are the cluster's ConfigMap keys: each line stays one line (errors.visible)
-    return [], [*map(visible, problems), "hint: the AI Engineers deploy the approved presets with "
-                "`runai-spec presets policy -o DIR` and `kubectl apply -f DIR` (docs/admission.md)"]
+    return [], [
+        *map(visible, problems),
+        "hint: the AI Engineers deploy the approved presets with "
+        "`runai-spec presets policy -o DIR` and `kubectl apply -f DIR` (docs/admission.md)",
+    ]
 
 
-__all__ = ["API_VERSION", "MIN_KUBERNETES", "PARAMS_NAME", "PARAMS_NAMESPACE", "POLICY_NAME",
-           "DEPLOYED", "Deployment", "compare_deployed", "deployment_report", "gates",
-           "params_data", "policy_documents", "preset_params", "write_policy"]
+__all__ = [
+    "API_VERSION",
+    "MIN_KUBERNETES",
+    "PARAMS_NAME",
+    "PARAMS_NAMESPACE",
+    "POLICY_NAME",
+    "DEPLOYED",
+    "Deployment",
+    "compare_deployed",
+    "deployment_report",
+    "gates",
+    "params_data",
+    "policy_documents",
+    "preset_params",
+    "write_policy",
+]

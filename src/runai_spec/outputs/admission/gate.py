@@ -25,8 +25,12 @@ class Validation:
     message_expression: str
 
     def document(self) -> dict[str, Any]:
-        return {"expression": self.expression, "message": self.message,
-                "messageExpression": self.message_expression, "reason": "Forbidden"}
+        return {
+            "expression": self.expression,
+            "message": self.message,
+            "messageExpression": self.message_expression,
+            "reason": "Forbidden",
+        }
 
 
 def param(field: str) -> str:
@@ -51,8 +55,9 @@ class PresetGate:
 
     @property
     def digest(self) -> str:
-        text = "\n".join([self.name, *self.job, "--smoke--", *self.smoke,
-                          *(f"{n}={x}" for n, x in self.anchors)])
+        text = "\n".join(
+            [self.name, *self.job, "--smoke--", *self.smoke, *(f"{n}={x}" for n, x in self.anchors)]
+        )
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -61,8 +66,9 @@ def preset_gate(registry: PresetRegistry, name: str, index: int = 0) -> PresetGa
     names its variables)."""
     site = registry.site()
     shape = preset_shape(registry, name)
-    ctx = RuleContext(tuple(site.registries), shape.name_max, shape.reserved_mounts,
-                      site.allow_module_entrypoint)
+    ctx = RuleContext(
+        tuple(site.registries), shape.name_max, shape.reserved_mounts, site.allow_module_entrypoint
+    )
     job, job_anchors = preset_problems(shape, ctx, smoke=False, prefix=f"p{index}job")
     smoke, smoke_anchors = preset_problems(shape, ctx, smoke=True, prefix=f"p{index}smoke")
     return PresetGate(name, tuple(job), tuple(smoke), tuple(job_anchors + smoke_anchors))
@@ -74,21 +80,24 @@ def _shape_variables(gates: Sequence[PresetGate]) -> list[tuple[str, str]]:
     `problems`: the non-empty lists of non-empty messages of them all, in order."""
     items: list[tuple[str, str]] = []
     for i, gate in enumerate(gates):
-        params_ok = (f"{param('shape-sha256')} == {lit(gate.digest)} ? '' : "
-                     + lit(f"the deployed parameters of preset {gate.name} are not those of "
-                           "this policy; the AI Engineers apply policy.yaml and params.yaml "
-                           "together"))
+        params_ok = f"{param('shape-sha256')} == {lit(gate.digest)} ? '' : " + lit(
+            f"the deployed parameters of preset {gate.name} are not those of "
+            "this policy; the AI Engineers apply policy.yaml and params.yaml "
+            "together"
+        )
         items.append((f"p{i}", f"variables.preset == {lit(gate.name)} ? [[{params_ok}]] : []"))
         items += [(n, f"variables.preset == {lit(gate.name)} ? ({x}) : ''") for n, x in gate.anchors]
         for kind, pieces in (("job", gate.job), ("smoke", gate.smoke)):
             smoke = "variables.smoke" if kind == "smoke" else "!variables.smoke"
             for j, piece in enumerate(pieces):
-                items.append((f"p{i}{kind}{j}",
-                              f"variables.preset == {lit(gate.name)} && {smoke} ? {piece} : []"))
+                items.append(
+                    (f"p{i}{kind}{j}", f"variables.preset == {lit(gate.name)} && {smoke} ? {piece} : []")
+                )
     anchors = {n for gate in gates for n, _ in gate.anchors}
     every = balanced("+", [f"variables.{name}" for name, _ in items if name not in anchors], "[]")
-    items.append(("problems", f"!variables.known ? [] : ({every}).map(l, l.filter(m, m != ''))"
-                              ".filter(l, size(l) > 0)"))
+    items.append(
+        ("problems", f"!variables.known ? [] : ({every}).map(l, l.filter(m, m != '')).filter(l, size(l) > 0)")
+    )
     return items
 
 
@@ -99,14 +108,22 @@ def variables(site: Site, gates: Sequence[PresetGate]) -> list[dict[str, str]]:
         ("project", f"has({nslabels}) && {queue} in {nslabels} ? {nslabels}[{queue}] : ''"),
         ("labels", "has(object.metadata.labels) ? object.metadata.labels : {}"),
         ("annotations", "has(object.metadata.annotations) ? object.metadata.annotations : {}"),
-        ("preset", f"{lit(PRESET_ANNOTATION)} in variables.annotations "
-                   f"? variables.annotations[{lit(PRESET_ANNOTATION)}] : ''"),
+        (
+            "preset",
+            f"{lit(PRESET_ANNOTATION)} in variables.annotations "
+            f"? variables.annotations[{lit(PRESET_ANNOTATION)}] : ''",
+        ),
         ("key", "variables.preset + '.'"),
         ("known", "variables.preset != '' && (variables.key + 'sha256') in params.data"),
-        ("smoke", f"{lit(SMOKE_LABEL)} in variables.labels && "
-                  f"variables.labels[{lit(SMOKE_LABEL)}] == 'true'"),
-        ("roles", "has(object.spec) && has(object.spec.pytorchReplicaSpecs) ? "
-                  "object.spec.pytorchReplicaSpecs.filter(r, true) : []"),
+        (
+            "smoke",
+            f"{lit(SMOKE_LABEL)} in variables.labels && variables.labels[{lit(SMOKE_LABEL)}] == 'true'",
+        ),
+        (
+            "roles",
+            "has(object.spec) && has(object.spec.pytorchReplicaSpecs) ? "
+            "object.spec.pytorchReplicaSpecs.filter(r, true) : []",
+        ),
         ("argIndexes", "[" + ", ".join(str(i) for i in range(MAX_ARGS + 32)) + "]"),
         *_shape_variables(gates),
     ]
@@ -122,27 +139,38 @@ def validations() -> list[Validation]:
     def add(name: str, expression: str, message: str, message_expression: str) -> None:
         rules.append(Validation(name, expression, message, message_expression))
 
-    add("preset-annotation", "variables.preset != ''",
+    add(
+        "preset-annotation",
+        "variables.preset != ''",
         f"metadata.annotations.{PRESET_ANNOTATION}: missing; only jobs rendered by runai-spec "
         "from an approved preset are admitted",
         f"'metadata.annotations.{PRESET_ANNOTATION}: missing; only jobs rendered by runai-spec "
-        "from an approved preset are admitted'")
-    add("preset-approved", "variables.preset == '' || variables.known",
+        "from an approved preset are admitted'",
+    )
+    add(
+        "preset-approved",
+        "variables.preset == '' || variables.known",
         f"metadata.annotations.{PRESET_ANNOTATION}: not an approved preset",
         f"(variables.key + 'expired') in params.data ? 'metadata.annotations.{PRESET_ANNOTATION}:"
         f" the approval of preset ' + variables.preset + ' expired on ' + "
         "params.data[variables.key + 'expired'] : "
         f"'metadata.annotations.{PRESET_ANNOTATION}: ' + variables.preset + "
-        "' is not an approved preset'")
-    add("project-granted",
+        "' is not an approved preset'",
+    )
+    add(
+        "project-granted",
         f"!variables.known || (variables.project != '' && "
         f"({listed('projects', lit('[*]'))} || {listed('projects', 'variables.project')}))",
         "metadata.namespace: the project is not granted the preset",
         "'metadata.namespace: project ' + (variables.project == '' ? '(none)' : "
         "variables.project) + ' (namespace ' + request.namespace + ') is not granted preset ' "
-        "+ variables.preset")
-    add("shape", "size(variables.problems) == 0",
+        "+ variables.preset",
+    )
+    add(
+        "shape",
+        "size(variables.problems) == 0",
         "the job is not the exact shape of its approved preset's render",
         "variables.problems[0][0] + ' (preset ' + variables.preset + "
-        "(size(variables.problems) > 1 || size(variables.problems[0]) > 1 ? '; and more)' : ')')")
+        "(size(variables.problems) > 1 || size(variables.problems[0]) > 1 ? '; and more)' : ')')",
+    )
     return rules

@@ -43,9 +43,11 @@ def text(value: str) -> str:
     fails instead of raising an evaluation error)."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):  # bound once: the path is long
         return f"[{value}].map(s, {text('s')})[0]"
-    return (f"(type({value}) == bool ? ({value} ? 'true' : 'false') : type({value}) == string "
-            f"|| type({value}) == int || type({value}) == uint || type({value}) == double "
-            f"? string({value}) : '?')")
+    return (
+        f"(type({value}) == bool ? ({value} ? 'true' : 'false') : type({value}) == string "
+        f"|| type({value}) == int || type({value}) == uint || type({value}) == double "
+        f"? string({value}) : '?')"
+    )
 
 
 def balanced(op: str, items: list[str], empty: str) -> str:
@@ -86,9 +88,11 @@ _CONTROL = "[\x00-\x1f\x7f-\x9f\u2028\u2029]"
 def clean_path(e: str) -> str:
     # RE2 counts characters where NAME_MAX counts bytes: the policy admits a folder name of
     # 128..255 multi-byte characters that validate refuses (docs/admission.md)
-    return (f"({is_string(e)} && {e}.startsWith('/') && !{_regex(e, _CONTROL)} && "
-            f"!{e}.contains('//') && !{_regex(e, DOT_PART)} && "
-            f"({e} == '/' || !{e}.endsWith('/')) && !{_regex(e, LONG_NAME)})")
+    return (
+        f"({is_string(e)} && {e}.startsWith('/') && !{_regex(e, _CONTROL)} && "
+        f"!{e}.contains('//') && !{_regex(e, DOT_PART)} && "
+        f"({e} == '/' || !{e}.endsWith('/')) && !{_regex(e, LONG_NAME)})"
+    )
 
 
 @dataclass(frozen=True)
@@ -106,8 +110,10 @@ class Rule:
             raise ValueError(f"rule {self.name} cannot be checked inside a longer text")
         if not (prefix or suffix):
             return self.build(e, ctx)
-        framing = (f"{is_string(e)} && {e}.startsWith({lit(prefix)}) && {e}.endsWith({lit(suffix)})"
-                   f" && size({e}) >= {len(prefix) + len(suffix)}")
+        framing = (
+            f"{is_string(e)} && {e}.startsWith({lit(prefix)}) && {e}.endsWith({lit(suffix)})"
+            f" && size({e}) >= {len(prefix) + len(suffix)}"
+        )
         return f"({framing} && {self.build(e, ctx.framed(prefix, suffix))})"
 
 
@@ -123,20 +129,22 @@ class RuleContext:
     suffix: str = ""
 
     def framed(self, prefix: str, suffix: str) -> RuleContext:
-        return RuleContext(self.registries, self.name_max, self.reserved_mounts,
-                           self.allow_module, prefix, suffix)
+        return RuleContext(
+            self.registries, self.name_max, self.reserved_mounts, self.allow_module, prefix, suffix
+        )
 
     def pattern(self, inner: str) -> str:
         """INNER (a pattern for the value alone) with the frame around it, anchored."""
-        return "^" + re.escape(self.prefix) + "(" + inner.strip("^$") + ")" + \
-            re.escape(self.suffix) + "$"
+        return "^" + re.escape(self.prefix) + "(" + inner.strip("^$") + ")" + re.escape(self.suffix) + "$"
 
 
 def _name(e: str, c: RuleContext) -> str:
     # identity.check_name_length (name_room) and check_smoke_name (no `-smoke` suffix)
-    return (f"({_regex(e, c.pattern(DNS1035_PATTERN))} && "
-            f"size({e}) <= {c.name_max + len(c.prefix) + len(c.suffix)} && "
-            f"!{e}.endsWith({lit(SMOKE_SUFFIX + c.suffix)}))")
+    return (
+        f"({_regex(e, c.pattern(DNS1035_PATTERN))} && "
+        f"size({e}) <= {c.name_max + len(c.prefix) + len(c.suffix)} && "
+        f"!{e}.endsWith({lit(SMOKE_SUFFIX + c.suffix)}))"
+    )
 
 
 def _project(e: str, c: RuleContext) -> str:
@@ -166,14 +174,15 @@ def _launcher_script(e: str) -> str:
 
 def _entry_python(e: str, c: RuleContext) -> str:
     # torchrun.entry_point_kind: a `*.py` script; launcher.check_launcher: no flag, no space
-    return (f"({is_string(e)} && {e}.endsWith('.py') && !{e}.startsWith('-') && "
-            f"!{_regex(e, SPACE)} && !{_launcher_name(e)} && !{_launcher_script(e)})")
+    return (
+        f"({is_string(e)} && {e}.endsWith('.py') && !{e}.startsWith('-') && "
+        f"!{_regex(e, SPACE)} && !{_launcher_name(e)} && !{_launcher_script(e)})"
+    )
 
 
 def _script(e: str) -> str:
     suffixes = "|".join(re.escape(s) for s in torchrun.SHELL_SUFFIXES)
-    return (f"({is_string(e)} && !{e}.startsWith('-') && !{_regex(e, SPACE)} && "
-            f"{_regex(e, f'({suffixes})$')})")
+    return f"({is_string(e)} && !{e}.startsWith('-') && !{_regex(e, SPACE)} && {_regex(e, f'({suffixes})$')})"
 
 
 def _entry_executable(e: str, c: RuleContext) -> str:
@@ -193,8 +202,10 @@ def _module(e: str, c: RuleContext) -> str:
 
 
 def _arg(e: str, c: RuleContext) -> str:
-    return (f"({is_string(e)} && !{_regex(e, LAUNCHER_FLAGS.pattern)} && "
-            f"!{_regex(e, SECRET_FLAG.pattern)} && !{_regex(e, SECRET_VALUE.pattern)})")
+    return (
+        f"({is_string(e)} && !{_regex(e, LAUNCHER_FLAGS.pattern)} && "
+        f"!{_regex(e, SECRET_FLAG.pattern)} && !{_regex(e, SECRET_VALUE.pattern)})"
+    )
 
 
 def _working_dir(e: str, c: RuleContext) -> str:
@@ -213,9 +224,10 @@ def reserved_env_pattern() -> str:
     switch (only through `diagnostics`), what the operator and torchrun inject
     (kubeflow.INJECTED_ENV) and every variable the modelled operators set."""
     injected = INJECTED_ENV.pattern.strip("^$")
-    names = sorted({*torchrun.TRANSPORT_ENV_NAMES, *torchrun.NCCL_DIAGNOSTICS,
-                    *OPERATOR_ENV_NAMES}
-                   - {n for n in OPERATOR_ENV_NAMES if INJECTED_ENV.match(n)})
+    names = sorted(
+        {*torchrun.TRANSPORT_ENV_NAMES, *torchrun.NCCL_DIAGNOSTICS, *OPERATOR_ENV_NAMES}
+        - {n for n in OPERATOR_ENV_NAMES if INJECTED_ENV.match(n)}
+    )
     prefixes = "|".join(re.escape(p) for p in torchrun.TRANSPORT_ENV_PREFIXES)
     return f"^(({prefixes}).*|{'|'.join(re.escape(n) for n in names)}|{injected})$"
 
@@ -235,6 +247,7 @@ def _env_value(e: str, c: RuleContext) -> str:
 def _subdomain(pattern: str) -> Callable[[str, RuleContext], str]:
     def build(e: str, c: RuleContext) -> str:
         return f"({is_string(e)} && {_regex(e, c.pattern(pattern))} && size({e}) <= {SUBDOMAIN_MAX})"
+
     return build
 
 
@@ -256,15 +269,21 @@ def container_relations(c: str) -> list[tuple[str, str]]:
     nested (storage.check_mount_paths)."""
     mounts = f"{c}.volumeMounts"
     # ternaries guard every selection (an implementation may not absorb an error in a macro)
-    held = (f"has({c}.workingDir) && has({mounts}) ? {mounts}.all(m, has(m.mountPath) ? "
-            f"!({c}.workingDir == m.mountPath || {c}.workingDir.startsWith(m.mountPath + '/')) "
-            ": true) : true")
-    nested = (f"has({mounts}) ? {mounts}.all(m, {mounts}.all(n, has(m.mountPath) && "
-              "has(n.mountPath) && has(m.name) && has(n.name) ? (m.name == n.name || "
-              "!(m.mountPath == n.mountPath || m.mountPath.startsWith(n.mountPath + '/') || "
-              "n.mountPath.startsWith(m.mountPath + '/'))) : true)) : true")
-    return [(held, "no volume may be mounted at the working directory or above it"),
-            (nested, "no two volumes may be mounted at the same or nested paths")]
+    held = (
+        f"has({c}.workingDir) && has({mounts}) ? {mounts}.all(m, has(m.mountPath) ? "
+        f"!({c}.workingDir == m.mountPath || {c}.workingDir.startsWith(m.mountPath + '/')) "
+        ": true) : true"
+    )
+    nested = (
+        f"has({mounts}) ? {mounts}.all(m, {mounts}.all(n, has(m.mountPath) && "
+        "has(n.mountPath) && has(m.name) && has(n.name) ? (m.name == n.name || "
+        "!(m.mountPath == n.mountPath || m.mountPath.startsWith(n.mountPath + '/') || "
+        "n.mountPath.startsWith(m.mountPath + '/'))) : true)) : true"
+    )
+    return [
+        (held, "no volume may be mounted at the working directory or above it"),
+        (nested, "no two volumes may be mounted at the same or nested paths"),
+    ]
 
 
 def _count(e: str, c: RuleContext) -> str:
@@ -276,28 +295,39 @@ def _checkpoint_format(e: str, c: RuleContext) -> str:
     return f"({e} in [{formats}])"
 
 
-RULES = {r.name: r for r in (
-    Rule("name", "a DNS-1035 label short enough for the pod names", _name),
-    Rule("project", "the project of the namespace", _project),
-    Rule("image", "an image of an allowed registry, pinned by digest", _image),
-    Rule("entry-python", "a Python script (*.py), not a launcher", _entry_python, True),
-    Rule("entry-executable", "a wrapper script (./*.sh)", _entry_executable, True),
-    Rule("shell", "a shell (bash, sh)", _shell, True),
-    Rule("script", "a shell script (*.sh)", lambda e, c: _script(e), True),
-    Rule("module", "a module that is not a launcher", _module, True),
-    Rule("arg", "an argument that is no launcher flag and no credential", _arg, True),
-    Rule("working-dir", "a clean absolute path outside the system's and the preset's folders",
-         _working_dir, True),
-    Rule("mount", "a clean absolute path, no system path, not overlapping the preset's mounts",
-         _mount, True),
-    Rule("env-name", "a variable name that is not reserved", _env_name, True),
-    Rule("env-value", "a plain value (credentials come from a Secret)", _env_value, True),
-    Rule("claim", "a claim name (DNS-1123)", _subdomain(DNS1123_PATTERN)),
-    Rule("secret", "a Secret name (DNS-1123)", _subdomain(DNS1123_PATTERN)),
-    Rule("secret-key", "a key of the Secret", _subdomain(r"^[-._a-zA-Z0-9]+$")),
-    Rule("bool", "true or false", _boolean, True),
-    Rule("text", "any text", _any_text, True),
-    Rule("digest", "a sha256 (64 hex digits)", _digest),
-    Rule("count", "a positive whole number", _count),
-    Rule("checkpoint-format", "a checkpoint format", _checkpoint_format, True),
-)}
+RULES = {
+    r.name: r
+    for r in (
+        Rule("name", "a DNS-1035 label short enough for the pod names", _name),
+        Rule("project", "the project of the namespace", _project),
+        Rule("image", "an image of an allowed registry, pinned by digest", _image),
+        Rule("entry-python", "a Python script (*.py), not a launcher", _entry_python, True),
+        Rule("entry-executable", "a wrapper script (./*.sh)", _entry_executable, True),
+        Rule("shell", "a shell (bash, sh)", _shell, True),
+        Rule("script", "a shell script (*.sh)", lambda e, c: _script(e), True),
+        Rule("module", "a module that is not a launcher", _module, True),
+        Rule("arg", "an argument that is no launcher flag and no credential", _arg, True),
+        Rule(
+            "working-dir",
+            "a clean absolute path outside the system's and the preset's folders",
+            _working_dir,
+            True,
+        ),
+        Rule(
+            "mount",
+            "a clean absolute path, no system path, not overlapping the preset's mounts",
+            _mount,
+            True,
+        ),
+        Rule("env-name", "a variable name that is not reserved", _env_name, True),
+        Rule("env-value", "a plain value (credentials come from a Secret)", _env_value, True),
+        Rule("claim", "a claim name (DNS-1123)", _subdomain(DNS1123_PATTERN)),
+        Rule("secret", "a Secret name (DNS-1123)", _subdomain(DNS1123_PATTERN)),
+        Rule("secret-key", "a key of the Secret", _subdomain(r"^[-._a-zA-Z0-9]+$")),
+        Rule("bool", "true or false", _boolean, True),
+        Rule("text", "any text", _any_text, True),
+        Rule("digest", "a sha256 (64 hex digits)", _digest),
+        Rule("count", "a positive whole number", _count),
+        Rule("checkpoint-format", "a checkpoint format", _checkpoint_format, True),
+    )
+}

@@ -154,8 +154,10 @@ class _Ctx:
 
     def with_world(self, world: int) -> _Ctx:
         """The tokens with the global batch of a job of WORLD processes (the probes')."""
-        a, b = (int(self.tokens[f"batch.{k}"].a) for k in ("local", "grad_accum")), \
-            (int(self.tokens[f"batch.{k}"].b) for k in ("local", "grad_accum"))
+        a, b = (
+            (int(self.tokens[f"batch.{k}"].a) for k in ("local", "grad_accum")),
+            (int(self.tokens[f"batch.{k}"].b) for k in ("local", "grad_accum")),
+        )
         ga, gb = world, world
         for x in a:
             ga *= x
@@ -179,11 +181,10 @@ def _match(a: Scalar, b: Scalar, ctx: _Ctx) -> Leaf | None:
             continue
         at = a.find(ta)
         if at >= 0:
-            prefix, suffix = a[:at], a[at + len(ta):]
+            prefix, suffix = a[:at], a[at + len(ta) :]
             if b == prefix + tb + suffix:
                 return Slot(tok.rule, prefix, suffix, key)
-    if isinstance(a, str) and isinstance(b, str) and all(
-            re.fullmatch("[0-9a-f]{64}", x) for x in (a, b)):
+    if isinstance(a, str) and isinstance(b, str) and all(re.fullmatch("[0-9a-f]{64}", x) for x in (a, b)):
         return Slot("digest")  # a sha256 of the whole profile
     return None
 
@@ -208,8 +209,9 @@ def derive(a: Any, b: Any, m: Any, where: str, spath: str, ctx: _Ctx) -> Shape:
             sub = m.get(key) if isinstance(m, dict) else None
             keys[key] = derive(a[key], b[key], sub, f"{where}.{key}", child, ctx)
         if isinstance(m, dict) and set(m) - set(a):
-            raise ShapeError(f"{where}: the minimal probe has keys the full one lacks: "
-                             f"{sorted(set(m) - set(a))}")
+            raise ShapeError(
+                f"{where}: the minimal probe has keys the full one lacks: {sorted(set(m) - set(a))}"
+            )
         optional = set(a) - set(m) if isinstance(m, dict) else set()
         return MapShape(keys, optional, typed, tuple(ctx.fields.get(spath, ())) if typed else ())
     if isinstance(a, list):
@@ -219,18 +221,20 @@ def derive(a: Any, b: Any, m: Any, where: str, spath: str, ctx: _Ctx) -> Shape:
             return _keyed(a, b, m, where, spath, ctx)
         if len(a) != len(b):
             raise ShapeError(f"{where}: the probes' lists differ in length")
-        items = [derive(x, y, None, f"{where}[{i}]", f"{spath}[]", ctx)
-                 for i, (x, y) in enumerate(zip(a, b, strict=True))]
+        items = [
+            derive(x, y, None, f"{where}[{i}]", f"{spath}[]", ctx)
+            for i, (x, y) in enumerate(zip(a, b, strict=True))
+        ]
         return ListShape(items)
     leaf = _match(a, b, ctx)
     if leaf is None:
-        raise ShapeError(f"{where}: {a!r} / {b!r}: a value that differs between the probes "
-                         "but carries no profile value")
+        raise ShapeError(
+            f"{where}: {a!r} / {b!r}: a value that differs between the probes but carries no profile value"
+        )
     return leaf
 
 
-def _keyed(a: list[Any], b: list[Any], m: Any, where: str, spath: str,
-           ctx: _Ctx) -> KeyedListShape:
+def _keyed(a: list[Any], b: list[Any], m: Any, where: str, spath: str, ctx: _Ctx) -> KeyedListShape:
     if len(a) != len(b):
         raise ShapeError(f"{where}: the probes' lists differ in length")
     in_m = {x.get("name") for x in m} if isinstance(m, list) else set()
@@ -258,8 +262,7 @@ def _keyed(a: list[Any], b: list[Any], m: Any, where: str, spath: str,
     for stem, items in stems.items():
         first = items[0][1]
         if len(items) < 2 or not all(_same_shape(first, s) for _, s in items[1:]):
-            raise ShapeError(f"{where}: items {[n for n, _ in items]} look indexed but are not "
-                             "alike")
+            raise ShapeError(f"{where}: items {[n for n, _ in items]} look indexed but are not alike")
         first.keys["name"] = Named(stem)
         classes.append(ItemClass(Pin(stem), first, indexed=True))
     return KeyedListShape(fixed, optional, classes)
@@ -269,31 +272,36 @@ def _same_shape(x: Shape, y: Shape) -> bool:
     """Alike but for the names and tokens of profile values (two env entries, two data
     volumes)."""
     if isinstance(x, MapShape) and isinstance(y, MapShape):
-        return (list(x.keys) == list(y.keys) and x.optional == y.optional
-                and all(k == "name" or _same_shape(x.keys[k], y.keys[k]) for k in x.keys))
+        return (
+            list(x.keys) == list(y.keys)
+            and x.optional == y.optional
+            and all(k == "name" or _same_shape(x.keys[k], y.keys[k]) for k in x.keys)
+        )
     if isinstance(x, Slot) and isinstance(y, Slot):
         return (x.rule, x.prefix, x.suffix) == (y.rule, y.prefix, y.suffix)
     if isinstance(x, ListShape) and isinstance(y, ListShape):
         return len(x.head) == len(y.head) and all(
-            _same_shape(p, q) for p, q in zip(x.head, y.head, strict=True))
+            _same_shape(p, q) for p, q in zip(x.head, y.head, strict=True)
+        )
     return x == y
 
 
 # -- commands -------------------------------------------------------------------------------
 
 
-def _command_shape(renders: dict[str, tuple[list[str], list[str]]], ctx: _Ctx,
-                   where: str) -> ListShape:
+def _command_shape(renders: dict[str, tuple[list[str], list[str]]], ctx: _Ctx, where: str) -> ListShape:
     """The container command of each entry kind: the launcher head (derived like any leaf),
     then the entry point's items, then (full probes) the arguments."""
     out: ListShape | None = None
     for kind, (ca, cb) in renders.items():
         head_a, head_b, rules = ENTRY_KINDS[kind]
         n = len(ca) - len(head_a) - 2  # the full probes' two arguments
-        if n < 0 or len(cb) != len(ca) or ca[n:n + len(head_a)] != head_a:
+        if n < 0 or len(cb) != len(ca) or ca[n : n + len(head_a)] != head_a:
             raise ShapeError(f"{where}: the entry point is not where the probe put it")
-        head = [derive(x, y, None, f"{where}[{i}]", "", ctx)
-                for i, (x, y) in enumerate(zip(ca[:n], cb[:n], strict=True))]
+        head = [
+            derive(x, y, None, f"{where}[{i}]", "", ctx)
+            for i, (x, y) in enumerate(zip(ca[:n], cb[:n], strict=True))
+        ]
         entry_rules = [f"={x}" if r == "pin" else r for x, r in zip(head_a, rules, strict=True)]
         if out is None:
             out = ListShape(head, [(head, entry_rules)], tail=True)
@@ -324,8 +332,7 @@ def _prepare(registry: PresetRegistry, profile: dict[str, Any], name: str) -> An
     try:
         return prepare_workload(Path(f"<probe {name}>"), registry, text=text)
     except RunaiSpecError as exc:
-        raise ShapeError(f"preset {profile['preset']}: its probe profile does not render: "
-                         f"{exc}") from None
+        raise ShapeError(f"preset {profile['preset']}: its probe profile does not render: {exc}") from None
 
 
 def _job(manifests: tuple[Manifest, ...] | list[Manifest]) -> dict[str, Any]:
@@ -335,20 +342,23 @@ def _job(manifests: tuple[Manifest, ...] | list[Manifest]) -> dict[str, Any]:
     return dict(job)
 
 
-def _renders(registry: PresetRegistry, approved: ApprovedPreset, site: Site, *, minimal: bool,
-             entry: str = "python") -> tuple[Any, Any]:
+def _renders(
+    registry: PresetRegistry, approved: ApprovedPreset, site: Site, *, minimal: bool, entry: str = "python"
+) -> tuple[Any, Any]:
 
     out = []
     for side in ("a", "b"):
-        first = _prepare(registry, probe_profile(approved, site, side, minimal=minimal,
-                                                 entry=entry), side)
+        first = _prepare(registry, probe_profile(approved, site, side, minimal=minimal, entry=entry), side)
         world = first.plan.world_size
-        workload = _prepare(registry, probe_profile(approved, site, side, minimal=minimal,
-                                                    entry=entry, world=world), side)
+        workload = _prepare(
+            registry, probe_profile(approved, site, side, minimal=minimal, entry=entry, world=world), side
+        )
         errors = [f for f in workload.errors if f.rule != "preset-not-granted"]
         if errors:
-            raise ShapeError(f"preset {approved.name}: its probe profile has findings: "
-                             + "; ".join(f"{f.rule}: {f.message}" for f in errors))
+            raise ShapeError(
+                f"preset {approved.name}: its probe profile has findings: "
+                + "; ".join(f"{f.rule}: {f.message}" for f in errors)
+            )
         out.append(workload)
     return out[0], out[1]
 
@@ -361,19 +371,24 @@ def preset_shape(registry: PresetRegistry, name: str) -> PresetShape:
     kinds = ["python", "executable", "shell"] + (["module"] if site.allow_module_entrypoint else [])
     full = {k: _renders(registry, approved, site, minimal=False, entry=k) for k in kinds}
     small = _renders(registry, approved, site, minimal=True)
-    shapes = [_kind_shape(full, small, smoke, fields, site.registries[0])
-              for smoke in (False, True)]
+    shapes = [_kind_shape(full, small, smoke, fields, site.registries[0]) for smoke in (False, True)]
     plan = full["python"][0].plan
     name_max = name_room(plan)
-    reserved = tuple(v.mount_path for v in plan.volumes
-                     if v.name != "checkpoint" and not v.name.startswith("data-"))
+    reserved = tuple(
+        v.mount_path for v in plan.volumes if v.name != "checkpoint" and not v.name.startswith("data-")
+    )
     from ...facts.kubeflow import SMOKE_MOUNT
 
     return PresetShape(name, shapes[0], shapes[1], name_max, (*reserved, SMOKE_MOUNT))
 
 
-def _kind_shape(full: dict[str, tuple[Any, Any]], small: tuple[Any, Any], smoke: bool,
-                fields: dict[str, list[str]], registry: str) -> MapShape:
+def _kind_shape(
+    full: dict[str, tuple[Any, Any]],
+    small: tuple[Any, Any],
+    smoke: bool,
+    fields: dict[str, list[str]],
+    registry: str,
+) -> MapShape:
     """The shape of the job (or of its smoke test) from the probes' renders."""
     from ...pipeline.smoke import smoke_workload
 
@@ -382,13 +397,18 @@ def _kind_shape(full: dict[str, tuple[Any, Any]], small: tuple[Any, Any], smoke:
 
     a, b = (doc(w) for w in full["python"])
     m = doc(small[0])
-    ctx = _Ctx(probe_tokens(False), fields, registry).with_world(
-        full["python"][0].plan.world_size)
+    ctx = _Ctx(probe_tokens(False), fields, registry).with_world(full["python"][0].plan.world_size)
     shape = derive(_strip_commands(a), _strip_commands(b), _strip_commands(m), "", "", ctx)
     assert isinstance(shape, MapShape)
     # the minimal probes must differ only where the full ones do (a check of the probes)
-    derive(_strip_commands(m), _strip_commands(doc(small[1])), None, "", "",
-           _Ctx(probe_tokens(True), fields, registry).with_world(small[0].plan.world_size))
+    derive(
+        _strip_commands(m),
+        _strip_commands(doc(small[1])),
+        None,
+        "",
+        "",
+        _Ctx(probe_tokens(True), fields, registry).with_world(small[0].plan.world_size),
+    )
     for role, spec in _pods(shape):
         where = f"spec.pytorchReplicaSpecs.{role}.template.spec.containers[pytorch].command"
         if smoke:
@@ -397,14 +417,12 @@ def _kind_shape(full: dict[str, tuple[Any, Any]], small: tuple[Any, Any], smoke:
             assert isinstance(command, ListShape)
             # flags that only some profiles give (--checkpoint-on-sigterm) end the list
             extra = len(ca) - len(cm)
-            if extra < 0 or ca[:len(cm)][:1] != cm[:1]:
-                raise ShapeError(f"{where}: the minimal probe's command is not a head of the "
-                                 "full one's")
+            if extra < 0 or ca[: len(cm)][:1] != cm[:1]:
+                raise ShapeError(f"{where}: the minimal probe's command is not a head of the full one's")
             command.optional_tail = extra
             _container(spec).keys["command"] = command
             continue
-        renders = {k: (_command(doc(w[0]), role), _command(doc(w[1]), role))
-                   for k, w in full.items()}
+        renders = {k: (_command(doc(w[0]), role), _command(doc(w[1]), role)) for k, w in full.items()}
         _container(spec).keys["command"] = _command_shape(renders, ctx, where)
     _anchor(shape)
     return shape
@@ -481,14 +499,13 @@ def _anchor(shape: MapShape) -> None:
                 node.fixed[k] = new
         elif isinstance(node, ListShape):
             node.head = [rewrite(v, (*path, i)) for i, v in enumerate(node.head)]
-            node.variants = [([rewrite(v, (*path, i)) for i, v in enumerate(h)], r)
-                             for h, r in node.variants]
+            node.variants = [([rewrite(v, (*path, i)) for i, v in enumerate(h)], r) for h, r in node.variants]
         elif isinstance(node, Slot) and node.token in canonical:
             where, best = canonical[node.token]
-            if where != path and (node.prefix.endswith(best.prefix)
-                                  and node.suffix.startswith(best.suffix)):
-                return Same(where, node.prefix[:len(node.prefix) - len(best.prefix)],
-                            node.suffix[len(best.suffix):])
+            if where != path and (node.prefix.endswith(best.prefix) and node.suffix.startswith(best.suffix)):
+                return Same(
+                    where, node.prefix[: len(node.prefix) - len(best.prefix)], node.suffix[len(best.suffix) :]
+                )
         return node
 
     rewrite(shape, ())
