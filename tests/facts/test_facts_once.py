@@ -196,3 +196,17 @@ def test_the_guide_s_checklist_is_one_ordered_list_of_checks_preflight_reports()
     )
     assert reported == set(GUIDE_CHECKS) | set(PREFLIGHT_ONLY_CHECKS)
     assert len(set(GUIDE_CHECKS)) == len(GUIDE_CHECKS)
+
+
+def test_preflight_replaces_a_module_entry_point_under_torchrun() -> None:
+    # torchrun's -m would take preflight.py for a module's name: `No module named preflight.py`
+    flags = ["--nproc-per-node=8", "--rdzv-backend=c10d"]
+    assert python_head(["torchrun", *flags, "-m", "mypkg.train", "--lr", "1"]) == ("torchrun", *flags)
+    assert python_head(["python", "-m", "torch.distributed.run", *flags, "--module", "mypkg.train"]) == (
+        "python",
+        "-m",
+        "torch.distributed.run",
+        *flags,
+    )
+    assert python_head(["torchrun", *flags, "--no-python", "./run.sh"]) == ("torchrun", *flags)
+    assert python_head(["python", "-u", "-m", "mypkg.train"]) == ("python", "-u")

@@ -366,9 +366,15 @@ def without_launcher(command: Sequence[str]) -> list[str]:
 
 def python_head(argv: Sequence[str]) -> tuple[str, ...]:
     """The launcher of a rendered container argv, made to run a Python script in place of its
-    entry point (the smoke test's and the rehearsal's preflight.py): without torchrun's
-    `--no-python`, and `python -u` where an executable ran with no launcher."""
+    entry point (the rehearsal's preflight.py): without torchrun's `--no-python` or `-m`, and
+    `python -u` where an executable ran with no launcher."""
     launcher = split_command(argv)
     if launcher.kind == EXECUTABLE_ENTRY:
         return SINGLE_GPU_LAUNCHER
-    return tuple(a for a in launcher.head if a not in (NO_PYTHON, "--no_python"))
+    if launcher.kind != "torchrun":  # python's -m ends its head: the module is the entry point
+        return launcher.head
+    # torchrun's own flags after the program (`torchrun` or `python -m torch.distributed.run`):
+    # without --no-python, and without -m, which would take preflight.py for a module's name
+    start = 1 if os.path.basename(launcher.head[0]) == "torchrun" else 3
+    flags = (a for a in launcher.head[start:] if a not in (NO_PYTHON, "--no_python", "-m", "--module"))
+    return (*launcher.head[:start], *flags)
