@@ -32,7 +32,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,7 +41,7 @@ from urllib.parse import quote, urlencode
 from .. import __version__
 from ..errors import ClusterError, InputError
 from ..render.manifests import Manifest
-from .session import RetryPolicy, Uncertain, clean, log, reason_of
+from .session import Retry, RetryPolicy, Uncertain, clean, log, own_session, pause_before_retry, reason_of
 
 # Where the credentials come from, in this order (docs/runai-submit.md).
 ENV_CLIENT_ID = "RUNAI_CLIENT_ID"
@@ -318,7 +318,6 @@ class RunaiSession:
     ) -> tuple[int, Any]:
         """Send with the token, renewed once on a 401; bounded retries on 429/503 and on
         requests that never left. A write whose outcome is unknown raises Uncertain."""
-        policy = self.target.retry
         query = list(query)
         waited, attempt, renewed = 0.0, 0, False
         while True:
@@ -358,36 +357,19 @@ class RunaiSession:
                     raise Uncertain(f"HTTP {status}")
                 else:
                     return status, (self.scrub(data) if status >= 400 else data)
-            delay = min(
-                policy.max_delay,
-                retry_after if retry_after is not None else policy.base_delay * 2 ** (attempt - 1),
+            waited += pause_before_retry(
+                Retry(self.target, "runai", "the control plane's status"),
+                f"{method} {clean(path, 120)}",
+                failure,
+                attempt,
+                waited,
+                retry_after,
             )
-            if attempt >= policy.attempts or waited + delay > policy.max_total:
-                raise ClusterError(
-                    f"{failure}; gave up after {attempt} attempt(s)",
-                    file="runai",
-                    hint="try again later; check the control "
-                    "plane's status with your engineers if it persists",
-                )
-            if self.target.progress is not None:
-                self.target.progress(
-                    f"note: {method} {clean(path, 120)}: {failure}; retrying "
-                    f"in {delay:g} s (attempt {attempt + 1} of at most "
-                    f"{policy.attempts})"
-                )
-            self.target.sleep(delay)
-            waited += delay
 
 
-@contextlib.contextmanager
-def runai_session_for(target: RunaiTarget | RunaiSession) -> Iterator[RunaiSession]:
-    """The command's own session (one token for the command's calls), left open for its next
-    call; or, given a RunaiTarget, a session for this call alone."""
-    if isinstance(target, RunaiSession):
-        yield target
-        return
-    with RunaiSession(target) as session:
-        yield session
+def runai_session_for(target: RunaiTarget | RunaiSession) -> contextlib.AbstractContextManager[RunaiSession]:
+    """The command's own Run:ai session, or one for this call alone (one token)."""
+    return own_session(target, RunaiSession, RunaiSession)
 
 
 def _retry_after(value: str | None) -> float | None:

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from .. import __version__
 from ..errors import ClusterError, InputError
@@ -244,7 +244,6 @@ class Session:
 
         A write whose outcome is unknown raises Uncertain: the caller reads back first.
         """
-        policy = self.target.retry
         query = list(query)
         waited = 0.0
         attempt = 0
@@ -273,36 +272,79 @@ class Session:
                     raise Uncertain(f"HTTP {resp.status}")
                 else:
                     return resp
-            delay = min(
-                policy.max_delay,
-                retry_after if retry_after is not None else policy.base_delay * 2 ** (attempt - 1),
+            waited += pause_before_retry(
+                Retry(self.target, "cluster", "the cluster's status"),
+                f"{method} {clean(path, 120)}",
+                failure,
+                attempt,
+                waited,
+                retry_after,
             )
-            if attempt >= policy.attempts or waited + delay > policy.max_total:
-                raise ClusterError(
-                    f"{failure}; gave up after {attempt} attempt(s)",
-                    file="cluster",
-                    hint="try again later; check the cluster's status with your engineers if it persists",
-                )
-            log.debug("retrying in %.2f s (%s)", delay, failure)
-            if self.target.progress is not None:
-                self.target.progress(
-                    f"note: {method} {clean(path, 120)}: {failure}; retrying in "
-                    f"{delay:g} s (attempt {attempt + 1} of at most "
-                    f"{policy.attempts})"
-                )
-            self.target.sleep(delay)
-            waited += delay
+
+
+class RetryTarget(Protocol):
+    """What a retried request needs of its target: the policy, where to say so, how to wait."""
+
+    @property
+    def retry(self) -> RetryPolicy: ...
+    @property
+    def progress(self) -> Callable[[str], None] | None: ...
+    @property
+    def sleep(self) -> Callable[[float], None]: ...
+
+
+@dataclass(frozen=True)
+class Retry:
+    """One API's retry context: its target, the error's file, and what to check when it persists."""
+
+    target: RetryTarget
+    file: str
+    status_of: str
+
+
+def pause_before_retry(
+    retry: Retry, request: str, failure: str, attempt: int, waited: float, retry_after: float | None
+) -> float:
+    """Wait before the next attempt of a request (the server's Retry-After, else doubling), and
+    say so; return the time waited. Raises ClusterError once the attempts or the total are spent."""
+    policy = retry.target.retry
+    delay = min(
+        policy.max_delay,
+        retry_after if retry_after is not None else policy.base_delay * 2 ** (attempt - 1),
+    )
+    if attempt >= policy.attempts or waited + delay > policy.max_total:
+        raise ClusterError(
+            f"{failure}; gave up after {attempt} attempt(s)",
+            file=retry.file,
+            hint=f"try again later; check {retry.status_of} with your engineers if it persists",
+        )
+    log.debug("retrying in %.2f s (%s)", delay, failure)
+    if retry.target.progress is not None:
+        retry.target.progress(
+            f"note: {request}: {failure}; retrying in {delay:g} s "
+            f"(attempt {attempt + 1} of at most {policy.attempts})"
+        )
+    retry.target.sleep(delay)
+    return delay
+
+
+S = TypeVar("S", bound=contextlib.AbstractContextManager[Any])
 
 
 @contextlib.contextmanager
-def session_for(target: Target | Session) -> Iterator[Session]:
-    """The command's own session (one kubeconfig load per command), left open for its next
-    call; or, given a Target, a session for this call alone."""
-    if isinstance(target, Session):
+def own_session(target: Any, kind: type[S], make: Callable[[Any], S]) -> Iterator[S]:
+    """The command's own session (one client or token per command), left open for its next
+    call; or, given a target, a session for this call alone."""
+    if isinstance(target, kind):
         yield target
         return
-    with Session(target) as session:
+    with make(target) as session:
         yield session
+
+
+def session_for(target: Target | Session) -> contextlib.AbstractContextManager[Session]:
+    """The command's own Kubernetes session, or one for this call alone (one kubeconfig load)."""
+    return own_session(target, Session, Session)
 
 
 def reason_of(exc: BaseException) -> str:
