@@ -19,7 +19,13 @@ Modelled on training-operator v1.9.0 (v1.7.0 and v1.8.0 behave the same here):
   job succeeds when the Master does; Worker-only when every worker did, or with an
   elasticPolicy as soon as one worker did.
 - Preemption deletes every pod; `ReconcilePods` recreates the missing ones (new pods,
-  restartCount 0: a preemption uses none of `backoffLimit`).
+  restartCount 0: a preemption uses none of `backoffLimit`). So does KAI's eviction of one
+  pod of an elastic job above its minimum, and its eviction of a stale gang (facts/kai.py):
+  a deleted pod is created anew, never counted as a failure.
+- A pod lost with no room for its replacement (node gone; the new pod stays Pending) leaves
+  the gang below KAI's minMember: after the staleness grace period KAI evicts every pod of
+  the gang (stalegangeviction.go), and the operator recreates them all. The rehearsal scales
+  that grace period by the same factor as the kubelet's back-off (`backoff_scale`).
 Kubelet (`pkg/kubelet/kubelet.go`): crash-loop back-off BACKOFF_BASE_S, doubling, capped at
 BACKOFF_CAP_S (`MaxContainerBackOff`); restartCount increments when the container is started
 again. The back-off is client-go's `util/flowcontrol/backoff.go` keyed by pod and container:
@@ -34,6 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .kai import STALENESS_GRACE_DEFAULT_S, evicts_one, is_stale, min_member
 from .kubeflow import MASTER, OPERATOR_VERSION, OPERATOR_VERSIONS, REPLICA_TYPES, short_pod_name
 
 POLICIES = ("OnFailure", "Always", "ExitCode", "Never")
@@ -54,8 +61,9 @@ def kubelet_backoff(restart: int, scale: float = 1.0) -> float:
 @dataclass(frozen=True)
 class Action:
     """What the cluster does now: `restart` a container in place, `recreate` a pod (new pod
-    object), `delete-all` (preemption: SIGTERM, grace, SIGKILL; recreated after),
-    `stop-all` (the job ended: every pod goes), with the reason in words."""
+    object), `delete` one pod (SIGTERM, grace, SIGKILL), `delete-all` (preemption, a stale
+    gang's eviction: SIGTERM, grace, SIGKILL; recreated after), `stop-all` (the job ended:
+    every pod goes), with the reason in words."""
 
     kind: str
     pod: str | None = None
@@ -67,7 +75,7 @@ class PodModel:
     name: str
     policy: str
     restart_count: int = 0  # this pod object's container restarts (kubelet)
-    phase: str = "Running"  # Running | BackOff | Succeeded | Failed
+    phase: str = "Running"  # Running | BackOff | Pending (not scheduled) | Succeeded | Failed
     restart_at: float | None = None
     restarts: int = 0  # container restarts over every pod object of this name
     recreations: int = 0
@@ -85,6 +93,8 @@ class JobModel:
     elastic: bool
     backoff_scale: float = 1.0
     version: str = OPERATOR_VERSION
+    min_member: int = 1  # KAI's minMember of the job's pod group (kai.min_member)
+    stale_since: float | None = None  # when the gang fell below min_member
     phase: str = "Running"  # Running | Succeeded | Failed
     reason: str = ""
     log: list[tuple[float, str]] = field(default_factory=list)
@@ -115,6 +125,7 @@ class JobModel:
             spec.get("elasticPolicy") is not None,
             backoff_scale,
             version,
+            min_member(job),
         )
 
     @property
@@ -189,6 +200,8 @@ class JobModel:
                     f"/{self.backoff_limit})",
                 )
                 out.append(Action("restart", pod.name, "kubelet back-off over"))
+        if self.stale_since is not None and now >= self.stale_since + self.stale_grace_s:
+            return out + self._stale_evicted(now)
         limit = self.backoff_limit
         used = self.restarts_used
         if out and limit is not None and ((limit == 0 and used > 0) or 0 < limit <= used):
@@ -197,16 +210,72 @@ class JobModel:
 
     def next_due(self) -> float | None:
         times = [p.restart_at for p in self.pods.values() if p.restart_at is not None]
+        if self.stale_since is not None:
+            times.append(self.stale_since + self.stale_grace_s)
         return min(times) if times else None
+
+    @property
+    def stale_grace_s(self) -> float:
+        """KAI's default staleness grace period, scaled like the kubelet's back-off."""
+        return STALENESS_GRACE_DEFAULT_S * self.backoff_scale
+
+    @property
+    def active(self) -> int:
+        """Pods KAI counts as active: scheduled and not ended (a Pending one is not)."""
+        return sum(p.phase in ("Running", "BackOff") for p in self.pods.values())
+
+    def _renew(self, pod: PodModel) -> None:
+        pod.phase, pod.restart_at, pod.restart_count = "Running", None, 0
+        pod.backoff_step, pod.last_failure_at = 0, None  # a new pod object, a new back-off
+        pod.recreations += 1
+
+    def evicted(self, name: str, now: float) -> list[Action]:
+        """KAI evicts one pod of the job (an elastic job above its minMember): the pod is
+        deleted, the operator creates it anew (no failure, no restart counted). At its
+        minimum a gang is evicted whole: that is `preempted`."""
+        if self.phase != "Running":
+            return []
+        if not evicts_one(self.active, self.min_member):
+            return self.preempted(now)
+        self._renew(self.pods[name])
+        self._note(now, f"{name}: evicted by the scheduler; the operator creates it anew")
+        return [Action("delete", name, "eviction"), Action("recreate", name, "eviction")]
+
+    def lost(self, name: str, now: float) -> list[Action]:
+        """POD is gone (its node lost) and its replacement stays Pending (no room): the gang
+        below its minMember is stale, and evicted whole after the grace period (`due`)."""
+        if self.phase != "Running":
+            return []
+        pod = self.pods[name]
+        pod.phase, pod.restart_at = "Pending", None
+        self._note(now, f"{name}: lost; its replacement waits Pending for room")
+        succeeded = any(p.phase == "Succeeded" for p in self.pods.values())
+        if self.stale_since is None and not succeeded and is_stale(self.active, self.min_member):
+            self.stale_since = now
+            self._note(
+                now,
+                f"the gang has {self.active} of its minimum {self.min_member} pods: stale, "
+                f"evicted whole after {self.stale_grace_s:g} s",
+            )
+        return [Action("delete", name, "lost")]
+
+    def _stale_evicted(self, now: float) -> list[Action]:
+        self.stale_since = None
+        self._note(now, "stale gang evicted: every pod deleted, the operator recreates them")
+        for pod in self.pods.values():
+            self._renew(pod)
+        return [
+            Action("delete-all", why="stale-gang eviction"),
+            *(Action("recreate", name, "stale-gang eviction") for name in self.pods),
+        ]
 
     def preempted(self, now: float) -> list[Action]:
         """The scheduler deletes every pod; the operator recreates them all, as new pods."""
         if self.phase != "Running":
             return []
+        self.stale_since = None
         for pod in self.pods.values():
-            pod.phase, pod.restart_at, pod.restart_count = "Running", None, 0
-            pod.backoff_step, pod.last_failure_at = 0, None  # new pod objects, new back-offs
-            pod.recreations += 1
+            self._renew(pod)
         self._note(now, "preempted: every pod deleted, the operator recreates them")
         return [
             Action("delete-all", why="preemption"),
@@ -232,8 +301,9 @@ class JobModel:
 def drive(
     model: JobModel, events: Sequence[tuple[float, str, str | None, int]]
 ) -> list[tuple[float, Action]]:
-    """Feed (time, "exit"|"preempt"|"tick", pod, code) events in order; every action taken,
-    with its time. Back-offs that run out between events are served at their due time."""
+    """Feed (time, "exit"|"preempt"|"evict"|"lose"|"tick", pod, code) events in order; every
+    action taken, with its time. Back-offs and staleness that run out between events are
+    served at their due time."""
     out: list[tuple[float, Action]] = []
     for now, kind, pod, code in sorted(events, key=lambda e: e[0]):
         while (due := model.next_due()) is not None and due <= now:
@@ -242,6 +312,10 @@ def drive(
             out += [(now, a) for a in model.exited(pod, code, now)]
         elif kind == "preempt":
             out += [(now, a) for a in model.preempted(now)]
+        elif kind == "evict" and pod is not None:
+            out += [(now, a) for a in model.evicted(pod, now)]
+        elif kind == "lose" and pod is not None:
+            out += [(now, a) for a in model.lost(pod, now)]
         else:
             out += [(now, a) for a in model.due(now)]
     return out
