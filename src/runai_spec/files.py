@@ -378,3 +378,8 @@ def _exchange(a: Path, b: Path) -> None:
         os.rename(aside, b)
         raise
     os.rename(aside, a)
+
+
+def exchange_folders(a: Path, b: Path) -> None:
+    """Swap folders A and B at once (`presets sync`: the new set for the old; see _exchange)."""
+    _exchange(a, b)

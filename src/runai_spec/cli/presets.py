@@ -1,4 +1,4 @@
-"""`presets list|show|approve|verify|policy`: the presets, their ledger, their admission policy."""
+"""`presets list|show|approve|verify|policy|sync|publish`: presets, ledger, policy, distribution."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from ..errors import EXIT_FINDINGS, EXIT_OK
 from .common import ContextOpt, KubeconfigOpt, app, err
 
 if TYPE_CHECKING:
+    from ..load.distribution import SyncResult
     from ..load.registry import PresetRegistry
 
 presets_app = typer.Typer(help="Engineer-owned presets and their approvals ledger.", no_args_is_help=True)
@@ -22,14 +23,49 @@ PresetsDir = Annotated[
 ]
 
 
+GrantedToOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--project",
+        "-p",
+        help="Only the presets this Run:ai project is granted (site.yaml `grants`).",
+        show_default=False,
+    ),
+]
+
+
 @presets_app.command("list")
-def presets_list(directory: PresetsDir = None) -> None:
-    """List the approved presets."""
+def presets_list(directory: PresetsDir = None, project: GrantedToOpt = None) -> None:
+    """List the approved presets (--project: those a project may use), and where they came from."""
     from ..load.registry import PresetRegistry
     from ..outputs import report
 
-    for line in report.presets_lines(PresetRegistry(directory)):
+    registry = PresetRegistry(directory)
+    lines = report.presets_lines(registry, project)
+    for line in lines:
         print(line)
+    err(list_notes(registry, project, bool(lines)))
+
+
+def list_notes(registry: PresetRegistry, project: str | None, listed: bool) -> list[str]:
+    """stderr of `presets list`: which presets these are (synced: from where, when, verified
+    against what), and a project granted nothing."""
+    from ..load.distribution import synced_record
+
+    notes = []
+    if registry.synced:
+        record = synced_record() or {}
+        notes.append(
+            f"presets: synced from {record.get('from', '?')} at {record.get('synced_at', '?')} "
+            f"into {registry.root}; verified now against {registry.allowed_signers_path}"
+        )
+    if project is not None and not listed:
+        notes += [
+            f"warning: project {project!r} is granted no approved preset",
+            "hint: ask the SCC AI Engineers for a grant (site.yaml `grants`); "
+            "`runai-spec presets sync` fetches the site's latest",
+        ]
+    return notes
 
 
 @presets_app.command("show")
@@ -108,6 +144,15 @@ def approval_registry(
             "(a key listed in presets/allowed_signers)",
         )
     registry = PresetRegistry(directory)
+    if directory is None and registry.synced:
+        raise InputError(
+            "the presets in use are a synced copy (`presets sync`); approve writes only into "
+            "the presets repository",
+            file=str(registry.root),
+            field="--dir",
+            hint=f"run it in the presets repository's checkout: "
+            f"`runai-spec presets approve {name} --key KEY --dir presets/`",
+        )
     if directory is None and inside_installed_package(registry.root):
         raise InputError(
             "the shipped presets are inside the installed package; approve writes "
@@ -203,3 +248,75 @@ def presets_policy(
         sys.stdout.write(dump(admission.policy_documents(registry)))
         return
     err([f"wrote {path}" for path in admission.write_policy(registry, out)])
+
+
+FromOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--from",
+        help="`cluster` (the ConfigMap the AI Engineers publish, read with your kubeconfig), or a "
+        "folder (the presets repository's presets/, e.g. a checkout on NFS). Default: "
+        "$RUNAI_SPEC_PRESETS_FROM, else the last sync's source.",
+        show_default=False,
+    ),
+]
+
+
+@presets_app.command("sync")
+def presets_sync(
+    source: FromOpt = None, kubeconfig: KubeconfigOpt = None, context: ContextOpt = None
+) -> None:
+    """Fetch the site's current approved presets and use them from now on, once every approval
+    verifies against the allowed_signers this installation pins; a set that does not is
+    refused whole, and the presets in use stay as they were (exit 2)."""
+    from ..load.distribution import sync_source
+
+    chosen = sync_source(source)
+    result = sync_from(chosen, kubeconfig, context)
+    for name in result.files:
+        print(f"ok: {name}")
+    err(
+        [
+            f"synced {len(result.files)} files from {result.source} into {result.folder}; "
+            f"verified against {result.signers}"
+        ]
+    )
+
+
+def sync_from(source: str, kubeconfig: Path | None, context: str | None) -> SyncResult:
+    """`presets sync` from SOURCE: the cluster's published ConfigMap, or a folder."""
+    from ..errors import ClusterError
+    from ..load import distribution
+
+    if source != distribution.CLUSTER:
+        folder = Path(source).expanduser().absolute()
+        return distribution.sync_files(distribution.read_folder(folder), str(folder), str(folder))
+    from ..cluster import Target
+    from ..cluster.params import read_params
+    from ..outputs.admission.documents import PARAMS_NAMESPACE
+
+    got = read_params(
+        Target(kubeconfig=kubeconfig, context=context), PARAMS_NAMESPACE, distribution.FILES_CONFIGMAP
+    )
+    publish = "`runai-spec presets publish --dir presets/ | kubectl apply -f -`"
+    if got.data is None:
+        why = f"forbidden ({got.forbidden})" if got.forbidden else "not found: no presets are published"
+        hint = (
+            "ask the SCC AI Engineers for read access to it, or use `--from DIR`"
+            if got.forbidden
+            else f"the SCC AI Engineers publish them: {publish}"
+        )
+        raise ClusterError(f"{got.ref}: {why}", file="cluster", hint=hint)
+    return distribution.sync_files(distribution.configmap_files(got.data), got.ref, distribution.CLUSTER)
+
+
+@presets_app.command("publish")
+def presets_publish(directory: PresetsDir = None) -> None:
+    """The ConfigMap that `presets sync --from cluster` reads (print it; `kubectl apply -f -`):
+    the folder's approved files byte for byte, never its allowed_signers."""
+    from ..load.distribution import files_configmap
+    from ..load.registry import PresetRegistry
+    from ..outputs.admission.documents import PARAMS_NAMESPACE
+    from ..render.manifests import dump
+
+    sys.stdout.write(dump([files_configmap(PresetRegistry(directory), PARAMS_NAMESPACE)]))

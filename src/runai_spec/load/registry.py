@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import difflib
 import hashlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -60,6 +61,21 @@ def default_presets_dir() -> Path:
     return shipped_dir("presets")
 
 
+def pinned_signers() -> Path:
+    """The allowed_signers this installation pins: the shipped presets/'s. Synced presets
+    (`presets sync`) verify against it, never against a file that came with them."""
+    return default_presets_dir() / ALLOWED_SIGNERS_FILE
+
+
+def synced_presets_dir() -> Path:
+    """Where `presets sync` keeps the site's current presets: a cache, verified on every read."""
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "runai-spec" / "presets"
+
+
+SYNC_RECORD = ".synced.json"  # what `presets sync` fetched, from where, when (shown, never trusted)
+
+
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -82,8 +98,15 @@ def _pydantic_error(exc: ValidationError, source: str) -> PresetError:
 class PresetRegistry:
     """Presets of one folder, accepted only when the approvals ledger vouches for them."""
 
-    def __init__(self, root: Path | None = None, *, today: dt.date | None = None) -> None:
-        self.root = root or default_presets_dir()
+    def __init__(
+        self, root: Path | None = None, *, today: dt.date | None = None, signers: Path | None = None
+    ) -> None:
+        synced = synced_presets_dir()
+        # no folder named: the synced presets where `presets sync` left a complete set,
+        # verified against the installation's allowed_signers; else the shipped ones
+        self.synced = root is None and (synced / SYNC_RECORD).is_file()
+        self.root = root or (synced if self.synced else default_presets_dir())
+        self.signers = signers or (pinned_signers() if self.synced else None)
         self.today = today or dt.date.today()
         self._ledger: Ledger | None = None
         self._site: ApprovedSite | None = None
@@ -112,7 +135,9 @@ class PresetRegistry:
 
     @property
     def allowed_signers_path(self) -> Path:
-        return self.root / ALLOWED_SIGNERS_FILE
+        """The engineers' keys that vouch for this folder: its own allowed_signers (a presets
+        repository's checkout), or the pinned one given (synced presets)."""
+        return self.signers or self.root / ALLOWED_SIGNERS_FILE
 
     def _approved_bytes(self, filename: str, what: str) -> tuple[bytes, Approval]:
         path = self.root / filename

@@ -233,17 +233,21 @@ def rules_text() -> str:
 # --- presets, cluster, rehearsal ---------------------------------------------------
 
 
-def presets_lines(registry: PresetRegistry) -> list[str]:
-    """`presets list`: one line per preset, REFUSED with the reason for one that fails."""
+def presets_lines(registry: PresetRegistry, project: str | None = None) -> list[str]:
+    """`presets list`: one line per preset, REFUSED with the reason for one that fails; with
+    PROJECT, only the presets the site's grants give that project."""
     from ..errors import InputError
 
     lines = []
     try:
-        grants: dict[str, list[str]] | None = registry.site().grants
+        site = registry.site()
+        grants: dict[str, list[str]] | None = site.grants
         refused = None
     except InputError as exc:  # the site file does not verify: say so, once
         grants, refused = None, exc.message
     for name in registry.names():
+        if project is not None and (refused is not None or not site.granted(project, name)):
+            continue  # a site file that does not verify grants nothing
         try:
             p = registry.get(name).preset
         except InputError as exc:
