@@ -259,3 +259,25 @@ def test_list_project_granted_nothing_says_so(presets_dir: Path, engineer_key: P
         "`runai-spec presets sync` fetches the site's latest"
     ]
     assert "warning: project 'someone-else' is granted no approved preset" in stderr
+
+
+def test_a_cache_that_cannot_be_written_is_bad_input_not_a_crash(
+    checkout: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    code, _, stderr = cli("presets", "sync", "--from", str(checkout))
+    assert code == EXIT_INPUT
+    (error, hint) = problems(stderr)
+    assert error.startswith(f"error: {blocked / 'runai-spec' / 'presets'}: cannot write the synced presets: ")
+    assert hint.startswith("hint: check that the folder can be written")
+
+
+def test_what_a_killed_sync_left_is_removed_by_the_next(checkout: Path) -> None:
+    left = synced_presets_dir().with_name(".presets.sync-12345-0")
+    left.mkdir(parents=True)
+    (left / "h200-8gpu.yaml").write_text("half written")
+    assert cli("presets", "sync", "--from", str(checkout))[0] == EXIT_OK
+    assert not left.exists()
+    assert sorted(p.name for p in synced_presets_dir().parent.iterdir()) == [".presets.lock", "presets"]

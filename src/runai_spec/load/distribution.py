@@ -12,13 +12,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -110,7 +112,35 @@ def sync_files(
     _check_names(files, shown)
     signers = pinned_signers()
     target = synced_presets_dir()
-    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with _sync_lock(target):
+            _stage_and_swap(files, shown, source, target, today, signers)
+    except OSError as exc:
+        raise InputError(
+            f"cannot write the synced presets: {exc.strerror or exc}; the presets in use are unchanged",
+            file=str(target),
+            hint="check that the folder can be written (XDG_CACHE_HOME), then sync again",
+        ) from None
+    return SyncResult(shown, tuple(sorted(files)), target, signers)
+
+
+@contextlib.contextmanager
+def _sync_lock(target: Path) -> Iterator[None]:
+    """One sync at a time per cache (flock, released when the process ends however it ends);
+    the stages a killed sync left are removed under it."""
+    with open(target.with_name(f".{target.name}.lock"), "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for stale in target.parent.glob(f".{target.name}.sync-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        yield
+
+
+def _stage_and_swap(
+    files: Mapping[str, bytes], shown: str, source: str, target: Path, today: dt.date | None, signers: Path
+) -> None:
+    """FILES written into a stage beside TARGET, verified there against SIGNERS (on TODAY), then
+    swapped in for TARGET at once; the stage removed whatever happens."""
     stage = _new_stage(target)
     try:
         for name, data in files.items():
@@ -130,7 +160,6 @@ def sync_files(
             os.rename(stage, target)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
-    return SyncResult(shown, tuple(sorted(files)), target, signers)
 
 
 def _check_names(files: Mapping[str, bytes], shown: str) -> None:
