@@ -281,3 +281,18 @@ def test_what_a_killed_sync_left_is_removed_by_the_next(checkout: Path) -> None:
     assert cli("presets", "sync", "--from", str(checkout))[0] == EXIT_OK
     assert not left.exists()
     assert sorted(p.name for p in synced_presets_dir().parent.iterdir()) == [".presets.lock", "presets"]
+
+
+def test_from_shipped_goes_back_to_the_installation_s_own_presets(checkout: Path, presets_dir: Path) -> None:
+    """A newer release brings its own presets: the synced copy would hide them until removed."""
+    assert cli("presets", "sync", "--from", str(checkout))[0] == EXIT_OK
+    assert PresetRegistry().synced
+    code, stdout, stderr = cli("presets", "sync", "--from", "shipped")
+    assert code == EXIT_OK and stdout == ""
+    assert stderr == (
+        f"presets: the synced copy is removed; in use: those shipped with runai-spec ({presets_dir})\n"
+    )
+    registry = PresetRegistry()
+    assert not registry.synced and registry.root == presets_dir and NEW not in registry.names()
+    assert not synced_presets_dir().exists()
+    assert cli("presets", "sync", "--from", "shipped")[0] == EXIT_OK  # nothing synced: nothing to do

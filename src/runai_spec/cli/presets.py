@@ -254,9 +254,9 @@ FromOpt = Annotated[
     str | None,
     typer.Option(
         "--from",
-        help="`cluster` (the ConfigMap the AI Engineers publish, read with your kubeconfig), or a "
-        "folder (the presets repository's presets/, e.g. a checkout on NFS). Default: "
-        "$RUNAI_SPEC_PRESETS_FROM, else the last sync's source.",
+        help="`cluster` (the ConfigMap the AI Engineers publish, read with your kubeconfig), a "
+        "folder (the presets repository's presets/, e.g. a checkout on NFS), or `shipped` (back to "
+        "this installation's own). Default: $RUNAI_SPEC_PRESETS_FROM, else the last sync's source.",
         show_default=False,
     ),
 ]
@@ -271,23 +271,20 @@ def presets_sync(
     refused whole, and the presets in use stay as they were (exit 2)."""
     from ..load.distribution import sync_source
 
-    chosen = sync_source(source)
-    result = sync_from(chosen, kubeconfig, context)
+    result = sync_from(sync_source(source), kubeconfig, context)
     for name in result.files:
         print(f"ok: {name}")
-    err(
-        [
-            f"synced {len(result.files)} files from {result.source} into {result.folder}; "
-            f"verified against {result.signers}"
-        ]
-    )
+    err([result.summary])
 
 
 def sync_from(source: str, kubeconfig: Path | None, context: str | None) -> SyncResult:
-    """`presets sync` from SOURCE: the cluster's published ConfigMap, or a folder."""
+    """`presets sync` from SOURCE: the cluster's published ConfigMap, a folder, or back to the
+    shipped presets."""
     from ..errors import ClusterError
     from ..load import distribution
 
+    if source == distribution.SHIPPED:
+        return distribution.forget_synced()
     if source != distribution.CLUSTER:
         folder = Path(source).expanduser().absolute()
         return distribution.sync_files(distribution.read_folder(folder), str(folder), str(folder))

@@ -35,6 +35,7 @@ from .yaml import MAX_BYTES
 
 FROM_ENV = "RUNAI_SPEC_PRESETS_FROM"  # a site's default source (an environment module sets it)
 CLUSTER = "cluster"  # `--from cluster`: the ConfigMap published next to the policy's parameters
+SHIPPED = "shipped"  # `--from shipped`: back to the presets of this installation (a folder: ./shipped)
 FILES_CONFIGMAP = "runai-spec-preset-files"
 MAX_FILES = 500  # a presets folder holds tens of files; more is not a presets folder
 
@@ -47,6 +48,18 @@ class SyncResult:
     files: tuple[str, ...]
     folder: Path
     signers: Path
+
+    @property
+    def summary(self) -> str:
+        """The one line `presets sync` prints on stderr."""
+        if self.source == SHIPPED:
+            return (
+                f"presets: the synced copy is removed; in use: those shipped with runai-spec ({self.folder})"
+            )
+        return (
+            f"synced {len(self.files)} files from {self.source} into {self.folder}; "
+            f"verified against {self.signers}"
+        )
 
 
 def sync_source(given: str | None) -> str:
@@ -229,6 +242,24 @@ def files_configmap(registry: PresetRegistry, namespace: str) -> dict[str, Any]:
         },
         "data": {name: (registry.root / name).read_bytes().decode("utf-8") for name in sorted(names)},
     }
+
+
+def forget_synced() -> SyncResult:
+    """Remove the synced copy (`--from shipped`), so that the presets shipped with this
+    installation are in use again (a release newer than the copy brings its own)."""
+    target = synced_presets_dir()
+    if target.parent.is_dir():
+        try:
+            with _sync_lock(target):
+                if target.exists():  # moved aside at once: a reader sees the copy or none
+                    aside = target.with_name(f".{target.name}.sync-{os.getpid()}-gone")
+                    os.rename(target, aside)
+                    shutil.rmtree(aside, ignore_errors=True)
+        except OSError as exc:
+            raise InputError(
+                f"cannot remove the synced presets: {exc.strerror or exc}", file=str(target)
+            ) from None
+    return SyncResult(SHIPPED, (), PresetRegistry().root, pinned_signers())
 
 
 def configmap_files(data: Mapping[str, str]) -> dict[str, bytes]:
