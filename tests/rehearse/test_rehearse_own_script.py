@@ -19,13 +19,12 @@ from runai_spec.cli import app
 from runai_spec.pipeline.checklist import PreflightSettings
 from runai_spec.rehearse.filesystem import audit_layer_dir, can_mount, pod_filesystem
 from runai_spec.rehearse.script_checks import (
-    LOST,
-    ScriptRun,
     foreign_records,
     foreign_row,
     read_audit,
     script_checks,
 )
+from runai_spec.rehearse.script_records import LOST, ScriptRun
 
 SETTINGS = PreflightSettings(local_batch=4, grad_accum=2, global_batch=16)
 RUN = ScriptRun(
@@ -142,7 +141,8 @@ def _healthy(world: int = 2) -> list[dict[str, Any]]:
             _rec("start", k, 1),
             _rec("init-process-group", k, 2, group_world_size=world, backend="gloo", device="cpu"),
         ]
-    out.append(_rec("save", 0, 3, path="/checkpoints/s.pt", api="torch.save", step=5))
+    out += [_rec("batch", k, 2.5, n=1, loader=8, forward=8) for k in range(world)]  # 4 local x 2 accum
+    out.append(_rec("save", 0, 3, path="/checkpoints/s.pt", api="torch.save", step=5, complete=True))
     for k in range(world):
         out += [_rec("destroy-process-group", k, 4), _rec("exit", k, 5, exit_code=0)]
     return out
@@ -168,7 +168,7 @@ def test_a_healthy_run_passes_every_row_that_can_be_checked_on_cpu() -> None:
 
 def test_a_checkpoint_in_the_working_directory_is_lost_at_restart() -> None:
     records = _healthy()
-    records[4] = _rec("save", 0, 3, path="/workspace/snapshot.pt", api="torch.save", step=5)
+    records[6] = _rec("save", 0, 3, path="/workspace/snapshot.pt", api="torch.save", step=5)
     row = _rows(records)["checkpoint"]
     assert row.status == "fail" and "/workspace/snapshot.pt" in row.message and LOST in row.message
 
@@ -185,7 +185,7 @@ def test_non_sharded_saves_and_metrics_from_every_rank_fail_dcp_shards_do_not() 
 
 def test_a_restarted_rank_that_saves_before_loading_started_again_from_step_0() -> None:
     run = ScriptRun(**{**RUN.__dict__, "restarted": True})
-    records = _healthy()[:5]  # attempt 0: killed after the save of step 5
+    records = _healthy()[:7]  # attempt 0: killed after the save of step 5
     for k in range(2):
         records += [
             _rec("start", k, 10, attempt=1),
@@ -259,7 +259,7 @@ def test_records_a_script_writes_into_the_audit_folder_do_not_count(tmp_path: Pa
     assert done.returncode == 0, done.stderr
     assert done.stdout == "key seen: None\n"  # the rank's environment lost the key
     records = read_audit(tmp_path / "audit", KEY)
-    assert [r["event"] for r in records] == ["start", "exit"]  # the layer's own, rank 0
+    assert [r["event"] for r in records] == ["start", "end", "exit"]  # the layer's own, rank 0
     assert {r["pid"] for r in records} != {990, 991}
     foreign = foreign_records(tmp_path / "audit", KEY)
     assert foreign == {"rank-0.990.jsonl": 2, "rank-1.991.jsonl": 2}
@@ -279,9 +279,9 @@ def test_an_edited_record_of_the_audit_layer_does_not_count(tmp_path: Path) -> N
     subprocess.run([sys.executable, "train.py"], cwd=tmp_path, check=True, env=env, timeout=60)
     (log,) = (tmp_path / "audit").glob("rank-0.*.jsonl")
     lines = log.read_text().splitlines()
-    assert len(lines) == 2 and '"exit_code": 0' in lines[1]
-    log.write_text("\n".join([lines[0], lines[1].replace('"exit_code": 0', '"exit_code": 1')]) + "\n")
-    assert [r["event"] for r in read_audit(tmp_path / "audit", KEY)] == ["start"]
+    assert len(lines) == 3 and '"exit_code": 0' in lines[2]  # start, end (of the script), exit
+    log.write_text("\n".join([*lines[:2], lines[2].replace('"exit_code": 0', '"exit_code": 1')]) + "\n")
+    assert [r["event"] for r in read_audit(tmp_path / "audit", KEY)] == ["start", "end"]
     assert foreign_records(tmp_path / "audit", KEY) == {log.name: 1}
 
 
@@ -524,14 +524,14 @@ def test_a_process_the_rank_starts_afresh_records_nothing(tmp_path: Path) -> Non
     )
     assert len(list((tmp_path / "audit").glob("rank-0.*.jsonl"))) == 1  # the rank's own
     assert foreign_records(tmp_path / "audit", KEY) == {}
-    assert [r["event"] for r in read_audit(tmp_path / "audit", KEY)] == ["start", "exit"]
+    assert [r["event"] for r in read_audit(tmp_path / "audit", KEY)] == ["start", "end", "exit"]
 
 
 def test_dcp_s_own_in_memory_serialisations_are_no_checkpoints() -> None:
     """Issue 24 item 1: DCP serialises with torch.save into memory buffers on every rank; a
     model-only `dcp.save` of a correct script is one sharded checkpoint, not four non-sharded
     ones at path None."""
-    from runai_spec.rehearse.script_checks import _checkpoint_row
+    from runai_spec.rehearse.script_saves import checkpoint_row as _checkpoint_row
 
     run = ScriptRun(**{**RUN.__dict__, "world": 4, "plan_world": 4})
     records = [{"event": "save", "api": "torch.save", "path": None, "rank": r} for r in range(4)]
@@ -550,4 +550,4 @@ def test_dcp_s_own_in_memory_serialisations_are_no_checkpoints() -> None:
     assert "None" not in row.message and "(and in memory)" in row.message
     # only serialisations into memory, no checkpoint: still no checkpoint
     row = _checkpoint_row(records[:4], run)
-    assert row.status == "fail" and row.message.startswith("no rank saved a checkpoint")
+    assert row.status == "fail" and row.message.startswith("no rank saved a whole checkpoint")

@@ -51,7 +51,10 @@ ENV_KEY = "RUNAI_SPEC_AUDIT_KEY"
 _KEY = (os.environ.pop(ENV_KEY, "") if "LOCAL_RANK" in os.environ else os.environ.get(ENV_KEY, "")).encode()
 STEP_KEYS = ("step", "global_step", "iteration", "iter", "epoch")
 _lock = threading.Lock()
-_state: dict[str, Any] = {"exit_code": None, "exception": None}
+_tls = threading.local()
+NESTED_EVENTS = ("save", "load")
+_saved: set[str] = set()  # the checkpoints this process wrote, for their renames
+_state: dict[str, Any] = {"exit_code": None, "exception": None, "saves": 0}
 
 
 def _path_of(target: Any) -> str | None:
@@ -78,6 +81,47 @@ def _step_of(obj: Any) -> int | None:
             if isinstance(value, int) and not isinstance(value, bool):
                 return value
     return None
+
+
+def _completed(target: Any, *, folder: bool = False) -> dict[str, Any]:
+    """Whether a save that returned left a whole checkpoint: a file written and closed
+    (torch.save and safetensors to a path; into the script's own open file it is whole once
+    the script closes it), or DCP's folder with the `.metadata` its coordinator renames into
+    place last (`__<rank>.metadata` without coordination; torch 2.13
+    torch/distributed/checkpoint/filesystem.py, `finish`)."""
+    path = _path_of(target)
+    if path is None:
+        return {"complete": False}
+    if folder:
+        names = os.listdir(path) if os.path.isdir(path) else []
+        done = any(n == ".metadata" or (n.startswith("__") and n.endswith(".metadata")) for n in names)
+    elif isinstance(target, (str, bytes, os.PathLike)):
+        done = os.path.isfile(path)
+    else:
+        done = True
+    return _remember(path, done)
+
+
+def _remember(path: str | None, done: bool) -> dict[str, Any]:
+    """A whole checkpoint at PATH: counted (runai_spec_script.py's `moved-on`), and its renames followed."""
+    if done and path:
+        _saved.add(path)
+        _state["saves"] += 1
+    return {"complete": done}
+
+
+def _when_done(result: Any, target: Any, api: str) -> dict[str, Any]:
+    """DCP's async_save returns before the checkpoint is whole: a record when its upload ends."""
+    future = getattr(result, "upload_completion", result)
+
+    def done(_: Any) -> None:
+        record("save-complete", api=api, path=_path_of(target), **_completed(target, folder=True))
+
+    try:
+        future.add_done_callback(done)
+    except Exception:  # noqa: BLE001 - no future: nothing to wait for
+        return {"complete": False, "async": True}
+    return {"complete": False, "async": True}
 
 
 def record(event: str, **fields: Any) -> None:
@@ -133,19 +177,32 @@ def _wrap(
     if original is None or getattr(original, "__runai_spec_audit__", False):
         return
 
+    nests = event in NESTED_EVENTS
+
     @functools.wraps(original)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if nests and getattr(_tls, "inside", False):
+            # a save or load inside another (DCP's own torch.save into buffers, DeepSpeed's
+            # torch.save of each shard) is part of it, not a checkpoint of the script's own
+            return original(*args, **kwargs)
         fields: dict[str, Any] = {}
         if before is not None:
             try:
                 fields.update(before(*args, **kwargs) or {})
             except Exception:  # noqa: BLE001
                 _audit_error(f"{attr} (before)")
+        if event == "save":
+            record("save-start", **fields)  # a fault between this and the save is mid-save
+        if nests:
+            _tls.inside = True
         try:
             result = original(*args, **kwargs)
         except BaseException as exc:
             record(event, failed=f"{type(exc).__name__}: {exc}"[:300], **fields)
             raise
+        finally:
+            if nests:
+                _tls.inside = False
         if after is not None:
             try:
                 fields.update(after(result, *args, **kwargs) or {})
@@ -188,6 +245,7 @@ def _patch_torch(torch: ModuleType) -> None:
             "path": _path_of(_arg(a, k, 1, "f")),
             "step": _step_of(_arg(a, k, 0, "obj")),
         },
+        after=lambda result, *a, **k: _completed(_arg(a, k, 1, "f")),
     )
     _wrap(
         torch,
@@ -227,14 +285,18 @@ def _patch_distributed(dist: ModuleType) -> None:
             _wrap(owner, "destroy_process_group", event="destroy-process-group")
 
 
+def _dcp_target(args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+    return (
+        kwargs.get("checkpoint_id")
+        or kwargs.get("storage_writer")
+        or kwargs.get("storage_reader")
+        or (args[1] if len(args) > 1 else None)
+    )
+
+
 def _dcp_before(api: str) -> Callable[..., dict[str, Any]]:
     def before(*args: Any, **kwargs: Any) -> dict[str, Any]:
-        target = (
-            kwargs.get("checkpoint_id")
-            or kwargs.get("storage_writer")
-            or kwargs.get("storage_reader")
-            or (args[1] if len(args) > 1 else None)
-        )
+        target = _dcp_target(args, kwargs)
         return {
             "api": api,
             "path": _path_of(target),
@@ -246,8 +308,23 @@ def _dcp_before(api: str) -> Callable[..., dict[str, Any]]:
 
 
 def _patch_dcp(dcp: ModuleType) -> None:
-    for name in ("save", "async_save", "save_state_dict"):
-        _wrap(dcp, name, event="save", before=_dcp_before(f"torch.distributed.checkpoint.{name}"))
+    for name in ("save", "save_state_dict"):
+        _wrap(
+            dcp,
+            name,
+            event="save",
+            before=_dcp_before(f"torch.distributed.checkpoint.{name}"),
+            after=lambda result, *a, **k: _completed(_dcp_target(a, k), folder=True),
+        )
+    _wrap(
+        dcp,
+        "async_save",
+        event="save",
+        before=_dcp_before("torch.distributed.checkpoint.async_save"),
+        after=lambda result, *a, **k: _when_done(
+            result, _dcp_target(a, k), "torch.distributed.checkpoint.async_save"
+        ),
+    )
     for name in ("load", "load_state_dict"):
         _wrap(
             dcp,
@@ -264,12 +341,14 @@ def _patch_safetensors(st: ModuleType) -> None:
         "save_file",
         event="save",
         before=lambda *a, **k: {"api": "safetensors.save_file", "path": _path_of(_arg(a, k, 1, "filename"))},
+        after=lambda result, *a, **k: _completed(_arg(a, k, 1, "filename")),
     )
     _wrap(
         st,
         "save_model",
         event="save",
         before=lambda *a, **k: {"api": "safetensors.save_model", "path": _path_of(_arg(a, k, 1, "filename"))},
+        after=lambda result, *a, **k: _completed(_arg(a, k, 1, "filename")),
     )
     _wrap(
         st,
@@ -283,6 +362,12 @@ def _patch_safetensors(st: ModuleType) -> None:
         event="load",
         before=lambda *a, **k: {"api": "safetensors.load_model", "path": _path_of(_arg(a, k, 1, "filename"))},
     )
+
+
+def _more(name: str, *args: Any) -> dict[str, Any]:
+    """A helper of runai_spec_script.py (beside this file), once it is loaded."""
+    module = sys.modules.get("runai_spec_script")
+    return dict(getattr(module, name)(*args)) if module is not None else {}
 
 
 def _metrics(api: str, path_arg: tuple[int, str] | None = None) -> Callable[..., dict[str, Any]]:
@@ -300,20 +385,37 @@ def _patch_tensorboard(tb: ModuleType) -> None:
     writer = getattr(tb, "SummaryWriter", None)
     if writer is not None:
         # args[0] is the writer itself: the log dir is the second positional argument
+        # where it writes: the folder it chose (./runs/<date>_<host> by default)
         _wrap(
             writer,
             "__init__",
             event="metrics",
             before=_metrics(f"{tb.__name__}.SummaryWriter", (1, "log_dir")),
+            after=lambda result, *a, **k: {
+                "path": _path_of(getattr(a[0], "log_dir", None) or getattr(a[0], "logdir", None))
+            },
         )
 
 
 def _patch_wandb(wandb: ModuleType) -> None:
-    _wrap(wandb, "init", event="metrics", before=_metrics("wandb.init"))
+    _wrap(
+        wandb,
+        "init",
+        event="metrics",
+        before=_metrics("wandb.init"),
+        after=lambda result, *a, **k: _more("wandb_dir", result, k),
+    )
 
 
 def _patch_mlflow(mlflow: ModuleType) -> None:
-    for name in ("start_run", "log_metric", "log_metrics"):
+    _wrap(
+        mlflow,
+        "start_run",
+        event="metrics",
+        before=_metrics("mlflow.start_run"),
+        after=lambda result, *a, **k: _more("mlflow_store", mlflow),
+    )
+    for name in ("log_metric", "log_metrics"):
         _wrap(mlflow, name, event="metrics", before=_metrics(f"mlflow.{name}"))
 
 
@@ -422,6 +524,10 @@ def _install() -> None:
             record("start", cwd=os.getcwd(), argv=list(getattr(sys, "argv", []) or []))
         except Exception:  # noqa: BLE001
             _audit_error("install")
+        try:  # renames, transport variables, DeepSpeed, samples per step (beside this file)
+            importlib.import_module("runai_spec_script").install(sys.modules[__name__])
+        except Exception:  # noqa: BLE001
+            _audit_error("install script records")
     try:
         _chain_next_sitecustomize()
     except Exception:  # noqa: BLE001

@@ -33,13 +33,15 @@ from .checks import (
     result_dict,
 )
 from .faults import Fault, faults_of
-from .job import DEFAULT_PORT, PORT_NAME, find_job, nproc_of, operator_env, replicas_of
+from .filesystem import pvc_paths
+from .job import DEFAULT_PORT, PORT_NAME, container_of, find_job, nproc_of, operator_env, replicas_of
 from .logs_folder import check_logs_dir, make_logs_dir
 from .network import NetPlan, auto_on_gpu, plan_network, pod_network, resolve_mode
 from .processes import PodOutcome, run_attempt
 from .restarts import operator_verdict, restart_settings
 from .runner import audit_key, final_round, rehearse_faults
-from .script_checks import ScriptRun, foreign_records, foreign_row, read_audit, script_checks
+from .script_checks import foreign_records, foreign_row, read_audit, script_checks
+from .script_records import ScriptRun
 from .spec import (
     DEFAULT_TIMEOUT_S,
     Progress,
@@ -47,6 +49,7 @@ from .spec import (
     check_backoff_scale,
     check_timeout,
 )
+from .teardown import TeardownWatch, crash_named
 
 __all__ = [
     "CHECK_ORDER",
@@ -146,6 +149,15 @@ def set_up(manifests: Sequence[Mapping[str, Any]], spec: RehearsalSpec) -> Setup
     )
 
 
+def _pvc_paths(job: Mapping[str, Any]) -> tuple[str, ...]:
+    """The PVC mount paths of the job's first replica type (every pod mounts the same)."""
+    replicas = replicas_of(job)
+    if not replicas:
+        return ()
+    rtype, _, replica = replicas[0]
+    return pvc_paths(((replica.get("template") or {}).get("spec") or {}), container_of(replica, rtype))
+
+
 def own_script_checks(
     setup: Setup, plans: Sequence[PodPlan], world: int, outcomes: Sequence[PodOutcome], *, restarted: bool
 ) -> list[CheckResult]:
@@ -164,6 +176,9 @@ def own_script_checks(
         gpus=setup.gpus,
         restarted=restarted,
         timed_out=any(o.timed_out for o in outcomes),
+        volumes=_pvc_paths(setup.job),
+        crash=crash_named([o.log for o in outcomes]),
+        checkpoint_format=settings.checkpoint_format,
     )
     key = audit_key(plans)
     rows = script_checks(read_audit(root / "audit", key), run, settings)
@@ -214,6 +229,11 @@ def run_once(
         skip=spec.skip_pods,
         after_crash_s=OWN_SCRIPT_SETTLE_S if spec.own_script else None,
         progress=spec.progress,
+        watch=TeardownWatch(
+            setup.root / "audit", audit_key(plans), world, [p.log_dir / "pod.log" for p in plans]
+        )
+        if spec.own_script
+        else None,
     )
     checks = aggregate(run.lines, world, run.outcomes, spec.timeout_s, spec.own_script)
     if spec.own_script:

@@ -467,11 +467,13 @@ def _process_env(lay: _Layout, kenv: Mapping[str, str], pod_index: int, short: s
 
 
 def install_audit_layer(root: Path) -> None:
-    """A fresh copy of the audit layer (sitecustomize.py) and an empty audit folder."""
+    """A fresh copy of the audit layer (sitecustomize.py and the modules it loads) and an
+    empty audit folder."""
     layer = root / "audit-layer"
     shutil.rmtree(layer, ignore_errors=True)
     layer.mkdir(parents=True)
-    shutil.copyfile(audit_layer_dir() / "sitecustomize.py", layer / "sitecustomize.py")
+    for module in sorted(audit_layer_dir().glob("*.py")):
+        shutil.copyfile(module, layer / module.name)
     shutil.rmtree(root / "audit", ignore_errors=True)
     (root / "audit").mkdir()
 

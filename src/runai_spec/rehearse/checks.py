@@ -12,7 +12,7 @@ from ..text import one_line
 from .argv import PodPlan
 from .network import NetPlan
 from .process_tree import can_pid_namespace
-from .processes import PodOutcome
+from .processes import SCRIPTS_ENDED, PodOutcome
 
 TAIL_LINES = 3  # of a crashed rank's stderr in the pods row: where a traceback ends
 
@@ -157,6 +157,10 @@ def _pod_story(o: PodOutcome, timeout_s: float, own_script: bool) -> str:
     """How one pod ended, in plain words, with where to read why when it failed."""
     if o.exit_code is None and not o.timed_out:
         return "not started"
+    if o.timed_out and o.stopped_after == SCRIPTS_ENDED:
+        return f"still running {o.settle_s:g} s after {SCRIPTS_ENDED} (in teardown), stopped there"
+    if o.timed_out and o.stopped_after and o.settle_s == 0:
+        return f"stopped once {o.stopped_after} (see the shutdown row), not waiting for --timeout"
     if o.timed_out and o.stopped_after:
         return (
             f"still running {o.settle_s:g} s after {o.stopped_after} crashed (waiting for it?), stopped there"

@@ -204,3 +204,10 @@ def pod_filesystem(
     script = pod_dir / "container.sh"
     script.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return PodFilesystem(("sh", str(script)), checkpoint_dir, isolate and bool(binds or tmpfs), note)
+
+
+def pvc_paths(pod_spec: Mapping[str, Any], container: Mapping[str, Any]) -> tuple[str, ...]:
+    """The mount paths of the container's PersistentVolumeClaims: what outlives the pod."""
+    return tuple(
+        path for _, path, _, source in _volumes(pod_spec, container) if "persistentVolumeClaim" in source
+    )

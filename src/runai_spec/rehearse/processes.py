@@ -9,7 +9,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,8 @@ from ..pipeline.checklist import PREFLIGHT_LINE, parse_lines
 from .argv import PodPlan
 from .process_tree import descendants, namespace_init, wait_gone
 from .spec import Progress
+
+SCRIPTS_ENDED = "every rank's script ended"  # PodOutcome.stopped_after: stopped in teardown
 
 
 @dataclass(frozen=True)
@@ -273,29 +275,40 @@ def run_attempt(
     skip: Sequence[str] = (),
     after_crash_s: float | None = None,
     progress: Progress | None = None,
+    watch: Callable[[], str | None] | None = None,
 ) -> Attempt:
     """Start every pod, wait for all of them (bounded), return outcomes and PREFLIGHT lines.
 
     With `after_crash_s`, once one pod exits non-zero the others get that long to end too.
-    With `progress`, a status line (`progress_line`) goes to it about once a second."""
+    With `progress`, a status line (`progress_line`) goes to it about once a second. With
+    `watch` (teardown.TeardownWatch): once it says every rank's script ended ("") the pods get
+    `after_crash_s` to exit, and once it names a crash after that they are stopped at once."""
     pods = [Pod(p, attempt) for p in plans if p.name not in skip]
     deadline = time.monotonic() + timeout_s
     ticker = Ticker(progress, len(plans), timeout_s)
     first_crash: str | None = None
+    settle = after_crash_s
+    ended = False
     try:
         while time.monotonic() < deadline and any(p.proc.poll() is None for p in pods):
             if after_crash_s is not None and first_crash is None:
                 first_crash = next((p.plan.name for p in pods if p.proc.poll() not in (None, 0)), None)
                 if first_crash is not None:
                     deadline = min(deadline, time.monotonic() + after_crash_s)
+            state = watch() if watch is not None and first_crash is None else None
+            if state is not None and not ended:
+                ended = True
+                deadline = min(deadline, time.monotonic() + (after_crash_s or 0))
+            if state:
+                first_crash, settle, deadline = state, 0.0, time.monotonic()
             ticker.tick(pods)
             time.sleep(0.05)
     finally:
         for p in pods:
             if p.proc.poll() is None:
                 p.timed_out = True
-                p.stopped_after = first_crash
-                p.settle_s = after_crash_s if first_crash else None
+                p.stopped_after = first_crash or (SCRIPTS_ENDED if ended else None)
+                p.settle_s = settle if p.stopped_after else None
             p.stop()
     outcomes = [p.finish() for p in pods]
     for name in skip:

@@ -17,6 +17,9 @@ from .checks import CheckResult
 from .faults import Fault
 from .processes import Pod, PodOutcome, Ticker, held
 from .restarts import STATIC_RENDEZVOUS_RISK, static_rendezvous
+from .script_checks import read_audit
+from .script_records import first_checkpoint
+from .script_saves import mid_save
 from .spec import RehearsalSpec
 
 
@@ -88,6 +91,7 @@ class FaultRun:
         self.fired: list[Fired] = []
         self.seen_exit: set[int] = set()
         self.start = time.monotonic()
+        self.wall_start = time.time()  # the audit records' clock
         self.ended_at = 0.0
 
     def apply(self, actions: Sequence[Action]) -> None:
@@ -118,7 +122,7 @@ class FaultRun:
             saves = (
                 held(self.hold_dir)
                 if self.audit_dir is None
-                else first_saves(self.audit_dir, audit_key(self.plans))
+                else first_saves(self.audit_dir, audit_key(self.plans), self.world)
             )
             ready = (
                 (bool(saves) if self.audit_dir is not None else len(saves) >= self.world)
@@ -202,7 +206,10 @@ class FaultRun:
             else f"no rank resumed the saved step {f.saved}"
         )
         if self.audit_dir is not None:
-            story = "the resume row checks what your script loaded after it"
+            story = (
+                mid_save(read_audit(self.audit_dir, audit_key(self.plans)), self.wall_start + f.at)
+                + "the resume row checks what your script loaded after it"
+            )
         if wrong:
             story += "; " + "; ".join(wrong)
         moved = f"pods restarted in place: {', '.join(sorted(f.restarted)) or 'none'}"
@@ -289,22 +296,10 @@ def audit_key(plans: Sequence[PodPlan]) -> str:
     return next((p.env[AUDIT_KEY_ENV] for p in plans if AUDIT_KEY_ENV in p.env), "")
 
 
-def first_saves(audit_dir: Path, key: str) -> dict[int, int]:
-    """{rank: step} of the checkpoints the first start of each rank's script saved, from the
-    audit layer's records (step 0 where the checkpoint says none)."""
-    from .script_checks import read_audit
-
-    out: dict[int, int] = {}
-    for r in read_audit(audit_dir, key):
-        if (
-            r.get("event") == "save"
-            and not r.get("failed")
-            and r.get("rank") is not None
-            and not r.get("attempt")
-            and not r.get("restart")
-        ):
-            out.setdefault(int(r["rank"]), int(r.get("step") or 0))
-    return out
+def first_saves(audit_dir: Path, key: str, world: int) -> dict[int, int]:
+    """{rank: step} once the first start of the script has a whole checkpoint that every rank
+    writing it is past (script_records.first_checkpoint); {} before."""
+    return first_checkpoint(read_audit(audit_dir, key), world)
 
 
 def _resumes(lines: Sequence[Mapping[str, Any]], saved: int) -> tuple[set[int], list[str]]:

@@ -1,0 +1,272 @@
+"""The audit layer's records beyond saves and loads: renames, transport variables, samples per step.
+
+sitecustomize.py loads it (by this name, unique on the ranks' sys.path) and hands it itself, whose
+`record`, `_wrap`, `PATCHES` and the set of checkpoints saved so far it uses. It keeps
+sitecustomize's rules: it changes nothing the script computes (every wrapper calls the original
+with the same arguments and returns or raises what it does; the hooks only read shapes), it
+fails open, and it uses only the stdlib until the script imports torch.
+
+Records:
+- `rename`: a checkpoint this process saved (or a folder holding one) renamed or moved into
+  place (`os.rename`, `os.replace`, and so `shutil.move`);
+- `env-set`: a transport variable (TRANSPORT_PREFIXES) set by the rank itself at run time
+  (`os.environ[...] =`, `setdefault`, `update`, `os.putenv`), with the line that set it;
+- `batch`: for each of the first MEASURE_STEPS optimizer steps, the samples that entered the
+  model since the step before: the batch dimension of every batch a `DataLoader` handed out
+  (`_BaseDataLoaderIter.__next__`, torch/utils/data/dataloader.py) and of the first tensor of
+  each outermost module call (torch's global module forward hooks, removed after those steps);
+- `moved-on`: the first optimizer step after a checkpoint completed (so the script is past
+  its renames): the moment a fault "after the first checkpoint" lands;
+- `end`: the script's main code is done, before teardown (threading's exit callbacks run
+  before atexit handlers and finalisation), so that a crash in teardown is told apart;
+- DeepSpeed's engine `save_checkpoint`/`load_checkpoint` as `save`/`load` records."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any
+
+# variables the transports read once at start-up: the job's env (profile, preset) is their place
+TRANSPORT_PREFIXES = ("NCCL_", "TORCH_NCCL_", "UCX_", "FI_", "GLOO_", "TP_SOCKET_IFNAME", "NVSHMEM_")
+MEASURE_STEPS = 4
+_site: Any = None  # sitecustomize, the module that loaded this one
+_batch: dict[str, Any] = {"loader": 0, "forward": 0, "depth": 0, "steps": 0, "hooks": [], "saves": 0}
+
+
+def install(site: ModuleType) -> None:
+    """Patch os now, the rest when the script imports torch or DeepSpeed."""
+    global _site
+    _site = site
+    _patch_os()
+    _register_end()
+    for name, patch in (
+        ("torch.optim.optimizer", _patch_optimizer),
+        ("torch.utils.data.dataloader", _patch_dataloader),
+        ("torch.nn.modules.module", _patch_modules),
+        ("deepspeed.runtime.engine", _patch_deepspeed),
+    ):
+        site.PATCHES[name] = _chain(site.PATCHES.get(name), patch)
+
+
+def _chain(
+    first: Callable[[ModuleType], None] | None, second: Callable[[ModuleType], None]
+) -> Callable[[ModuleType], None]:
+    def both(module: ModuleType) -> None:
+        try:
+            if first is not None:
+                first(module)
+        finally:
+            second(module)
+
+    return both
+
+
+def _samples(obj: Any, depth: int = 0) -> int:
+    """The batch dimension of the first tensor in a batch (a tensor, or a tuple, list or dict
+    of them), 0 where there is none."""
+    shape = getattr(obj, "shape", None)
+    if shape is not None and hasattr(obj, "dim"):
+        return int(shape[0]) if len(shape) else 0
+    if depth > 3:
+        return 0
+    items = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else ()
+    for item in items:
+        found = _samples(item, depth + 1)
+        if found:
+            return found
+    return 0
+
+
+def _measuring() -> bool:
+    return int(_batch["steps"]) < MEASURE_STEPS
+
+
+def _patch_dataloader(module: ModuleType) -> None:
+    cls = getattr(module, "_BaseDataLoaderIter", None)
+    original = getattr(cls, "__next__", None)
+    if original is None or getattr(original, "__runai_spec_batch__", False):
+        return
+
+    def counted(self: Any) -> Any:
+        result = original(self)
+        if _measuring():
+            with contextlib.suppress(Exception):  # fail open
+                _batch["loader"] += _samples(result)
+        return result
+
+    counted.__runai_spec_batch__ = True  # type: ignore[attr-defined]
+    counted.__wrapped__ = original  # type: ignore[attr-defined]
+    cls.__next__ = counted  # type: ignore[union-attr]
+
+
+def _patch_modules(module: ModuleType) -> None:
+    def pre(mod: Any, args: Any) -> None:
+        _batch["depth"] += 1
+
+    def post(mod: Any, args: Any, kwargs: Any, output: Any) -> None:
+        _batch["depth"] = max(0, int(_batch["depth"]) - 1)
+        if _batch["depth"] == 0:
+            with contextlib.suppress(Exception):  # fail open
+                _batch["forward"] += _samples(args) or _samples(kwargs)
+
+    _batch["hooks"] = [
+        module.register_module_forward_pre_hook(pre),
+        module.register_module_forward_hook(post, with_kwargs=True, always_call=True),
+    ]
+
+
+def _patch_optimizer(module: ModuleType) -> None:
+    def stepped(optimizer: Any, *_: Any) -> None:
+        try:
+            _batch["steps"] += 1
+            if int(_batch["steps"]) <= MEASURE_STEPS:
+                _site.record("batch", n=_batch["steps"], loader=_batch["loader"], forward=_batch["forward"])
+                _batch["loader"] = _batch["forward"] = _batch["depth"] = 0
+            if int(_batch["steps"]) == MEASURE_STEPS:
+                for hook in _batch["hooks"]:  # the model runs at full speed from here on
+                    hook.remove()
+            saves = int(_site._state.get("saves", 0))
+            if saves > int(_batch["saves"]):
+                _batch["saves"] = saves
+                _site.record("moved-on", n=_batch["steps"])
+        except Exception:  # noqa: BLE001 - never into optimizer.step
+            _site._audit_error("optimizer step")
+
+    module.register_optimizer_step_post_hook(stepped)
+
+
+def _register_end() -> None:
+    """An `end` record once the script's main code is done, before teardown: Python calls
+    threading's exit callbacks (threading._register_atexit, CPython 3.9+) before the atexit
+    handlers and the interpreter's finalisation, where a crash in teardown would strike."""
+    register = getattr(threading, "_register_atexit", None)
+    if register is None:
+        return
+
+    def end() -> None:
+        state = _site._state
+        code = state["exit_code"]
+        _site.record(
+            "end",
+            exit_code=code if code is not None else 1 if state["exception"] else 0,
+            exception=state["exception"],
+        )
+
+    register(end)
+
+
+def _deepspeed_dir(args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
+    """The folder DeepSpeed's engine writes one checkpoint into: <save_dir>/<tag>, the tag
+    `global_step<N>` by default (deepspeed/runtime/engine.py, save_checkpoint)."""
+    save_dir = _site._path_of(_site._arg(args, kwargs, 1, "save_dir"))
+    tag = _site._arg(args, kwargs, 2, "tag")
+    if tag is None:
+        tag = f"global_step{getattr(args[0], 'global_steps', '')}" if args else None
+    return os.path.join(save_dir, str(tag)) if save_dir and tag is not None else save_dir
+
+
+def _engine_steps(args: Sequence[Any]) -> Any:
+    return getattr(args[0], "global_steps", None) if args else None
+
+
+def _patch_deepspeed(engine: ModuleType) -> None:
+    cls = getattr(engine, "DeepSpeedEngine", None)
+    if cls is None:
+        return
+    _site._wrap(
+        cls,
+        "save_checkpoint",
+        event="save",
+        before=lambda *a, **k: {
+            "api": "deepspeed.save_checkpoint",
+            "path": _deepspeed_dir(a, k),
+            "sharded": True,
+            "step": _engine_steps(a),
+        },
+        # it returns True once every rank's files and rank 0's `latest` are written
+        after=lambda result, *a, **k: _site._remember(_deepspeed_dir(a, k), result is not False),
+    )
+    _site._wrap(
+        cls,
+        "load_checkpoint",
+        event="load",
+        before=lambda *a, **k: {
+            "api": "deepspeed.load_checkpoint",
+            "path": _site._path_of(_site._arg(a, k, 1, "load_dir")),
+        },
+        after=lambda result, *a, **k: {"step": _engine_steps(a)},
+    )
+
+
+def _renamed(*args: Any, **kwargs: Any) -> dict[str, Any] | None:
+    if getattr(_site._tls, "inside", False):
+        return None  # DCP's own .metadata.tmp -> .metadata, inside its save
+    src = _site._path_of(_site._arg(args, kwargs, 0, "src"))
+    dst = _site._path_of(_site._arg(args, kwargs, 1, "dst"))
+    saved = _site._saved
+    if src is None or not any(p == src or p.startswith(src.rstrip("/") + "/") for p in saved):
+        return None
+    return {"src": src, "dst": dst}
+
+
+def _env_write(*args: Any, **kwargs: Any) -> dict[str, Any] | None:
+    name = args[1] if len(args) > 2 else args[0] if args else None  # __setitem__(self, k, v)
+    name = os.fsdecode(name) if isinstance(name, (str, bytes)) else None
+    if name is None or not name.startswith(TRANSPORT_PREFIXES):
+        return None
+    caller: Any = sys._getframe(2)  # past the wrapper: who set it
+    while caller is not None and caller.f_code.co_filename.endswith(("os.py", "_collections_abc.py")):
+        caller = caller.f_back
+    where = f"{caller.f_code.co_filename}:{caller.f_lineno}" if caller is not None else None
+    return {"name": name, "value": str(args[-1])[:200], "where": where}
+
+
+def _patch_os() -> None:
+    for name in ("rename", "replace"):
+        _wrap_if(os, name, "rename", _renamed)
+    _wrap_if(type(os.environ), "__setitem__", "env-set", _env_write)
+    _wrap_if(os, "putenv", "env-set", _env_write)
+
+
+def _wrap_if(owner: Any, attr: str, event: str, fields: Callable[..., dict[str, Any] | None]) -> None:
+    """owner.attr recording `event` after the call, only where `fields` returns something."""
+    original = getattr(owner, attr, None)
+    if original is None or getattr(original, "__runai_spec_audit__", False):
+        return
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            found = fields(*args, **kwargs)
+        except Exception:  # noqa: BLE001
+            found = None
+            _site._audit_error(f"{attr} (fields)")
+        result = original(*args, **kwargs)
+        if found:
+            _site.record(event, **found)
+        return result
+
+    wrapper.__runai_spec_audit__ = True  # type: ignore[attr-defined]
+    wrapper.__wrapped__ = original  # type: ignore[attr-defined]
+    wrapper.__name__ = getattr(original, "__name__", attr)
+    setattr(owner, attr, wrapper)
+
+
+def wandb_dir(result: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The folder wandb keeps its run in: the run's files folder, else `dir=`, $WANDB_DIR or
+    ./wandb (wandb/sdk/wandb_settings.py), online or offline."""
+    folder = getattr(result, "dir", None) or kwargs.get("dir") or os.environ.get("WANDB_DIR") or "wandb"
+    mode = str(kwargs.get("mode") or os.environ.get("WANDB_MODE") or "")
+    return {"path": _site._path_of(folder), "mode": mode}
+
+
+def mlflow_store(mlflow: ModuleType) -> dict[str, Any]:
+    """mlflow's tracking store: a local folder (./mlruns by default, or a file: URI) or a server."""
+    uri = str(mlflow.get_tracking_uri() or "mlruns")
+    if "://" in uri and not uri.startswith("file:"):
+        return {"tracking": uri}
+    return {"tracking": uri, "path": _site._path_of(uri.removeprefix("file://").removeprefix("file:"))}

@@ -1,0 +1,161 @@
+"""The audit layer's records read back: the run beside them, and which saves are checkpoints.
+
+A checkpoint is a whole save of the API the script used, at the path it ends up at: `save`
+records the audit layer marked complete (DCP's folder with its `.metadata`; a file that
+torch.save or safetensors wrote and closed; DeepSpeed's engine save that returned), or an
+async DCP save's `save-complete`; a checkpoint the script renamed into place counts at its new
+path. Serialisations into memory and saves inside other saves (DCP's own torch.save calls)
+are none."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+LOST = "lost when the pod restarts"
+# where the script says no step, the checkpoint's name often does: step-200, global_step200
+_TRAILING_NUMBER = re.compile(r"(\d+)(?:\.[A-Za-z]+)*$")
+# what a rank does after a save: once one of these follows it, the script is past its renames
+_AFTER_SAVE = ("moved-on", "save-start", "end", "exit", "destroy-process-group")
+
+
+@dataclass(frozen=True)
+class ScriptRun:
+    """What the rehearsal knows about the run beside the records."""
+
+    world: int  # processes started here
+    plan_world: int  # processes the plan asks for in the cluster
+    checkpoint_dir: str  # the checkpoint volume's path as the script sees it
+    gpus: int  # visible GPUs (0: CPU, gloo)
+    restarted: bool  # a fault was injected (a kill or a preemption)
+    timed_out: bool  # some pod was still running at --timeout
+    path_note: str | None = None  # how volume paths were mapped when they are not the real ones
+    volumes: tuple[str, ...] = ()  # every PVC's mount path (the checkpoint volume's too)
+    checkpoint_format: str | None = None  # the profile's checkpoint.format
+    crash: str | None = None  # how torchrun's agent saw the first worker fail ("exit code -6 (SIGABRT)")
+
+
+def generation(rec: Mapping[str, Any]) -> tuple[int, int]:
+    """One start of a rank's process: (container attempt, torchrun restart)."""
+    return int(rec.get("attempt") or 0), int(rec.get("restart") or 0)
+
+
+def under(path: str, folder: str) -> bool:
+    path, folder = os.path.normpath(path), os.path.normpath(folder)
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def ranks_text(ranks: Iterable[int]) -> str:
+    return ", ".join(str(r) for r in sorted(set(ranks)))
+
+
+def step_of(rec: Mapping[str, Any]) -> int | None:
+    """The step a checkpoint holds: as the script's state says, else its name's last number."""
+    step = rec.get("step")
+    if isinstance(step, int) and not isinstance(step, bool):
+        return step
+    name = os.path.basename(str(rec.get("path") or "").rstrip("/"))
+    found = _TRAILING_NUMBER.search(name)
+    return int(found.group(1)) if found else None
+
+
+def _moves(records: Sequence[Mapping[str, Any]]) -> dict[tuple[Any, str], tuple[str, float]]:
+    """{(pid, src): (dst, t)} of each rename of a checkpoint."""
+    return {
+        (r.get("pid"), str(r["src"])): (str(r["dst"]), float(r.get("t") or 0))
+        for r in records
+        if r.get("event") == "rename" and r.get("src") and r.get("dst")
+    }
+
+
+def checkpoints(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Every whole checkpoint, in time order, at its final path (`saved_as`: where it was
+    written, where it was renamed; `t`: when it was whole there)."""
+    moves = _moves(records)
+    out: list[dict[str, Any]] = []
+    for r in records:
+        # a record without `complete` comes from an audit layer before completion was told
+        whole = r.get("event") == "save-complete" or (r.get("event") == "save" and r.get("complete", True))
+        if not whole or r.get("failed") or not r.get("path"):
+            continue
+        path, t = str(r["path"]), float(r.get("t") or 0)
+        for _ in range(8):  # a chain of renames, never a loop
+            moved = next(
+                (
+                    (dst, when)
+                    for (pid, src), (dst, when) in moves.items()
+                    if pid == r.get("pid") and src == path
+                ),
+                None,
+            )
+            if moved is None:
+                break
+            path, t = moved[0], max(t, moved[1])
+        out.append({**r, "path": path, "saved_as": r["path"], "t": t})
+    return sorted(out, key=lambda c: float(c["t"]))
+
+
+def first_checkpoint(records: Sequence[Mapping[str, Any]], world: int) -> dict[int, int]:
+    """{rank: step} once the first start of the script has a whole checkpoint and every rank
+    that writes it is past it (a sharded save: every rank); {} before. This is where a fault
+    "after the first checkpoint" lands."""
+    first = [r for r in records if generation(r) == (0, 0)]
+    found = checkpoints(first)
+    if not found:
+        return {}
+    path = str(found[0]["path"])
+    mine = [c for c in found if c["path"] == path and c.get("rank") is not None]
+    saving = set(range(world)) if any(c.get("sharded") for c in mine) else {int(c["rank"]) for c in mine}
+    done: dict[int, int] = {}
+    for c in mine:
+        later = any(
+            r.get("event") in _AFTER_SAVE
+            and r.get("pid") == c.get("pid")
+            and float(r.get("t") or 0) >= c["t"]
+            for r in first
+        )
+        if later:
+            done[int(c["rank"])] = step_of(c) or 0
+    return done if saving <= set(done) else {}
+
+
+def cut_short(records: Sequence[Mapping[str, Any]], before: float | None = None) -> list[Mapping[str, Any]]:
+    """The saves that started (before BEFORE, a wall-clock time) and never ended: a fault
+    landed while they wrote."""
+    ended = {
+        (r.get("pid"), generation(r), r.get("path"))
+        for r in records
+        if r.get("event") == "save" and (before is None or float(r.get("t") or 0) <= before)
+    }
+    return [
+        r
+        for r in records
+        if r.get("event") == "save-start"
+        and (before is None or float(r.get("t") or 0) <= before)
+        and (r.get("pid"), generation(r), r.get("path")) not in ended
+    ]
+
+
+def ended(records: Sequence[Mapping[str, Any]], world: int) -> bool:
+    """Every rank of the first start has an `end` record: its script is done."""
+    done = {int(r["rank"]) for r in records if r.get("event") == "end" and generation(r) == (0, 0)}
+    return set(range(world)) <= done
+
+
+def crashed_after_end(records: Sequence[Mapping[str, Any]]) -> list[int]:
+    """Ranks whose script ended but whose process never exited cleanly: no `exit` record of
+    the same process (atexit's last handler, the audit layer's, never ran), or a new start of
+    the rank by torchrun after it."""
+    out: set[int] = set()
+    for end in (r for r in records if r.get("event") == "end" and r.get("rank") is not None):
+        same = [r for r in records if r.get("pid") == end.get("pid") and generation(r) == generation(end)]
+        again = any(
+            r.get("event") == "start" and r.get("rank") == end.get("rank") and generation(r) > generation(end)
+            for r in records
+        )
+        if again or not any(r.get("event") == "exit" for r in same):
+            out.add(int(end["rank"]))
+    return sorted(out)
