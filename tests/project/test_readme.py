@@ -66,7 +66,7 @@ NOT_RUN = {
     ".venv/bin/mypy": "CI runs it (the test command)",
     ".venv/bin/mkdocs": "CI runs it (the test command): the documentation site, warnings as errors",
     ".venv/bin/python": "this is the test suite itself (`python -m pytest`), or a generator CI checks",
-    "kubectl": "the cluster's own client; what it applies is runai-spec's output, tested in tests/outputs",
+    "kubectl": "the cluster's own client: in a cluster block, `apply -f` and `create namespace` are played",
     "ssh-keygen": "OpenSSH's; tests/load runs it on throwaway keys (tests/conftest.py)",
     "git": "the presets repository's own workflow",
 }
@@ -198,6 +198,7 @@ def invoke(command: Command, key: Path | None = None) -> Any:
     argv = [str(key) if key is not None and a == "~/.ssh/id_ed25519" else a for a in command.argv[1:]]
     result = runner.invoke(app, argv)
     if command.stdout_to:
+        Path(command.stdout_to).parent.mkdir(parents=True, exist_ok=True)
         Path(command.stdout_to).write_text(result.stdout, encoding="utf-8")
     return result
 
@@ -215,7 +216,11 @@ def test_every_offline_command_runs(
         result = invoke(command, _engineer_key)
         assert result.exit_code == 0, f"{command}: {result.output}"
         ran.append(command.argv[1:3])
-        if command.argv[1:2] == ("render",) and command.argv[2].startswith("examples/"):
+        if (
+            command.argv[1:2] == ("render",)
+            and len(command.argv) == 3
+            and command.argv[2].startswith("examples/")
+        ):
             golden = readme_folder / Path(command.argv[2]).parent / "manifest.yaml"
             assert result.stdout == golden.read_text(encoding="utf-8")
         if command.stdout_to and command.argv[1] == "plan":
@@ -241,19 +246,39 @@ def operator_starts_pods(api: KubeAPI) -> None:
                     api.kube.logs[(namespace, pod, False)] = "[rank0]: step 1 loss 2.5\n"
 
 
+def kubectl(argv: tuple[str, ...], api: KubeAPI) -> None:
+    """What an engineer's `kubectl` does in a cluster block, played on the fake API server:
+    `create namespace NS`, and `apply [--server-side] -f FILE` of what runai-spec generated
+    (the admission policy, its parameters, the published presets)."""
+    if argv[1:3] == ("create", "namespace"):
+        api.kube.namespaces.add(argv[3])
+    elif argv[1] == "apply" and "-f" in argv:
+        text = Path(argv[argv.index("-f") + 1]).read_text(encoding="utf-8")
+        documents = [d for d in yaml.safe_load_all(text) if d]
+        api.kube.store_policy([i for d in documents for i in (d["items"] if d["kind"] == "List" else [d])])
+
+
 @pytest.mark.parametrize("page", [p for p in PAGES if any(c.cluster for c in commands(p))], ids=str)
 def test_every_cluster_command_runs_against_the_fake_api(
-    page: Path, readme_folder: Path, api: KubeAPI, kubeconfig: Path
+    page: Path, readme_folder: Path, api: KubeAPI, kubeconfig: Path, presets_dir: Path, _engineer_key: Path
 ) -> None:
+    """Each `# needs: cluster` block, in the page's order: its runai-spec commands (rehearse and
+    init have their own tests) and its kubectl commands."""
+    shutil.copytree(presets_dir, readme_folder / "presets")
+    allow_signer(readme_folder / "presets", _engineer_key, ENGINEER)
     for command in commands(page):
-        if not command.cluster:
+        if "cluster" not in command.needs:
+            continue
+        if command.argv[0] == "kubectl":
+            kubectl(command.argv, api)
+        if not command.runai_spec or command.argv[1] in REHEARSE | INTERACTIVE:
             continue
         if command.argv[1] == "delete":  # a resubmit (`delete ... && submit ...`) is of a job submitted
             invoke(Command(("runai-spec", "submit", *command.argv[2:3]), None))
-        result = invoke(command)
+        result = invoke(command, _engineer_key)
         assert result.exit_code == 0, f"{page.relative_to(ROOT)}: {command}: {result.output}"
         operator_starts_pods(api)
-    assert api.kube.objects, "submit stored nothing"
+    assert api.kube.sent("GET") or api.kube.writes(), "nothing reached the cluster"
 
 
 @pytest.mark.parametrize("page", [p for p in PAGES if of_kind(REHEARSE, p)], ids=str)
