@@ -71,11 +71,11 @@ def test_a_fixed_size_smoke_test_expects_exactly_its_world(example: str) -> None
 
 def test_the_smoke_deadline_is_stated_as_covering_the_queue() -> None:
     """activeDeadlineSeconds counts from status.startTime, set while the pods are Pending
-    (training-operator v1.9 core/job.go PastActiveDeadline): the README says the deadline
+    (training-operator v1.9 core/job.go PastActiveDeadline): the command guide says the deadline
     covers the queue, with its length."""
     job = _job("multi-node", "smoke.yaml")
     assert job["spec"]["runPolicy"]["activeDeadlineSeconds"] == DEFAULT_DEADLINE_S
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (ROOT / "docs" / "commands.md").read_text(encoding="utf-8")
     assert f"`activeDeadlineSeconds: {DEFAULT_DEADLINE_S}`" in readme
     assert "cover the queue" in readme
 

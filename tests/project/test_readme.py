@@ -141,6 +141,33 @@ def test_the_readme_has_what_this_test_runs() -> None:
     assert of_kind(OFFLINE) and of_kind(CLUSTER) and of_kind(REHEARSE) and of_kind(INTERACTIVE)
 
 
+# A newcomer's first page (issue 26, item 10), and the site's pages written for people to read.
+CELL_WORDS = 60  # "a few lines" of a table cell
+GUIDES = ["index", "tutorial", "profile", "commands", "engineer", "ci"]
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def cells(page: Path) -> list[str]:
+    rows = [line for line in page.read_text(encoding="utf-8").splitlines() if line.startswith("|")]
+    return [cell for row in rows for cell in re.split(r"(?<!\\)\|", row.strip("|"))]
+
+
+@pytest.mark.parametrize("page", [README, *(ROOT / "docs" / f"{name}.md" for name in GUIDES)], ids=str)
+def test_no_table_cell_is_over_a_few_lines(page: Path) -> None:
+    long = [cell[:60] for cell in cells(page) if len(cell.split()) > CELL_WORDS]
+    assert not long, f"{page.name}: cells over {CELL_WORDS} words: {long}"
+
+
+def test_the_readme_is_short_and_links_only_inside_the_repository() -> None:
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 100
+    assert "../" not in text, "a reference to a folder outside the repository"
+    links = LINK.findall(text)
+    assert "docs/tutorial.md" in links and "docs/engineer.md" in links
+    for link in links:
+        assert (ROOT / link).is_file(), link
+
+
 def test_the_tutorial_runs_every_step_of_a_researcher_s_first_jobs() -> None:
     tutorial = ROOT / "docs" / "tutorial.md"
     ran = {c.argv[1] for c in commands(tutorial) if c.runai_spec}
