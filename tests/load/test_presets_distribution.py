@@ -44,7 +44,8 @@ def add_preset(folder: Path, key: Path, *, today: dt.date | None = None, expires
     path = folder / f"{NEW}.yaml"
     path.write_text(eight.replace("gpus_per_pod: 8", "gpus_per_pod: 4").replace("Eight", "Four"))
     site = folder / "site.yaml"
-    site.write_text(site.read_text().replace("nlp-lab: [h200-8gpu,", f"nlp-lab: [{NEW}, h200-8gpu,"))
+    assert site.read_text().count("\n  nlp-lab: [") == 1  # the grant the merge request adds
+    site.write_text(site.read_text().replace("\n  nlp-lab: [", f"\n  nlp-lab: [{NEW}, "))
     registry = PresetRegistry(folder, today=today)
     registry.approve("site", key)
     registry.approve(NEW, key, expires=expires)

@@ -66,7 +66,8 @@ def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, presets_dir: Path,
     eight = (folder / "h200-8gpu.yaml").read_text()
     (folder / f"{NEW}.yaml").write_text(eight.replace("gpus_per_pod: 8", "gpus_per_pod: 4"))
     site = folder / "site.yaml"
-    site.write_text(site.read_text().replace("nlp-lab: [h200-8gpu,", f"nlp-lab: [{NEW}, h200-8gpu,"))
+    assert site.read_text().count("\n  nlp-lab: [") == 1  # the grant the merge request adds
+    site.write_text(site.read_text().replace("\n  nlp-lab: [", f"\n  nlp-lab: [{NEW}, "))
     profile: dict[str, Any] = yaml.safe_load((ROOT / "examples" / "single-node" / "profile.yaml").read_text())
     profile.update(project="nlp-lab", preset=NEW)
     batch = profile["batch"]
