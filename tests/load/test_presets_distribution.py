@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -297,3 +298,23 @@ def test_from_shipped_goes_back_to_the_installation_s_own_presets(checkout: Path
     assert not registry.synced and registry.root == presets_dir and NEW not in registry.names()
     assert not synced_presets_dir().exists()
     assert cli("presets", "sync", "--from", "shipped")[0] == EXIT_OK  # nothing synced: nothing to do
+
+
+def test_an_unreadable_file_in_the_source_is_bad_input_not_a_crash(
+    checkout: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    denied = str(checkout / "h200-8gpu.yaml")
+    real_open = os.open
+
+    def open_(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if str(path) == denied:  # what chmod 000 does to anyone but root
+            raise PermissionError(13, "Permission denied", denied)
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", open_)
+    code, _, stderr = cli("presets", "sync", "--from", str(checkout))
+    assert code == EXIT_INPUT
+    assert problems(stderr) == [
+        f"error: {denied}: --from: cannot read: Permission denied",
+        "hint: nothing was synced; check that the folder and its files can be read",
+    ]

@@ -101,18 +101,26 @@ def read_folder(folder: Path) -> dict[str, bytes]:
             hint="the presets repository's presets/ folder (a checkout, e.g. on NFS), or `cluster`",
         )
     files: dict[str, bytes] = {}
-    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
-        if not entry.name.endswith(".yaml") or entry.name.startswith("."):
-            continue
-        mode = entry.stat(follow_symlinks=False).st_mode
-        if not stat.S_ISREG(mode):
-            raise PresetError(
-                "is not a plain file (a link?); presets must be plain files",
-                file=str(folder / entry.name),
-                hint="nothing was synced; tell the SCC AI Engineers",
-            )
-        with open(entry.path, "rb") as handle:
-            files[entry.name] = handle.read(MAX_BYTES + 1)
+    try:
+        for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+            if not entry.name.endswith(".yaml") or entry.name.startswith("."):
+                continue
+            if not stat.S_ISREG(entry.stat(follow_symlinks=False).st_mode):
+                raise PresetError(
+                    "is not a plain file (a link?); presets must be plain files",
+                    file=str(folder / entry.name),
+                    hint="nothing was synced; tell the SCC AI Engineers",
+                )
+            fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)  # a link put in since
+            with os.fdopen(fd, "rb") as handle:
+                files[entry.name] = handle.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise InputError(
+            f"cannot read: {exc.strerror or exc}",
+            file=exc.filename or shown,
+            field="--from",
+            hint="nothing was synced; check that the folder and its files can be read",
+        ) from None
     return files
 
 
