@@ -528,6 +528,10 @@ def _install() -> None:
             importlib.import_module("runai_spec_script").install(sys.modules[__name__])
         except Exception:  # noqa: BLE001
             _audit_error("install script records")
+        try:  # the step timer of the bottleneck row (runai_spec_steps.py, beside this file)
+            importlib.import_module("runai_spec_steps").install(record, PATCHES)
+        except Exception:  # noqa: BLE001
+            _audit_error("install step timer")
     try:
         _chain_next_sitecustomize()
     except Exception:  # noqa: BLE001

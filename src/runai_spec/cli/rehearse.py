@@ -84,6 +84,17 @@ NetworkOpt = Annotated[
 ]
 
 
+ScalingOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--scaling",
+        metavar="K,K,...",
+        help="With --own-script: rehearse again with each --procs-per-pod K and report the "
+        "throughput per process against the smallest K (this machine's scaling efficiency).",
+    ),
+]
+
+
 def _status_line() -> tuple[Callable[[str], None] | None, Callable[[], None]]:
     """On a terminal: a status line on stderr, rewritten in place, and how to clear it."""
     if not sys.stderr.isatty():
@@ -118,6 +129,7 @@ class RehearseOptions:
     preempt: PreemptOpt = None
     backoff_scale: BackoffOpt = 1.0
     network: NetworkOpt = "auto"
+    scaling: ScalingOpt = None
     fmt: TextJsonOpt = TextJson.text
 
 
@@ -138,10 +150,12 @@ def rehearse(o: RehearseOptions) -> int:
 
 def spec_of(o: RehearseOptions) -> RehearsalSpec:
     """What the command's options ask of the rehearsal, as one value."""
+    from ..rehearse.scaling import check_scaling, parse_scaling
     from ..rehearse.spec import RehearsalSpec
 
-    return RehearsalSpec(
-        procs_per_pod=o.procs_per_pod,
+    scaling = parse_scaling(o.scaling)  # without --procs-per-pod, the first run is its first K
+    spec = RehearsalSpec(
+        procs_per_pod=scaling[0] if scaling and o.procs_per_pod is None else o.procs_per_pod,
         own_script=o.own_script,
         restart_after_checkpoint=o.restart_after_checkpoint,
         logs_dir=o.logs,
@@ -150,7 +164,10 @@ def spec_of(o: RehearseOptions) -> RehearsalSpec:
         preempt=o.preempt,
         backoff_scale=o.backoff_scale,
         network=o.network,
+        scaling=scaling,
     )
+    check_scaling(spec)
+    return spec
 
 
 def runnable(profile: Path) -> Workload:
@@ -180,18 +197,18 @@ def run_with_status_line(workload: Workload, spec: RehearsalSpec) -> RehearseRes
     """The rehearsal of the workload's manifests, with the workload's settings and operator
     and the status line on a terminal."""
     from ..rehearse import preflight_settings, rehearse_manifests
+    from ..rehearse.scaling import rehearse_scaling
 
     show, clear = _status_line()
     try:
-        return rehearse_manifests(
-            list(workload.manifests),
-            dataclasses.replace(
-                spec,
-                settings=preflight_settings(workload),
-                progress=show,
-                operator_version=workload.plan.operator_version,
-            ),
+        spec = dataclasses.replace(
+            spec,
+            settings=preflight_settings(workload),
+            progress=show,
+            operator_version=workload.plan.operator_version,
         )
+        result = rehearse_manifests(list(workload.manifests), spec)
+        return rehearse_scaling(list(workload.manifests), spec, result) if spec.scaling else result
     finally:
         clear()
 
@@ -215,6 +232,7 @@ def show_result(
 
 def record_result(result: RehearseResult, workload: Workload, options: list[str]) -> None:
     """The rehearsal's summary kept as the workload's latest, for `plan`'s ticket."""
+    from ..rehearse.bottleneck import measures
     from ..rehearse.records import RehearsalRecord, write_record
 
     record = write_record(
@@ -236,6 +254,7 @@ def record_result(result: RehearseResult, workload: Workload, options: list[str]
                 for c in result.checks
             ),
             logs_dir=str(result.logs_dir),
+            measures=measures(result.checks),
         )
     )
     if record is not None:

@@ -171,6 +171,7 @@ def review_markdown(w: Workload) -> str:
         e = d["elastic"]
         out.append(f"| elastic | {e['min_pods']} to {e['max_pods']} pods, {e['max_restarts']} restarts |")
     text: list[str] = [line for line in out if line is not None]
+    text += measure_lines(d)
     text += ["", "## Batch arithmetic", ""]
     if b:
         ok = "matches" if b["computed"] == b["global"] else "**does not match**"
@@ -410,6 +411,42 @@ def _environment_lines(env: dict[str, Any]) -> list[str]:
         out += [f"Set by the operator in {md_text(pod)}:", ""]
         out += md_fence("\n".join(f"{k}={shlex.quote(v)}" for k, v in values.items()), "sh")
         out += [""]
+    return out
+
+
+def measure_lines(d: dict[str, Any]) -> list[str]:
+    """Next to the GPUs asked for: what the latest counted rehearsal measured of the script's
+    steps. The guide: more GPUs only once the run is compute bound and can scale."""
+    r = d["rehearsal"]
+    m = r.get("measures") if r and r.get("counted") else None
+    out = ["", f"## Measured before scaling ({d['world_size']} processes asked for)", ""]
+    if not m:
+        return out + [
+            "**not measured**: `runai-spec rehearse PROFILE --own-script --scaling 1,2,4` "
+            "measures where each step's time goes (compute, input, checkpoint, communication) "
+            "and the throughput per process as processes are added; the site guide asks for a "
+            "compute-bound run before more GPUs"
+        ]
+    of = "" if r["same_profile"] else " of **an earlier version** of this profile"
+    out.append(
+        f"From the latest rehearsal{of} ({md_text(r['finished_at'])}, host "
+        f"{md_code(r['written_by']['host'])}, {md_text(r['backend'])}): that machine's numbers."
+    )
+    out.append("")
+    b, sc = m.get("bottleneck"), m.get("scaling")
+    if b:
+        out.append(f"- bottleneck: **{md_text(b.get('verdict') or b['status'])}**: {md_text(b['message'])}")
+    if sc:
+        out.append(f"- scaling: {md_text(sc['message'])}")
+    if sc and sc.get("runs") and sc["status"] == "note":
+        out += ["", "| processes per pod | world | steps/s per process | efficiency | bottleneck |"]
+        out.append("|---|---|---|---|---|")
+        out += [
+            f"| {_own(x['procs_per_pod'])} | {_own(x['world'])} | "
+            f"{float(x['steps_per_s_per_process']):.2f} | "
+            f"{_own(round(100 * float(x['efficiency'])))} % | {_own(x['verdict'])} |"
+            for x in sc["runs"]
+        ]
     return out
 
 

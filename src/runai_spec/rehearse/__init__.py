@@ -21,6 +21,7 @@ from ..pipeline.checklist import (
     preflight_source,
 )
 from .argv import MULTICAST_OFF, PodPlan, free_port, plan_pods, probe_gpus, write_plan
+from .bottleneck import bottleneck_row
 from .checks import (
     CHECK_ORDER,
     CheckResult,
@@ -181,7 +182,8 @@ def own_script_checks(
         checkpoint_format=settings.checkpoint_format,
     )
     key = audit_key(plans)
-    rows = script_checks(read_audit(root / "audit", key), run, settings)
+    records = read_audit(root / "audit", key)
+    rows = [*script_checks(records, run, settings), bottleneck_row(records)]
     forged = foreign_row(foreign_records(root / "audit", key))
     mounted = bool(note) and "NOT mounted" not in str(note)
     head = CheckResult("filesystem", "pass" if mounted else "skip", str(note or ""))

@@ -25,7 +25,7 @@ import secrets
 import socket
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -121,6 +121,8 @@ class RehearsalRecord:
     finished_at: str = ""
     written_by: tuple[str, str, str, str] = ("", "", "", "")
     path: str = ""  # where the record was read from
+    # the measurements (bottleneck, scaling: rehearse/bottleneck.py's `measures`), for the ticket
+    measures: Mapping[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         tool, version, host, user = self.written_by
@@ -138,6 +140,7 @@ class RehearsalRecord:
             "checks": [{"check": c, "status": s, "message": m} for c, s, m in self.checks],
             "logs_dir": self.logs_dir,
             "written_by": {"tool": tool, "version": version, "host": host, "user": user},
+            "measures": dict(self.measures),
         }
 
 
@@ -214,6 +217,14 @@ def read_record(project: str, name: str) -> RehearsalRecord | ForeignRecord | No
             str(doc["finished_at"]),
             (str(by["tool"]), str(by["version"]), str(by["host"]), str(by["user"])),
             str(path),
+            _measures(doc.get("measures")),
         )
     except (ValueError, KeyError, TypeError):
         return None
+
+
+def _measures(value: Any) -> dict[str, Any]:
+    """The record's measurements; none where a record (of an earlier runai-spec) has none."""
+    if not isinstance(value, Mapping):
+        return {}
+    return {str(k): v for k, v in value.items() if isinstance(v, Mapping)}

@@ -53,6 +53,7 @@ class RehearsalSpec:
     progress: Progress | None = None
     network: str = "loopback"
     operator_version: str = OPERATOR_VERSION
+    scaling: tuple[int, ...] = ()  # --scaling: the run again with each of these --procs-per-pod
 
     @property
     def faults_asked(self) -> bool:
@@ -67,6 +68,7 @@ class RehearsalSpec:
             + ["--restart-after-checkpoint"] * self.restart_after_checkpoint
             + [f"--kill {k}" for k in self.kills]
             + [f"--network {self.network}"] * (self.network != "auto")
+            + [f"--scaling {','.join(map(str, self.scaling))}"] * bool(self.scaling)
         )
 
 

@@ -1,0 +1,70 @@
+"""plan PROFILE: next to the GPUs it asks for, the ticket shows what the latest rehearsal measured
+of the script's steps (the bottleneck and scaling rows, issue 24), or that nothing was measured."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from conftest import ROOT
+from runai_spec.cli import app
+from runai_spec.pipeline.workload import prepare_workload
+from runai_spec.rehearse.bottleneck import ScalingPoint, bottleneck_row, measures, scaling_row
+from runai_spec.rehearse.records import RehearsalRecord, read_record, write_record
+
+runner = CliRunner()
+MULTI = ROOT / "examples" / "multi-node" / "profile.yaml"
+HEADING = "## Measured before scaling (16 processes asked for)\n\n"
+
+
+def _section(md: str) -> str:
+    return md.split(HEADING, 1)[1].split("\n## ", 1)[0]
+
+
+def _record(tmp_path: Path, measured: dict[str, object]) -> None:
+    workload = prepare_workload(MULTI)
+    write_record(
+        RehearsalRecord(
+            project=workload.plan.project,
+            name=workload.plan.name,
+            profile=str(MULTI),
+            profile_sha256=workload.loaded.sha256,
+            ok=True,
+            world_size=2,
+            backend="gloo",
+            options=("--own-script", "--scaling 1,2"),
+            checks=(("ranks", "pass", "2 ranks"),),
+            logs_dir=str(tmp_path),
+            measures=measured,
+        )
+    )
+
+
+def test_without_a_measurement_the_ticket_says_how_to_measure() -> None:
+    md = runner.invoke(app, ["plan", str(MULTI)]).stdout
+    assert md.index(HEADING) < md.index("## Batch arithmetic")  # beside the topology asked for
+    assert _section(md).startswith(
+        "**not measured**: `runai-spec rehearse PROFILE --own-script --scaling 1,2,4`"
+    )
+
+
+def test_the_ticket_shows_the_verdict_and_the_scaling_efficiency(tmp_path: Path) -> None:
+    steps = [[0.1, 0.041, 0.0, 0.0]] * 8
+    rows = [
+        bottleneck_row([{"event": "steps", "rank": 0, "pid": 1, "first": 0, "times": steps}]),
+        scaling_row(
+            [
+                ScalingPoint(1, 2, {"steps_per_s_per_process": 10.0, "verdict": "input"}, "/l"),
+                ScalingPoint(2, 4, {"steps_per_s_per_process": 6.0, "verdict": "input"}, "/l/scaling-2"),
+            ],
+            "2 CPU cores",
+        ),
+    ]
+    _record(tmp_path, measures(rows))
+    record = read_record("nlp-lab", "llm-7b-fsdp")
+    assert isinstance(record, RehearsalRecord) and record.measures["bottleneck"]["verdict"] == "input"
+    section = _section(runner.invoke(app, ["plan", str(MULTI)]).stdout)
+    assert "- bottleneck: **input**: input-bound: 41 % of each step waits for data; more GPUs" in section
+    assert "- scaling: scaling efficiency on this machine (2 CPU cores)" in section
+    assert "| 2 | 4 | 6.00 | 60 % | input |" in section
