@@ -22,7 +22,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from conftest import ROOT
+from conftest import ROOT, allow_signer, make_key
 from kubeapi import KubeAPI
 from runai_spec.cli import app
 from runai_spec.load.registry import PresetRegistry, synced_presets_dir
@@ -104,3 +104,23 @@ def test_every_command_of_the_page_runs(
         play(words, engineer_key, api)
     assert PresetRegistry().synced and PresetRegistry().get(NEW).preset.gpus_per_pod == 4
     assert (synced_presets_dir() / f"{NEW}.yaml").read_bytes() == (checkout / f"{NEW}.yaml").read_bytes()
+
+
+def test_the_page_s_example_refusal_is_what_sync_prints(
+    checkout: Path, engineer_key: Path, api: KubeAPI, kubeconfig: Path, tmp_path: Path
+) -> None:
+    """The page's example: a preset published by an engineer whose key the installation does
+    not pin, refused by `presets sync --from cluster` (the pinned file's path aside)."""
+    example = [body for fence, body in FENCE.findall(PAGE.read_text(encoding="utf-8")) if "error: " in body]
+    (shown,) = example
+    rogue = make_key(tmp_path, "rogue")
+    allow_signer(checkout, rogue, "rogue@example.org")
+    registry = PresetRegistry(checkout)
+    registry.approve("site", engineer_key)
+    registry.approve(NEW, rogue)
+    play(["runai-spec", "presets", "publish", "--dir", "presets/", ">", "files.yaml"], engineer_key, api)
+    play(["kubectl", "apply", "-f", "files.yaml"], engineer_key, api)
+    result = runner.invoke(app, ["presets", "sync", "--from", "cluster"])
+    assert result.exit_code == 2
+    pinned = str(PresetRegistry().allowed_signers_path)
+    assert result.stderr.replace(pinned, "/opt/runai-spec/presets/allowed_signers") == shown
