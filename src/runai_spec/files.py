@@ -5,12 +5,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import itertools
 import os
 import secrets
 import shutil
 import stat
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
@@ -110,7 +112,9 @@ class StagedFiles:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self.names: list[str] = []
+        self.count = 0
+        # the names written, one a line, in order: in memory up to a MB, then in a file
+        self.names: IO[str] | None = None
         self.made: list[Path] = []  # missing parents made for DIR, deepest first
         self.target: Path | None = None  # DIR's real path (a link to a folder followed)
         self.stage: Path | None = None
@@ -175,13 +179,26 @@ class StagedFiles:
         except BaseException:
             self.discard()
             raise
-        self.names.append(name)
+        if self.names is None:
+            import tempfile
 
-    def commit(self) -> list[str]:
+            self.names = tempfile.SpooledTemporaryFile(1 << 20, mode="w+", encoding="utf-8")  # noqa: SIM115
+        self.names.write(name + "\n")
+        self.count += 1
+
+    def _written(self) -> Iterator[str]:
+        names, self.names, self.count = self.names, None, 0
+        if names is not None:
+            with names:
+                names.seek(0)
+                yield from (line[:-1] for line in names)
+
+    def commit(self) -> Iterator[str]:
         """Every file replaced, or none: DIR's other entries are carried into the new folder,
-        then the two folders are exchanged at once."""
+        then the two folders are exchanged at once; the lines to print, `wrote` one per file
+        in the order added, read as they are printed."""
         if self.fd is None or self.target is None or self.stage is None:
-            return []
+            return iter([])
         target, stage, fd = self.target, self.stage, self.fd
         try:
             mode, owner = self._carry(target, fd)
@@ -208,16 +225,17 @@ class StagedFiles:
         except BaseException:
             self.discard()
             raise
-        lines = [f"wrote {self.folder / name}" for name in self.names]
+        warnings = []
         try:  # the stage's name now holds the old set
             if swap:
                 shutil.rmtree(stage)
         except OSError as exc:
-            lines.append(f"warning: the previous files stay in {stage}: {exc.strerror or exc}")
+            warnings.append(f"warning: the previous files stay in {stage}: {exc.strerror or exc}")
         os.close(fd)
         self.fd = self.stage = None
         self.made = []
-        return lines
+        folder = self.folder
+        return itertools.chain((f"wrote {folder / name}" for name in self._written()), warnings)
 
     def _carry(self, target: Path, fd: int) -> tuple[int, tuple[int, int] | None]:
         """Every entry of DIR that this render does not write, into the stage (a file as a
@@ -229,42 +247,14 @@ class StagedFiles:
             os.umask(umask)
             return 0o777 & ~umask, None
         info = os.stat(target)
-        staged = set(self.names)
-        with os.scandir(target) as listing:
-            entries = sorted(listing, key=lambda e: e.name)
-        for entry in entries:
-            shown = str(self.folder / entry.name)
-            st = entry.stat(follow_symlinks=False)
-            if entry.name in staged:
-                if not stat.S_ISREG(st.st_mode):
-                    raise InputError(
-                        "is not a regular file; nothing was written",
-                        file=shown,
-                        hint="remove it or choose another --out-dir folder",
-                    )
-            elif stat.S_ISDIR(st.st_mode):
-                raise InputError(
-                    "is a folder; render -d replaces the whole folder at once, "
-                    "so it writes only into a folder of files; nothing was "
-                    "written",
-                    file=shown,
-                    hint="give the manifests a folder of their own",
-                )
-            elif not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
-                raise InputError(
-                    "is not a file, a link or a folder; nothing was written",
-                    file=shown,
-                    hint="remove it or choose another --out-dir folder",
-                )
-            if stat.S_ISREG(st.st_mode) and _pinned(entry.path):
-                raise InputError(
-                    "cannot write: Operation not permitted; no file was changed",
-                    file=shown,
-                    hint="check the file's permissions and attributes "
-                    "(`lsattr`), or choose another --out-dir folder",
-                )
-        for entry in entries:
-            if entry.name in staged:
+        # DIR's entries streamed (a folder of 100,000 manifests is not listed into memory);
+        # the first problem by name is the one reported, as when they were sorted
+        problems = (self._problem(entry, fd) for entry in _listing(target))
+        first = min((p for p in problems if p is not None), key=lambda p: p[0], default=None)
+        if first is not None:
+            raise first[1]
+        for entry in _listing(target):
+            if _staged(entry.name, fd):
                 continue
             if entry.is_symlink():
                 os.symlink(os.readlink(entry.path), entry.name, dir_fd=fd)
@@ -276,6 +266,42 @@ class StagedFiles:
                 shutil.copy2(entry.path, self.stage / entry.name, follow_symlinks=False)
         return stat.S_IMODE(info.st_mode), (info.st_uid, info.st_gid)
 
+    def _problem(self, entry: os.DirEntry[str], fd: int) -> tuple[str, InputError] | None:
+        """Why ENTRY of DIR stops the render before anything changes, if it does: a target
+        that is not a regular file, a folder or a FIFO, a file marked immutable or append-only."""
+        shown = str(self.folder / entry.name)
+        st = entry.stat(follow_symlinks=False)
+        problem = None
+        if _staged(entry.name, fd):
+            if not stat.S_ISREG(st.st_mode):
+                problem = InputError(
+                    "is not a regular file; nothing was written",
+                    file=shown,
+                    hint="remove it or choose another --out-dir folder",
+                )
+        elif stat.S_ISDIR(st.st_mode):
+            problem = InputError(
+                "is a folder; render -d replaces the whole folder at once, "
+                "so it writes only into a folder of files; nothing was "
+                "written",
+                file=shown,
+                hint="give the manifests a folder of their own",
+            )
+        elif not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+            problem = InputError(
+                "is not a file, a link or a folder; nothing was written",
+                file=shown,
+                hint="remove it or choose another --out-dir folder",
+            )
+        if problem is None and stat.S_ISREG(st.st_mode) and _pinned(entry.path):
+            problem = InputError(
+                "cannot write: Operation not permitted; no file was changed",
+                file=shown,
+                hint="check the file's permissions and attributes "
+                "(`lsattr`), or choose another --out-dir folder",
+            )
+        return None if problem is None else (entry.name, problem)
+
     def discard(self) -> None:
         if self.fd is not None:
             os.close(self.fd)
@@ -283,13 +309,28 @@ class StagedFiles:
         if self.stage is not None:
             shutil.rmtree(self.stage, ignore_errors=True)
             self.stage = None
-        self.names = []
+        for _ in self._written():  # closes the names' file
+            pass
         for folder in self.made:
             try:
                 folder.rmdir()
             except OSError:
                 break
         self.made = []
+
+
+def _listing(folder: Path) -> Iterator[os.DirEntry[str]]:
+    with os.scandir(folder) as listing:
+        yield from listing
+
+
+def _staged(name: str, fd: int) -> bool:
+    """Whether this render wrote NAME: it is in the stage (the open folder FD)."""
+    try:
+        os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 _FS_IOC_GETFLAGS = 0x80086601  # linux/fs.h: _IOR('f', 1, long)

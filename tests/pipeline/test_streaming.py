@@ -4,11 +4,12 @@ back, and profile arguments that stay strings until read (issue 29 item 2)."""
 from __future__ import annotations
 
 import io
+import sys
 from pathlib import Path
 
 import pytest
 
-from runai_spec.pipeline.spool import LineSpool, Spooled
+from runai_spec.pipeline.spool import LineSpool, Names, Spooled
 from runai_spec.pipeline.stream import ProfileArgs, StdinProfile
 
 
@@ -24,14 +25,32 @@ def test_spooled_items_read_back_in_order_also_in_nested_loops() -> None:
     assert pairs == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
 
 
-def test_a_replaced_item_reads_back_replaced_and_appending_after_reading_works() -> None:
+def test_appending_after_reading_works() -> None:
     spool: Spooled[str] = Spooled()
     for word in ("a", "b", "c"):
         spool.append(word)
-    spool.replace(1, "B")
-    assert list(spool) == ["a", "B", "c"]
+    assert list(spool) == ["a", "b", "c"]
     spool.append("d")
-    assert list(spool) == ["a", "B", "c", "d"]
+    assert list(spool) == ["a", "b", "c", "d"]
+
+
+def test_names_give_the_earlier_positions_of_a_name_and_answer_membership() -> None:
+    names = Names()
+    many = [f"job-{i}" for i in range(5000)]  # past the filter's first size: it grows
+    assert all(names.add(name) == [] for name in many)
+    assert names.add("job-17") == [17] and names.add("job-17") == [17, 5000]
+    assert len(names) == 5002
+    assert "job-4999" in names and "job-17" in names and "job-5000" not in names
+    names.add("job-5000")  # added after a lookup: seen by the next one
+    assert "job-5000" in names
+
+
+def test_names_keep_8_bytes_a_name_and_a_bounded_filter() -> None:
+    names = Names()
+    for i in range(20_000):
+        names.add(f"a-rather-long-workload-name-{i}")
+    kept = sys.getsizeof(names._hashes) + sys.getsizeof(names._bits)
+    assert kept < 20_000 * 40  # 8 bytes of hash and 8 to 16 of filter; a set of the names: ~120
 
 
 def test_line_spool_takes_lines_with_plus_equals() -> None:

@@ -174,6 +174,6 @@ def test_without_renameat2_the_folder_is_moved_aside_and_back(
     (out / "keep.txt").write_text("keep\n")
     sink = pipeline.StagedFiles(out)
     sink.add("a.yaml", "new\n")
-    assert sink.commit() == [f"wrote {out / 'a.yaml'}"]
+    assert list(sink.commit()) == [f"wrote {out / 'a.yaml'}"]
     assert snapshot(out) == {"a.yaml": "new\n", "keep.txt": "keep\n"}
     assert [p.name for p in tmp_path.iterdir()] == ["out"]

@@ -165,7 +165,7 @@ def test_a_previous_set_that_cannot_be_removed_is_named_and_the_next_render_remo
         raise PermissionError(1, "Operation not permitted")
 
     monkeypatch.setattr(shutil, "rmtree", refuse)
-    lines = sink.commit()
+    lines = list(sink.commit())
     (kept,) = hidden_beside(out)
     assert lines == [
         f"wrote {out / 'a.yaml'}",
@@ -186,7 +186,7 @@ def test_every_backup_is_removed_after_a_commit(tmp_path: Path, links: str) -> N
     sink = StagedFiles(tmp_path)
     sink.add("a.yaml", "new\n")
     sink.add("b.yaml", "new\n")
-    assert sink.commit() == [f"wrote {tmp_path / 'a.yaml'}", f"wrote {tmp_path / 'b.yaml'}"]
+    assert list(sink.commit()) == [f"wrote {tmp_path / 'a.yaml'}", f"wrote {tmp_path / 'b.yaml'}"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.yaml", "b.yaml"], links
     assert (tmp_path / "a.yaml").read_text() == "new\n"
     umask = os.umask(0)

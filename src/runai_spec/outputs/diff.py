@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import InputError, RunaiSpecError
-from ..facts.kubeflow import API_VERSION, KIND
+from ..facts.kubeflow import API_VERSION, KIND, SMOKE_SUFFIX
 from ..load.registry import PresetRegistry
 from ..load.yaml import MAX_BYTES, load_documents, read_text
-from ..pipeline.spool import Reported, Spooled
+from ..pipeline.spool import Names, Reported, Spooled
 from ..pipeline.stream import workloads
 from ..pipeline.workload import Workload
 from ..render.manifests import Manifest, dump, object_key
@@ -45,6 +46,9 @@ class ProfileDiff:
     committed: str
     objects: tuple[ObjectDiff, ...]
     note: str = ""  # what the diff alone does not say: no such file, a stale manifest
+    # the workload's name and namespace, for diff_all's notes (never printed)
+    workload: str = field(default="", compare=False)
+    namespace: str = field(default="", compare=False)
 
     @property
     def changed(self) -> bool:
@@ -106,7 +110,9 @@ def diff_workload(workload: Workload, against: Path) -> ProfileDiff:
     if committed_path.is_file():
         # the common CI case: the committed file is byte-identical to the canonical dump
         if read_text(committed_path, max_bytes=16 * MAX_BYTES) == dump(list(workload.manifests)):
-            return ProfileDiff(str(path), str(committed_path), ())
+            return ProfileDiff(
+                str(path), str(committed_path), (), "", workload.plan.name, workload.plan.namespace
+            )
         committed = load_documents(committed_path)
         _only_our_manifests(committed, committed_path)
     else:
@@ -114,7 +120,9 @@ def diff_workload(workload: Workload, against: Path) -> ProfileDiff:
     objects = compare(
         workload.manifests, committed, new_label=f"render {path}", old_label=str(committed_path)
     )
-    return ProfileDiff(str(path), str(committed_path), objects)
+    return ProfileDiff(
+        str(path), str(committed_path), objects, "", workload.plan.name, workload.plan.namespace
+    )
 
 
 def diff_all(
@@ -126,7 +134,8 @@ def diff_all(
 ) -> tuple[Spooled[ProfileDiff], list[RunaiSpecError]]:
     """Each profile against its `<name>.yaml` in `against`; then the folder's other manifests:
     one holding a workload whose file is missing is named in that workload's note, and one no
-    profile renders is reported as stale (every object removed)."""
+    profile renders is reported as stale (every object removed). Per profile, only its
+    name's hash is kept in memory (the results are spooled)."""
     if not against.is_dir():
         raise InputError(
             f"{against}: not a folder",
@@ -134,57 +143,74 @@ def diff_all(
         )
     done: Spooled[ProfileDiff] = Spooled()  # kept out of memory: one per profile
     bad: list[RunaiSpecError] = []
-    claimed: set[str] = set()  # file names in `against` that a workload owns
-    missing: dict[int, tuple[str, frozenset[str]]] = {}  # index in done -> (name, object keys)
-    # index in done -> (name, namespace): its smoke test's keys are made only when needed
-    smokes: dict[int, tuple[str, str]] = {}
+    claimed = Names()  # the workloads' names: <name>.yaml and <name>-smoke.yaml are theirs
+    missing = 0  # results whose file is missing
     for item in workloads(paths, registry):  # one at a time: only the (small) diffs are kept
         if not isinstance(item, Workload):
             bad.append(item)
         else:
-            name = item.plan.name
-            claimed.update({f"{name}.yaml", f"{name}-smoke.yaml"})  # render -d, render --smoke -d
+            claimed.add(item.plan.name)
             try:
                 result = diff_workload(item, against)
             except InputError as exc:  # an unreadable committed file
                 bad.append(exc)
             else:
-                if not Path(result.committed).is_file():
-                    missing[len(done)] = (name, frozenset(object_key(m) for m in item.manifests))
-                smokes[len(done)] = (name, item.plan.namespace)
+                missing += not Path(result.committed).is_file()
                 done.append(result)
         if step is not None:
             step()
     others = _other_manifests(against, claimed)
-    for index, result in enumerate(done if missing else ()):
-        if index not in missing:
-            continue
-        name, keys = missing[index]
-        holders = [path.name for path, docs in others.items() if keys & {object_key(d) for d in docs}]
-        note = f"no file named {name}.yaml in {against}: every object shows as added"
-        if holders:
-            note += (
-                f"; {', '.join(holders)} holds this workload's objects: name it "
-                f"{name}.yaml, as `render -d` does"
-            )
-        done.replace(index, replace(result, note=note))
-        others = {p: d for p, d in others.items() if p.name not in holders}
-    for index, result in enumerate(done if others else ()):  # a smoke test's file: not stale
-        if index not in smokes:
-            continue
-        name, keys = smokes[index][0], smoke_keys(*smokes[index])
-        holders = [path.name for path, docs in others.items() if {object_key(d) for d in docs} <= keys]
-        if holders:
-            note = (
-                f"{', '.join(holders)} holds its smoke test (`render --smoke`): not "
-                f"compared; `render --smoke -d` names it {name}-smoke.yaml"
-            )
-            done.replace(index, replace(result, note="; ".join(filter(None, (result.note, note)))))
-            others = {p: d for p, d in others.items() if p.name not in holders}
+    if missing:
+        done = _noted(done, lambda result: _missing_note(result, against, others))
+    if others:  # a smoke test's file: not stale
+        done = _noted(done, lambda result: _smoke_note(result, others))
     if not bad:  # with a profile that did not load, its own file would look stale
         for path, docs in sorted(others.items()):
             done.append(_stale(path, docs))
     return done, bad
+
+
+def _noted(results: Spooled[ProfileDiff], note: Callable[[ProfileDiff], str]) -> Spooled[ProfileDiff]:
+    """RESULTS read back once, each with NOTE's words (if any) added to its note."""
+    out: Spooled[ProfileDiff] = Spooled()
+    for result in results:
+        more = note(result)
+        out.append(replace(result, note="; ".join(filter(None, (result.note, more)))) if more else result)
+    return out
+
+
+def _missing_note(result: ProfileDiff, against: Path, others: dict[Path, list[Manifest]]) -> str:
+    """A result whose file is missing (every object added): its note names the other files
+    that hold its objects, which are then no longer stale (OTHERS loses them)."""
+    if Path(result.committed).is_file():
+        return ""
+    name, keys = result.workload, {o.key for o in result.objects}
+    holders = [path.name for path, docs in others.items() if keys & {object_key(d) for d in docs}]
+    note = f"no file named {name}.yaml in {against}: every object shows as added"
+    if holders:
+        note += (
+            f"; {', '.join(holders)} holds this workload's objects: name it {name}.yaml, as `render -d` does"
+        )
+    for path in [p for p in others if p.name in holders]:
+        del others[path]
+    return note
+
+
+def _smoke_note(result: ProfileDiff, others: dict[Path, list[Manifest]]) -> str:
+    """Files of OTHERS that hold only RESULT's smoke test: named in its note, and no longer
+    stale (OTHERS loses them)."""
+    if not others:
+        return ""
+    keys = smoke_keys(result.workload, result.namespace)
+    holders = [path.name for path, docs in others.items() if {object_key(d) for d in docs} <= keys]
+    for path in [p for p in others if p.name in holders]:
+        del others[path]
+    if not holders:
+        return ""
+    return (
+        f"{', '.join(holders)} holds its smoke test (`render --smoke`): not "
+        f"compared; `render --smoke -d` names it {result.workload}-smoke.yaml"
+    )
 
 
 def smoke_keys(name: str, namespace: str) -> frozenset[str]:
@@ -201,12 +227,20 @@ def smoke_keys(name: str, namespace: str) -> frozenset[str]:
     )
 
 
-def _other_manifests(against: Path, claimed: set[str]) -> dict[Path, list[Manifest]]:
-    """The folder's `*.yaml` files no workload owns, that hold manifests runai-spec renders
-    (others, and files that do not parse, are not ours to judge and are left alone)."""
+def _other_manifests(against: Path, claimed: Names) -> dict[Path, list[Manifest]]:
+    """The folder's `*.yaml` files no workload owns (`<name>.yaml`, `<name>-smoke.yaml`), that
+    hold manifests runai-spec renders (others, and files that do not parse, are not ours to
+    judge and are left alone); the folder is streamed, only those files kept, in name order."""
     found: dict[Path, list[Manifest]] = {}
-    for path in sorted(against.glob("*.yaml")):
-        if path.name in claimed or not path.is_file() or path.is_symlink():
+    unclaimed = []
+    with os.scandir(against) as listing:
+        for entry in listing:
+            stem = entry.name.removesuffix(".yaml")
+            if stem == entry.name or stem in claimed or stem.removesuffix(SMOKE_SUFFIX) in claimed:
+                continue
+            unclaimed.append(against / entry.name)
+    for path in sorted(unclaimed):
+        if path.name.startswith(".") or not path.is_file() or path.is_symlink():
             continue
         try:
             docs = load_documents(path)

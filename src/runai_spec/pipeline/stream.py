@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import IO, overload
 from ..errors import EXIT_FINDINGS, EXIT_INPUT, EXIT_OK, InputError, RunaiSpecError
 from ..findings import Finding
 from ..load.registry import PresetRegistry
-from .spool import LineSpool, Sink, Spooled
+from .spool import LineSpool, Names, Sink, Spooled
 from .workload import Workload, prepare_workload
 
 
@@ -184,31 +185,31 @@ def check_exit(checks: Iterable[ProfileCheck], bad: list[RunaiSpecError]) -> int
 Piece = Callable[[Workload], tuple[str, str]]  # a workload -> (file name, text)
 
 
-def render_all(paths: Iterable[Path], piece: Piece, sink: Sink) -> tuple[Iterable[str], int]:
+def render_all(paths: Sequence[Path], piece: Piece, sink: Sink) -> tuple[Iterable[str], int]:
     """Render every profile into sink, one at a time; (stderr lines, exit code), the caller
     commits the sink when the code is 0. Bad input and error findings first, then two
     workloads of one name, then pieces refused (all of one kind reported together): any of
-    them and the sink is discarded."""
+    them and the sink is discarded. What is kept per profile is its name's hash (Names)."""
     gate = Gate()
-    first: dict[str, tuple[int, str]] = {}  # name -> (its first profile's index, path)
-    # (the first profile's index, the name, its path, the second profile's path and line)
-    duplicate: tuple[int, str, str, str, int | None] | None = None
+    registry = PresetRegistry()
+    names = Names()
+    places = array("q")  # each name's profile, by its index in paths
+    duplicate: Duplicate | None = None
     refused: list[str] = []
     try:
-        for i, workload in enumerate(gate.passed(workloads(paths))):
-            name = workload.plan.name
-            if name in first:
-                again = (*first[name][:1], name, first[name][1], workload.path, workload.loaded.line("name"))
-                duplicate = min(duplicate or again, again)
-            first.setdefault(name, (i, workload.path))
-            if gate.code != EXIT_OK or duplicate is not None:
-                continue
-            try:
-                named = piece(workload)
-            except InputError as exc:
-                refused += exc.lines()
-                continue
-            sink.add(*named)
+        for index, item in enumerate(workloads(paths, registry)):
+            for workload in gate.passed([item]):
+                again = _again(paths, registry, workload, [places[i] for i in names.add(workload.plan.name)])
+                places.append(index)
+                duplicate = min(duplicate or again, again) if again else duplicate
+                if gate.code != EXIT_OK or duplicate is not None:
+                    continue
+                try:
+                    named = piece(workload)
+                except InputError as exc:
+                    refused += exc.lines()
+                    continue
+                sink.add(*named)
     except BaseException:
         sink.discard()
         raise
@@ -232,6 +233,22 @@ def render_all(paths: Iterable[Path], piece: Piece, sink: Sink) -> tuple[Iterabl
     if code != EXIT_OK:
         sink.discard()
     return lines, code
+
+
+# (the first profile's index, the name, its path, the second profile's path and line)
+Duplicate = tuple[int, str, str, str, int | None]
+
+
+def _again(
+    paths: Sequence[Path], registry: PresetRegistry, workload: Workload, earlier: list[int]
+) -> Duplicate | None:
+    """WORKLOAD's name met again: the first of the EARLIER profiles (indexes in paths, whose
+    names share its name's hash) that renders the same name, prepared once more to confirm."""
+    for index in earlier:
+        first = prepare_workload(paths[index], registry)
+        if first.plan.name == workload.plan.name:
+            return (index, first.plan.name, first.path, workload.path, workload.loaded.line("name"))
+    return None
 
 
 def prepare_all(
