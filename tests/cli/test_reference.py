@@ -12,8 +12,9 @@ from conftest import ROOT
 from runai_spec.cli import COMMANDS
 from runai_spec.cli.reference import GENERATOR, cli_markdown, main, references
 from runai_spec.load.presets import Preset, Rendezvous
+from runai_spec.load.profile import Profile
 from runai_spec.load.site import Site
-from runai_spec.outputs.model_fields import fields_markdown
+from runai_spec.outputs.model_fields import fields_markdown, profile_fields_markdown
 
 REFERENCE = ROOT / "docs" / "reference"
 
@@ -65,3 +66,20 @@ def test_the_fields_reference_says_defaults_and_bounds_as_the_model_checks_them(
     for path in (ROOT / "presets").glob("h200-*.yaml"):
         for key in yaml.safe_load(path.read_text(encoding="utf-8")):
             assert key in rows, (path.name, key)
+
+
+def test_the_profile_reference_spells_fields_as_the_file_does() -> None:
+    text = profile_fields_markdown()
+    for name, info in Profile.model_fields.items():
+        assert f"| `{info.alias or name}` |" in text, name
+    assert "| `batch.global` |" in text and "global_" not in text  # the alias, not Python's name
+    assert "| `data[].path` |" in text  # an item of a list
+    assert "at most 63 character(s)" in text  # a string's length, not items
+    rows = {line.split(" | ")[0][3:-1] for line in text.splitlines() if line[:3] == "| `"}
+    for path in (ROOT / "examples").glob("*/profile.yaml"):
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        for key, value in doc.items():
+            assert key in rows, (path, key)
+            nested = any(row.startswith(f"{key}.") for row in rows)  # a mapping of fields, not `env`
+            for sub in value if isinstance(value, dict) and nested else ():
+                assert f"{key}.{sub}" in rows, (path, key, sub)

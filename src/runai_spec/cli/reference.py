@@ -10,7 +10,7 @@ import typer.main
 from typer import _click as click
 from typer.core import TyperGroup
 
-from ..outputs.model_fields import fields_markdown
+from ..outputs.model_fields import fields_markdown, profile_fields_markdown
 from ..text import md_code, md_text
 from . import load_commands
 
@@ -79,7 +79,11 @@ def cli_markdown() -> str:
 
 def references() -> dict[str, str]:
     """Each generated page, by its file name in docs/reference/."""
-    return {"cli.md": cli_markdown(), "preset-fields.md": fields_markdown()}
+    return {
+        "cli.md": cli_markdown(),
+        "preset-fields.md": fields_markdown(),
+        "profile-fields.md": profile_fields_markdown(),
+    }
 
 
 def main(argv: list[str]) -> int:
