@@ -4,13 +4,17 @@ does not allow that."""
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -23,7 +27,6 @@ from runai_spec.rehearse import PreflightSettings, plan_pods, rehearse_manifests
 from runai_spec.rehearse import network as net_module
 from runai_spec.rehearse.network import (
     AUTO_ON_GPU,
-    ETC_NETNS,
     Network,
     auto_on_gpu,
     pick_subnet,
@@ -46,26 +49,32 @@ def test_the_subnet_avoids_every_route_of_this_machine() -> None:
     assert "--network loopback" in str(exc.value.hint)
 
 
-def test_names_and_addresses_are_unique_per_rehearsal() -> None:
-    a = plan_network(NAME, ["master-0", "worker-0", "worker-1"], pid=4242, routes=[])
-    b = plan_network(NAME, ["master-0", "worker-0", "worker-1"], pid=4242, routes=[])
+def test_names_addresses_and_files_are_the_rehearsals_own(tmp_path: Path) -> None:
+    a = plan_network(
+        NAME, ["master-0", "worker-0", "worker-1"], folder=tmp_path / "network", pid=4242, routes=[]
+    )
     assert a.subnet == "10.233.146.0/24"  # 4242 % 256
     assert [(p.hostname, p.address) for p in a.pods] == [
         (f"{NAME}-master-0", "10.233.146.2"),
         (f"{NAME}-worker-0", "10.233.146.3"),
         (f"{NAME}-worker-1", "10.233.146.4"),
     ]
-    # the pid and a counter: a second rehearsal of the same process collides with nothing
-    names_a = {a.bridge_netns, *(p.netns for p in a.pods)}
-    names_b = {b.bridge_netns, *(p.netns for p in b.pods)}
-    assert len(names_a) == 4 and not names_a & names_b
-    assert all(n.startswith("runai-spec-4242-") for n in names_a | names_b)
-    assert a.wrapper("worker-0")[:4] == ("ip", "netns", "exec", a.pod("worker-0").netns)
-    assert a.wrapper("worker-0")[-1] == f"{NAME}-worker-0"  # the hostname it sets
+    # no names of this machine (no /run/netns/NAME, no /etc/netns/NAME): each pod's files in
+    # the rehearsal's folder, its namespace reached through the pid of the process holding it
+    assert [p.folder for p in a.pods] == [
+        str(tmp_path / "network" / s) for s in ("master-0", "worker-0", "worker-1")
+    ]
+    with pytest.raises(RuntimeError, match="not set up"):
+        a.wrapper("worker-0")
+    held = dataclasses.replace(a, holders={"master-0": 40, "worker-0": 41, "worker-1": 42})
+    wrapper = held.wrapper("worker-0")
+    assert wrapper[:2] == ("nsenter", "--net=/proc/41/ns/net")
+    assert wrapper[2:6] == ("unshare", "--uts", "--mount", "--")
+    assert wrapper[-2:] == (f"{NAME}-worker-0", str(tmp_path / "network" / "worker-0"))  # hostname, files
 
 
-def test_a_pods_hosts_file_names_the_others_only_while_they_run() -> None:
-    plan = plan_network(NAME, ["master-0", "worker-0", "worker-1"], pid=1, routes=[])
+def test_a_pods_hosts_file_names_the_others_only_while_they_run(tmp_path: Path) -> None:
+    plan = plan_network(NAME, ["master-0", "worker-0", "worker-1"], folder=tmp_path, pid=1, routes=[])
     idle = plan.hosts_text("worker-0", frozenset())
     running = plan.hosts_text("worker-0", frozenset({"master-0"}))
     lines = [ln.strip() for ln in running.splitlines()]
@@ -86,7 +95,8 @@ def test_a_pods_hosts_file_names_the_others_only_while_they_run() -> None:
 
 
 def test_netns_plan_keeps_the_cluster_env_and_adds_no_is_host(tmp_path: Path) -> None:
-    plan = plan_network(NAME, ["master-0", "worker-0"], pid=1, routes=[])
+    plan = plan_network(NAME, ["master-0", "worker-0"], folder=tmp_path / "network", pid=1, routes=[])
+    plan = dataclasses.replace(plan, holders={"master-0": 7, "worker-0": 8})  # as Network sets them
     plans, _ = plan_pods(
         [example_job("multi-node")], RehearsalSpec(procs_per_pod=1), root=tmp_path, network=plan
     )
@@ -201,45 +211,113 @@ def _wait(predicate: object, timeout: float = 10.0) -> bool:
 
 
 @needs_netns
-def test_two_pods_see_their_hostnames_and_each_other_only_while_running() -> None:
+def test_two_pods_see_their_hostnames_and_each_other_only_while_running(tmp_path: Path) -> None:
     before = _host_state()
-    plan = plan_network(NAME, ["master-0", "worker-0"])
+    plan = plan_network(NAME, ["master-0", "worker-0"], folder=tmp_path / "network")
     master, worker = (f"{NAME}-master-0", f"{NAME}-worker-0")
     with Network(plan) as net:
+        held = net.plan  # the wrappers name the processes that hold the namespaces
         # nothing runs in master-0: its name does not resolve in worker-0
-        assert _in_pod(plan, "worker-0", LOOKUP, master) == [worker, "unreached gaierror"]
+        assert _in_pod(held, "worker-0", LOOKUP, master) == [worker, "unreached gaierror"]
         server = subprocess.Popen(
-            [*plan.wrapper("master-0"), sys.executable, "-c", SERVER], stdout=subprocess.PIPE, text=True
+            [*held.wrapper("master-0"), sys.executable, "-c", SERVER], stdout=subprocess.PIPE, text=True
         )
         assert server.stdout is not None and server.stdout.readline().strip() == "listening"
         assert _wait(lambda: "master-0" in net.running)
-        assert _in_pod(plan, "worker-0", LOOKUP, master) == [worker, "reached"]
+        assert _in_pod(held, "worker-0", LOOKUP, master) == [worker, "reached"]
         # the master sees itself by its own name, at its own address
-        assert _in_pod(plan, "master-0", f"import socket; print(socket.gethostbyname({master!r}))") == [
+        assert _in_pod(held, "master-0", f"import socket; print(socket.gethostbyname({master!r}))") == [
             plan.pod("master-0").address
         ]
         server.kill()
         server.wait(10)
         assert _wait(lambda: "master-0" not in net.running)
-        assert _in_pod(plan, "worker-0", LOOKUP, master) == [worker, "unreached gaierror"]
+        assert _in_pod(held, "worker-0", LOOKUP, master) == [worker, "unreached gaierror"]
         assert [(pod, up) for _, pod, up in net.changes if pod == "master-0"] == [
             ("master-0", True),
             ("master-0", False),
         ]
-    # everything it made is gone: namespaces, links, /etc/netns folders
+    # everything it made is gone: namespaces (with their links), the processes holding them
     assert _host_state() == before
-    assert not any((ETC_NETNS / p.netns).exists() for p in plan.pods)
-    assert not (ETC_NETNS / plan.bridge_netns).exists()
+    assert not any(Path(f"/proc/{pid}").exists() for pid in held.holders.values())
 
 
 @needs_netns
-def test_the_network_is_removed_when_the_block_fails() -> None:
+def test_the_network_is_removed_when_the_block_fails(tmp_path: Path) -> None:
     before = _host_state()
-    plan = plan_network(NAME, ["master-0", "worker-0"])
-    with pytest.raises(KeyboardInterrupt), Network(plan):
-        assert plan.pods[0].netns in _host_state()[1]
+    plan = plan_network(NAME, ["master-0", "worker-0"], folder=tmp_path / "network")
+    with pytest.raises(KeyboardInterrupt), Network(plan) as net:
+        holders = dict(net.plan.holders)
+        assert all(Path(f"/proc/{pid}/ns/net").exists() for pid in holders.values())
         raise KeyboardInterrupt  # Ctrl-C in the middle of a rehearsal
     assert _host_state() == before
+    assert not any(Path(f"/proc/{pid}").exists() for pid in holders.values())
+
+
+# issue 23 item 11: `ip netns add` mounted each namespace at /run/netns/NAME and `ip netns exec`
+# read /etc/netns/NAME/hosts; the rehearsal now makes nothing there, not even for a moment
+SYSTEM_NETNS = (Path("/run/netns"), Path("/etc/netns"))
+
+
+def _system_netns_entries() -> set[str]:
+    out: set[str] = set()
+    for top in SYSTEM_NETNS:
+        if top.exists():
+            out.add(str(top))
+            for folder, dirs, files in os.walk(top):
+                out.update(os.path.join(folder, n) for n in [*dirs, *files])
+    return out
+
+
+@contextmanager
+def _watch_system_netns() -> Iterator[set[str]]:
+    """While the block runs, every path that appears under /run/netns or /etc/netns (polled
+    every few milliseconds: the old rehearsal's entries lived for its whole run)."""
+    before = _system_netns_entries()
+    appeared: set[str] = set()
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.is_set():
+            appeared.update(_system_netns_entries() - before)
+            stop.wait(0.005)
+
+    thread = threading.Thread(target=poll, daemon=True)
+    thread.start()
+    try:
+        yield appeared
+    finally:
+        stop.set()
+        thread.join(5)
+        appeared.update(_system_netns_entries() - before)
+
+
+@needs_netns
+def test_the_netns_mode_creates_nothing_outside_the_rehearsals_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "network"
+    plan = plan_network(NAME, ["master-0", "worker-0"], folder=folder)
+    with _watch_system_netns() as appeared, Network(plan) as net:
+        server = subprocess.Popen(
+            [*net.plan.wrapper("master-0"), sys.executable, "-c", SERVER], stdout=subprocess.PIPE, text=True
+        )
+        assert server.stdout is not None and server.stdout.readline().strip() == "listening"
+        assert _wait(lambda: "master-0" in net.running)
+        # the pod's hosts file is the rehearsal's, mounted over /etc/hosts in its namespace only
+        assert _in_pod(net.plan, "worker-0", "print(open('/etc/hosts').read())") == (
+            (folder / "worker-0" / "hosts").read_text().splitlines() + [""]
+        )
+        server.kill()
+        server.wait(10)
+    assert appeared == set()
+    assert sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) == [
+        "master-0",
+        "master-0/hosts",
+        "master-0/resolv.conf",
+        "worker-0",
+        "worker-0/hosts",
+        "worker-0/resolv.conf",
+    ]
+    assert "runai-spec" not in Path("/etc/hosts").read_text()  # this machine's stays as it was
 
 
 # --- a real rehearsal in netns mode
@@ -251,20 +329,23 @@ def test_the_network_is_removed_when_the_block_fails() -> None:
 def test_the_multi_node_example_passes_in_netns_mode_and_says_so(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     before = _host_state()
-    result = CliRunner().invoke(
-        app,
-        [
-            "rehearse",
-            str(ROOT / "examples/multi-node/profile.yaml"),
-            "--procs-per-pod",
-            "2",
-            "--network",
-            "netns",
-            "--logs",
-            str(tmp_path),
-        ],
-    )
+    with _watch_system_netns() as appeared:
+        result = CliRunner().invoke(
+            app,
+            [
+                "rehearse",
+                str(ROOT / "examples/multi-node/profile.yaml"),
+                "--procs-per-pod",
+                "2",
+                "--network",
+                "netns",
+                "--logs",
+                str(tmp_path),
+            ],
+        )
     assert result.exit_code == 0, result.output
+    assert appeared == set()  # nothing under /run/netns or /etc/netns (issue 23 item 11)
+    assert (tmp_path / "network" / "master-0" / "hosts").is_file()  # in the rehearsal's folder
     # the table says which mode ran; result.json has the whole row
     assert any("network" in ln and "netns:" in ln for ln in result.stdout.splitlines())
     checks = json.loads((tmp_path / "result.json").read_text())["checks"]

@@ -37,7 +37,7 @@ from .faults import Fault, faults_of
 from .filesystem import pvc_paths
 from .job import DEFAULT_PORT, PORT_NAME, container_of, find_job, nproc_of, operator_env, replicas_of
 from .logs_folder import check_logs_dir, make_logs_dir
-from .network import NetPlan, auto_on_gpu, plan_network, pod_network, resolve_mode
+from .network import NETWORK_DIR, NetPlan, auto_on_gpu, plan_network, pod_network, resolve_mode
 from .processes import PodOutcome, run_attempt
 from .restarts import operator_verdict, restart_settings
 from .runner import audit_key, final_round, rehearse_faults
@@ -134,6 +134,7 @@ def set_up(manifests: Sequence[Mapping[str, Any]], spec: RehearsalSpec) -> Setup
         plan_network(
             str(job["metadata"]["name"]),
             [short_pod_name(t, i) for t, n, _ in replicas_of(job) for i in range(n)],
+            folder=root / NETWORK_DIR,
         )
         if mode == "netns"
         else None
@@ -262,19 +263,20 @@ def rehearse_manifests(manifests: Sequence[Mapping[str, Any]], spec: RehearsalSp
     """Run the job's topology here and collect the preflight's checks (RehearsalSpec says
     what is asked)."""
     setup = set_up(manifests, spec)
-    plans, world = plan_pods(
-        manifests,
-        setup.spec,
-        root=setup.root,
-        gpus=setup.gpus,
-        hold_dir=setup.hold_dir,
-        network=setup.netplan,
-    )
     root = setup.root
-    write_plan(root, plans, world, setup.backend)
-    shutil.rmtree(root / "checkpoints", ignore_errors=True)
-    # removed again on the way out, also on error; network.log: when each name resolved
-    with pod_network(setup.netplan, root / "network.log"):
+    # removed again on the way out, also on error; network.log: when each name resolved. First:
+    # a pod joins its namespace through the pid of the process that holds it
+    with pod_network(setup.netplan, root / "network.log") as net:
+        plans, world = plan_pods(
+            manifests,
+            setup.spec,
+            root=setup.root,
+            gpus=setup.gpus,
+            hold_dir=setup.hold_dir,
+            network=net.plan if net else None,
+        )
+        write_plan(root, plans, world, setup.backend)
+        shutil.rmtree(root / "checkpoints", ignore_errors=True)
         run = run_with_faults if setup.faults else run_once
         checks, outcomes = run(setup, plans, world)
     checks = notes(setup, plans) + checks

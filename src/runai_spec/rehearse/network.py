@@ -17,9 +17,15 @@ What this models (facts from the sources named):
 - Kubernetes v1.30 `pkg/kubelet/kubelet_pods.go` (`GeneratePodHostNameAndDomain`,
   `managedHostsFileContent`): the pod's hostname is its name (the operator sets no
   `spec.hostname`), and the kubelet-managed /etc/hosts maps that name to the pod's own IP.
-- iproute2 `ip/ipnetns.c` (`ip netns exec`): joins the named namespace, then bind-mounts each
-  file of `/etc/netns/NAME/` over the one of the same name in /etc, in a mount namespace of
-  its own, and execs the command (no fork: the pod's pid stays the container's main process).
+- iproute2 `ip/ipnetns.c` (`ip netns exec`, v6.1): joins the namespace, then in a mount
+  namespace of its own mounts a sysfs of that namespace on /sys and bind-mounts each file of
+  `/etc/netns/NAME/` over the one of the same name in /etc, and execs the command (no fork:
+  the pod's pid stays the container's main process). The pods start the same way, but
+  nothing is written outside the rehearsal's folder (issue 23): no `ip netns add` (a mount
+  at /run/netns/NAME), no /etc/netns/NAME; each namespace is held by a process of its own
+  (`unshare --net`, until its stdin closes: this process's exit, even a kill), the pods join
+  it with `nsenter --net=/proc/PID/ns/net`, and their hosts files are bind-mounted from
+  `<rehearsal>/network/<pod>/` inside the pod's own mount namespace.
 
 Here: one namespace holds a bridge, each pod's namespace a veth on it with one address of a
 private /24, its own UTS namespace with the pod name as hostname, and its own hosts file: its
@@ -32,68 +38,81 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-import itertools
 import os
 import shutil
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from ..errors import InputError
 
-if TYPE_CHECKING:
-    pass
-
 MODES = ("auto", "netns", "loopback")
-NETNS_RUN = Path("/run/netns")  # where `ip netns add` mounts each namespace
-ETC_NETNS = Path("/etc/netns")  # where `ip netns exec` finds the files it mounts over /etc
+NETWORK_DIR = "network"  # under the rehearsal's folder: each pod's hosts and resolv.conf
 SUBNET_BASE = "10.233"
 WATCH_EVERY_S = 0.05
-_SEQ = itertools.count()
-# the pod's hostname is its name (UTS namespace), HOSTNAME as the container runtime sets it
-_HOSTNAME_SH = 'echo "$0" > /proc/sys/kernel/hostname && export HOSTNAME="$0" && exec "$@"'
+# What `ip netns exec` does after joining the namespace (its sysfs on /sys, read-only where
+# this one is; the pod's files over /etc's), in the pod's mount namespace only (unshare
+# --mount: private propagation), then the pod's hostname (UTS namespace) and HOSTNAME as the
+# container runtime sets them. $0 the hostname, $1 the pod's folder.
+_POD_SH = (
+    'set -e; d="$1"; shift; umount -l /sys 2>/dev/null || :; '
+    "mount -t sysfs sysfs /sys 2>/dev/null || mount -t sysfs -o ro sysfs /sys; "
+    'mount --bind "$d/hosts" /etc/hosts; '
+    'if [ -e /etc/resolv.conf ]; then mount --bind "$d/resolv.conf" /etc/resolv.conf; fi; '
+    'echo "$0" > /proc/sys/kernel/hostname; export HOSTNAME="$0"; exec "$@"'
+)
+# the holder of a namespace: says it is in, then waits for its stdin to close
+_HOLD = ("unshare", "--net", "--", "sh", "-c", "echo in; read -r _ || :")
+_RESOLV = (
+    "# runai-spec rehearse: no cluster DNS here; the job's names are in /etc/hosts\n"
+    "options timeout:1 attempts:1\n"
+)
 
 
 @dataclass(frozen=True)
 class PodNet:
     short: str  # master-0, worker-0, ...
     hostname: str  # the pod's name, which is also its headless service's name
-    netns: str
+    folder: str  # <rehearsal>/network/<short>: its hosts and resolv.conf
     address: str
 
 
 @dataclass(frozen=True)
 class NetPlan:
-    """Every name and address of one rehearsal's network; `tag` makes them unique per run."""
+    """Every name, address and file of one rehearsal's network, and (once `Network` holds
+    them) the pid of the process that holds each pod's namespace."""
 
-    tag: str
     subnet: str  # e.g. 10.233.57.0/24
-    bridge_netns: str
+    folder: str  # <rehearsal>/network
     pods: tuple[PodNet, ...]
+    holders: Mapping[str, int] = field(default_factory=dict)  # short -> pid, while set up
 
     def pod(self, short: str) -> PodNet:
         return next(p for p in self.pods if p.short == short)
 
     def wrapper(self, short: str) -> tuple[str, ...]:
-        """The argv prefix that starts a pod's container in its namespaces."""
+        """The argv prefix that starts a pod's container in its namespaces (the network set up:
+        `Network.plan`)."""
         pod = self.pod(short)
+        if short not in self.holders:
+            raise RuntimeError(f"the network of pod {short} is not set up")
         return (
-            "ip",
-            "netns",
-            "exec",
-            pod.netns,
+            "nsenter",
+            f"--net=/proc/{self.holders[short]}/ns/net",
             "unshare",
             "--uts",
+            "--mount",
             "--",
             "sh",
             "-c",
-            _HOSTNAME_SH,
+            _POD_SH,
             pod.hostname,
+            pod.folder,
         )
 
     def slot_width(self) -> int:
@@ -159,13 +178,13 @@ def plan_network(
     job_name: str,
     shorts: Sequence[str],
     *,
+    folder: Path,
     pid: int | None = None,
     routes: Sequence[ipaddress.IPv4Network] | None = None,
 ) -> NetPlan:
-    """Names and addresses for the pods `shorts` of job `job_name`: namespaces named after
-    this process and a counter (unique per rehearsal), addresses .2, .3, ... of a free /24."""
+    """Names and addresses for the pods `shorts` of job `job_name`, their files under
+    `folder` (the rehearsal's own): addresses .2, .3, ... of a free /24."""
     pid = os.getpid() if pid is None else pid
-    tag = f"runai-spec-{pid}-{next(_SEQ)}"
     net = pick_subnet(host_routes() if routes is None else routes, pid)
     if len(shorts) > net.num_addresses - 3:
         raise InputError(
@@ -174,22 +193,28 @@ def plan_network(
             hint="--network loopback runs them on loopback",
         )
     hosts = list(net.hosts())
-    pods = tuple(PodNet(s, f"{job_name}-{s}", f"{tag}-{s}", str(hosts[i + 1])) for i, s in enumerate(shorts))
-    return NetPlan(tag, str(net), f"{tag}-net", pods)
+    pods = tuple(
+        PodNet(s, f"{job_name}-{s}", str(folder / s), str(hosts[i + 1])) for i, s in enumerate(shorts)
+    )
+    return NetPlan(str(net), str(folder), pods)
 
 
 def unavailable() -> str | None:
     """Why the pods cannot have network namespaces here, or None when they can."""
     if os.geteuid() != 0:
         return "not root (network namespaces need root)"
-    for tool in ("ip", "unshare"):
+    for tool in ("ip", "unshare", "nsenter", "mount"):
         if shutil.which(tool) is None:
             return f"no `{tool}` on PATH (iproute2 / util-linux)"
-    if not os.access("/etc", os.W_OK):
-        return "/etc is not writable (`ip netns exec` reads /etc/netns/NAME/hosts)"
+    if not Path("/etc/hosts").is_file():
+        return "no /etc/hosts (each pod's hosts file is mounted over it)"
     try:
+        # what a pod's start does, in namespaces that vanish with it
         done = subprocess.run(
-            ["unshare", "--net", "--uts", "--mount", "true"], capture_output=True, timeout=10, check=False
+            ["unshare", "--net", "--uts", "--mount", "--", "mount", "--bind", "/etc/hosts", "/etc/hosts"],
+            capture_output=True,
+            timeout=10,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"unshare failed: {exc}"
@@ -243,8 +268,15 @@ def auto_on_gpu(network: str, mode: str, gpus: int) -> tuple[str, str | None]:
     return mode, None
 
 
-def _ip(*args: str) -> None:
-    done = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30, check=False)
+def _ip(holder: int, *args: str) -> None:
+    """`ip ARGS` in the network namespace that process `holder` holds."""
+    done = subprocess.run(
+        ["nsenter", f"--net=/proc/{holder}/ns/net", "ip", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     if done.returncode != 0:
         raise InputError(
             f"`ip {' '.join(args)}` failed: {done.stderr.strip()}",
@@ -263,17 +295,25 @@ def _ns_ids() -> dict[int, str]:
     return out
 
 
+def _fresh_folder(path: Path) -> None:
+    """PATH as a new empty folder: whatever was there (a former rehearsal's) removed, a link
+    unlinked, never followed."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+
+
 class Network:
     """The namespaces, links and hosts files of one `NetPlan`, set up on entry and removed on
     exit (also after an error or Ctrl-C); while inside, a thread keeps every pod's hosts file
-    in step with which pods run."""
+    in step with which pods run. Everything it writes is under the plan's folder."""
 
     def __init__(self, plan: NetPlan, log: Path | None = None) -> None:
-        self.plan = plan
+        self.plan = plan  # with the holders' pids once set up
         self.log = log  # where __exit__ writes when each pod's name resolved and stopped to
-        self._made_ns: list[str] = []
-        self._made_dirs: list[Path] = []
-        self._made_etc = False  # /etc/netns itself was created here
+        self._holders: list[subprocess.Popen[bytes]] = []
         self._ids: dict[str, str] = {}  # short -> net:[inode] of its namespace
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -305,61 +345,58 @@ class Network:
                 )
             )
 
-    def _add_ns(self, name: str) -> None:
-        _ip("netns", "add", name)
-        self._made_ns.append(name)
+    def _hold(self) -> int:
+        """A new network namespace, held by a process of its own: its pid."""
+        proc = subprocess.Popen(_HOLD, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self._holders.append(proc)
+        assert proc.stdout is not None
+        if proc.stdout.readline() != b"in\n":
+            proc.wait(10)
+            why = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
+            raise InputError(
+                f"`unshare --net` failed: {why or f'exit {proc.returncode}'}",
+                field="--network",
+                hint="--network loopback runs the pods on loopback",
+            )
+        return proc.pid
 
     def _setup(self) -> None:
         plan = self.plan
         prefix = ipaddress.IPv4Network(plan.subnet).prefixlen
-        self._add_ns(plan.bridge_netns)
-        _ip("-n", plan.bridge_netns, "link", "add", "br0", "type", "bridge")
-        _ip("-n", plan.bridge_netns, "link", "set", "br0", "up")
+        _fresh_folder(Path(plan.folder))
+        bridge = self._hold()
+        _ip(bridge, "link", "add", "br0", "type", "bridge")
+        _ip(bridge, "link", "set", "br0", "up")
+        holders: dict[str, int] = {}
         for i, pod in enumerate(plan.pods):
-            self._add_ns(pod.netns)
+            holders[pod.short] = held = self._hold()
             # both ends live in the rehearsal's namespaces: nothing is added to this machine's
-            _ip(
-                "-n",
-                plan.bridge_netns,
-                "link",
-                "add",
-                f"p{i}",
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "eth0",
-                "netns",
-                pod.netns,
-            )
-            _ip("-n", plan.bridge_netns, "link", "set", f"p{i}", "master", "br0", "up")
-            _ip("-n", pod.netns, "addr", "add", f"{pod.address}/{prefix}", "dev", "eth0")
-            _ip("-n", pod.netns, "link", "set", "eth0", "up")
-            _ip("-n", pod.netns, "link", "set", "lo", "up")
-            folder = ETC_NETNS / pod.netns
-            self._made_etc = self._made_etc or not ETC_NETNS.exists()
-            folder.mkdir(parents=True, exist_ok=False)
-            self._made_dirs.append(folder)
+            _ip(bridge, "link", "add", f"p{i}", "type", "veth", "peer", "name", "eth0", "netns", str(held))
+            _ip(bridge, "link", "set", f"p{i}", "master", "br0", "up")
+            _ip(held, "addr", "add", f"{pod.address}/{prefix}", "dev", "eth0")
+            _ip(held, "link", "set", "eth0", "up")
+            _ip(held, "link", "set", "lo", "up")
+            folder = Path(pod.folder)
+            folder.mkdir()
             (folder / "hosts").write_text(plan.hosts_text(pod.short, frozenset()))
-            (folder / "resolv.conf").write_text(
-                "# runai-spec rehearse: no cluster DNS here; the job's names are in /etc/hosts\n"
-                "options timeout:1 attempts:1\n"
-            )
-            self._ids[pod.short] = f"net:[{os.stat(NETNS_RUN / pod.netns).st_ino}]"
+            (folder / "resolv.conf").write_text(_RESOLV)
+            self._ids[pod.short] = os.readlink(f"/proc/{held}/ns/net")
+        self.plan = replace(plan, holders=holders)
 
     def _write_hosts(self, running: frozenset[str]) -> None:
         for pod in self.plan.pods:
             data = self.plan.hosts_text(pod.short, running).encode()
             # in place, same length: the bind mount in each pod keeps this inode
             with contextlib.suppress(OSError):
-                fd = os.open(ETC_NETNS / pod.netns / "hosts", os.O_WRONLY)
+                fd = os.open(Path(pod.folder) / "hosts", os.O_WRONLY | os.O_NOFOLLOW)
                 try:
                     os.pwrite(fd, data, 0)
                 finally:
                     os.close(fd)
 
     def _running_now(self) -> frozenset[str]:
-        ids = set(_ns_ids().values())
+        held = {p.pid for p in self._holders}
+        ids = {nid for pid, nid in _ns_ids().items() if pid not in held}
         return frozenset(s for s, nid in self._ids.items() if nid in ids)
 
     def refresh(self) -> frozenset[str]:
@@ -380,20 +417,28 @@ class Network:
     def _teardown(self) -> None:
         # a process still in a pod's namespace would keep it (and its veth) alive unseen
         ours = set(self._ids.values())
-        leftover = [pid for pid, nid in _ns_ids().items() if nid in ours]
+        held = {p.pid for p in self._holders}
+        leftover = [pid for pid, nid in _ns_ids().items() if nid in ours and pid not in held]
         for pid in leftover:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-        for name in reversed(self._made_ns):
-            with contextlib.suppress(InputError):
-                _ip("netns", "del", name)
-        self._made_ns.clear()
-        for folder in self._made_dirs:
-            shutil.rmtree(folder, ignore_errors=True)
-        self._made_dirs.clear()
-        if self._made_etc:
+        # the last process of each namespace gone: the kernel removes it, its links with it
+        for proc in self._holders:
             with contextlib.suppress(OSError):
-                ETC_NETNS.rmdir()  # only when empty: a parallel rehearsal's folders stay
+                _close(proc)
+        self._holders.clear()
+
+
+def _close(proc: subprocess.Popen[Any]) -> None:
+    """A holder told to go (its stdin closed), killed if it lingers, and reaped."""
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+    try:
+        proc.wait(5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
 
 
 @contextlib.contextmanager
