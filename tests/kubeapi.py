@@ -909,6 +909,7 @@ SITE_RESOURCES = {
     "network-attachment-definitions": "network-attachment-definitions.k8s.cni.cncf.io",
     "customresourcedefinitions": "customresourcedefinitions",
     "deployments": "deployments",
+    "topologies": "topologies.kai.scheduler",
 }
 
 
@@ -1019,6 +1020,15 @@ def seed_site(kube: FakeKube) -> None:
                 f"/apis/k8s.cni.cncf.io/v1/namespaces/{target}/network-attachment-definitions/{name}",
                 {"metadata": {"name": name, "namespace": target}},
             )
+    if site.topology is not None:  # KAI's Topology with every level a placement names
+        levels = sorted({level for p in site.topology.placement.values() for _, level in p.levels()})
+        put(
+            f"/apis/kai.scheduler/v1alpha1/topologies/{site.topology.name}",
+            {
+                "metadata": {"name": site.topology.name},
+                "spec": {"levels": [{"nodeLabel": level} for level in levels]},
+            },
+        )
     put(
         "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/pytorchjobs.kubeflow.org",
         copy.deepcopy(upstream_crd()),

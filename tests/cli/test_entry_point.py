@@ -27,7 +27,7 @@ LAUNCHERS = {
         "--rdzv-backend=c10d",
         "--rdzv-endpoint=$(MASTER_ADDR):$(MASTER_PORT)",
         "--rdzv-id=demo",
-        "--max-restarts=3",
+        "--max-restarts=2",
         "--rdzv-conf=join_timeout=900,read_timeout=600",
         "--no-python",
         *LOGS,

@@ -135,7 +135,7 @@ def test_plan_shows_each_choice_and_what_each_fault_does() -> None:
         "| restart policy | OnFailure |",
         "| backoffLimit | 5 |",
         "| rendezvous | c10d at $(MASTER_ADDR):$(MASTER_PORT) (the Master's service), id llm-7b-fsdp |",
-        "| torchrun max restarts | 3 |",
+        "| torchrun max restarts | 2 |",
         "| rendezvous join / read timeout | 900 s / 600 s |",
         "| termination grace period | 300 s (SIGTERM, then SIGKILL) |",
     ):
@@ -146,7 +146,7 @@ def test_plan_shows_each_choice_and_what_each_fault_does() -> None:
     as_json = runner.invoke(app, ["plan", str(profile), "--format", "json"])
     fs = json.loads(as_json.stdout)["failure_semantics"]
     assert fs["choices"]["backoffLimit"] == "5" and fs["tolerated_faults"] == 2
-    assert [f["restarts"] for f in fs["faults"]] == [2, 1, 0]
+    assert [f["restarts"] for f in fs["faults"]] == [2, 1, 0, 0]  # the last: a stale gang
 
 
 def test_plan_says_the_static_rendezvous_cannot_be_budgeted(presets_dir: Path, engineer_key: Path) -> None:
@@ -156,7 +156,8 @@ def test_plan_says_the_static_rendezvous_cannot_be_budgeted(presets_dir: Path, e
     fs = failure_semantics(plan, "p.yaml")
     assert dict(fs.choices)["rendezvous"] == "static (bare torchrun)"
     assert fs.tolerated == 0
-    (node, _) = fs.faults
+    (node, _, stale) = fs.faults
+    assert stale.recovers and stale.restarts == 0 and "stale" in stale.outcome
     assert not node.recovers and node.restarts is None and "depends on timing" in node.outcome
     assert fs.resubmit == "runai-spec delete demo --project team-a --yes && runai-spec submit p.yaml"
 

@@ -81,7 +81,7 @@ def test_multi_node_master_trains_and_torchrun_reads_the_operator_variables() ->
             "--rdzv-backend=c10d",
             "--rdzv-endpoint=$(MASTER_ADDR):$(MASTER_PORT)",
             "--rdzv-id=demo",
-            "--max-restarts=3",
+            "--max-restarts=2",
             "--rdzv-conf=join_timeout=900,read_timeout=600",
             "--log-dir=/checkpoints/logs/$(POD_NAME)",
             "--tee=3",
@@ -106,7 +106,7 @@ def test_elastic_is_worker_only_with_c10d_bounds() -> None:
         "rdzvBackend": "c10d",
         "minReplicas": 2,
         "maxReplicas": 4,
-        "maxRestarts": 3,
+        "maxRestarts": 10,
     }
     # Without a Master the operator injects no PET_NPROC_PER_NODE from nprocPerNode: the
     # launcher must say it, or torchrun starts one process on an 8-GPU pod.

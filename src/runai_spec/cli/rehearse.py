@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ..errors import EXIT_FINDINGS, EXIT_OK
+from ..facts.kai import STALENESS_GRACE_DEFAULT_S
 from ..facts.operator import BACKOFF_BASE_S
 from .common import ProfileArg, TextJson, TextJsonOpt, app, err, stop_on_errors, with_options
 
@@ -63,6 +64,24 @@ PreemptOpt = Annotated[
         metavar="checkpoint|SECONDS",
         help="Preempt the job (every pod: SIGTERM, SIGKILL after its terminationGracePeriodSeconds, "
         "recreated by the operator) right after the first checkpoint or SECONDS in.",
+    ),
+]
+EvictOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--evict",
+        metavar="POD[@checkpoint|@SECONDS]",
+        help="KAI-Scheduler evicts this one pod of an elastic job above its minimum (repeatable): "
+        "SIGTERM, its grace period, deleted; the operator creates it anew.",
+    ),
+]
+StaleGangOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--stale-gang",
+        metavar="POD[@checkpoint|@SECONDS]",
+        help="POD is lost and no room is left for it: the gang below its minimum is evicted whole "
+        f"after KAI's staleness grace period ({STALENESS_GRACE_DEFAULT_S:g} s, times --backoff-scale).",
     ),
 ]
 BackoffOpt = Annotated[
@@ -127,6 +146,8 @@ class RehearseOptions:
     timeout: TimeoutOpt = 300.0
     kill: KillOpt = None
     preempt: PreemptOpt = None
+    evict: EvictOpt = None
+    stale_gang: StaleGangOpt = None
     backoff_scale: BackoffOpt = 1.0
     network: NetworkOpt = "auto"
     scaling: ScalingOpt = None
@@ -162,6 +183,8 @@ def spec_of(o: RehearseOptions) -> RehearsalSpec:
         timeout_s=o.timeout,
         kills=tuple(o.kill or ()),
         preempt=o.preempt,
+        evicts=tuple(o.evict or ()),
+        stale_gang=tuple(o.stale_gang or ()),
         backoff_scale=o.backoff_scale,
         network=o.network,
         scaling=scaling,

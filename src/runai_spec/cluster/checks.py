@@ -10,6 +10,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import Location
+from ..facts.kai import (
+    PLACEMENT_ANNOTATION,
+    TOPOLOGY_ANNOTATION,
+    TOPOLOGY_GROUP,
+    TOPOLOGY_PLURAL,
+    TOPOLOGY_VERSION,
+)
 from ..facts.kubeflow import GPU_RESOURCE, KIND, OPERATOR_VERSION
 from ..findings import Finding, Severity
 from ..pipeline.workload import Workload
@@ -260,6 +267,38 @@ def _networks(s: Session, w: Workload) -> Iterator[Finding]:
             )
 
 
+def _topology(s: Session, w: Workload) -> Iterator[Finding]:
+    """The KAI Topology object the job's annotations name exists, with the placement levels
+    among its levels (KAI leaves a job whose topology it cannot find unscheduled)."""
+    annotations = dict(w.plan.annotations)
+    name = annotations.get(TOPOLOGY_ANNOTATION)
+    if not name:
+        return
+    obj = f"topology/{name}"
+    found = _get(s, f"/apis/{TOPOLOGY_GROUP}/{TOPOLOGY_VERSION}/{TOPOLOGY_PLURAL}/{name}")
+    if found is None:
+        yield _finding(
+            w,
+            "live-topology",
+            obj,
+            f"KAI's Topology {name} does not exist",
+            "ask the AI Engineers: site.yaml's topology.name names no Topology of this cluster "
+            f"(kubectl get {TOPOLOGY_PLURAL}.{TOPOLOGY_GROUP})",
+        )
+        return
+    levels = [str(level.get("nodeLabel")) for level in (found.get("spec") or {}).get("levels") or []]
+    for key in PLACEMENT_ANNOTATION.values():
+        level = annotations.get(key)
+        if level and level not in levels:
+            yield _finding(
+                w,
+                "live-topology",
+                obj,
+                f"{key} {level} is not a level of Topology {name} ({', '.join(levels) or 'none'})",
+                "ask the AI Engineers: site.yaml's placement names a level the Topology lacks",
+            )
+
+
 def _operator(s: Session, w: Workload) -> Iterator[Finding]:
     served = _get(s, PYTORCHJOB_CRD)
     if served is None:
@@ -341,6 +380,7 @@ CHECKS = (
     ("nodes", _nodes),
     ("network-attachment-definitions.k8s.cni.cncf.io", _networks),
     ("training-operator", _operator),
+    (f"{TOPOLOGY_PLURAL}.{TOPOLOGY_GROUP}", _topology),
 )
 
 

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
+from ..facts.kai import PLACEMENT_ANNOTATION, TOPOLOGY_ANNOTATION
 from ..facts.kubeflow import OPERATOR_VERSION, OperatorVersion
 from ..facts.runai import NODE_POOL_LABEL, PREEMPTIBILITY_LABEL, PRIORITY_LABEL, QUEUE_LABEL
 
@@ -90,6 +91,56 @@ class WorkloadGuard(_Model):
         default_factory=lambda: ["nvidia.com/", "rdma/"],
         description="Extended resource name prefixes that count as accelerators or RDMA "
         "devices (the presets' network.resources are added).",
+    )
+
+
+# a node label key, as KAI's Topology CRD validates TopologyLevel.nodeLabel (topology_types.go)
+NODE_LABEL_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+)
+
+
+class Placement(_Model):
+    """The topology level a preset's pods are placed within (a node label key of a level of
+    the site's Topology object): required (KAI schedules the job only there) or preferred."""
+
+    required: str | None = Field(
+        None,
+        max_length=316,
+        pattern=NODE_LABEL_PATTERN,
+        description=f"Every pod within one domain of this level ({PLACEMENT_ANNOTATION['required']}).",
+    )
+    preferred: str | None = Field(
+        None,
+        max_length=316,
+        pattern=NODE_LABEL_PATTERN,
+        description=f"Within one domain of this level where KAI can ({PLACEMENT_ANNOTATION['preferred']}).",
+    )
+
+    def model_post_init(self, context: Any, /) -> None:
+        if self.required is None and self.preferred is None:
+            raise ValueError("a placement names a required or a preferred level (a node label key)")
+
+    def levels(self) -> list[tuple[str, str]]:
+        """(required|preferred, level) as set."""
+        return [(k, v) for k, v in (("required", self.required), ("preferred", self.preferred)) if v]
+
+
+class SiteTopology(_Model):
+    """The cluster's KAI-Scheduler Topology object and where each multi-node preset's pods go
+    in it: KAI reads both from the PyTorchJob's annotations (facts/kai.py); Run:ai adds them
+    only to workloads it submits itself, so the kubectl path renders them from here."""
+
+    name: str = Field(
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+        max_length=253,
+        description="The Topology object's name "
+        f"(`kubectl get topologies.kai.scheduler`; {TOPOLOGY_ANNOTATION}).",
+    )
+    placement: dict[str, Placement] = Field(
+        default_factory=dict,
+        description="Preset name -> its placement; multi-node presets only (one pod needs none).",
     )
 
 
@@ -182,6 +233,11 @@ class Site(_Model):
     submit: SiteSubmit = Field(
         default_factory=SiteSubmit,
         description="How `submit`, `status` and `delete` reach the cluster (docs/runai-submit.md).",
+    )
+    topology: SiteTopology | None = Field(
+        None,
+        description="The cluster's KAI Topology object and each multi-node preset's placement in it "
+        "(topology-aware scheduling; none: KAI places pods without it).",
     )
 
     @field_validator("namespace_pattern")

@@ -89,6 +89,7 @@ def review_dict(w: Workload) -> dict[str, Any]:
                 for f in fs.faults
             ],
             "tolerated_faults": fs.tolerated,
+            "survives": dict(fs.survives),
             "beyond": fault_tail(fs.tolerated, p),
             "resubmit": fs.resubmit,
         },
@@ -146,6 +147,8 @@ def _failure_lines(fs: dict[str, Any]) -> list[str]:
         f"{'all of backoffLimit' if f['restarts'] is None else _own(f['restarts'])} |"
         for f in fs["faults"]
     ]
+    text += ["", "| the job survives, worst case | |", "|---|---|"]
+    text += [f"| {_own(what)} | {_own(n)} |" for what, n in fs["survives"].items()]
     text += ["", f"{_own(fs['beyond'][0].upper() + fs['beyond'][1:])}:", "", *md_fence(fs["resubmit"], "sh")]
     return text
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from ..facts.kai import STALENESS_GRACE_DEFAULT_S
 from ..facts.kubeflow import MASTER, RDZV_BACKEND, WORKER, pod_name, short_pod_name
 from ..facts.operator import BACKOFF_BASE_S, BACKOFF_CAP_S
 from ..facts.torchrun import SHUTDOWN_DEFAULT_S, SHUTDOWN_TIMEOUT_ENV, shutdown_window
@@ -29,6 +30,101 @@ class FailureSemantics:
     faults: tuple[FaultOutcome, ...]
     tolerated: int | None  # worst-case faults the backoffLimit absorbs (None: no limit)
     resubmit: str  # the commands that resume the job from its checkpoint
+    survives: tuple[tuple[str, str], ...] = ()  # (fault, how many of it the job survives)
+
+
+# What the shipped presets are sized to survive, in the worst case (each fault on the pod
+# whose loss costs most): container faults of any pod, and (elastic jobs) KAI's evictions of
+# one pod. `sized` turns it into each preset's backoffLimit and torchrun's maxRestarts, and
+# `tolerance` reads it back from a preset's numbers for `plan` and docs/faults.md.
+SITE_FAULTS = 2
+SITE_EVICTIONS = 8
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How many of each fault a job survives, worst case (None: any number)."""
+
+    faults: int | None  # container faults (any pod, the store host's included)
+    evictions: int | None  # KAI's evictions of one pod (elastic jobs; 0 for a fixed gang)
+
+
+def sized(
+    pods: int, elastic: bool, faults: int = SITE_FAULTS, evictions: int = SITE_EVICTIONS
+) -> tuple[int, int]:
+    """(backoffLimit, torchrun maxRestarts) for a c10d job of PODS pods to survive FAULTS
+    container faults and (elastic) EVICTIONS one-pod evictions, in any order.
+
+    backoffLimit: the worst container fault, on the c10d store's host, restarts every pod's
+    container once (PODS restarts) and the operator fails the job when the sum reaches the
+    limit, so FAULTS x PODS + 1. maxRestarts: a fault or eviction of another pod costs every
+    surviving torchrun agent one restart of its ranks (a pod joining costs none); the store
+    host's agent survives every such fault, and once it has none left it ends the rendezvous
+    for all, so FAULTS + EVICTIONS."""
+    return faults * pods + 1, faults + (evictions if elastic else 0)
+
+
+def tolerance(
+    pods: int, elastic: bool, backoff_limit: int | None, max_restarts: int | None, *, c10d: bool = True
+) -> Tolerance:
+    """`sized` read back: what a job of these numbers survives (max_restarts None: no
+    torchrun agent restarts ranks across pods, a one-pod layout). Preemptions and stale-gang
+    evictions recreate every pod and use neither budget."""
+    if not c10d:
+        return Tolerance(0, 0)  # the static rendezvous: one fault can use the whole budget
+    per_fault = pods if max_restarts is not None else 1
+    faults = (
+        None if backoff_limit is None else max((backoff_limit - 1) // per_fault, 0) if backoff_limit else 0
+    )
+    if max_restarts is None or faults is None:  # no backoffLimit: the operator never gives up
+        return Tolerance(faults, None if elastic and faults is None else 0)
+    faults = min(faults, max_restarts)
+    return Tolerance(faults, max_restarts - faults if elastic else 0)
+
+
+def _max_restarts(plan: Plan) -> int | None:
+    """torchrun's maxRestarts of a multi-node c10d job (None: no rendezvous across pods)."""
+    r = plan.rendezvous
+    if r is None or r.backend != RDZV_BACKEND:
+        return None
+    if r.max_restarts is not None:
+        return r.max_restarts
+    return plan.elastic.max_restarts if plan.elastic else 0
+
+
+def tolerance_of(plan: Plan) -> Tolerance:
+    """`tolerance` of PLAN's preset numbers."""
+    r = plan.rendezvous
+    return tolerance(
+        plan.pods,
+        plan.elastic is not None,
+        _backoff_limit(plan),
+        _max_restarts(plan),
+        c10d=r is None or r.backend == RDZV_BACKEND,
+    )
+
+
+def _count(n: int | None) -> str:
+    return "any number" if n is None else str(n)
+
+
+def survives(plan: Plan) -> tuple[tuple[str, str], ...]:
+    """(fault, how many of it PLAN's job survives), worst case, as `plan` and docs/faults.md
+    print them: from `tolerance_of`, the function the shipped presets are sized by."""
+    t = tolerance_of(plan)
+    if plan.restart_policy in ("Never", "ExitCode"):
+        faults = "0 (fails fast)" if plan.pods > 1 or plan.restart_policy == "Never" else "any signal"
+        return (("container faults", faults), ("preemptions", "any number"))
+    out = [("container faults (any pod)", _count(t.faults))]
+    if plan.elastic is not None:
+        out.append(
+            (
+                "evictions of one pod, besides those faults",
+                f"{_count(t.evictions)} (torchrun's maxRestarts, {_max_restarts(plan)}, less the faults)",
+            )
+        )
+    out.append(("preemptions" + (" and stale-gang evictions" if plan.pods > 1 else ""), "any number"))
+    return tuple(out)
 
 
 def _backoff_limit(plan: Plan) -> int | None:
@@ -177,6 +273,51 @@ def _faults_in_place(plan: Plan, preempt: FaultOutcome) -> tuple[tuple[FaultOutc
     return (store, others, preempt), plan.pods
 
 
+def _scheduler_faults(plan: Plan) -> tuple[FaultOutcome, ...]:
+    """KAI-Scheduler's own evictions (facts/kai.py): one pod of an elastic job above its
+    minimum; a gang below its minimum, evicted whole once stale."""
+    if plan.pods < 2:
+        return ()
+    out = []
+    restarts = _max_restarts(plan)
+    if plan.elastic is not None:
+        out.append(
+            FaultOutcome(
+                "the scheduler evicts one pod (the job runs above its minimum)",
+                f"that pod gets SIGTERM and {save_time(plan)} to checkpoint; the operator "
+                "creates it anew (no restart counted); torchrun on every other pod restarts its "
+                f"ranks once (one of its maxRestarts, {restarts}) and they go on with the pods "
+                "left, from the last checkpoint; the new pod joins when it is scheduled",
+                0,
+                True,
+            )
+        )
+    minimum = plan.elastic.min_pods if plan.elastic is not None else plan.pods
+    out.append(
+        FaultOutcome(
+            "a pod is lost and no room is left for its replacement"
+            + (f" (the job at its minimum, {minimum} pods)" if plan.elastic is not None else ""),
+            f"below its minimum of {minimum} pods the gang is stale: KAI evicts every pod "
+            f"{STALENESS_GRACE_DEFAULT_S:g} s later (its default staleness grace period), the "
+            "operator creates them anew, and the job resumes from its last checkpoint once KAI "
+            "schedules the gang whole",
+            0,
+            True,
+        )
+    )
+    return tuple(out)
+
+
+def _semantics(
+    plan: Plan,
+    choices: tuple[tuple[str, str], ...],
+    faults: tuple[FaultOutcome, ...],
+    tolerated: int | None,
+    resubmit: str,
+) -> FailureSemantics:
+    return FailureSemantics(choices, faults + _scheduler_faults(plan), tolerated, resubmit, survives(plan))
+
+
 def failure_semantics(plan: Plan, profile_path: str = "PROFILE") -> FailureSemantics:
     """Each failure-semantics choice of PLAN and, per fault, what it does: the kubelet
     restarts a failed container in place (OnFailure/Always), the operator sums the restarts
@@ -189,7 +330,7 @@ def failure_semantics(plan: Plan, profile_path: str = "PROFILE") -> FailureSeman
         f"runai-spec submit {shlex.quote(profile_path)}"
     )
     preempt = FaultOutcome(
-        "preemption or eviction",
+        "preemption, or the scheduler evicts the whole gang",
         f"every pod gets SIGTERM and {save_time(plan)} to checkpoint, then SIGKILL; the "
         "operator creates the pods anew and the job resumes from its last checkpoint",
         0,
@@ -208,7 +349,7 @@ def failure_semantics(plan: Plan, profile_path: str = "PROFILE") -> FailureSeman
             ),
             preempt,
         )
-        return FailureSemantics(choices, faults, 0, resubmit)
+        return _semantics(plan, choices, faults, 0, resubmit)
     if plan.restart_policy in ("Never", "ExitCode"):
         # ExitCode recreates a pod killed by a signal, but its peers then exit 1 (torchrun's
         # ChildFailedError), a permanent code: the job fails one recreation later.
@@ -219,11 +360,10 @@ def failure_semantics(plan: Plan, profile_path: str = "PROFILE") -> FailureSeman
             "a permanent error: the job is marked Failed and every pod stopped"
         )
         faults = (FaultOutcome("a pod's container fails", f"fails fast: {how}", None, False), preempt)
-        return FailureSemantics(choices, faults, 0, resubmit)
+        return _semantics(plan, choices, faults, 0, resubmit)
     faults, worst = _faults_in_place(plan, preempt)
     if worst is None:
-        return FailureSemantics(choices, faults, 0, resubmit)
-    # the operator fails the job when the summed restarts reach backoffLimit (0: at once)
-    limit = _backoff_limit(plan)
-    tolerated = None if limit is None else max((limit - 1) // worst, 0) if limit else 0
-    return FailureSemantics(choices, faults, tolerated, resubmit)
+        return _semantics(plan, choices, faults, 0, resubmit)
+    # the operator fails the job when the summed restarts reach backoffLimit (0: at once), and
+    # a torchrun agent out of maxRestarts ends the rendezvous for all (tolerance)
+    return _semantics(plan, choices, faults, tolerance_of(plan).faults, resubmit)

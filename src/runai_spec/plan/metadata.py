@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .. import __version__
+from ..facts.kai import PLACEMENT_ANNOTATION, TOPOLOGY_ANNOTATION
 from ..facts.kubeflow import (
     DIAGNOSTICS_ANNOTATION,
     MANAGED_BY,
@@ -102,6 +103,28 @@ def plan_annotations(
             src.profile("diagnostics"),
         )
     return annotations
+
+
+def plan_topology_annotations(site: Site, approved: ApprovedPreset, src: Sources) -> dict[str, Entry]:
+    """KAI's topology-aware placement of a multi-node preset's job, from the site's topology
+    (facts/kai.py: KAI reads it from the PyTorchJob's own annotations)."""
+    topology = site.topology
+    placement = None if topology is None else topology.placement.get(approved.name)
+    if topology is None or placement is None or approved.preset.layout != "multi-node":
+        return {}
+    out = {
+        TOPOLOGY_ANNOTATION: (
+            TOPOLOGY_ANNOTATION,
+            topology.name,
+            derived("KAI-Scheduler's annotation key"),
+            src.site("topology.name"),
+        )
+    }
+    for how, level in placement.levels():
+        key = PLACEMENT_ANNOTATION[how]
+        origin = src.site(f"topology.placement.{approved.name}.{how}")
+        out[key] = (key, level, derived("KAI-Scheduler's annotation key"), origin)
+    return out
 
 
 def plan_pod_annotations(preset: Preset, src: Sources) -> dict[str, Entry]:

@@ -18,6 +18,7 @@ from .metadata import (
     plan_labels,
     plan_pod_annotations,
     plan_run_policy,
+    plan_topology_annotations,
 )
 from .origins import Origin, Sources, pairs
 from .topology import ElasticPlan, Replica, plan_topology
@@ -167,6 +168,7 @@ def plan_workload(
     limits = plan_limits(preset, src, o)
     volumes = plan_volumes(profile, preset, site, src, o)
     annotations = plan_annotations(loaded, approved, site_sha256, env.diagnostics, src)
+    annotations.update(plan_topology_annotations(site, approved, src))
     return Plan(
         name=profile.name,
         namespace=namespace_for(site, profile.project),

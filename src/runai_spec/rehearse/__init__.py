@@ -113,7 +113,7 @@ def set_up(manifests: Sequence[Mapping[str, Any]], spec: RehearsalSpec) -> Setup
     settings adjusted to what runs here."""
     check_timeout(spec.timeout_s)
     job = find_job(manifests)
-    faults = faults_of(job, spec.kills, spec.preempt, spec.restart_after_checkpoint)
+    faults = faults_of(job, spec.kills, spec.preempt, spec.restart_after_checkpoint, spec.scheduler_faults)
     mode = resolve_mode(spec.network)  # netns where it cannot be: bad input, nothing started
     check_backoff_scale(spec.backoff_scale)
     check_logs_dir(spec.logs_dir)  # a file, or a link planted there: bad input, nothing started

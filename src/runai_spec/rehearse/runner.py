@@ -110,6 +110,10 @@ class FaultRun:
                 ended = _delete_all(list(self.pods.values()))
                 self.seen_exit.update(id(p) for p in self.pods.values())
                 self.fired[-1].ended.update(ended)
+            elif a.kind == "delete" and a.pod is not None:  # one pod: evicted, or lost
+                lost = {a.pod: "lost (SIGKILL: its node went away)"} if a.why == "lost" else None
+                self.fired[-1].ended.update(lost or _delete_all([self.pods[a.pod]]))
+                self.seen_exit.add(id(self.pods[a.pod]))
             elif a.kind == "stop-all":
                 for p in self.pods.values():
                     if p.proc.poll() is None:
@@ -142,10 +146,18 @@ class FaultRun:
                 (self.hold_dir / "release").touch()
                 self.apply(actions[1:])
             elif f.pod is not None and self.pods[f.pod].proc.poll() is None:
-                self.pods[f.pod].kill()
-                (self.hold_dir / "release").touch()
                 pending.remove(f)
                 self.fired.append(Fired(f, now, saved))
+                if f.kind == "evict":  # SIGTERM where it holds, then the others go on
+                    actions = self.model.evicted(f.pod, now)
+                    self.apply(actions[:1])
+                    (self.hold_dir / "release").touch()
+                    self.apply(actions[1:])
+                    continue
+                self.pods[f.pod].kill()
+                (self.hold_dir / "release").touch()
+                if f.kind == "lose":  # gone, its replacement Pending: the model decides
+                    self.apply(self.model.lost(f.pod, now))
 
     def follow(self, faults: Sequence[Fault]) -> list[Fault]:
         """Run the pods, inject the faults, follow the model until the job ends or the
@@ -214,9 +226,15 @@ class FaultRun:
             story += "; " + "; ".join(wrong)
         moved = f"pods restarted in place: {', '.join(sorted(f.restarted)) or 'none'}"
         if f.fault.kind == "preempt" or f.recreated:
+            who = "every pod" if len(f.ended) == len(self.plans) else ", ".join(f.ended) or "no pod"
             moved = (
-                f"every pod deleted ({'; '.join(f'{k}: {v}' for k, v in f.ended.items())}), "
+                f"{who} deleted ({'; '.join(f'{k}: {v}' for k, v in f.ended.items())}), "
                 f"pods recreated: {', '.join(sorted(f.recreated)) or 'none'}; " + moved
+            )
+        agents = agent_restarts(lines)
+        if agents:
+            moved += "; torchrun's max restarts spent: " + ", ".join(
+                f"{pod} {n}" for pod, n in agents.items()
             )
         saves = sorted(
             {int(r["rank"]) for r in lines if r.get("event") == "sigterm-checkpoint" and r.get("saved")}
@@ -255,6 +273,7 @@ class FaultRun:
                 "restarted": sorted(f.restarted),
                 "recreated": sorted(f.recreated),
                 "deleted": dict(f.ended),
+                "agent_restarts": agents,
                 "sigterm_saves": saves,
                 "saved_step": f.saved,
                 "resumed_ranks": sorted(resumed),
@@ -287,6 +306,18 @@ def rehearse_faults(
             CheckResult("fault", "fail", f"{f.label}: never fired (the job ended or --timeout passed first)")
         )
     return checks, outcomes, lines
+
+
+def agent_restarts(lines: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """{pod: the --max-restarts torchrun spent in the pod's last container}: the k of its
+    attempt_<k> log folders, which torch numbers max_restarts - remaining restarts (a
+    restart for a failed worker spends one; one for a pod joining reuses the folder)."""
+    last: dict[str, tuple[int, int]] = {}
+    for r in lines:
+        start, pod = r.get("_start"), r.get("_pod")
+        if isinstance(start, tuple) and isinstance(pod, str):
+            last[pod] = max(last.get(pod, start), start)
+    return {pod: k for pod, (_, k) in sorted(last.items()) if k}
 
 
 def audit_key(plans: Sequence[PodPlan]) -> str:

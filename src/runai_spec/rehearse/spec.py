@@ -49,6 +49,8 @@ class RehearsalSpec:
     skip_pods: Sequence[str] = ()
     kills: Sequence[str] = ()
     preempt: str | None = None
+    evicts: Sequence[str] = ()  # --evict POD[@...]: KAI's eviction of one pod (facts/kai.py)
+    stale_gang: Sequence[str] = ()  # --stale-gang POD[@...]: lost, the gang evicted when stale
     backoff_scale: float = 1.0
     progress: Progress | None = None
     network: str = "loopback"
@@ -57,8 +59,16 @@ class RehearsalSpec:
 
     @property
     def faults_asked(self) -> bool:
-        """A --kill, a --preempt or --restart-after-checkpoint: the run follows the fault model."""
-        return bool(self.kills) or self.preempt is not None or self.restart_after_checkpoint
+        """A --kill, --evict, --stale-gang, --preempt or --restart-after-checkpoint: the run
+        follows the fault model."""
+        return bool(self.kills or self.evicts or self.stale_gang) or (
+            self.preempt is not None or self.restart_after_checkpoint
+        )
+
+    @property
+    def scheduler_faults(self) -> list[tuple[str, str]]:
+        """(kind, POD[@...]) of each --evict ("evict") and --stale-gang ("lose")."""
+        return [("evict", e) for e in self.evicts] + [("lose", s) for s in self.stale_gang]
 
     def recorded_options(self) -> list[str]:
         """The options that change what a rehearsal shows, as `plan`'s ticket lists them."""
@@ -67,6 +77,8 @@ class RehearsalSpec:
             + ["--own-script"] * self.own_script
             + ["--restart-after-checkpoint"] * self.restart_after_checkpoint
             + [f"--kill {k}" for k in self.kills]
+            + [f"--evict {k}" for k in self.evicts]
+            + [f"--stale-gang {k}" for k in self.stale_gang]
             + [f"--network {self.network}"] * (self.network != "auto")
             + [f"--scaling {','.join(map(str, self.scaling))}"] * bool(self.scaling)
         )
