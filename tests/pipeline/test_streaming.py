@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import ROOT
+from runai_spec.errors import InputError
 from runai_spec.pipeline.spool import LineSpool, Names, Spooled
 from runai_spec.pipeline.stream import ProfileArgs, StdinProfile
 
@@ -60,14 +62,43 @@ def test_line_spool_takes_lines_with_plus_equals() -> None:
     assert list(lines) == ["one", "two", "three"]
 
 
-def test_profile_args_stay_strings_and_read_as_their_paths(
+def test_profile_args_are_kept_as_one_string_and_read_as_their_paths(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "folder").mkdir()
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"name: x\n")))
     args = ProfileArgs([str(tmp_path / "folder"), "p.yaml", "-"])
-    assert [type(a) for a in args._args[:2]] == [str, str]
+    assert isinstance(args._text, str) and len(args._starts) == 3
     assert len(args) == 3
     assert list(args)[:2] == [tmp_path / "folder" / "profile.yaml", Path("p.yaml")]
     assert isinstance(args[2], StdinProfile) and args[2] is args[-1]
     assert args[0:2] == list(args)[:2]
+
+
+def test_at_file_stands_for_the_profiles_it_lists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    names = [f"p{i}.yaml" for i in range(2500)]  # more than one chunk of a thousand
+    Path("list.txt").write_text("\n".join(["a b.yaml", "", *names]) + "\n")
+    args = ProfileArgs(["first.yaml", "@list.txt", "last.yaml", "@"])
+    assert len(args) == 2504
+    assert args[0] == Path("first.yaml") and args[1] == Path("a b.yaml")
+    assert args[2] == Path("p0.yaml") and args[2501] == Path("p2499.yaml")
+    assert args[-2] == Path("last.yaml") and args[-1] == Path("@")
+
+
+def test_a_missing_list_of_profiles_is_bad_input(tmp_path: Path) -> None:
+    with pytest.raises(InputError) as caught:
+        ProfileArgs([f"@{tmp_path / 'nothing.txt'}"])
+    assert caught.value.file == str(tmp_path / "nothing.txt")
+    assert "no such file" in caught.value.message and "./@name" in (caught.value.hint or "")
+
+
+def test_validate_reads_the_profiles_of_an_at_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from runai_spec.cli import main
+
+    profile = ROOT / "examples" / "single-gpu" / "profile.yaml"
+    (tmp_path / "list.txt").write_text(f"{profile}\n")
+    monkeypatch.setattr("sys.argv", ["runai-spec", "validate", f"@{tmp_path / 'list.txt'}"])
+    with pytest.raises(SystemExit) as done:
+        main()
+    assert done.value.code == 0

@@ -244,7 +244,8 @@ MarkdownJsonOpt = Annotated[MarkdownJson, typer.Option("--format", "-f", help="O
 Profiles = Annotated[
     list[str],
     typer.Argument(
-        help="Profile files (profile.yaml); a folder means its profile.yaml, `-` standard input.",
+        help="Profile files (profile.yaml); a folder means its profile.yaml, `-` standard input, "
+        "`@FILE` the profiles FILE lists, one a line.",
         show_default=False,
         metavar="PROFILE",
     ),

@@ -49,14 +49,33 @@ def profile_path(path: Path) -> Path:
 
 
 class ProfileArgs(Sequence[Path]):
-    """Profile arguments as given (strings), each made its Path (profile_path) when read: a
-    call with 100,000 profiles keeps their names, not 100,000 Path objects. `-` is read once."""
+    """Profile arguments as given, kept as one string (a call with 100,000 profiles keeps
+    their names, about 1.3 MB, not 100,000 objects), each made its Path (profile_path) when
+    read. `-` is standard input, read once. `@FILE` stands for the profiles FILE lists, one a
+    line (relative to the current folder, as xargs reads them): a command line holds a few
+    thousand profiles at most (ARG_MAX), and the interpreter keeps every argument several
+    times over, about 0.4 KiB each (issue 29 item 2)."""
 
     def __init__(self, args: Iterable[str]) -> None:
-        self._args: list[str | Path] = [profile_path(Path(a)) if a == "-" else a for a in args]
+        self._starts = array("q")
+        self._stdin: Path | None = None
+        chunks: list[str] = []  # joined a thousand names at a time
+        names: list[str] = []
+        at = 0
+        for arg in args:
+            for name in _listed(arg):
+                if name == "-" and self._stdin is None:
+                    self._stdin = profile_path(Path("-"))
+                self._starts.append(at)
+                at += len(name) + 1
+                names.append(name)
+                if len(names) == 1000:
+                    chunks.append("\0".join(names) + "\0")
+                    names = []
+        self._text = "".join([*chunks, *(["\0".join(names) + "\0"] if names else [])])
 
     def __len__(self) -> int:
-        return len(self._args)
+        return len(self._starts)
 
     @overload
     def __getitem__(self, index: int) -> Path: ...
@@ -64,12 +83,34 @@ class ProfileArgs(Sequence[Path]):
     def __getitem__(self, index: slice) -> list[Path]: ...
     def __getitem__(self, index: int | slice) -> Path | list[Path]:
         if isinstance(index, slice):
-            return [self._path(a) for a in self._args[index]]
-        return self._path(self._args[index])
+            return [self[i] for i in range(*index.indices(len(self)))]
+        start = self._starts[index]
+        name = self._text[start : self._text.index("\0", start)]
+        if name == "-" and self._stdin is not None:
+            return self._stdin
+        return profile_path(Path(name))
 
-    @staticmethod
-    def _path(arg: str | Path) -> Path:
-        return arg if isinstance(arg, Path) else profile_path(Path(arg))
+
+def _listed(arg: str) -> Iterator[str]:
+    """ARG, or for `@FILE` the lines of FILE (blank lines skipped)."""
+    if not arg.startswith("@") or arg == "@":
+        yield arg
+        return
+    listing = Path(arg[1:])
+    try:
+        with listing.open(encoding="utf-8") as lines:
+            for line in lines:
+                if line.strip():
+                    yield line.rstrip("\r\n")
+    except FileNotFoundError:
+        raise InputError(
+            "no such file (a list of profiles, one a line)",
+            file=str(listing),
+            hint="write the list first, e.g. `ls profiles/*.yaml > list.txt`, or name a profile "
+            "starting with @ as ./@name",
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read the list of profiles: {exc}", file=str(listing)) from None
 
 
 def workloads(
