@@ -551,3 +551,134 @@ def test_dcp_s_own_in_memory_serialisations_are_no_checkpoints() -> None:
     # only serialisations into memory, no checkpoint: still no checkpoint
     row = _checkpoint_row(records[:4], run)
     assert row.status == "fail" and row.message.startswith("no rank saved a whole checkpoint")
+
+
+FSDP2_DCP = (Path(__file__).parent.parent / "rehearse_fixtures" / "fsdp2_dcp.py").read_text()
+
+
+def _fsdp2_dcp_resumes(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    write_profile: Callable[..., Path],
+    profile: dict[str, Any],
+    *fault: str,
+) -> None:
+    """Issue 24: a correct FSDP2 + DCP script (saves every 2 steps, resumes from the latest
+    folder with .metadata) passes the fault: the fault lands after a whole checkpoint, never
+    mid-save, and the resume row passes."""
+    result, rows = _rehearse_kill(tmp_path, monkeypatch, write_profile, profile, FSDP2_DCP, *fault)
+    assert result.exit_code == 0, result.output
+    assert rows["fault"]["status"] == "pass", rows["fault"]
+    assert "mid-save" not in rows["fault"]["message"]
+    assert rows["resume"]["status"] == "pass", rows["resume"]
+    assert rows["checkpoint"]["status"] == "pass", rows["checkpoint"]
+    assert "None" not in rows["checkpoint"]["message"]
+    assert rows["global-batch"]["status"] == "pass", rows["global-batch"]
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_an_fsdp2_dcp_script_resumes_after_restart_after_checkpoint(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    write_profile: Callable[..., Path],
+    base_profile: dict[str, Any],
+) -> None:
+    pytest.importorskip("numpy")  # DCP pickles through numpy
+    _fsdp2_dcp_resumes(tmp_path, monkeypatch, write_profile, base_profile, "--restart-after-checkpoint")
+
+
+@pytest.mark.long
+@pytest.mark.torch
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", [("--restart-after-checkpoint",), ("--preempt", "checkpoint")])
+def test_an_fsdp2_dcp_script_resumes_in_repeated_runs(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    write_profile: Callable[..., Path],
+    base_profile: dict[str, Any],
+    fault: tuple[str, ...],
+) -> None:
+    """Three runs in a row, any flake fails: the fault's moment is the audit records', not luck."""
+    pytest.importorskip("numpy")
+    for run in range(3):
+        folder = tmp_path / f"run-{run}"
+        folder.mkdir()
+        _fsdp2_dcp_resumes(folder, monkeypatch, write_profile, base_profile, *fault)
+
+
+# a script with the classic mistakes: the global batch divided per node, every rank writing
+# metrics into the working directory, checkpoints into the working directory
+CLASSIC = """\
+import os, torch, torch.distributed as dist, wandb
+dist.init_process_group("gloo")
+GLOBAL = 128
+local = GLOBAL // int(os.environ["LOCAL_WORLD_SIZE"])  # per node, not per rank
+model = torch.nn.Linear(4, 1)
+optim = torch.optim.SGD(model.parameters(), lr=0.1)
+wandb.init()  # every rank, into ./wandb
+for step in range(1, 4):
+    model(torch.randn(local, 4)).sum().backward()
+    optim.step()
+    optim.zero_grad()
+    if dist.get_rank() == 0:
+        torch.save({"step": step}, f"ckpt-{step}.pt")
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_a_script_with_the_classic_mistakes_fails_a_row_for_each(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    write_profile: Callable[..., Path],
+    base_profile: dict[str, Any],
+) -> None:
+    pytest.importorskip("torch")
+    (tmp_path / "wandb.py").write_text("def init(*args, **kwargs):\n    return None\n")
+    profile = {**base_profile, "checkpoint": {**base_profile["checkpoint"], "format": "torch"}}
+    result, rows = _rehearse_kill(tmp_path, monkeypatch, write_profile, profile, CLASSIC)
+    assert result.exit_code == 1, result.output
+    batch = rows["global-batch"]
+    assert batch["status"] == "fail" and "rank 0: 128, rank 1: 128" in batch["message"], batch
+    metrics = rows["metrics"]
+    assert metrics["status"] == "fail" and "only rank 0" in metrics["message"], metrics
+    assert "/image/wandb" in metrics["message"] and LOST in metrics["message"]
+    checkpoint = rows["checkpoint"]
+    assert checkpoint["status"] == "fail" and "/image/ckpt-" in checkpoint["message"], checkpoint
+
+
+# every rank's checks are in, then one rank aborts in teardown (an atexit handler)
+ABORTS_AT_EXIT = """\
+import atexit, os, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+if dist.get_rank() == 0:
+    torch.save({"step": 1}, "/checkpoints/state.pt")
+dist.barrier()
+dist.destroy_process_group()
+if os.environ["RANK"] == "1":
+    atexit.register(os.abort)
+"""
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_a_rank_that_aborts_in_teardown_gives_the_verdict_at_once_with_the_crash_named(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    write_profile: Callable[..., Path],
+    base_profile: dict[str, Any],
+) -> None:
+    pytest.importorskip("torch")
+    profile = {**base_profile, "checkpoint": {**base_profile["checkpoint"], "format": "torch"}}
+    result, rows = _rehearse_kill(tmp_path, monkeypatch, write_profile, profile, ABORTS_AT_EXIT)
+    assert result.exit_code == 1, result.output
+    shutdown = rows["shutdown"]
+    assert shutdown["status"] == "fail" and shutdown["failed_ranks"] == [1], shutdown
+    assert "crashed in teardown, after the script had ended" in shutdown["message"]
+    assert "SIGABRT" in shutdown["message"]
+    # stopped when the crash was seen, not at --timeout (240 s): no pod waited for it
+    assert "--timeout" not in rows["pods"]["message"] or "not waiting" in rows["pods"]["message"]
+    assert rows["ranks"]["status"] == "pass" and rows["checkpoint"]["status"] == "pass"

@@ -363,7 +363,10 @@ def print_rehearsal(result: RehearseResult, name: str) -> list[str]:
         f"logs: {result.logs_dir}",
         f"  each pod: {result.logs_dir}/<pod>/pod.log"
         f"{again} (launcher and "
-        "every rank, a rank's lines prefixed [default<local rank>])",
+        # torch 2.13: torchrun's --tee copies a rank's lines as [<role><local rank>]: (tail_log.py,
+        # with no --log-line-prefix-template); torch's own messages in a rank carry [rank<global rank>]:
+        "every rank: lines torchrun tees prefixed [default<local rank>]:, torch's own "
+        "[rank<global rank>]:)",
     ]
     if any(o.rank_logs for o in result.pods):
         lines.append(

@@ -128,7 +128,7 @@ def _judge(
     first_save = saves[0] if saves else None
     if not there:
         return None, False  # nothing whole to resume from: starting at step 0 is right
-    label = f"rank {rank} (restart {gen[0]}.{gen[1]})"
+    label = f"rank {rank} (container start {gen[0]}" + (f", torchrun restart {gen[1]})" if gen[1] else ")")
     if first_save is not None and (not loads or float(loads[0]["t"]) > float(first_save["t"])):
         return f"{label} saved before loading any checkpoint: it started again from step 0", True
     if first_save is None and not loads:
