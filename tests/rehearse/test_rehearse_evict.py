@@ -117,3 +117,31 @@ def test_an_evicted_elastic_pod_costs_no_restart_and_every_rank_resumes(tmp_path
     # saw the new pod first restarted for the newcomer, which spends none (torch's agent)
     assert fault.details["agent_restarts"] and set(fault.details["agent_restarts"].values()) == {1}
     assert "worker-3" not in fault.details["agent_restarts"]
+
+
+@pytest.mark.long
+@pytest.mark.slow
+@pytest.mark.torch
+def test_a_lost_pod_without_room_gets_the_gang_evicted_and_every_rank_resumes(tmp_path: Path) -> None:
+    """worker-0 of the fixed 2-pod job lost at the first checkpoint, no room for it: after the
+    staleness grace period (6 s at 0.1) KAI evicts master-0 too, the operator recreates both,
+    no restart is counted, and every rank resumes the saved step."""
+    pytest.importorskip("torch")
+    r = rehearse_manifests(
+        [short_timeouts(example_job("multi-node"))],
+        RehearsalSpec(
+            settings=settings_for(2),
+            procs_per_pod=1,
+            device="cpu",
+            logs_dir=tmp_path,
+            timeout_s=240.0,
+            stale_gang=["worker-0@checkpoint"],
+            backoff_scale=0.1,
+        ),
+    )
+    [fault] = [c for c in r.checks if c.check == "fault"]
+    assert fault.status == "pass" and r.ok, [(c.check, c.status, c.message) for c in r.checks]
+    d = fault.details
+    assert d["recreated"] == ["master-0", "worker-0"] and d["restarts_used"] == 0
+    assert d["deleted"]["worker-0"].startswith("lost") and set(d["deleted"]) == {"master-0", "worker-0"}
+    assert d["resumed_ranks"] == [0, 1]

@@ -109,7 +109,8 @@ class FaultRun:
             elif a.kind == "delete-all":
                 ended = _delete_all(list(self.pods.values()))
                 self.seen_exit.update(id(p) for p in self.pods.values())
-                self.fired[-1].ended.update(ended)
+                for pod, how in ended.items():  # a lost pod keeps its own story
+                    self.fired[-1].ended.setdefault(pod, how)
             elif a.kind == "delete" and a.pod is not None:  # one pod: evicted, or lost
                 lost = {a.pod: "lost (SIGKILL: its node went away)"} if a.why == "lost" else None
                 self.fired[-1].ended.update(lost or _delete_all([self.pods[a.pod]]))
