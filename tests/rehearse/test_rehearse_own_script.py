@@ -682,3 +682,84 @@ def test_a_rank_that_aborts_in_teardown_gives_the_verdict_at_once_with_the_crash
     # stopped when the crash was seen, not at --timeout (240 s): no pod waited for it
     assert "--timeout" not in rows["pods"]["message"] or "not waiting" in rows["pods"]["message"]
     assert rows["ranks"]["status"] == "pass" and rows["checkpoint"]["status"] == "pass"
+
+
+def test_a_transport_variable_the_script_sets_at_run_time_fails_with_its_line(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(
+        "import os\nos.environ['NCCL_IB_DISABLE'] = '1'\nos.environ.setdefault('NCCL_DEBUG', 'INFO')\n"
+        "os.environ['MY_OWN'] = 'x'\n"
+    )
+    env = _rank_env(tmp_path, tmp_path / "audit")
+    subprocess.run([sys.executable, "train.py"], cwd=tmp_path, check=True, env=env, timeout=60)
+    records = read_audit(tmp_path / "audit", KEY)
+    row = _rows(_healthy() + [r for r in records if r["event"] == "env-set"])["transport-env"]
+    assert row.status == "fail" and row.failed_ranks == (0,)
+    assert "NCCL_IB_DISABLE=1 (" in row.message and "train.py:2)" in row.message
+    assert "NCCL_DEBUG=INFO" in row.message and "MY_OWN" not in row.message
+    assert "transport-env" not in _rows(_healthy())  # the row shows only when it fails
+
+
+def test_a_script_that_stops_at_start_up_is_one_failing_row_not_seven() -> None:
+    records = [_rec("start", 0, 1), _rec("exit", 0, 2, exit_code=1, exception="ModuleNotFoundError: torch")]
+    rows = _rows(records, ScriptRun(**{**RUN.__dict__, "world": 1, "plan_world": 1}))
+    assert {k for k, r in rows.items() if r.status == "fail"} == {"shutdown"}
+    assert rows["checkpoint"].status == "skip" and "ModuleNotFoundError: torch" in rows["checkpoint"].message
+    nothing = _rows([])
+    assert {k for k, r in nothing.items() if r.status == "fail"} == {"ranks"}
+
+
+def test_a_fault_fires_after_the_first_whole_checkpoint_of_every_rank_that_writes_it() -> None:
+    from runai_spec.rehearse.script_records import first_checkpoint
+
+    start = [_rec("start", k, 1) for k in range(2)]
+    dcp = [
+        _rec(
+            "save-start",
+            k,
+            2,
+            path="/checkpoints/step-2",
+            sharded=True,
+            api="torch.distributed.checkpoint.save",
+        )
+        for k in range(2)
+    ]
+    rank0 = [_rec("save", 0, 3, path="/checkpoints/step-2", sharded=True, complete=True, api="x")]
+    assert first_checkpoint(start + dcp, 2) == {}  # mid-save
+    assert first_checkpoint(start + dcp + rank0, 2) == {}  # rank 1 still inside dcp.save
+    both = rank0 + [_rec("save", 1, 3.1, path="/checkpoints/step-2", sharded=True, complete=True, api="x")]
+    assert first_checkpoint(start + dcp + both, 2) == {}  # not yet past it
+    moved = [_rec("moved-on", k, 4) for k in range(2)]
+    assert first_checkpoint(start + dcp + both + moved, 2) == {0: 2, 1: 2}
+    # a save without .metadata is none; a torch.save to a temporary name counts once renamed
+    partial = [_rec("save", 0, 3, path="/checkpoints/step-2", sharded=True, complete=False)]
+    assert first_checkpoint(start + partial + moved, 2) == {}
+    tmp = [
+        _rec("save", 0, 3, path="/checkpoints/s.pt.tmp", complete=True, api="torch.save", step=2),
+        _rec("rename", 0, 3.5, src="/checkpoints/s.pt.tmp", dst="/checkpoints/s.pt"),
+        _rec("moved-on", 0, 4),
+    ]
+    assert first_checkpoint(start + tmp, 2) == {0: 2}
+    row = _rows(_healthy()[:6] + tmp + _healthy()[7:])["checkpoint"]
+    assert row.status == "pass", row.message
+
+
+def test_a_restart_with_no_whole_checkpoint_before_it_is_not_blamed() -> None:
+    run = ScriptRun(**{**RUN.__dict__, "restarted": True})
+    records = _healthy()[:6] + [_rec("save-start", 0, 3, path="/checkpoints/s.pt", api="torch.save")]
+    for k in range(2):  # the fault landed mid-save: the restart starts at step 0, rightly
+        records += [_rec("start", k, 10, attempt=1), _rec("init-process-group", k, 11, attempt=1)]
+    records.append(_rec("save-start", 0, 12, attempt=1, path="/checkpoints/s.pt", step=2))
+    records.append(_rec("save", 0, 12.5, attempt=1, path="/checkpoints/s.pt", step=2, complete=True))
+    row = _rows(records, run)["resume"]
+    assert row.status == "skip", row.message
+    assert "no checkpoint was whole" in row.message and "mid-save" in row.message
+    assert "started again from step 0" not in row.message
+
+
+def test_a_rank_without_an_exit_after_its_end_crashed_in_teardown() -> None:
+    records = [r for r in _healthy() if not (r["event"] == "exit" and r["rank"] == 1)]
+    records.append(_rec("end", 1, 4.5, exit_code=0))
+    run = ScriptRun(**{**RUN.__dict__, "crash": "exit code -6 (SIGABRT)"})
+    row = _rows(records, run)["shutdown"]
+    assert row.status == "fail" and row.failed_ranks == (1,)
+    assert "crashed in teardown" in row.message and "SIGABRT" in row.message

@@ -462,6 +462,11 @@ def _process_env(lay: _Layout, kenv: Mapping[str, str], pod_index: int, short: s
         penv[AUDIT_KEY_ENV] = lay.audit_key  # only what the audit layer wrote counts
         penv[POD_ENV] = short
         penv["PYTHONPATH"] = os.pathsep.join([str(layer), *filter(None, [penv.get("PYTHONPATH")])])
+        # the image's interpreter is the one a bare `python` finds: a wrapper script that ends
+        # in `exec python train.py` runs the rehearsal's torch-bearing Python, as in the pod
+        here = os.path.dirname(lay.spec.python)
+        if here:
+            penv["PATH"] = os.pathsep.join([here, *filter(None, [penv.get("PATH")])])
     penv.update(lay.overrides(short))
     return penv
 

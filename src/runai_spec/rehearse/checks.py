@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 from ..pipeline.checklist import GUIDE_CHECKS, PREFLIGHT_ONLY_CHECKS
 from ..text import one_line
 from .argv import PodPlan
+from .filesystem import AUDIT_ENV
 from .network import NetPlan
 from .process_tree import can_pid_namespace
 from .processes import SCRIPTS_ENDED, PodOutcome
@@ -339,12 +341,26 @@ def pid1_note(plans: Sequence[PodPlan]) -> CheckResult:
     )
 
 
+def _bare_python(plans: Sequence[PodPlan]) -> str:
+    """With --own-script: which interpreter a bare `python` in the pods' commands runs."""
+    if not plans or AUDIT_ENV not in plans[0].env:
+        return ""
+    found = shutil.which("python", path=plans[0].env.get("PATH"))
+    return (
+        f"a bare `python` in the pods (a wrapper script's `exec python ...`) runs {found}, "
+        "first on PATH as the image's interpreter would be"
+        if found
+        else "no `python` on the pods' PATH: a wrapper script's `exec python ...` fails here"
+    )
+
+
 def command_note(plans: Sequence[PodPlan]) -> CheckResult | None:
     """The `command` row: the rendered launcher as it runs here, what the rehearsal adds to
     it (nothing when the render keeps a log per rank), and where each rank's log lands."""
     torchrun = [p for p in plans if p.rank_logs is not None]
+    python = _bare_python(plans)
     if not torchrun:
-        return None
+        return CheckResult("command", "note", python, details={"python": python}) if python else None
     with_flags = [p for p in torchrun if p.added_flags]
     lead = (
         "each pod runs its rendered command with $(VAR) expanded from the container's env "
@@ -371,6 +387,8 @@ def command_note(plans: Sequence[PodPlan]) -> CheckResult | None:
         how += "; NCCL_DEBUG_FILE (diagnostics.nccl_debug) likewise, one file per rank: " + ", ".join(
             str(p.nccl_debug_file) for p in nccl
         )
+    if python:
+        how += "; " + python
     return CheckResult(
         "command",
         "note",

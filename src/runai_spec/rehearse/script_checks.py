@@ -106,6 +106,8 @@ def script_checks(
             r if r.status == "pass" else CheckResult(r.check, "skip", f"not checked here: {gpu_only}")
             for r in rows
         ]
+    else:
+        rows = _one_cause(records, rows)
     errors = [r for r in records if r.get("event") == "audit-error"]
     if errors:
         rows.append(
@@ -118,6 +120,30 @@ def script_checks(
             )
         )
     return rows
+
+
+# what a script records before it does anything the rows judge
+_START_UP = ("start", "end", "exit", "audit-error", "env-set")
+
+
+def _one_cause(records: Sequence[Mapping[str, Any]], rows: list[CheckResult]) -> list[CheckResult]:
+    """One cause reported once: where no rank started, or every rank stopped at start-up
+    (e.g. `No module named 'torch'`), the row that says so fails and the rows that depend on
+    the script running skip, naming it."""
+    if not _starts(records):
+        keep: tuple[str, ...] = ("ranks",)
+        why = "no rank of the script started (see the ranks and pods rows)"
+    elif not any(r.get("event") not in _START_UP for r in records):
+        stopped = next((r for r in records if r.get("event") == "exit" and r.get("exception")), None)
+        if stopped is None:
+            return rows
+        keep, why = (
+            ("ranks", "shutdown"),
+            f"the script stopped at start-up ({stopped.get('exception')}); see the shutdown row",
+        )
+    else:
+        return rows
+    return [r if r.check in keep else CheckResult(r.check, "skip", f"not checked: {why}") for r in rows]
 
 
 def _gpu_only_stop(records: Sequence[Mapping[str, Any]], run: ScriptRun) -> str | None:
