@@ -81,8 +81,14 @@ def phases(runs: int) -> None:
 
 
 def torchx_argv(torchx: str, folder: Path) -> list[str]:
-    """The same job: 2 nodes x 8 processes. No workspace, so torchx builds no image."""
+    """The same job as the multi-node example (2 pods x 8 GPUs, its image, command, variable
+    and the checkpoint and data volumes), as torchx's `dist.ddp` component renders it for
+    Kubernetes (torchx 0.7.0, torchx/components/dist.py, schedulers/kubernetes_scheduler.py:
+    a Volcano Job). No workspace, so torchx builds no image."""
     (folder / "train.py").write_text("print('train')\n")
+    image = next(
+        line.split(": ", 1)[1] for line in PROFILE.read_text().splitlines() if line.startswith("image: ")
+    )
     return [
         torchx,
         "run",
@@ -92,12 +98,25 @@ def torchx_argv(torchx: str, folder: Path) -> list[str]:
         "-s",
         "kubernetes",
         "-cfg",
-        "queue=nlp-lab",
+        "queue=nlp-lab,namespace=runai-nlp-lab",
         "dist.ddp",
         "-j",
         "2x8",
+        "--gpu",
+        "8",
+        "--image",
+        image,
+        "--env",
+        "TOKENIZERS_PARALLELISM=false",
+        "--mounts",
+        "type=volume,src=nlp-lab-checkpoints,dst=/checkpoints,type=volume,src=datasets-shared,dst=/data",
         "--script",
         str(folder / "train.py"),
+        "--",
+        "--config",
+        "configs/7b.yaml",
+        "--checkpoint-dir",
+        "/checkpoints",
     ]
 
 

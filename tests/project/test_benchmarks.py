@@ -32,8 +32,12 @@ CASES = {
     "bench_stream.py": (
         ["--count", "20"],
         [
-            rf"^  this: {name}: time x[\d.]+ for x10 profiles .*, peak memory x[\d.]+"
-            for name in ("render -d", "validate", "diff")
+            *(
+                rf"^  this: {name} \({via}\): time x[\d.]+ for x10 profiles .*, peak memory x[\d.]+"
+                for name in ("render -d", "validate", "diff")
+                for via in ("argv", "list")
+            ),
+            r"^the interpreter alone with 20 arguments: [\d.]+ MB",
         ],
     ),
     "bench_signatures.py": (
