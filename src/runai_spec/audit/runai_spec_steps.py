@@ -162,6 +162,13 @@ def _on_step(optimizer: Any, *_: Any) -> None:
         pass
 
 
+def _at_exit() -> None:
+    """The last steps recorded; the sampler stops before the interpreter shuts down."""
+    if _state["gpu"] is not None:
+        _state["gpu"].stopped = True
+    flush()
+
+
 def flush() -> None:
     """Record the steps closed since the last record, with the GPU figures so far."""
     steps, _state["steps"] = _state["steps"], []
@@ -200,9 +207,10 @@ class _Sampler(threading.Thread):
         super().__init__(name="runai-spec-gpu-sampler", daemon=True)
         self.read, self.source = read, source
         self.total, self.samples = 0.0, 0
+        self.stopped = False
 
     def run(self) -> None:
-        while True:
+        while not self.stopped:
             try:
                 value = self.read()
             except Exception:  # noqa: BLE001 - a failing read ends the sampling, not the script
@@ -298,7 +306,7 @@ def install(record: Record, patches: dict[str, Callable[[ModuleType], None]]) ->
     }
     for name, patch in mine.items():
         patches[name] = _chain(patches.get(name), patch)
-    atexit.register(flush)
+    atexit.register(_at_exit)
 
 
 def _chain(
