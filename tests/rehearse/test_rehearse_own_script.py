@@ -356,7 +356,7 @@ def test_rehearse_own_script_names_a_checkpoint_off_the_volume_and_metrics_from_
     pytest.importorskip("torch")
     (tmp_path / "train.py").write_text(CARELESS)
     (tmp_path / "wandb.py").write_text("def init(*args, **kwargs):\n    return None\n")
-    path = write_profile({**base_profile, "command": ["train.py"]})
+    path = write_profile({**_torch_format(base_profile), "command": ["train.py"]})
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("COLUMNS", "1000")
     result = CliRunner().invoke(
@@ -371,7 +371,9 @@ def test_rehearse_own_script_names_a_checkpoint_off_the_volume_and_metrics_from_
         f"{image}/snapshot.pt is not on the checkpoint volume /checkpoints: {LOST}"
         in rows["checkpoint"]["message"]
     )
-    assert rows["metrics"]["status"] == "fail" and rows["metrics"]["failed_ranks"] == [1]
+    # rank 1 writes metrics too, and both write into ./wandb, the image's file system
+    assert rows["metrics"]["status"] == "fail" and rows["metrics"]["failed_ranks"] == [0, 1]
+    assert "only rank 0" in rows["metrics"]["message"] and LOST in rows["metrics"]["message"]
     assert rows["pods"]["status"] == "pass" and rows["ranks"]["status"] == "pass"
     assert "│ checkpoint   │ fail" in result.stdout
 
@@ -396,6 +398,11 @@ while step < 8:
     time.sleep(0.3)
 dist.destroy_process_group()
 """
+
+
+def _torch_format(profile: dict[str, Any]) -> dict[str, Any]:
+    """The profile declaring the format the torch.save scripts write (the checkpoint row compares)."""
+    return {**profile, "checkpoint": {**profile["checkpoint"], "format": "torch"}}
 
 
 def _rehearse_kill(
@@ -442,7 +449,12 @@ def test_own_script_restart_after_checkpoint_resumes_on_the_volume(
 ) -> None:
     pytest.importorskip("torch")
     result, rows = _rehearse_kill(
-        tmp_path, monkeypatch, write_profile, base_profile, RESUMES, "--restart-after-checkpoint"
+        tmp_path,
+        monkeypatch,
+        write_profile,
+        _torch_format(base_profile),
+        RESUMES,
+        "--restart-after-checkpoint",
     )
     assert result.exit_code == 0, result.output
     assert rows["fault"]["status"] == "pass", rows["fault"]
@@ -465,7 +477,7 @@ def test_a_checkpoint_in_the_working_directory_is_gone_after_the_kill(
     pytest.importorskip("torch")
     script = RESUMES.replace('os.environ.get("CKPT", "/checkpoints/state.pt")', '"state.pt"')
     result, rows = _rehearse_kill(
-        tmp_path, monkeypatch, write_profile, base_profile, script, "--kill", "master-0"
+        tmp_path, monkeypatch, write_profile, _torch_format(base_profile), script, "--kill", "master-0"
     )
     assert result.exit_code == 1, result.output
     assert rows["checkpoint"]["status"] == "fail" and LOST in rows["checkpoint"]["message"]
@@ -485,7 +497,13 @@ def test_a_script_that_ignores_its_checkpoint_after_a_restart_fails_the_resume(
     pytest.importorskip("torch")
     script = RESUMES.replace("if os.path.exists(CKPT):", "if False:")
     result, rows = _rehearse_kill(
-        tmp_path, monkeypatch, write_profile, base_profile, script, "--kill", "master-0@checkpoint"
+        tmp_path,
+        monkeypatch,
+        write_profile,
+        _torch_format(base_profile),
+        script,
+        "--kill",
+        "master-0@checkpoint",
     )
     assert result.exit_code == 1, result.output
     assert rows["checkpoint"]["status"] == "pass"
@@ -763,3 +781,38 @@ def test_a_rank_without_an_exit_after_its_end_crashed_in_teardown() -> None:
     row = _rows(records, run)["shutdown"]
     assert row.status == "fail" and row.failed_ranks == (1,)
     assert "crashed in teardown" in row.message and "SIGABRT" in row.message
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_the_audit_layer_follows_a_checkpoint_renamed_into_place_and_skips_dcp_s_inner_saves(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("numpy")  # DCP pickles through numpy
+    from runai_spec.rehearse.script_records import checkpoints
+
+    (tmp_path / "train.py").write_text(
+        "import os, torch, torch.distributed as dist, torch.distributed.checkpoint as dcp\n"
+        "from torch.distributed.checkpoint.state_dict_saver import save\n"
+        "dist.init_process_group('gloo')\n"
+        "torch.save({'step': 3}, 'ck.pt.tmp')\n"
+        "os.replace('ck.pt.tmp', 'ck.pt')\n"
+        "dcp.save({'w': torch.zeros(2)}, checkpoint_id='dcp/step-3')\n"
+        "save({'w': torch.zeros(2)}, checkpoint_id='dcp/step-4')\n"
+        "dist.destroy_process_group()\n"
+    )
+    env = _rank_env(tmp_path, tmp_path / "audit")
+    subprocess.run([sys.executable, "train.py"], cwd=tmp_path, check=True, env=env, timeout=120)
+    records = read_audit(tmp_path / "audit", KEY)
+    saves = [r for r in records if r["event"] == "save"]
+    # no inner ones; the save imported from where it is defined is seen too
+    assert [r["api"] for r in saves] == ["torch.save", *["torch.distributed.checkpoint.save"] * 2]
+    assert all(r["complete"] for r in saves)
+    found = checkpoints(records)
+    assert [c["path"] for c in found] == [
+        str(tmp_path / "ck.pt"),
+        str(tmp_path / "dcp" / "step-3"),
+        str(tmp_path / "dcp" / "step-4"),
+    ]
+    assert found[0]["saved_as"] == str(tmp_path / "ck.pt.tmp")
+    assert [r["event"] for r in records][-2:] == ["end", "exit"]

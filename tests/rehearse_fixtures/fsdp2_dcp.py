@@ -3,6 +3,7 @@ from the latest complete one (a folder with DCP's .metadata); CPU and gloo are e
 
 import os
 import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -40,8 +41,8 @@ step = 0
 found = latest_complete()
 if found is not None:
     msd, osd = get_state_dict(model, optim)
-    state = {"model": msd, "optim": osd}
-    dcp.load(state, checkpoint_id=os.path.join(CKPT, found))
+    state: dict[str, Any] = {"model": msd, "optim": osd}
+    dcp.load(state, checkpoint_id=os.path.join(CKPT, found))  # type: ignore[attr-defined]
     set_state_dict(model, optim, model_state_dict=state["model"], optim_state_dict=state["optim"])
     step = int(found.split("-")[1])
 while step < STEPS:
@@ -52,6 +53,7 @@ while step < STEPS:
     step += 1
     if step % EVERY == 0:
         msd, osd = get_state_dict(model, optim)
-        dcp.save({"model": msd, "optim": osd}, checkpoint_id=os.path.join(CKPT, f"step-{step}"))
+        # dcp.save as the guide writes it (torch re-exports it without __all__)
+        dcp.save({"model": msd, "optim": osd}, checkpoint_id=os.path.join(CKPT, f"step-{step}"))  # type: ignore[attr-defined]
     time.sleep(0.2)
 dist.destroy_process_group()

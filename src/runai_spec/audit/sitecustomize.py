@@ -423,6 +423,10 @@ PATCHES: dict[str, Callable[[ModuleType], None]] = {
     "torch": _patch_torch,
     "torch.distributed": _patch_distributed,
     "torch.distributed.checkpoint": _patch_dcp,
+    # where dcp.save/load are defined: patched before the package re-exports them, so that
+    # `from torch.distributed.checkpoint.state_dict_saver import save` is seen too
+    "torch.distributed.checkpoint.state_dict_saver": _patch_dcp,
+    "torch.distributed.checkpoint.state_dict_loader": _patch_dcp,
     "safetensors.torch": _patch_safetensors,
     "torch.utils.tensorboard": _patch_tensorboard,
     "tensorboardX": _patch_tensorboard,

@@ -102,10 +102,6 @@ def checkpoint_row(records: Sequence[Mapping[str, Any]], run: ScriptRun) -> Chec
     )
 
 
-def _on_volume(found: Sequence[Mapping[str, Any]], run: ScriptRun) -> list[Mapping[str, Any]]:
-    return [c for c in found if under(str(c["path"]), run.checkpoint_dir)]
-
-
 def _judge(
     records: Sequence[Mapping[str, Any]], start: Mapping[str, Any], run: ScriptRun
 ) -> tuple[str | None, bool]:
@@ -118,7 +114,9 @@ def _judge(
         for r in records
         if r.get("pid") == start.get("pid") and r.get("rank") == rank and generation(r) == gen
     ]
-    there = _on_volume([c for c in checkpoints(records) if float(c["t"]) < t0], run)
+    # any whole checkpoint before this start: one off the volume was lost with the pod, and a
+    # restart that cannot resume from it started again from step 0 all the same
+    there = [c for c in checkpoints(records) if float(c["t"]) < t0]
     loads = [
         r
         for r in mine
@@ -190,7 +188,7 @@ def resume_row(records: Sequence[Mapping[str, Any]], run: ScriptRun) -> CheckRes
         return CheckResult(
             "resume",
             "skip",
-            f"not checked: no checkpoint was whole on the volume before the fault{mid}; the "
+            f"not checked: no checkpoint was whole before the fault{mid}; the "
             f"restarted rank(s) {ranks_text(checked)} rightly started from step 0 (fault after a "
             "checkpoint, e.g. @checkpoint, to check the restore)",
             tuple(sorted(checked)),
