@@ -25,10 +25,18 @@ def public(key: Path) -> str:
     return f"{kind} {blob}"
 
 
+@pytest.fixture(scope="session")
+def _keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The three throwaway keys, made once for the session (tests only read them)."""
+    folder = tmp_path_factory.mktemp("signing-keys")
+    return {name: make_key(folder, name) for name in ("alice", "bob", "mallory")}
+
+
 @pytest.fixture
-def keys(tmp_path: Path) -> dict[str, Path]:
-    """Two engineers in allowed_signers (git's format), one researcher key that is not."""
-    found = {name: make_key(tmp_path, name) for name in ("alice", "bob", "mallory")}
+def keys(tmp_path: Path, _keys: dict[str, Path]) -> dict[str, Path]:
+    """Two engineers in allowed_signers (git's format), one researcher key that is not; the
+    allowed_signers file is each test's own (tests edit it)."""
+    found = dict(_keys)
     signers = tmp_path / "allowed_signers"
     signers.write_text(
         "# AI Engineers' signing keys (reviewed through CODEOWNERS)\n"
