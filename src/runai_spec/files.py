@@ -187,11 +187,9 @@ class StagedFiles:
         self.count += 1
 
     def _written(self) -> Iterator[str]:
+        """The names written, read back as they are iterated; this sink starts a new list."""
         names, self.names, self.count = self.names, None, 0
-        if names is not None:
-            with names:
-                names.seek(0)
-                yield from (line[:-1] for line in names)
+        return _read_lines(names)
 
     def commit(self) -> Iterator[str]:
         """Every file replaced, or none: DIR's other entries are carried into the new folder,
@@ -309,14 +307,22 @@ class StagedFiles:
         if self.stage is not None:
             shutil.rmtree(self.stage, ignore_errors=True)
             self.stage = None
-        for _ in self._written():  # closes the names' file
-            pass
+        if self.names is not None:
+            self.names.close()
+        self.names, self.count = None, 0
         for folder in self.made:
             try:
                 folder.rmdir()
             except OSError:
                 break
         self.made = []
+
+
+def _read_lines(lines: IO[str] | None) -> Iterator[str]:
+    if lines is not None:
+        with lines:
+            lines.seek(0)
+            yield from (line[:-1] for line in lines)
 
 
 def _listing(folder: Path) -> Iterator[os.DirEntry[str]]:
