@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from array import array
 from bisect import bisect_left
@@ -62,7 +63,7 @@ class Names:
     (two bits a name, 64 bits a name) that answers most first meetings without a search, so
     that a call with 100,000 profiles keeps about 2 MB instead of a set of 100,000 strings
     (issue 29 item 2). Two names can share a hash (about 2**-64 a pair): `add` gives the
-    positions of earlier names with its hash, for the caller to confirm."""
+    position of the first earlier name with its hash, for the caller to confirm."""
 
     def __init__(self) -> None:
         self._hashes = array("q")
@@ -84,9 +85,14 @@ class Names:
             self._bits[p >> 3] |= 1 << (p & 7)
 
     def add(self, name: str) -> list[int]:
-        """Record NAME; the positions (in the order added) of the earlier names with its hash."""
+        """Record NAME; the position (in the order added) of the first earlier name with its
+        hash, if any (a search in C, from the start: a name repeated many times is found at
+        once)."""
         value = hash(name)
-        earlier = [i for i, h in enumerate(self._hashes) if h == value] if self._marked(value) else []
+        earlier = []
+        if self._marked(value):
+            with contextlib.suppress(ValueError):  # the filter's false positive: no such hash
+                earlier.append(self._hashes.index(value))
         self._hashes.append(value)
         self._sorted = None
         if len(self._hashes) * 64 > len(self._bits) * 8:  # grown: a filter twice the size
