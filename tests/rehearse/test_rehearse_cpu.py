@@ -273,7 +273,9 @@ def test_own_script_that_all_reduces_and_exits_0_passes(
     write_profile: Callable[..., Path],
     base_profile: dict[str, Any],
 ) -> None:
-    result, report, row = rehearse_own_script(tmp_path, monkeypatch, write_profile, base_profile, ALL_REDUCE)
+    # the script writes torch.save checkpoints, and says so (the checkpoint row compares)
+    profile = {**base_profile, "checkpoint": {**base_profile["checkpoint"], "format": "torch"}}
+    result, report, row = rehearse_own_script(tmp_path, monkeypatch, write_profile, profile, ALL_REDUCE)
     assert result.exit_code == 0, result.output
     pods = checks(report)["pods"]
     assert pods["status"] == "pass"
@@ -281,9 +283,14 @@ def test_own_script_that_all_reduces_and_exits_0_passes(
     # the guide's checklist ran on the script, from what each rank did
     rows = checks(report)
     assert "checklist" not in rows
-    for name in ("ranks", "world-size", "global-batch", "checkpoint", "shutdown"):
+    for name in ("ranks", "world-size", "checkpoint", "shutdown"):
         assert rows[name]["status"] == "pass", rows[name]
-    assert rows["checkpoint"]["message"].startswith("1 save(s) under /checkpoints by rank(s) 0")
+    # no optimizer steps: the global batch is not measured, and the row says so (issue 24)
+    assert rows["global-batch"]["status"] == "note", rows["global-batch"]
+    assert rows["global-batch"]["message"].startswith("not measured: no rank stepped a torch optimizer")
+    assert rows["checkpoint"]["message"].startswith(
+        "1 whole checkpoint save(s) under /checkpoints by rank(s) 0"
+    )
     assert rows["device"]["status"] == "skip" and "no GPU" in rows["device"]["message"]
     assert rows["resume"]["status"] == "skip" and "--kill" in rows["resume"]["message"]
     assert "started, ran and exited 0" in row
