@@ -341,8 +341,10 @@ def test_own_script_still_running_at_the_timeout_is_stopped_and_counted_healthy(
     write_profile: Callable[..., Path],
     base_profile: dict[str, Any],
 ) -> None:
+    # the script writes torch.save checkpoints, and says so (the checkpoint row compares)
+    profile = {**base_profile, "checkpoint": {**base_profile["checkpoint"], "format": "torch"}}
     result, report, row = rehearse_own_script(
-        tmp_path, monkeypatch, write_profile, base_profile, RUNS_ON, "--timeout", "30"
+        tmp_path, monkeypatch, write_profile, profile, RUNS_ON, "--timeout", "30"
     )
     assert result.exit_code == 0, result.output
     pods = checks(report)["pods"]

@@ -748,6 +748,11 @@ def test_a_fault_fires_after_the_first_whole_checkpoint_of_every_rank_that_write
     assert first_checkpoint(start + dcp + both, 2) == {}  # not yet past it
     moved = [_rec("moved-on", k, 4) for k in range(2)]
     assert first_checkpoint(start + dcp + both + moved, 2) == {0: 2, 1: 2}
+    # or quiet since: a script that saves and then waits (never steps again) is past it
+    # SETTLE_S after its save ended, and not before
+    assert first_checkpoint(start + dcp + both, 2, now=3.1 + 1.0) == {}
+    assert first_checkpoint(start + dcp + both, 2, now=3.1 + 2.5) == {0: 2, 1: 2}
+    assert first_checkpoint(start + dcp + rank0, 2, now=100.0) == {}  # rank 1 still inside
     # a save without .metadata is none; a torch.save to a temporary name counts once renamed
     partial = [_rec("save", 0, 3, path="/checkpoints/step-2", sharded=True, complete=False)]
     assert first_checkpoint(start + partial + moved, 2) == {}
@@ -757,6 +762,9 @@ def test_a_fault_fires_after_the_first_whole_checkpoint_of_every_rank_that_write
         _rec("moved-on", 0, 4),
     ]
     assert first_checkpoint(start + tmp, 2) == {0: 2}
+    # quiet counts from the rename, not from the save under the temporary name
+    assert first_checkpoint(start + tmp[:2], 2, now=3.5 + 1.9) == {}
+    assert first_checkpoint(start + tmp[:2], 2, now=3.5 + 2.5) == {0: 2}
     row = _rows(_healthy()[:6] + tmp + _healthy()[7:])["checkpoint"]
     assert row.status == "pass", row.message
 

@@ -331,7 +331,7 @@ def audit_key(plans: Sequence[PodPlan]) -> str:
 def first_saves(audit_dir: Path, key: str, world: int) -> dict[int, int]:
     """{rank: step} once the first start of the script has a whole checkpoint that every rank
     writing it is past (script_records.first_checkpoint); {} before."""
-    return first_checkpoint(read_audit(audit_dir, key), world)
+    return first_checkpoint(read_audit(audit_dir, key), world, now=time.time())
 
 
 def _resumes(lines: Sequence[Mapping[str, Any]], saved: int) -> tuple[set[int], list[str]]:

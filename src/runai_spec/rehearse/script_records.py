@@ -98,10 +98,19 @@ def checkpoints(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return sorted(out, key=lambda c: float(c["t"]))
 
 
-def first_checkpoint(records: Sequence[Mapping[str, Any]], world: int) -> dict[int, int]:
+# A rank that ended a whole save and then neither saved nor renamed anything for this long is
+# past it too (a script that saves and then waits, evaluates or sleeps may never step again):
+# renames into place follow their save at once; seconds of the records' wall clock.
+SETTLE_S = 2.0
+
+
+def first_checkpoint(
+    records: Sequence[Mapping[str, Any]], world: int, now: float | None = None
+) -> dict[int, int]:
     """{rank: step} once the first start of the script has a whole checkpoint and every rank
-    that writes it is past it (a sharded save: every rank); {} before. This is where a fault
-    "after the first checkpoint" lands."""
+    that writes it is past it (a sharded save: every rank): a later step, save or end, or,
+    given NOW (the records' wall clock), SETTLE_S quiet seconds after the save with no rename
+    since; {} before. This is where a fault "after the first checkpoint" lands."""
     first = [r for r in records if generation(r) == (0, 0)]
     found = checkpoints(first)
     if not found:
@@ -111,12 +120,13 @@ def first_checkpoint(records: Sequence[Mapping[str, Any]], world: int) -> dict[i
     saving = set(range(world)) if any(c.get("sharded") for c in mine) else {int(c["rank"]) for c in mine}
     done: dict[int, int] = {}
     for c in mine:
-        later = any(
-            r.get("event") in _AFTER_SAVE
-            and r.get("pid") == c.get("pid")
-            and float(r.get("t") or 0) >= c["t"]
-            for r in first
-        )
+        mine_after = [r for r in first if r.get("pid") == c.get("pid") and float(r.get("t") or 0) >= c["t"]]
+        later = any(r.get("event") in _AFTER_SAVE for r in mine_after)
+        if not later and now is not None:
+            last = max(
+                [float(c["t"])] + [float(r.get("t") or 0) for r in mine_after if r.get("event") == "rename"]
+            )
+            later = now - last >= SETTLE_S
         if later:
             done[int(c["rank"])] = step_of(c) or 0
     return done if saving <= set(done) else {}
