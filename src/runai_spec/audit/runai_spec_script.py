@@ -50,20 +50,7 @@ def install(site: ModuleType) -> None:
         ("torch.nn.modules.module", _patch_modules),
         ("deepspeed.runtime.engine", _patch_deepspeed),
     ):
-        site.PATCHES[name] = _chain(site.PATCHES.get(name), patch)
-
-
-def _chain(
-    first: Callable[[ModuleType], None] | None, second: Callable[[ModuleType], None]
-) -> Callable[[ModuleType], None]:
-    def both(module: ModuleType) -> None:
-        try:
-            if first is not None:
-                first(module)
-        finally:
-            second(module)
-
-    return both
+        site.add_patch(name, patch)
 
 
 def _samples(obj: Any, depth: int = 0) -> int:

@@ -292,9 +292,9 @@ def _patch_saves(names: tuple[str, ...]) -> Callable[[ModuleType], None]:
     return patch
 
 
-def install(record: Record, patches: dict[str, Callable[[ModuleType], None]]) -> None:
-    """Add this module's patches after sitecustomize's own for each module; record through
-    `record`; flush the last steps at exit."""
+def install(record: Record, add_patch: Callable[[str, Callable[[ModuleType], None]], None]) -> None:
+    """Add this module's patches after sitecustomize's own for each module (its `add_patch`:
+    one failing does not stop the timing); record through `record`; flush the last steps at exit."""
     _state["record"] = record
     _state["flushed"] = time.monotonic()
     mine: dict[str, Callable[[ModuleType], None]] = {
@@ -305,18 +305,5 @@ def install(record: Record, patches: dict[str, Callable[[ModuleType], None]]) ->
         **{name: _patch_saves(attrs) for name, attrs in CHECKPOINT_SAVES.items()},
     }
     for name, patch in mine.items():
-        patches[name] = _chain(patches.get(name), patch)
+        add_patch(name, patch)
     atexit.register(_at_exit)
-
-
-def _chain(
-    first: Callable[[ModuleType], None] | None, second: Callable[[ModuleType], None]
-) -> Callable[[ModuleType], None]:
-    def both(module: ModuleType) -> None:
-        try:
-            if first is not None:
-                first(module)
-        finally:  # sitecustomize's patch failing (an audit-error) does not stop the timing
-            second(module)
-
-    return both

@@ -435,6 +435,21 @@ PATCHES: dict[str, Callable[[ModuleType], None]] = {
 }
 
 
+def add_patch(name: str, patch: Callable[[ModuleType], None]) -> None:
+    """Patch module NAME with PATCH too, after the patches already listed for it (the layer's
+    other modules add theirs here); one failing patch does not stop the next."""
+    first = PATCHES.get(name)
+
+    def both(module: ModuleType) -> None:
+        try:
+            if first is not None:
+                first(module)
+        finally:
+            patch(module)
+
+    PATCHES[name] = both
+
+
 class _Loader(importlib.abc.Loader):
     """The module's own loader, then the patch; everything else is the original's."""
 
@@ -533,7 +548,7 @@ def _install() -> None:
         except Exception:  # noqa: BLE001
             _audit_error("install script records")
         try:  # the step timer of the bottleneck row (runai_spec_steps.py, beside this file)
-            importlib.import_module("runai_spec_steps").install(record, PATCHES)
+            importlib.import_module("runai_spec_steps").install(record, add_patch)
         except Exception:  # noqa: BLE001
             _audit_error("install step timer")
     try:
