@@ -58,21 +58,25 @@ def literal_text(value: Any) -> Any:
     return value
 
 
-def _scalar(event: yaml.ScalarEvent) -> Any:
-    value: str = event.value
-    if event.style is not None and event.style != "":
-        # quoted or block scalars are always strings
-        return value
+# How the two parsers mark a plain (unquoted, not block) scalar: libyaml "", the pure parser None.
+_PLAIN = (None, "")
+_NUMBER_START = frozenset("-0123456789")  # what _INT and _FLOAT can match at all
+_NODES = frozenset([yaml.ScalarEvent, yaml.SequenceStartEvent, yaml.MappingStartEvent])
+
+
+def _plain_scalar(value: str) -> Any:
+    """What a plain scalar's text means (quoted and block scalars are always strings)."""
     if value in ("", "~", "null"):
         return None
     if value == "true":
         return True
     if value == "false":
         return False
-    if _INT.match(value):
-        return int(value)
-    if _FLOAT.match(value):
-        return float(value)
+    if value[0] in _NUMBER_START:
+        if _INT.match(value):
+            return int(value)
+        if _FLOAT.match(value):
+            return float(value)
     return value
 
 
@@ -94,8 +98,9 @@ class _Builder:
         line = mark.line + 1 if mark is not None else None
         return InputError(what, file=self.source, line=line, field=field or None, hint=hint)
 
-    def check(self, event: Any, path: str = "") -> None:
-        self.nodes += 1
+    def refuse(self, event: Any, depth: int, path: str = "") -> None:
+        """Refuse what a node at DEPTH (counted already) breaks, the first of: too many nodes,
+        an alias, an anchor, a tag, too deep."""
         if self.nodes > MAX_NODES:
             raise self.fail(event, f"more than {MAX_NODES} YAML nodes")
         if type(event) is yaml.AliasEvent:
@@ -115,14 +120,6 @@ class _Builder:
                 "remove the tag; only plain JSON-like values are accepted",
                 path,
             )
-
-    # One hot loop (every node of every profile and manifest passes here): type() checks
-    # and the C parser's get_event instead of isinstance() and a Python generator.
-    def value(self, event: Any, depth: int, path: str = "") -> Any:
-        self.check(event, path)
-        track = self.track_lines
-        if track and path and path not in self.lines and event.start_mark is not None:
-            self.lines[path] = event.start_mark.line + 1
         if depth > MAX_DEPTH:
             raise self.fail(
                 event,
@@ -130,74 +127,116 @@ class _Builder:
                 "no setting nests that deep; check the indentation",
                 path,
             )
+
+    # The hot loop (every node of every profile and manifest passes here): type() checks, the
+    # C parser's get_event, and one test for what is rare (an anchor, a tag, too many nodes
+    # or levels) before refuse() says which.
+    def value(self, event: Any, depth: int, path: str = "") -> Any:
+        self.nodes += 1
         kind = type(event)
+        if kind not in _NODES:  # an alias (refused), or what no parser sends here
+            self.refuse(event, depth, path)
+            raise self.fail(event, f"unexpected YAML event {kind.__name__}")
+        if (
+            event.anchor is not None
+            or (event.tag is not None and event.tag != "!")
+            or self.nodes > MAX_NODES
+            or depth > MAX_DEPTH
+        ):
+            self.refuse(event, depth, path)
         if kind is yaml.ScalarEvent:
-            if (
-                len(event.value) > MAX_NUMBER_CHARS
-                and not event.style
-                and event.tag != "!"
-                and _FLOAT.match(event.value)
-            ):
+            return self.scalar(event, path)
+        get_event = self.get_event
+        track = self.track_lines
+        if kind is yaml.SequenceStartEvent:
+            items: list[Any] = []
+            lines = self.lines
+            while True:
+                nxt = get_event()
+                if type(nxt) is yaml.SequenceEndEvent:
+                    return items
+                child = ""
+                if track:
+                    child = f"{path}[{len(items)}]"
+                    if child not in lines and nxt.start_mark is not None:
+                        lines[child] = nxt.start_mark.line + 1
+                items.append(self.value(nxt, depth + 1, child))
+        mapping: dict[str, Any] = {}  # a MappingStartEvent
+        while True:
+            key_event = get_event()
+            if type(key_event) is yaml.MappingEndEvent:
+                return mapping
+            key = self.key(key_event, depth + 1)
+            if key in mapping:
                 raise self.fail(
-                    event,
-                    f"a number of {len(event.value)} characters (at most {MAX_NUMBER_CHARS})",
-                    "no setting needs a number that long; quote it if it is meant as text",
-                    path,
+                    key_event, f"duplicate key {key!r}", "each key may appear once; remove one of them"
                 )
-            value = event.value if event.tag == "!" else _scalar(event)
-            if type(value) is float and not math.isfinite(value):
+            child = ""
+            if track:
+                child = f"{path}.{key}" if path else key
+                if key_event.start_mark is not None:
+                    self.lines[child] = key_event.start_mark.line + 1
+            mapping[key] = self.value(get_event(), depth + 1, child)
+
+    def key(self, event: Any, depth: int) -> str:
+        """A mapping key: a scalar, checked as any node is (not counted as one), as written."""
+        if type(event) is not yaml.ScalarEvent:
+            self.value(event, depth)  # what is refused inside it first
+            raise self.fail(event, "mapping keys must be plain strings")
+        if (
+            event.anchor is not None
+            or (event.tag is not None and event.tag != "!")
+            or self.nodes >= MAX_NODES
+            or depth > MAX_DEPTH
+        ):
+            self.nodes += 1
+            self.refuse(event, depth)
+            self.nodes -= 1
+        key = self.scalar(event, "")
+        if type(key) is str:
+            if key == "<<" and event.style in _PLAIN:
                 raise self.fail(
-                    event,
-                    f"{event.value} is too large for a number",
-                    "no setting needs it; quote it if it is meant as text",
-                    path,
+                    event, "YAML merge keys (<<) are not allowed", "write the merged keys out in full"
                 )
-            if type(value) is str and _CONTROL.search(value):
+            return key
+        return event.value  # `1`, `true` or `null` as a key: the text written
+
+    def scalar(self, event: Any, path: str) -> Any:
+        text = event.value
+        plain = event.style in _PLAIN and event.tag != "!"
+        if plain and len(text) > MAX_NUMBER_CHARS and _FLOAT.match(text):
+            raise self.fail(
+                event,
+                f"a number of {len(text)} characters (at most {MAX_NUMBER_CHARS})",
+                "no setting needs a number that long; quote it if it is meant as text",
+                path,
+            )
+        value = _plain_scalar(text) if plain else text
+        kind = type(value)
+        if kind is str:
+            if not value.isprintable() and _CONTROL.search(value):
                 raise self.fail(
                     event,
                     "control characters are not allowed in strings",
                     "remove them (an escape such as \\x1b or \\x85 in a quoted string writes one)",
                     path,
                 )
-            if self.literal and (type(value) is int or type(value) is float):
-                value = (LiteralInt if type(value) is int else LiteralFloat)(value)
-                value.text = event.value
             return value
-        get_event = self.get_event
-        if kind is yaml.SequenceStartEvent:
-            items: list[Any] = []
-            while True:
-                nxt = get_event()
-                if type(nxt) is yaml.SequenceEndEvent:
-                    return items
-                items.append(self.value(nxt, depth + 1, f"{path}[{len(items)}]" if track else ""))
-        if kind is yaml.MappingStartEvent:
-            mapping: dict[str, Any] = {}
-            while True:
-                key_event = get_event()
-                if type(key_event) is yaml.MappingEndEvent:
-                    return mapping
-                key = self.value(key_event, depth + 1)
-                self.nodes -= 1
-                if type(key_event) is not yaml.ScalarEvent:
-                    raise self.fail(key_event, "mapping keys must be plain strings")
-                if key == "<<" and key_event.style in (None, ""):
-                    raise self.fail(
-                        key_event, "YAML merge keys (<<) are not allowed", "write the merged keys out in full"
-                    )
-                if type(key) is not str:
-                    key = key_event.value
-                if key in mapping:
-                    raise self.fail(
-                        key_event, f"duplicate key {key!r}", "each key may appear once; remove one of them"
-                    )
-                child = ""
-                if track:
-                    child = f"{path}.{key}" if path else str(key)
-                    if key_event.start_mark is not None:
-                        self.lines[child] = key_event.start_mark.line + 1
-                mapping[key] = self.value(get_event(), depth + 1, child)
-        raise self.fail(event, f"unexpected YAML event {kind.__name__}")
+        if kind is float:
+            if not math.isfinite(value):
+                raise self.fail(
+                    event,
+                    f"{text} is too large for a number",
+                    "no setting needs it; quote it if it is meant as text",
+                    path,
+                )
+            if self.literal:
+                value = LiteralFloat(value)
+                value.text = text
+        elif kind is int and self.literal:
+            value = LiteralInt(value)
+            value.text = text
+        return value
 
 
 def parse_documents(text: str, source: str) -> list[Any]:
