@@ -58,7 +58,17 @@ def scalar(value: Any) -> str:
 def encode(value: Any) -> str:
     """One JSON value (YAML 1.2 flow too) for a mapping, a list or tuple, or a scalar, nested:
     every key and scalar through `scalar`, so no value can add a key or an item."""
-    # strings first, and the abstract Mapping last: this runs for every value of a render
+    # This runs for every value of a render: the exact JSON types first, by type() (no
+    # abstract Mapping check for a number), then what subclasses them, the Mapping last.
+    kind = type(value)
+    if kind is str:
+        return quote(value)
+    if kind is dict:
+        return encode_pairs(value.items())
+    if kind is list or kind is tuple:
+        return "[" + ", ".join([quote(item) if type(item) is str else encode(item) for item in value]) + "]"
+    if kind is int or kind is bool or value is None:
+        return scalar(value)
     if isinstance(value, str):
         return quote(value)
     if isinstance(value, dict):
@@ -75,9 +85,9 @@ def encode_pairs(pairs: Iterable[tuple[Any, Any]]) -> str:
     so the strict parse (parse_rendered) refuses it, as it refuses any duplicate key."""
     parts = []
     for key, value in pairs:
-        if not isinstance(key, str):
+        if type(key) is not str and not isinstance(key, str):
             raise TypeError(f"cannot encode {type(key).__name__} as a mapping key")
-        parts.append(f"{quote(key)}: {encode(value)}")
+        parts.append(f"{quote(key)}: {quote(value) if type(value) is str else encode(value)}")
     return "{" + ", ".join(parts) + "}"
 
 
@@ -87,29 +97,37 @@ def _key(key: str) -> str:
 
 
 def _emit(
-    value: Any, indent: int, out: list[str], comments: dict[str, str] | None = None, path: str = ""
+    value: Any, pad: str, out: list[str], comments: dict[str, str] | None = None, path: str = ""
 ) -> None:
-    # comments (path -> text) is for `render --explain`; None keeps the hot path lean.
-    pad = "  " * indent
+    # comments (path -> text) is for `render --explain`; None keeps the hot path lean (a
+    # string value, the most common line, costs two cached lookups and one f-string).
+    inner = pad + "  "
+    append = out.append
     if isinstance(value, dict):
         for key, child in value.items():
-            sub = (f"{path}.{key}" if path else key) if comments is not None else ""
-            if isinstance(child, dict) and child or isinstance(child, list) and child:
-                out.append(f"{pad}{_key(key)}:")
-                _emit(child, indent + 1, out, comments, sub)
+            sub = "" if comments is None else f"{path}.{key}" if path else key
+            if type(child) is str:
+                line = f"{pad}{_key(key)}: {quote(child)}"
+            elif isinstance(child, (dict, list)) and child:
+                append(f"{pad}{_key(key)}:")
+                _emit(child, inner, out, comments, sub)
+                continue
             else:
-                out.append(_commented(f"{pad}{_key(key)}: {_flow(child)}", comments, sub))
+                line = f"{pad}{_key(key)}: {_flow(child)}"
+            append(line if comments is None else _commented(line, comments, sub))
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            sub = f"{path}[{index}]" if comments is not None else ""
-            if isinstance(item, (dict, list)) and item:
-                lines: list[str] = []
-                _emit(item, indent + 1, lines, comments, sub)
-                first = lines[0][len(pad) + 2 :]
-                out.append(f"{pad}- {first}")
-                out.extend(lines[1:])
+            sub = "" if comments is None else f"{path}[{index}]"
+            if type(item) is str:
+                line = f"{pad}- {quote(item)}"
+            elif isinstance(item, (dict, list)) and item:
+                first = len(out)
+                _emit(item, inner, out, comments, sub)
+                out[first] = f"{pad}- {out[first][len(inner) :]}"  # its first line after the dash
+                continue
             else:
-                out.append(_commented(f"{pad}- {_flow(item)}", comments, sub))
+                line = f"{pad}- {_flow(item)}"
+            append(line if comments is None else _commented(line, comments, sub))
 
 
 def _commented(line: str, comments: dict[str, str] | None, path: str) -> str:
@@ -141,7 +159,7 @@ def dump(manifests: list[Manifest], *, comments: dict[str, str] | None = None) -
     parts = []
     for manifest in manifests:
         lines: list[str] = []
-        _emit(manifest, 0, lines, comments)
+        _emit(manifest, "", lines, comments)
         parts.append("\n".join(lines) + "\n")
     return "---\n" + "---\n".join(parts) if len(parts) > 1 else "".join(parts)
 
