@@ -4,6 +4,7 @@ modules a fresh interpreter holds after the command, never by time."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -53,3 +54,49 @@ def test_a_command_imports_only_its_own_module_of_the_cli() -> None:
         "runai_spec.cli.offline",
     }
     assert "runai_spec.render.compiled.pytorchjob_json" in modules  # the shipped compiled template
+
+
+def test_render_never_imports_pydantics_plugin_loader() -> None:
+    # pydantic's loader imports importlib.metadata (and email, csv) before it reads
+    # PYDANTIC_DISABLE_PLUGINS; runai_spec imports it only where plugins may be on
+    _, modules = loaded("render", MULTI)
+    assert "pydantic.main" in modules
+    assert not {"importlib.metadata", "email"} & modules
+
+
+PLUGINS = """
+import json, sys
+import runai_spec
+from pydantic import BaseModel
+from pydantic.plugin import _loader
+
+class One(BaseModel):
+    x: int
+
+print(json.dumps({
+    "plugins": list(_loader.get_plugins()),
+    "loader": "importlib.metadata" in sys.modules,
+    "group": getattr(_loader, "PYDANTIC_ENTRY_POINT_GROUP", None),
+    "valid": One(x=1).x,
+}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("setting", "loads"), [(None, False), ("__all__", False), ("1", False), ("", True), ("other", True)]
+)
+def test_pydantics_plugin_loader_is_imported_only_where_plugins_may_be_on(
+    setting: str | None, loads: bool
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    if setting is not None:
+        env["PYDANTIC_DISABLE_PLUGINS"] = setting
+    done = subprocess.run(
+        [sys.executable, "-c", PLUGINS], capture_output=True, text=True, check=True, cwd=ROOT, env=env
+    )
+    result = json.loads(done.stdout)
+    # the same answer as pydantic's own loader (no plugin is installed here); where plugins may
+    # be on, pydantic's loader itself answers, its other names included
+    assert result["plugins"] == [] and result["valid"] == 1
+    assert result["loader"] is loads
+    assert result["group"] == "pydantic"
