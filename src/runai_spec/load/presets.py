@@ -14,6 +14,9 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# Empty defaults: `lambda: {}`, not `dict` (profile.py says why).
+
+
 class GpuSpec(_Model):
     """The GPU model a preset's pods get."""
 
@@ -32,12 +35,12 @@ class Elastic(_Model):
 class Network(_Model):
     """The approved high-speed network attachment."""
 
-    annotations: dict[str, str] = Field(default_factory=dict, description="Pod annotations.")
+    annotations: dict[str, str] = Field(default_factory=lambda: {}, description="Pod annotations.")
     resources: dict[str, int] = Field(
-        default_factory=dict, description="Extended resources per pod (RDMA devices)."
+        default_factory=lambda: {}, description="Extended resources per pod (RDMA devices)."
     )
-    capabilities: list[str] = Field(default_factory=list, description="Added capabilities.")
-    env: dict[str, str] = Field(default_factory=dict, description="NCCL settings for this path.")
+    capabilities: list[str] = Field(default_factory=lambda: [], description="Added capabilities.")
+    env: dict[str, str] = Field(default_factory=lambda: {}, description="NCCL settings for this path.")
 
 
 class RunPolicy(_Model):

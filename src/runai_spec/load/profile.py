@@ -73,6 +73,11 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
+# An empty default is `default_factory=lambda: {}` (or `[]`), not the builtin `dict`: pydantic
+# reads each factory's signature, and a builtin's is parsed from its text by the tokenizer
+# (its regex and the parse: ~17 M instructions of every start-up; issue 29).
+
+
 class Batch(_Model):
     """The batch-size arithmetic the site guide asks every project to record."""
 
@@ -162,10 +167,10 @@ class Profile(_Model):
         "the ranks save on SIGTERM (30 s before torch 2.12, the preset's grace period since).",
     )
     env: dict[Annotated[str, Field(pattern=ENV_NAME)], Arg] = Field(
-        default_factory=dict, description="Plain environment variables."
+        default_factory=lambda: {}, description="Plain environment variables."
     )
     secret_env: dict[Annotated[str, Field(pattern=ENV_NAME)], SecretRef] = Field(
-        default_factory=dict,
+        default_factory=lambda: {},
         description="Credentials as variables read from a Secret (never written in the profile).",
     )
     batch: Batch = Field(description="Batch arithmetic.")
@@ -173,7 +178,7 @@ class Profile(_Model):
     zero_stage: ZeroStage | None = Field(None, description="DeepSpeed ZeRO stage.")
     model: Model | None = Field(None, description="Model size, precision, sequence length.")
     checkpoint: Checkpoint = Field(description="Checkpoint location and format.")
-    data: list[DataVolume] = Field(default_factory=list, description="Data volumes to mount.")
+    data: list[DataVolume] = Field(default_factory=lambda: [], description="Data volumes to mount.")
     metrics: Metrics | None = Field(None, description="Who writes shared metrics (rank 0 only).")
     diagnostics: Diagnostics = Field(
         default_factory=Diagnostics, description="Temporary diagnostic switches."

@@ -18,6 +18,9 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# Empty defaults: `lambda: {}`, not `dict` (profile.py says why).
+
+
 # Run:ai 2.2x's priority dictionary (the PriorityClasses it serves).
 RUNAI_PRIORITIES = ("very-low", "low", "medium-low", "medium", "medium-high", "high", "very-high")
 ALL_PROJECTS = "*"
@@ -36,7 +39,9 @@ class DataSource(_Model):
     """An approved data source: its PVC claim in each project's namespace."""
 
     claim: str = Field("{source}", description="Claim name pattern ({source}, {project}).")
-    projects: dict[str, str] = Field(default_factory=dict, description="Explicit claim name per project.")
+    projects: dict[str, str] = Field(
+        default_factory=lambda: {}, description="Explicit claim name per project."
+    )
     read_only: bool = Field(True, description="Mounted read-only unless the profile says not.")
 
     def claim_for(self, source: str, project: str) -> str:
@@ -139,7 +144,7 @@ class SiteTopology(_Model):
         f"(`kubectl get topologies.kai.scheduler`; {TOPOLOGY_ANNOTATION}).",
     )
     placement: dict[str, Placement] = Field(
-        default_factory=dict,
+        default_factory=lambda: {},
         description="Preset name -> its placement; multi-node presets only (one pod needs none).",
     )
 
@@ -191,7 +196,7 @@ class Site(_Model):
     family: Literal["kubeflow", "runai"] = "kubeflow"
     namespace_pattern: str = "runai-{project}"
     namespaces: dict[str, str] = Field(
-        default_factory=dict, description="Projects mapped to other namespaces."
+        default_factory=lambda: {}, description="Projects mapped to other namespaces."
     )
     scheduler_name: str = "runai-scheduler"
     queue_label: str = QUEUE_LABEL
@@ -200,7 +205,7 @@ class Site(_Model):
     node_pool_label: str = NODE_POOL_LABEL
     registries: list[str] = Field(min_length=1)
     data_sources: dict[str, DataSource] = Field(
-        default_factory=dict, description="Approved data sources (a list: claim = source name)."
+        default_factory=lambda: {}, description="Approved data sources (a list: claim = source name)."
     )
     priorities: list[str] = Field(
         default_factory=lambda: list(RUNAI_PRIORITIES),
