@@ -102,3 +102,23 @@ def test_validate_reads_the_profiles_of_an_at_file(tmp_path: Path, monkeypatch: 
     with pytest.raises(SystemExit) as done:
         main()
     assert done.value.code == 0
+
+
+def test_validate_spools_each_field_of_a_profile_check_and_of_its_findings() -> None:
+    """validate's spool writes ProfileCheck as builtins (marshal): every field of it, of each
+    finding and of each location comes back, a field added to one of them included."""
+    from dataclasses import fields
+
+    from runai_spec.errors import Location
+    from runai_spec.findings import Finding
+    from runai_spec.pipeline import stream
+
+    def own(cls: type, **given: object) -> object:
+        return cls(**{f.name: given.get(f.name, f"<{cls.__name__}.{f.name}>") for f in fields(cls)})
+
+    findings = tuple(own(Finding, location=own(Location, line=i), rule=f"rule-{i}") for i in range(3))
+    checks = [own(stream.ProfileCheck, findings=findings), own(stream.ProfileCheck, findings=())]
+    spool: Spooled[stream.ProfileCheck] = Spooled(stream._check_record, stream._check_from_record)
+    for check in checks:
+        spool.append(check)  # type: ignore[arg-type]
+    assert list(spool) == checks == list(spool)

@@ -7,9 +7,9 @@ from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, overload
+from typing import IO, Any, overload
 
-from ..errors import EXIT_FINDINGS, EXIT_INPUT, EXIT_OK, InputError, RunaiSpecError
+from ..errors import EXIT_FINDINGS, EXIT_INPUT, EXIT_OK, InputError, Location, RunaiSpecError
 from ..findings import Finding
 from ..load.registry import PresetRegistry
 from .spool import LineSpool, Names, Sink, Spooled
@@ -184,6 +184,41 @@ class ProfileCheck:
         )
 
 
+# ProfileCheck as the spool writes it (marshal: builtins only), and back: its fields, its
+# findings' and their locations', in the dataclasses' order (tests/pipeline/test_streaming.py
+# sets every field of each to a value of its own and reads it back).
+def _check_record(check: ProfileCheck) -> tuple[Any, ...]:
+    findings = tuple(
+        (f.rule, (f.location.file, f.location.line, f.location.field), f.message, f.hint, f.severity)
+        for f in check.findings
+    )
+    return (
+        check.path,
+        check.workload,
+        check.layout,
+        check.pods,
+        check.procs_per_pod,
+        check.world_size,
+        findings,
+    )
+
+
+def _check_from_record(record: tuple[Any, ...]) -> ProfileCheck:
+    path, workload, layout, pods, procs_per_pod, world_size, findings = record
+    return ProfileCheck(  # (the spool's decode)
+        path,
+        workload,
+        layout,
+        pods,
+        procs_per_pod,
+        world_size,
+        tuple(
+            Finding(rule, Location(*at), message, hint, severity)
+            for rule, at, message, hint, severity in findings
+        ),
+    )
+
+
 def profile_check(workload: Workload, extra: Iterable[Finding] = ()) -> ProfileCheck:
     p = workload.plan
     return ProfileCheck(
@@ -205,7 +240,7 @@ def check_profiles(
 
         schemas = load_crd_schemas(crd)
         extra = lambda w: crd_findings(list(w.manifests), schemas, KIND, w.path)  # noqa: E731
-    checks: Spooled[ProfileCheck] = Spooled()
+    checks: Spooled[ProfileCheck] = Spooled(_check_record, _check_from_record)
     bad: list[RunaiSpecError] = []
     for item in workloads(paths):
         if isinstance(item, Workload):
