@@ -64,6 +64,33 @@ def test_render_never_imports_pydantics_plugin_loader() -> None:
     assert not {"importlib.metadata", "email"} & modules
 
 
+def test_render_finds_the_shipped_data_without_importlibs_readers() -> None:
+    # resources.PACKAGE is the folder importlib.resources.files would give, without importing
+    # importlib.readers and zipfile
+    from importlib import resources as stdlib_resources
+    from pathlib import Path
+
+    from runai_spec import resources
+
+    assert Path(str(stdlib_resources.files("runai_spec"))) == resources.PACKAGE
+    _, modules = loaded("render", MULTI)
+    assert not {"importlib.readers", "zipfile"} & modules
+
+
+def test_a_named_command_is_built_without_the_roots_completion_options() -> None:
+    from typer.main import get_command
+
+    from runai_spec.cli import load_commands, only
+
+    def options(app: object) -> set[str]:
+        return {o for p in get_command(app).params for o in p.opts}  # type: ignore[arg-type]
+
+    assert "--install-completion" in options(load_commands())
+    assert not {"--install-completion", "--show-completion"} & options(
+        only(load_commands(["render"]), "render")
+    )
+
+
 PLUGINS = """
 import json, sys
 import runai_spec

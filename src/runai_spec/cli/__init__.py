@@ -57,6 +57,9 @@ def only(app: typer.Typer, name: str) -> typer.Typer:
     view.registered_commands = [c for c in app.registered_commands if command_name(c) == name]
     view.registered_groups = [g for g in app.registered_groups if g.name == name]
     view.callback()(lambda: None)  # a group even with one command
+    # --install-completion and --show-completion are the root's options, read only before a
+    # command's name: a run that names one never needs them (nor Typer's shell classes)
+    view._add_completion = False
     return view
 
 
