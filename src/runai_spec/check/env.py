@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from functools import lru_cache
 
 from ..facts.kubeflow import (
     CONTAINER,
@@ -243,6 +244,17 @@ def check_operator_env(ctx: Context) -> Iterator[Finding]:
 SECRET_FLAG = re.compile(r"(?i)^--?[\w-]*(token|password|passwd|api[-_]?key|secret)[\w-]*(=.+)?$")
 
 
+# Asked of every variable and argument of every profile: pure functions of the text, kept for
+# the texts a batch repeats.
+_secret_name = lru_cache(maxsize=4096)(looks_secret)
+_secret_value = lru_cache(maxsize=4096)(secret_value)
+
+
+@lru_cache(maxsize=4096)
+def _secret_arg(arg: str) -> bool:
+    return secret_value(arg) or (SECRET_FLAG.match(arg) is not None and "=" in arg)
+
+
 SECRET_HINT = (
     "put it in a Kubernetes Secret in the project's namespace and reference it: "
     "`secret_env: {NAME: {secret: SECRET-NAME, key: KEY}}` (rendered as "
@@ -256,7 +268,7 @@ def check_secret_env(ctx: Context) -> Iterator[Finding]:
     belong in a Secret, referenced with `secret_env` (valueFrom.secretKeyRef)."""
     profile = ctx.loaded.profile
     for name, value in profile.env_strings().items():
-        if looks_secret(name):
+        if _secret_name(name):
             yield finding(
                 ctx,
                 "secret-env",
@@ -264,7 +276,7 @@ def check_secret_env(ctx: Context) -> Iterator[Finding]:
                 f"{name} looks like a credential written as a plain value",
                 SECRET_HINT,
             )
-        elif secret_value(value):
+        elif _secret_value(value):
             yield finding(
                 ctx, "secret-env", env_line(name), f"the value of {name} looks like a credential", SECRET_HINT
             )
@@ -278,7 +290,7 @@ def check_secret_env(ctx: Context) -> Iterator[Finding]:
                 "keep only the secret_env entry",
             )
     for index, arg in enumerate(profile.command):
-        if secret_value(arg) or (SECRET_FLAG.match(arg) and "=" in arg):
+        if _secret_arg(arg):
             yield finding(
                 ctx,
                 "secret-env",

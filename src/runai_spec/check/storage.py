@@ -5,6 +5,7 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Iterator
+from functools import lru_cache
 
 from ..facts.kubeflow import SMOKE_MOUNT
 from ..findings import Finding
@@ -100,6 +101,7 @@ def _nested(a: str, b: str) -> bool:
     return a == b or b.startswith(a.rstrip("/") + "/") or a.startswith(b.rstrip("/") + "/")
 
 
+@lru_cache(maxsize=1024)  # a pure function of the text; batches repeat their paths
 def _path_problem(path: str) -> tuple[str, str] | None:
     """(message, hint) when a mount path is not one clean absolute path."""
     if _PATH_CONTROL.search(path):
@@ -127,6 +129,7 @@ def _path_problem(path: str) -> tuple[str, str] | None:
     return None
 
 
+@lru_cache(maxsize=1024)
 def _system_path(path: str) -> str | None:
     """The system path that PATH is, lies under or holds (`/`: the root itself)."""
     return "/" if path == "/" else next((s for s in SYSTEM_PATHS if _nested(path, s)), None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from functools import lru_cache
 
 from ..facts.torchrun import SHUTDOWN_TIMEOUT_ENV, shutdown_window
 from ..findings import Finding
@@ -281,6 +282,18 @@ MODEL_PARALLEL_ENV = re.compile(
 )
 
 
+# The rule asks these of every argument and variable of every profile: the answers are
+# pure functions of the text, kept for the texts a batch repeats.
+@lru_cache(maxsize=4096)
+def _autotune(text: str) -> bool:
+    return AUTOTUNE.search(text) is not None
+
+
+@lru_cache(maxsize=4096)
+def _parallel_flag(arg: str) -> re.Match[str] | None:
+    return MODEL_PARALLEL_FLAG.match(arg)
+
+
 def _degree(value: str | None) -> int | None:
     try:
         return int(value) if value is not None else None
@@ -300,7 +313,7 @@ def check_deepspeed_autotune(ctx: Context) -> Iterator[Finding]:
     )
     command = profile.command
     for index, arg in enumerate(command):
-        if AUTOTUNE.search(arg):
+        if _autotune(arg):
             yield finding(
                 ctx,
                 "deepspeed-autotune",
@@ -309,7 +322,7 @@ def check_deepspeed_autotune(ctx: Context) -> Iterator[Finding]:
                 review,
             )
             continue
-        match = MODEL_PARALLEL_FLAG.match(arg)
+        match = _parallel_flag(arg)
         if match:
             value = match.group("value") or match.group("short") or match.group("stages")
             if value is None and index + 1 < len(command):
@@ -324,7 +337,7 @@ def check_deepspeed_autotune(ctx: Context) -> Iterator[Finding]:
                 review,
             )
     for name, value in profile.env_strings().items():
-        if AUTOTUNE.search(name) or AUTOTUNE.search(value):
+        if _autotune(name) or _autotune(value):
             yield finding(
                 ctx, "deepspeed-autotune", env_line(name), f"{name} requests DeepSpeed autotuning", review
             )
