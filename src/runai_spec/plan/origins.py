@@ -33,25 +33,52 @@ def derived(rule: str) -> Origin:
     return Origin("derived", rule)
 
 
+_new_origin = tuple.__new__  # Origin(...) without the Python-level __new__ namedtuple writes
+
+# The origins made so far of the fields of one approved preset or site (the registry keeps one
+# object of each for a whole call, and they are frozen): every plan of that preset shares them.
+# Each entry holds its owner, so that no other object can come to have its id meanwhile.
+_SHARED: dict[int, tuple[object, dict[str, Origin]]] = {}
+
+
+def _shared(owner: object) -> dict[str, Origin]:
+    kept = _SHARED.get(id(owner))
+    if kept is None or kept[0] is not owner:
+        if len(_SHARED) >= 64:  # a call reads a few presets and one site
+            _SHARED.clear()
+        kept = _SHARED[id(owner)] = (owner, {})
+    return kept[1]
+
+
 class Sources:
     """Origins in the three files a plan reads, with the line each field is on."""
 
     def __init__(self, loaded: LoadedProfile, approved: ApprovedPreset, site: Site) -> None:
         self.loaded, self.approved, self.site_lines = loaded, approved, site.lines
+        self.profile_lines, self.profile_path = loaded.lines, loaded.path
         # Shown as presets/<file>, the name reviewers know, wherever the folder is installed.
         self.preset_file = f"presets/{approved.name}.yaml"
         self.site_file, self.ledger_file = f"presets/{SITE_FILE}", f"presets/{LEDGER_FILE}"
+        self.preset_origins, self.site_origins = _shared(approved), _shared(site)
 
     def profile(self, field: str) -> Origin:
-        return Origin("profile", field, self.loaded.path, self.loaded.lines.get(field))
+        return _new_origin(Origin, ("profile", field, self.profile_path, self.profile_lines.get(field)))
 
     def preset(self, field: str) -> Origin:
-        line = self.approved.lines.get(field)
-        return Origin("preset", field if line else f"{field} (default)", self.preset_file, line)
+        origin = self.preset_origins.get(field)
+        if origin is None:
+            line = self.approved.lines.get(field)
+            origin = Origin("preset", field if line else f"{field} (default)", self.preset_file, line)
+            self.preset_origins[field] = origin
+        return origin
 
     def site(self, field: str) -> Origin:
-        line = self.site_lines.get(field)
-        return Origin("site", field if line else f"{field} (default)", self.site_file, line)
+        origin = self.site_origins.get(field)
+        if origin is None:
+            line = self.site_lines.get(field)
+            origin = Origin("site", field if line else f"{field} (default)", self.site_file, line)
+            self.site_origins[field] = origin
+        return origin
 
     def ledger(self, filename: str) -> Origin:
         return Origin("ledger", f"approvals.{filename}.sha256", self.ledger_file)
@@ -61,11 +88,19 @@ class Sources:
 Entry = tuple[str, Any, Origin, Origin]
 
 
+@lru_cache(maxsize=64)
+def _pair_paths(prefix: str, count: int) -> tuple[tuple[str, str], ...]:
+    return tuple((f"{prefix}[{i}][0]", f"{prefix}[{i}][1]") for i in range(count))
+
+
 def pairs(origins: dict[str, Origin], prefix: str, entries: dict[str, Entry]) -> tuple[tuple[str, Any], ...]:
     """The plan's (key, value) tuple, recording `prefix[i][0]` and `prefix[i][1]`."""
-    for i, (_, _, key_origin, value_origin) in enumerate(entries.values()):
-        origins[f"{prefix}[{i}][0]"], origins[f"{prefix}[{i}][1]"] = key_origin, value_origin
-    return tuple((key, value) for key, value, _, _ in entries.values())
+    values = entries.values()
+    for (key_path, value_path), (_, _, key_origin, value_origin) in zip(
+        _pair_paths(prefix, len(entries)), values, strict=True
+    ):
+        origins[key_path], origins[value_path] = key_origin, value_origin
+    return tuple((key, value) for key, value, _, _ in values)
 
 
 def same(origin: Origin, key: str, value: Any) -> Entry:
