@@ -80,6 +80,40 @@ def phases(runs: int) -> None:
         print(f"{statistics.median(bucket):7.1f} ms  {name}")
 
 
+# Where render's instructions go (run with --steps): one process per step, each importing what
+# the steps before it imported and then its own modules, in the order render loads them; the
+# last step runs render itself. A step's share is its count less the step before it.
+STEPS = (
+    ("python, runai_spec", "import runai_spec"),
+    ("typer, the CLI's common module", "import runai_spec.cli.common, runai_spec.cli.offline"),
+    ("pydantic's BaseModel", "from pydantic import BaseModel"),
+    ("yaml", "import yaml"),
+    ("the profile models (the first model imports pydantic.types)", "import runai_spec.load.profile"),
+    ("the preset, site and ledger models, signing", "import runai_spec.load.registry"),
+    ("plan", "import runai_spec.plan.plan"),
+    ("render: jinja2, the encoder", "import runai_spec.render"),
+    ("check: the rules", "import runai_spec.check.catalogue"),
+    ("pipeline", "import runai_spec.pipeline.stream"),
+    ("cryptography (Ed25519)", "import cryptography.hazmat.primitives.asymmetric.ed25519"),
+)
+RUN = (
+    "import sys; sys.argv = ['runai-spec', 'render', {profile!r}]\n"
+    "from runai_spec.cli import main\ntry:\n    main()\nexcept SystemExit:\n    pass"
+)
+
+
+def steps() -> None:
+    """Instructions of each step of render (STEPS, then the run), one process each."""
+    os.environ["PYTHONHASHSEED"] = "0"
+    ENV["PYTHONHASHSEED"] = "0"
+    code, before = "", 0
+    for name, line in (*STEPS, ("the run: Typer, load, validate, verify, plan, render, rules, print", "")):
+        code = f"{code}\n{line}" if line else f"{code}\n{RUN.format(profile=str(PROFILE))}"
+        count = instructions([sys.executable, "-c", code])
+        print(f"{count / 1e6:9.1f} M  +{(count - before) / 1e6:7.1f} M  {name}")
+        before = count
+
+
 def torchx_argv(torchx: str, folder: Path) -> list[str]:
     """The same job as the multi-node example (2 pods x 8 GPUs, its image, command, variable
     and the checkpoint and data volumes), as torchx's `dist.ddp` component renders it for
@@ -181,10 +215,18 @@ def main() -> int:
     parser.add_argument(
         "--phases", type=int, metavar="N", help="where render's time goes instead (medians of N processes)"
     )
+    parser.add_argument(
+        "--steps",
+        action="store_true",
+        help="where render's instructions go instead (callgrind, step by step)",
+    )
     args = parser.parse_args()
     byte_compile()
     if args.phases:
         phases(args.phases)
+        return 0
+    if args.steps:
+        steps()
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         argvs = sides(Path(tmp), args.torchx or shutil.which("torchx"))
