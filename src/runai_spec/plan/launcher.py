@@ -122,17 +122,20 @@ def rendezvous_flags(r: RendezvousPlan | None) -> tuple[str, ...]:
     return tuple(flags)
 
 
+# The preset field each launcher flag renders.
+_FLAG_FIELDS = {
+    NPROC_FLAG: "gpus_per_pod",
+    MAX_RESTARTS_FLAG: "rendezvous.max_restarts",
+    "--rdzv-backend": "rendezvous.backend",
+    "--rdzv-conf": "rendezvous",
+}
+
+
 def _launcher_origin(arg: str, layout: str, src: Sources) -> Origin:
     """Where launcher flag ARG came from: the preset field it renders, or the layout."""
-    fields = {
-        NPROC_FLAG: "gpus_per_pod",
-        MAX_RESTARTS_FLAG: "rendezvous.max_restarts",
-        "--rdzv-backend": "rendezvous.backend",
-        "--rdzv-conf": "rendezvous",
-    }
     name = split_flag(arg)[0]
-    if name in fields:
-        return src.preset(fields[name])
+    if name in _FLAG_FIELDS:
+        return src.preset(_FLAG_FIELDS[name])
     if name == "--rdzv-endpoint":
         return derived(
             "c10d store on the Master's service: the operator's MASTER_ADDR and "

@@ -99,8 +99,9 @@ def pairs(origins: dict[str, Origin], prefix: str, entries: dict[str, Entry]) ->
     for (key_path, value_path), (_, _, key_origin, value_origin) in zip(
         _pair_paths(prefix, len(entries)), values, strict=True
     ):
-        origins[key_path], origins[value_path] = key_origin, value_origin
-    return tuple((key, value) for key, value, _, _ in values)
+        origins[key_path] = key_origin
+        origins[value_path] = value_origin
+    return tuple([(key, value) for key, value, _, _ in values])
 
 
 def same(origin: Origin, key: str, value: Any) -> Entry:

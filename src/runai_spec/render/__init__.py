@@ -20,7 +20,7 @@ from ..facts.kubeflow import operator_problems
 from ..plan.env import env_entries
 from ..plan.plan import Plan
 from ..resources import shipped_dir
-from .manifests import Manifest, encode, encode_pairs, parse_rendered, scalar
+from .manifests import Manifest, encode, encode_pairs, parse_rendered, quote, scalar
 
 TEMPLATES = {"kubeflow": "pytorchjob.json.j2"}
 CONFIGMAP_TEMPLATE = "configmap.json.j2"
@@ -36,6 +36,8 @@ def _finalize(value: Any) -> str:
     # container filter's output passes as it is: the same encoder wrote each of its values.
     if type(value) is Encoded:
         return value
+    if type(value) is str:  # the most common value: no encoder dispatch
+        return quote(value)
     try:
         return scalar(value)
     except TypeError as exc:
@@ -57,7 +59,7 @@ def _mapping(pairs: Iterable[tuple[str, Any]], *more: Iterable[tuple[str, Any]])
     """`{{ plan.labels | mapping(extra) }}`: (key, value) pairs, then those of each of MORE,
     as one JSON object in that order."""
     try:
-        return Encoded(encode_pairs([*pairs, *(pair for extra in more for pair in extra)]))
+        return Encoded(encode_pairs([*pairs, *(pair for extra in more for pair in extra)] if more else pairs))
     except TypeError as exc:
         raise InternalError(f"template produced a value it cannot encode: {exc}") from None
 
