@@ -459,18 +459,23 @@ def parse_profile(text: str, source: str) -> LoadedProfile:
 
 def _canonical(value: Any) -> Any:
     kind = type(value)
-    if kind is dict:
-        return {key: _canonical(child) for key, child in value.items()}
+    if kind is dict:  # (a string, the most common leaf, is itself: no call)
+        return {key: child if type(child) is str else _canonical(child) for key, child in value.items()}
     if kind is list:
-        return [_canonical(child) for child in value]
+        return [child if type(child) is str else _canonical(child) for child in value]
     text = getattr(value, "text", None)  # a plain-scalar number: its text, marked as one
     return "\x00" + text if type(text) is str else value  # (strings hold no NUL: the loader)
+
+
+# json.dumps(sort_keys=True, ensure_ascii=False, separators=(",", ":")), made once; a parsed
+# profile is a tree (no cycle to look for).
+_CANONICAL = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"), check_circular=False)
 
 
 def canonical_json(value: Any) -> str:
     """The parsed profile as sorted-key JSON with every number as the text written: what the
     profile says, not how the file is laid out (line endings, comments, quoting, key order)."""
-    return json.dumps(_canonical(value), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return _CANONICAL.encode(_canonical(value))
 
 
 def canonical_sha256(raw: dict[str, Any]) -> str:

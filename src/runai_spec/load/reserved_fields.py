@@ -81,17 +81,21 @@ def _strip_reserved(
     value: Any, path: str, source: str, lines: dict[str, int], findings: list[Finding]
 ) -> Any:
     # Nested too: `checkpoint.annotations` or `nvidia.com/rdma_ib` copied from another
-    # project must name the rule, not fail as a generic unknown field.
+    # project must name the rule, not fail as a generic unknown field. (A value that holds no
+    # mapping or list is kept as it is without a call: most of a profile's values.)
     if isinstance(value, list):
         return [
-            _strip_reserved(item, f"{path}[{i}]", source, lines, findings) for i, item in enumerate(value)
+            _strip_reserved(item, f"{path}[{i}]", source, lines, findings)
+            if isinstance(item, (dict, list))
+            else item
+            for i, item in enumerate(value)
         ]
     if not isinstance(value, dict):
         return value
     kept = {}
     for key, child in value.items():
-        child_path = f"{path}.{key}" if path else key
         if key in RESERVED or "/" in key:
+            child_path = f"{path}.{key}" if path else key
             what = (
                 "extended resources, annotations and InfiniBand devices come from the preset"
                 if "/" in key
@@ -107,10 +111,10 @@ def _strip_reserved(
                     "remove it; ask your AI Engineer for a preset that has what you need",
                 )
             )
-        elif not path and key in FREE_KEYS:
+        elif not isinstance(child, (dict, list)) or (not path and key in FREE_KEYS):
             kept[key] = child
         else:
-            kept[key] = _strip_reserved(child, child_path, source, lines, findings)
+            kept[key] = _strip_reserved(child, f"{path}.{key}" if path else key, source, lines, findings)
     return kept
 
 
