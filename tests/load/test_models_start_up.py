@@ -45,3 +45,23 @@ def test_no_default_factory_is_a_builtin(top: type[BaseModel]) -> None:
                 assert isinstance(factory, types.FunctionType) or issubclass(
                     typing.cast(type, factory), BaseModel
                 ), f"{model.__name__}.{name}: default_factory={factory!r}"
+
+
+def test_the_records_of_every_signature_check_are_no_dataclasses() -> None:
+    # every run verifies the site's and the preset's approvals: a frozen dataclass costs each
+    # start-up ~4 M instructions to define, a NamedTuple ~1 M (sshsig.py)
+    import dataclasses
+
+    from runai_spec.load import allowed_signers, registry, signing, sshsig
+
+    records = [
+        sshsig.PublicKey,
+        sshsig.Sshsig,
+        allowed_signers.SignerOptions,
+        allowed_signers.SignerLine,
+        allowed_signers.AllowedSigners,
+        signing.SignedApproval,
+        registry.VerifyResult,
+    ]
+    assert not [r.__name__ for r in records if dataclasses.is_dataclass(r)]
+    assert all(issubclass(r, tuple) and getattr(r, "_fields", ()) for r in records)

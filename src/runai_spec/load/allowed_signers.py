@@ -5,9 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .sshsig import ALLOWED_SIGNERS_FILE, KEY_NAMES, Invalid, PublicKey, _b64, _plain_file
 
@@ -120,8 +119,8 @@ def _dequote(text: str, at: int) -> tuple[str, int]:
     return "".join(out), at + 1
 
 
-@dataclass(frozen=True)
-class SignerOptions:
+# NamedTuples, as in sshsig.py (start-up cost).
+class SignerOptions(NamedTuple):
     """One line's options (sshsig.c struct sshsigopt); 0 is no bound."""
 
     cert_authority: bool = False
@@ -171,8 +170,7 @@ class SignerOptions:
         return options
 
 
-@dataclass(frozen=True)
-class SignerLine:
+class SignerLine(NamedTuple):
     """One line of allowed_signers that names principals: its key and options, or why
     ssh-keygen would skip it (`problem`)."""
 
@@ -209,8 +207,7 @@ class SignerLine:
         return cls(number, principals, key, parsed)
 
 
-@dataclass(frozen=True)
-class AllowedSigners:
+class AllowedSigners(NamedTuple):
     """An allowed_signers file, read as ssh-keygen reads it."""
 
     name: str

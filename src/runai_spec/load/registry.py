@@ -8,7 +8,7 @@ import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -48,8 +48,7 @@ class ApprovedSite:
         return self.approval.sha256
 
 
-@dataclass(frozen=True)
-class VerifyResult:
+class VerifyResult(NamedTuple):  # not a dataclass: start-up cost (sshsig.py)
     """What `presets verify` found: one line per file, problems first."""
 
     ok: tuple[str, ...]

@@ -13,6 +13,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from .allowed_signers import AllowedSigners, parse_absolute_time
 from .sshsig import ARMOR, Invalid, SignatureError, signer_key, verify_sshsig
@@ -162,8 +163,7 @@ def principal_of_key(key: Path, allowed_signers: Path, *, at: int | None = None)
     return found[0]
 
 
-@dataclass(frozen=True)
-class SignedApproval:
+class SignedApproval(NamedTuple):  # not a dataclass: start-up cost (sshsig.py)
     """A statement and its signature, as the ledger stores them."""
 
     statement: Statement
