@@ -16,6 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 NAMES = ("object", "oldObject", "request", "params", "namespaceObject", "variables")
+# expression -> compiled program, shared by every Evaluator of this process: the environment
+# is the same for all (NAMES, the strings extension), so one expression compiles to the same
+# program; cel-cpp plans a program on its first evaluation, a second or so for the generated
+# policy, which each test's fake API server would otherwise pay again (issue 29)
+_PROGRAMS: dict[str, Any] = {}
 
 
 @dataclass(frozen=True)
@@ -42,7 +47,7 @@ class Evaluator:
         self.env = cel.NewEnv(
             variables={n: cel.Type.DYN for n in NAMES}, extensions=[ext_strings.ExtStrings()]
         )
-        self._compiled: dict[str, Any] = {}
+        self._compiled = _PROGRAMS
 
     def compile_all(self) -> Evaluator:
         """Compile every expression now (the fake API server does it before serving)."""

@@ -101,11 +101,21 @@ FAULTS_GROUP = "faults"
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The rehearsals under the kubelet/operator model (marked `faults`) are timed against
     one another's processes (a rank busy past the back-off, a kill at the checkpoint): with
-    `-n 2 --dist loadgroup` (the README's rehearsal run) they share one worker, one at a
-    time, while the other worker takes the rehearsals that only wait (grace periods, joins)."""
+    `-n N --dist loadgroup` (the README's test command) they share one worker, one at a
+    time, while the other workers take the rehearsals that only wait (grace periods, joins)
+    and the offline tests. The rehearsals run first, the fault model's first of all: the
+    offline tests fill their waits, and none of them is left alone at the end (issue 29)."""
     for item in items:
         if item.get_closest_marker("faults") is not None:
             item.add_marker(pytest.mark.xdist_group(FAULTS_GROUP))
+    items.sort(key=_first)
+
+
+def _first(item: pytest.Item) -> int:
+    """0 for the fault model's tests, 1 for the other rehearsals (slow or torch), 2 else."""
+    if item.get_closest_marker("faults") is not None:
+        return 0
+    return 1 if item.get_closest_marker("slow") or item.get_closest_marker("torch") else 2
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -149,6 +149,12 @@ def test_every_example_and_smoke_render_is_admitted(policy: Policy) -> None:
         assert policy.denials(job) == {}, name
 
 
+# cel-python compiles the policy in about 10 s of CPU a process: its tests share one worker
+# under `-n N --dist loadgroup` (the README's test command), so it compiles once (issue 29)
+CEL_PYTHON = pytest.mark.xdist_group("cel-python")
+
+
+@CEL_PYTHON
 @pytest.mark.parametrize("which", ["multi-node-job", "llm-7b-fsdp-smoke-smoke"])
 def test_the_second_cel_implementation_admits_them_too(policy: Policy, which: str) -> None:
     job = dict(renders())[which]
@@ -855,6 +861,7 @@ def test_the_denial_names_the_field_and_what_the_preset_allows(policy: Policy) -
     )
 
 
+@CEL_PYTHON
 def test_a_sample_of_tampers_is_denied_by_the_second_implementation_too(policy: Policy) -> None:
     for kind in ("launcher-nproc", "staleness-annotation"):
         example, change, _ = TAMPERS[kind]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
+from functools import lru_cache
 from pathlib import Path
 
 import pytest
@@ -122,7 +123,10 @@ def test_no_module_imports_a_later_stage(path: Path) -> None:
     assert upward_edges(path) == []
 
 
+@lru_cache(maxsize=1)
 def _graph() -> dict[str, set[str]]:
+    """Every module's imports of ours, parsed once a process (the sources do not change while
+    the suite runs; callers only read it)."""
     return {module_name(p): {t for _, t in imported_modules(p)} for p in MODULES}
 
 

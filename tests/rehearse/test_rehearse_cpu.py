@@ -18,7 +18,8 @@ from typer.testing import CliRunner
 from conftest import ROOT, example_job
 from runai_spec.cli import app
 from runai_spec.facts.torchrun import split_command
-from runai_spec.rehearse import PreflightSettings, RehearseResult, rehearse_manifests
+from runai_spec.pipeline.workload import prepare_workload
+from runai_spec.rehearse import PreflightSettings, RehearseResult, preflight_settings, rehearse_manifests
 from runai_spec.rehearse.spec import RehearsalSpec
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
@@ -73,6 +74,35 @@ def test_multi_node_rehearses_on_cpu_and_every_check_passes(tmp_path: Path) -> N
     # per-rank logs from the rendered --log-dir, per pod, in the checkpoint volume's folder
     logs = tmp_path / "volumes" / "nlp-lab-checkpoints" / "logs"
     assert len(list(logs.glob("llm-7b-fsdp-*/*/attempt_0/*/stdout.log"))) == 4
+
+
+def test_single_node_rehearses_on_cpu_and_every_check_passes(tmp_path: Path) -> None:
+    # the one-pod layout (issue 29: CI rehearses every layout): torchrun --standalone in
+    # master-0 only, the profile's batch settings as `rehearse` derives them
+    workload = prepare_workload(ROOT / "examples" / "single-node" / "profile.yaml")
+    r = rehearse_manifests(
+        list(workload.manifests),
+        RehearsalSpec(
+            settings=preflight_settings(workload),
+            procs_per_pod=2,
+            device="cpu",
+            logs_dir=tmp_path,
+            timeout_s=90.0,
+        ),
+    )
+    assert r.ok, [(c.check, c.status, c.message) for c in r.checks]
+    assert r.world_size == 2 and r.backend == "gloo"
+    assert [o.name for o in r.pods] == ["master-0"]
+    assert {c.check for c in r.checks if c.status == "pass"} >= {
+        "ranks",
+        "world-size",
+        "device",
+        "global-batch",
+        "checkpoint",
+        "metrics",
+        "shutdown",
+        "pods",
+    }
 
 
 @pytest.mark.long

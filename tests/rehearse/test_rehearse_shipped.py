@@ -151,6 +151,11 @@ def test_multi_node_preemption_recreates_every_pod_and_uses_no_restart(tmp_path:
 # --- elastic (h200-elastic-2to4x8-ib: 4 Workers, c10d store on worker-0, backoffLimit 9)
 
 
+# long (issue 29): CI keeps the elastic example's fault run in test_rehearse_evict (worker-3
+# evicted at the first checkpoint, every rank resumes) and this file's kill of the
+# multi-node example with rank 0 busy; this one (37 s of CPU) once failed under 3 workers
+# and a load of 9, resuming from step 4 where the fault came at step 2
+@pytest.mark.long
 @pytest.mark.slow
 @pytest.mark.torch
 @pytest.mark.faults
