@@ -163,3 +163,44 @@ def test_too_many_nodes_is_refused_alike_on_both_parsers(monkeypatch: pytest.Mon
 
 def test_the_loader_uses_libyaml_where_pyyaml_has_it() -> None:
     assert strict._Loader is (PARSERS["libyaml"] or yaml.SafeLoader)
+
+
+# Scalars that sit at each edge of what a plain scalar means: words, numbers, `<<`, control
+# and non-printable characters, each written plain, quoted and as a block where YAML allows.
+EDGES = ["a", "null", "Null", "~", "true", "false", "yes", "<<", "1", "-1", "1.5", "1e400", "-x", "0x1"]
+EDGES += ["é", "\u2028x", "a\u00a0b", "a b", "<", "=", "12ab", "-", ".5", "1" * 70]
+
+
+def _docs_with_edges() -> list[str]:
+    docs = []
+    for text in EDGES:
+        for written in (text, f"'{text}'", f'"{text}"', f"|\n  {text}\n"):
+            docs += [f"k: {written}\n", f"k:\n  - {written}\n  - x\n", f"{written}: v\n"]
+        docs += [f"k: [{text}, {text}]\n", f"{{{text}: 1}}\n", f'"\\x07{text}": 1\n', f'k: "\\x07{text}"\n']
+    return docs
+
+
+@needs_libyaml
+@pytest.mark.parametrize(
+    "options", [{"literal": True}, {"literal": False}, {"literal": False, "track": False}]
+)
+def test_the_builders_fast_path_changes_no_outcome(monkeypatch: pytest.MonkeyPatch, options: Any) -> None:
+    """The loops take a scalar as its own text when _Builder.as_is says so; every document
+    loads (or is refused) the same with that fast path off."""
+    texts = [*(p.read_text(encoding="utf-8") for p in SHIPPED), *GOOD, *BAD, *_docs_with_edges()]
+    fast = [_outcome(text, **options) for text in texts]
+    monkeypatch.setattr(strict._Builder, "as_is", lambda self, event, depth: False)
+    assert [_outcome(text, **options) for text in texts] == fast
+
+
+@needs_libyaml
+def test_the_fast_path_keeps_the_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+    docs = ["a: [x, y, z, w]\n", "".join(f"k{i}: v\n" for i in range(8)), "a:\n  b:\n    c: d\n"]
+    for nodes, depth in ((3, 64), (5, 64), (100, 1), (100, 2)):
+        monkeypatch.setattr(strict, "MAX_NODES", nodes)
+        monkeypatch.setattr(strict, "MAX_DEPTH", depth)
+        fast = [_outcome(doc, literal=True) for doc in docs]
+        with monkeypatch.context() as slow:
+            slow.setattr(strict._Builder, "as_is", lambda self, event, depth: False)
+            assert [_outcome(doc, literal=True) for doc in docs] == fast
+        assert any(outcome[0] == "refused" for outcome in fast)

@@ -60,18 +60,16 @@ def literal_text(value: Any) -> Any:
 
 # How the two parsers mark a plain (unquoted, not block) scalar: libyaml "", the pure parser None.
 _PLAIN = (None, "")
+_WORDS = {"": None, "~": None, "null": None, "true": True, "false": False}  # plain, no strings
 _NUMBER_START = frozenset("-0123456789")  # what _INT and _FLOAT can match at all
 _NODES = frozenset([yaml.ScalarEvent, yaml.SequenceStartEvent, yaml.MappingStartEvent])
 
 
 def _plain_scalar(value: str) -> Any:
-    """What a plain scalar's text means (quoted and block scalars are always strings)."""
-    if value in ("", "~", "null"):
-        return None
-    if value == "true":
-        return True
-    if value == "false":
-        return False
+    """What a plain scalar's text means (quoted and block scalars are always strings): a word
+    of _WORDS, a number, else the text itself."""
+    if value in _WORDS:
+        return _WORDS[value]
     if value[0] in _NUMBER_START:
         if _INT.match(value):
             return int(value)
@@ -128,6 +126,21 @@ class _Builder:
                 path,
             )
 
+    def as_is(self, event: Any, depth: int) -> bool:
+        """Whether EVENT, a node below one at DEPTH, is a scalar that value() (and key())
+        would take as its own text with nothing to refuse: within the limits, no anchor or
+        tag, quoted or block or plain and neither a word of _WORDS nor a number
+        (_plain_scalar), and printable (no control character). The loops' fast path."""
+        if type(event) is not yaml.ScalarEvent or event.anchor is not None or event.tag is not None:
+            return False
+        text = event.value
+        return (
+            self.nodes < MAX_NODES
+            and depth < MAX_DEPTH
+            and (event.style not in _PLAIN or (text not in _WORDS and text[:1] not in _NUMBER_START))
+            and text.isprintable()
+        )
+
     # The hot loop (every node of every profile and manifest passes here): type() checks, the
     # C parser's get_event, and one test for what is rare (an anchor, a tag, too many nodes
     # or levels) before refuse() says which.
@@ -153,20 +166,29 @@ class _Builder:
             lines = self.lines
             while True:
                 nxt = get_event()
-                if type(nxt) is yaml.SequenceEndEvent:
+                kind = type(nxt)
+                if kind is yaml.SequenceEndEvent:
                     return items
                 child = ""
                 if track:
                     child = f"{path}[{len(items)}]"
                     if child not in lines and nxt.start_mark is not None:
                         lines[child] = nxt.start_mark.line + 1
-                items.append(self.value(nxt, depth + 1, child))
+                if self.as_is(nxt, depth):
+                    self.nodes += 1
+                    items.append(nxt.value)
+                else:
+                    items.append(self.value(nxt, depth + 1, child))
         mapping: dict[str, Any] = {}  # a MappingStartEvent
         while True:
             key_event = get_event()
-            if type(key_event) is yaml.MappingEndEvent:
+            kind = type(key_event)
+            if kind is yaml.MappingEndEvent:
                 return mapping
-            key = self.key(key_event, depth + 1)
+            if self.as_is(key_event, depth) and key_event.value != "<<":  # (a merge key: refused)
+                key = key_event.value
+            else:
+                key = self.key(key_event, depth + 1)
             if key in mapping:
                 raise self.fail(
                     key_event, f"duplicate key {key!r}", "each key may appear once; remove one of them"
@@ -176,7 +198,12 @@ class _Builder:
                 child = f"{path}.{key}" if path else key
                 if key_event.start_mark is not None:
                     self.lines[child] = key_event.start_mark.line + 1
-            mapping[key] = self.value(get_event(), depth + 1, child)
+            nxt = get_event()
+            if self.as_is(nxt, depth):
+                self.nodes += 1
+                mapping[key] = nxt.value
+            else:
+                mapping[key] = self.value(nxt, depth + 1, child)
 
     def key(self, event: Any, depth: int) -> str:
         """A mapping key: a scalar, checked as any node is (not counted as one), as written."""
