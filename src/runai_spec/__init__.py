@@ -5,7 +5,6 @@ __version__ = "0.1.0"
 import os as _os
 import sys as _sys
 import types as _types
-from typing import Any as _Any
 
 # runai-spec uses no pydantic plugins; looking for them scans every installed package's
 # entry points (~20 ms of each short command).
@@ -20,7 +19,7 @@ _PLUGINS_OFF = ("__all__", "1", "true")  # pydantic's get_plugins: the values th
 _LOADER = "pydantic.plugin._loader"
 
 
-def _real_loader() -> _Any:
+def _real_loader() -> _types.ModuleType:
     """pydantic's own loader module, imported on first use outside sys.modules' stand-in."""
     loaded = _lazy_loader.__dict__.get("_real")
     if loaded is None:
@@ -38,13 +37,13 @@ def _real_loader() -> _Any:
     return loaded
 
 
-def _get_plugins() -> _Any:
+def _get_plugins() -> object:
     if _os.getenv("PYDANTIC_DISABLE_PLUGINS") in _PLUGINS_OFF:
         return ()
     return _real_loader().get_plugins()
 
 
-def _loader_attribute(name: str) -> _Any:
+def _loader_attribute(name: str) -> object:
     # the import system asks a module for __path__, __spec__...: a stand-in has none
     if name.startswith("__"):
         raise AttributeError(name)
