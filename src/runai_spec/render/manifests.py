@@ -108,6 +108,8 @@ def _emit(
             sub = "" if comments is None else f"{path}.{key}" if path else key
             if type(child) is str:
                 line = f"{pad}{_key(key)}: {quote(child)}"
+            elif type(child) is int:  # (a bool is no int here: its type is bool)
+                line = f"{pad}{_key(key)}: {child}"
             elif isinstance(child, (dict, list)) and child:
                 append(f"{pad}{_key(key)}:")
                 _emit(child, inner, out, comments, sub)
