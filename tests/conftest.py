@@ -108,7 +108,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("faults") is not None:
             item.add_marker(pytest.mark.xdist_group(FAULTS_GROUP))
+    if getattr(config.option, "loadgroup", False):  # set in each xdist worker by --dist loadgroup
+        _name_groups(items)
     items.sort(key=_first)
+
+
+def _name_groups(items: list[pytest.Item]) -> None:
+    """What pytest-xdist 3.8 means to do for --dist loadgroup: '@<group>' after the id of each
+    test with an xdist_group mark, which its scheduler reads to keep a group on one worker.
+    xdist sets `item._nodeid`, which pytest 9 no longer reads (the id is `item._id`), so
+    without this every group was spread over the workers (issue 29: the `faults` rehearsals
+    ran side by side, and each worker compiled the policy for cel-python)."""
+    from _pytest.nodeid import NodeId
+
+    for item in items:
+        names = sorted(
+            {
+                str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                for m in item.iter_markers("xdist_group")
+            }
+        )
+        suffix = "@" + "_".join(names)
+        if names and not item.nodeid.endswith(suffix) and hasattr(item, "_id"):
+            item._id = NodeId.parse(item.nodeid + suffix)
 
 
 def _first(item: pytest.Item) -> int:
