@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -150,3 +151,21 @@ def test_a_profiles_own_smoke_test_file_is_not_stale(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stdout
     assert "stale" not in res.stdout
     assert "smoke.yaml holds its smoke test (`render --smoke`): not compared" in res.stdout
+
+
+def test_diff_spools_each_field_of_a_result_and_of_its_objects() -> None:
+    """diff's results are spooled as builtins (marshal): every field comes back, those left
+    out of equality (workload, namespace) and a field added later included."""
+    from dataclasses import astuple, fields
+
+    from runai_spec.outputs import diff as module
+
+    def own(cls: type, **given: object) -> Any:
+        return cls(**{f.name: given.get(f.name, f"<{cls.__name__}.{f.name}>") for f in fields(cls)})
+
+    objects = tuple(own(module.ObjectDiff, key=f"key-{i}") for i in range(3))
+    results = [own(module.ProfileDiff, objects=objects), own(module.ProfileDiff, objects=())]
+    spool = module._spool()
+    for result in results:
+        spool.append(result)
+    assert [astuple(r) for r in spool] == [astuple(r) for r in results]

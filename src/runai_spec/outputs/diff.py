@@ -55,6 +55,24 @@ class ProfileDiff:
         return bool(self.objects)
 
 
+def _diff_record(result: ProfileDiff) -> tuple[Any, ...]:
+    """RESULT as builtins, for the spool's marshal (the spool's encode)."""
+    objects = tuple((o.key, o.status, o.diff) for o in result.objects)
+    return (result.profile, result.committed, objects, result.note, result.workload, result.namespace)
+
+
+def _diff_from_record(record: tuple[Any, ...]) -> ProfileDiff:
+    profile, committed, objects, note, workload, namespace = record
+    return ProfileDiff(  # (the spool's decode)
+        profile, committed, tuple(ObjectDiff(*o) for o in objects), note, workload, namespace
+    )
+
+
+def _spool() -> Spooled[ProfileDiff]:
+    """Where diff_all keeps its results: out of memory, one per profile."""
+    return Spooled(_diff_record, _diff_from_record)
+
+
 def _by_key(manifests: Iterable[Manifest]) -> dict[str, Manifest]:
     return {object_key(m): m for m in manifests}
 
@@ -141,7 +159,7 @@ def diff_all(
             f"{against}: not a folder",
             hint="pass the folder of committed manifests, one <name>.yaml per workload",
         )
-    done: Spooled[ProfileDiff] = Spooled()  # kept out of memory: one per profile
+    done = _spool()
     bad: list[RunaiSpecError] = []
     claimed = Names()  # the workloads' names: <name>.yaml and <name>-smoke.yaml are theirs
     missing = 0  # results whose file is missing
@@ -172,7 +190,7 @@ def diff_all(
 
 def _noted(results: Spooled[ProfileDiff], note: Callable[[ProfileDiff], str]) -> Spooled[ProfileDiff]:
     """RESULTS read back once, each with NOTE's words (if any) added to its note."""
-    out: Spooled[ProfileDiff] = Spooled()
+    out = _spool()
     for result in results:
         more = note(result)
         out.append(replace(result, note="; ".join(filter(None, (result.note, more)))) if more else result)
