@@ -41,7 +41,9 @@ def sleeps() -> Sleeps:
 def target(kubeconfig: Path, sleeps: Sleeps) -> Target:
     return Target(
         kubeconfig=kubeconfig,
-        timeout=(2.0, 0.5),
+        # a read timeout a loaded CI machine cannot reach by accident (the fake server is a
+        # thread of the test's process, which a busy machine can pause for over a second)
+        timeout=(2.0, 2.0),
         sleep=sleeps,
         retry=RetryPolicy(attempts=4, base_delay=0.1, max_delay=2.0, max_total=5.0),
     )

@@ -122,8 +122,8 @@ def test_dry_run_of_a_replacement_changes_nothing(api: KubeAPI, target: Target, 
 
 
 @pytest.mark.parametrize(
-    "fault", [{"status": 500}, {"drop": True}, {"delay": 1.5}], ids=["500", "dropped", "timed-out"]
-)  # the client's read timeout is 0.5 s
+    "fault", [{"status": 500}, {"drop": True}, {"delay": 4.0}], ids=["500", "dropped", "timed-out"]
+)  # the client's read timeout is 2 s (kube_fixtures.target)
 @pytest.mark.parametrize("stored", [True, False], ids=["stored", "not-stored"])
 def test_a_write_of_unknown_outcome_is_read_back_and_retried_only_if_not_stored(
     api: KubeAPI, target: Target, fault: dict[str, Any], stored: bool, rendered: Render
@@ -181,7 +181,7 @@ def test_total_waiting_is_capped_below_the_attempt_limit(
     slow = Target(
         kubeconfig=kubeconfig,
         sleep=sleeps,
-        timeout=(2, 0.5),
+        timeout=(2, 2.0),
         retry=RetryPolicy(attempts=10, max_delay=2.0, max_total=3.0),
     )
     for _ in range(10):
