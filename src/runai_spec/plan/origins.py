@@ -35,19 +35,12 @@ def derived(rule: str) -> Origin:
 
 _new_origin = tuple.__new__  # Origin(...) without the Python-level __new__ namedtuple writes
 
-# The origins made so far of the fields of one approved preset or site (the registry keeps one
-# object of each for a whole call, and they are frozen): every plan of that preset shares them.
-# Each entry holds its owner, so that no other object can come to have its id meanwhile.
-_SHARED: dict[int, tuple[object, dict[str, Origin]]] = {}
 
-
-def _shared(owner: object) -> dict[str, Origin]:
-    kept = _SHARED.get(id(owner))
-    if kept is None or kept[0] is not owner:
-        if len(_SHARED) >= 64:  # a call reads a few presets and one site
-            _SHARED.clear()
-        kept = _SHARED[id(owner)] = (owner, {})
-    return kept[1]
+@lru_cache(maxsize=4096)
+def _file_origin(kind: str, field: str, file: str, line: int | None) -> Origin:
+    """A field of the preset or the site file: the same for every plan of that file (made
+    once a call: a plan records dozens, and a batch plans each preset many times)."""
+    return Origin(kind, field if line else f"{field} (default)", file, line)
 
 
 class Sources:
@@ -59,26 +52,15 @@ class Sources:
         # Shown as presets/<file>, the name reviewers know, wherever the folder is installed.
         self.preset_file = f"presets/{approved.name}.yaml"
         self.site_file, self.ledger_file = f"presets/{SITE_FILE}", f"presets/{LEDGER_FILE}"
-        self.preset_origins, self.site_origins = _shared(approved), _shared(site)
 
     def profile(self, field: str) -> Origin:
         return _new_origin(Origin, ("profile", field, self.profile_path, self.profile_lines.get(field)))
 
     def preset(self, field: str) -> Origin:
-        origin = self.preset_origins.get(field)
-        if origin is None:
-            line = self.approved.lines.get(field)
-            origin = Origin("preset", field if line else f"{field} (default)", self.preset_file, line)
-            self.preset_origins[field] = origin
-        return origin
+        return _file_origin("preset", field, self.preset_file, self.approved.lines.get(field))
 
     def site(self, field: str) -> Origin:
-        origin = self.site_origins.get(field)
-        if origin is None:
-            line = self.site_lines.get(field)
-            origin = Origin("site", field if line else f"{field} (default)", self.site_file, line)
-            self.site_origins[field] = origin
-        return origin
+        return _file_origin("site", field, self.site_file, self.site_lines.get(field))
 
     def ledger(self, filename: str) -> Origin:
         return Origin("ledger", f"approvals.{filename}.sha256", self.ledger_file)
