@@ -2,24 +2,35 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
-from .errors import Located, Location, visible
+from .errors import Location, visible
 
 Severity = Literal["error", "warning", "info"]
 UNNAMED = "<profile>"  # the file of a finding about input that was not read from a file
 
 
-@dataclass(frozen=True)
-class Finding(Located):
-    """A rule's verdict on one field: collected, never raised."""
+class Finding(NamedTuple):
+    """A rule's verdict on one field: collected, never raised. (A NamedTuple, so not an
+    errors.Located: its `file`, `line` and `field` are written here, the same three.)"""
 
     rule: str
     location: Location
     message: str
     hint: str | None = None
     severity: Severity = "error"
+
+    @property
+    def file(self) -> str | None:
+        return self.location.file
+
+    @property
+    def line(self) -> int | None:
+        return self.location.line
+
+    @property
+    def field(self) -> str | None:
+        return self.location.field
 
     @property
     def path(self) -> str:

@@ -192,8 +192,6 @@ def test_submit_of_a_tampered_object_names_the_field(
     policed: KubeAPI, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A client that edits the render after it was checked (one more GPU per pod)."""
-    import dataclasses
-
     from runai_spec.pipeline import workload as workload_module
 
     real = workload_module.prepare_workload
@@ -201,7 +199,7 @@ def test_submit_of_a_tampered_object_names_the_field(
     def tampered(path: Path) -> Any:
         workload = real(path)
         manifests = more_gpus([dict(m) for m in workload.manifests])
-        return dataclasses.replace(workload, manifests=tuple(manifests))
+        return workload._replace(manifests=tuple(manifests))
 
     # the command imports it when it runs (cli/cluster.py): patched where it lives
     monkeypatch.setattr(workload_module, "prepare_workload", tampered)
@@ -267,8 +265,6 @@ def test_submit_dry_run_server_shows_the_denial_of_a_tampered_manifest(
 ) -> None:
     """`submit --dry-run=server`: the API server runs admission on a dry run too; the denial
     is the same one line, and nothing is stored."""
-    import dataclasses
-
     from runai_spec.pipeline import workload as workload_module
 
     real = workload_module.prepare_workload
@@ -278,7 +274,7 @@ def test_submit_dry_run_server_shows_the_denial_of_a_tampered_manifest(
         manifests = [dict(m) for m in workload.manifests]
         for role in manifests[0]["spec"]["pytorchReplicaSpecs"].values():
             role["template"]["spec"]["tolerations"] = [{"operator": "Exists"}]
-        return dataclasses.replace(workload, manifests=tuple(manifests))
+        return workload._replace(manifests=tuple(manifests))
 
     # the command imports it when it runs (cli/cluster.py): patched where it lives
     monkeypatch.setattr(workload_module, "prepare_workload", tampered)

@@ -3,7 +3,6 @@ control plane (tests/runaiapi.py), driven by the tool's own HTTP client and CLI.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 import stat
@@ -69,7 +68,7 @@ def use_site(monkeypatch: pytest.MonkeyPatch, submit: SiteSubmit) -> None:
 
     def approved_site(self: PresetRegistry) -> ApprovedSite:
         approved = original(self)
-        return dataclasses.replace(approved, site=approved.site.model_copy(update={"submit": submit}))
+        return approved._replace(site=approved.site.model_copy(update={"submit": submit}))
 
     monkeypatch.setattr(PresetRegistry, "approved_site", approved_site)
 

@@ -57,7 +57,7 @@ def test_every_reader_of_the_operator_version_defaults_to_the_one_table() -> Non
     site = Site(cluster="c", registries=["r"])
     assert site.operator_version == OPERATOR_VERSION
     assert Site.model_json_schema()["properties"]["operator_version"]["enum"] == list(OPERATOR_VERSIONS)
-    assert Plan.__dataclass_fields__["operator_version"].default == OPERATOR_VERSION
+    assert Plan._field_defaults["operator_version"] == OPERATOR_VERSION
     assert JobModel.__dataclass_fields__["version"].default == OPERATOR_VERSION
 
 

@@ -5,7 +5,6 @@ apart from runai-spec's own layout rule, and the rehearsal models the site's ope
 from __future__ import annotations
 
 import copy
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -145,9 +144,7 @@ def test_rehearse_passes_the_site_s_operator_version(tmp_path: Path, monkeypatch
 
     def approved_site(self: PresetRegistry) -> ApprovedSite:
         approved = old(self)
-        return dataclasses.replace(
-            approved, site=approved.site.model_copy(update={"operator_version": "1.7"})
-        )
+        return approved._replace(site=approved.site.model_copy(update={"operator_version": "1.7"}))
 
     monkeypatch.setattr(PresetRegistry, "approved_site", approved_site)
     monkeypatch.setattr(rehearse_module, "rehearse_manifests", fake)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import subprocess
 from pathlib import Path
@@ -96,7 +95,7 @@ def test_any_edit_of_a_signed_statement_fails_verification(
     keys: dict[str, Path], change: dict[str, str]
 ) -> None:
     signed = approve(keys)
-    forged = SignedApproval(dataclasses.replace(signed.statement, **change), signed.signature)
+    forged = SignedApproval(signed.statement._replace(**change), signed.signature)
     with pytest.raises(SignatureError, match="does not verify") as caught:
         signing.verify_approval(forged, keys["signers"], source="presets/approvals.yaml")
     assert caught.value.lines()[0].startswith("error: presets/approvals.yaml: signature: ")
@@ -171,6 +170,23 @@ def test_garbage_signatures_and_statements_are_refused(keys: dict[str, Path]) ->
         Statement("../x.yaml", SHA, "alice", "2026-12-02")
     with pytest.raises(SignatureError, match="not a date"):
         Statement("x.yaml", SHA, "alice", "2026-12-02", "next year")
+
+
+def test_a_statement_changed_or_unpickled_is_refused_as_one_built() -> None:
+    """A Statement is a NamedTuple whose checks run in __new__: `_replace` and unpickling
+    build through it too, as a dataclass's replace did (its unpickling skipped __post_init__)."""
+    import pickle
+
+    statement = Statement("h200-8gpu.yaml", SHA, "alice@scc.example.org", "2026-12-02")
+    assert statement._replace(expires="2027-01-01").expires == "2027-01-01"
+    assert pickle.loads(pickle.dumps(statement)) == statement
+    with pytest.raises(SignatureError, match="not a sha256"):
+        statement._replace(sha256="abc")
+    with pytest.raises(SignatureError, match="not a file name"):
+        statement._replace(file="../x.yaml")
+    forged = pickle.dumps(statement).replace(b"alice@scc.example.org", b"alice@scc,example.org")
+    with pytest.raises(SignatureError, match="not a signer's principal"):
+        pickle.loads(forged)
 
 
 def test_a_missing_key_or_allowed_signers_file_is_one_clear_error(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import os
 import subprocess
@@ -156,7 +155,7 @@ def test_committed_smoke_manifest_validates_against_the_crd_and_operator_rules(e
 
 def test_the_smoke_deadline_replaces_the_real_jobs_own_in_place() -> None:
     plan = prepare_workload(Path(MULTI)).plan
-    limited = dataclasses.replace(plan, run_policy=(*plan.run_policy, ("activeDeadlineSeconds", 86400)))
+    limited = plan._replace(run_policy=(*plan.run_policy, ("activeDeadlineSeconds", 86400)))
     _, job = render_smoke(smoke_plan(limited, deadline_s=600))
     assert list(job["spec"]["runPolicy"].items()) == [
         *((k, 0 if k == "backoffLimit" else v) for k, v in plan.run_policy),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -107,14 +108,12 @@ def test_validate_reads_the_profiles_of_an_at_file(tmp_path: Path, monkeypatch: 
 def test_validate_spools_each_field_of_a_profile_check_and_of_its_findings() -> None:
     """validate's spool writes ProfileCheck as builtins (marshal): every field of it, of each
     finding and of each location comes back, a field added to one of them included."""
-    from dataclasses import fields
-
     from runai_spec.errors import Location
     from runai_spec.findings import Finding
     from runai_spec.pipeline import stream
 
-    def own(cls: type, **given: object) -> object:
-        return cls(**{f.name: given.get(f.name, f"<{cls.__name__}.{f.name}>") for f in fields(cls)})
+    def own(cls: Any, **given: object) -> object:
+        return cls(**{name: given.get(name, f"<{cls.__name__}.{name}>") for name in cls._fields})
 
     findings = tuple(own(Finding, location=own(Location, line=i), rule=f"rule-{i}") for i in range(3))
     checks = [own(stream.ProfileCheck, findings=findings), own(stream.ProfileCheck, findings=())]
@@ -122,3 +121,7 @@ def test_validate_spools_each_field_of_a_profile_check_and_of_its_findings() -> 
     for check in checks:
         spool.append(check)  # type: ignore[arg-type]
     assert list(spool) == checks == list(spool)
+    # the records themselves, not tuples of the same values (a NamedTuple equals those)
+    back = list(spool)
+    assert {type(c) for c in back} == {stream.ProfileCheck}
+    assert {(type(f), type(f.location)) for c in back for f in c.findings} == {(Finding, Location)}

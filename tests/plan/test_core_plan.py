@@ -123,8 +123,6 @@ def test_elastic_is_worker_only_with_c10d_bounds() -> None:
 
 
 def test_nproc_rule_catches_a_worker_only_job_whose_torchrun_would_start_one_process() -> None:
-    import dataclasses
-
     from runai_spec.check.launcher import check_nproc
     from runai_spec.check.rules import Context
 
@@ -135,12 +133,12 @@ def test_nproc_rule_catches_a_worker_only_job_whose_torchrun_would_start_one_pro
     plan = plan_workload(loaded, approved, REGISTRY.site())
     ctx = Context(loaded, approved, REGISTRY.site(), plan, tuple(render_plan(plan)))
     assert list(check_nproc(ctx)) == []
-    bare = dataclasses.replace(plan, launcher=("torchrun",))
-    bare_ctx = dataclasses.replace(ctx, manifests=tuple(render_plan(bare)))
+    bare = plan._replace(launcher=("torchrun",))
+    bare_ctx = ctx._replace(manifests=tuple(render_plan(bare)))
     # operator 1.8+ sets PET_NPROC_PER_NODE from nprocPerNode for Worker-only jobs too
     assert list(check_nproc(bare_ctx)) == []
     old_site = REGISTRY.site().model_copy(update={"operator_version": "1.7"})
-    findings = list(check_nproc(dataclasses.replace(bare_ctx, site=old_site)))
+    findings = list(check_nproc(bare_ctx._replace(site=old_site)))
     assert [(f.rule, f.message) for f in findings] == [
         ("nproc-gpus", "torchrun would start 1 process(es) per pod on 8 GPUs")
     ]

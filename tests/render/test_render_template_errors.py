@@ -3,7 +3,6 @@ container filters render a mapping or a list as one value through the one encode
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from collections.abc import Iterator
@@ -140,7 +139,7 @@ def test_the_container_filters_refuse_what_is_no_json_value() -> None:
 
 
 def test_the_env_list_is_the_downward_api_then_values_then_secret_references(plan: Plan) -> None:
-    plan = dataclasses.replace(plan, secret_env=(("TOKEN", "s", "k"),))
+    plan = plan._replace(secret_env=(("TOKEN", "s", "k"),))
     entries = env_entries(plan)
     assert [e["name"] for e in entries] == [
         *(k for k, _ in plan.field_env),

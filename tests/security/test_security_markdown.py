@@ -8,7 +8,6 @@ stays YAML whatever the profile's path."""
 from __future__ import annotations
 
 import copy
-import dataclasses
 import re
 from pathlib import Path
 from typing import Any
@@ -228,9 +227,7 @@ BENIGN_PLAN = structure(plan_markdown("benign"))
 
 def validate_doc(value: str) -> str:
     finding = Finding("nccl-transport-env", Location(value, 4, value), value, value or None)
-    check = ProfileCheck(
-        value, value, value, 2, 8, 16, (finding, dataclasses.replace(finding, severity="warning"))
-    )
+    check = ProfileCheck(value, value, value, 2, 8, 16, (finding, finding._replace(severity="warning")))
     clean = ProfileCheck(value, value, value, 1, 1, 1, ())
     return validate_markdown([check, clean], [InputError(value, file=value, field=value, hint=value)])
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..errors import Location
 from ..findings import Finding, Severity
@@ -16,8 +16,7 @@ from ..plan.plan import Plan
 from ..render.manifests import Manifest
 
 
-@dataclass(frozen=True)
-class Context:
+class Context(NamedTuple):
     """What every rule may look at."""
 
     loaded: LoadedProfile
@@ -33,8 +32,7 @@ class Context:
 RuleFn = Callable[[Context], Iterable[Finding]]
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(NamedTuple):
     """A named site rule (its docstring feeds docs/rules.md)."""
 
     id: str

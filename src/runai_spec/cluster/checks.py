@@ -4,7 +4,6 @@ A 403 is one `not checked: forbidden (<resource>)` warning (issue 13)."""
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -412,4 +411,4 @@ def live_findings(session: Session, workload: Workload) -> list[Finding]:
                     "warning",
                 )
             )
-    return [dataclasses.replace(f, message=clean(f.message, 2000)) for f in findings]
+    return [f._replace(message=clean(f.message, 2000)) for f in findings]

@@ -6,7 +6,7 @@ import os
 import posixpath
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..errors import InputError
 
@@ -218,8 +218,7 @@ def for_entry_point(launcher: tuple[str, ...], command: Sequence[str]) -> tuple[
     return (*launcher, NO_PYTHON)
 
 
-@dataclass(frozen=True)
-class Launcher:
+class Launcher(NamedTuple):
     kind: str  # "python", "torchrun", or "executable" (an entry point run with no launcher)
     head: tuple[str, ...]  # launcher and its flags, before the entry point
     entry: tuple[str, ...]  # the script (or -m module) and its arguments
@@ -315,14 +314,30 @@ def has_flag(head: Sequence[str], *names: str) -> bool:
     return any(a == n or a.startswith(n + "=") for a in head for n in names)
 
 
-@dataclass(frozen=True)
 class FlagUse:
-    """One use of a launcher flag in an argv: `--x=v` (width 1) or `--x v` (width 2)."""
+    """One use of a launcher flag in an argv: `--x=v` (width 1) or `--x v` (width 2). A plain
+    record, not a NamedTuple (its `index` would hide tuple.index) nor a frozen dataclass
+    (~4 M instructions to define at start-up: benchmarks/README.md, round 5)."""
 
-    index: int  # where the flag is
-    width: int
-    name: str  # the spelling used, e.g. --rdzv_conf
-    value: str
+    __slots__ = ("index", "width", "name", "value")
+
+    def __init__(self, index: int, width: int, name: str, value: str) -> None:
+        self.index = index  # where the flag is
+        self.width = width
+        self.name = name  # the spelling used, e.g. --rdzv_conf
+        self.value = value
+
+    def _key(self) -> tuple[int, int, str, str]:
+        return (self.index, self.width, self.name, self.value)
+
+    def __eq__(self, other: object) -> bool:
+        return other._key() == self._key() if type(other) is FlagUse else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return "FlagUse(index={!r}, width={!r}, name={!r}, value={!r})".format(*self._key())
 
 
 def flag_uses(head: Sequence[str], *names: str) -> list[FlagUse]:

@@ -7,9 +7,8 @@ import difflib
 import hashlib
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal, NamedTuple, get_args, get_origin
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic_core import PydanticCustomError
@@ -192,8 +191,7 @@ class Profile(_Model):
 _NEAR = {"zero_stage": "strategy", "strategy": "model"}
 
 
-@dataclass(frozen=True)
-class LoadedProfile:
+class LoadedProfile(NamedTuple):
     """A validated profile with its source file, sha256, line map and pre-model findings.
 
     From parse_partial, a profile with schema errors too: `problems` are its errors (one
@@ -204,7 +202,7 @@ class LoadedProfile:
     profile: Profile
     path: str
     sha256: str
-    lines: dict[str, int] = field(default_factory=dict)
+    lines: dict[str, int]  # no default: a NamedTuple's would be one dict for all
     findings: tuple[Finding, ...] = ()
     problems: tuple[InputError, ...] = ()
     invalid: frozenset[str] = frozenset()

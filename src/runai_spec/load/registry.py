@@ -6,7 +6,6 @@ import datetime as dt
 import difflib
 import hashlib
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
@@ -25,19 +24,18 @@ from .yaml import load_mapping_lines, load_mapping_text, read_text
 _FileModel = TypeVar("_FileModel", bound=BaseModel)  # what an approved file holds: Site, Preset
 
 
-@dataclass(frozen=True)
-class ApprovedPreset:
-    """A preset that passed every ledger check, with its approval record."""
+class ApprovedPreset(NamedTuple):
+    """A preset that passed every ledger check, with its approval record. (Its `lines` are
+    compared too: they come from the same file as the preset.)"""
 
     name: str
     preset: Preset
     sha256: str
     approval: Approval
-    lines: dict[str, int] = field(default_factory=dict, compare=False)  # field -> line
+    lines: dict[str, int]  # field -> line
 
 
-@dataclass(frozen=True)
-class ApprovedSite:
+class ApprovedSite(NamedTuple):
     """The site file that passed every ledger check, with its approval record."""
 
     site: Site

@@ -11,9 +11,9 @@ import re
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass
+from collections.abc import Iterable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple, Self
 
 from .allowed_signers import AllowedSigners, parse_absolute_time
 from .sshsig import ARMOR, Invalid, SignatureError, signer_key, verify_sshsig
@@ -27,26 +27,38 @@ _PRINCIPAL = re.compile(r"^[^\s,\"'*?!]{1,256}$")
 TIMEOUT_S = 60
 
 
-@dataclass(frozen=True)
-class Statement:
-    """What an engineer signs: one ledger entry, in one canonical text."""
-
+class _StatementFields(NamedTuple):
     file: str
     sha256: str
     approver: str
     approved_at: str
     expires: str | None = None
 
-    def __post_init__(self) -> None:
-        if not self.file or "/" in self.file or any(ch in self.file for ch in "\n\r\0"):
-            raise SignatureError(f"{self.file!r} is not a file name of presets/", field="file")
-        if not _SHA.match(self.sha256):
+
+class Statement(_StatementFields):
+    """What an engineer signs: one ledger entry, in one canonical text. Refused when built
+    (`_replace` and unpickling included) unless every field has its form."""
+
+    __slots__ = ()
+
+    def __new__(
+        cls, file: str, sha256: str, approver: str, approved_at: str, expires: str | None = None
+    ) -> Statement:
+        if not file or "/" in file or any(ch in file for ch in "\n\r\0"):
+            raise SignatureError(f"{file!r} is not a file name of presets/", field="file")
+        if not _SHA.match(sha256):
             raise SignatureError("not a sha256 (64 lowercase hex digits)", field="sha256")
-        if not _PRINCIPAL.match(self.approver):
-            raise SignatureError(f"{self.approver!r} is not a signer's principal", field="approved_by")
-        for field, value in (("approved_at", self.approved_at), ("expires", self.expires)):
+        if not _PRINCIPAL.match(approver):
+            raise SignatureError(f"{approver!r} is not a signer's principal", field="approved_by")
+        for field, value in (("approved_at", approved_at), ("expires", expires)):
             if value is not None and not _DATE.match(value):
                 raise SignatureError("not a date (YYYY-MM-DD)", field=field)
+        return super().__new__(cls, file, sha256, approver, approved_at, expires)
+
+    @classmethod
+    def _make(cls, iterable: Iterable[Any]) -> Self:  # type: ignore[override]  # (mypy types it generic)
+        """What `_replace` builds with: through __new__, so a replaced field is checked too."""
+        return cls(*iterable)
 
     def text(self) -> str:
         return (

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,13 +55,14 @@ def _marked(value: Any, path: str) -> Any:
     """The same plan with every non-empty scalar replaced by a marker naming its plan path.
     None, empty strings and empty tuples stay, so the template takes the same branches.
     The plan's own record of origins is no value of the manifests: it stays as it is."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    fields: tuple[str, ...] | None = getattr(type(value), "_fields", None)
+    if fields is not None:  # one of the plan's records (NamedTuples)
         changes = {
-            f.name: _marked(getattr(value, f.name), f"{path}.{f.name}" if path else f.name)
-            for f in dataclasses.fields(value)
-            if f.name != "origins"
+            name: _marked(getattr(value, name), f"{path}.{name}" if path else name)
+            for name in fields
+            if name != "origins"
         }
-        return dataclasses.replace(value, **changes)
+        return value._replace(**changes)
     if isinstance(value, tuple):
         return tuple(_marked(item, f"{path}[{i}]") for i, item in enumerate(value))
     if value is None or value == "":

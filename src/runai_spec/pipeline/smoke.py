@@ -94,7 +94,7 @@ def smoke_plan(
     settings = settings or PreflightSettings()
     source = preflight_source() if source is None else source
     name, cm_name = smoke_names(plan.name)
-    renamed = dataclasses.replace(plan, name=name)
+    renamed = plan._replace(name=name)
     longest = renamed.longest_pod_name
     if len(longest) > NAME_MAX:
         room = name_room(plan.name, longest)
@@ -131,14 +131,13 @@ def smoke_plan(
     # set (v1.9 pkg/controller.v1/pytorch/elastic.go), 0 included: the smoke job says 0
     rendezvous = plan.rendezvous
     if rendezvous is not None and rendezvous.backend == RDZV_BACKEND:
-        rendezvous = dataclasses.replace(rendezvous, rdzv_id=name, max_restarts=None)
-    job = dataclasses.replace(
-        renamed,
+        rendezvous = rendezvous._replace(rdzv_id=name, max_restarts=None)
+    job = renamed._replace(
         annotations=tuple({**dict(plan.annotations), **notes}.items()),
         run_policy=tuple(run_policy.items()),
         restart_policy="Never",
         rendezvous=rendezvous,
-        elastic=None if elastic is None else dataclasses.replace(elastic, max_restarts=0),
+        elastic=None if elastic is None else elastic._replace(max_restarts=0),
         launcher=smoke_launcher(plan, rendezvous),
         entrypoint=(f"{SMOKE_MOUNT}/preflight.py", *args),
     )

@@ -5,9 +5,8 @@ from __future__ import annotations
 import sys
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, overload
+from typing import IO, Any, NamedTuple, overload
 
 from ..errors import EXIT_FINDINGS, EXIT_INPUT, EXIT_OK, InputError, Location, RunaiSpecError
 from ..findings import Finding
@@ -126,15 +125,15 @@ def workloads(
             yield exc
 
 
-@dataclass
 class Gate:
     """What stops a many-profile command, collected as the profiles stream past: bad input
     (exit 2) reported before the findings (1), as when every profile was loaded first."""
 
-    bad: LineSpool = field(default_factory=LineSpool)
-    notes: LineSpool = field(default_factory=LineSpool)
-    bad_count: int = 0
-    failed: int = 0
+    def __init__(self) -> None:
+        self.bad = LineSpool()
+        self.notes = LineSpool()
+        self.bad_count = 0
+        self.failed = 0
 
     def passed(self, items: Iterable[Workload | InputError]) -> Iterator[Workload]:
         """The workloads of items (with error findings too), noting every problem."""
@@ -160,8 +159,7 @@ class Gate:
 # --- validate ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ProfileCheck:
+class ProfileCheck(NamedTuple):
     """What validate reports of one profile; the workload itself is not kept."""
 
     path: str
@@ -185,7 +183,7 @@ class ProfileCheck:
 
 
 # ProfileCheck as the spool writes it (marshal: builtins only), and back: its fields, its
-# findings' and their locations', in the dataclasses' order (tests/pipeline/test_streaming.py
+# findings' and their locations', in the records' order (tests/pipeline/test_streaming.py
 # sets every field of each to a value of its own and reads it back).
 def _check_record(check: ProfileCheck) -> tuple[Any, ...]:
     findings = tuple(

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from ..check.catalogue import READS, check_all
 from ..check.rules import Context
@@ -17,8 +17,7 @@ from ..render import TEMPLATES, render_plan
 from ..render.manifests import Manifest, dump
 
 
-@dataclass(frozen=True)
-class Workload:
+class Workload(NamedTuple):
     """One profile carried through the whole pipeline."""
 
     loaded: LoadedProfile

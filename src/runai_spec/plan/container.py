@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..facts.kubeflow import GPU_RESOURCE, POD_NAME_ENV, RDZV_BACKEND, kubelet_literal
 from ..facts.torchrun import (
@@ -19,8 +19,7 @@ from .launcher import RendezvousPlan
 from .origins import Entry, Origin, Sources, derived, same
 
 
-@dataclass(frozen=True)
-class ContainerEnv:
+class ContainerEnv(NamedTuple):
     """The container's variables as the plan lists them, before their origins are recorded."""
 
     env: dict[str, Entry]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..facts.kubeflow import NPROC_FLAG, POD_NAME_ENV, RDZV_BACKEND, kubelet_literal
 from ..facts.torchrun import (
@@ -22,8 +22,7 @@ from ..load.profile import Profile
 from .origins import Origin, Sources, derived
 
 
-@dataclass(frozen=True)
-class RendezvousPlan:
+class RendezvousPlan(NamedTuple):
     """torchrun's rendezvous of a multi-node job, as the launcher flags render it."""
 
     backend: str  # c10d or static

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..load.profile import Profile
 from .plan import Plan
@@ -10,8 +10,7 @@ from .plan import Plan
 BYTES_PER_VALUE = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
 
-@dataclass(frozen=True)
-class MemoryEstimate:
+class MemoryEstimate(NamedTuple):
     """Model state per GPU (weights, gradients, optimizer), in GB (1e9 bytes)."""
 
     method: str

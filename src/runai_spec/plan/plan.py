@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 from ..facts.kubeflow import OPERATOR_VERSION, WORKER, kubelet_literal, pod_name
 from ..load.profile import LoadedProfile
@@ -27,9 +27,9 @@ from .volumes import Volume, plan_volumes
 Pairs = tuple[tuple[str, str], ...]
 
 
-@dataclass(frozen=True)
-class Plan:
-    """Everything the templates need; a pure function of profile, preset and site."""
+class Plan(NamedTuple):
+    """Everything the templates need; a pure function of profile, preset and site. Equal,
+    and hashed, by every field but `origins` (the record of where each came from)."""
 
     name: str
     namespace: str
@@ -73,7 +73,16 @@ class Plan:
     torch_version: str | None = None
     # Where each leaf came from, by its path in the plan (`env[3][1]`, `volumes[0].claim`),
     # recorded by plan_workload() as it derives the value; `render --explain` reads it.
-    origins: Mapping[str, Origin] = field(default_factory=dict, compare=False, repr=False)
+    origins: Mapping[str, Origin] = MappingProxyType({})
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is Plan and self[:-1] == other[:-1]
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash(self[:-1])
 
     @property
     def world_size(self) -> int:

@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..facts.kubeflow import MASTER, WORKER
 from ..load.presets import Preset
 from .origins import Origin, Sources, derived
 
 
-@dataclass(frozen=True)
-class Replica:
+class Replica(NamedTuple):
     """One replica type of the PyTorchJob."""
 
     role: str  # kubeflow.MASTER or kubeflow.WORKER
     replicas: int
 
 
-@dataclass(frozen=True)
-class ElasticPlan:
+class ElasticPlan(NamedTuple):
     """Elastic bounds (pods) and torchrun restarts."""
 
     min_pods: int

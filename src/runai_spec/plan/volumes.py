@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..load.presets import Preset
 from ..load.profile import Profile
@@ -10,8 +10,7 @@ from ..load.site import Site
 from .origins import Origin, Sources, derived
 
 
-@dataclass(frozen=True)
-class Volume:
+class Volume(NamedTuple):
     """A pod volume and where the `pytorch` container mounts it."""
 
     name: str
