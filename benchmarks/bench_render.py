@@ -91,7 +91,7 @@ STEPS = (
     ("the profile models (the first model imports pydantic.types)", "import runai_spec.load.profile"),
     ("the preset, site and ledger models, signing", "import runai_spec.load.registry"),
     ("plan", "import runai_spec.plan.plan"),
-    ("render: jinja2, the encoder", "import runai_spec.render"),
+    ("render: the encoder, the compiled templates' runtime (no jinja2)", "import runai_spec.render"),
     ("check: the rules", "import runai_spec.check.catalogue"),
     ("pipeline", "import runai_spec.pipeline.stream"),
     ("cryptography (Ed25519)", "import cryptography.hazmat.primitives.asymmetric.ed25519"),

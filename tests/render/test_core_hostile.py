@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from conftest import BASE_PROFILE, ROOT, kubelet_sees
+from runai_spec import render
 from runai_spec.facts.kubeflow import kubelet_literal
 from runai_spec.load.profile import Profile, parse_profile
 from runai_spec.load.registry import PresetRegistry
@@ -189,7 +190,14 @@ def render_profile(data: dict[str, Any]) -> list[dict[str, Any]]:
     manifests = render_plan(plan)
     # The template's JSON output is YAML too: the strict YAML loader reads the same objects.
     assert parse_documents(render_text(plan), "rendered") == manifests
+    assert_same_both_ways(render.TEMPLATES["kubeflow"], plan=plan, smoke=None)
     return manifests
+
+
+def assert_same_both_ways(name: str, **context: Any) -> None:
+    """render's normal path (the compiled template on render/runtime.py, which must cover it)
+    writes what Jinja writes (test_render_runtime.py)."""
+    assert render.render_compiled(name, **context) == render.render_with_jinja(name, **context)
 
 
 def shape(value: Any) -> Any:
@@ -469,7 +477,11 @@ def render_every(values: dict[str, str]) -> list[dict[str, Any]]:
 
     loaded = parse_profile(dump([every_field_profile(values)]), "hostile.yaml")
     plan = plan_workload(loaded, REGISTRY.get(loaded.profile.preset), REGISTRY.site())
-    return [*render_plan(plan), *render_smoke(smoke_plan(plan))]
+    smoke = smoke_plan(plan)
+    assert_same_both_ways(render.TEMPLATES["kubeflow"], plan=plan, smoke=None)
+    assert_same_both_ways(render.TEMPLATES["kubeflow"], plan=smoke.job, smoke=smoke)
+    assert_same_both_ways(render.CONFIGMAP_TEMPLATE, config_map=smoke.config_map)
+    return [*render_plan(plan), *render_smoke(smoke)]
 
 
 def leaves(value: Any, path: str = "") -> dict[str, Any]:

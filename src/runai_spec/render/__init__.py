@@ -1,18 +1,16 @@
-"""Jinja environment (one safe encoder), the shipped templates precompiled, render_plan()."""
+"""The Jinja templates through one encoder: precompiled, run on runtime.py (else Jinja); render_plan()."""
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import cache, lru_cache
 from importlib import import_module
+from importlib.util import find_spec
 from pathlib import Path
 from types import TracebackType
-from typing import Any
-
-import jinja2
-from jinja2 import nodes
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InternalError
 from ..facts import kubeflow
@@ -20,7 +18,11 @@ from ..facts.kubeflow import operator_problems
 from ..plan.env import env_entries
 from ..plan.plan import Plan
 from ..resources import shipped_dir
+from . import runtime
 from .manifests import Manifest, encode, encode_pairs, parse_rendered, quote, scalar
+
+if TYPE_CHECKING:  # jinja2 is imported where Jinja itself compiles or renders (not render's normal path)
+    import jinja2
 
 TEMPLATES = {"kubeflow": "pytorchjob.json.j2"}
 CONFIGMAP_TEMPLATE = "configmap.json.j2"
@@ -41,7 +43,9 @@ def _finalize(value: Any) -> str:
     try:
         return scalar(value)
     except TypeError as exc:
-        if isinstance(value, jinja2.Undefined):
+        from jinja2 import Undefined  # only Jinja makes one (runtime.py falls back instead)
+
+        if isinstance(value, Undefined):
             str(value)  # StrictUndefined raises UndefinedError, naming what is missing
         raise InternalError(f"template produced a non-scalar value: {exc}") from None
 
@@ -64,9 +68,13 @@ def _mapping(pairs: Iterable[tuple[str, Any]], *more: Iterable[tuple[str, Any]])
         raise InternalError(f"template produced a value it cannot encode: {exc}") from None
 
 
-# How the templates are compiled; part of what a compiled module must match.
+# The operator's names (container, port, kind) come from kubeflow.py, not the template.
+GLOBALS: dict[str, Any] = {"kubeflow": kubeflow}
+FILTERS: dict[str, Callable[..., Any]] = {"json": _json, "mapping": _mapping, "env_entries": env_entries}
+# How the templates are compiled (`undefined`: the name of Jinja's class); part of what a
+# compiled module must match.
 OPTIONS: dict[str, Any] = {
-    "undefined": jinja2.StrictUndefined,
+    "undefined": "StrictUndefined",
     "autoescape": False,
     "keep_trailing_newline": True,
     "trim_blocks": False,
@@ -80,12 +88,15 @@ def environment() -> jinja2.Environment:
     # No on-disk bytecode cache: a writable cache folder let anyone with access to it change
     # what render emits while validate passed (issue 12, item 6). The shipped templates come
     # precompiled as modules of the package instead (template()), as trusted as its code.
+    import jinja2
+
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(shipped_dir("templates"))), finalize=_finalize, **OPTIONS
+        loader=jinja2.FileSystemLoader(str(shipped_dir("templates"))),
+        finalize=_finalize,
+        **{**OPTIONS, "undefined": getattr(jinja2, OPTIONS["undefined"])},
     )
-    # The operator's names (container, port, kind) come from kubeflow.py, not the template.
-    env.globals["kubeflow"] = kubeflow
-    env.filters |= {"json": _json, "mapping": _mapping, "env_entries": env_entries}
+    env.globals |= GLOBALS
+    env.filters |= FILTERS
     return env
 
 
@@ -94,22 +105,39 @@ def compiled_module_name(name: str) -> str:
     return name.removesuffix(".j2").replace(".", "_").replace("-", "_")
 
 
-def compiled_stamp(source: bytes) -> str:
-    """What a compiled module must carry to stand for SOURCE: the template's sha256, Jinja's
-    version and the environment's options (each changes the generated code)."""
-    options = sorted((k, getattr(v, "__name__", v)) for k, v in OPTIONS.items())
-    return f"{hashlib.sha256(source).hexdigest()} jinja2-{jinja2.__version__} {options}"
+def compiled_stamp(source: bytes, jinja_version: str) -> str:
+    """What a compiled module must carry to stand for SOURCE: the template's sha256, the version
+    of the Jinja that compiled it and the environment's options (each changes the code)."""
+    options = sorted(OPTIONS.items())
+    return f"{hashlib.sha256(source).hexdigest()} jinja2-{jinja_version} {options}"
 
 
 def compiled_source(name: str) -> str:
-    """The Python module that stands for template NAME (write_compiled_templates writes it)."""
+    """The Python module that stands for template NAME (write_compiled_templates writes it):
+    Jinja's code, its STAMP, and RUNTIME: the names of jinja2.runtime the code loads (all are
+    imported), which runtime.py must have to run it."""
+    import ast
+
+    import jinja2
+
     env = environment()
     source = (shipped_dir("templates") / name).read_bytes()
     code = env.compile(source.decode("utf-8"), name, raw=True, defer_init=True)
+    tree = ast.parse(code)
+    imported = {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "jinja2.runtime"
+        for alias in node.names
+    }
+    loaded = sorted(
+        {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} & imported
+    )
     return (
         f'"""{name} compiled by Jinja; generated by runai_spec.render.'
         f'write_compiled_templates(), do not edit."""\n# fmt: off\n# ruff: noqa\n'
-        f"# mypy: ignore-errors\nSTAMP = {compiled_stamp(source)!r}\n{code}\n"
+        f"# mypy: ignore-errors\nSTAMP = {compiled_stamp(source, jinja2.__version__)!r}\n"
+        f"RUNTIME = {tuple(loaded)!r}\n{code}\n"
     )
 
 
@@ -126,15 +154,17 @@ def write_compiled_templates(folder: Path | None = None) -> list[Path]:
 
 @cache
 def template(name: str) -> jinja2.Template:
-    """Template NAME: from its compiled module when that was generated from exactly this
-    template text (sha256), Jinja version and options; else compiled from source here."""
+    """Template NAME in Jinja: from its compiled module when that was generated from exactly
+    this template text (sha256), Jinja version and options; else compiled from source here."""
+    import jinja2
+
     env = environment()
     source = (shipped_dir("templates") / name).read_bytes()
     try:
         module = import_module(f"{COMPILED_PACKAGE}.{compiled_module_name(name)}")
     except ImportError:
         module = None
-    if module is not None and getattr(module, "STAMP", None) == compiled_stamp(source):
+    if module is not None and getattr(module, "STAMP", None) == compiled_stamp(source, jinja2.__version__):
         return env.template_class.from_module_dict(env, vars(module), env.make_globals(None))
     return _from_text(name)
 
@@ -142,18 +172,45 @@ def template(name: str) -> jinja2.Template:
 def _from_text(name: str) -> jinja2.Template:
     """Template NAME compiled from its text: its code's lines map to the template's (a compiled
     module's lines are shifted by its header), which is what locating an error needs."""
+    import jinja2
+
     try:
         return environment().get_template(name)
     except jinja2.TemplateSyntaxError as exc:
         raise InternalError(f"template does not compile: {exc.message}", file=name, line=exc.lineno) from None
 
 
-def render_text(plan: Plan, family: str = "kubeflow", *, smoke: Any = None) -> str:
-    """The template's raw output for a plan (with `smoke`, a SmokePlan: its smoke test's job)."""
-    return _render(_family_template(family), plan=plan, smoke=smoke)
+RUNTIME_ENVIRONMENT = runtime.Environment(_finalize, FILTERS)
 
 
-def _render(name: str, **context: Any) -> str:
+@cache
+def _compiled_root(name: str, folder_of: Callable[[str], Path]) -> runtime.Root | None:
+    """Template NAME's compiled module loaded on runtime.py, when it stands for exactly the text
+    of NAME in folder_of("templates") (keyed by that function: tests swap it for their own)."""
+    module = f"{COMPILED_PACKAGE}.{compiled_module_name(name)}"
+    spec = find_spec(module)
+    get_code = getattr(spec.loader, "get_code", None) if spec else None
+    code = get_code(module) if get_code else None
+    if code is None:
+        return None
+    stamp = compiled_stamp((folder_of("templates") / name).read_bytes(), runtime.JINJA_VERSION)
+    return runtime.load_root(code, RUNTIME_ENVIRONMENT, stamp)
+
+
+def render_compiled(name: str, **context: Any) -> str:
+    """Template NAME's output for CONTEXT from its compiled module on runtime.py, without jinja2.
+    Raises runtime.Fallback where the module does not stand for the template's text or uses
+    what the runtime lacks, and whatever the template's code raised."""
+    root = _compiled_root(name, shipped_dir)
+    if root is None:
+        raise runtime.Fallback(f"{name}: no compiled module runtime.py can run")
+    return runtime.render(root, GLOBALS, context)
+
+
+def render_with_jinja(name: str, **context: Any) -> str:
+    """Template NAME's output for CONTEXT through Jinja itself; its errors name their line."""
+    import jinja2
+
     try:
         return template(name).render(**context)
     except jinja2.UndefinedError as exc:
@@ -161,6 +218,19 @@ def _render(name: str, **context: Any) -> str:
     except InternalError as exc:  # a value the encoder refused
         problem = exc.message
     raise InternalError(problem, file=name, line=_failing_line(name, context)) from None
+
+
+def _render(name: str, **context: Any) -> str:
+    try:
+        return render_compiled(name, **context)
+    except Exception:  # anything runtime.py does not cover, errors included: Jinja's output or error stands
+        pass
+    return render_with_jinja(name, **context)
+
+
+def render_text(plan: Plan, family: str = "kubeflow", *, smoke: Any = None) -> str:
+    """The template's raw output for a plan (with `smoke`, a SmokePlan: its smoke test's job)."""
+    return _render(_family_template(family), plan=plan, smoke=smoke)
 
 
 def _failing_line(name: str, context: dict[str, Any]) -> int | None:
@@ -190,6 +260,8 @@ _LINE = re.compile("\x00([0-9]+)\x00")
 def _line_marked(name: str) -> jinja2.Template:
     """Template NAME compiled from its text, each piece of its output preceded by `NUL line NUL`
     (each line of template text by its own): Jinja's debug_info maps only statements."""
+    from jinja2 import nodes
+
     env = environment()
     if env.loader is None:
         raise InternalError("the template environment has no loader")

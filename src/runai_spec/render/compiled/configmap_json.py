@@ -3,6 +3,7 @@
 # ruff: noqa
 # mypy: ignore-errors
 STAMP = "73f96492128f6fa570fca50641b2e36e18c8dd6a5be26a428819ca13659434c2 jinja2-3.1.6 [('autoescape', False), ('keep_trailing_newline', True), ('lstrip_blocks', False), ('trim_blocks', False), ('undefined', 'StrictUndefined')]"
+RUNTIME = ('TemplateRuntimeError', 'Undefined', 'internalcode', 'missing')
 from jinja2.runtime import LoopContext, Macro, Markup, Namespace, TemplateNotFound, TemplateReference, TemplateRuntimeError, Undefined, escape, identity, internalcode, markup_join, missing, str_join
 name = 'configmap.json.j2'
 

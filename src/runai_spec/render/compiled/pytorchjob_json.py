@@ -3,6 +3,7 @@
 # ruff: noqa
 # mypy: ignore-errors
 STAMP = "97be493514cb56998dc7c7d715d2f5b76cdb21fb00a8f020d444316085e8efe2 jinja2-3.1.6 [('autoescape', False), ('keep_trailing_newline', True), ('lstrip_blocks', False), ('trim_blocks', False), ('undefined', 'StrictUndefined')]"
+RUNTIME = ('LoopContext', 'Namespace', 'TemplateRuntimeError', 'Undefined', 'internalcode', 'missing')
 from jinja2.runtime import LoopContext, Macro, Markup, Namespace, TemplateNotFound, TemplateReference, TemplateRuntimeError, Undefined, escape, identity, internalcode, markup_join, missing, str_join
 name = 'pytorchjob.json.j2'
 
