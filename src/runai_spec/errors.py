@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Sequence
+from functools import cache
 from typing import NamedTuple
 
 EXIT_OK = 0
@@ -16,8 +17,18 @@ EXIT_INTERNAL = 70
 # What must never reach a terminal as itself inside one line of output: the C0 and C1 controls
 # (LF, CR, VT, FF and U+0085 end a line; ESC starts a terminal sequence), the Unicode line and
 # paragraph separators, and the bidirectional marks, embeddings, overrides and isolates
-# (U+202E shows what follows right to left, so a line can read as another).
-UNSAFE_TEXT = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# (U+202E shows what follows right to left, so a line can read as another). Each of them is a
+# control, format or separator character, so a text that str.isprintable() passes holds none.
+UNSAFE_CHARS = r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+
+
+@cache
+def unsafe_text() -> re.Pattern[str]:
+    """UNSAFE_CHARS compiled, on first use: ~2 M instructions a start that a command whose
+    lines are all printable never needs (benchmarks/README.md, round 5)."""
+    return re.compile(UNSAFE_CHARS)
+
+
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -28,11 +39,12 @@ def _escape(match: re.Match[str]) -> str:
 
 
 def visible(text: object) -> str:
-    """TEXT on one line, as it reads: each character UNSAFE_TEXT matches written as a visible
+    """TEXT on one line, as it reads: each character UNSAFE_CHARS matches written as a visible
     escape (`\\n`, `\\r`, `\\x1b`, `\\u2028`, `\\u202e`), never a line break, a terminal
     sequence or a change of direction. Every `error:`, `warning:`, `info:` and `hint:` line
     passes here (RunaiSpecError.lines, Finding.lines), so a value cannot forge a line."""
-    return UNSAFE_TEXT.sub(_escape, str(text))
+    text = str(text)
+    return text if text.isprintable() else unsafe_text().sub(_escape, text)
 
 
 class Location(NamedTuple):

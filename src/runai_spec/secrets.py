@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 MASK = "***"
 
 # Whole PEM blocks (keys and certificates), also cut short, and their base64 form
 # ("-----BEGIN" is "LS0tLS1CRUdJTi" in base64: what kubeconfig `*-data` fields hold).
-_PEM = re.compile(r"-----BEGIN [A-Z0-9 ]+-----(?:.*?-----END [A-Z0-9 ]+-----|.*)", re.S)
-_PEM_B64 = re.compile(r"LS0tLS1[A-Za-z0-9+/=]*")
+_PEM = r"(?s)-----BEGIN [A-Z0-9 ]+-----(?:.*?-----END [A-Z0-9 ]+-----|.*)"
+_PEM_B64 = r"LS0tLS1[A-Za-z0-9+/=]*"
 # `key: value`, `"key": "value"`, `key=value` where the key names a credential: the key
 # alone or after a `-`/`_` prefix (`HF_TOKEN`, `id-token`; never `tokenizer`).
-_KEY_SEP = re.compile(r"(?<![\w-])([\w-]++)[\"']?[ \t]*[:=][ \t]*[\"']?")
-_VALUE = re.compile(r"(?i:(?:bearer|basic)[ \t]+)?[^\s\"',;}]+")
+_KEY_SEP = r"(?<![\w-])([\w-]++)[\"']?[ \t]*[:=][ \t]*[\"']?"
+_VALUE = r"(?i:(?:bearer|basic)[ \t]+)?[^\s\"',;}]+"
 _KEY_WORDS = (
     "token",
     "password",
@@ -42,13 +42,13 @@ def _secret_key(key: str) -> bool:
     return any(key == w or key.endswith(("-" + w, "_" + w)) for w in _KEY_WORDS)
 
 
-def _mask_keyed(text: str) -> str:
+def _mask_keyed(text: str, m: _Masking) -> str:
     out: list[str] = []
     done = 0
-    for match in _KEY_SEP.finditer(text):
+    for match in m.key_sep.finditer(text):
         if match.start() < done or not _secret_key(match.group(1)):
             continue
-        value = _VALUE.match(text, match.end())
+        value = m.value.match(text, match.end())
         if value is None or value.group(0) == MASK:
             continue
         out += [text[done : match.end()], MASK]
@@ -56,16 +56,18 @@ def _mask_keyed(text: str) -> str:
     return "".join(out) + text[done:] if out else text
 
 
-_SCHEME = re.compile(r"(?i)\b(bearer|basic)\s+(?!\*\*\*)[A-Za-z0-9._~+/=-]+")
+_SCHEME = r"(?i)\b(bearer|basic)\s+(?!\*\*\*)[A-Za-z0-9._~+/=-]+"
 
 # --- credential shapes: written once, for masking and for validate's `secret-env` rule ---
 # (which the admission policy translates into CEL)
 
-# Known token formats, each by its literal start (masking scans for it first).
+# Known token formats, each by its literal start (masking and validate scan for it first:
+# each shape must contain its key).
 TOKEN_SHAPES: dict[str, str] = {
     "AKIA": r"AKIA[0-9A-Z]{16}",
     "ASIA": r"ASIA[0-9A-Z]{16}",  # AWS access key id
-    "gh": r"gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,}",  # GitHub
+    "gh": r"gh[pousr]_[A-Za-z0-9]{36,}",  # GitHub (classic)
+    "github_pat_": r"github_pat_[A-Za-z0-9_]{22,}",  # GitHub (fine-grained)
     "glpat-": r"glpat-[A-Za-z0-9_-]{20,}",  # GitLab
     "xox": r"xox[abposr]-[A-Za-z0-9-]{10,}",  # Slack
     "hf_": r"\bhf_[A-Za-z0-9]{30,}",  # Hugging Face
@@ -81,18 +83,40 @@ PRIVATE_KEY = r"-----BEGIN [A-Z ]*PRIVATE KEY-----"  # validate's; masking hides
 URL_USER = r"[a-z][a-z0-9+.-]*://[^/\s:@]+:"
 URL_PASSWORD = r"[^/\s@]+@"
 
-# Masking: each token format at a word start, found by its literal start (one fast scan each).
-_SHAPES = {
-    "eyJ": re.compile(_JWT_ANY),
-    **{start: re.compile(rf"\b(?:{shape})") for start, shape in TOKEN_SHAPES.items()},
-}
-_USERINFO = re.compile(rf"(\b{URL_USER}){URL_PASSWORD}")
-# validate: a value that holds any of them anywhere is a credential written as a plain value.
-SECRET_VALUE = re.compile("|".join([*TOKEN_SHAPES.values(), JWT, PRIVATE_KEY, URL_USER + URL_PASSWORD]))
+_USERINFO = rf"(\b{URL_USER}){URL_PASSWORD}"
+# validate: a value that holds any of them anywhere is a credential written as a plain value
+# (the pattern; the admission policy writes it in CEL). Each holds one of _VALUE_LITERALS.
+SECRET_VALUE = "|".join([*TOKEN_SHAPES.values(), JWT, PRIVATE_KEY, URL_USER + URL_PASSWORD])
+_VALUE_LITERALS = (*TOKEN_SHAPES, "eyJ", "-----BEGIN ", "://")
 # One-line server and library text only: a long unbroken base64-like run that mixes upper
 # and lower case and digits, as random tokens do (API paths, label keys and hex digests
 # do not). Too broad for manifests.
-_LONG_RUN = re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/=_-]{40,}")
+_LONG_RUN = r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/=_-]{40,}"
+
+
+class _Masking:
+    """The masking patterns above, compiled: on first use (_masking), since a command that
+    masks nothing (render, validate) would otherwise compile them at every start (~10 M
+    instructions: benchmarks/README.md, round 5)."""
+
+    def __init__(self) -> None:
+        self.pem = re.compile(_PEM)
+        self.pem_b64 = re.compile(_PEM_B64)
+        self.key_sep = re.compile(_KEY_SEP)
+        self.value = re.compile(_VALUE)
+        self.scheme = re.compile(_SCHEME)
+        # each token format at a word start, found by its literal start (one fast scan each)
+        self.shapes = {
+            "eyJ": re.compile(_JWT_ANY),
+            **{start: re.compile(rf"\b(?:{shape})") for start, shape in TOKEN_SHAPES.items()},
+        }
+        self.userinfo = re.compile(_USERINFO)
+        self.long_run = re.compile(_LONG_RUN)
+
+
+@cache
+def _masking() -> _Masking:
+    return _Masking()
 
 
 def _random_looking(match: re.Match[str]) -> str:
@@ -118,23 +142,24 @@ def _mask_text(text: str, runs: bool) -> str:
     (also base64), `token:`/`password=`/`auth:`/`client-key-data:` values, bearer and basic
     credentials, JWTs, known token formats, URL passwords; with `runs`, also every long
     base64-like run (for one-line messages, never for manifests)."""
+    m = _masking()
     if runs:
-        text = _LONG_RUN.sub(_random_looking, text)
+        text = m.long_run.sub(_random_looking, text)
     low = text.lower()  # each pattern runs only where its literal part occurs
     if "-----begin" in low:
-        text = _PEM.sub(MASK, text)
+        text = m.pem.sub(MASK, text)
     if "LS0tLS1" in text:
-        text = _PEM_B64.sub(MASK, text)
+        text = m.pem_b64.sub(MASK, text)
     if any(word in low for word in _KEY_WORDS):
-        text = _mask_keyed(text)
+        text = _mask_keyed(text, m)
     if "bearer" in low or "basic" in low:
-        text = _SCHEME.sub(lambda m: f"{m.group(1)} {MASK}", text)
-    for literal, shape in _SHAPES.items():
+        text = m.scheme.sub(lambda found: f"{found.group(1)} {MASK}", text)
+    for literal, shape in m.shapes.items():
         if literal in text:
             text = shape.sub(MASK, text)
     if "://" not in text:
         return text
-    return _USERINFO.sub(lambda m: m.group(1) + MASK + "@", text)
+    return m.userinfo.sub(lambda found: found.group(1) + MASK + "@", text)
 
 
 def looks_credential(text: str) -> bool:
@@ -149,7 +174,8 @@ _NAME_WORDS = frozenset({"PASS", "PW", "AUTH", "CREDS", "COOKIE", "PASSPHRASE", 
 # (never `key` alone as a mapping key, a toleration's or a selector's, nor camelCase such
 # as `topologyKey`; the shell's own `PWD` stays visible).
 _LAST_WORDS = frozenset({"KEY", "KEYS", "PWD", "PRIVKEY", "RSA", "DSA", "ECDSA", "ED25519"})
-_SPLIT = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z])(?=[A-Z])")
+# a name's words: split at non-alphanumerics and at a lower-to-upper change (camelCase)
+_WORD = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z])(?=[A-Z])")
 
 
 def secret_name(name: str, *, variable: bool = False) -> bool:
@@ -158,7 +184,7 @@ def secret_name(name: str, *, variable: bool = False) -> bool:
     (`auth`, `client-key-data`), and _NAME_WORDS / _LAST_WORDS."""
     if looks_secret(name) or _secret_key(name) or re.search(r"(?i)passw(or)?d", name):
         return True
-    words = [w.upper() for w in _SPLIT.split(name) if w]
+    words = [w.upper() for w in _WORD.split(name) if w]
     if _NAME_WORDS.intersection(words):
         return True
     separated = variable or bool(re.search(r"[-_.]", name))
@@ -210,9 +236,6 @@ SECRET_PAIRS = {
 }
 
 
-_WORD = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z])(?=[A-Z])")
-
-
 @lru_cache(maxsize=4096)  # the same few names, on every object a diff masks
 def looks_secret(name: str) -> bool:
     """True for variable names that name a credential (`HF_TOKEN`, `WANDB_API_KEY`), not for
@@ -224,5 +247,11 @@ def looks_secret(name: str) -> bool:
 
 
 def secret_value(value: str) -> bool:
-    """True for values shaped like a known token, key or password-bearing URL."""
-    return bool(SECRET_VALUE.search(value))
+    """True for values shaped like a known token, key or password-bearing URL. The pattern
+    (~2 M instructions to compile) only for a value holding one of their literal parts."""
+    return any(part in value for part in _VALUE_LITERALS) and _secret_value_re().search(value) is not None
+
+
+@cache
+def _secret_value_re() -> re.Pattern[str]:
+    return re.compile(SECRET_VALUE)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 import re
 
-from .errors import UNSAFE_TEXT, visible
+from .errors import unsafe_text, visible
 
 # Backslash-escaped: every character that opens inline markup, a table cell or a heading's
 # closing sequence; `<`, `>` and `&` become entities, so no HTML (`<!--`, `<details>`) opens.
@@ -57,7 +57,7 @@ def md_fence(content: str, info: str = "") -> list[str]:
     run in it, so no line of the content can close the block."""
     runs = re.findall(r"`+", content)
     fence = "`" * max(3, max((len(r) for r in runs), default=0) + 1)
-    body = UNSAFE_TEXT.sub(lambda m: m.group() if m.group() in "\n\t" else one_line(m.group()), content)
+    body = unsafe_text().sub(lambda m: m.group() if m.group() in "\n\t" else one_line(m.group()), content)
     return [f"{fence}{info}", *body.split("\n"), fence]
 
 

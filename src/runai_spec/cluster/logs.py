@@ -105,9 +105,10 @@ def split_ranks(log: Path, folder: Path, suffix: str = "") -> tuple[int, ...]:
     out: ReplacedFiles | None = None  # the folder, opened at the first rank line
     dir_fd: int | None = None
     try:
+        rank_line = re.compile(RANK_LINE)
         with log.open("rb") as src:
             for raw in src:
-                match = RANK_LINE.match(raw)  # bytes: each line keeps its text exactly
+                match = rank_line.match(raw)  # bytes: each line keeps its text exactly
                 if match is None:
                     continue
                 rank = int(match.group(1))

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -422,7 +423,7 @@ def refused(status: int, data: Any, where: str, verb: str) -> ClusterError:
 def _is_uuid(value: str) -> bool:
     from ..load.site import RUNAI_CLUSTER_ID
 
-    return bool(RUNAI_CLUSTER_ID.match(value))
+    return bool(re.match(RUNAI_CLUSTER_ID, value))
 
 
 def resolve_cluster(session: RunaiSession) -> str:

@@ -40,7 +40,8 @@ LOG_DIR_FLAG = "--log-dir"
 TEE_FLAG = "--tee"
 RANK_PREFIX_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
 RANK_PREFIX = "[rank${rank}]:"
-RANK_LINE = re.compile(rb"^\[rank(\d{1,6})\]:(.*)$", re.DOTALL)  # a pod log line (bytes) of it
+# a pod log line (bytes) of it; a pattern compiled where logs are read, not at every start
+RANK_LINE = rb"(?s)^\[rank(\d{1,6})\]:(.*)$"
 RANK_LOGS = "logs"  # the folder on the checkpoint volume, one sub-folder per pod
 EXECUTABLE_ENTRY = "executable"
 

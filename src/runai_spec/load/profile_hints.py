@@ -32,7 +32,7 @@ def line_of(path: str, lines: dict[str, int]) -> int | None:
 _SUFFIX = {"k": 3, "m": 6, "b": 9, "g": 9, "t": 12}
 
 
-_COUNT = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([kKmMbBgGtT])\s*\Z")
+_COUNT = r"\s*([0-9]+(?:\.[0-9]+)?)\s*([kKmMbBgGtT])\s*\Z"  # read on a bad value only: re.match
 
 
 YAML11_BOOLS = {
@@ -61,7 +61,7 @@ YAML11_BOOLS = {
 
 def count_hint(text: str) -> str | None:
     """`13B` -> "write 13000000000 or 13e9" (parameter counts are plain numbers)."""
-    match = _COUNT.match(text)
+    match = re.match(_COUNT, text)
     if match is None:
         return None
     digits, exp = match.group(1), _SUFFIX[match.group(2).lower()]

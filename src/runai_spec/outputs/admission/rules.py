@@ -204,7 +204,7 @@ def _module(e: str, c: RuleContext) -> str:
 def _arg(e: str, c: RuleContext) -> str:
     return (
         f"({is_string(e)} && !{_regex(e, LAUNCHER_FLAGS.pattern)} && "
-        f"!{_regex(e, SECRET_FLAG.pattern)} && !{_regex(e, SECRET_VALUE.pattern)})"
+        f"!{_regex(e, SECRET_FLAG.pattern)} && !{_regex(e, SECRET_VALUE)})"
     )
 
 
@@ -241,7 +241,7 @@ def _env_name(e: str, c: RuleContext) -> str:
 
 
 def _env_value(e: str, c: RuleContext) -> str:
-    return f"({is_string(e)} && !{_regex(e, SECRET_VALUE.pattern)})"
+    return f"({is_string(e)} && !{_regex(e, SECRET_VALUE)})"
 
 
 def _subdomain(pattern: str) -> Callable[[str, RuleContext], str]:
