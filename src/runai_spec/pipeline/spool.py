@@ -58,15 +58,20 @@ class Spooled(Generic[T]):
         return self._count > 0
 
     def __iter__(self) -> Iterator[T]:
-        import pickle
+        if self._decode is None:
+            import pickle
 
+            load: Callable[[bytes], T] = pickle.loads
+        else:  # no pickle imported (render's lines: ~5 M instructions a start)
+            decode = self._decode
+            load = lambda data: decode(marshal.loads(data))  # noqa: E731
         at = 0  # each iterator keeps its own place: loops may nest
         for _ in range(self._count):
             self._file.seek(at)
             size = int.from_bytes(self._file.read(4), "little")
             data = self._file.read(size)
             at += 4 + size
-            yield pickle.loads(data) if self._decode is None else self._decode(marshal.loads(data))
+            yield load(data)
 
 
 class Names:
