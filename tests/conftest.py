@@ -134,10 +134,19 @@ def _name_groups(items: list[pytest.Item]) -> None:
 
 
 def _first(item: pytest.Item) -> int:
-    """0 for the fault model's tests, 1 for the other rehearsals (slow or torch), 2 else."""
+    """0 for the fault model's tests, 1 for the other rehearsals (slow or torch), 2 for the
+    offline tests of many CPU seconds (the properties, a thousand examples each under `ci`,
+    and those marked `heavy` or `benchmark`), 3 else. xdist hands the tests out in this
+    order, a few at a time to whichever worker is free, so that the run ends with short
+    tests on every worker: the render -d kill loop, last in file order, had run alone at
+    the end for 25 s (issue 29)."""
     if item.get_closest_marker("faults") is not None:
         return 0
-    return 1 if item.get_closest_marker("slow") or item.get_closest_marker("torch") else 2
+    if item.get_closest_marker("slow") or item.get_closest_marker("torch"):
+        return 1
+    is_property = getattr(getattr(item, "obj", None), "is_hypothesis_test", False)
+    heavy = item.get_closest_marker("heavy") or item.get_closest_marker("benchmark")
+    return 2 if is_property or heavy else 3
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

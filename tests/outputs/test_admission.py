@@ -267,6 +267,7 @@ def _changed(value: Any) -> Any:
     return f"{value}x"
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize(("kind", "name"), [(k, n) for k in ("job", "smoke") for n in EXAMPLES])
 def test_every_leaf_of_the_preset_site_ledger_or_template_changed_is_denied(
     policy: Policy, kind: str, name: str
@@ -326,6 +327,7 @@ def _inserted(path: tuple[Any, ...], node: dict[str, Any]) -> tuple[str, Any] | 
     return None if key is None else (key, _sample(props[key]))
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("kind", ["job", "smoke"])
 def test_a_key_inserted_at_every_mapping_level_is_denied(policy: Policy, kind: str) -> None:
     jobs = [example_job(n) for n in EXAMPLES] if kind == "job" else smoke_jobs()
@@ -345,6 +347,7 @@ def test_a_key_inserted_at_every_mapping_level_is_denied(policy: Policy, kind: s
     assert tried > 60
 
 
+@pytest.mark.heavy
 def test_every_required_key_removed_is_denied(policy: Policy) -> None:
     tried = 0
     for name in EXAMPLES:
@@ -1106,6 +1109,7 @@ def test_policy_documents_are_two_policies_their_bindings_and_the_parameters() -
     assert all(isinstance(v, str) for v in params["data"].values())
 
 
+@pytest.mark.heavy
 def test_every_expression_fits_the_cel_parsers_limits() -> None:
     """cel-go and cel-cpp refuse an expression over 100,000 code points (their parsers'
     default, kept by the API server); cel-cpp also one nested over 32 levels (cel-go: 250)."""

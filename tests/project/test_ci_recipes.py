@@ -94,6 +94,7 @@ def presets_repository(tmp: Path) -> Path:
     return repo
 
 
+@pytest.mark.heavy
 def test_the_presets_recipe_passes_and_catches_what_it_should(tmp_path: Path) -> None:
     commands = recipe_commands(CI / PRESETS)
     assert [c.split()[:3] for c in commands] == [
