@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT, example_job, run
+from conftest import ROOT, example_job, needs_torch, run
 from runai_spec.facts.torchrun import SHUTDOWN_DEFAULT_S, SHUTDOWN_TIMEOUT_ENV, shutdown_window, torch_release
 from runai_spec.pipeline.workload import prepare_workload
 from runai_spec.plan.failure import failure_semantics, save_time
@@ -150,7 +150,7 @@ def test_a_45_s_save_on_sigterm_completes_with_the_render_s_setting_and_is_kille
 ) -> None:
     """torchrun (PID 1 of a torchrun pod) gets SIGTERM as the kubelet sends it; the two
     launches differ only in the rendered variable. Both run at once: ~50 s in all."""
-    pytest.importorskip("torch")
+    needs_torch()
     job = example_job("single-node")
     [grace] = _grace(job)
     [rendered] = {item["value"] for item in _container_env(job) if item["name"] == SHUTDOWN_TIMEOUT_ENV}
@@ -259,7 +259,7 @@ def _rehearse_preemption(tmp_path: Path, job: dict[str, Any]) -> tuple[Path, str
 @pytest.mark.slow
 @pytest.mark.torch
 def test_the_rehearsed_preemption_gives_torchrun_s_ranks_the_rendered_window(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
+    needs_torch()
     rendered = example_job("single-node")
     saved, message = _rehearse_preemption(tmp_path / "rendered", rendered)
     assert saved.read_text() == "step 1", message

@@ -11,9 +11,13 @@ from typing import Any
 
 import pytest
 
-torch = pytest.importorskip("torch")
-dist = pytest.importorskip("torch.distributed")
-preflight = pytest.importorskip("runai_spec.preflight")
+
+@pytest.fixture
+def preflight() -> Any:
+    """runai_spec.preflight (it imports torch), imported by the tests that use it: imported at
+    the module's collection, torch cost every xdist worker 1.5 s of CPU (issue 29)."""
+    pytest.importorskip("torch")
+    return importlib.import_module("runai_spec.preflight")
 
 
 class OneRank:
@@ -24,13 +28,16 @@ class OneRank:
 
 
 @pytest.fixture
-def group() -> Iterator[None]:
+def group(preflight: Any) -> Iterator[None]:
+    dist: Any = importlib.import_module("torch.distributed")
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     yield
     dist.destroy_process_group()
 
 
-def checkpoint_row(tmp_path: Path, fmt: str, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+def checkpoint_row(
+    preflight: Any, tmp_path: Path, fmt: str, capsys: pytest.CaptureFixture[str]
+) -> dict[str, Any]:
     rep = preflight.Reporter(rank=0)
     ckpt = preflight.Checkpointer(tmp_path, fmt, 0, None)
     model = preflight.TinyModel()
@@ -48,18 +55,24 @@ def checkpoint_row(tmp_path: Path, fmt: str, capsys: pytest.CaptureFixture[str])
 
 
 def test_dcp_without_numpy_is_skip_with_the_reason(
-    tmp_path: Path, group: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    preflight: Any,
+    tmp_path: Path,
+    group: None,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     real = importlib.util.find_spec
     monkeypatch.setattr(
         preflight.importlib.util, "find_spec", lambda name, *a: None if name == "numpy" else real(name, *a)
     )
-    row = checkpoint_row(tmp_path, "dcp", capsys)
+    row = checkpoint_row(preflight, tmp_path, "dcp", capsys)
     assert row["status"] == "skip" and row["ok"]
     assert row["message"].startswith("dcp not tested: torch.distributed.checkpoint needs numpy")
     assert row["written_as"] == "torch" and row["untested"] is True
 
 
-def test_a_format_tested_here_passes(tmp_path: Path, group: None, capsys: pytest.CaptureFixture[str]) -> None:
-    row = checkpoint_row(tmp_path, "torch", capsys)
+def test_a_format_tested_here_passes(
+    preflight: Any, tmp_path: Path, group: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    row = checkpoint_row(preflight, tmp_path, "torch", capsys)
     assert row["status"] == "pass" and "identical weights" in row["message"]

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from conftest import EXAMPLES, ROOT, crd_validator, schema_errors
+from conftest import EXAMPLES, ROOT, crd_validator, needs_torch, schema_errors
 from kube_helpers import NAME, NS, run
 from kubeapi import KubeAPI
 from runai_spec.cluster import MANAGED_BY_LABEL
@@ -401,7 +401,7 @@ def test_delete_smoke_cleans_up_a_config_map_whose_job_is_already_gone(
 @pytest.mark.torch
 @pytest.mark.slow
 def test_the_single_gpu_smoke_command_runs_here_as_the_pod_would(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
+    needs_torch()
     configmap, job = smoke_render(profile_of("single-gpu"))
     mount = tmp_path / "mount"
     mount.mkdir()

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, needs_torch
 from runai_spec.facts.kubeflow import OPERATOR_VERSIONS, WORKER, operator_env
 from runai_spec.pipeline.checklist import parse_lines
 from runai_spec.pipeline.smoke import DEFAULT_DEADLINE_S
@@ -88,7 +88,7 @@ def test_preflight_with_the_smoke_s_world_arguments_passes_a_smaller_elastic_wor
     """One process standing for a round formed with minReplicas pods: the smoke's
     --world-size/--min-world-size pair (the elastic example's 32 and 16, scaled to 2 and 1)
     passes it; --world-size alone, as the smoke render had it, fails a healthy job."""
-    pytest.importorskip("torch")
+    needs_torch()
     args = [
         "--world-size",
         "2",

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from conftest import needs_torch
 from runai_spec.cli import app
 from runai_spec.errors import InputError
 from runai_spec.rehearse.bottleneck import (
@@ -208,7 +209,7 @@ def test_an_input_bound_and_a_compute_bound_script_get_their_verdicts(
     script: str,
     expected: str,
 ) -> None:
-    pytest.importorskip("torch")
+    needs_torch()
     _, rows = _rehearse(tmp_path, monkeypatch, write_profile, base_profile, script, "--procs-per-pod", "1")
     row = rows["bottleneck"]
     assert (row["status"], row["details"]["verdict"]) == ("note", expected), row["message"]
@@ -229,7 +230,7 @@ def test_scaling_compares_each_k_and_the_ticket_shows_the_measurement(
     write_profile: Callable[..., Path],
     base_profile: dict[str, Any],
 ) -> None:
-    pytest.importorskip("torch")
+    needs_torch()
     path, rows = _rehearse(
         tmp_path, monkeypatch, write_profile, base_profile, INPUT_BOUND, "--scaling", "1,2"
     )

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT, example_job
+from conftest import ROOT, example_job, needs_torch
 from runai_spec.errors import InputError
 from runai_spec.facts.kubelet import container_env, expand, expand_command
 from runai_spec.rehearse import PreflightSettings, plan_pods, rehearse_manifests
@@ -157,7 +157,7 @@ SETTINGS = PreflightSettings(
 @pytest.mark.torch
 @pytest.mark.faults
 def test_c10d_recovers_from_a_worker_kill_while_rank_0_is_busy(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
+    needs_torch()
     # rank 0 busy 3 s after the checkpoint, longer than the first back-off (1 s at 0.1): the
     # restarted worker meets a master that has not yet noticed (RESULTS.md C-kill-w0-busy)
     settings = PreflightSettings(**{**SETTINGS.__dict__, "busy_rank0_s": 3.0})
@@ -188,7 +188,7 @@ def test_c10d_recovers_from_a_worker_kill_while_rank_0_is_busy(tmp_path: Path) -
 @pytest.mark.torch
 @pytest.mark.faults
 def test_a_preemption_deletes_every_pod_and_the_recreated_job_resumes(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
+    needs_torch()
     settings = PreflightSettings(**{**SETTINGS.__dict__, "checkpoint_on_sigterm": True})
     r = rehearse_manifests(
         [c10d_job(grace=5)],

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import ROOT
+from conftest import ROOT, needs_torch
 from runai_spec.cli import app
 
 
@@ -18,7 +18,7 @@ from runai_spec.cli import app
 @pytest.mark.torch
 @pytest.mark.slow
 def test_rehearse_command_prints_the_checks_and_exits_0(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
+    needs_torch()
     result = CliRunner().invoke(
         app,
         [

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from conftest import ROOT, example_job
+from conftest import ROOT, example_job, needs_torch
 from runai_spec.cli import app
 from runai_spec.facts.torchrun import split_command
 from runai_spec.pipeline.workload import prepare_workload
@@ -30,7 +30,7 @@ SETTINGS = PreflightSettings(
 
 @pytest.fixture(autouse=True)
 def _torch() -> None:
-    pytest.importorskip("torch")
+    needs_torch()
 
 
 def old_launcher(job: dict[str, Any] | None = None) -> dict[str, Any]:

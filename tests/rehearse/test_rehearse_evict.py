@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from conftest import ROOT, example_job
+from conftest import ROOT, example_job, needs_torch
 from runai_spec.cli import app
 from runai_spec.errors import InputError
 from runai_spec.rehearse import PreflightSettings, rehearse_manifests
@@ -94,7 +94,7 @@ def test_an_evicted_elastic_pod_costs_no_restart_and_every_rank_resumes(tmp_path
     """The representative eviction run: worker-3 of the elastic example evicted at the first
     checkpoint; the operator recreates it, the agents of the others restart their ranks once,
     and every rank resumes the saved step."""
-    pytest.importorskip("torch")
+    needs_torch()
     r = rehearse_manifests(
         [short_timeouts(example_job("elastic"))],
         RehearsalSpec(
@@ -126,7 +126,7 @@ def test_a_lost_pod_without_room_gets_the_gang_evicted_and_every_rank_resumes(tm
     """worker-0 of the fixed 2-pod job lost at the first checkpoint, no room for it: after the
     staleness grace period (6 s at 0.1) KAI evicts master-0 too, the operator recreates both,
     no restart is counted, and every rank resumes the saved step."""
-    pytest.importorskip("torch")
+    needs_torch()
     r = rehearse_manifests(
         [short_timeouts(example_job("multi-node"))],
         RehearsalSpec(

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT, example_job
+from conftest import ROOT, example_job, needs_torch
 from runai_spec.errors import InputError
 from runai_spec.facts.operator import JobModel, drive, kubelet_backoff
 from runai_spec.rehearse.faults import hardest_pod, parse_kill, parse_preempt, pod_names
@@ -156,7 +156,7 @@ def test_preflight_saves_on_sigterm_within_the_grace_period_while_rank_0_is_busy
     import sys
     import time
 
-    pytest.importorskip("torch")
+    needs_torch()
     from runai_spec.pipeline.checklist import PreflightSettings, parse_lines
     from runai_spec.rehearse import free_port
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import example_job
+from conftest import example_job, needs_torch
 from runai_spec.errors import InputError
 from runai_spec.rehearse import CheckResult, cpu_bandwidth, notes, set_up
 from runai_spec.rehearse.spec import RehearsalSpec
@@ -23,7 +23,7 @@ def test_a_refused_procs_per_pod_leaves_no_folder(tmp_path: Path) -> None:
 
 @pytest.mark.torch
 def test_more_processes_per_pod_than_the_preset_has_gpus_is_said(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
+    needs_torch()
     job = example_job("multi-node")
     setup = set_up([job], RehearsalSpec(procs_per_pod=9, logs_dir=tmp_path / "logs", device="cpu"))
     rows = {r.check: r for r in notes(setup, [])}

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import ROOT, example_job
+from conftest import ROOT, example_job, needs_torch
 from rehearse.test_rehearse_cpu import old_launcher
 from runai_spec.cli import app
 from runai_spec.errors import InputError
@@ -38,7 +38,7 @@ def test_cli_unknown_pod_exits_2_with_one_line() -> None:
 @pytest.mark.slow
 @pytest.mark.torch
 def test_static_rendezvous_worker_kill_with_busy_rank0_fails_the_job(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
+    needs_torch()
     settings = PreflightSettings(
         local_batch=4,
         grad_accum=8,
@@ -73,7 +73,7 @@ def test_static_rendezvous_worker_kill_with_busy_rank0_fails_the_job(tmp_path: P
 @pytest.mark.slow
 @pytest.mark.torch
 def test_a_static_rendezvous_job_never_passes_a_kill_even_when_it_recovers(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
+    needs_torch()
     settings = PreflightSettings(
         local_batch=4, grad_accum=8, global_batch=512, join_timeout_s=15, collective_timeout_s=20
     )

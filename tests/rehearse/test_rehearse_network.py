@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import NAME, ROOT, example_job
+from conftest import NAME, ROOT, example_job, needs_torch
 from runai_spec.cli import app
 from runai_spec.errors import InputError
 from runai_spec.rehearse import PreflightSettings, plan_pods, rehearse_manifests
@@ -327,7 +327,7 @@ def test_the_netns_mode_creates_nothing_outside_the_rehearsals_folder(tmp_path: 
 @pytest.mark.slow
 @pytest.mark.torch
 def test_the_multi_node_example_passes_in_netns_mode_and_says_so(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
+    needs_torch()
     before = _host_state()
     with _watch_system_netns() as appeared:
         result = CliRunner().invoke(
@@ -368,7 +368,7 @@ def test_the_multi_node_example_passes_in_netns_mode_and_says_so(tmp_path: Path)
 def test_a_worker_kill_while_rank_0_is_busy_recovers_in_netns_mode(tmp_path: Path) -> None:
     """test_rehearse_c10d's busy-rank-0 kill with real hostnames: torch picks the store host
     itself, and worker-0's name is gone from master-0's hosts file during the back-off."""
-    pytest.importorskip("torch")
+    needs_torch()
     from rehearse.test_rehearse_c10d import SETTINGS, c10d_job
 
     settings = PreflightSettings(**{**SETTINGS.__dict__, "busy_rank0_s": 3.0})

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from conftest import needs_torch
 from runai_spec.cli import app
 from runai_spec.pipeline.checklist import PreflightSettings
 from runai_spec.rehearse.filesystem import audit_layer_dir, can_mount, pod_filesystem
@@ -90,7 +91,7 @@ def _run(tmp_path: Path, audit: Path | None, **extra: str) -> subprocess.Complet
 @pytest.mark.slow
 @pytest.mark.parametrize("extra", [{}, {"CODE": "3"}, {"RAISE": "1"}], ids=["0", "3", "raise"])
 def test_the_audit_layer_changes_neither_output_nor_exit_code(tmp_path: Path, extra: dict[str, str]) -> None:
-    pytest.importorskip("torch")
+    needs_torch()
     plain = _run(tmp_path, None, **extra)
     audited = _run(tmp_path, tmp_path / "audit", **extra)
     assert (audited.returncode, audited.stdout) == (plain.returncode, plain.stdout)
@@ -110,7 +111,7 @@ def test_the_audit_layer_changes_neither_output_nor_exit_code(tmp_path: Path, ex
 @pytest.mark.torch
 @pytest.mark.slow
 def test_the_audit_layer_fails_open(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
+    needs_torch()
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("a file where the audit folder should be")
     plain = _run(tmp_path, None)
@@ -356,7 +357,7 @@ def test_rehearse_own_script_names_a_checkpoint_off_the_volume_and_metrics_from_
     write_profile: Callable[..., Path],
     base_profile: dict[str, Any],
 ) -> None:
-    pytest.importorskip("torch")
+    needs_torch()
     (tmp_path / "train.py").write_text(CARELESS)
     (tmp_path / "wandb.py").write_text("def init(*args, **kwargs):\n    return None\n")
     path = write_profile({**_torch_format(base_profile), "command": ["train.py"]})
@@ -453,7 +454,7 @@ def test_own_script_restart_after_checkpoint_resumes_on_the_volume(
     write_profile: Callable[..., Path],
     base_profile: dict[str, Any],
 ) -> None:
-    pytest.importorskip("torch")
+    needs_torch()
     result, rows = _rehearse_kill(
         tmp_path,
         monkeypatch,
@@ -480,7 +481,7 @@ def test_a_checkpoint_in_the_working_directory_is_gone_after_the_kill(
     write_profile: Callable[..., Path],
     base_profile: dict[str, Any],
 ) -> None:
-    pytest.importorskip("torch")
+    needs_torch()
     script = RESUMES.replace('os.environ.get("CKPT", "/checkpoints/state.pt")', '"state.pt"')
     result, rows = _rehearse_kill(
         tmp_path, monkeypatch, write_profile, _torch_format(base_profile), script, "--kill", "master-0"
@@ -500,7 +501,7 @@ def test_a_script_that_ignores_its_checkpoint_after_a_restart_fails_the_resume(
     write_profile: Callable[..., Path],
     base_profile: dict[str, Any],
 ) -> None:
-    pytest.importorskip("torch")
+    needs_torch()
     script = RESUMES.replace("if os.path.exists(CKPT):", "if False:")
     result, rows = _rehearse_kill(
         tmp_path,
@@ -660,7 +661,7 @@ def test_a_script_with_the_classic_mistakes_fails_a_row_for_each(
     write_profile: Callable[..., Path],
     base_profile: dict[str, Any],
 ) -> None:
-    pytest.importorskip("torch")
+    needs_torch()
     (tmp_path / "wandb.py").write_text("def init(*args, **kwargs):\n    return None\n")
     profile = {**base_profile, "checkpoint": {**base_profile["checkpoint"], "format": "torch"}}
     result, rows = _rehearse_kill(tmp_path, monkeypatch, write_profile, profile, CLASSIC)
@@ -695,7 +696,7 @@ def test_a_rank_that_aborts_in_teardown_gives_the_verdict_at_once_with_the_crash
     write_profile: Callable[..., Path],
     base_profile: dict[str, Any],
 ) -> None:
-    pytest.importorskip("torch")
+    needs_torch()
     profile = {**base_profile, "checkpoint": {**base_profile["checkpoint"], "format": "torch"}}
     result, rows = _rehearse_kill(tmp_path, monkeypatch, write_profile, profile, ABORTS_AT_EXIT)
     assert result.exit_code == 1, result.output

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from conftest import example_job
+from conftest import example_job, needs_torch
 from runai_spec.rehearse import argv as argv_module
 from runai_spec.rehearse import rehearse_manifests
 from runai_spec.rehearse.process_tree import PID_NAMESPACE, can_pid_namespace, namespace_init
@@ -91,7 +91,7 @@ def _preempted(tmp_path: Path, name: str) -> str:
 def test_a_script_without_a_handler_sits_out_the_grace_period_only_as_pid_1(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytest.importorskip("torch")
+    needs_torch()
     assert "SIGKILL after the grace period of 6 s" in _preempted(tmp_path, "pid1")
     monkeypatch.setattr(argv_module, "can_pid_namespace", lambda: False)
     assert "exited 143" in _preempted(tmp_path, "plain")

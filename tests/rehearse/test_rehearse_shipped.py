@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, needs_torch
 from runai_spec.facts.operator import BACKOFF_BASE_S
 from runai_spec.pipeline.workload import prepare_workload
 from runai_spec.rehearse import CheckResult, RehearseResult, preflight_settings, rehearse_manifests
@@ -40,7 +40,7 @@ def rehearse_shipped(
 ) -> tuple[RehearseResult, CheckResult, Mapping[str, Any]]:
     """`rehearse examples/<example>/profile.yaml --procs-per-pod <procs> --backoff-scale 0.1`
     with the fault: (result, its one fault row, the rendered job)."""
-    pytest.importorskip("torch")
+    needs_torch()
     workload = prepare_workload(ROOT / "examples" / example / "profile.yaml")
     assert not [f for f in workload.findings if f.severity == "error"], workload.findings
     settings = replace(preflight_settings(workload), busy_rank0_s=busy_s)
