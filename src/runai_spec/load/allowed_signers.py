@@ -1,7 +1,7 @@
 """The allowed_signers file read as ssh-keygen 9.x reads it (sshsig.c, match.c, misc.c)."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: the string annotations of a NamedTuple or a pydantic
+# model are compiled one by one when it is defined (~0.15 M instructions each: benchmarks/README.md).
 import datetime as dt
 import re
 from collections.abc import Iterator
@@ -129,7 +129,7 @@ class SignerOptions(NamedTuple):
     valid_before: int = 0
 
     @classmethod
-    def parse(cls, text: str) -> SignerOptions:
+    def parse(cls, text: str) -> "SignerOptions":
         """sshsig.c sshsigopt_parse: option names in any case, each once, values quoted;
         Invalid (the line is then skipped) otherwise."""
         found: dict[str, Any] = {}
@@ -181,7 +181,7 @@ class SignerLine(NamedTuple):
     problem: str | None = None
 
     @classmethod
-    def parse(cls, number: int, line: str) -> SignerLine | None:
+    def parse(cls, number: int, line: str) -> "SignerLine | None":
         """sshsig.c parse_principals_key_and_options: None for a blank or comment line."""
         text = line.lstrip(" \t")
         if not text or text.startswith("#"):
@@ -214,12 +214,12 @@ class AllowedSigners(NamedTuple):
     lines: tuple[SignerLine, ...]
 
     @classmethod
-    def read(cls, path: Path) -> AllowedSigners:
+    def read(cls, path: Path) -> "AllowedSigners":
         _plain_file(path, "allowed_signers")
         return cls.parse(path.read_bytes(), path.name)
 
     @classmethod
-    def parse(cls, data: bytes, name: str = ALLOWED_SIGNERS_FILE) -> AllowedSigners:
+    def parse(cls, data: bytes, name: str = ALLOWED_SIGNERS_FILE) -> "AllowedSigners":
         # as getline and C's string functions read it: one character a byte, each line with
         # its newline, a line's text ending at a NUL
         lines = data.decode("latin-1").split("\n")

@@ -1,7 +1,7 @@
 """Profile models (researcher-owned) and load_profile()."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: the string annotations of a NamedTuple or a pydantic
+# model are compiled one by one when it is defined (~0.15 M instructions each: benchmarks/README.md).
 import copy
 import difflib
 import hashlib

@@ -4,8 +4,8 @@
 # ssh-agent). Verifying runs in this process (sshsig.py) against the engineers'
 # presets/allowed_signers, at the approval's date: no ssh-keygen is needed to load a preset.
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: the string annotations of a NamedTuple or a pydantic
+# model are compiled one by one when it is defined (~0.15 M instructions each: benchmarks/README.md).
 import os
 import re
 import shutil
@@ -43,7 +43,7 @@ class Statement(_StatementFields):
 
     def __new__(
         cls, file: str, sha256: str, approver: str, approved_at: str, expires: str | None = None
-    ) -> Statement:
+    ) -> "Statement":
         if not file or "/" in file or any(ch in file for ch in "\n\r\0"):
             raise SignatureError(f"{file!r} is not a file name of presets/", field="file")
         if not _SHA.match(sha256):

@@ -9,8 +9,8 @@
 # What is not verified in-process (certificates, security keys, DSA) is refused, never handed to
 # another verifier.
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: the string annotations of a NamedTuple or a pydantic
+# model are compiled one by one when it is defined (~0.15 M instructions each: benchmarks/README.md).
 import base64
 import binascii
 import hashlib
@@ -123,7 +123,7 @@ class PublicKey(NamedTuple):
     material: tuple[bytes | int, ...]  # ed25519: (pk,); ecdsa: (Q,); rsa: (e, n)
 
     @classmethod
-    def from_blob(cls, blob: bytes) -> PublicKey:
+    def from_blob(cls, blob: bytes) -> "PublicKey":
         """The key in BLOB (sshkey_from_blob: the whole blob, nothing after it)."""
         reader = _Reader(blob)
         kind = reader.cstring().decode("latin-1")
@@ -267,7 +267,7 @@ class Sshsig(NamedTuple):
     signature: bytes
 
     @classmethod
-    def parse(cls, blob: bytes) -> Sshsig:
+    def parse(cls, blob: bytes) -> "Sshsig":
         """sshsig_parse_preamble, then sshsig_wrap_verify's reads: every field, nothing
         after the last one; a version above 1 is refused."""
         reader = _Reader(blob)

@@ -1,7 +1,7 @@
 """The container's launcher: torchrun or python, its rendezvous flags and per-rank logs."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: the string annotations of a NamedTuple or a pydantic
+# model are compiled one by one when it is defined (~0.15 M instructions each: benchmarks/README.md).
 from typing import NamedTuple
 
 from ..facts.kubeflow import NPROC_FLAG, POD_NAME_ENV, RDZV_BACKEND, kubelet_literal

@@ -1,7 +1,7 @@
 """Model state per GPU (weights, gradients, optimizer) for a strategy: the memory estimate."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: the string annotations of a NamedTuple or a pydantic
+# model are compiled one by one when it is defined (~0.15 M instructions each: benchmarks/README.md).
 from typing import NamedTuple
 
 from ..load.profile import Profile

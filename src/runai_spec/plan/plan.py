@@ -1,7 +1,7 @@
 """Plan: topology, launcher argv, env, names, volumes, and where each value came from (pure)."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: the string annotations of a NamedTuple or a pydantic
+# model are compiled one by one when it is defined (~0.15 M instructions each: benchmarks/README.md).
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
