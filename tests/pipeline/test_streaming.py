@@ -28,6 +28,20 @@ def test_spooled_items_read_back_in_order_also_in_nested_loops() -> None:
     assert pairs == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
 
 
+def test_a_text_spool_past_its_memory_gives_back_its_text_exactly() -> None:
+    """The render sink keeps 8 MB in memory, then a temporary file: the same text either way,
+    non-ASCII and an item that crosses the limit included."""
+    from runai_spec.pipeline.spool import Spool
+
+    out = io.StringIO()
+    spool = Spool(out, "---\n")
+    pieces = [f"{i}: \u00fcml\u00e4ut \u2713 " * 160 + "\n" for i in range(4000)]  # ~10 MB in UTF-8
+    for piece in pieces:
+        spool.add("name", piece)
+    assert spool.buffer._rolled
+    assert spool.commit() == [] and out.getvalue() == "---\n".join(pieces)
+
+
 def test_appending_after_reading_works() -> None:
     spool: Spooled[str] = Spooled()
     for word in ("a", "b", "c"):
