@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -153,3 +154,28 @@ def test_every_example_project_is_granted_its_preset() -> None:
     assert site.granted("vision-lab", "h200-1gpu") and site.granted("anyone", "h200-1gpu")
     assert not site.granted("anyone", "h200-8gpu")
     assert dt.date.today() <= dt.date(2027, 12, 31)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "wrong"),
+    [
+        ("runai-{proj}", "{proj}"),
+        ("runai-{0}", "{0}"),
+        ("runai-{project!r}", "{project!r}"),
+        ("runai-{project:>9}", "{project:>9}"),
+        ("runai-{", "is not a pattern"),
+        ("runai-}", "is not a pattern"),
+    ],
+)
+def test_a_namespace_pattern_names_only_the_project_as_it_is(pattern: str, wrong: str) -> None:
+    """The site's namespace_pattern: a placeholder other than {project}, a conversion, a format
+    spec or a lone brace is refused when the site loads, not when a render formats it."""
+    from pydantic import ValidationError
+
+    data = SHIPPED.site().model_dump(by_alias=True, exclude_none=True)
+    assert (
+        Site.model_validate({**data, "namespace_pattern": "runai-{project}"}).namespace_pattern
+        == "runai-{project}"
+    )
+    with pytest.raises(ValidationError, match=re.escape(wrong)):
+        Site.model_validate({**data, "namespace_pattern": pattern})
