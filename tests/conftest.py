@@ -112,8 +112,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     one another's processes (a rank busy past the back-off, a kill at the checkpoint): with
     `-n N --dist loadgroup` (the README's test command) they share one worker, one at a
     time, while the other workers take the rehearsals that only wait (grace periods, joins)
-    and the offline tests. The rehearsals run first, the fault model's first of all: the
-    offline tests fill their waits, and none of them is left alone at the end (issue 29)."""
+    and the offline tests. The fault model's rehearsals run first, beside the offline tests
+    of many CPU seconds (one process each, where other rehearsals would start many: a late
+    pod misses its rendezvous round under load); then the other rehearsals, whose waits the
+    short offline tests fill, and none of them is left alone at the end (issue 29)."""
     for item in items:
         if item.get_closest_marker("faults") is not None:
             item.add_marker(pytest.mark.xdist_group(FAULTS_GROUP))
@@ -143,19 +145,19 @@ def _name_groups(items: list[pytest.Item]) -> None:
 
 
 def _first(item: pytest.Item) -> int:
-    """0 for the fault model's tests, 1 for the other rehearsals (slow or torch), 2 for the
-    offline tests of many CPU seconds (the properties, a thousand examples each under `ci`,
-    and those marked `heavy` or `benchmark`), 3 else. xdist hands the tests out in this
-    order, a few at a time to whichever worker is free, so that the run ends with short
-    tests on every worker: the render -d kill loop, last in file order, had run alone at
-    the end for 25 s (issue 29)."""
+    """0 for the fault model's tests, 1 for the offline tests of many CPU seconds (the
+    properties, a thousand examples each under `ci`, and those marked `heavy` or
+    `benchmark`), 2 for the other rehearsals (slow or torch), 3 else. xdist hands the tests
+    out in this order, a few at a time to whichever worker is free, so that the run ends
+    with short tests on every worker: the render -d kill loop, last in file order, had run
+    alone at the end for 25 s (issue 29)."""
     if item.get_closest_marker("faults") is not None:
         return 0
     if item.get_closest_marker("slow") or item.get_closest_marker("torch"):
-        return 1
+        return 2
     is_property = getattr(getattr(item, "obj", None), "is_hypothesis_test", False)
     heavy = item.get_closest_marker("heavy") or item.get_closest_marker("benchmark")
-    return 2 if is_property or heavy else 3
+    return 1 if is_property or heavy else 3
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
