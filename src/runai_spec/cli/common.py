@@ -154,6 +154,7 @@ def polish(command: Any) -> None:
                 param_decls=["--version"],
                 type_descriptor=bool_flag_type_descriptor(),
                 is_flag=True,
+                default=False,
                 expose_value=False,
                 is_eager=True,
                 callback=print_version,
@@ -161,6 +162,10 @@ def polish(command: Any) -> None:
             )
         )
     help_option = command.get_help_option(Context(command, help_option_names=HELP_NAMES))
+    if help_option is not None:
+        # Typer gives its help flag no default: None is not a bool, so every run would build
+        # a pydantic TypeAdapter to coerce it (typer/core.py process_value skips a bool).
+        help_option.default = False
     for param in [*command.params, *([help_option] if help_option is not None else [])]:
         if getattr(param, "is_flag", False) and param.metavar is None:
             param.metavar = ""
