@@ -113,10 +113,16 @@ def test_an_evicted_elastic_pod_costs_no_restart_and_every_rank_resumes(tmp_path
     assert fault.details["recreated"] == ["worker-3"] and fault.details["restarted"] == []
     assert fault.details["restarts_used"] == 0 and list(fault.details["deleted"]) == ["worker-3"]
     assert fault.details["resumed_ranks"] == [0, 1, 2, 3]
-    # a survivor whose ranks failed on the lost peer spent one of its max restarts; one that
-    # saw the new pod first restarted for the newcomer, which spends none (torch's agent)
-    assert fault.details["agent_restarts"] and set(fault.details["agent_restarts"].values()) == {1}
-    assert "worker-3" not in fault.details["agent_restarts"]
+    # A survivor whose ranks failed on the lost peer spent one of its max restarts. Its restart
+    # for the newcomer spends none when its ranks are still healthy at the agent's next
+    # check, one more when a peer's agent restarting first already failed them: torch's
+    # agent (torch/distributed/elastic/agent/server/api.py, _invoke_run, torch 2.11 to 2.13)
+    # spends a restart in its FAILED/UNHEALTHY branch and checks num_nodes_waiting only in its
+    # HEALTHY one, so which happens is the machine's timing, on a cluster as here. The
+    # recreated pod's agent spends none.
+    spent = fault.details["agent_restarts"]
+    assert spent and set(spent) <= {"worker-0", "worker-1", "worker-2"}, spent
+    assert set(spent.values()) <= {1, 2}, spent
 
 
 @pytest.mark.long
