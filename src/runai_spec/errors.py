@@ -70,6 +70,7 @@ class Location(NamedTuple):
 class Located:
     """`file`, `line` and `field` read from `self.location`: errors and findings alike."""
 
+    __slots__ = ()  # a record (findings.Finding, a tuple) may be Located too
     location: Location
 
     @property

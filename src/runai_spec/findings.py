@@ -4,33 +4,25 @@
 # model are compiled one by one when it is defined (~0.15 M instructions each: benchmarks/README.md).
 from typing import Literal, NamedTuple
 
-from .errors import Location, visible
+from .errors import Located, Location, visible
 
 Severity = Literal["error", "warning", "info"]
 UNNAMED = "<profile>"  # the file of a finding about input that was not read from a file
 
 
-class Finding(NamedTuple):
-    """A rule's verdict on one field: collected, never raised. (A NamedTuple, so not an
-    errors.Located: its `file`, `line` and `field` are written here, the same three.)"""
-
+class _FindingFields(NamedTuple):
     rule: str
     location: Location
     message: str
     hint: str | None = None
     severity: Severity = "error"
 
-    @property
-    def file(self) -> str | None:
-        return self.location.file
 
-    @property
-    def line(self) -> int | None:
-        return self.location.line
+class Finding(_FindingFields, Located):
+    """A rule's verdict on one field: collected, never raised. An immutable record (its fields
+    are _FindingFields'), located as an error is (errors.Located: file, line, field)."""
 
-    @property
-    def field(self) -> str | None:
-        return self.location.field
+    __slots__ = ()
 
     @property
     def path(self) -> str:
