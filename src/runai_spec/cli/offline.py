@@ -1,7 +1,9 @@
 """Commands that never reach a cluster: validate, rules, plan, diff, render, explain, schema."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: Typer reads each command's annotations when it builds
+# the command, and a string annotation is compiled there one by one (~0.15 M instructions
+# each, at every run: benchmarks/README.md); the few naming a type imported only for mypy
+# are quoted.
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -96,7 +98,7 @@ def validate_checks(
     kubeconfig: Path | None,
     context: str | None,
     request_timeout: float | None = None,
-) -> tuple[Spooled[ProfileCheck], list[RunaiSpecError]]:
+) -> "tuple[Spooled[ProfileCheck], list[RunaiSpecError]]":
     """Every profile checked offline, and with --live against the cluster too (read-only)."""
     from ..pipeline.stream import check_profiles
 
@@ -192,7 +194,7 @@ def compare(
     context: str | None,
     debug: bool,
     request_timeout: float | None = None,
-) -> tuple[Reported[ProfileDiff], list[RunaiSpecError | Finding], list[RunaiSpecError]]:
+) -> "tuple[Reported[ProfileDiff], list[RunaiSpecError | Finding], list[RunaiSpecError]]":
     """diff's results, the profiles it stopped on, and which of those were bad input: against
     committed manifests, or (no folder) against the cluster."""
     from ..pipeline.stream import ProfileArgs
@@ -225,7 +227,7 @@ def check_diff_options(against: Path | None, live: bool, cluster_options: object
 
 def diff_against(
     profiles: Sequence[Path], against: Path
-) -> tuple[Reported[ProfileDiff], list[RunaiSpecError]]:
+) -> "tuple[Reported[ProfileDiff], list[RunaiSpecError]]":
     """diff --against, with a progress bar on a terminal for more than one profile."""
     from ..outputs import diff as drift
 
@@ -338,7 +340,7 @@ def render_target(
     return fmt, out_dir
 
 
-def render_json(profiles: Sequence[Path], piece: Callable[[Workload], tuple[str, str]]) -> int:
+def render_json(profiles: Sequence[Path], piece: "Callable[[Workload], tuple[str, str]]") -> int:
     """render -o json: every object of every workload, parsed back from its YAML, printed as
     one `List` when every profile rendered; its exit code."""
     from ..pipeline.spool import Spool
@@ -360,17 +362,17 @@ def render_json(profiles: Sequence[Path], piece: Callable[[Workload], tuple[str,
     return code
 
 
-def manifest_piece(workload: Workload) -> tuple[str, str]:
+def manifest_piece(workload: "Workload") -> tuple[str, str]:
     return f"{workload.plan.name}.yaml", workload.text
 
 
-def explained_piece(workload: Workload) -> tuple[str, str]:
+def explained_piece(workload: "Workload") -> tuple[str, str]:
     from ..outputs.explain import explain_workload
 
     return f"{workload.plan.name}.yaml", explain_workload(workload).annotated()
 
 
-def smoke_piece(workload: Workload) -> tuple[str, str]:
+def smoke_piece(workload: "Workload") -> tuple[str, str]:
     """The workload's smoke test (ConfigMap + job) under the smoke job's name."""
     from ..pipeline.smoke import smoke_names, smoke_workload
     from ..render.manifests import dump
@@ -399,7 +401,7 @@ def explain(profile: ProfileArg, fmt: TextJsonOpt = TextJson.text) -> int:
     return EXIT_FINDINGS if workload.errors else EXIT_OK
 
 
-def print_findings(findings: tuple[Finding, ...]) -> None:
+def print_findings(findings: "tuple[Finding, ...]") -> None:
     err(line for finding in findings for line in finding.lines())
 
 
