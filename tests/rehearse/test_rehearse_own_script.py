@@ -167,6 +167,21 @@ def test_a_healthy_run_passes_every_row_that_can_be_checked_on_cpu() -> None:
     }
 
 
+def test_a_rank_started_again_after_its_process_ended_is_torchrun_s_restart_not_a_duplicate() -> None:
+    """torch's agent restarts a healthy group for a node joining the rendezvous without spending
+    a restart (api.py _invoke_run): rank 0's second process has the same generation. It is a
+    duplicate only while the first still runs (two processes claiming one rank)."""
+    later = [{**r, "pid": 900, "t": r["t"] + 10} for r in _healthy() if r["rank"] == 0]
+    row = _rows(_healthy() + later)["ranks"]
+    assert row.status == "pass", row.message
+    assert "rank(s) 0 started again after they ended" in row.message
+    alongside = [{**r, "pid": 900, "t": r["t"] + 0.5} for r in _healthy() if r["rank"] == 0]
+    row = _rows(_healthy() + alongside)["ranks"]
+    assert row.status == "fail" and row.failed_ranks == (0,)
+    assert "rank(s) 0 started more than once at the same time" in row.message
+    assert _rows(_healthy())["ranks"].message == "all 2 rank(s) started once"
+
+
 def test_a_checkpoint_in_the_working_directory_is_lost_at_restart() -> None:
     records = _healthy()
     records[6] = _rec("save", 0, 3, path="/workspace/snapshot.pt", api="torch.save", step=5)
