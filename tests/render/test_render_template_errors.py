@@ -95,6 +95,17 @@ def test_a_value_the_encoder_refuses_names_its_template_line(templates: Path, pl
     assert message.startswith(f"error: {JOB}:3: template produced a non-scalar value"), message
 
 
+def test_a_record_through_the_json_filter_is_refused_not_written_as_a_list(
+    templates: Path, plan: Plan
+) -> None:
+    # the plan's records are NamedTuples, tuples too: `| json` of one would write its values as
+    # a list, no field names, where a template meant a mapping
+    (templates / JOB).write_text('{\n\n  "volumes": {{ plan.volumes[0] | json }}\n}\n', encoding="utf-8")
+    message = render_error(plan)
+    assert message.startswith(f"error: {JOB}:3: template produced a value it cannot encode"), message
+    assert "Volume" in message
+
+
 def test_a_template_that_does_not_compile_names_its_line(templates: Path, plan: Plan) -> None:
     (templates / JOB).write_text('{\n  "kind": {{ kubeflow.KIND }},\n{% if %}\n}\n', encoding="utf-8")
     assert render_error(plan).startswith(f"error: {JOB}:3: template does not compile"), render_error(plan)

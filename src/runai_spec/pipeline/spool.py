@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import io
 import marshal
 import shutil
 from array import array
@@ -22,54 +21,6 @@ class Reported(Protocol[T_co]):
     def __len__(self) -> int: ...
 
 
-class _Rolling:
-    """tempfile.SpooledTemporaryFile, as it does it (in memory up to MAX, then an anonymous
-    temporary file, the data and the position kept; text in UTF-8 with universal newlines),
-    without importing tempfile (and random: ~5 M instructions) until a write goes past MAX:
-    a render of a few profiles never gets there. Only what the spools call: write, seek,
-    read, close."""
-
-    def __init__(self, max_size: int, text: bool = False) -> None:
-        self._max = max_size
-        self._text = text
-        self._memory = io.BytesIO()
-        self._file: IO[Any] = io.TextIOWrapper(self._memory, encoding="utf-8") if text else self._memory
-        self._rolled = False
-
-    def _rollover(self) -> None:
-        import tempfile
-
-        at = self._file.tell()
-        self._file.flush()
-        data = self._memory.getvalue()
-        if self._text:
-            text = tempfile.TemporaryFile("w+", encoding="utf-8")  # noqa: SIM115
-            text.buffer.write(data)
-            self._file = text
-        else:
-            binary = tempfile.TemporaryFile("w+b")  # noqa: SIM115
-            binary.write(data)
-            self._file = binary
-        self._file.seek(at, 0)
-        self._memory = io.BytesIO()  # the data is in the file now: not kept twice
-        self._rolled = True
-
-    def write(self, data: Any) -> int:
-        written = self._file.write(data)
-        if not self._rolled and self._file.tell() > self._max:
-            self._rollover()
-        return written
-
-    def seek(self, at: int, whence: int = 0) -> int:
-        return self._file.seek(at, whence)
-
-    def read(self, size: int = -1) -> Any:
-        return self._file.read(size)
-
-    def close(self) -> None:
-        self._file.close()
-
-
 class Spooled(Generic[T]):
     """Items kept in a temporary file (in memory up to a MB), read back in order: what a
     many-profile command reports at its end, so that its memory does not grow with the number
@@ -80,8 +31,10 @@ class Spooled(Generic[T]):
     def __init__(
         self, encode: Callable[[T], Any] | None = None, decode: Callable[[Any], T] | None = None
     ) -> None:
+        import tempfile
+
         # closed with the object: it lives as long as the command's report
-        self._file = _Rolling(1 << 20)
+        self._file: IO[bytes] = tempfile.SpooledTemporaryFile(1 << 20)  # noqa: SIM115
         self._count = 0
         self._end = 0
         self._encode, self._decode = encode, decode
@@ -200,10 +153,14 @@ class Spool:
     nothing reaches the stream unless every profile rendered."""
 
     def __init__(self, stream: IO[str], sep: str) -> None:
+        import tempfile
+
         self.stream = stream
         self.sep = sep
         # closed by commit or discard, which render_all always reaches
-        self.buffer = _Rolling(8 << 20, text=True)
+        self.buffer: IO[str] = tempfile.SpooledTemporaryFile(  # noqa: SIM115
+            8 << 20, mode="w+", encoding="utf-8"
+        )
         self.count = 0
 
     def add(self, name: str, text: str) -> None:

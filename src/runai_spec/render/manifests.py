@@ -73,7 +73,8 @@ def encode(value: Any) -> str:
         return quote(value)
     if isinstance(value, dict):
         return encode_pairs(value.items())
-    if isinstance(value, (list, tuple)):
+    # a record (a NamedTuple: plan, volume, finding) is a tuple too: refused, never a list
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
         return "[" + ", ".join([encode(item) for item in value]) + "]"
     if isinstance(value, Mapping):
         return encode_pairs(value.items())
