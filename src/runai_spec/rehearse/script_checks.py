@@ -196,7 +196,7 @@ def _ranks_row(records: Sequence[Mapping[str, Any]], run: ScriptRun) -> CheckRes
     # A rank's second process in one generation is a duplicate only while its first still
     # runs. One after it is torchrun's: its agent restarts a healthy group for a node joining
     # the rendezvous without spending a restart, so TORCHELASTIC_RESTART_COUNT stays
-    # (torch/distributed/elastic/agent/server/api.py, _invoke_run, HEALTHY branch).
+    # (torch/distributed/elastic/agent/server/api.py, _invoke_run, HEALTHY branch; torch 2.11-2.13).
     lives = _lifetimes(records)
     twice = [k for k, n in counts.items() if n > 1 and _overlap(lives.get(k, []))]
     again = [k for k, n in counts.items() if n > 1 and k not in twice]
