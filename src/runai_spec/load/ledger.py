@@ -7,19 +7,16 @@ import json
 import re
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from ..errors import InputError
 from ..files import replace_file
+from .model import FileModel
 
 LEDGER_FILE = "approvals.yaml"
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Approval(_Model):
+class Approval(FileModel):
     """One ledger entry: the statement an engineer signed (signing.Statement) and its SSH
     signature. An entry without a signature is kept in the model so that the refusal can
     name it, but it never vouches for a file."""
@@ -43,7 +40,7 @@ class Approval(_Model):
         return value
 
 
-class Ledger(_Model):
+class Ledger(FileModel):
     """presets/approvals.yaml."""
 
     approvals: dict[str, Approval]

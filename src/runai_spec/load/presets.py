@@ -4,27 +4,21 @@
 # model are compiled one by one when it is defined (~0.15 M instructions each: benchmarks/README.md).
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from ..facts.kubeflow import DEFAULT_PORT, DNS1123_PATTERN, RDZV_BACKEND
+from .model import FileModel
 from .profile import Strategy
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-# Empty defaults: `lambda: {}`, not `dict` (profile.py says why).
-
-
-class GpuSpec(_Model):
+class GpuSpec(FileModel):
     """The GPU model a preset's pods get."""
 
     model: str = Field(description="GPU model, e.g. NVIDIA H200.")
     memory_gb: float = Field(gt=0, description="Memory per GPU in GB (an H200 has 141).")
 
 
-class Elastic(_Model):
+class Elastic(FileModel):
     """Elasticity bounds (pods), engineer-owned."""
 
     min: int = Field(ge=1, description="Fewest pods the job runs with.")
@@ -32,7 +26,7 @@ class Elastic(_Model):
     max_restarts: int = Field(3, ge=0, description="torchrun restarts before failing.")
 
 
-class Network(_Model):
+class Network(FileModel):
     """The approved high-speed network attachment."""
 
     annotations: dict[str, str] = Field(default_factory=lambda: {}, description="Pod annotations.")
@@ -43,7 +37,7 @@ class Network(_Model):
     env: dict[str, str] = Field(default_factory=lambda: {}, description="NCCL settings for this path.")
 
 
-class RunPolicy(_Model):
+class RunPolicy(FileModel):
     """Restart, backoff and clean-up policy."""
 
     restart_policy: Literal["Always", "OnFailure", "Never", "ExitCode"] = "OnFailure"
@@ -53,7 +47,7 @@ class RunPolicy(_Model):
     clean_pod_policy: Literal["All", "Running", "None"] = "Running"
 
 
-class Rendezvous(_Model):
+class Rendezvous(FileModel):
     """How the torchrun agents of a multi-node job meet, and meet again after a node fault
     (docs/fault-experiments/RESULTS.md measured each choice under a kubelet/operator model)."""
 
@@ -90,7 +84,7 @@ class Rendezvous(_Model):
     )
 
 
-class Preset(_Model):
+class Preset(FileModel):
     """An engineer-approved compute shape: the only source of pods, GPUs and priority."""
 
     description: str = Field(description="What the preset is for.")
@@ -107,13 +101,13 @@ class Preset(_Model):
     preemptible: bool
     elastic: Elastic | None = None
     node_pool: str | None = Field(None, pattern=DNS1123_PATTERN, description="Run:ai node pool.")
-    network: Network = Field(default_factory=Network)
+    network: Network = Field(default_factory=lambda: Network())
     strategies: list[Strategy] = Field(min_length=1)
     min_busbw_gbps: float | None = Field(None, gt=0, description="Minimum all-reduce bus bandwidth.")
     master_port: int = Field(DEFAULT_PORT, ge=1024, le=65535)
-    run_policy: RunPolicy = Field(default_factory=RunPolicy)
+    run_policy: RunPolicy = Field(default_factory=lambda: RunPolicy())
     rendezvous: Rendezvous = Field(
-        default_factory=Rendezvous,
+        default_factory=lambda: Rendezvous(),
         description="torchrun's rendezvous of a multi-node layout (engineer-owned failure semantics).",
     )
     termination_grace_period_seconds: int = Field(

@@ -10,12 +10,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple, get_args, get_origin
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, Field, ValidationError
 from pydantic_core import PydanticCustomError
 
 from ..errors import InputError, RunaiSpecError
 from ..facts.kubeflow import DNS1035_PATTERN, DNS1123_PATTERN, NAME_MAX
 from ..findings import Finding
+from .model import FileModel
 from .profile_hints import YAML11_BOOLS, count_hint, dns_suggestion, fallback_hint, field_path, line_of
 from .reserved_fields import FREE_KEYS, reserved_findings
 from .yaml import literal_text, load_mapping_lines, read_text
@@ -68,16 +69,7 @@ Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
 CheckpointFormat = Literal["dcp", "torch", "safetensors", "deepspeed"]
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-
-# An empty default is `default_factory=lambda: {}` (or `[]`), not the builtin `dict`: pydantic
-# reads each factory's signature, and a builtin's is parsed from its text by the tokenizer
-# (its regex and the parse: ~17 M instructions of every start-up; issue 29).
-
-
-class Batch(_Model):
+class Batch(FileModel):
     """The batch-size arithmetic the site guide asks every project to record."""
 
     local: Count = Field(gt=0, description="Samples per process per step (the local batch).")
@@ -87,7 +79,7 @@ class Batch(_Model):
     )
 
 
-class Model(_Model):
+class Model(FileModel):
     """What the AI engineer needs to approve a topology."""
 
     parameters: Count = Field(gt=0, description="Number of model parameters, e.g. 7000000000.")
@@ -98,7 +90,7 @@ class Model(_Model):
     )
 
 
-class Checkpoint(_Model):
+class Checkpoint(FileModel):
     """Where and how checkpoints are written; never the image filesystem."""
 
     dir: Text = Field(pattern=r"^/", description="Absolute mount path of the checkpoints.")
@@ -114,7 +106,7 @@ class Checkpoint(_Model):
     )
 
 
-class DataVolume(_Model):
+class DataVolume(FileModel):
     """A volume to mount in every pod."""
 
     path: Text = Field(pattern=r"^/", description="Absolute mount path in the container.")
@@ -123,14 +115,14 @@ class DataVolume(_Model):
     read_only: Switch = Field(True, description="Mount read-only (the default).")
 
 
-class Diagnostics(_Model):
+class Diagnostics(FileModel):
     """Temporary switches for diagnosing a failing run; reported in every output."""
 
     nccl_debug: Switch = Field(False, description="Set NCCL_DEBUG=INFO temporarily (per-rank logs).")
     reason: Text | None = Field(None, description="Why the switch is on (ticket, date).")
 
 
-class Metrics(_Model):
+class Metrics(FileModel):
     """How the script writes shared metrics; the site guide: only rank 0 writes them."""
 
     writer: Literal["rank0", "per-rank", "all-ranks"] = Field(
@@ -140,14 +132,14 @@ class Metrics(_Model):
     tracker: SomeText | None = Field(None, description="Metrics tracker, e.g. tensorboard, wandb, mlflow.")
 
 
-class SecretRef(_Model):
+class SecretRef(FileModel):
     """A key of a Kubernetes Secret in the project's namespace (valueFrom.secretKeyRef)."""
 
     secret: Text = Field(pattern=DNS1123_PATTERN, max_length=253, description="Secret name.")
     key: Text = Field(pattern=r"^[-._a-zA-Z0-9]+$", max_length=253, description="Key in the Secret.")
 
 
-class Profile(_Model):
+class Profile(FileModel):
     """A researcher's project profile: what to run, never how the cluster runs it."""
 
     name: Text = Field(
@@ -180,7 +172,7 @@ class Profile(_Model):
     data: list[DataVolume] = Field(default_factory=lambda: [], description="Data volumes to mount.")
     metrics: Metrics | None = Field(None, description="Who writes shared metrics (rank 0 only).")
     diagnostics: Diagnostics = Field(
-        default_factory=Diagnostics, description="Temporary diagnostic switches."
+        default_factory=lambda: Diagnostics(), description="Temporary diagnostic switches."
     )
 
     def env_strings(self) -> dict[str, str]:

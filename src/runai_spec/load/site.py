@@ -4,20 +4,14 @@
 # model are compiled one by one when it is defined (~0.15 M instructions each: benchmarks/README.md).
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import Field, PrivateAttr, field_validator
 
 from ..facts.kai import PLACEMENT_ANNOTATION, TOPOLOGY_ANNOTATION
 from ..facts.kubeflow import OPERATOR_VERSION, OperatorVersion
 from ..facts.runai import NODE_POOL_LABEL, PREEMPTIBILITY_LABEL, PRIORITY_LABEL, QUEUE_LABEL
+from .model import FileModel
 
 SITE_FILE = "site.yaml"
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-# Empty defaults: `lambda: {}`, not `dict` (profile.py says why).
 
 
 # Run:ai 2.2x's priority dictionary (the PriorityClasses it serves).
@@ -25,7 +19,7 @@ RUNAI_PRIORITIES = ("very-low", "low", "medium-low", "medium", "medium-high", "h
 ALL_PROJECTS = "*"
 
 
-class LabelKeys(_Model):
+class LabelKeys(FileModel):
     """The scheduler's label keys (Run:ai's by default; `kai.scheduler/...` for standalone KAI)."""
 
     queue: str = QUEUE_LABEL
@@ -34,7 +28,7 @@ class LabelKeys(_Model):
     node_pool: str = NODE_POOL_LABEL
 
 
-class DataSource(_Model):
+class DataSource(FileModel):
     """An approved data source: its PVC claim in each project's namespace."""
 
     claim: str = Field("{source}", description="Claim name pattern ({source}, {project}).")
@@ -82,7 +76,7 @@ def _only_placeholders(pattern: str, allowed: tuple[str, ...]) -> str:
     return pattern
 
 
-class WorkloadGuard(_Model):
+class WorkloadGuard(FileModel):
     """The optional second admission policy (`presets policy`): in the project namespaces,
     only the listed creators may make Pods and workloads that request GPUs, RDMA devices or
     a network attachment, so the PyTorchJob gate cannot be sidestepped with a bare Pod."""
@@ -107,7 +101,7 @@ NODE_LABEL_PATTERN = (
 )
 
 
-class Placement(_Model):
+class Placement(FileModel):
     """The topology level a preset's pods are placed within (a node label key of a level of
     the site's Topology object): required (KAI schedules the job only there) or preferred."""
 
@@ -133,7 +127,7 @@ class Placement(_Model):
         return [(k, v) for k, v in (("required", self.required), ("preferred", self.preferred)) if v]
 
 
-class SiteTopology(_Model):
+class SiteTopology(FileModel):
     """The cluster's KAI-Scheduler Topology object and where each multi-node preset's pods go
     in it: KAI reads both from the PyTorchJob's annotations (facts/kai.py); Run:ai adds them
     only to workloads it submits itself, so the kubectl path renders them from here."""
@@ -154,7 +148,7 @@ class SiteTopology(_Model):
 RUNAI_CLUSTER_ID = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 
 
-class RunaiControlPlane(_Model):
+class RunaiControlPlane(FileModel):
     """Run:ai's control plane, for submitting through its Workloads V2 API (issue 27)."""
 
     url: str = Field(
@@ -172,7 +166,7 @@ class RunaiControlPlane(_Model):
     )
 
 
-class SiteSubmit(_Model):
+class SiteSubmit(FileModel):
     """How the site submits: the Kubernetes API (apply) or Run:ai's Workloads V2 API."""
 
     via: Literal["kubernetes", "runai"] = Field(
@@ -191,7 +185,7 @@ class SiteSubmit(_Model):
             raise ValueError("submit.via is runai but submit.runai (url, cluster) is not set")
 
 
-class Site(_Model):
+class Site(FileModel):
     """Cluster-wide settings, engineer-owned."""
 
     cluster: str
@@ -233,12 +227,12 @@ class Site(_Model):
         "absent: every project may use every preset.",
     )
     workload_guard: WorkloadGuard = Field(
-        default_factory=WorkloadGuard,
+        default_factory=lambda: WorkloadGuard(),
         description="The optional admission policy that keeps "
         "GPU, RDMA and network-attachment Pods to the listed creators (docs/admission.md).",
     )
     submit: SiteSubmit = Field(
-        default_factory=SiteSubmit,
+        default_factory=lambda: SiteSubmit(),
         description="How `submit`, `status` and `delete` reach the cluster (docs/runai-submit.md).",
     )
     topology: SiteTopology | None = Field(
