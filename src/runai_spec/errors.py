@@ -1,12 +1,12 @@
 """One error hierarchy (exit code, hint) and one Location for every error and finding."""
 
-# No `from __future__ import annotations`: the string annotations of a NamedTuple or a pydantic
-# model are compiled one by one when it is defined (~0.15 M instructions each: benchmarks/README.md).
 import copy
 import re
 from collections.abc import Sequence
 from functools import cache
-from typing import NamedTuple, Self
+from typing import Self
+
+from .records import Record
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
@@ -47,7 +47,7 @@ def visible(text: object) -> str:
     return text if text.isprintable() else unsafe_text().sub(_escape, text)
 
 
-class Location(NamedTuple):
+class Location(Record):
     """Where a problem is: a file, the line in it, the field (`env.HF_TOKEN`, `--by`).
     A NamedTuple, not a frozen dataclass: the same immutable record at a quarter of the
     start-up (benchmarks/README.md, round 5)."""

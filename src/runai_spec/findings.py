@@ -1,16 +1,15 @@
 """Finding: one policy result with a stable rule id, a Location and a hint."""
 
-# No `from __future__ import annotations`: the string annotations of a NamedTuple or a pydantic
-# model are compiled one by one when it is defined (~0.15 M instructions each: benchmarks/README.md).
-from typing import Literal, NamedTuple
+from typing import Literal
 
 from .errors import Located, Location, visible
+from .records import Record
 
 Severity = Literal["error", "warning", "info"]
 UNNAMED = "<profile>"  # the file of a finding about input that was not read from a file
 
 
-class _FindingFields(NamedTuple):
+class _FindingFields(Record):
     rule: str
     location: Location
     message: str

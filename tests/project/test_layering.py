@@ -18,7 +18,7 @@ PACKAGE = ROOT / "src" / "runai_spec"
 # The stages in order (docs/architecture.md draws the same list): a module may import its own
 # stage or an earlier one. A new top-level module or folder must be placed here.
 STAGES: list[set[str]] = [
-    {"errors", "findings", "text"},  # no imports of ours but each other
+    {"errors", "findings", "records", "text"},  # no imports of ours but each other
     {"secrets", "resources", "files"},  # what every stage may need: masking, shipped data, writes
     {"facts"},  # other systems' behaviour, pure and versioned
     {"load"},  # files -> validated models

@@ -1,10 +1,7 @@
 """The site rules' shared parts: what a rule sees (Context), its registration, its findings."""
 
-# No `from __future__ import annotations`: the string annotations of a NamedTuple or a pydantic
-# model are compiled one by one when it is defined (~0.15 M instructions each: benchmarks/README.md).
 import datetime as dt
 from collections.abc import Callable, Iterable
-from typing import NamedTuple
 
 from ..errors import Location
 from ..findings import Finding, Severity
@@ -13,10 +10,11 @@ from ..load.profile import LoadedProfile
 from ..load.registry import ApprovedPreset
 from ..load.site import Site
 from ..plan.plan import Plan
+from ..records import Record
 from ..render.manifests import Manifest
 
 
-class Context(NamedTuple):
+class Context(Record):
     """What every rule may look at."""
 
     loaded: LoadedProfile
@@ -32,7 +30,7 @@ class Context(NamedTuple):
 RuleFn = Callable[[Context], Iterable[Finding]]
 
 
-class Rule(NamedTuple):
+class Rule(Record):
     """A named site rule (its docstring feeds docs/rules.md)."""
 
     id: str

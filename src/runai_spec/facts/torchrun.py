@@ -1,14 +1,12 @@
 """Argv rewriting: a container's launcher and its flags, apart from the training entry point."""
 
-# No `from __future__ import annotations`: the string annotations of a NamedTuple or a pydantic
-# model are compiled one by one when it is defined (~0.15 M instructions each: benchmarks/README.md).
 import os
 import posixpath
 import re
 from collections.abc import Sequence
-from typing import NamedTuple
 
 from ..errors import InputError
+from ..records import Record
 
 _TORCHRUN_BOOLEAN = {
     "--standalone",
@@ -219,7 +217,7 @@ def for_entry_point(launcher: tuple[str, ...], command: Sequence[str]) -> tuple[
     return (*launcher, NO_PYTHON)
 
 
-class Launcher(NamedTuple):
+class Launcher(Record):
     kind: str  # "python", "torchrun", or "executable" (an entry point run with no launcher)
     head: tuple[str, ...]  # launcher and its flags, before the entry point
     entry: tuple[str, ...]  # the script (or -m module) and its arguments

@@ -1,13 +1,12 @@
 """The allowed_signers file read as ssh-keygen 9.x reads it (sshsig.c, match.c, misc.c)."""
 
-# No `from __future__ import annotations`: the string annotations of a NamedTuple or a pydantic
-# model are compiled one by one when it is defined (~0.15 M instructions each: benchmarks/README.md).
 import datetime as dt
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
+from ..records import Record
 from .sshsig import ALLOWED_SIGNERS_FILE, KEY_NAMES, Invalid, PublicKey, _b64, _plain_file
 
 _WHITESPACE = " \t\r\n"
@@ -120,7 +119,7 @@ def _dequote(text: str, at: int) -> tuple[str, int]:
 
 
 # NamedTuples, as in sshsig.py (start-up cost).
-class SignerOptions(NamedTuple):
+class SignerOptions(Record):
     """One line's options (sshsig.c struct sshsigopt); 0 is no bound."""
 
     cert_authority: bool = False
@@ -170,7 +169,7 @@ class SignerOptions(NamedTuple):
         return options
 
 
-class SignerLine(NamedTuple):
+class SignerLine(Record):
     """One line of allowed_signers that names principals: its key and options, or why
     ssh-keygen would skip it (`problem`)."""
 
@@ -207,7 +206,7 @@ class SignerLine(NamedTuple):
         return cls(number, principals, key, parsed)
 
 
-class AllowedSigners(NamedTuple):
+class AllowedSigners(Record):
     """An allowed_signers file, read as ssh-keygen reads it."""
 
     name: str

@@ -1,7 +1,7 @@
 """The approvals ledger (approvals.yaml): one signed approval per approved file."""
 
-# No `from __future__ import annotations`: the string annotations of a NamedTuple or a pydantic
-# model are compiled one by one when it is defined (~0.15 M instructions each: benchmarks/README.md).
+# No `from __future__ import annotations`: the string annotations of a pydantic model are
+# compiled one by one when it is defined (~0.15 M instructions each: benchmarks/README.md).
 import datetime as dt
 import json
 import re

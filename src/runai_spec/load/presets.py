@@ -1,7 +1,7 @@
 """Preset: an engineer-approved compute shape, and the consistency of its layout."""
 
-# No `from __future__ import annotations`: the string annotations of a NamedTuple or a pydantic
-# model are compiled one by one when it is defined (~0.15 M instructions each: benchmarks/README.md).
+# No `from __future__ import annotations`: the string annotations of a pydantic model are
+# compiled one by one when it is defined (~0.15 M instructions each: benchmarks/README.md).
 from typing import Literal
 
 from pydantic import Field

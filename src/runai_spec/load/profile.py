@@ -1,14 +1,14 @@
 """Profile models (researcher-owned) and load_profile()."""
 
-# No `from __future__ import annotations`: the string annotations of a NamedTuple or a pydantic
-# model are compiled one by one when it is defined (~0.15 M instructions each: benchmarks/README.md).
+# No `from __future__ import annotations`: the string annotations of a pydantic model are
+# compiled one by one when it is defined (~0.15 M instructions each: benchmarks/README.md).
 import copy
 import difflib
 import hashlib
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, NamedTuple, get_args, get_origin
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, BeforeValidator, Field, ValidationError
 from pydantic_core import PydanticCustomError
@@ -16,6 +16,7 @@ from pydantic_core import PydanticCustomError
 from ..errors import InputError, RunaiSpecError
 from ..facts.kubeflow import DNS1035_PATTERN, DNS1123_PATTERN, NAME_MAX
 from ..findings import Finding
+from ..records import Record
 from .model import FileModel
 from .profile_hints import YAML11_BOOLS, count_hint, dns_suggestion, fallback_hint, field_path, line_of
 from .reserved_fields import FREE_KEYS, reserved_findings
@@ -183,7 +184,7 @@ class Profile(FileModel):
 _NEAR = {"zero_stage": "strategy", "strategy": "model"}
 
 
-class LoadedProfile(NamedTuple):
+class LoadedProfile(Record):
     """A validated profile with its source file, sha256, line map and pre-model findings.
 
     From parse_partial, a profile with schema errors too: `problems` are its errors (one

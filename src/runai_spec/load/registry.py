@@ -1,18 +1,17 @@
 """PresetRegistry: a folder's presets, accepted only when the signed ledger vouches for them."""
 
-# No `from __future__ import annotations`: the string annotations of a NamedTuple or a pydantic
-# model are compiled one by one when it is defined (~0.15 M instructions each: benchmarks/README.md).
 import datetime as dt
 import difflib
 import hashlib
 import os
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from ..errors import InputError, PresetError
 from ..facts.kubeflow import DNS1123, NAME_MAX
+from ..records import Record
 from ..resources import shipped_dir
 from .ledger import LEDGER_FILE, Approval, Ledger, approval_expiry, write_ledger
 from .presets import Preset, preset_problem
@@ -24,7 +23,7 @@ from .yaml import load_mapping_lines, load_mapping_text, read_text
 _FileModel = TypeVar("_FileModel", bound=BaseModel)  # what an approved file holds: Site, Preset
 
 
-class ApprovedPreset(NamedTuple):
+class ApprovedPreset(Record):
     """A preset that passed every ledger check, with its approval record. (Its `lines` are
     compared too: they come from the same file as the preset.)"""
 
@@ -35,7 +34,7 @@ class ApprovedPreset(NamedTuple):
     lines: dict[str, int]  # field -> line
 
 
-class ApprovedSite(NamedTuple):
+class ApprovedSite(Record):
     """The site file that passed every ledger check, with its approval record."""
 
     site: Site
@@ -46,7 +45,7 @@ class ApprovedSite(NamedTuple):
         return self.approval.sha256
 
 
-class VerifyResult(NamedTuple):  # not a dataclass: start-up cost (sshsig.py)
+class VerifyResult(Record):  # not a dataclass: start-up cost (sshsig.py)
     """What `presets verify` found: one line per file, problems first."""
 
     ok: tuple[str, ...]

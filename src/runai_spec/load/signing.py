@@ -4,8 +4,6 @@
 # ssh-agent). Verifying runs in this process (sshsig.py) against the engineers'
 # presets/allowed_signers, at the approval's date: no ssh-keygen is needed to load a preset.
 
-# No `from __future__ import annotations`: the string annotations of a NamedTuple or a pydantic
-# model are compiled one by one when it is defined (~0.15 M instructions each: benchmarks/README.md).
 import os
 import re
 import shutil
@@ -13,8 +11,9 @@ import subprocess
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, NamedTuple, Self
+from typing import Any, Self
 
+from ..records import Record
 from .allowed_signers import AllowedSigners, parse_absolute_time
 from .sshsig import ARMOR, Invalid, SignatureError, signer_key, verify_sshsig
 
@@ -27,7 +26,7 @@ _PRINCIPAL = re.compile(r"^[^\s,\"'*?!]{1,256}$")
 TIMEOUT_S = 60
 
 
-class _StatementFields(NamedTuple):
+class _StatementFields(Record):
     file: str
     sha256: str
     approver: str
@@ -175,7 +174,7 @@ def principal_of_key(key: Path, allowed_signers: Path, *, at: int | None = None)
     return found[0]
 
 
-class SignedApproval(NamedTuple):  # not a dataclass: start-up cost (sshsig.py)
+class SignedApproval(Record):  # not a dataclass: start-up cost (sshsig.py)
     """A statement and its signature, as the ledger stores them."""
 
     statement: Statement

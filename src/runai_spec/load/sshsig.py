@@ -9,17 +9,16 @@
 # What is not verified in-process (certificates, security keys, DSA) is refused, never handed to
 # another verifier.
 
-# No `from __future__ import annotations`: the string annotations of a NamedTuple or a pydantic
-# model are compiled one by one when it is defined (~0.15 M instructions each: benchmarks/README.md).
 import base64
 import binascii
 import hashlib
 import importlib
 import re
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from ..errors import PresetError
+from ..records import Record
 
 ALLOWED_SIGNERS_FILE = "allowed_signers"
 SIGNATURE_BEGIN = "-----BEGIN SSH SIGNATURE-----"
@@ -112,10 +111,10 @@ def _crypto(name: str) -> Any:
         ) from None
 
 
-# Records here are NamedTuples, not frozen dataclasses: a frozen dataclass costs
-# every start-up ~4 M instructions to define (its methods compiled from generated text), a
-# NamedTuple ~1 M; the approvals are verified on every run (issue 29).
-class PublicKey(NamedTuple):
+# Records here are records.Record (NamedTuples), not frozen dataclasses: a frozen dataclass
+# costs every start-up ~4 M instructions to define (its methods compiled from generated text), a
+# record ~0.5 M; the approvals are verified on every run (issue 29).
+class PublicKey(Record):
     """A plain (not certificate) public key of a type verified here; equal keys compare
     equal (sshkey_equal), whatever leading zeros their numbers were written with."""
 
@@ -260,7 +259,7 @@ def dearmor(signature: str) -> bytes:
         raise SignatureError("not an SSH signature (its base64 does not decode)", field="signature") from None
 
 
-class Sshsig(NamedTuple):
+class Sshsig(Record):
     """The fields of an SSHSIG blob (PROTOCOL.sshsig section 2)."""
 
     key: PublicKey

@@ -1,16 +1,15 @@
 """Profile paths -> workloads, one at a time: the one loop over many profiles, streaming."""
 
-# No `from __future__ import annotations`: the string annotations of a NamedTuple or a pydantic
-# model are compiled one by one when it is defined (~0.15 M instructions each: benchmarks/README.md).
 import sys
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any, NamedTuple, overload
+from typing import IO, Any, overload
 
 from ..errors import EXIT_FINDINGS, EXIT_INPUT, EXIT_OK, InputError, Location, RunaiSpecError
 from ..findings import Finding
 from ..load.registry import PresetRegistry
+from ..records import Record
 from .spool import LineSpool, Names, Sink, Spooled
 from .workload import Workload, prepare_workload
 
@@ -159,7 +158,7 @@ class Gate:
 # --- validate ----------------------------------------------------------------------
 
 
-class ProfileCheck(NamedTuple):
+class ProfileCheck(Record):
     """What validate reports of one profile; the workload itself is not kept."""
 
     path: str

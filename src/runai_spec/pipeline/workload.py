@@ -1,9 +1,6 @@
 """prepare_workload(): profile file -> validated, planned, checked and rendered workload."""
 
-# No `from __future__ import annotations`: the string annotations of a NamedTuple or a pydantic
-# model are compiled one by one when it is defined (~0.15 M instructions each: benchmarks/README.md).
 from pathlib import Path
-from typing import NamedTuple
 
 from ..check.catalogue import READS, check_all
 from ..check.rules import Context
@@ -13,11 +10,12 @@ from ..load.profile import LoadedProfile, ProfileProblems, load_profile, parse_p
 from ..load.registry import ApprovedPreset, PresetRegistry
 from ..load.site import SITE_FILE, Site
 from ..plan.plan import Plan, plan_workload
+from ..records import Record
 from ..render import TEMPLATES, render_plan
 from ..render.manifests import Manifest, dump
 
 
-class Workload(NamedTuple):
+class Workload(Record):
     """One profile carried through the whole pipeline."""
 
     loaded: LoadedProfile

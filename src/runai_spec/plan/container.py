@@ -1,9 +1,5 @@
 """The pytorch container's env, secret and downward-API variables, and its resource limits."""
 
-# No `from __future__ import annotations`: the string annotations of a NamedTuple or a pydantic
-# model are compiled one by one when it is defined (~0.15 M instructions each: benchmarks/README.md).
-from typing import NamedTuple
-
 from ..facts.kubeflow import GPU_RESOURCE, POD_NAME_ENV, RDZV_BACKEND, kubelet_literal
 from ..facts.torchrun import (
     DISABLE_SHARED_STORE,
@@ -15,11 +11,12 @@ from ..facts.torchrun import (
 )
 from ..load.presets import Preset
 from ..load.profile import Profile
+from ..records import Record
 from .launcher import RendezvousPlan
 from .origins import Entry, Origin, Sources, derived, same
 
 
-class ContainerEnv(NamedTuple):
+class ContainerEnv(Record):
     """The container's variables as the plan lists them, before their origins are recorded."""
 
     env: dict[str, Entry]

@@ -1,9 +1,5 @@
 """The container's launcher: torchrun or python, its rendezvous flags and per-rank logs."""
 
-# No `from __future__ import annotations`: the string annotations of a NamedTuple or a pydantic
-# model are compiled one by one when it is defined (~0.15 M instructions each: benchmarks/README.md).
-from typing import NamedTuple
-
 from ..facts.kubeflow import NPROC_FLAG, POD_NAME_ENV, RDZV_BACKEND, kubelet_literal
 from ..facts.torchrun import (
     LOG_DIR_FLAG,
@@ -19,10 +15,11 @@ from ..facts.torchrun import (
 )
 from ..load.presets import Preset
 from ..load.profile import Profile
+from ..records import Record
 from .origins import Origin, Sources, derived
 
 
-class RendezvousPlan(NamedTuple):
+class RendezvousPlan(Record):
     """torchrun's rendezvous of a multi-node job, as the launcher flags render it."""
 
     backend: str  # c10d or static

@@ -1,16 +1,13 @@
 """Model state per GPU (weights, gradients, optimizer) for a strategy: the memory estimate."""
 
-# No `from __future__ import annotations`: the string annotations of a NamedTuple or a pydantic
-# model are compiled one by one when it is defined (~0.15 M instructions each: benchmarks/README.md).
-from typing import NamedTuple
-
 from ..load.profile import Profile
+from ..records import Record
 from .plan import Plan
 
 BYTES_PER_VALUE = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
 
-class MemoryEstimate(NamedTuple):
+class MemoryEstimate(Record):
     """Model state per GPU (weights, gradients, optimizer), in GB (1e9 bytes)."""
 
     method: str

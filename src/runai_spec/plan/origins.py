@@ -1,17 +1,16 @@
 """Where each value of a plan came from: the profile, the preset, the site file, a rule."""
 
-# No `from __future__ import annotations`: the string annotations of a NamedTuple or a pydantic
-# model are compiled one by one when it is defined (~0.15 M instructions each: benchmarks/README.md).
 from functools import lru_cache
-from typing import Any, NamedTuple
+from typing import Any
 
 from ..load.ledger import LEDGER_FILE
 from ..load.profile import LoadedProfile
 from ..load.registry import ApprovedPreset
 from ..load.site import SITE_FILE, Site
+from ..records import Record
 
 
-class Origin(NamedTuple):
+class Origin(Record):
     """One source of a value: the profile, the preset, the site file, a rule or the template."""
 
     # A tuple, not a dataclass: a plan records some sixty of them, and tuples are built

@@ -1,15 +1,14 @@
 """Plan: topology, launcher argv, env, names, volumes, and where each value came from (pure)."""
 
-# No `from __future__ import annotations`: the string annotations of a NamedTuple or a pydantic
-# model are compiled one by one when it is defined (~0.15 M instructions each: benchmarks/README.md).
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any
 
 from ..facts.kubeflow import OPERATOR_VERSION, WORKER, kubelet_literal, pod_name
 from ..load.profile import LoadedProfile
 from ..load.registry import ApprovedPreset
 from ..load.site import Site
+from ..records import Record
 from .container import plan_env, plan_limits
 from .launcher import RendezvousPlan, plan_launcher, rendezvous_plan
 from .metadata import (
@@ -27,7 +26,7 @@ from .volumes import Volume, plan_volumes
 Pairs = tuple[tuple[str, str], ...]
 
 
-class Plan(NamedTuple):
+class Plan(Record):
     """Everything the templates need; a pure function of profile, preset and site. Equal,
     and hashed, by every field but `origins` (the record of where each came from)."""
 

@@ -1,22 +1,19 @@
 """The job's replicas and elastic bounds: how many pods of which replica type."""
 
-# No `from __future__ import annotations`: the string annotations of a NamedTuple or a pydantic
-# model are compiled one by one when it is defined (~0.15 M instructions each: benchmarks/README.md).
-from typing import NamedTuple
-
 from ..facts.kubeflow import MASTER, WORKER
 from ..load.presets import Preset
+from ..records import Record
 from .origins import Origin, Sources, derived
 
 
-class Replica(NamedTuple):
+class Replica(Record):
     """One replica type of the PyTorchJob."""
 
     role: str  # kubeflow.MASTER or kubeflow.WORKER
     replicas: int
 
 
-class ElasticPlan(NamedTuple):
+class ElasticPlan(Record):
     """Elastic bounds (pods) and torchrun restarts."""
 
     min_pods: int

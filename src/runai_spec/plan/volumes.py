@@ -1,16 +1,13 @@
 """The pod's volumes: the checkpoint volume, the data volumes and /dev/shm."""
 
-# No `from __future__ import annotations`: the string annotations of a NamedTuple or a pydantic
-# model are compiled one by one when it is defined (~0.15 M instructions each: benchmarks/README.md).
-from typing import NamedTuple
-
 from ..load.presets import Preset
 from ..load.profile import Profile
 from ..load.site import Site
+from ..records import Record
 from .origins import Origin, Sources, derived
 
 
-class Volume(NamedTuple):
+class Volume(Record):
     """A pod volume and where the `pytorch` container mounts it."""
 
     name: str
