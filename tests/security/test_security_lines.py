@@ -5,17 +5,21 @@ clean`) or reorder one on the terminal."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT, run
-from runai_spec.errors import InputError, Location, unsafe_text, visible
+from runai_spec.check.storage import PATH_CONTROL
+from runai_spec.errors import UNSAFE_CHARS, InputError, Location, unsafe_text, visible
 from runai_spec.findings import Finding
 from runai_spec.load.profile import ProfileProblems
 from runai_spec.outputs.admission import documents as admission
+from runai_spec.render.manifests import COMMENT_BREAKS
 
 PROFILE = (ROOT / "examples" / "multi-node" / "profile.yaml").read_text(encoding="utf-8")
 BREAKS = ["\n", "\r", "\r\n", "\u2028", "\u2029", "\x85", "\x0b", "\x0c", "\x1c", "\x1e"]
@@ -134,15 +138,24 @@ def test_presets_verify_live_lines_stay_lines_whatever_the_cluster_s_keys(tmp_pa
     assert "x\\nok: all presets match\\u202e.yaml: live: deployed on the cluster" in err[0]
 
 
-def test_visible_skips_only_text_that_holds_no_unsafe_character() -> None:
-    """visible() returns a printable text as it is, unscanned (the pattern is compiled only for
-    a text that is not): sound only while no character the pattern escapes is printable."""
+@pytest.mark.parametrize(
+    "pattern",
+    [UNSAFE_CHARS, COMMENT_BREAKS, PATH_CONTROL],
+    ids=["errors.visible", "render.manifests comments", "check.storage paths"],
+)
+def test_a_pattern_skipped_for_a_printable_text_matches_no_printable_character(pattern: str) -> None:
+    """visible(), explain's comments and the storage check's path pass a printable text as it
+    is, unscanned (each pattern is compiled only for a text that is not): sound only while no
+    character the pattern matches is printable."""
     import sys
 
-    printable = [
-        hex(i) for i in range(sys.maxunicode + 1) if chr(i).isprintable() and unsafe_text().match(chr(i))
-    ]
-    assert printable == []
+    every = "".join(map(chr, range(sys.maxunicode + 1)))
+    matched = re.findall(pattern, every)
+    assert matched and [hex(ord(c)) for c in matched if c.isprintable()] == []
+
+
+def test_visible_skips_only_text_that_holds_no_unsafe_character() -> None:
+    """visible() escapes each unsafe character, and leaves a printable text as it is."""
     for char in [*BREAKS, *BIDI, "\x1b", "\t", "\x7f", "\x9f"]:
         assert visible(f"a{char}b") != f"a{char}b"
     assert visible("plain, printable: ünï ✓") == "plain, printable: ünï ✓"

@@ -95,7 +95,7 @@ PATH_NAME_MAX = 255  # Linux NAME_MAX: bytes in one path component
 
 # controls and line separators: none is printable, so a path str.isprintable() passes has none
 # and the pattern (~2 M instructions to compile) is compiled by re.search only for one that fails
-_PATH_CONTROL = r"[\x00-\x1f\x7f-\x9f\u2028\u2029]"
+PATH_CONTROL = r"[\x00-\x1f\x7f-\x9f\u2028\u2029]"
 
 
 def _nested(a: str, b: str) -> bool:
@@ -106,7 +106,7 @@ def _nested(a: str, b: str) -> bool:
 @lru_cache(maxsize=1024)  # a pure function of the text; batches repeat their paths
 def _path_problem(path: str) -> tuple[str, str] | None:
     """(message, hint) when a mount path is not one clean absolute path."""
-    if not path.isprintable() and re.search(_PATH_CONTROL, path):
+    if not path.isprintable() and re.search(PATH_CONTROL, path):
         return (
             f"{path!r} contains a control character (a line break, a tab)",
             "write the path on one line, without control characters",

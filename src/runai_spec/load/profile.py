@@ -17,10 +17,12 @@ from ..errors import InputError, RunaiSpecError
 from ..facts.kubeflow import DNS1035_PATTERN, DNS1123_PATTERN, NAME_MAX
 from ..findings import Finding
 from ..records import Record
-from .model import FileModel
+from .model import FileModel, read_once
 from .profile_hints import YAML11_BOOLS, count_hint, dns_suggestion, fallback_hint, field_path, line_of
 from .reserved_fields import FREE_KEYS, reserved_findings
 from .yaml import literal_text, load_mapping_lines, read_text
+
+read_once(literal_text)
 
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
@@ -47,6 +49,7 @@ Switch = Annotated[bool, Field(strict=True)]
 COUNT_TEXT = "count_text"  # the error type of a count written as text
 
 
+@read_once
 def _a_number(value: Any) -> Any:
     """A count is a number as the strict loader reads one (JSON's: `4`, `13e9`): `true` is
     never 1, and text is never read as a number, whether quoted (`"4"`) or a plain scalar

@@ -138,10 +138,14 @@ def _commented(line: str, comments: dict[str, str] | None, path: str) -> str:
         return line
     # A comment ends at the line break: one in the text (a profile path with a newline) would
     # start a line of YAML of its own, so each break or control character is written escaped.
-    return f"{line.ljust(72)}  # {_COMMENT_BREAKS.sub(_escaped, comments[path])}"
+    comment = comments[path]
+    if not comment.isprintable():  # compiled only for such a text (~1 M instructions a start)
+        comment = re.sub(COMMENT_BREAKS, _escaped, comment)
+    return f"{line.ljust(72)}  # {comment}"
 
 
-_COMMENT_BREAKS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ufeff]")
+# Each is a control, separator or format character: a text str.isprintable() passes holds none.
+COMMENT_BREAKS = r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ufeff]"
 
 
 def _escaped(match: re.Match[str]) -> str:
