@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +85,15 @@ def needs_torch() -> None:
 
 
 def example_job(name: str) -> dict[str, Any]:
-    """The committed render of examples/NAME: its manifest.yaml (one PyTorchJob), parsed afresh."""
+    """The committed render of examples/NAME: its manifest.yaml (one PyTorchJob), a fresh copy
+    the caller may change."""
+    return copy.deepcopy(_example_job(name))
+
+
+@cache
+def _example_job(name: str) -> dict[str, Any]:
+    """examples/NAME/manifest.yaml parsed once a process (PyYAML's pure-Python loader: 4-10 ms
+    a file, some 200 calls a worker; a deep copy 0.1 ms: issue 29); never handed out."""
     job: dict[str, Any] = yaml.safe_load((ROOT / "examples" / name / "manifest.yaml").read_text())
     return job
 
@@ -186,6 +194,31 @@ def _no_kubeconfig(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.Tem
 def _no_user_cache(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
     # Tests never read or write ~/.cache (the CRD schemas, the rehearsal records plan reads).
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+
+
+# (python, CUDA_VISIBLE_DEVICES) -> what `rehearse`'s GPU probe answered in this process
+_PROBED: dict[tuple[str, str | None], int] = {}
+
+
+@pytest.fixture(autouse=True)
+def _gpus_probed_once(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rehearsal (slow or torch) asks the same Python how many GPUs torch sees once a
+    process: `rehearse` starts `python -c "import torch; ..."` for it (1.1 s of CPU each,
+    16 times in the CI selection; issue 29). The first rehearsal of each xdist worker runs
+    the real probe, and every answer is the real one for that Python and CUDA_VISIBLE_DEVICES;
+    a failed probe (no torch: bad input, tests/rehearse/test_rehearse_unit.py) is never kept."""
+    if not (request.node.get_closest_marker("slow") or request.node.get_closest_marker("torch")):
+        return
+    from runai_spec import rehearse
+    from runai_spec.rehearse import argv
+
+    def probe(python: str) -> int:
+        key = (python, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        if key not in _PROBED:
+            _PROBED[key] = argv.probe_gpus(python)
+        return _PROBED[key]
+
+    monkeypatch.setattr(rehearse, "probe_gpus", probe)
 
 
 @pytest.fixture(autouse=True)
