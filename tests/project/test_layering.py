@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 import pytest
@@ -63,10 +63,18 @@ def _exists(name: str) -> bool:
     return base.with_suffix(".py").exists() or (base / "__init__.py").exists()
 
 
+@cache
+def _parsed(path: Path) -> ast.Module:
+    """PATH's syntax tree, parsed once a process: the sources do not change while the suite
+    runs, and callers only read it (five tests of each module parsed it, 600 parses a run:
+    issue 29)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def imported_modules(path: Path, source: str | None = None) -> list[tuple[int, str]]:
     """(line, full module name of ours) for every import in the file: `from . import x` names
     module x when x is one, else the package whose attribute it takes."""
-    tree = ast.parse(source if source is not None else path.read_text(encoding="utf-8"))
+    tree = ast.parse(source) if source is not None else _parsed(path)
     me = module_name(path).split(".")
     package = me if path.name == "__init__.py" else me[:-1]
     found: list[tuple[int, str]] = []
@@ -181,8 +189,11 @@ def test_outputs_never_import_one_another() -> None:
                     assert parts[:3] == mine, f"{path.relative_to(PACKAGE)}:{line} imports {target}"
 
 
-def third_party_imports(path: Path, *, top_level_only: bool = False) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+@cache
+def third_party_imports(path: Path, *, top_level_only: bool = False) -> frozenset[str]:
+    """The top-level names PATH imports (absolute imports), once a process per file: the
+    owner test asks it once per library."""
+    tree = _parsed(path)
     nodes = tree.body if top_level_only else list(ast.walk(tree))
     names: set[str] = set()
     for node in nodes:
@@ -190,7 +201,7 @@ def third_party_imports(path: Path, *, top_level_only: bool = False) -> set[str]
             names.update(a.name.split(".")[0] for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.add(node.module.split(".")[0])
-    return names
+    return frozenset(names)
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
