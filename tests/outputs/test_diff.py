@@ -1,4 +1,8 @@
-"""diff --against DIR: exit codes, masking, added/removed objects (the CI recipes: test_ci_recipes)."""
+"""diff --against DIR: exit codes, masking, added/removed objects (the CI recipes: test_ci_recipes).
+
+In-process (conftest.run: stdout, stderr and the exit code apart), not the executable (issue 29:
+0.2 CPU s a process, 20 of them): tests/project/test_ci_recipes.py runs `diff` as CI's shell
+does, exit codes and all."""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from conftest import ROOT, run_exe
+from conftest import ROOT, run
 from runai_spec.outputs.diff import MASK, compare, mask
 
 LAYOUTS = ["single-gpu", "single-node", "multi-node", "elastic"]
@@ -26,8 +30,8 @@ def committed(tmp: Path) -> Path:
 
 
 def test_no_change_exits_0(tmp_path: Path) -> None:
-    res = run_exe("diff", *PROFILES, "--against", str(committed(tmp_path)))
-    assert res.returncode == 0, res.stderr
+    res = run("diff", *PROFILES, "--against", str(committed(tmp_path)))
+    assert res.exit_code == 0, res.stderr
     assert "0 changed" in res.stdout
 
 
@@ -41,8 +45,8 @@ def test_change_and_missing_file_exit_1(tmp_path: Path) -> None:
         .replace('nprocPerNode: "8"', 'nprocPerNode: "4"')
         .replace('"OMP_NUM_THREADS"', '"OMP_NUM_THREADS"')
     )
-    res = run_exe("diff", *PROFILES, "--against", str(d), "--format", "json")
-    assert res.returncode == 1, res.stderr
+    res = run("diff", *PROFILES, "--against", str(d), "--format", "json")
+    assert res.exit_code == 1, res.stderr
     data = json.loads(res.stdout)
     statuses = sorted(o["status"] for r in data["results"] for o in r["objects"])
     assert "added" in statuses
@@ -50,17 +54,17 @@ def test_change_and_missing_file_exit_1(tmp_path: Path) -> None:
 
 
 def test_bad_input_exits_2(tmp_path: Path) -> None:
-    res = run_exe("diff", str(tmp_path / "nope.yaml"), "--against", str(committed(tmp_path)))
-    assert res.returncode == 2
+    res = run("diff", str(tmp_path / "nope.yaml"), "--against", str(committed(tmp_path)))
+    assert res.exit_code == 2
     assert res.stderr.startswith("error:")
-    assert run_exe("diff", PROFILES[0], "--against", str(tmp_path / "none")).returncode == 2
+    assert run("diff", PROFILES[0], "--against", str(tmp_path / "none")).exit_code == 2
 
 
 def test_markdown_is_a_merge_request_comment(tmp_path: Path) -> None:
     d = tmp_path / "empty"
     d.mkdir()
-    res = run_exe("diff", PROFILES[0], "--against", str(d), "--format", "markdown")
-    assert res.returncode == 1
+    res = run("diff", PROFILES[0], "--against", str(d), "--format", "markdown")
+    assert res.exit_code == 1
     assert res.stdout.startswith("## runai-spec diff") and "```diff" in res.stdout
 
 
@@ -91,8 +95,8 @@ def test_a_missing_file_is_named_and_a_misnamed_one_is_pointed_at(tmp_path: Path
     d = tmp_path / "manifests"
     d.mkdir()
     shutil.copy(ROOT / "examples" / "multi-node" / "manifest.yaml", d / "manifest.yaml")
-    res = run_exe("diff", str(ROOT / "examples" / "multi-node" / "profile.yaml"), "--against", str(d))
-    assert res.returncode == 1, res.stderr
+    res = run("diff", str(ROOT / "examples" / "multi-node" / "profile.yaml"), "--against", str(d))
+    assert res.exit_code == 1, res.stderr
     assert res.stdout.startswith(
         f"note: no file named llm-7b-fsdp.yaml in {d}: every object shows as added; "
         "manifest.yaml holds this workload's objects: name it llm-7b-fsdp.yaml, as "
@@ -100,7 +104,7 @@ def test_a_missing_file_is_named_and_a_misnamed_one_is_pointed_at(tmp_path: Path
     )
     assert "stale" not in res.stdout  # the misnamed file is not also called stale
     (d / "manifest.yaml").unlink()
-    res = run_exe("diff", PROFILES[0], "--against", str(d), "--format", "json")
+    res = run("diff", PROFILES[0], "--against", str(d), "--format", "json")
     note = json.loads(res.stdout)["results"][0]["note"]
     assert note.startswith("no file named ") and "holds" not in note
 
@@ -111,12 +115,12 @@ def test_a_stale_manifest_with_no_profile_behind_it_is_reported(tmp_path: Path) 
     old = (d / "old-run.yaml").read_text().replace("llm-7b-fsdp", "old-run")
     (d / "old-run.yaml").write_text(old)
     (d / "kustomization.yaml").write_text("resources: [old-run.yaml]\n")  # not ours: left alone
-    res = run_exe("diff", *PROFILES, "--against", str(d))
-    assert res.returncode == 1, res.stderr
+    res = run("diff", *PROFILES, "--against", str(d))
+    assert res.exit_code == 1, res.stderr
     assert f"note: stale: {d / 'old-run.yaml'} is rendered by none of the profiles given" in res.stdout
     assert "kustomization" not in res.stdout
     assert res.stdout.rstrip().endswith("4 profile(s), 0 changed, 1 object(s) differ, 1 stale manifest(s)")
-    data = json.loads(run_exe("diff", *PROFILES, "--against", str(d), "--format", "json").stdout)
+    data = json.loads(run("diff", *PROFILES, "--against", str(d), "--format", "json").stdout)
     assert data["stale"] == [str(d / "old-run.yaml")]
     stale = next(r for r in data["results"] if not r["profile"])
     assert [o["status"] for o in stale["objects"]] == ["removed"]
@@ -126,14 +130,14 @@ def test_a_report_on_stdout_still_says_why_on_stderr(tmp_path: Path) -> None:
     """Issue 26 item 7: `diff --format markdown > drift.md` in CI: the failing job's log gets one
     line naming the drift; no drift, nothing on stderr."""
     same = tmp_path / "same"
-    assert run_exe("render", PROFILES[2], "-d", str(same)).returncode == 0
+    assert run("render", PROFILES[2], "-d", str(same)).exit_code == 0
     empty = tmp_path / "empty"
     empty.mkdir()
     for fmt in ("markdown", "json"):
-        res = run_exe("diff", PROFILES[2], "--against", str(same), "--format", fmt)
-        assert res.returncode == 0 and res.stderr == "", res.stderr
-        res = run_exe("diff", PROFILES[2], "--against", str(empty), "--format", fmt)
-        assert res.returncode == 1
+        res = run("diff", PROFILES[2], "--against", str(same), "--format", fmt)
+        assert res.exit_code == 0 and res.stderr == "", res.stderr
+        res = run("diff", PROFILES[2], "--against", str(empty), "--format", fmt)
+        assert res.exit_code == 1
         assert res.stderr.splitlines() == [
             f"drift: 1 profile(s), 1 changed, 1 object(s) differ: {PROFILES[2]}"
         ], res.stderr
@@ -143,12 +147,12 @@ def test_a_profiles_own_smoke_test_file_is_not_stale(tmp_path: Path) -> None:
     """Issue 26 item 9: `diff --against examples/multi-node` called that profile's own
     smoke.yaml stale."""
     folder = tmp_path / "committed"
-    assert run_exe("render", PROFILES[2], "-d", str(folder)).returncode == 0
+    assert run("render", PROFILES[2], "-d", str(folder)).exit_code == 0
     smoke = tmp_path / "smoke"
-    assert run_exe("render", "--smoke", PROFILES[2], "-d", str(smoke)).returncode == 0
+    assert run("render", "--smoke", PROFILES[2], "-d", str(smoke)).exit_code == 0
     (smoke / "llm-7b-fsdp-smoke.yaml").rename(folder / "smoke.yaml")
-    res = run_exe("diff", PROFILES[2], "--against", str(folder))
-    assert res.returncode == 0, res.stdout
+    res = run("diff", PROFILES[2], "--against", str(folder))
+    assert res.exit_code == 0, res.stdout
     assert "stale" not in res.stdout
     assert "smoke.yaml holds its smoke test (`render --smoke`): not compared" in res.stdout
 
