@@ -18,7 +18,7 @@ def test_ci_runs_thousands_of_examples_and_dev_a_small_default() -> None:
 def test_ci_run_selects_the_ci_profile_before_the_test_command() -> None:
     script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     chosen = script.index(f"export {HYPOTHESIS_PROFILE_VAR}=ci")
-    assert chosen < script.index('bash -c "$test_command"')
+    assert chosen < script.index('bash -c "$checks"')  # the lint, type and test steps
 
 
 def test_property_tests_leave_the_full_count_to_the_profile() -> None:
