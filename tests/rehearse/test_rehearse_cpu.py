@@ -100,18 +100,27 @@ def test_single_node_rehearses_on_cpu_and_every_check_passes(tmp_path: Path) -> 
     assert passed(r) >= PASS_IN_EVERY_LAYOUT
 
 
+ELASTIC_SETTINGS = PreflightSettings(
+    local_batch=8, grad_accum=2, global_batch=512, join_timeout_s=30, collective_timeout_s=60
+)
+
+
+def test_the_elastic_example_rehearses_on_cpu_one_process_a_pod(tmp_path: Path) -> None:
+    """CI's rehearsal of the elastic layout (issue 29): the example's four worker pods, no
+    Master, the c10d store on worker-0, one process each. Its eviction under the fault model
+    (test_rehearse_evict, 39 CPU s) and its two processes a pod (below) are `long`."""
+    r = rehearse(tmp_path, example_job("elastic"), settings=ELASTIC_SETTINGS, procs_per_pod=1)
+    assert r.ok, [(c.check, c.status, c.message) for c in r.checks]
+    assert r.world_size == 4 and [o.name for o in r.pods] == [f"worker-{i}" for i in range(4)]
+    assert passed(r) >= PASS_IN_EVERY_LAYOUT
+
+
 @pytest.mark.long
 def test_elastic_worker_only_job_starts_every_process_of_every_pod(tmp_path: Path) -> None:
     # No Master: the operator injects no PET_NPROC_PER_NODE, so only the launcher's own
     # --nproc-per-node makes torchrun start more than one process per pod.
     job = example_job("elastic")
-    r = rehearse(
-        tmp_path,
-        job,
-        settings=PreflightSettings(
-            local_batch=8, grad_accum=2, global_batch=512, join_timeout_s=30, collective_timeout_s=60
-        ),
-    )
+    r = rehearse(tmp_path, job, settings=ELASTIC_SETTINGS)
     assert r.ok, [(c.check, c.status, c.message) for c in r.checks]
     world = r.check("world-size")
     assert r.world_size == 8 and world is not None and "world of 8" in world.message

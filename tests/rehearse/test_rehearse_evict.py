@@ -88,6 +88,9 @@ def settings_for(pods: int) -> PreflightSettings:
     )
 
 
+# long (issue 29): 39 CPU s, the largest of CI's selection; CI rehearses the elastic layout
+# without a fault (test_rehearse_cpu) and a fault on the multi-node one (test_rehearse_shipped)
+@pytest.mark.long
 @pytest.mark.slow
 @pytest.mark.torch
 def test_an_evicted_elastic_pod_costs_no_restart_and_every_rank_resumes(tmp_path: Path) -> None:
