@@ -864,14 +864,18 @@ def test_the_denial_names_the_field_and_what_the_preset_allows(policy: Policy) -
     )
 
 
+# cel-python evaluates a job in ~3.2 CPU s: CI denies one tamper with it, `long` the other
+# (issue 29); cel-cpp denies every kind in CI (test_each_tamper_kind_is_denied_naming_the_field)
 @CEL_PYTHON
-def test_a_sample_of_tampers_is_denied_by_the_second_implementation_too(policy: Policy) -> None:
-    for kind in ("launcher-nproc", "staleness-annotation"):
-        example, change, _ = TAMPERS[kind]
-        job = change(example_job(example))
-        python = {k: ROLE.sub("Master", v) for k, v in policy.denials(job, python=True).items()}
-        cpp = {k: ROLE.sub("Master", v) for k, v in policy.denials(job).items()}
-        assert python == cpp and cpp, kind  # the same words; maps have no order: either role
+@pytest.mark.parametrize(
+    "kind", ["launcher-nproc", pytest.param("staleness-annotation", marks=pytest.mark.long)]
+)
+def test_a_sample_of_tampers_is_denied_by_the_second_implementation_too(policy: Policy, kind: str) -> None:
+    example, change, _ = TAMPERS[kind]
+    job = change(example_job(example))
+    python = {k: ROLE.sub("Master", v) for k, v in policy.denials(job, python=True).items()}
+    cpp = {k: ROLE.sub("Master", v) for k, v in policy.denials(job).items()}
+    assert python == cpp and cpp, kind  # the same words; maps have no order: either role
 
 
 def test_a_smoke_job_may_not_outlast_or_outrestart_the_preset(policy: Policy) -> None:
