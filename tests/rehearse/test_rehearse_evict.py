@@ -88,7 +88,7 @@ def settings_for(pods: int) -> PreflightSettings:
     )
 
 
-# long (issue 29): 39 CPU s, the largest of CI's selection; CI rehearses the elastic layout
+# long (issue 29): 39 CPU s, the largest test CI ran; CI rehearses the elastic layout
 # without a fault (test_rehearse_cpu) and a fault on the multi-node one (test_rehearse_shipped)
 @pytest.mark.long
 @pytest.mark.slow

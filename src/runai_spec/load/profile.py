@@ -22,7 +22,7 @@ from .profile_hints import YAML11_BOOLS, count_hint, dns_suggestion, fallback_hi
 from .reserved_fields import FREE_KEYS, reserved_findings
 from .yaml import literal_text, load_mapping_lines, read_text
 
-read_once(literal_text)
+read_once(literal_text)  # the validator of every text field below (model.read_once)
 
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
