@@ -20,9 +20,9 @@ from ..facts.kubeflow import (
     name_room,
 )
 from ..facts.kubeflow import SMOKE_SUFFIX as SMOKE_SUFFIX
-from ..facts.torchrun import LOG_DIR_FLAG, TEE_FLAG, split_flag
-from ..plan.launcher import RendezvousPlan, launcher_for
+from ..plan.launcher import LaunchSetup, RendezvousPlan, launcher_named
 from ..plan.plan import Plan
+from ..plan.volumes import CHECKPOINT
 from ..render import render_smoke
 from ..render.manifests import Manifest
 from .checklist import PreflightSettings, preflight_settings, preflight_source
@@ -46,7 +46,7 @@ CHECKPOINT_SUBDIR = ".runai-spec-preflight"
 METRICS_FILE = "/tmp/runai-spec-preflight/metrics.jsonl"
 # pods of one job may start minutes apart in a cluster (image pulls): wait for them longer
 MIN_JOIN_TIMEOUT_S = 600.0
-RANK_LOG_FLAGS = (LOG_DIR_FLAG, TEE_FLAG)  # the job's per-rank logs: the smoke test's too
+PREFLIGHT = f"{SMOKE_MOUNT}/preflight.py"  # the smoke job's entry point, from its ConfigMap
 
 
 @dataclass(frozen=True)
@@ -118,12 +118,11 @@ def smoke_plan(
     ckpt = settings.checkpoint_dir
     # an elastic job may be started with minReplicas pods (KAI gangs the minimum): that
     # world passes too, as in the rehearsal
-    elastic = plan.elastic
     args = settings.args(
         world_size=plan.world_size,
         checkpoint_dir=f"{ckpt}/{CHECKPOINT_SUBDIR}" if ckpt else None,
         metrics_file=METRICS_FILE,
-        min_world_size=None if elastic is None else elastic.min_pods * plan.procs_per_pod,
+        min_world_size=plan.min_world_size,
     )
     # its own rendezvous id, as for any job of that name (plan.rendezvous_plan), and no
     # torchrun restarts: a smoke test runs every rank once. An elastic job's restarts are
@@ -137,9 +136,9 @@ def smoke_plan(
         run_policy=tuple(run_policy.items()),
         restart_policy="Never",
         rendezvous=rendezvous,
-        elastic=None if elastic is None else elastic._replace(max_restarts=0),
+        elastic=None if plan.elastic is None else plan.elastic._replace(max_restarts=0),
         launcher=smoke_launcher(plan, rendezvous),
-        entrypoint=(f"{SMOKE_MOUNT}/preflight.py", *args),
+        entrypoint=(PREFLIGHT, *args),
     )
     # the job's labels carry runai-spec's managed-by label: submit and delete treat the
     # ConfigMap as runai-spec's own, like the job
@@ -154,15 +153,20 @@ def smoke_plan(
 
 
 def smoke_launcher(plan: Plan, rendezvous: RendezvousPlan | None) -> tuple[str, ...]:
-    """The smoke job's launcher, built as the planner builds the job's (plan/launcher.py): the
-    layout's launcher with the smoke test's RENDEZVOUS, then the job's per-rank log flags.
-    Never torchrun's --no-python, and `python -u` on one GPU: preflight.py is a Python
-    script whatever the job's entry point."""
-    head = launcher_for(
-        plan.layout, plan.procs_per_pod, elastic=plan.elastic is not None, rendezvous=rendezvous
+    """The smoke job's launcher, built by the job's own launcher (plan.launcher_name) as the
+    planner builds the job's: the smoke test's RENDEZVOUS, the job's per-rank logs on its
+    checkpoint volume. Never torchrun's --no-python, and `python -u` on one GPU: preflight.py
+    is a Python script whatever the job's entry point."""
+    setup = LaunchSetup(
+        plan.layout,
+        plan.procs_per_pod,
+        plan.elastic is not None,
+        rendezvous,
+        (PREFLIGHT,),
+        plan.mount_of(CHECKPOINT) or "",
+        plan.termination_grace_period_seconds,
     )
-    logs = tuple(arg for arg in plan.launcher if split_flag(arg)[0] in RANK_LOG_FLAGS)
-    return head + logs
+    return launcher_named(plan.launcher_name).argv(setup)
 
 
 def smoke_workload(workload: Workload, *, deadline_s: int = DEFAULT_DEADLINE_S) -> list[Manifest]:

@@ -1,18 +1,11 @@
 """The pytorch container's env, secret and downward-API variables, and its resource limits."""
 
-from ..facts.kubeflow import GPU_RESOURCE, POD_NAME_ENV, RDZV_BACKEND, kubelet_literal
-from ..facts.torchrun import (
-    DISABLE_SHARED_STORE,
-    NCCL_DEBUG,
-    NCCL_DEBUG_FILE,
-    RANK_PREFIX,
-    RANK_PREFIX_ENV,
-    SHUTDOWN_TIMEOUT_ENV,
-)
+from ..facts.kubeflow import GPU_RESOURCE, POD_NAME_ENV, kubelet_literal
+from ..facts.torchrun import NCCL_DEBUG, NCCL_DEBUG_FILE
 from ..load.presets import Preset
 from ..load.profile import Profile
 from ..records import Record
-from .launcher import RendezvousPlan
+from .launcher import Launcher, LaunchSetup
 from .origins import Entry, Origin, Sources, derived, same
 
 
@@ -25,55 +18,20 @@ class ContainerEnv(Record):
     diagnostics: tuple[str, ...]
 
 
-def _launcher_env(
-    preset: Preset,
-    launcher: tuple[str, ...],
-    logs: str | None,
-    rendezvous: RendezvousPlan | None,
-    src: Sources,
-) -> dict[str, Entry]:
-    """The variables the layout, the rendezvous and torchrun need, after the profile's."""
-    env: dict[str, Entry] = {}
-    if preset.layout == "single-gpu":
-        # Scripts written for torchrun read LOCAL_RANK; nothing else sets it for bare python.
-        env["LOCAL_RANK"] = same(derived("single GPU: bare python sets no LOCAL_RANK"), "LOCAL_RANK", "0")
-    for key, value in preset.network.env.items():
-        env[key] = same(src.preset(f"network.env.{key}"), key, value)
-    if rendezvous is not None and rendezvous.backend == RDZV_BACKEND:
-        key, value = DISABLE_SHARED_STORE
-        env[key] = same(
-            derived(
-                "c10d: a pod restarted in place must be able to rejoin "
-                "(torch's shared rendezvous store deadlocks it)"
-            ),
-            key,
-            value,
-        )
-    if launcher[:1] == ("torchrun",):
-        # torchrun (PID 1) gives its ranks this long from SIGTERM to SIGKILL (torch >= 2.12;
-        # launcher.SHUTDOWN_TIMEOUT_ENV): the pod's whole grace period, not torch's 30 s
-        grace_origin = src.preset("termination_grace_period_seconds")
-        env[SHUTDOWN_TIMEOUT_ENV] = (
-            SHUTDOWN_TIMEOUT_ENV,
-            str(preset.termination_grace_period_seconds),
-            derived("torchrun's SIGTERM-to-SIGKILL window for its ranks (torch >= 2.12)"),
-            grace_origin,
-        )
-    if logs is not None:
-        env[RANK_PREFIX_ENV] = same(
-            derived("each pod log line names its global rank (`logs --out` splits them)"),
-            RANK_PREFIX_ENV,
-            RANK_PREFIX,
-        )
-    return env
+def _launcher_env(preset: Preset, launcher: Launcher, setup: LaunchSetup, src: Sources) -> dict[str, Entry]:
+    """The variables the preset's network and the launcher need, after the profile's."""
+    env = {
+        key: same(src.preset(f"network.env.{key}"), key, value) for key, value in preset.network.env.items()
+    }
+    return env | launcher.env(setup, src)
 
 
 def plan_env(
     profile: Profile,
     preset: Preset,
-    launcher: tuple[str, ...],
+    launcher: Launcher,
+    setup: LaunchSetup,
     logs: str | None,
-    rendezvous: RendezvousPlan | None,
     src: Sources,
     o: dict[str, Origin],
 ) -> ContainerEnv:
@@ -83,7 +41,7 @@ def plan_env(
         key: same(src.profile(f"env.{key}"), key, kubelet_literal(value))
         for key, value in profile.env_strings().items()
     }
-    env |= _launcher_env(preset, launcher, logs, rendezvous, src)
+    env |= _launcher_env(preset, launcher, setup, src)
     field_env: list[tuple[str, str]] = []
     if logs is not None:
         field_env.append(POD_NAME_ENV)

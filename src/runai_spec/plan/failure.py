@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from ..facts.kai import STALENESS_GRACE_DEFAULT_S
 from ..facts.kubeflow import MASTER, RDZV_BACKEND, WORKER, pod_name, short_pod_name
 from ..facts.operator import BACKOFF_BASE_S, BACKOFF_CAP_S
-from ..facts.torchrun import SHUTDOWN_DEFAULT_S, SHUTDOWN_TIMEOUT_ENV, shutdown_window
+from ..facts.torchrun import SHUTDOWN_DEFAULT_S, SHUTDOWN_TIMEOUT_ENV
+from .launcher import launcher_named
 from .plan import Plan
 
 
@@ -85,7 +86,7 @@ def tolerance(
 def _max_restarts(plan: Plan) -> int | None:
     """torchrun's maxRestarts of a multi-node c10d job (None: no rendezvous across pods)."""
     r = plan.rendezvous
-    if r is None or r.backend != RDZV_BACKEND:
+    if r is None or r.backend != RDZV_BACKEND or not launcher_named(plan.launcher_name).restarts_ranks:
         return None
     if r.max_restarts is not None:
         return r.max_restarts
@@ -138,13 +139,14 @@ def sigterm_window(plan: Plan) -> str:
     which the render sets to the grace period and torch reads from 2.12 only
     (launcher.shutdown_window)."""
     grace = plan.termination_grace_period_seconds
-    if plan.launcher[:1] != ("torchrun",):
+    launcher = launcher_named(plan.launcher_name)
+    if not launcher.forwards_sigterm:
         return (
             f"the script, PID 1 of its container, has {grace} s, then SIGKILL; PID 1 has no "
             "default action for SIGTERM, so a script without a handler keeps running, and "
             "holds its GPU, until that SIGKILL"
         )
-    window = shutdown_window(plan.torch_version, grace)
+    window = launcher.shutdown_window(plan.torch_version, grace)
     old = min(SHUTDOWN_DEFAULT_S, grace)
     if window is None:
         return (
@@ -169,9 +171,10 @@ def save_time(plan: Plan) -> str:
     """sigterm_window in a few words: `300 s`, `30 s (torch 2.11)`, `300 s on torch >= 2.12,
     30 s before`."""
     grace = plan.termination_grace_period_seconds
-    if plan.launcher[:1] != ("torchrun",):
+    launcher = launcher_named(plan.launcher_name)
+    if not launcher.forwards_sigterm:
         return f"{grace} s (if the script handles SIGTERM)"
-    window = shutdown_window(plan.torch_version, grace)
+    window = launcher.shutdown_window(plan.torch_version, grace)
     if window is None:
         return f"{grace} s on torch >= 2.12, {min(SHUTDOWN_DEFAULT_S, grace)} s before"
     return f"{window} s" + ("" if window == grace else f" (torch {plan.torch_version})")

@@ -10,7 +10,15 @@ from ..load.registry import ApprovedPreset
 from ..load.site import Site
 from ..records import Record
 from .container import plan_env, plan_limits
-from .launcher import RendezvousPlan, plan_launcher, rendezvous_plan
+from .launcher import (
+    PYTORCHJOB,
+    RendezvousPlan,
+    WorkloadKind,
+    choose_launcher,
+    launch_setup,
+    launcher_named,
+    plan_launcher,
+)
 from .metadata import (
     namespace_for,
     plan_annotations,
@@ -21,7 +29,7 @@ from .metadata import (
 )
 from .origins import Origin, Sources, pairs
 from .topology import ElasticPlan, Replica, plan_topology
-from .volumes import Volume, plan_volumes
+from .volumes import Volume, mount_of, plan_volumes
 
 Pairs = tuple[tuple[str, str], ...]
 
@@ -70,6 +78,10 @@ class Plan(Record):
     rendezvous: RendezvousPlan | None = None
     # profile torch_version: the image's torch, which decides torchrun's shutdown window
     torch_version: str | None = None
+    # the launcher's name in the registry (plan.launcher: launcher_named), which made `launcher`
+    launcher_name: str = "torchrun"
+    # the Kubernetes object the launcher's job is (its template, apiVersion, kind, roles)
+    workload: WorkloadKind = PYTORCHJOB
     # Where each leaf came from, by its path in the plan (`env[3][1]`, `volumes[0].claim`),
     # recorded by plan_workload() as it derives the value; `render --explain` reads it.
     origins: Mapping[str, Origin] = MappingProxyType({})
@@ -87,6 +99,15 @@ class Plan(Record):
     def world_size(self) -> int:
         """Processes in the job at its planned size (an elastic job's nodes)."""
         return self.pods * self.procs_per_pod
+
+    @property
+    def min_world_size(self) -> int | None:
+        """Processes in an elastic job at its fewest pods (None: not elastic)."""
+        return None if self.elastic is None else self.elastic.min_pods * self.procs_per_pod
+
+    def mount_of(self, role: str) -> str | None:
+        """Where the container mounts the volume of ROLE (volumes.CHECKPOINT, DATA, SHM)."""
+        return mount_of(self.volumes, role)
 
     @property
     def requests(self) -> tuple[tuple[str, str | int], ...]:
@@ -163,16 +184,25 @@ def _own_origins(loaded: LoadedProfile, site: Site, src: Sources) -> dict[str, O
 
 
 def plan_workload(
-    loaded: LoadedProfile, approved: ApprovedPreset, site: Site, *, site_sha256: str = ""
+    loaded: LoadedProfile,
+    approved: ApprovedPreset,
+    site: Site,
+    *,
+    site_sha256: str = "",
+    launcher_name: str | None = None,
 ) -> Plan:
-    """Derive the topology and every value the manifests carry, and where each came from."""
+    """Derive the topology and every value the manifests carry, and where each came from.
+    LAUNCHER_NAME: a registered launcher to use instead of the layout's (choose_launcher)."""
     profile, preset = loaded.profile, approved.preset
     src = Sources(loaded, approved, site)
     o = _own_origins(loaded, site, src)
-    elastic, replicas = plan_topology(preset, src, o)
-    rendezvous = rendezvous_plan(preset, profile.name)
-    launcher, logs = plan_launcher(profile, preset, elastic is not None, rendezvous, src, o)
-    env = plan_env(profile, preset, launcher, logs, rendezvous, src, o)
+    name = choose_launcher(preset.layout, launcher_name)
+    launcher = launcher_named(name)
+    elastic, replicas = plan_topology(preset, launcher.workload.roles, src, o)
+    rendezvous = launcher.rendezvous(preset, profile.name)
+    setup = launch_setup(profile, preset, rendezvous)
+    argv, logs = plan_launcher(launcher, setup, src, o)
+    env = plan_env(profile, preset, launcher, setup, logs, src, o)
     limits = plan_limits(preset, src, o)
     volumes = plan_volumes(profile, preset, site, src, o)
     annotations = plan_annotations(loaded, approved, site_sha256, env.diagnostics, src)
@@ -186,7 +216,7 @@ def plan_workload(
         procs_per_pod=preset.gpus_per_pod,
         elastic=elastic,
         replicas=replicas,
-        launcher=launcher,
+        launcher=argv,
         entrypoint=tuple(profile.command),
         env=pairs(o, "env", env.env),
         image=profile.image,
@@ -210,5 +240,7 @@ def plan_workload(
         termination_grace_period_seconds=preset.termination_grace_period_seconds,
         rendezvous=rendezvous,
         torch_version=profile.torch_version,
+        launcher_name=name,
+        workload=launcher.workload,
         origins=o,
     )

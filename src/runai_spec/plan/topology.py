@@ -1,6 +1,5 @@
 """The job's replicas and elastic bounds: how many pods of which replica type."""
 
-from ..facts.kubeflow import MASTER, WORKER
 from ..load.presets import Preset
 from ..records import Record
 from .origins import Origin, Sources, derived
@@ -9,7 +8,7 @@ from .origins import Origin, Sources, derived
 class Replica(Record):
     """One replica type of the PyTorchJob."""
 
-    role: str  # kubeflow.MASTER or kubeflow.WORKER
+    role: str  # one of the workload kind's roles (kubeflow.MASTER or kubeflow.WORKER)
     replicas: int
 
 
@@ -22,9 +21,11 @@ class ElasticPlan(Record):
 
 
 def plan_topology(
-    preset: Preset, src: Sources, o: dict[str, Origin]
+    preset: Preset, roles: tuple[str, ...], src: Sources, o: dict[str, Origin]
 ) -> tuple[ElasticPlan | None, tuple[Replica, ...]]:
-    """The preset's elastic bounds and replicas; their origins into `o`."""
+    """The preset's elastic bounds and replicas of ROLES (the workload kind's: the lead's,
+    then the workers'); their origins into `o`."""
+    master, worker = roles
     elastic = None
     if preset.elastic is not None:
         elastic = ElasticPlan(preset.elastic.min, preset.elastic.max, preset.elastic.max_restarts)
@@ -33,13 +34,13 @@ def plan_topology(
             "elastic.max_pods": src.preset("elastic.max"),
             "elastic.max_restarts": src.preset("elastic.max_restarts"),
         }
-        replicas: tuple[Replica, ...] = (Replica(WORKER, preset.nodes),)
+        replicas: tuple[Replica, ...] = (Replica(worker, preset.nodes),)
         counts = [src.preset("nodes")]
     elif preset.nodes == 1:
-        replicas = (Replica(MASTER, 1),)
+        replicas = (Replica(master, 1),)
         counts = [derived("exactly one Master")]
     else:
-        replicas = (Replica(MASTER, 1), Replica(WORKER, preset.nodes - 1))
+        replicas = (Replica(master, 1), Replica(worker, preset.nodes - 1))
         counts = [derived("exactly one Master"), derived(f"preset nodes ({preset.nodes}) - 1 Master")]
     for i, count in enumerate(counts):
         o[f"replicas[{i}].role"] = derived(

@@ -24,6 +24,8 @@ from .manifests import Manifest, encode, encode_pairs, parse_rendered, quote, sc
 if TYPE_CHECKING:  # jinja2 is imported where Jinja itself compiles or renders (not render's normal path)
     import jinja2
 
+# The manifest families render supports, each with its default workload kind's template; a
+# plan's own template is its workload kind's (plan.workload.template, chosen by its launcher).
 TEMPLATES = {"kubeflow": "pytorchjob.json.j2"}
 CONFIGMAP_TEMPLATE = "configmap.json.j2"
 
@@ -230,7 +232,7 @@ def _render(name: str, **context: Any) -> str:
 
 def render_text(plan: Plan, family: str = "kubeflow", *, smoke: Any = None) -> str:
     """The template's raw output for a plan (with `smoke`, a SmokePlan: its smoke test's job)."""
-    return _render(_family_template(family), plan=plan, smoke=smoke)
+    return _render(_plan_template(plan, family), plan=plan, smoke=smoke)
 
 
 def _failing_line(name: str, context: dict[str, Any]) -> int | None:
@@ -319,16 +321,16 @@ def _rendered(name: str, **context: Any) -> tuple[str, dict[str, Any], str]:
     return name, context, _render(name, **context)
 
 
-def _family_template(family: str) -> str:
-    try:
-        return TEMPLATES[family]
-    except KeyError:
-        raise InternalError(f"no template for manifest family {family!r}") from None
+def _plan_template(plan: Plan, family: str) -> str:
+    """The template of PLAN's workload kind, in a manifest family render supports."""
+    if family not in TEMPLATES:
+        raise InternalError(f"no template for manifest family {family!r}")
+    return plan.workload.template
 
 
 def render_plan(plan: Plan, family: str = "kubeflow") -> list[Manifest]:
     """Render, re-parse strictly and check the operator's rules."""
-    return _checked([_rendered(_family_template(family), plan=plan, smoke=None)], plan.name)
+    return _checked([_rendered(_plan_template(plan, family), plan=plan, smoke=None)], plan.name)
 
 
 def render_smoke(smoke: Any, family: str = "kubeflow") -> list[Manifest]:
@@ -336,6 +338,6 @@ def render_smoke(smoke: Any, family: str = "kubeflow") -> list[Manifest]:
     strict re-parse and operator checks as the real job."""
     rendered = [
         _rendered(CONFIGMAP_TEMPLATE, config_map=smoke.config_map),
-        _rendered(_family_template(family), plan=smoke.job, smoke=smoke),
+        _rendered(_plan_template(smoke.job, family), plan=smoke.job, smoke=smoke),
     ]
     return _checked(rendered, smoke.job.name)
