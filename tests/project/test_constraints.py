@@ -30,9 +30,9 @@ TEST_COMMAND = re.compile(r"<!-- test-command -->\n```sh\n(.*?)\n```", re.S)
 
 
 def constraints_text(frozen: str) -> str:
-    """`pip freeze --exclude-editable`'s output as constraints.txt: a local version label dropped
-    (torch's `+cpu`: the same release from a local wheel or from the index satisfies the pin),
-    sorted by name, under HEADER."""
+    """`pip freeze --all --exclude-editable --exclude pip`'s output as constraints.txt: a local
+    version label dropped (torch's `+cpu`: the same release from a local wheel or from the index
+    satisfies the pin), sorted by name, under HEADER."""
     pins = []
     for line in frozen.splitlines():
         if not line.strip() or line.startswith("#"):
@@ -128,7 +128,8 @@ def test_the_refresh_writes_the_freeze_sorted_without_local_labels() -> None:
 
 def main() -> None:
     frozen = subprocess.run(
-        [sys.executable, "-m", "pip", "freeze", "--exclude-editable"],
+        # --all: setuptools too (torch requires it); pip itself is .ci/run's to upgrade
+        [sys.executable, "-m", "pip", "freeze", "--all", "--exclude-editable", "--exclude", "pip"],
         check=True,
         capture_output=True,
         text=True,
