@@ -16,15 +16,29 @@ from ..facts.torchrun import (
     without_launcher,
 )
 from ..findings import Finding
+from ..plan.launcher import registered_launchers
 from .rules import Context, finding, rule
 
-LAUNCHERS = {"python", "python3", "torchrun", "accelerate", "deepspeed", "mpirun", "srun", "bash", "sh"}
-
-
-LAUNCHER_FLAGS = re.compile(
-    r"^--(nproc[-_]per[-_]node|nnodes|node[-_]rank|master[-_]addr|"
-    r"master[-_]port|rdzv[-_].*|standalone)(=|$)"
+# Launchers runai-spec does not render (yet), refused as a command's first word like the ones
+# it does (each registered launcher's `programs`) and the shells.
+OTHER_LAUNCHERS = ("accelerate", "deepspeed", "mpirun", "srun")
+LAUNCHERS = frozenset(
+    {*(p for launcher in registered_launchers() for p in launcher.programs), *OTHER_LAUNCHERS, *SHELLS}
 )
+# Each registered launcher's topology flags, `--x` or `--x=v`: the preset decides them. One
+# pattern, which the admission policy renders too.
+_RESERVED = {
+    launcher.name: launcher.reserved_flags for launcher in registered_launchers() if launcher.reserved_flags
+}
+_ANY = "|".join(_RESERVED.values())
+LAUNCHER_FLAGS = re.compile(f"^{_ANY if len(_RESERVED) == 1 else f'(?:{_ANY})'}(=|$)")
+
+
+def launcher_flag(arg: str) -> str | None:
+    """The name of the registered launcher whose topology flag ARG is, else None."""
+    if not LAUNCHER_FLAGS.match(arg):
+        return None
+    return next(name for name, flags in _RESERVED.items() if re.match(f"^(?:{flags})(=|$)", arg))
 
 
 @rule("launcher", "error", "The tool adds the launcher; the command is the entry point only")
@@ -96,12 +110,12 @@ def check_launcher(ctx: Context) -> Iterator[Finding]:
     else:
         yield from _entry_point_findings(ctx, command, kind)
     for index, arg in enumerate(command[1:], start=1):
-        if LAUNCHER_FLAGS.match(arg):
+        if (owner := launcher_flag(arg)) is not None:
             yield finding(
                 ctx,
                 "launcher",
                 f"command[{index}]",
-                f"{arg!r} is a torchrun flag; the preset decides the topology",
+                f"{arg!r} is a {owner} flag; the preset decides the topology",
                 "remove it",
             )
 
