@@ -1,4 +1,4 @@
-"""docs/rules.md is generated from the code and stays in step with it."""
+"""docs/rules.md is generated from the one rule registry and stays in step with it."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from typer.testing import CliRunner
 
 from conftest import ROOT
 from runai_spec.check.catalogue import RULES
+from runai_spec.check.rules import REGISTRY, declared
 from runai_spec.cli import app
-from runai_spec.outputs.report import rules_markdown
+from runai_spec.outputs.report import catalogue, rules_markdown
 
 runner = CliRunner()
 ISSUE_RULES = {
@@ -40,18 +41,33 @@ def test_docs_rules_md_matches_the_code() -> None:
     )
 
 
-def test_every_rule_has_a_section_summary_and_docstring() -> None:
+def test_every_registered_rule_has_a_section_summary_and_details() -> None:
     text = rules_markdown()
-    for rule in RULES.values():
+    listed = [r.id for r in catalogue()]
+    assert sorted(listed) == sorted(REGISTRY), "a registered rule is missing from `rules` and docs/rules.md"
+    for rule in REGISTRY.values():
         assert f"\n## {rule.id}\n" in text
-        assert rule.summary and rule.check.__doc__, rule.id
+        assert rule.summary and rule.doc, rule.id
 
 
 def test_catalogue_covers_the_issue_rule_ids() -> None:
     assert set(RULES) >= ISSUE_RULES
 
 
-def test_rules_command_lists_every_rule_as_json() -> None:
+def test_rules_command_lists_every_rule_as_json_the_live_checks_marked_live() -> None:
     result = runner.invoke(app, ["rules", "--format", "json"])
     assert result.exit_code == 0
-    assert [r["id"] for r in json.loads(result.stdout)] == list(RULES)
+    listed = json.loads(result.stdout)
+    assert [r["id"] for r in listed] == [r.id for r in catalogue()]
+    live = {r["id"] for r in listed if r["live"]}
+    assert live == {r.id for r in declared("live")}
+    assert {"live-pvc", "live-forbidden", "live-crd-schema"} <= live
+    assert not live & set(RULES)
+    assert {r["runs"] for r in listed if r["live"]} == {"validate --live, submit"}
+
+
+def test_rules_text_marks_the_live_checks() -> None:
+    result = runner.invoke(app, ["rules"])
+    lines = {ln.split()[0]: ln for ln in result.stdout.splitlines()}
+    assert "[live] " in lines["live-queue"] and "error/warning" in lines["live-queue"]
+    assert "[live]" not in lines["image-digest"]

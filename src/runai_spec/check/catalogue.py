@@ -27,73 +27,46 @@ from .training import (
     check_strategy,
 )
 
-# The catalogue's order: `runai-spec rules`, docs/rules.md and every report's findings follow
-# it (tests/check/test_rules_catalogue.py keeps it complete).
-CHECKS: tuple[RuleFn, ...] = (
-    check_reserved,
-    check_nccl_transport,
-    check_nccl_debug,
-    check_operator_env,
-    check_image_digest,
-    check_registry,
-    check_global_batch,
-    check_strategy,
-    check_name_length,
-    check_smoke_name,
-    check_checkpoint,
-    check_data_sources,
-    check_mount_paths,
-    check_launcher,
-    check_nproc,
-    check_preemptible_resume,
-    check_sigterm_one_gpu,
-    check_shutdown_window,
-    check_rank0_metrics,
-    check_replica_fits,
-    check_deepspeed_autotune,
-    check_preset_expiry,
-    check_secret_env,
-    check_preset_granted,
+# The catalogue's order (`runai-spec rules`, docs/rules.md and every report's findings follow
+# it), and the profile's top-level fields each rule reads beyond its findings' own fields: when
+# one of them did not parse, the rule's findings are left out rather than guessed (issue 16 #4).
+# Each rule's id is its decorator's alone (tests/check/test_rules_catalogue.py keeps this
+# complete: a registered site rule missing here fails it).
+CATALOGUE: tuple[tuple[RuleFn, tuple[str, ...]], ...] = (
+    (check_reserved, ()),
+    (check_nccl_transport, ("env", "secret_env")),
+    (check_nccl_debug, ("env", "secret_env", "diagnostics")),
+    (check_operator_env, ("env", "secret_env")),
+    (check_image_digest, ("image",)),
+    (check_registry, ("image",)),
+    (check_global_batch, ("batch",)),
+    (check_strategy, ("strategy", "zero_stage")),
+    (check_name_length, ("name", "project")),
+    (check_smoke_name, ("name",)),
+    (check_checkpoint, ("checkpoint",)),
+    (check_data_sources, ("checkpoint", "data")),
+    (check_mount_paths, ("checkpoint", "data", "working_dir")),
+    (check_launcher, ("command",)),
+    (check_nproc, ()),
+    (check_preemptible_resume, ("checkpoint",)),
+    (check_sigterm_one_gpu, ("checkpoint",)),
+    (check_shutdown_window, ("checkpoint", "torch_version")),
+    (check_rank0_metrics, ("metrics",)),
+    (check_replica_fits, ("model", "strategy", "zero_stage")),
+    (check_deepspeed_autotune, ("command", "env")),
+    (check_preset_expiry, ()),
+    (check_secret_env, ("env", "secret_env", "command")),
+    (check_preset_granted, ("project",)),
 )
-RULES: dict[str, Rule] = {
-    entry.id: entry for check in CHECKS for entry in REGISTRY.values() if entry.check is check
-}
-
-
-# The profile's top-level fields each rule reads (beyond its findings' own fields): when one
-# of them did not parse, the rule's findings are left out rather than guessed (issue 16 #4).
-# A rule missing here is left out whenever any field did not parse; tests keep this complete.
-READS: dict[str, tuple[str, ...]] = {
-    "reserved-field": (),
-    "nproc-gpus": (),
-    "preset-expired": (),
-    "nccl-transport-env": ("env", "secret_env"),
-    "reserved-env": ("env", "secret_env"),
-    "nccl-debug-temporary": ("env", "secret_env", "diagnostics"),
-    "image-digest": ("image",),
-    "registry": ("image",),
-    "global-batch": ("batch",),
-    "strategy-allowed": ("strategy", "zero_stage"),
-    "name-length": ("name", "project"),
-    "checkpoint-on-pvc": ("checkpoint",),
-    "data-source": ("checkpoint", "data"),
-    "launcher": ("command",),
-    "preemptible-needs-resume": ("checkpoint",),
-    "rank0-metrics": ("metrics",),
-    "sigterm-one-gpu": ("checkpoint",),
-    "shutdown-window": ("checkpoint", "torch_version"),
-    "ddp-replica-fits": ("model", "strategy", "zero_stage"),
-    "deepspeed-autotune": ("command", "env"),
-    "secret-env": ("env", "secret_env", "command"),
-    "preset-not-granted": ("project",),
-    "smoke-name": ("name",),
-    "mount-path": ("checkpoint", "data", "working_dir"),
-}
+CHECKS: tuple[RuleFn, ...] = tuple(check for check, _ in CATALOGUE)
+_BY_CHECK = {entry.check: entry for entry in REGISTRY.values() if entry.kind == "site"}
+RULES: dict[str, Rule] = {_BY_CHECK[check].id: _BY_CHECK[check] for check in CHECKS}
+READS: dict[str, tuple[str, ...]] = {_BY_CHECK[check].id: reads for check, reads in CATALOGUE}
 
 
 def check_all(ctx: Context) -> list[Finding]:
     """Every rule's findings, in rule order; never stops at the first."""
     findings: list[Finding] = []
-    for entry in RULES.values():
-        findings.extend(entry.check(ctx))
+    for check in CHECKS:
+        findings.extend(check(ctx))
     return findings

@@ -11,10 +11,20 @@ from ..facts.kubeflow import CRD_NAME
 from ..findings import Finding
 from ..load.yaml import parse_documents, read_text
 from ..render.manifests import Manifest
+from .rules import declare
 
 CRD_MAX_BYTES = 8 * 1024 * 1024
 CRD_FETCH = f"kubectl get crd {CRD_NAME} -o yaml > crd.yaml"
 CRD_HINT = f"pass the cluster's own CRD: {CRD_FETCH}"
+CRD_SCHEMA = declare(
+    "crd-schema",
+    "error",
+    "With `--crd FILE`, the render passes the cluster's own PyTorchJob schema",
+    "`validate --crd FILE` checks every rendered PyTorchJob against the schema of the cluster's "
+    f"own CustomResourceDefinition (`{CRD_FETCH}`): a field the cluster's operator does not know, "
+    "or a version it does not serve, is a finding naming the field.",
+    kind="crd",
+)
 
 
 def load_crd_schemas(path: Path) -> dict[str, dict[str, Any]]:
@@ -109,7 +119,7 @@ def crd_findings(
         if schema is None:
             findings.append(
                 Finding(
-                    "crd-schema",
+                    CRD_SCHEMA,
                     Location(source, None, "apiVersion"),
                     f"the cluster's CRD does not serve version {version!r}",
                     "ask the AI Engineers which operator version runs",
@@ -135,7 +145,7 @@ def crd_findings(
             path = ".".join(str(p) for p in error.absolute_path) or "<root>"
             findings.append(
                 Finding(
-                    "crd-schema",
+                    CRD_SCHEMA,
                     Location(source, None, path),
                     error.message,
                     "the cluster's CRD refuses this object",

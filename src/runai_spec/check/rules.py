@@ -1,7 +1,8 @@
-"""The site rules' shared parts: what a rule sees (Context), its registration, its findings."""
+"""The one rule registry (site, `--crd` and live rules): what a site rule sees, its findings."""
 
 import datetime as dt
 from collections.abc import Callable, Iterable
+from typing import Literal
 
 from ..errors import Location
 from ..findings import Finding, Severity
@@ -29,32 +30,80 @@ class Context(Record):
 
 RuleFn = Callable[[Context], Iterable[Finding]]
 
+# Where a rule's findings are made: `validate` itself (a site rule of the catalogue),
+# `validate --crd FILE`, or the live checks (`validate --live`, `submit`) of cluster/checks.py,
+# which only cluster/ may run (it imports kubernetes): its rules are registered here all the same,
+# so that `rules`, docs/rules.md and the tests read one registry.
+RuleKind = Literal["site", "crd", "live"]
+
 
 class Rule(Record):
-    """A named site rule (its docstring feeds docs/rules.md)."""
+    """A named rule: a site rule's docstring, or a declared rule's details, feed docs/rules.md."""
 
     id: str
     severity: Severity
     summary: str
-    check: RuleFn
+    check: RuleFn | None  # None: the findings are made elsewhere (kind says where)
     milder: tuple[Severity, ...] = ()  # what it reports for a milder case (`rules` lists them)
+    kind: RuleKind = "site"
+    details: str = ""  # a declared rule's; a site rule's is its check's docstring
 
     @property
     def severities(self) -> tuple[Severity, ...]:
         return (self.severity, *self.milder)
 
+    @property
+    def live(self) -> bool:
+        return self.kind == "live"
 
-REGISTRY: dict[str, Rule] = {}  # every rule, as its module defines it (catalogue.RULES: in order)
+    @property
+    def doc(self) -> str:
+        import inspect  # only `rules` reads the details
+
+        return inspect.cleandoc(self.details or (self.check.__doc__ if self.check else "") or "")
+
+
+# Every rule, as its module registers it: the site rules (catalogue.RULES: in order), then the
+# declared ones in their modules' import order (the live ones: cluster/checks.py, when imported).
+REGISTRY: dict[str, Rule] = {}
+
+
+def _register(entry: Rule) -> None:
+    if entry.id in REGISTRY:  # one id, one rule: a second spelling is a bug
+        raise ValueError(f"rule {entry.id} is registered twice")
+    REGISTRY[entry.id] = entry
 
 
 def rule(
     rule_id: str, severity: Severity, summary: str, *, milder: tuple[Severity, ...] = ()
 ) -> Callable[[RuleFn], RuleFn]:
+    """A site rule: the decorated check runs on every profile `validate` checks."""
+
     def register(fn: RuleFn) -> RuleFn:
-        REGISTRY[rule_id] = Rule(rule_id, severity, summary, fn, milder)
+        _register(Rule(rule_id, severity, summary, fn, milder))
         return fn
 
     return register
+
+
+def declare(
+    rule_id: str,
+    severity: Severity,
+    summary: str,
+    details: str,
+    *,
+    kind: RuleKind,
+    milder: tuple[Severity, ...] = (),
+) -> str:
+    """A rule whose findings another step makes (kind): registered, and its id returned, so that
+    the module that makes them spells it once, as a constant."""
+    _register(Rule(rule_id, severity, summary, None, milder, kind, " ".join(details.split())))
+    return rule_id
+
+
+def declared(kind: RuleKind) -> tuple[Rule, ...]:
+    """The registered rules of KIND, in registration order."""
+    return tuple(r for r in REGISTRY.values() if r.kind == kind)
 
 
 def finding(

@@ -104,17 +104,19 @@ def validate_checks(
 
     if not live:
         return check_profiles(profiles, crd)
-    from .. import cluster
-    from ..cluster.checks import live_findings
-    from .cluster import cluster_target
+    from ..cluster.backend import open_backend
+    from .cluster import connection
 
-    with cluster.Session(cluster_target(kubeconfig, context, False, request_timeout)) as s:
-        return check_profiles(profiles, crd, lambda w: live_findings(s, w))
+    # the live checks read the cluster with the kubeconfig: the Kubernetes back-end's hook
+    with open_backend("kubernetes", connection(None, kubeconfig, context, False, request_timeout)) as b:
+        b.connect()  # a wrong kubeconfig fails before the first profile is read
+        return check_profiles(profiles, crd, b.live_checks)
 
 
 @app.command()
 def rules(fmt: FormatOpt = Format.text) -> None:
-    """List the site rules (`--format markdown` writes docs/rules.md)."""
+    """List every rule: the site rules, `--crd`'s and the live checks, marked live
+    (`--format markdown` writes docs/rules.md)."""
     from ..outputs import report
 
     if fmt is Format.json:

@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from ..check.rules import REGISTRY, declare, declared
 from ..errors import Location
 from ..facts.kai import (
     PLACEMENT_ANNOTATION,
@@ -27,6 +28,112 @@ GPU_PRODUCT = "nvidia.com/gpu.product"
 QUEUES = "/apis/scheduling.run.ai/v2/queues"
 OPERATOR = "/apis/apps/v1/namespaces/kubeflow/deployments/training-operator"
 PYTORCHJOB_CRD = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/pytorchjobs.kubeflow.org"
+
+# The live checks' rules, registered in the one rule registry (check/rules.py) that `rules`,
+# docs/rules.md and the tests read; each id is spelled here once.
+LIVE_NAMESPACE = declare(
+    "live-namespace",
+    "error",
+    "The project's namespace exists and belongs to the project",
+    "Reads the project's namespace: a finding when it does not exist, or when its queue label "
+    "(the site's `label_keys.queue`) names another project.",
+    kind="live",
+)
+LIVE_QUEUE = declare(
+    "live-queue",
+    "error",
+    "The project's Run:ai queue exists, with quota for the job's GPUs",
+    "Reads `queues.scheduling.run.ai/<project>`: an error when the queue does not exist, a warning "
+    "when the job's GPUs exceed its quota (it waits, or runs only as preemptible over-quota work).",
+    kind="live",
+    milder=("warning",),
+)
+LIVE_PRIORITY = declare(
+    "live-priority",
+    "error",
+    "The preset's PriorityClass exists",
+    "Reads the preset's `PriorityClass`: when it does not exist the scheduler silently ignores it.",
+    kind="live",
+)
+LIVE_PVC = declare(
+    "live-pvc",
+    "error",
+    "Every claim the job mounts exists, is Bound and can be mounted by all its pods",
+    "Reads every claim the job mounts (checkpoint, data, data sources resolved through the site's "
+    "`data_sources`): missing, not `Bound`, or mounted by more than one pod without "
+    "`ReadWriteMany` (`ReadOnlyMany` for read-only mounts): pods on different nodes fail with a "
+    "multi-attach error.",
+    kind="live",
+)
+LIVE_SECRET = declare(
+    "live-secret",
+    "error",
+    "Every `secret_env` Secret and key exists",
+    "Reads every `secret_env` Secret: the Secret or the key does not exist.",
+    kind="live",
+)
+LIVE_NODE_POOL = declare(
+    "live-node-pool",
+    "error",
+    "The preset's node pool is served, with the preset's GPU product",
+    "Reads the nodes: no node carries the preset's node-pool label, or none of them has the "
+    "preset's GPU product (`nvidia.com/gpu.product`).",
+    kind="live",
+)
+LIVE_NODE_FIT = declare(
+    "live-node-fit",
+    "error",
+    "A node of the pool can hold one pod",
+    "Reads the nodes of the pool: no node's allocatable GPUs, CPU, memory and extended resources "
+    "(RDMA) cover one pod's requests, so the pods would stay Pending.",
+    kind="live",
+)
+LIVE_NETWORK = declare(
+    "live-network",
+    "error",
+    "Every network attachment the preset names exists",
+    "Reads every `network-attachment-definitions.k8s.cni.cncf.io` the preset names: it does not exist.",
+    kind="live",
+)
+LIVE_OPERATOR = declare(
+    "live-operator",
+    "error",
+    "The training operator is installed, at the site's version",
+    "Reads the PyTorchJob CRD and the `training-operator` deployment: the CRD is not served, or "
+    "the operator's image is not the site's `operator_version` (a warning when the deployment "
+    "is not found).",
+    kind="live",
+    milder=("warning",),
+)
+LIVE_TOPOLOGY = declare(
+    "live-topology",
+    "error",
+    "KAI's Topology the site names exists, with the placement's levels",
+    "Reads the KAI `Topology` (`topologies.kai.scheduler`) the site's `topology.name` names, for a "
+    "multi-node preset with a `topology.placement`: it does not exist, or the placement's level "
+    "(a node label key) is none of its levels, and KAI leaves the job unscheduled.",
+    kind="live",
+)
+LIVE_CRD_SCHEMA = declare(
+    "live-crd-schema",
+    "error",
+    "The render passes the PyTorchJob schema the cluster serves",
+    "Reads the PyTorchJob CRD the cluster serves: the render violates the cluster's own schema "
+    "(as `validate --crd FILE` does with a file), naming the field; an unserved API version is a "
+    "finding too. A warning when the served CRD has no usable schema.",
+    kind="live",
+    milder=("warning",),
+)
+LIVE_FORBIDDEN = declare(
+    "live-forbidden",
+    "warning",
+    "A check the credentials may not read is reported, never skipped",
+    "A check whose GET is refused (HTTP 403, or any other refusal) or answered in a form "
+    "Kubernetes never uses becomes one warning `not checked: forbidden (<resource>)`, and the "
+    "other checks still run.",
+    kind="live",
+)
+LIVE_RULES = declared("live")  # the rules above, in their order (`rules` lists them)
 
 
 class _Forbidden(Exception):
@@ -50,9 +157,10 @@ def _get(session: Session, path: str) -> dict[str, Any] | None:
 
 
 def _finding(
-    w: Workload, rule: str, obj: str, message: str, hint: str, severity: Severity = "error"
+    w: Workload, rule: str, obj: str, message: str, hint: str, severity: Severity | None = None
 ) -> Finding:
-    return Finding(rule, Location(w.path, None, obj), message, hint, severity)
+    """A finding of RULE (a registered one: its default severity unless a milder one is given)."""
+    return Finding(rule, Location(w.path, None, obj), message, hint, severity or REGISTRY[rule].severity)
 
 
 def _quantity(text: str | int) -> float:
@@ -79,7 +187,7 @@ def _namespace(s: Session, w: Workload) -> Iterator[Finding]:
     if obj is None:
         yield _finding(
             w,
-            "live-namespace",
+            LIVE_NAMESPACE,
             f"namespace/{ns}",
             f"namespace {ns} does not exist",
             "check the project name; ask the AI Engineers which namespace it has",
@@ -89,7 +197,7 @@ def _namespace(s: Session, w: Workload) -> Iterator[Finding]:
     if label != project:
         yield _finding(
             w,
-            "live-namespace",
+            LIVE_NAMESPACE,
             f"namespace/{ns}",
             f"namespace {ns} is not project {project}'s ({w.site.queue_label}: {label or 'absent'})",
             "use your project's namespace",
@@ -102,7 +210,7 @@ def _queue(s: Session, w: Workload) -> Iterator[Finding]:
     if obj is None:
         yield _finding(
             w,
-            "live-queue",
+            LIVE_QUEUE,
             f"queue/{project}",
             f"Run:ai queue {project} does not exist",
             "ask the AI Engineers to create the project's queue",
@@ -120,7 +228,7 @@ def _queue(s: Session, w: Workload) -> Iterator[Finding]:
     if quota >= 0 and gpus > quota:
         yield _finding(
             w,
-            "live-queue",
+            LIVE_QUEUE,
             f"queue/{project}",
             f"the job asks {gpus} GPUs, over queue {project}'s quota of {quota:g}",
             "it will wait, or run only as preemptible over-quota work",
@@ -133,7 +241,7 @@ def _priority(s: Session, w: Workload) -> Iterator[Finding]:
     if _get(s, f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}") is None:
         yield _finding(
             w,
-            "live-priority",
+            LIVE_PRIORITY,
             f"priorityclass/{name}",
             f"PriorityClass {name} does not exist (the scheduler would ignore it)",
             "ask the AI Engineers: the site's priority dictionary is out of date",
@@ -150,7 +258,7 @@ def _pvcs(s: Session, w: Workload) -> Iterator[Finding]:
         if obj is None:
             yield _finding(
                 w,
-                "live-pvc",
+                LIVE_PVC,
                 where,
                 f"PVC {volume.claim} does not exist in {ns}",
                 "create it, or name an existing claim",
@@ -160,7 +268,7 @@ def _pvcs(s: Session, w: Workload) -> Iterator[Finding]:
         if phase != "Bound":
             yield _finding(
                 w,
-                "live-pvc",
+                LIVE_PVC,
                 where,
                 f"PVC {volume.claim} is {phase or 'not Bound'}",
                 "the pods would stay Pending until it binds",
@@ -173,7 +281,7 @@ def _pvcs(s: Session, w: Workload) -> Iterator[Finding]:
         ):
             yield _finding(
                 w,
-                "live-pvc",
+                LIVE_PVC,
                 where,
                 f"PVC {volume.claim} ({', '.join(modes) or 'no access modes'}) is "
                 f"mounted by {w.plan.pods} pods but is not ReadWriteMany",
@@ -189,7 +297,7 @@ def _secrets(s: Session, w: Workload) -> Iterator[Finding]:
         if obj is None:
             yield _finding(
                 w,
-                "live-secret",
+                LIVE_SECRET,
                 f"secret/{secret}",
                 f"Secret {secret} does not exist in {ns}",
                 "create it first",
@@ -197,7 +305,7 @@ def _secrets(s: Session, w: Workload) -> Iterator[Finding]:
         elif key not in obj.get("data", {}) and key not in obj.get("stringData", {}):
             yield _finding(
                 w,
-                "live-secret",
+                LIVE_SECRET,
                 f"secret/{secret}",
                 f"Secret {secret} has no key {key}",
                 "add the key or fix secret_env",
@@ -215,7 +323,7 @@ def _nodes(s: Session, w: Workload) -> Iterator[Finding]:
         if not nodes:
             yield _finding(
                 w,
-                "live-node-pool",
+                LIVE_NODE_POOL,
                 f"nodepool/{pool}",
                 f"no node carries {label}={pool}: the pool is not served",
                 "ask the AI Engineers which node pools the cluster serves",
@@ -228,7 +336,7 @@ def _nodes(s: Session, w: Workload) -> Iterator[Finding]:
     if not matching:
         yield _finding(
             w,
-            "live-node-pool",
+            LIVE_NODE_POOL,
             f"nodepool/{pool or 'default'}",
             f"no node of pool {pool or 'default'} has GPU product {preset.gpu.model}",
             "the preset's GPU model does not match the cluster's nodes",
@@ -242,7 +350,7 @@ def _nodes(s: Session, w: Workload) -> Iterator[Finding]:
     wanted = ", ".join(f"{k}={v}" for k, v in needs.items())
     yield _finding(
         w,
-        "live-node-fit",
+        LIVE_NODE_FIT,
         f"nodepool/{pool or 'default'}",
         f"no node of pool {pool or 'default'} has allocatable {wanted} for one pod",
         "the pods would stay Pending; ask the AI Engineers about the preset",
@@ -259,7 +367,7 @@ def _networks(s: Session, w: Workload) -> Iterator[Finding]:
         if _get(s, path) is None:
             yield _finding(
                 w,
-                "live-network",
+                LIVE_NETWORK,
                 f"network-attachment-definition/{ns}/{name}",
                 f"network attachment {ns}/{name} does not exist",
                 "ask the AI Engineers: the preset names a network the cluster lacks",
@@ -278,7 +386,7 @@ def _topology(s: Session, w: Workload) -> Iterator[Finding]:
     if found is None:
         yield _finding(
             w,
-            "live-topology",
+            LIVE_TOPOLOGY,
             obj,
             f"KAI's Topology {name} does not exist",
             "ask the AI Engineers: site.yaml's topology.name names no Topology of this cluster "
@@ -291,7 +399,7 @@ def _topology(s: Session, w: Workload) -> Iterator[Finding]:
         if level and level not in levels:
             yield _finding(
                 w,
-                "live-topology",
+                LIVE_TOPOLOGY,
                 obj,
                 f"{key} {level} is not a level of Topology {name} ({', '.join(levels) or 'none'})",
                 "ask the AI Engineers: site.yaml's placement names a level the Topology lacks",
@@ -303,7 +411,7 @@ def _operator(s: Session, w: Workload) -> Iterator[Finding]:
     if served is None:
         yield _finding(
             w,
-            "live-operator",
+            LIVE_OPERATOR,
             "crd/pytorchjobs.kubeflow.org",
             "the PyTorchJob CRD is not served",
             "the training operator is not installed",
@@ -315,7 +423,7 @@ def _operator(s: Session, w: Workload) -> Iterator[Finding]:
     if deploy is None:
         yield _finding(
             w,
-            "live-operator",
+            LIVE_OPERATOR,
             "deployment/kubeflow/training-operator",
             "the training-operator deployment was not found",
             "check the install",
@@ -329,7 +437,7 @@ def _operator(s: Session, w: Workload) -> Iterator[Finding]:
     if not any(re.search(rf"[:v]{re.escape(want)}(\.|$|-)", image) for image in images):
         yield _finding(
             w,
-            "live-operator",
+            LIVE_OPERATOR,
             "deployment/kubeflow/training-operator",
             f"the training operator runs {', '.join(images)}, not version {want}",
             "the site's operator_version and the cluster disagree",
@@ -353,7 +461,7 @@ def _crd_schema(served: dict[str, Any], w: Workload) -> Iterator[Finding]:
         )
         yield _finding(
             w,
-            "live-crd-schema",
+            LIVE_CRD_SCHEMA,
             source,
             what,
             "the render could not be checked against the cluster's schema",
@@ -362,7 +470,7 @@ def _crd_schema(served: dict[str, Any], w: Workload) -> Iterator[Finding]:
         return
     for problem in crd_findings(list(w.manifests), schemas, KIND, w.path):
         yield Finding(
-            "live-crd-schema",
+            LIVE_CRD_SCHEMA,
             Location(w.path, None, f"{source}: {problem.path}"),
             problem.message,
             problem.hint,
@@ -393,7 +501,7 @@ def live_findings(session: Session, workload: Workload) -> list[Finding]:
             findings.append(
                 _finding(
                     workload,
-                    "live-forbidden",
+                    LIVE_FORBIDDEN,
                     resource,
                     f"not checked: forbidden ({resource})",
                     "ask the AI Engineers to check it, or for read access",
@@ -404,7 +512,7 @@ def live_findings(session: Session, workload: Workload) -> list[Finding]:
             findings.append(
                 _finding(
                     workload,
-                    "live-forbidden",
+                    LIVE_FORBIDDEN,
                     resource,
                     f"not checked: the API server's answer is malformed ({resource})",
                     "report it to your AI Engineers: the API server does not answer as Kubernetes does",

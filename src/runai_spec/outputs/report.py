@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import inspect
 import json
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..check.catalogue import RULES
+from ..check.rules import REGISTRY, Rule
 from ..errors import RunaiSpecError
 from ..findings import Finding
 from ..load.registry import PresetRegistry
@@ -170,18 +170,34 @@ def validate_markdown(workloads: Reported[ProfileCheck], bad: list[RunaiSpecErro
 # --- the rule catalogue ----------------------------------------------------------
 
 
+def catalogue() -> list[Rule]:
+    """Every rule of the one registry: the site rules in the catalogue's order, `validate
+    --crd`'s, then the live checks' (registered by cluster/checks.py, which loads no
+    kubernetes until a check runs)."""
+    from ..check.crd import CRD_SCHEMA
+    from ..cluster.checks import LIVE_RULES
+
+    return [*RULES.values(), REGISTRY[CRD_SCHEMA], *LIVE_RULES]
+
+
+# Which command reports each kind of rule (the catalogue's `runs` column).
+RUNS = {"site": "validate", "crd": "validate --crd", "live": "validate --live, submit"}
+
+
 def rule_docs() -> list[dict[str, Any]]:
     """Each rule: its id, default severity, every severity it reports (validate never reports
-    another), summary and details."""
+    another), summary, details, and whether it is a live check (it reads the cluster)."""
     return [
         {
             "id": r.id,
             "severity": r.severity,
             "severities": list(r.severities),
             "summary": r.summary,
-            "details": inspect.cleandoc(r.check.__doc__ or ""),
+            "details": r.doc,
+            "live": r.live,
+            "runs": RUNS[r.kind],
         }
-        for r in RULES.values()
+        for r in catalogue()
     ]
 
 
@@ -198,7 +214,7 @@ def _doc_cell(text: str) -> str:
 
 
 def rules_markdown() -> str:
-    """docs/rules.md, generated from the rules' ids, severities, summaries and docstrings."""
+    """docs/rules.md, generated from the rules' ids, severities, summaries and details."""
     out = [
         "# Rules",
         "",
@@ -207,19 +223,24 @@ def rules_markdown() -> str:
         "",
         "Every finding names one of these rules. `validate` reports all of them at once; "
         "the severity shown is the rule's default, and in brackets what it reports for a "
-        "milder case. Errors exit 1, warnings and notes (info) do not.",
+        "milder case. Errors exit 1, warnings and notes (info) do not. The live checks read "
+        "the cluster (`validate --live`, and `submit` before it sends anything; see "
+        "[live checks](live-checks.md)).",
         "",
-        "| rule | severity | summary |",
-        "|---|---|---|",
+        "| rule | severity | summary | reported by |",
+        "|---|---|---|---|",
     ]
     docs = rule_docs()
-    out += [f"| [`{d['id']}`](#{d['id']}) | {_severities(d)} | {_doc_cell(d['summary'])} |" for d in docs]
+    out += [
+        f"| [`{d['id']}`](#{d['id']}) | {_severities(d)} | {_doc_cell(d['summary'])} | `{d['runs']}` |"
+        for d in docs
+    ]
     for d in docs:
         out += [
             "",
             f"## {d['id']}",
             "",
-            f"*{_severities(d)}*: {d['summary']}.",
+            f"*{_severities(d)}*{', live' if d['live'] else ''}: {d['summary']}.",
             "",
             " ".join(d["details"].split()),
         ]
@@ -227,7 +248,11 @@ def rules_markdown() -> str:
 
 
 def rules_text() -> str:
-    return "".join(f"{d['id']:26} {'/'.join(d['severities']):18} {d['summary']}\n" for d in rule_docs())
+    """One line a rule; a live check's summary starts with `[live]`."""
+    return "".join(
+        f"{d['id']:26} {'/'.join(d['severities']):18} {'[live] ' if d['live'] else ''}{d['summary']}\n"
+        for d in rule_docs()
+    )
 
 
 # --- presets, cluster, rehearsal ---------------------------------------------------
