@@ -238,7 +238,7 @@ def test_the_wrapper_gives_each_container_start_a_fresh_copy_of_the_tree(tmp_pat
     container = {"volumeMounts": [{"name": "checkpoint", "mountPath": "/checkpoints"}]}
     spec = {"volumes": [{"name": "checkpoint", "persistentVolumeClaim": {"claimName": "c"}}]}
     fs = pod_filesystem(spec, container, tmp_path / "root", pod, tree, isolate=False)
-    assert fs.checkpoint_dir == "/checkpoints" and "NOT mounted" in fs.note
+    assert "NOT mounted" in fs.note
     cmd = [*fs.wrapper, "sh", "-c", "ls; echo $RUNAI_SPEC_ATTEMPT; touch left-behind"]
     first = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=tmp_path)
     again = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=tmp_path)

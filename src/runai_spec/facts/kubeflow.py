@@ -103,6 +103,15 @@ def name_room(job: str, longest_pod: str) -> int:
     return NAME_MAX - (len(longest_pod) - len(job))
 
 
+# The operator's variables that say where the rendezvous is (envvar.go, elastic.go): what the
+# rehearsal maps onto this machine's loopback and reads back.
+MASTER_ADDR_ENVS = ("MASTER_ADDR", "PET_MASTER_ADDR")
+MASTER_PORT_ENVS = ("MASTER_PORT", "PET_MASTER_PORT")
+RDZV_ENDPOINT_ENV = "PET_RDZV_ENDPOINT"
+RDZV_BACKEND_ENV = "PET_RDZV_BACKEND"
+RDZV_CONF_ENV = "PET_RDZV_CONF"
+
+
 def master_addr(job: str) -> str:
     """MASTER_ADDR: the service of the Master's pod (master.go)."""
     return pod_name(job, MASTER, 0)

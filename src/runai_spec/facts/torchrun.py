@@ -46,6 +46,13 @@ EXECUTABLE_ENTRY = "executable"
 # torchrun's rendezvous flags that runai-spec renders and the smoke test rewrites
 RDZV_ID_FLAG = "--rdzv-id"
 MAX_RESTARTS_FLAG = "--max-restarts"
+# torchrun's flags in both spellings its argparse takes (torch/distributed/run.py registers
+# `--rdzv-backend` and `--rdzv_backend` for each): the rendered one first
+STANDALONE_FLAG = "--standalone"
+RDZV_BACKEND_FLAGS = ("--rdzv-backend", "--rdzv_backend")
+RDZV_ENDPOINT_FLAGS = ("--rdzv-endpoint", "--rdzv_endpoint")
+RDZV_CONF_FLAGS = ("--rdzv-conf", "--rdzv_conf")
+LOG_DIR_FLAGS = (LOG_DIR_FLAG, "--log_dir")
 # torch 2.6 and later share the rendezvous TCPStore with the trainers by default
 # (pytorch/pytorch#128096) and build its bootstrap info only on an agent's first round
 # (#135957; dynamic_rendezvous.py, torch 2.13): a pod restarted in place then waits on

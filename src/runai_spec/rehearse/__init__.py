@@ -20,7 +20,7 @@ from ..pipeline.checklist import (
     preflight_settings,
     preflight_source,
 )
-from .argv import MULTICAST_OFF, PodPlan, free_port, plan_pods, probe_gpus, write_plan
+from .argv import CHECKPOINTS_HERE, MULTICAST_OFF, PodPlan, free_port, plan_pods, probe_gpus, write_plan
 from .bottleneck import bottleneck_row
 from .checks import (
     CHECK_ORDER,
@@ -35,7 +35,17 @@ from .checks import (
 )
 from .faults import Fault, faults_of
 from .filesystem import pvc_paths
-from .job import DEFAULT_PORT, PORT_NAME, container_of, find_job, nproc_of, operator_env, replicas_of
+from .job import (
+    DEFAULT_PORT,
+    PORT_NAME,
+    checkpoint_mount,
+    container_of,
+    find_job,
+    nproc_of,
+    operator_env,
+    plan_world_size,
+    replicas_of,
+)
 from .logs_folder import check_logs_dir, make_logs_dir
 from .network import NETWORK_DIR, NetPlan, auto_on_gpu, plan_network, pod_network, resolve_mode
 from .processes import PodOutcome, run_attempt
@@ -114,7 +124,7 @@ def set_up(manifests: Sequence[Mapping[str, Any]], spec: RehearsalSpec) -> Setup
     check_timeout(spec.timeout_s)
     if spec.procs_per_pod is not None and spec.procs_per_pod < 1:  # before the logs' folder is made
         raise InputError("--procs-per-pod must be at least 1", field="--procs-per-pod")
-    job = find_job(manifests)
+    job = find_job(manifests, spec.plan.workload if spec.plan is not None else None)
     faults = faults_of(job, spec.kills, spec.preempt, spec.restart_after_checkpoint, spec.scheduler_faults)
     mode = resolve_mode(spec.network)  # netns where it cannot be: bad input, nothing started
     check_backoff_scale(spec.backoff_scale)
@@ -168,14 +178,17 @@ def own_script_checks(
     """The guide's checklist on the script, from the audit layer's records of every rank, after
     a row saying how the pods' file systems were set up."""
     settings, root = setup.spec.settings, setup.root
-    plan_world = len(plans) * max(1, nproc_of(setup.job))
-    checkpoint_dir = next(
-        (p.checkpoint_dir for p in plans if p.checkpoint_dir), settings.checkpoint_dir or "/checkpoints"
+    # the checkpoint volume's path as the script sees it; a job without one: where the
+    # preflight keeps its checkpoints here (argv.py)
+    checkpoint_dir = (
+        checkpoint_mount(setup.job, setup.spec.plan)
+        or settings.checkpoint_dir
+        or str(root / CHECKPOINTS_HERE)
     )
     note = plans[0].filesystem_note if plans else None
     run = ScriptRun(
         world=world,
-        plan_world=plan_world,
+        plan_world=plan_world_size(setup.job),
         checkpoint_dir=checkpoint_dir,
         gpus=setup.gpus,
         restarted=restarted,
@@ -307,7 +320,7 @@ def rehearse_manifests(manifests: Sequence[Mapping[str, Any]], spec: RehearsalSp
             network=net.plan if net else None,
         )
         write_plan(root, plans, world, setup.backend)
-        shutil.rmtree(root / "checkpoints", ignore_errors=True)
+        shutil.rmtree(root / CHECKPOINTS_HERE, ignore_errors=True)
         run = run_with_faults if setup.faults else run_once
         checks, outcomes = run(setup, plans, world)
     checks = cpu_bandwidth(notes(setup, plans) + checks, spec.settings.min_busbw_gbps, setup.gpus)

@@ -17,11 +17,25 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..errors import InputError
-from ..facts.kubeflow import POD_NAME_ENV, RDZV_BACKEND, short_pod_name
+from ..facts.kubeflow import (
+    MASTER_ADDR_ENVS,
+    MASTER_PORT_ENVS,
+    POD_NAME_ENV,
+    RDZV_BACKEND,
+    RDZV_BACKEND_ENV,
+    RDZV_CONF_ENV,
+    RDZV_ENDPOINT_ENV,
+    short_pod_name,
+)
 from ..facts.kubelet import container_env, expand_command
 from ..facts.torchrun import (
     LOG_DIR_FLAG,
+    LOG_DIR_FLAGS,
     NCCL_DEBUG_FILE,
+    RDZV_BACKEND_FLAGS,
+    RDZV_CONF_FLAGS,
+    RDZV_ENDPOINT_FLAGS,
+    STANDALONE_FLAG,
     TEE_FLAG,
     Launcher,
     flag_uses,
@@ -34,7 +48,7 @@ from ..facts.torchrun import (
 )
 from ..pipeline.checklist import preflight_source
 from .filesystem import AUDIT_ENV, AUDIT_KEY_ENV, POD_ENV, audit_layer_dir, can_mount, pod_filesystem
-from .job import container_of, find_job, nproc_of, operator_env, replicas_of
+from .job import container_of, find_job, nproc_of, operator_env, plan_world_size, replicas_of
 from .network import NetPlan
 from .process_tree import PID_NAMESPACE, can_pid_namespace
 from .spec import RehearsalSpec
@@ -69,7 +83,6 @@ class PodPlan:
     log_dir: Path
     wrapper: tuple[str, ...] = ()  # started before argv: the pod's file system (--own-script)
     filesystem_note: str | None = None
-    checkpoint_dir: str | None = None  # the checkpoint volume's path as the script sees it
     added_flags: tuple[str, ...] = ()  # launcher flags the rehearsal adds to the rendered ones
     rank_logs: Path | None = None  # torchrun's --log-dir as a folder of this machine
     store: StoreHost | None = None  # c10d rendezvous: who hosts the store, and how it is said
@@ -97,21 +110,21 @@ class StoreHost:
 
 
 _LOOPBACK = "127.0.0.1"
-RDZV_CONF_FLAGS = ("--rdzv-conf", "--rdzv_conf")
+CHECKPOINTS_HERE = "checkpoints"  # the preflight's checkpoints, in the rehearsal's folder
 
 
 def _on_loopback(op: Mapping[str, str], port: int) -> dict[str, str]:
     """The operator's variables with the cluster's service names on this machine's loopback
     and its ports on one free port."""
     out = dict(op)
-    for key in ("MASTER_ADDR", "PET_MASTER_ADDR"):
+    for key in MASTER_ADDR_ENVS:
         if key in out:
             out[key] = _LOOPBACK
-    for key in ("MASTER_PORT", "PET_MASTER_PORT"):
+    for key in MASTER_PORT_ENVS:
         if key in out:
             out[key] = str(port)
-    if "PET_RDZV_ENDPOINT" in out:
-        out["PET_RDZV_ENDPOINT"] = f"{_LOOPBACK}:{port}"
+    if RDZV_ENDPOINT_ENV in out:
+        out[RDZV_ENDPOINT_ENV] = f"{_LOOPBACK}:{port}"
     return out
 
 
@@ -123,21 +136,21 @@ def _grace(value: Any) -> float | None:
 def _c10d_store_host(head: Sequence[str], env: Mapping[str, str], hostname: str) -> StoreHost | None:
     """Who hosts the c10d store in the cluster, for the pod called `hostname`: None when its
     torchrun does not use a c10d rendezvous (torchrun reads PET_<FLAG> for a missing flag)."""
-    if has_flag(head, "--standalone"):
+    if has_flag(head, STANDALONE_FLAG):
         return None
-    backend = flag_value(head, "--rdzv-backend", "--rdzv_backend") or env.get("PET_RDZV_BACKEND", "static")
+    backend = flag_value(head, *RDZV_BACKEND_FLAGS) or env.get(RDZV_BACKEND_ENV, "static")
     if backend != RDZV_BACKEND:
         return None
-    endpoint = flag_value(head, "--rdzv-endpoint", "--rdzv_endpoint") or env.get("PET_RDZV_ENDPOINT", "")
+    endpoint = flag_value(head, *RDZV_ENDPOINT_FLAGS) or env.get(RDZV_ENDPOINT_ENV, "")
     host = endpoint.rsplit(":", 1)[0].strip("[]") if endpoint else "localhost"
     flag = flag_value(head, *RDZV_CONF_FLAGS)
-    conf = flag if flag is not None else env.get("PET_RDZV_CONF", "")
+    conf = flag if flag is not None else env.get(RDZV_CONF_ENV, "")
     matches = host in ("localhost", hostname) or host.startswith(hostname + ".") or host.startswith("127.")
     return StoreHost(
         endpoint,
         host,
         matches,
-        "--rdzv-conf" if flag is not None else "PET_RDZV_CONF",
+        RDZV_CONF_FLAGS[0] if flag is not None else RDZV_CONF_ENV,
         "is_host" in rdzv_conf_keys(conf),
     )
 
@@ -150,9 +163,9 @@ def _with_is_host(head: list[str], env: dict[str, str], store: StoreHost) -> lis
     if store.explicit:
         return head
     item = f"is_host={int(store.is_host)}"
-    if store.via == "PET_RDZV_CONF":
-        conf = env.get("PET_RDZV_CONF", "")
-        env["PET_RDZV_CONF"] = f"{conf},{item}" if conf else item
+    if store.via == RDZV_CONF_ENV:
+        conf = env.get(RDZV_CONF_ENV, "")
+        env[RDZV_CONF_ENV] = f"{conf},{item}" if conf else item
         return head
     out = list(head)
     for use in flag_uses(head, *RDZV_CONF_FLAGS):
@@ -208,7 +221,7 @@ class _Layout:
     replicas: list[tuple[str, int, Mapping[str, Any]]]
     containers: dict[str, Mapping[str, Any]]  # each replica type's pytorch container
     nproc: int
-    declared: int  # processes per pod as rendered
+    plan_world: int  # processes the job starts in the cluster (job.plan_world_size)
     min_world: int | None
     pods: list[tuple[str, int]]
     gpus: int
@@ -255,8 +268,7 @@ def _layout(
     network: NetPlan | None,
 ) -> _Layout:
     """The job's shape here; bad input (too few GPUs) before any folder is made."""
-    declared = nproc_of(job)
-    nproc = spec.procs_per_pod or declared
+    nproc = spec.procs_per_pod or nproc_of(job)
     if spec.procs_per_pod is not None and spec.procs_per_pod < 1:
         raise InputError("--procs-per-pod must be at least 1")
     scaled = _scaled(job, spec.procs_per_pod)
@@ -292,7 +304,7 @@ def _layout(
         replicas,
         containers,
         nproc,
-        declared,
+        plan_world_size(job),
         min_world,
         pods,
         gpus,
@@ -317,7 +329,8 @@ def plan_pods(
     """Every pod's argv, env and folders, and the world size the plan expects. With `network`
     (network.py) each pod has its own namespace, address and hostname: the operator's
     variables stay as in the cluster and torch decides the c10d store host itself."""
-    layout = _layout(find_job(manifests), spec, root, gpus, hold_dir, network)
+    job = find_job(manifests, spec.plan.workload if spec.plan is not None else None)
+    layout = _layout(job, spec, root, gpus, hold_dir, network)
     out = [_plan_pod(layout, pod_index, rtype, i) for pod_index, (rtype, i) in enumerate(layout.pods)]
     if spec.own_script:
         install_audit_layer(root)
@@ -379,7 +392,6 @@ def _plan_pod(lay: _Layout, pod_index: int, rtype: str, i: int) -> PodPlan:
         + (fs.wrapper if fs else ())
         + (PID_NAMESPACE if lay.pid1 else ()),
         filesystem_note=fs.note if fs else None,
-        checkpoint_dir=fs.checkpoint_dir if fs else None,
         added_flags=added,
         rank_logs=rank_logs,
         store=store,
@@ -435,12 +447,12 @@ def _preflight_entry(lay: _Layout, pod_dir: Path) -> list[str]:
         str(lay.script),
         *settings.args(
             world_size=lay.world,
-            checkpoint_dir=str(lay.root / "checkpoints")
+            checkpoint_dir=str(lay.root / CHECKPOINTS_HERE)
             if settings.checkpoint_dir is None
             else settings.checkpoint_dir,
             metrics_file=str(pod_dir / "metrics.jsonl"),
             hold_dir=str(lay.hold_dir) if lay.hold_dir else None,
-            plan_world_size=len(lay.pods) * lay.declared,
+            plan_world_size=lay.plan_world,
             min_world_size=lay.min_world,
         ),
     ]
@@ -528,7 +540,7 @@ def _rank_logs_here(
     """The rendered --log-dir, kept as it is, and the folder of this machine it lands in,
     bind-mounted at its path where the pod has a mount namespace; elsewhere the flag's path
     is that folder."""
-    uses = flag_uses(head, LOG_DIR_FLAG, "--log_dir")
+    uses = flag_uses(head, *LOG_DIR_FLAGS)
     if not uses:
         return head, None
     use = uses[0]
@@ -576,8 +588,8 @@ def write_plan(root: Path, plans: Sequence[PodPlan], world: int, backend: str) -
 
 
 _ENV_SHOWN = {
-    "MASTER_ADDR",
-    "MASTER_PORT",
+    MASTER_ADDR_ENVS[0],
+    MASTER_PORT_ENVS[0],
     "WORLD_SIZE",
     "RANK",
     "CUDA_VISIBLE_DEVICES",

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..facts.kubeflow import MASTER_ADDR_ENVS, MASTER_PORT_ENVS
 from ..pipeline.checklist import GUIDE_CHECKS, PREFLIGHT_ONLY_CHECKS
 from ..text import one_line
 from .argv import PodPlan
@@ -274,7 +275,7 @@ def network_note(plans: Sequence[PodPlan], job_name: str) -> CheckResult:
     )
     stores = [p for p in plans if p.store is not None]
     if not stores:
-        if len(plans) > 1 and any("MASTER_ADDR" in p.env for p in plans):
+        if len(plans) > 1 and any(MASTER_ADDR_ENVS[0] in p.env for p in plans):
             host = next((p.name for p in plans if p.rank == 0), plans[0].name)
             tail = (
                 f"store host: {host}, node rank 0 of the static rendezvous "
@@ -421,10 +422,10 @@ def netns_note(plans: Sequence[PodPlan], net: NetPlan) -> CheckResult:
     stores = [p for p in plans if p.store is not None]
     if not stores:
         master = next((p for p in plans if p.rank == 0), plans[0])
-        addr = master.env.get("MASTER_ADDR")
+        addr = master.env.get(MASTER_ADDR_ENVS[0])
         tail = (
             f"store host: {master.name}, node rank 0 of the static rendezvous at "
-            f"{addr}:{master.env.get('MASTER_PORT')}, as in the cluster"
+            f"{addr}:{master.env.get(MASTER_PORT_ENVS[0])}, as in the cluster"
             if addr
             else "no rendezvous across pods"
         )

@@ -33,7 +33,6 @@ COPY_IGNORE = (".git", "__pycache__", ".venv", ".mypy_cache", ".pytest_cache")
 @dataclass(frozen=True)
 class PodFilesystem:
     wrapper: tuple[str, ...]  # prepended to the container's argv
-    checkpoint_dir: str | None  # the checkpoint volume's path as the script sees it
     mounted: bool  # volumes bind-mounted at their real paths
     note: str  # one line for the table
 
@@ -152,10 +151,7 @@ def pod_filesystem(
     attempts = pod_dir / "container-starts"
     binds: list[tuple[str, str, bool]] = []
     tmpfs: list[str] = []
-    checkpoint_dir = None
     for name, path, read_only, source in _volumes(pod_spec, container):
-        if name == "checkpoint":
-            checkpoint_dir = path
         if "persistentVolumeClaim" in source:
             claim = str(source["persistentVolumeClaim"].get("claimName", name))
             folder = root / "volumes" / claim
@@ -203,7 +199,7 @@ def pod_filesystem(
         )
     script = pod_dir / "container.sh"
     script.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return PodFilesystem(("sh", str(script)), checkpoint_dir, isolate and bool(binds or tmpfs), note)
+    return PodFilesystem(("sh", str(script)), isolate and bool(binds or tmpfs), note)
 
 
 def pvc_paths(pod_spec: Mapping[str, Any], container: Mapping[str, Any]) -> tuple[str, ...]:

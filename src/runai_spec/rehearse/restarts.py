@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import InputError
-from ..facts.torchrun import has_flag, split_command
+from ..facts.torchrun import RDZV_BACKEND_FLAGS, STANDALONE_FLAG, has_flag, split_command
 from ..pipeline.checklist import PreflightSettings
 from .checks import exit_status
 from .job import container_of, replicas_of
@@ -95,6 +95,4 @@ def static_rendezvous(job: Mapping[str, Any]) -> bool:
         launcher = split_command(container_of(replica, rtype).get("command") or [])
     except InputError:
         return False
-    return launcher.kind == "torchrun" and not has_flag(
-        launcher.head, "--rdzv-backend", "--rdzv_backend", "--standalone"
-    )
+    return launcher.kind == "torchrun" and not has_flag(launcher.head, *RDZV_BACKEND_FLAGS, STANDALONE_FLAG)

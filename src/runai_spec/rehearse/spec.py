@@ -7,11 +7,15 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import InputError
 from ..facts.kubeflow import OPERATOR_VERSION
 from ..facts.operator import BACKOFF_BASE_S
 from ..pipeline.checklist import PreflightSettings
+
+if TYPE_CHECKING:
+    from ..plan.plan import Plan
 
 DEFAULT_TIMEOUT_S = 300.0
 Progress = Callable[[str], None]
@@ -33,7 +37,9 @@ class RehearsalSpec:
     `loopback` (every pod on 127.0.0.1, the default here), or `auto` (netns where this
     machine allows it, the CLI's default).
     `operator_version`: the training-operator release the site declares (site.yaml), whose
-    env each pod gets (kubeflow.operator_env) and whose restarts the fault model follows."""
+    env each pod gets (kubeflow.operator_env) and whose restarts the fault model follows.
+    `plan`: the workload's plan, where the manifests are its render: its workload kind and its
+    volumes' roles (without it they are read back from the manifest by the planner's names)."""
 
     settings: PreflightSettings = field(default_factory=PreflightSettings)
     procs_per_pod: int | None = None
@@ -56,6 +62,7 @@ class RehearsalSpec:
     network: str = "loopback"
     operator_version: str = OPERATOR_VERSION
     scaling: tuple[int, ...] = ()  # --scaling: the run again with each of these --procs-per-pod
+    plan: Plan | None = None
 
     @property
     def faults_asked(self) -> bool:

@@ -11,8 +11,12 @@ from ...facts.torchrun import (
     RANK_LOGS,
     RANK_PREFIX,
     RANK_PREFIX_ENV,
+    RDZV_BACKEND_FLAGS,
+    RDZV_CONF_FLAGS,
+    RDZV_ENDPOINT_FLAGS,
     RDZV_ID_FLAG,
     SHUTDOWN_TIMEOUT_ENV,
+    STANDALONE_FLAG,
     TEE_FLAG,
     entry_point_kind,
     flag,
@@ -40,7 +44,7 @@ def rendezvous_flags(r: RendezvousPlan | None) -> tuple[str, ...]:
         return ()
     flags: list[str] = []
     if r.endpoint is not None:
-        flags += [flag("--rdzv-backend", r.backend), flag("--rdzv-endpoint", r.endpoint)]
+        flags += [flag(RDZV_BACKEND_FLAGS[0], r.backend), flag(RDZV_ENDPOINT_FLAGS[0], r.endpoint)]
     if r.rdzv_id is not None:
         flags.append(flag(RDZV_ID_FLAG, r.rdzv_id))
     if r.max_restarts is not None:
@@ -55,7 +59,7 @@ def rendezvous_flags(r: RendezvousPlan | None) -> tuple[str, ...]:
         if value is not None
     ]
     if conf:
-        flags.append(flag("--rdzv-conf", ",".join(conf)))
+        flags.append(flag(RDZV_CONF_FLAGS[0], ",".join(conf)))
     return tuple(flags)
 
 
@@ -63,8 +67,8 @@ def rendezvous_flags(r: RendezvousPlan | None) -> tuple[str, ...]:
 _FLAG_FIELDS = {
     NPROC_FLAG: "gpus_per_pod",
     MAX_RESTARTS_FLAG: "rendezvous.max_restarts",
-    "--rdzv-backend": "rendezvous.backend",
-    "--rdzv-conf": "rendezvous",
+    RDZV_BACKEND_FLAGS[0]: "rendezvous.backend",
+    RDZV_CONF_FLAGS[0]: "rendezvous",
 }
 
 
@@ -88,7 +92,7 @@ class TorchrunLauncher:
 
     def head(self, setup: LaunchSetup) -> tuple[str, ...]:
         if setup.layout != "multi-node":
-            return ("torchrun", "--standalone", flag("--nnodes", 1), flag(NPROC_FLAG, setup.procs_per_pod))
+            return ("torchrun", STANDALONE_FLAG, flag("--nnodes", 1), flag(NPROC_FLAG, setup.procs_per_pod))
         # Multi-node: nodes, node rank, master and processes per node come from the operator's
         # PET_* variables, which torchrun reads as the defaults of its flags; an explicit flag
         # wins over its variable (torch/distributed/argparse_util.py).
@@ -137,7 +141,7 @@ class TorchrunLauncher:
         name = split_flag(arg)[0]
         if name in _FLAG_FIELDS:
             return src.preset(_FLAG_FIELDS[name])
-        if name == "--rdzv-endpoint":
+        if name == RDZV_ENDPOINT_FLAGS[0]:
             return derived(
                 "c10d store on the Master's service: the operator's MASTER_ADDR and "
                 "MASTER_PORT, expanded by the kubelet"
