@@ -14,7 +14,7 @@ class PythonLauncher:
 
     name = "python"
     workload = PYTORCHJOB
-    programs = ("python", "python3")
+    programs: tuple[str, ...] = ("python", "python3")
     reserved_flags = ""  # any flag before the entry point is refused already (rule `launcher`)
     reserved_modules: tuple[str, ...] = ()
     restarts_ranks = False

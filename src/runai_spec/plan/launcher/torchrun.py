@@ -78,12 +78,12 @@ class TorchrunLauncher:
 
     name = "torchrun"
     workload = PYTORCHJOB
-    programs = ("torchrun",)
+    programs: tuple[str, ...] = ("torchrun",)
     # its topology flags in any spelling (argparse takes `-` and `_`), `--x` or `--x=v`
     reserved_flags = (
         r"--(nproc[-_]per[-_]node|nnodes|node[-_]rank|master[-_]addr|master[-_]port|rdzv[-_].*|standalone)"
     )
-    reserved_modules = tuple(m for m in LAUNCHER_MODULES if m.startswith("torch.distributed."))
+    reserved_modules: tuple[str, ...] = tuple(m for m in LAUNCHER_MODULES if m.startswith("torch.distributed."))
     restarts_ranks = True
     forwards_sigterm = True
 
