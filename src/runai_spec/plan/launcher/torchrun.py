@@ -83,7 +83,9 @@ class TorchrunLauncher:
     reserved_flags = (
         r"--(nproc[-_]per[-_]node|nnodes|node[-_]rank|master[-_]addr|master[-_]port|rdzv[-_].*|standalone)"
     )
-    reserved_modules: tuple[str, ...] = tuple(m for m in LAUNCHER_MODULES if m.startswith("torch.distributed."))
+    reserved_modules: tuple[str, ...] = tuple(
+        m for m in LAUNCHER_MODULES if m.startswith("torch.distributed.")
+    )
     restarts_ranks = True
     forwards_sigterm = True
 
