@@ -223,10 +223,11 @@ def render_with_jinja(name: str, **context: Any) -> str:
 
 
 def _render(name: str, **context: Any) -> str:
-    try:
-        return render_compiled(name, **context)
-    except Exception:  # anything runtime.py does not cover, errors included: Jinja's output or error stands
-        pass
+    if runtime.stands_for_installed_jinja():  # else Jinja's own rendering, a --debug note said once
+        try:
+            return render_compiled(name, **context)
+        except Exception:  # what runtime.py does not cover, errors included: Jinja's output or error stands
+            pass
     return render_with_jinja(name, **context)
 
 

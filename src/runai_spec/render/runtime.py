@@ -4,13 +4,53 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable, Iterable, Iterator
+from functools import cache
+from importlib.util import find_spec
 from types import CodeType, SimpleNamespace
 from typing import Any, NoReturn
 
 # The Jinja whose compiled code these names serve and whose semantics they follow (the files
-# named below, jinja2 3.1.6). A compiled module's STAMP names the Jinja that wrote it; a test
-# checks that the installed Jinja is this one and writes exactly the shipped modules.
+# named below, jinja2 3.1.6). A compiled module's STAMP names the Jinja that wrote it. Where
+# the installed Jinja is another (pyproject allows any 3.x from 3.1), Jinja renders and its
+# output stands (stands_for_installed_jinja); the tests compare the two on every template.
 JINJA_VERSION = "3.1.6"
+_VERSION_LINE = '\n__version__ = "'  # how jinja2/__init__.py declares its version (3.0 to 3.1.6)
+
+
+def installed_jinja() -> str | None:
+    """The version the installed jinja2 declares in its `__init__.py`, read without importing it
+    (render's normal path never does): None where none is installed or it is not written out."""
+    spec = find_spec("jinja2")
+    if spec is None or not spec.origin:
+        return None
+    try:
+        with open(spec.origin, encoding="utf-8") as file:
+            text = file.read()
+    except OSError:
+        return None
+    at = text.find(_VERSION_LINE)
+    start = at + len(_VERSION_LINE)
+    end = text.find('"', start)
+    return text[start:end] if at >= 0 and end > start else None
+
+
+@cache
+def stands_for_installed_jinja() -> bool:
+    """Whether the installed Jinja is JINJA_VERSION, the one this runtime follows. Where it is
+    not, render goes through Jinja itself (slower, its output the same where both agree) and
+    says so once, a debug line that --debug shows."""
+    installed = installed_jinja()
+    if installed == JINJA_VERSION:
+        return True
+    import logging  # only here: render's normal path loads no logging
+
+    logging.getLogger(__name__).debug(
+        "the installed Jinja is %s, not the %s that render/runtime.py follows: the templates "
+        "render through Jinja itself",
+        installed or "of a version not written in jinja2/__init__.py",
+        JINJA_VERSION,
+    )
+    return False
 
 
 class Fallback(Exception):
