@@ -13,17 +13,23 @@ from ..errors import InputError
 from .common import ContextOpt, DebugOpt, KubeconfigOpt, RequestTimeoutOpt, TextJson, TextJsonOpt
 
 
-class Via(StrEnum):
-    kubernetes = "kubernetes"
-    runai = "runai"
+def registered_via(value: str | None) -> str | None:
+    """--via names a registered back-end; a typo is bad input naming the closest one."""
+    if value is None:
+        return None
+    from ..cluster.backend import checked_name
+
+    return checked_name(value)
 
 
 ViaOpt = Annotated[
-    Via | None,
+    str | None,
     typer.Option(
         "--via",
-        help="`kubernetes`: the Kubernetes API (apply); `runai`: a Run:ai workload "
-        "through Run:ai's Workloads V2 API. Default: site.yaml's submit.via.",
+        metavar="NAME",
+        callback=registered_via,
+        help="The back-end, by name: `kubernetes`: the Kubernetes API (apply); `runai`: a Run:ai "
+        "workload through Run:ai's Workloads V2 API. Default: site.yaml's submit.via.",
         show_default=False,
     ),
 ]

@@ -197,8 +197,7 @@ def presets_verify(
 
 def verify_live(registry: PresetRegistry, kubeconfig: Path | None, context: str | None) -> bool:
     """`presets verify --live`: True when the cluster's parameters differ from the ledger's."""
-    from ..cluster import Target
-    from ..cluster.params import read_params
+    from ..cluster.backend import kubernetes_target, read_params
     from ..errors import InputError
     from ..outputs.admission import documents as admission
 
@@ -208,7 +207,7 @@ def verify_live(registry: PresetRegistry, kubeconfig: Path | None, context: str 
         err([f"warning: {registry.root}: live: not compared, the presets here do not verify ({exc.message})"])
         return True
     deployed = read_params(
-        Target(kubeconfig=kubeconfig, context=context), admission.PARAMS_NAMESPACE, admission.PARAMS_NAME
+        kubernetes_target(kubeconfig, context), admission.PARAMS_NAMESPACE, admission.PARAMS_NAME
     )
     if deployed.forbidden is not None:
         err(
@@ -288,13 +287,10 @@ def sync_from(source: str, kubeconfig: Path | None, context: str | None) -> Sync
     if source != distribution.CLUSTER:
         folder = Path(source).expanduser().absolute()
         return distribution.sync_files(distribution.read_folder(folder), str(folder), str(folder))
-    from ..cluster import Target
-    from ..cluster.params import read_params
+    from ..cluster.backend import kubernetes_target, read_params
     from ..outputs.admission.documents import PARAMS_NAMESPACE
 
-    got = read_params(
-        Target(kubeconfig=kubeconfig, context=context), PARAMS_NAMESPACE, distribution.FILES_CONFIGMAP
-    )
+    got = read_params(kubernetes_target(kubeconfig, context), PARAMS_NAMESPACE, distribution.FILES_CONFIGMAP)
     publish = "`runai-spec presets publish --dir presets/ | kubectl apply -f -`"
     if got.data is None:
         why = f"forbidden ({got.forbidden})" if got.forbidden else "not found: no presets are published"

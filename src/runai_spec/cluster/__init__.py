@@ -1,4 +1,4 @@
-"""The only importer of kubernetes (inside functions): submit, diff --live, status, logs, delete."""
+"""Back-ends behind one interface (backend.py), chosen by name; the only importer of kubernetes."""
 
 from ..facts.kubeflow import (
     CONTAINER,

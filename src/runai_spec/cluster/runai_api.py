@@ -42,7 +42,17 @@ from urllib.parse import quote, urlencode
 from .. import __version__
 from ..errors import ClusterError, InputError
 from ..render.manifests import Manifest
-from .session import Retry, RetryPolicy, Uncertain, clean, log, own_session, pause_before_retry, reason_of
+from .session import (
+    Retry,
+    RetryPolicy,
+    Unreached,
+    call_with_retries,
+    clean,
+    log,
+    own_session,
+    reason_of,
+    retry_after_of,
+)
 
 # Where the credentials come from, in this order (docs/runai-submit.md).
 ENV_CLIENT_ID = "RUNAI_CLIENT_ID"
@@ -114,7 +124,7 @@ class _Credentials:
         body = {"grantType": "client_credentials", "clientID": client_id, "clientSecret": secret}
         try:
             status, data, _ = self.session.send_raw("POST", TOKEN_PATH, body=body, auth=None)
-        except (_Unsent, Uncertain) as exc:
+        except Unreached as exc:
             raise ClusterError(
                 f"no token from the Run:ai control plane: {exc}",
                 file="runai",
@@ -290,7 +300,7 @@ class RunaiSession:
                 redirect=False,
             )
         except (urllib3.exceptions.ConnectTimeoutError, urllib3.exceptions.NewConnectionError) as exc:
-            raise _Unsent(f"cannot connect to {self.host}: {reason_of(exc)}") from None
+            raise Unreached(f"cannot connect to {self.host}: {reason_of(exc)}", sent=False) from None
         except urllib3.exceptions.SSLError as exc:
             raise ClusterError(
                 f"cannot connect to {self.host}: TLS failure ({reason_of(exc)})",
@@ -301,13 +311,13 @@ class RunaiSession:
             reason = reason_of(exc)
             if reason == "timed out":
                 reason = f"none within {self.target.timeout[1]:g} s (--request-timeout)"
-            raise Uncertain(f"no answer from {self.host}: {reason}") from None
+            raise Unreached(f"no answer from {self.host}: {reason}", sent=True) from None
         log.debug("runai %s %s -> %s (%.3f s)", method, path, resp.status, self.target.clock() - started)
         try:
             data = json.loads(resp.data or b"null")
         except ValueError:
             data = None
-        return resp.status, data, _retry_after(resp.headers.get("Retry-After"))
+        return resp.status, data, retry_after_of(resp.headers)
 
     def call(
         self,
@@ -320,70 +330,36 @@ class RunaiSession:
         """Send with the token, renewed once on a 401; bounded retries on 429/503 and on
         requests that never left. A write whose outcome is unknown raises Uncertain."""
         query = list(query)
-        waited, attempt, renewed = 0.0, 0, False
-        while True:
-            attempt += 1
-            auth = self.credentials.header()
-            try:
-                status, data, retry_after = self.send_raw(method, path, query, body, auth)
-            except _Unsent as exc:
-                failure = exc.what
-                if failure.endswith("connection refused"):
-                    raise ClusterError(
-                        failure,
-                        file="runai",
-                        hint="check site.yaml's submit.runai.url and that the control plane is up",
-                    ) from None
-                retry_after = None
-            except Uncertain as exc:
-                if write:
-                    raise
-                failure, retry_after = exc.args[0], None
-            else:
-                if status == 401 and not renewed:
-                    renewed = True
-                    self.credentials.header(renew=True)
-                    attempt -= 1
-                    continue
-                if status == 401:
-                    raise ClusterError(
-                        f"unauthorised: the Run:ai control plane refused "
-                        f"{self.credentials.source}'s token ({_message(data, 401)})",
-                        file="runai",
-                        hint=LOGIN_HINT,
-                    )
-                if status in (429, 503) or (status >= 500 and not write):
-                    failure = f"the Run:ai control plane is busy or failing (HTTP {status})"
-                elif status >= 500:
-                    raise Uncertain(f"HTTP {status}")
-                else:
-                    return status, (self.scrub(data) if status >= 400 else data)
-            waited += pause_before_retry(
-                Retry(self.target, "runai", "the control plane's status"),
-                f"{method} {clean(path, 120)}",
-                failure,
-                attempt,
-                waited,
-                retry_after,
-            )
+        renewed = False
+
+        def attempt() -> tuple[int, Any, float | None]:
+            nonlocal renewed
+            answer = self.send_raw(method, path, query, body, self.credentials.header())
+            if answer[0] == 401 and not renewed:  # renewed once, not counted as an attempt
+                renewed = True
+                answer = self.send_raw(method, path, query, body, self.credentials.header(renew=True))
+            if answer[0] == 401:
+                raise ClusterError(
+                    f"unauthorised: the Run:ai control plane refused "
+                    f"{self.credentials.source}'s token ({_message(answer[1], 401)})",
+                    file="runai",
+                    hint=LOGIN_HINT,
+                )
+            return answer
+
+        status, data = call_with_retries(
+            attempt,
+            Retry(self.target, "runai", "the control plane's status", "the Run:ai control plane"),
+            f"{method} {clean(path, 120)}",
+            write=write,
+            refused_hint="check site.yaml's submit.runai.url and that the control plane is up",
+        )
+        return status, (self.scrub(data) if status >= 400 else data)
 
 
 def runai_session_for(target: RunaiTarget | RunaiSession) -> contextlib.AbstractContextManager[RunaiSession]:
     """The command's own Run:ai session, or one for this call alone (one token)."""
     return own_session(target, RunaiSession, RunaiSession)
-
-
-def _retry_after(value: str | None) -> float | None:
-    try:
-        return max(0.0, float(value)) if value is not None else None
-    except ValueError:
-        return None
-
-
-class _Unsent(Exception):
-    def __init__(self, what: str) -> None:
-        super().__init__(what)
-        self.what = what
 
 
 def refused(status: int, data: Any, where: str, verb: str) -> ClusterError:

@@ -58,7 +58,10 @@ class Uncertain(Exception):
     """A write whose outcome is unknown (timed out, dropped, 5xx): read back before retrying."""
 
 
-class _Transport(Exception):
+class Unreached(Exception):
+    """A request with no HTTP answer: never sent (nothing listens, no connection), or sent and
+    then cut off or timed out (its outcome unknown)."""
+
     def __init__(self, what: str, sent: bool) -> None:
         super().__init__(what)
         self.what = what
@@ -192,7 +195,7 @@ class Session:
         content_type: str = "application/json",
         stream: bool = False,
     ) -> Any:
-        """One attempt. Returns the client's raw response; raises _Transport."""
+        """One attempt. Returns the client's raw response; raises Unreached."""
         import urllib3
         from kubernetes.client.exceptions import ApiException
 
@@ -213,14 +216,14 @@ class Session:
             if not stream or resp.status >= 300:
                 resp.read()
         except (urllib3.exceptions.ConnectTimeoutError, urllib3.exceptions.NewConnectionError) as exc:
-            raise _Transport(f"cannot connect to {self.host}: {reason_of(exc)}", sent=False) from None
+            raise Unreached(f"cannot connect to {self.host}: {reason_of(exc)}", sent=False) from None
         except urllib3.exceptions.HTTPError as exc:
             reason = reason_of(exc)
             if reason == "timed out":
                 reason = f"none within {self.target.timeout[1]:g} s (--request-timeout)"
-            raise _Transport(f"no answer from {self.host}: {reason}", sent=True) from None
+            raise Unreached(f"no answer from {self.host}: {reason}", sent=True) from None
         except OSError as exc:
-            raise _Transport(
+            raise Unreached(
                 f"cannot reach {self.host}: {exc.strerror or type(exc).__name__}", sent=True
             ) from None
         except ApiException as exc:  # the client's wrapping of urllib3's SSLError (status 0)
@@ -245,41 +248,21 @@ class Session:
         A write whose outcome is unknown raises Uncertain: the caller reads back first.
         """
         query = list(query)
-        waited = 0.0
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                resp = self.send(method, path, query, body, content_type, stream)
-            except _Transport as exc:
-                if exc.sent and write:
-                    raise Uncertain(exc.what) from None
-                failure: str = exc.what
-                retry_after = None
-                if not exc.sent and failure.endswith("connection refused"):  # nothing listens
-                    raise ClusterError(
-                        f"{failure}",
-                        file="cluster",
-                        hint="check the kubeconfig "
-                        "context (`kubectl config current-context`) and that the "
-                        "cluster is up",
-                    ) from None
-            else:
-                if resp.status in (429, 503) or (resp.status >= 500 and not write):
-                    failure = f"the API server is busy or failing (HTTP {resp.status})"
-                    retry_after = _retry_after(resp.headers)
-                elif resp.status >= 500:
-                    raise Uncertain(f"HTTP {resp.status}")
-                else:
-                    return resp
-            waited += pause_before_retry(
-                Retry(self.target, "cluster", "the cluster's status"),
-                f"{method} {clean(path, 120)}",
-                failure,
-                attempt,
-                waited,
-                retry_after,
-            )
+
+        def attempt() -> tuple[int, Any, float | None]:
+            resp = self.send(method, path, query, body, content_type, stream)
+            return resp.status, resp, retry_after_of(resp.headers)
+
+        return call_with_retries(
+            attempt,
+            Retry(self.target, "cluster", "the cluster's status", "the API server"),
+            f"{method} {clean(path, 120)}",
+            write=write,
+            refused_hint=_REFUSED_HINT,
+        )[1]
+
+
+_REFUSED_HINT = "check the kubeconfig context (`kubectl config current-context`) and that the cluster is up"
 
 
 class RetryTarget(Protocol):
@@ -300,6 +283,43 @@ class Retry:
     target: RetryTarget
     file: str
     status_of: str
+    server: str  # what answered: "the API server", "the Run:ai control plane"
+
+
+A = TypeVar("A")
+
+
+def call_with_retries(
+    attempt: Callable[[], tuple[int, A, float | None]],
+    retry: Retry,
+    request: str,
+    *,
+    write: bool,
+    refused_hint: str,
+) -> tuple[int, A]:
+    """The one retry loop of both back-ends' transports: ATTEMPT (status, answer, Retry-After)
+    again on 429/503, on a read's 5xx and on a request that never left, a bounded number of
+    times. Nothing listening is one error line at once; a write whose outcome is unknown (cut
+    off, timed out, a 5xx) raises Uncertain, for the caller to read back before any retry."""
+    waited, tries = 0.0, 0
+    while True:
+        tries += 1
+        try:
+            status, answer, retry_after = attempt()
+        except Unreached as exc:
+            if exc.sent and write:
+                raise Uncertain(exc.what) from None
+            if not exc.sent and exc.what.endswith("connection refused"):  # nothing listens
+                raise ClusterError(exc.what, file=retry.file, hint=refused_hint) from None
+            failure, retry_after = exc.what, None
+        else:
+            if status in (429, 503) or (status >= 500 and not write):
+                failure = f"{retry.server} is busy or failing (HTTP {status})"
+            elif status >= 500:
+                raise Uncertain(f"HTTP {status}")
+            else:
+                return status, answer
+        waited += pause_before_retry(retry, request, failure, tries, waited, retry_after)
 
 
 def pause_before_retry(
@@ -399,7 +419,8 @@ def tls_failure(host: str, reason: str) -> ClusterError:
     )
 
 
-def _retry_after(headers: Mapping[str, str]) -> float | None:
+def retry_after_of(headers: Mapping[str, str]) -> float | None:
+    """A 429/503's Retry-After in seconds (never negative); None when absent or not a number."""
     value = headers.get("Retry-After")
     try:
         return max(0.0, float(value)) if value is not None else None
