@@ -216,6 +216,44 @@ def test_kubernetes_is_imported_only_inside_functions() -> None:
         assert "kubernetes" not in third_party_imports(path, top_level_only=True), path.name
 
 
+# The one module of cluster/ the CLI may import: the back-end interface (it re-exports what the
+# commands need). A back-end (cluster/kubernetes.py, cluster/runai_backend.py, a new one) is
+# reached by name through its registry, never imported by the CLI.
+CLI_SEAMS = {"cluster": "runai_spec.cluster.backend"}
+
+
+def seam_breaches(path: Path, source: str | None = None) -> list[str]:
+    """The imports of PATH (a cli module) into a seamed stage other than through its seam."""
+    problems = []
+    for line, target in imported_modules(path, source):
+        seam = CLI_SEAMS.get(stage_of(target))
+        if seam is not None and target != seam:
+            problems.append(f"{path.name}:{line}: imports {target}; the CLI imports only {seam}")
+    return problems
+
+
+CLI_MODULES = [p for p in MODULES if stage_of(module_name(p)) == "cli"]
+
+
+@pytest.mark.parametrize("path", CLI_MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_the_cli_reaches_the_cluster_only_through_the_backend_interface(path: Path) -> None:
+    assert seam_breaches(path) == []
+
+
+def test_the_checker_sees_the_cli_import_a_back_end() -> None:
+    cli = PACKAGE / "cli" / "cluster.py"
+    for bad in (
+        "from ..cluster.runai import submit_workload\n",
+        "from ..cluster import kubernetes\n",
+        "import runai_spec.cluster.runai_backend\n",
+        "from .. import cluster\n",
+        "from ..cluster.session import Session\n",
+    ):
+        assert seam_breaches(cli, bad) != [], bad
+    assert seam_breaches(cli, "from ..cluster.backend import open_backend\n") == []
+    assert seam_breaches(cli, "from ..cluster import backend\n") == []
+
+
 def test_the_checker_sees_an_upward_edge() -> None:
     # plan (stage 4) importing the CLI, spelled both ways: relative and absolute.
     plan = PACKAGE / "plan" / "plan.py"
