@@ -269,9 +269,25 @@ KubeconfigOpt = Annotated[
     typer.Option("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)."),
 ]
 ContextOpt = Annotated[str | None, typer.Option("--context", help="kubeconfig context to use.")]
+
+
+def debug_from_the_start(debug: bool) -> bool:
+    """--debug on as the command's options are read: what the command notes before its first
+    request (render's, where the installed Jinja is not the one its runtime follows) shows too."""
+    if debug:
+        from ..cluster.backend import enable_debug
+
+        enable_debug()
+    return debug
+
+
 DebugOpt = Annotated[
     bool,
-    typer.Option("--debug", help="Log each API request to stderr (never headers, tokens or the kubeconfig)."),
+    typer.Option(
+        "--debug",
+        help="Log each API request to stderr (never headers, tokens or the kubeconfig).",
+        callback=debug_from_the_start,
+    ),
 ]
 RequestTimeoutOpt = Annotated[
     float | None,
