@@ -26,8 +26,8 @@ from .logs import Follow, FollowResult, LogsResult, NoLogs
 from .params import read_params  # `presets verify --live` and `presets sync`: a ConfigMap
 from .refusals import AdmissionDenied
 from .session import enable_debug as enable_debug  # --debug: the CLI turns it on as it reads options
-from .status import StatusResult
-from .submit import SubmitResult
+from .status import PodState, StatusResult
+from .submit import ObjectOutcome, SubmitResult
 
 if TYPE_CHECKING:
     from ..findings import Finding
@@ -159,6 +159,8 @@ __all__ = [
     "LiveDiff",
     "LogsResult",
     "NoLogs",
+    "ObjectOutcome",
+    "PodState",
     "StatusResult",
     "SubmitResult",
     "backend_names",
