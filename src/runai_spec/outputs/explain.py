@@ -54,13 +54,14 @@ class ExplainResult:
 def _marked(value: Any, path: str) -> Any:
     """The same plan with every non-empty scalar replaced by a marker naming its plan path.
     None, empty strings and empty tuples stay, so the template takes the same branches.
-    The plan's own record of origins is no value of the manifests: it stays as it is."""
+    The plan's own record of origins and its workload kind (which template renders it) are no
+    values of the manifests: they stay as they are."""
     fields: tuple[str, ...] | None = getattr(type(value), "_fields", None)
     if fields is not None:  # one of the plan's records (NamedTuples)
         changes = {
             name: _marked(getattr(value, name), f"{path}.{name}" if path else name)
             for name in fields
-            if name != "origins"
+            if name not in ("origins", "workload")
         }
         return value._replace(**changes)
     if isinstance(value, tuple):
