@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from conftest import example_job
-from outputs.test_admission import PROJECTS, Policy, documents
+from outputs.admission.admission_policy import Policy, shared_policy
 from runai_spec.facts.kai import (
     PREFERRED_PLACEMENT_ANNOTATION,
     REQUIRED_PLACEMENT_ANNOTATION,
@@ -22,7 +22,7 @@ from runai_spec.load.registry import PresetRegistry
 
 @pytest.fixture(scope="module")
 def policy() -> Policy:
-    return Policy(copy.deepcopy(documents()), PROJECTS)
+    return shared_policy()
 
 
 def test_the_multi_node_renders_carry_the_site_s_topology() -> None:

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import types
+import typing
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel
+
+from ...load.profile import Profile
 from ...load.registry import ApprovedPreset
 from ...load.site import Site
 
 # -- probe profiles -----------------------------------------------------------------------
-# Each value a profile can set, as two distinct texts (probe A, probe B) and the rule that
-# admits it. The texts are unlike anything a preset or template writes, so that finding one
-# in a rendered leaf says where the leaf came from.
+# Each value a profile can set, as two distinct texts (probe A, probe B), the rule that admits
+# it and the profile field it is (profile_fields()'s path). The texts are unlike anything a
+# preset or template writes, so that finding one in a rendered leaf says where the leaf came
+# from. A profile field with no token is UNPROBED, with the reason: tests/outputs/admission/
+# test_admission_probes.py fails for a field of the profile model that is neither.
 
 
 @dataclass(frozen=True)
@@ -19,47 +26,98 @@ class Token:
     a: Any
     b: Any
     rule: str
+    field: str  # the profile field it stands for, as profile_fields() spells it
+
+
+def profile_fields(model: type[BaseModel] = Profile, prefix: str = "") -> tuple[str, ...]:
+    """Every value a profile can set, derived from the profile model: `checkpoint.dir`,
+    `command[]` (a list's items), `env{key}` and `env{value}` (a mapping's keys and values),
+    `secret_env{value}.secret` (a field of a mapping's values)."""
+    out: list[str] = []
+    for name, info in model.model_fields.items():
+        out += _field_paths(info.annotation, f"{prefix}{info.alias or name}")
+    return tuple(out)
+
+
+def _field_paths(annotation: Any, path: str) -> list[str]:
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _field_paths(args[0], path)
+    if origin in (typing.Union, types.UnionType):
+        kept = [a for a in args if a is not type(None)]
+        return _field_paths(kept[0], path) if len(kept) == 1 else [path]
+    if origin is list:
+        return _field_paths(args[0], f"{path}[]")
+    if origin is dict:
+        return [*_field_paths(args[0], f"{path}{{key}}"), *_field_paths(args[1], f"{path}{{value}}")]
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return list(profile_fields(annotation, f"{path}."))
+    return [path]
+
+
+# The profile's fields with no token, and why no render depends on them through the profile:
+# the probes render each preset once per entry kind and world, so a field here that starts to
+# reach the manifest must get a token instead.
+UNPROBED = {
+    "preset": "the preset being rendered: the policy's gate is per preset",
+    "command[]": "the entry point (ENTRY_KINDS) and the arguments (arg tokens) are probed by position",
+    "torch_version": "read by validate's shutdown-window warning only",
+    "batch.global": "derived: the probes set local x grad_accum x world",
+    "strategy": "the preset's first strategy: the render does not carry it",
+    "zero_stage": "DeepSpeed's stage: the render does not carry it",
+    "model.parameters": "the memory estimate's: the render does not carry it",
+    "model.precision": "the memory estimate's: the render does not carry it",
+    "model.sequence_length": "the memory estimate's: the render does not carry it",
+    "model.optimizer": "the memory estimate's: the render does not carry it",
+    "checkpoint.source": "a data source resolves to its claim, which checkpoint.pvc probes",
+    "checkpoint.on_sigterm": "a switch: the full probe sets it, the minimal one does not",
+    "data[].source": "a data source resolves to its claim, which data[].pvc probes",
+    "metrics.writer": "validate's rank0-metrics rule: the render does not carry it",
+    "metrics.tracker": "the render does not carry it",
+    "diagnostics.nccl_debug": "a switch: the full probe sets it, the minimal one does not",
+}
 
 
 def probe_tokens(minimal: bool) -> dict[str, Token]:
     t = {
-        "name": Token("qzjoba", "qzjobb", "name"),
-        "project": Token("qzproja", "qzprojb", "project"),
+        "name": Token("qzjoba", "qzjobb", "name", "name"),
+        "project": Token("qzproja", "qzprojb", "project", "project"),
         "image": Token(
             "{registry}/qzimga/train:qztaga@sha256:" + "a" * 64,
             "{registry}/qzimgb/train:qztagb@sha256:" + "b" * 64,
             "image",
+            "image",
         ),
-        "checkpoint.dir": Token("/qzckpta", "/qzckptb", "mount"),
-        "checkpoint.pvc": Token("qzpvca", "qzpvcb", "claim"),
-        "checkpoint.resume": Token("qzresumea", "qzresumeb", "text"),
-        "checkpoint.format": Token("dcp", "safetensors", "checkpoint-format"),
-        "batch.local": Token("3", "5", "count"),
-        "batch.grad_accum": Token("2", "7", "count"),
+        "checkpoint.dir": Token("/qzckpta", "/qzckptb", "mount", "checkpoint.dir"),
+        "checkpoint.pvc": Token("qzpvca", "qzpvcb", "claim", "checkpoint.pvc"),
+        "checkpoint.resume": Token("qzresumea", "qzresumeb", "text", "checkpoint.resume"),
+        "checkpoint.format": Token("dcp", "safetensors", "checkpoint-format", "checkpoint.format"),
+        "batch.local": Token("3", "5", "count", "batch.local"),
+        "batch.grad_accum": Token("2", "7", "count", "batch.grad_accum"),
     }
     if minimal:
         return t
     t.update(
         {
-            "working_dir": Token("/qzwda", "/qzwdb", "working-dir"),
-            "arg1": Token("qzarg1a", "qzarg1b", "arg"),
-            "arg2": Token("qzarg2a", "qzarg2b", "arg"),
-            "env1": Token("QZENV1A", "QZENV1B", "env-name"),
-            "env1.value": Token("qzval1a", "qzval1b", "env-value"),
-            "env2": Token("QZENV2A", "QZENV2B", "env-name"),
-            "env2.value": Token("qzval2a", "qzval2b", "env-value"),
-            "secret1": Token("QZSEC1A", "QZSEC1B", "env-name"),
-            "secret1.secret": Token("qzsecreta1", "qzsecretb1", "secret"),
-            "secret1.key": Token("qzkeya1", "qzkeyb1", "secret-key"),
-            "secret2": Token("QZSEC2A", "QZSEC2B", "env-name"),
-            "secret2.secret": Token("qzsecreta2", "qzsecretb2", "secret"),
-            "secret2.key": Token("qzkeya2", "qzkeyb2", "secret-key"),
-            "data0.path": Token("/qzdata0a", "/qzdata0b", "mount"),
-            "data0.pvc": Token("qzclaim0a", "qzclaim0b", "claim"),
-            "data1.path": Token("/qzdata1a", "/qzdata1b", "mount"),
-            "data1.pvc": Token("qzclaim1a", "qzclaim1b", "claim"),
-            "data.read_only": Token(True, False, "bool"),
-            "reason": Token("qzreasona", "qzreasonb", "text"),
+            "working_dir": Token("/qzwda", "/qzwdb", "working-dir", "working_dir"),
+            "arg1": Token("qzarg1a", "qzarg1b", "arg", "command[]"),
+            "arg2": Token("qzarg2a", "qzarg2b", "arg", "command[]"),
+            "env1": Token("QZENV1A", "QZENV1B", "env-name", "env{key}"),
+            "env1.value": Token("qzval1a", "qzval1b", "env-value", "env{value}"),
+            "env2": Token("QZENV2A", "QZENV2B", "env-name", "env{key}"),
+            "env2.value": Token("qzval2a", "qzval2b", "env-value", "env{value}"),
+            "secret1": Token("QZSEC1A", "QZSEC1B", "env-name", "secret_env{key}"),
+            "secret1.secret": Token("qzsecreta1", "qzsecretb1", "secret", "secret_env{value}.secret"),
+            "secret1.key": Token("qzkeya1", "qzkeyb1", "secret-key", "secret_env{value}.key"),
+            "secret2": Token("QZSEC2A", "QZSEC2B", "env-name", "secret_env{key}"),
+            "secret2.secret": Token("qzsecreta2", "qzsecretb2", "secret", "secret_env{value}.secret"),
+            "secret2.key": Token("qzkeya2", "qzkeyb2", "secret-key", "secret_env{value}.key"),
+            "data0.path": Token("/qzdata0a", "/qzdata0b", "mount", "data[].path"),
+            "data0.pvc": Token("qzclaim0a", "qzclaim0b", "claim", "data[].pvc"),
+            "data1.path": Token("/qzdata1a", "/qzdata1b", "mount", "data[].path"),
+            "data1.pvc": Token("qzclaim1a", "qzclaim1b", "claim", "data[].pvc"),
+            "data.read_only": Token(True, False, "bool", "data[].read_only"),
+            "reason": Token("qzreasona", "qzreasonb", "text", "diagnostics.reason"),
         }
     )
     return t

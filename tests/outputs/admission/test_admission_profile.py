@@ -1,0 +1,177 @@
+"""Profile-side values: a profile change renders into a job the policy admits iff `validate`
+accepts it, for every site rule the policy enforces; every site rule is either enforced by the
+policy's profile-side rules or left to validate with a reason (a new rule fails here, never
+skips).
+
+After a rule change: `pytest -n0 tests/outputs/admission/test_admission_profile.py` (docs/engineer.md)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from conftest import ROOT
+from outputs.admission.admission_policy import (
+    REGISTRY,
+    Job,
+    Policy,
+    shared_policy,
+)
+from runai_spec.check.catalogue import RULES as SITE_RULES
+from runai_spec.outputs.admission import rules as admission_rules
+from runai_spec.pipeline.workload import prepare_workload
+
+pytest.importorskip("cel_expr_python.cel")
+
+
+@pytest.fixture(scope="module")
+def policy() -> Policy:
+    return shared_policy()
+
+
+# -- profile-side values: admitted iff validate accepts them --------------------------------
+# The site rules the policy's profile-side rules enforce (admission/rules.py: each rule names
+# validate's checks it enforces); the others are left to validate, each with its reason.
+ENFORCED = admission_rules.enforced_rule_ids()
+LEFT_TO_VALIDATE = {
+    next(r.id for r in SITE_RULES.values() if r.check is check): why
+    for check, why in admission_rules.LEFT_TO_VALIDATE.items()
+}
+
+
+def test_every_site_rule_is_enforced_by_the_policy_or_left_to_validate_with_a_reason() -> None:
+    unplaced = set(SITE_RULES) - ENFORCED - set(LEFT_TO_VALIDATE)
+    assert unplaced == set(), (
+        f"site rules the admission policy neither enforces nor leaves to validate: {sorted(unplaced)}; "
+        "name the rule's check in the `enforces` of the profile-side rule (outputs/admission/rules.py) "
+        "that refuses the same values, or in LEFT_TO_VALIDATE with why the render does not show them"
+    )
+    assert ENFORCED.isdisjoint(LEFT_TO_VALIDATE), ENFORCED & set(LEFT_TO_VALIDATE)
+    assert all(LEFT_TO_VALIDATE.values())
+    assert {"image-digest", "launcher", "reserved-env", "mount-path", "secret-env"} <= ENFORCED
+
+
+def _job_of(profile: dict[str, Any], tmp: Path) -> tuple[Job | None, set[str]]:
+    path = tmp / "profile.yaml"
+    path.write_text(json.dumps(profile), encoding="utf-8")
+    try:
+        workload = prepare_workload(path, REGISTRY)
+    except Exception:
+        return None, set()
+    job = next(m for m in workload.manifests if m.get("kind") == "PyTorchJob")
+    return dict(job), {f.rule for f in workload.errors}
+
+
+PROFILE_CHANGES: list[tuple[str, Callable[[dict[str, Any]], None]]] = [
+    ("env-plain", lambda p: p.setdefault("env", {}).update({"WANDB_PROJECT": "llm"})),
+    ("env-nvidia-visible", lambda p: p.setdefault("env", {}).update({"NVIDIA_VISIBLE_DEVICES": "all"})),
+    ("env-socket", lambda p: p.setdefault("env", {}).update({"NCCL_SOCKET_IFNAME": "eth0"})),
+    ("env-ld-preload", lambda p: p.setdefault("env", {}).update({"LD_PRELOAD": "./x.so"})),
+    ("env-rank", lambda p: p.setdefault("env", {}).update({"RANK": "0"})),
+    ("env-token", lambda p: p.setdefault("env", {}).update({"HF": "hf_" + "a" * 34})),
+    ("secret-env", lambda p: p.update(secret_env={"HF_TOKEN": {"secret": "hf", "key": "token"}})),
+    ("args-more", lambda p: p.update(command=[*p["command"], "--lr", "3e-4", "--epochs=2"])),
+    ("args-nproc", lambda p: p.update(command=[*p["command"], "--nproc-per-node=64"])),
+    ("args-password", lambda p: p.update(command=[*p["command"], "--password=hunter2"])),
+    ("entry-shell", lambda p: p.update(command=["./run.sh", "--x"])),
+    ("entry-launcher", lambda p: p.update(command=["torchrun", "--nproc-per-node=3", "train.py"])),
+    ("entry-flag", lambda p: p.update(command=["--standalone", "train.py"])),
+    ("image-other-tag", lambda p: p.update(image=p["image"].replace(":1.8.0@", ":2.0@"))),
+    ("image-nvcr", lambda p: p.update(image="nvcr.io/nvidia/pytorch:24.05-py3@sha256:" + "c" * 64)),
+    ("image-no-digest", lambda p: p.update(image=p["image"].split("@")[0])),
+    ("image-registry", lambda p: p.update(image="docker.io/evil/x@sha256:" + "c" * 64)),
+    ("workdir", lambda p: p.update(working_dir="/opt/code")),
+    ("workdir-proc", lambda p: p.update(working_dir="/proc/self")),
+    ("no-workdir", lambda p: p.pop("working_dir", None)),
+    ("ckpt-dir", lambda p: p["checkpoint"].update(dir="/ckpt/run1")),
+    ("ckpt-etc", lambda p: p["checkpoint"].update(dir="/etc/ckpt")),
+    ("data-two", lambda p: p.update(data=[*p.get("data", []), {"pvc": "extra", "path": "/extra"}])),
+    ("data-writable", lambda p: p.update(data=[{"pvc": "scratch", "path": "/scratch", "read_only": False}])),
+    ("data-none", lambda p: p.update(data=[])),
+    ("data-dev-shm", lambda p: p.update(data=[{"pvc": "x", "path": "/dev/shm"}])),
+    ("name", lambda p: p.update(name="other-name")),
+    ("name-48", lambda p: p.update(name="n" * 48)),
+    ("name-49", lambda p: p.update(name="n" * 49)),
+    ("name-54", lambda p: p.update(name="n" * 54)),
+    ("name-smoke", lambda p: p.update(name="train-smoke")),
+    ("diagnostics", lambda p: p.update(diagnostics={"nccl_debug": True, "reason": "ticket 1"})),
+]
+
+
+@pytest.mark.parametrize(
+    ("example", "change"),
+    [(e, c) for e in ("multi-node", "single-gpu") for c in PROFILE_CHANGES],
+    ids=[f"{e}-{c[0]}" for e in ("multi-node", "single-gpu") for c in PROFILE_CHANGES],
+)
+def test_a_profile_change_is_admitted_iff_validate_accepts_it(
+    policy: Policy, tmp_path: Path, example: str, change: tuple[str, Callable[[dict[str, Any]], None]]
+) -> None:
+    profile = yaml.safe_load((ROOT / "examples" / example / "profile.yaml").read_text())
+    change[1](profile)
+    job, errors = _job_of(profile, tmp_path)
+    assert job is not None, "each change is a profile that renders (a schema error is validate's alone)"
+    assert errors <= ENFORCED, (
+        f"refused for rules the policy leaves to validate ({sorted(errors - ENFORCED)}): "
+        "the case tests nothing here; change it, or enforce the rule in the policy"
+    )
+    denied = policy.denials(job)
+    if errors:
+        assert denied, (errors, job)
+    else:
+        assert denied == {}, denied
+
+
+def test_the_profile_changes_reach_every_rule_the_policy_enforces(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A rule the policy enforces with no change here that `validate` refuses for it would be
+    enforced untested: each enforced rule is refused by one change at least."""
+    seen: set[str] = set()
+    for example in ("multi-node", "single-gpu"):
+        for _, change in PROFILE_CHANGES:
+            profile = yaml.safe_load((ROOT / "examples" / example / "profile.yaml").read_text())
+            change(profile)
+            seen |= _job_of(profile, tmp_path_factory.mktemp("p"))[1]
+    assert ENFORCED - seen == set(), f"no profile change here is refused for {sorted(ENFORCED - seen)}"
+
+
+@pytest.mark.parametrize("example", ["multi-node", "single-node"])
+def test_random_profile_values_are_admitted_iff_validate_accepts_them(
+    policy: Policy, tmp_path_factory: pytest.TempPathFactory, example: str
+) -> None:
+    import hypothesis  # a test dependency: conftest loads its profiles
+    from hypothesis import strategies as st
+
+    base = yaml.safe_load((ROOT / "examples" / example / "profile.yaml").read_text())
+    names = st.from_regex(r"\A[A-Z_][A-Z0-9_]{0,12}\Z").filter(lambda n: n != "_")
+    text = st.text(st.characters(min_codepoint=32, max_codepoint=0x2030), max_size=24)
+    paths = st.from_regex(r"\A(/[a-z.]{1,6}){1,3}/?\Z")
+
+    @hypothesis.settings(
+        max_examples=40, deadline=None, derandomize=True, suppress_health_check=list(hypothesis.HealthCheck)
+    )
+    @hypothesis.given(
+        env=st.dictionaries(names, text, max_size=3),
+        args=st.lists(text.filter(bool), max_size=3),
+        workdir=paths,
+        ckpt=paths,
+    )
+    def check(env: dict[str, str], args: list[str], workdir: str, ckpt: str) -> None:
+        profile = copy.deepcopy(base)
+        profile["env"] = env
+        profile["command"] = [base["command"][0], *args]
+        profile["working_dir"] = workdir
+        profile["checkpoint"]["dir"] = ckpt
+        job, errors = _job_of(profile, tmp_path_factory.mktemp("p"))
+        if job is None or errors - ENFORCED:
+            return
+        denied = policy.denials(job)
+        assert bool(denied) == bool(errors), (errors, denied, env, args, workdir, ckpt)
+
+    check()
