@@ -163,7 +163,7 @@ class _Ctx:
             ga *= x
         for x in b:
             gb *= x
-        tokens = {**self.tokens, "batch.global": Token(str(ga), str(gb), "count")}
+        tokens = {**self.tokens, "batch.global": Token(str(ga), str(gb), "count", "batch.global")}
         return _Ctx(tokens, self.fields, self.registry)
 
 
