@@ -89,26 +89,9 @@ def refusal(resp: Any, ref: Ref | str, verb: str) -> ClusterError:
             file="cluster",
             hint="log in again or refresh the token of the kubeconfig context",
         )
-    if code == 403:
-        return ClusterError(
-            f"{where}: forbidden: {message}",
-            file="cluster",
-            hint=f"ask the cluster engineers for permission to {verb} it",
-        )
-    if code == 404:
-        return ClusterError(
-            f"{where}: not found: {message}",
-            file="cluster",
-            hint="check the name, the project (namespace) and the kubeconfig context",
-        )
     if code == 409:
         conflicts = "; ".join(clean(c.get("message", ""), 120) for c in _causes(status))
-        return ClusterError(
-            f"{where}: conflict: {conflicts or message}",
-            file="cluster",
-            hint="another client changed it; check with `runai-spec status`, "
-            "then submit again (or --replace)",
-        )
+        message = conflicts or message
     if code == 422:
         causes = _causes(status)
         parts = [f"{clean(c.get('field', ''), 120)}: {clean(c.get('message', ''), 160)}" for c in causes] or [
@@ -122,15 +105,41 @@ def refusal(resp: Any, ref: Ref | str, verb: str) -> ClusterError:
             "engineers (the cluster's CRD may differ from the upstream one)"
         )
         return ClusterError(f"{where}: invalid: {'; '.join(parts)}", file="cluster", hint=hint)
-    if code == 400:
-        return ClusterError(
-            f"{where}: bad request: {message}",
-            file="cluster",
-            hint="the server refused the manifest; an unknown field means the "
+    return refused_line(
+        where,
+        code,
+        message,
+        "cluster",
+        {
+            403: f"ask the cluster engineers for permission to {verb} it",
+            404: "check the name, the project (namespace) and the kubeconfig context",
+            409: "another client changed it; check with `runai-spec status`, "
+            "then submit again (or --replace)",
+            400: "the server refused the manifest; an unknown field means the "
             "cluster's CRD is older than what runai-spec renders: report it",
-        )
+        },
+    )
+
+
+# What each refused status means, in the `error:` line of every back-end.
+REFUSED_WORDS = {400: "bad request", 403: "forbidden", 404: "not found", 409: "conflict", 422: "invalid"}
+
+
+def refused_line(
+    where: str,
+    code: int,
+    message: str,
+    file: str,
+    hints: Mapping[int, str],
+    words: Mapping[int, str] = REFUSED_WORDS,
+) -> ClusterError:
+    """A refused request of any back-end as one line, `<where>: <what the status means>:
+    <the server's reason>`, with that back-end's hint for it; a status without a hint there is
+    `HTTP <code>`, to try again later."""
+    if code in hints and code in words:
+        return ClusterError(f"{where}: {words[code]}: {message}", file=file, hint=hints[code])
     return ClusterError(
-        f"{where}: HTTP {code}: {message}", file="cluster", hint="try again later; report it if it persists"
+        f"{where}: HTTP {code}: {message}", file=file, hint="try again later; report it if it persists"
     )
 
 

@@ -42,6 +42,7 @@ from urllib.parse import quote, urlencode
 from .. import __version__
 from ..errors import ClusterError, InputError
 from ..render.manifests import Manifest
+from .refusals import REFUSED_WORDS, refused_line
 from .session import (
     Retry,
     RetryPolicy,
@@ -364,35 +365,23 @@ def runai_session_for(target: RunaiTarget | RunaiSession) -> contextlib.Abstract
 
 def refused(status: int, data: Any, where: str, verb: str) -> ClusterError:
     """A refused control-plane request as one `error:` line with the server's reason."""
-    message = _message(data, status)
-    if status == 403:
-        return ClusterError(
-            f"{where}: forbidden: {message}",
-            file="runai",
-            hint=f"ask the Run:ai administrators for a role that may {verb} workloads in the project",
-        )
-    if status == 404:
-        return ClusterError(
-            f"{where}: not found: {message}",
-            file="runai",
-            hint="check the name, the project and site.yaml's submit.runai",
-        )
-    if status == 409:
-        return ClusterError(
-            f"{where}: conflict: {message}",
-            file="runai",
-            hint="a workload of that name exists: `runai-spec status` shows it; --replace updates it",
-        )
-    if status in (400, 422):
-        return ClusterError(
-            f"{where}: refused by Run:ai: {message}",
-            file="runai",
-            hint="the metadata (priority, preemptibility, category) comes from "
-            "the preset and site.yaml: ask the AI Engineers whether Run:ai "
-            "knows those values",
-        )
-    return ClusterError(
-        f"{where}: HTTP {status}: {message}", file="runai", hint="try again later; report it if it persists"
+    metadata = (
+        "the metadata (priority, preemptibility, category) comes from the preset and site.yaml: "
+        "ask the AI Engineers whether Run:ai knows those values"
+    )
+    return refused_line(
+        where,
+        status,
+        _message(data, status),
+        "runai",
+        {
+            403: f"ask the Run:ai administrators for a role that may {verb} workloads in the project",
+            404: "check the name, the project and site.yaml's submit.runai",
+            409: "a workload of that name exists: `runai-spec status` shows it; --replace updates it",
+            400: metadata,
+            422: metadata,
+        },
+        {**REFUSED_WORDS, 400: "refused by Run:ai", 422: "refused by Run:ai"},
     )
 
 
