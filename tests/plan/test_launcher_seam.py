@@ -19,6 +19,7 @@ from runai_spec.facts.torchrun import LAUNCHER_MODULES, SHUTDOWN_TIMEOUT_ENV
 from runai_spec.load.presets import Preset
 from runai_spec.load.profile import load_profile
 from runai_spec.load.registry import PresetRegistry
+from runai_spec.pipeline.smoke import PREFLIGHT, smoke_plan
 from runai_spec.plan import launcher as launchers
 from runai_spec.plan.failure import failure_semantics, save_time
 from runai_spec.plan.launcher import (
@@ -35,7 +36,7 @@ from runai_spec.plan.origins import Entry, Origin, Sources, derived, same
 from runai_spec.plan.plan import Plan, plan_workload
 from runai_spec.plan.volumes import CHECKPOINT, DATA, SHM, volume_role
 from runai_spec.rehearse.job import checkpoint_mount, plan_world_size
-from runai_spec.render import render_plan
+from runai_spec.render import render_plan, render_smoke
 from runai_spec.render.manifests import Manifest
 
 REGISTRY = PresetRegistry(ROOT / "presets")
@@ -111,6 +112,19 @@ def test_a_third_launcher_registered_by_name_renders_its_own_command_and_env(fak
     # the failure semantics read the launcher's: it forwards SIGTERM with its own window
     assert failure_semantics(plan).choices
     assert save_time(plan) == f"299 s (torch {plan.torch_version})"
+
+
+def test_the_smoke_job_runs_preflight_under_the_jobs_own_launcher(fakerun: str) -> None:
+    plan = _plan("elastic", launcher_name=fakerun)
+    smoke = smoke_plan(plan, source="print('preflight')\n")
+    assert smoke.job.launcher_name == fakerun and smoke.job.launcher == plan.launcher
+    _, job = render_smoke(smoke)
+    for container in _containers(job):
+        assert container["command"][:4] == [*plan.launcher, PREFLIGHT]
+    # the elastic job's pods: its workers at their most, as the workload kind names them
+    assert plan.elastic is not None
+    last = f"-{plan.workload.roles[-1].lower()}-{plan.elastic.max_pods - 1}"
+    assert smoke.job.pod_names[-1].endswith(last) and len(smoke.job.pod_names) == plan.elastic.max_pods
 
 
 def test_the_layouts_launcher_is_chosen_in_one_place_and_a_wrong_name_is_bad_input() -> None:

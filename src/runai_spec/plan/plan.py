@@ -4,7 +4,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from ..facts.kubeflow import OPERATOR_VERSION, WORKER, kubelet_literal, pod_name
+from ..facts.kubeflow import OPERATOR_VERSION, kubelet_literal, pod_name
 from ..load.profile import LoadedProfile
 from ..load.registry import ApprovedPreset
 from ..load.site import Site
@@ -130,7 +130,9 @@ class Plan(Record):
     def pod_names(self) -> tuple[str, ...]:
         names = []
         for replica in self.replicas:
-            count = self.elastic.max_pods if (self.elastic and replica.role == WORKER) else replica.replicas
+            # an elastic job's workers (the workload kind's last role) may grow to its maximum
+            workers = replica.role == self.workload.roles[-1]
+            count = self.elastic.max_pods if (self.elastic and workers) else replica.replicas
             names += [pod_name(self.name, replica.role, i) for i in range(count)]
         return tuple(names)
 
