@@ -214,16 +214,6 @@ def entry_point_kind(command: Sequence[str]) -> str | None:
     return None
 
 
-def for_entry_point(launcher: tuple[str, ...], command: Sequence[str]) -> tuple[str, ...]:
-    """The layout's launcher, made to run an executable entry point: torchrun gets
-    `--no-python`, and the single-GPU `python -u` is dropped (the script runs itself)."""
-    if entry_point_kind(command) != EXECUTABLE_ENTRY:
-        return launcher
-    if launcher[:1] == ("python",):
-        return ()
-    return (*launcher, NO_PYTHON)
-
-
 class Launcher(Record):
     kind: str  # "python", "torchrun", or "executable" (an entry point run with no launcher)
     head: tuple[str, ...]  # launcher and its flags, before the entry point
