@@ -9,6 +9,7 @@ from functools import lru_cache
 
 from ..facts.kubeflow import SMOKE_MOUNT
 from ..findings import Finding
+from ..plan.volumes import CHECKPOINT, DATA
 from .rules import Context, finding, rule
 
 
@@ -163,7 +164,7 @@ def check_mount_paths(ctx: Context) -> Iterator[Finding]:
     theirs = [
         (f"the preset's {v.name} volume", v.mount_path)
         for v in ctx.plan.volumes
-        if v.name != "checkpoint" and not v.name.startswith("data-")
+        if v.role not in (CHECKPOINT, DATA)
     ]
     theirs.append(("runai-spec's own mount for the smoke test's preflight.py", SMOKE_MOUNT))
     workdir = profile.working_dir

@@ -6,8 +6,9 @@ import re
 from collections.abc import Iterator
 from functools import lru_cache
 
-from ..facts.torchrun import SHUTDOWN_TIMEOUT_ENV, shutdown_window
+from ..facts.torchrun import SHUTDOWN_TIMEOUT_ENV
 from ..findings import Finding
+from ..plan.launcher import launcher_named
 from ..plan.memory import memory_estimate
 from .env import env_line
 from .rules import Context, finding, rule
@@ -123,7 +124,7 @@ def check_sigterm_one_gpu(ctx: Context) -> Iterator[Finding]:
     the rehearsal's `--preempt` then checks)."""
     plan = ctx.plan
     grace = plan.termination_grace_period_seconds
-    if plan.launcher[:1] == ("torchrun",) or plan.checkpoint_on_sigterm or grace <= 0:
+    if launcher_named(plan.launcher_name).forwards_sigterm or plan.checkpoint_on_sigterm or grace <= 0:
         return
     yield finding(
         ctx,
@@ -151,9 +152,10 @@ def check_shutdown_window(ctx: Context) -> Iterator[Finding]:
     SIGTERM, the save has 30 s, not the grace period."""
     plan = ctx.plan
     grace = plan.termination_grace_period_seconds
-    if plan.launcher[:1] != ("torchrun",) or not plan.checkpoint_on_sigterm:
+    launcher = launcher_named(plan.launcher_name)
+    if not launcher.forwards_sigterm or not plan.checkpoint_on_sigterm:
         return
-    window = shutdown_window(plan.torch_version, grace)
+    window = launcher.shutdown_window(plan.torch_version, grace)
     if window is None or window >= grace:
         return
     yield finding(
