@@ -222,7 +222,7 @@ FLAG_PREFIXES = (
 )
 READERS = sorted(
     [*(ROOT / "src/runai_spec/rehearse").glob("*.py"), ROOT / "src/runai_spec/pipeline/smoke.py"]
-    + [ROOT / "src/runai_spec/check/launcher.py"]
+    + [ROOT / "src/runai_spec/check" / name for name in ("launcher.py", "storage.py", "training.py")]
 )
 
 
