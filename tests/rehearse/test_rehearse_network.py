@@ -230,7 +230,7 @@ def test_two_pods_see_their_hostnames_and_each_other_only_while_running(tmp_path
             plan.pod("master-0").address
         ]
         server.kill()
-        server.wait(10)
+        server.communicate(timeout=10)  # its end, and its stdout closed
         assert _wait(lambda: "master-0" not in net.running)
         assert _in_pod(held, "worker-0", LOOKUP, master) == [worker, "unreached gaierror"]
         assert [(pod, up) for _, pod, up in net.changes if pod == "master-0"] == [
@@ -307,7 +307,7 @@ def test_the_netns_mode_creates_nothing_outside_the_rehearsals_folder(tmp_path: 
             (folder / "worker-0" / "hosts").read_text().splitlines() + [""]
         )
         server.kill()
-        server.wait(10)
+        server.communicate(timeout=10)  # its end, and its stdout closed
     assert appeared == set()
     assert sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) == [
         "master-0",

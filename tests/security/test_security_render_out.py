@@ -177,7 +177,7 @@ def test_a_previous_set_that_cannot_be_removed_is_named_and_the_next_render_remo
     monkeypatch.setattr(pipeline, "_STALE_S", -1.0)  # no render holds it locked: stale at once
     again = StagedFiles(out)
     again.add("a.yaml", "newer\n")
-    again.commit()
+    assert list(again.commit()) == [f"wrote {out / 'a.yaml'}"]  # read: its list of names is closed
     assert hidden_beside(out) == [] and (out / "a.yaml").read_text() == "newer\n"
 
 
@@ -228,7 +228,7 @@ def test_temporaries_and_backups_are_new_files_whatever_name_is_guessed(
     monkeypatch.setattr(secrets, "token_hex", lambda n: next(draws))
     sink = StagedFiles(out)
     sink.add("a.yaml", "new\n")
-    sink.commit()
+    assert list(sink.commit()) == [f"wrote {out / 'a.yaml'}"]
     assert precious.read_text() == "precious\n"
     assert (out / "a.yaml").read_text() == "new\n" and not (out / "a.yaml").is_symlink()
     assert sorted(p.name for p in out.iterdir()) == [".a.yaml.bak-guessed", ".a.yaml.tmp-guessed", "a.yaml"]

@@ -3,6 +3,7 @@ further; an endless stream is refused as a too-large file is, without filling me
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import threading
@@ -37,7 +38,8 @@ def validate_stdin_fed(limit: int, folder: Path) -> tuple[int, str, int]:
                     sent += CHUNK
                 proc.stdin.close()
             except BrokenPipeError:  # the reader stopped reading: as it should
-                pass
+                with contextlib.suppress(BrokenPipeError):  # closed, its last bytes unsent
+                    proc.stdin.close()
 
         writer = threading.Thread(target=feed, daemon=True)
         writer.start()

@@ -39,6 +39,11 @@ class Spooled(Generic[T]):
         self._end = 0
         self._encode, self._decode = encode, decode
 
+    def __del__(self) -> None:
+        # The file goes with the object; closed here, not left open to its own finalizer,
+        # which warns (ResourceWarning: Unclosed file), an error under the tests' settings.
+        self._file.close()
+
     def append(self, item: T) -> None:
         if self._encode is None:
             import pickle

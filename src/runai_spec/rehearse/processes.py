@@ -76,11 +76,12 @@ class Pod:
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self._fh.write(line)
-            self._fh.flush()
-            if PREFLIGHT_LINE in line:
-                self.records.extend(parse_lines(line))
+        with self.proc.stdout:  # this thread's alone: closed once the pod's output ends
+            for line in self.proc.stdout:
+                self._fh.write(line)
+                self._fh.flush()
+                if PREFLIGHT_LINE in line:
+                    self.records.extend(parse_lines(line))
 
     def signal(self, sig: int) -> None:
         # torchrun starts each worker in a session of its own: the process group of the pod's
