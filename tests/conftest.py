@@ -1,5 +1,6 @@
-"""Shared fixtures and helpers: repo paths, the CLI runners (in-process, the executable, the
-module), the examples' manifests, a throw-away presets folder, profile writers, the CRD oracle."""
+"""Shared fixtures and helpers: repo paths, the CLI runners (in-process, the module), the
+examples' manifests and a job's `pytorch` containers, a throw-away presets folder, profile
+writers, the CRD oracle."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from hypothesis import settings
 from typer.testing import CliRunner, Result
 
 from runai_spec.cli import app
+from runai_spec.facts.kubeflow import CONTAINER, REPLICA_TYPES
 from runai_spec.load import registry as registry_module
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,7 +32,6 @@ CRD = SHARED / "schemas" / "kubeflow.org_pytorchjobs.yaml"
 EXAMPLES = sorted(p.parent.name for p in (ROOT / "examples").glob("*/profile.yaml"))
 DIGEST = "sha256:" + "ab" * 32
 NS, NAME = "runai-nlp-lab", "llm-7b-fsdp"  # the multi-node example's project and job
-EXE = str(Path(sys.executable).parent / "runai-spec")  # the installed executable
 
 BASE_PROFILE: dict[str, Any] = {
     "name": "demo",
@@ -58,14 +59,16 @@ settings.register_profile("dev", max_examples=100, deadline=None)
 settings.load_profile(os.environ.get(HYPOTHESIS_PROFILE_VAR, "dev"))
 
 
-def run(*args: str) -> Result:
-    """The CLI in-process (stdout and stderr apart)."""
-    return runner.invoke(app, list(args))
+def run(*args: str, input: str | None = None, env: Mapping[str, str] | None = None) -> Result:
+    """The CLI in-process (stdout and stderr apart), with INPUT on its standard input and ENV
+    over the environment: every in-process test runs the CLI through this one runner."""
+    return runner.invoke(app, list(args), input=input, env=env)
 
 
-def run_exe(*args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
-    """The installed `runai-spec` executable in its own process, from the repository root."""
-    return subprocess.run([EXE, *args], capture_output=True, text=True, cwd=ROOT, check=check)
+def cli(*args: str) -> tuple[int, str, str]:
+    """The CLI in-process: (exit code, stdout, stderr)."""
+    done = run(*args)
+    return done.exit_code, done.stdout, done.stderr
 
 
 def run_module(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -88,6 +91,24 @@ def example_job(name: str) -> dict[str, Any]:
     """The committed render of examples/NAME: its manifest.yaml (one PyTorchJob), a fresh copy
     the caller may change."""
     return copy.deepcopy(_example_job(name))
+
+
+def pytorch_container(job: Mapping[str, Any], role: str | None = None) -> dict[str, Any]:
+    """The container the operator configures (named `pytorch`) in ROLE's pod template of the
+    PyTorchJob JOB (Master, else Worker, where ROLE is None): the job's own dict, which the
+    caller may change."""
+    specs = job["spec"]["pytorchReplicaSpecs"]
+    return _named_container(specs[role if role is not None else next(r for r in REPLICA_TYPES if r in specs)])
+
+
+def pytorch_containers(job: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The `pytorch` container of each replica type of JOB, in the job's order (its own dicts)."""
+    return [_named_container(rspec) for rspec in job["spec"]["pytorchReplicaSpecs"].values()]
+
+
+def _named_container(rspec: Mapping[str, Any]) -> dict[str, Any]:
+    found: dict[str, Any] = next(c for c in rspec["template"]["spec"]["containers"] if c["name"] == CONTAINER)
+    return found
 
 
 @cache

@@ -15,7 +15,7 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from conftest import kubelet_sees, run
+from conftest import kubelet_sees, pytorch_container, run
 from runai_spec.check.catalogue import READS, RULES
 from runai_spec.facts.kubeflow import PROFILE_SHA_ANNOTATION
 from runai_spec.load.profile import parse_profile
@@ -53,9 +53,7 @@ checkpoint:
 
 def container(text: str) -> dict[str, Any]:
     (job,) = [d for d in parse_documents(text, "rendered") if d and d["kind"] == "PyTorchJob"]
-    specs = job["spec"]["pytorchReplicaSpecs"]
-    pod = specs.get("Master", next(iter(specs.values())))["template"]["spec"]
-    return dict(next(c for c in pod["containers"] if c["name"] == "pytorch"))
+    return pytorch_container(job)
 
 
 def env_of(text: str) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, pytorch_container, pytorch_containers
 from runai_spec.errors import InputError
 from runai_spec.facts import kubeflow
 from runai_spec.facts.kubeflow import (
@@ -41,11 +41,7 @@ def test_pod_and_service_names_follow_gen_general_name() -> None:
 def test_v1_9_env_of_a_master_and_workers_job() -> None:
     job = example("multi-node")
     name = job["metadata"]["name"]
-    port = str(
-        job["spec"]["pytorchReplicaSpecs"][MASTER]["template"]["spec"]["containers"][0]["ports"][0][
-            "containerPort"
-        ]
-    )
+    port = str(pytorch_container(job)["ports"][0]["containerPort"])
     nproc = int(job["spec"]["nprocPerNode"])
     master, worker = operator_env(job, MASTER, 0), operator_env(job, WORKER, 0, version="1.9")
     assert master == {
@@ -79,8 +75,8 @@ def test_v1_9_env_of_an_elastic_worker_only_job() -> None:
 
 def test_port_defaults_when_the_container_names_none() -> None:
     job = copy.deepcopy(example("multi-node"))
-    for spec in job["spec"]["pytorchReplicaSpecs"].values():
-        spec["template"]["spec"]["containers"][0]["ports"] = [{"name": "other", "containerPort": 1}]
+    for container in pytorch_containers(job):
+        container["ports"] = [{"name": "other", "containerPort": 1}]
     assert operator_env(job, MASTER, 0)["MASTER_PORT"] == str(DEFAULT_PORT)
 
 
@@ -139,7 +135,7 @@ def test_webhook_rules_name_master_and_container() -> None:
     job = copy.deepcopy(example("multi-node"))
     job["metadata"]["name"] = "a" * (NAME_MAX + 1)
     job["spec"]["pytorchReplicaSpecs"][MASTER]["replicas"] = 2
-    job["spec"]["pytorchReplicaSpecs"][WORKER]["template"]["spec"]["containers"][0]["name"] = "x"
+    pytorch_container(job, WORKER)["name"] = "x"
     problems = operator_problems(job)
     assert [p.split(":")[0] for p in problems] == [
         "metadata.name",

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT, example_job, run
+from conftest import ROOT, example_job, pytorch_container, run
 from runai_spec import rehearse as rehearse_module
 from runai_spec.facts.kubeflow import (
     DEFAULT_NPROC,
@@ -105,7 +105,7 @@ def test_the_operator_s_own_rules_elastic_without_workers_and_a_container_withou
     job = copy.deepcopy(example_job("elastic"))
     job["spec"]["pytorchReplicaSpecs"][MASTER] = job["spec"]["pytorchReplicaSpecs"].pop(WORKER)
     job["spec"]["pytorchReplicaSpecs"][MASTER]["replicas"] = 1
-    job["spec"]["pytorchReplicaSpecs"][MASTER]["template"]["spec"]["containers"][0]["image"] = ""
+    pytorch_container(job)["image"] = ""
     problems = operator_problems(job)
     assert [p.split(":")[0] for p in problems] == [
         f"spec.pytorchReplicaSpecs.{WORKER}",

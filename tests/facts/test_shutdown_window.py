@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT, example_job, needs_torch, run
+from conftest import ROOT, example_job, needs_torch, pytorch_containers, run
 from runai_spec.facts.torchrun import SHUTDOWN_DEFAULT_S, SHUTDOWN_TIMEOUT_ENV, shutdown_window, torch_release
 from runai_spec.pipeline.workload import prepare_workload
 from runai_spec.plan.failure import failure_semantics, save_time
@@ -26,10 +26,7 @@ TORCHRUN_EXAMPLES = ("single-node", "multi-node", "elastic")
 
 
 def _container_env(job: dict[str, Any]) -> list[dict[str, Any]]:
-    specs = job["spec"]["pytorchReplicaSpecs"]
-    return [
-        item for rspec in specs.values() for item in rspec["template"]["spec"]["containers"][0].get("env", [])
-    ]
+    return [item for container in pytorch_containers(job) for item in container.get("env", [])]
 
 
 def _grace(job: dict[str, Any]) -> set[int]:
@@ -70,10 +67,7 @@ def test_every_torchrun_render_sets_the_shutdown_timeout_to_the_grace_period(exa
     values = {item["value"] for item in _container_env(job) if item["name"] == SHUTDOWN_TIMEOUT_ENV}
     assert values == {str(grace)}
     # the variable, never the flag: torch <= 2.11 refuses a flag it does not know
-    specs = job["spec"]["pytorchReplicaSpecs"].values()
-    assert not any(
-        a.startswith("--shutdown") for r in specs for a in r["template"]["spec"]["containers"][0]["command"]
-    )
+    assert not any(a.startswith("--shutdown") for c in pytorch_containers(job) for a in c["command"])
 
 
 def test_the_one_gpu_render_has_no_torchrun_and_no_shutdown_timeout() -> None:
@@ -264,8 +258,7 @@ def test_the_rehearsed_preemption_gives_torchrun_s_ranks_the_rendered_window(tmp
     saved, message = _rehearse_preemption(tmp_path / "rendered", rendered)
     assert saved.read_text() == "step 1", message
     without = copy.deepcopy(rendered)
-    for rspec in without["spec"]["pytorchReplicaSpecs"].values():
-        container = rspec["template"]["spec"]["containers"][0]
+    for container in pytorch_containers(without):
         container["env"] = [e for e in container["env"] if e["name"] != SHUTDOWN_TIMEOUT_ENV]
     saved, message = _rehearse_preemption(tmp_path / "without", without)
     assert not saved.exists(), message

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import run
+from conftest import pytorch_container, run
 from runai_spec.facts.kubeflow import DIAGNOSTICS_ANNOTATION, NAME_MAX, WORKER, pod_name
 
 
@@ -281,7 +281,7 @@ def test_nccl_debug_switch_is_reported_not_refused(
     assert result.exit_code == 0, result.output
     assert "temporary diagnostic NCCL_DEBUG=INFO is on (hang in INC-42)" in result.stderr
     job = yaml.safe_load(result.stdout)
-    env = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["env"]
+    env = pytorch_container(job)["env"]
     assert {"name": "NCCL_DEBUG", "value": "INFO"} in env
     assert job["metadata"]["annotations"][DIAGNOSTICS_ANNOTATION] == "nccl-debug"
 

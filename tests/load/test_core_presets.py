@@ -8,18 +8,14 @@ import os
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from conftest import ENGINEER
-from runai_spec.cli import app
+from conftest import ENGINEER, run
 from runai_spec.errors import PresetError
 from runai_spec.load.registry import PresetRegistry
 
-runner = CliRunner()
-
 
 def test_shipped_presets_all_verify() -> None:
-    result = runner.invoke(app, ["presets", "verify"])
+    result = run("presets", "verify")
     assert result.exit_code == 0, result.output
     for name in ("h200-1gpu", "h200-8gpu", "h200-2x8-ib", "h200-elastic-2to4x8-ib", "site"):
         assert f"ok: {name}.yaml" in result.stdout
@@ -85,7 +81,7 @@ def test_the_approved_site_carries_the_ledger_entry_that_vouches_for_it() -> Non
     assert approved.site is registry.site()
     assert approved.approval == registry.ledger().approvals["site.yaml"]
     assert approved.sha256 == hashlib.sha256((registry.root / "site.yaml").read_bytes()).hexdigest()
-    show = runner.invoke(app, ["presets", "show", "site"])
+    show = run("presets", "show", "site")
     assert show.exit_code == 0, show.output
     assert f'sha256: "{approved.sha256}"' in show.stdout
 
@@ -93,25 +89,22 @@ def test_the_approved_site_carries_the_ledger_entry_that_vouches_for_it() -> Non
 def test_approve_then_verify_round_trip(presets_dir: Path, engineer_key: Path) -> None:
     path = presets_dir / "h200-8gpu.yaml"
     path.write_text(path.read_text().replace("backoff_limit: 3", "backoff_limit: 5"))
-    verify = runner.invoke(app, ["presets", "verify", "--dir", str(presets_dir)])
+    verify = run("presets", "verify", "--dir", str(presets_dir))
     assert verify.exit_code == 1
     assert "h200-8gpu.yaml: sha256: edited since it was approved" in verify.stderr
-    approve = runner.invoke(
-        app,
-        [
-            "presets",
-            "approve",
-            "h200-8gpu",
-            "--key",
-            str(engineer_key),
-            "--expires",
-            "2027-06-30",
-            "--dir",
-            str(presets_dir),
-        ],
+    approve = run(
+        "presets",
+        "approve",
+        "h200-8gpu",
+        "--key",
+        str(engineer_key),
+        "--expires",
+        "2027-06-30",
+        "--dir",
+        str(presets_dir),
     )
     assert approve.exit_code == 0, approve.output
-    assert runner.invoke(app, ["presets", "verify", "--dir", str(presets_dir)]).exit_code == 0
+    assert run("presets", "verify", "--dir", str(presets_dir)).exit_code == 0
     record = PresetRegistry(presets_dir).get("h200-8gpu").approval
     assert (record.approved_by, record.expires) == (ENGINEER, "2027-06-30")  # the key's principal
 
@@ -119,9 +112,7 @@ def test_approve_then_verify_round_trip(presets_dir: Path, engineer_key: Path) -
 def test_approve_refuses_an_invalid_preset(presets_dir: Path, engineer_key: Path) -> None:
     path = presets_dir / "h200-8gpu.yaml"
     path.write_text(path.read_text().replace("nodes: 1", "nodes: 3"))
-    result = runner.invoke(
-        app, ["presets", "approve", "h200-8gpu", "--key", str(engineer_key), "--dir", str(presets_dir)]
-    )
+    result = run("presets", "approve", "h200-8gpu", "--key", str(engineer_key), "--dir", str(presets_dir))
     assert result.exit_code == 2
     assert "layout single-node needs nodes: 1" in result.stderr
 
@@ -130,9 +121,7 @@ def test_every_schema_problem_of_a_preset_is_reported(presets_dir: Path, enginee
     path = presets_dir / "h200-8gpu.yaml"
     text = path.read_text().replace("gpus_per_pod: 8", "gpus_per_pod: 0")
     path.write_text(text.replace("preemptible: true", "preemptible: maybe") + "colour: blue\n")
-    result = runner.invoke(
-        app, ["presets", "approve", "h200-8gpu", "--key", str(engineer_key), "--dir", str(presets_dir)]
-    )
+    result = run("presets", "approve", "h200-8gpu", "--key", str(engineer_key), "--dir", str(presets_dir))
     assert result.exit_code == 2
     errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
     assert [e.split(": ")[2] for e in errors] == ["gpus_per_pod", "preemptible", "colour"]
@@ -141,18 +130,18 @@ def test_every_schema_problem_of_a_preset_is_reported(presets_dir: Path, enginee
 
 def test_verify_reports_ledger_entries_without_files(presets_dir: Path) -> None:
     (presets_dir / "h200-1gpu.yaml").unlink()
-    result = runner.invoke(app, ["presets", "verify", "--dir", str(presets_dir)])
+    result = run("presets", "verify", "--dir", str(presets_dir))
     assert result.exit_code == 1
     assert "approvals.h200-1gpu.yaml: ledger entry for a file that does not exist" in result.stderr
 
 
 def test_list_and_show() -> None:
-    listing = runner.invoke(app, ["presets", "list"])
+    listing = run("presets", "list")
     assert listing.exit_code == 0
     assert "h200-2x8-ib" in listing.stdout and "non-preemptible" in listing.stdout
-    show = runner.invoke(app, ["presets", "show", "h200-2x8-ib"])
+    show = run("presets", "show", "h200-2x8-ib")
     assert show.exit_code == 0
     assert 'approved_by: "scc-ai-engineers"' in show.stdout
     assert "nvidia.com/rdma_ib: 8" in show.stdout
-    missing = runner.invoke(app, ["presets", "show", "h200-8gpus"])
+    missing = run("presets", "show", "h200-8gpus")
     assert missing.exit_code == 2 and "did you mean 'h200-8gpu'?" in missing.stderr

@@ -15,23 +15,15 @@ from typing import Any
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from conftest import ENGINEER, allow_signer, make_key
-from runai_spec.cli import app
+from conftest import ENGINEER, allow_signer, cli, make_key
 from runai_spec.errors import EXIT_INPUT, EXIT_OK
 from runai_spec.load.distribution import FROM_ENV
 from runai_spec.load.registry import SYNC_RECORD, PresetRegistry, synced_presets_dir
 
 pytestmark = pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="needs ssh-keygen")
 
-runner = CliRunner()
 NEW = "h200-4gpu"  # the preset the engineers merged after this installation was released
-
-
-def cli(*args: str) -> tuple[int, str, str]:
-    done = runner.invoke(app, list(args))
-    return done.exit_code, done.stdout, done.stderr
 
 
 def problems(stderr: str) -> list[str]:

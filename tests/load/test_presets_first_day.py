@@ -7,16 +7,12 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-from typer.testing import CliRunner
-
-from runai_spec.cli import app
+from conftest import run
 from runai_spec.load.registry import PresetRegistry
-
-runner = CliRunner()
 
 
 def test_presets_list_shows_which_projects_each_preset_is_granted_to() -> None:
-    listing = runner.invoke(app, ["presets", "list"])
+    listing = run("presets", "list")
     assert listing.exit_code == 0, listing.output
     lines = {ln.split()[0]: ln for ln in listing.stdout.splitlines()}
     assert lines["h200-1gpu"].endswith("granted to every project")
@@ -35,7 +31,7 @@ def test_presets_list_without_grants_grants_every_project(presets_dir: Path) -> 
 
 
 def test_presets_show_site_shows_the_site_file_and_its_approval() -> None:
-    show = runner.invoke(app, ["presets", "show", "site"])
+    show = run("presets", "show", "site")
     assert show.exit_code == 0, show.output
     assert show.stdout.startswith('name: "site"\n')
     assert 'approved_by: "scc-ai-engineers"' in show.stdout and "grants:" in show.stdout
@@ -44,7 +40,7 @@ def test_presets_show_site_shows_the_site_file_and_its_approval() -> None:
 def test_verify_says_a_failing_site_file_once(presets_dir: Path) -> None:
     site = presets_dir / "site.yaml"
     site.write_text(site.read_text() + "# edited\n")
-    result = runner.invoke(app, ["presets", "verify", "--dir", str(presets_dir)])
+    result = run("presets", "verify", "--dir", str(presets_dir))
     assert result.exit_code == 1
     errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
     assert errors == [
@@ -53,9 +49,7 @@ def test_verify_says_a_failing_site_file_once(presets_dir: Path) -> None:
 
 
 def _approve(presets_dir: Path, key: Path, *extra: str) -> tuple[int, str]:
-    result = runner.invoke(
-        app, ["presets", "approve", "h200-8gpu", "--key", str(key), "--dir", str(presets_dir), *extra]
-    )
+    result = run("presets", "approve", "h200-8gpu", "--key", str(key), "--dir", str(presets_dir), *extra)
     return result.exit_code, result.stderr
 
 

@@ -10,17 +10,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from conftest import ENGINEER, ROOT, allow_signer, make_key
+from conftest import ENGINEER, ROOT, allow_signer, cli, make_key
 from runai_spec import resources
-from runai_spec.cli import app
 from runai_spec.errors import PresetError
 from runai_spec.load.registry import PresetRegistry
 
 pytestmark = pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="needs ssh-keygen")
 
-runner = CliRunner()
 SINGLE_NODE = str(ROOT / "examples" / "single-node" / "profile.yaml")
 
 
@@ -32,11 +29,6 @@ def tamper(presets: Path, priority: bool = True) -> Path:
         text = text.replace("priority: medium-low", "priority: system-cluster-critical")
     path.write_text(text)
     return path
-
-
-def cli(*args: str) -> tuple[int, str, str]:
-    done = runner.invoke(app, list(args))
-    return done.exit_code, done.stdout, done.stderr
 
 
 def error_lines(stderr: str) -> list[str]:

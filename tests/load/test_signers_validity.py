@@ -12,10 +12,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from conftest import ENGINEER, ROOT, make_key
-from runai_spec.cli import app
+from conftest import ENGINEER, ROOT, cli, make_key
 from runai_spec.errors import PresetError
 from runai_spec.load import signing
 from runai_spec.load.registry import PresetRegistry
@@ -25,15 +23,9 @@ from runai_spec.outputs.admission import documents as admission
 
 pytestmark = pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="needs ssh-keygen")
 
-runner = CliRunner()
 SINGLE_NODE = str(ROOT / "examples" / "single-node" / "profile.yaml")  # uses h200-8gpu
 SHA = "80f55c9da0a0fa945399b2184436e3acfac0d6daf5aaed18e7e3f4f57467b334"
 APPROVED_AT = "2026-12-02"
-
-
-def cli(*args: str) -> tuple[int, str, str]:
-    done = runner.invoke(app, list(args))
-    return done.exit_code, done.stdout, done.stderr
 
 
 def error_lines(stderr: str) -> list[str]:

@@ -9,14 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
-from runai_spec.cli import app
+from conftest import run
 from runai_spec.errors import PresetError
 from runai_spec.load.registry import PresetRegistry
 from runai_spec.load.site import RUNAI_PRIORITIES, Site
 
-runner = CliRunner()
 SHIPPED = PresetRegistry()
 
 
@@ -41,7 +39,7 @@ def test_train_against_the_current_dictionary_cannot_be_approved(
     _set_priority(presets_dir, "train")
     with pytest.raises(PresetError, match="is not a class the cluster serves"):
         PresetRegistry(presets_dir).approve("h200-2x8-ib", engineer_key)
-    result = runner.invoke(app, ["presets", "approve", "h200-2x8-ib", "--key", str(engineer_key)])
+    result = run("presets", "approve", "h200-2x8-ib", "--key", str(engineer_key))
     assert result.exit_code == 2
     assert "'train' is not a class the cluster serves" in result.output
     assert "Traceback" not in result.output
@@ -117,13 +115,13 @@ def test_the_render_mounts_the_sources_claim(
     PresetRegistry(presets_dir).approve("site", engineer_key)
     base_profile["data"] = [{"source": "datasets-shared", "path": "/data"}]
     profile = write_profile(base_profile)
-    result = runner.invoke(app, ["render", str(profile)])
+    result = run("render", str(profile))
     assert result.exit_code == 0, result.output
     assert 'claimName: "team-a-datasets"' in result.stdout
-    explain = runner.invoke(app, ["explain", str(profile)])
+    explain = run("explain", str(profile))
     line = next(x for x in explain.output.splitlines() if "team-a-datasets" in x)
     assert "data[0].source" in line
-    plan = runner.invoke(app, ["plan", str(profile)])
+    plan = run("plan", str(profile))
     assert (
         "| data-0 | `/data` | read-only | data source `datasets-shared` (PVC `team-a-datasets` "
         "in the project's namespace) |"
@@ -143,7 +141,7 @@ def test_validate_offline_reports_preset_not_granted(
     write_profile: Callable[..., Path], base_profile: dict[str, Any]
 ) -> None:
     base_profile["project"] = "vision-lab"
-    result = runner.invoke(app, ["validate", str(write_profile(base_profile))])
+    result = run("validate", str(write_profile(base_profile)))
     assert result.exit_code == 1
     assert "project vision-lab is not granted preset h200-2x8-ib [preset-not-granted]" in result.output
     assert "advance agreement" in result.output

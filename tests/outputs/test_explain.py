@@ -9,10 +9,8 @@ from typing import Any
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from conftest import EXAMPLES, ROOT, kubelet_sees
-from runai_spec.cli import app
+from conftest import EXAMPLES, ROOT, kubelet_sees, run
 from runai_spec.load.registry import PresetRegistry
 from runai_spec.load.yaml import parse_documents
 from runai_spec.outputs.explain import explain_workload
@@ -162,30 +160,28 @@ def test_hostile_values_cannot_impersonate_a_marker_or_break_the_comments(
 
 def test_explain_command_text_json_and_render_flag() -> None:
     profile = str(ROOT / "examples" / "single-node" / "profile.yaml")
-    runner = CliRunner()
-    text = runner.invoke(app, ["explain", profile])
+    text = run("explain", profile)
     assert text.exit_code == 0, text.output
     assert yaml.safe_load(text.stdout)["kind"] == "PyTorchJob"
     assert "# profile " in text.stdout
-    as_json = runner.invoke(app, ["explain", profile, "--format", "json"])
+    as_json = run("explain", profile, "--format", "json")
     assert as_json.exit_code == 0
     fields = json.loads(as_json.stdout)["fields"]
     image = next(f for f in fields if f["path"].endswith(".image"))
     assert image["kind"] == "profile" and image["line"] == line_of(Path(profile), "image:")
-    markdown = runner.invoke(app, ["explain", profile, "--format", "markdown"])
+    markdown = run("explain", profile, "--format", "markdown")
     assert markdown.exit_code == 2 and "error:" in markdown.stderr
 
 
 def test_render_explain_annotates_every_profile_and_refuses_out() -> None:
     profiles = [str(ROOT / "examples" / e / "profile.yaml") for e in ("single-gpu", "elastic")]
-    runner = CliRunner()
-    result = runner.invoke(app, ["render", *profiles, "--explain"])
+    result = run("render", *profiles, "--explain")
     assert result.exit_code == 0, result.output
     docs = parse_documents(result.stdout, "stdout")
-    plain = runner.invoke(app, ["render", *profiles])
+    plain = run("render", *profiles)
     assert docs == parse_documents(plain.stdout, "plain")
     assert result.stdout.count("# profile ") > 10 and "# profile " not in plain.stdout
-    refused = runner.invoke(app, ["render", profiles[0], "--explain", "-d", "out"])
+    refused = run("render", profiles[0], "--explain", "-d", "out")
     assert refused.exit_code == 2 and refused.stderr.startswith("error: --explain:")
 
 

@@ -15,11 +15,9 @@ from typing import Any
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from runai_spec.cli import app
+from conftest import run
 
-runner = CliRunner()
 DIGEST = "sha256:" + "4f" * 32
 IMAGE = f"registry.scc.example.org/vision-lab/resnet:2.0@{DIGEST}"
 FLAGS = [
@@ -170,23 +168,23 @@ def test_init_asks_in_plain_words_on_a_terminal(tmp_path: Path) -> None:
     assert doc["preset"] == "h200-8gpu" and doc["command"] == ["train.py", "--epochs", "3"]
     assert doc["batch"] == {"local": 32, "grad_accum": 2, "global": 512}
     assert doc["model"] == {"parameters": 25_000_000, "precision": "bf16"}
-    result = runner.invoke(app, ["validate", str(profile)])
+    result = run("validate", str(profile))
     assert result.exit_code == 0 and "warning" not in result.stderr, result.output
 
 
 def test_init_from_flags_writes_a_profile_that_validates(tmp_path: Path) -> None:
-    result = runner.invoke(app, ["init", str(tmp_path / "llm"), "--no-input", *FLAGS])
+    result = run("init", str(tmp_path / "llm"), "--no-input", *FLAGS)
     assert result.exit_code == 0, result.output
     profile = tmp_path / "llm" / "profile.yaml"
     doc = yaml.safe_load(profile.read_text())
     assert doc["batch"]["global"] == 4 * 16 * 8 and doc["checkpoint"]["format"] == "dcp"
     assert doc["checkpoint"]["pvc"] == "nlp-lab-checkpoints" and doc["metrics"]["writer"] == "rank0"
-    checked = runner.invoke(app, ["validate", str(profile)])
+    checked = run("validate", str(profile))
     assert checked.exit_code == 0 and "warning" not in checked.stderr, checked.output
     # never over an existing profile without --force
-    again = runner.invoke(app, ["init", str(tmp_path / "llm"), "--no-input", *FLAGS])
+    again = run("init", str(tmp_path / "llm"), "--no-input", *FLAGS)
     assert again.exit_code == 2 and "already exists" in again.stderr
-    assert runner.invoke(app, ["init", str(tmp_path / "llm"), "--no-input", "--force", *FLAGS]).exit_code == 0
+    assert run("init", str(tmp_path / "llm"), "--no-input", "--force", *FLAGS).exit_code == 0
 
 
 @pytest.mark.parametrize(
@@ -208,14 +206,14 @@ def test_a_bad_flag_is_bad_input_and_nothing_is_written(
 ) -> None:
     flags = list(FLAGS)
     flags[flags.index(change[0]) + 1] = change[1]
-    result = runner.invoke(app, ["init", str(tmp_path / "x"), "--no-input", *flags])
+    result = run("init", str(tmp_path / "x"), "--no-input", *flags)
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith(f"error: {message}"), result.stderr
     assert not (tmp_path / "x" / "profile.yaml").exists()
 
 
 def test_without_a_terminal_a_missing_answer_names_its_flag(tmp_path: Path) -> None:
-    result = runner.invoke(app, ["init", str(tmp_path), "--project", "nlp-lab"])
+    result = run("init", str(tmp_path), "--project", "nlp-lab")
     assert result.exit_code == 2
     assert result.stderr.splitlines() == [
         "error: --preset: no value, and no terminal to ask on",
@@ -227,7 +225,7 @@ def test_a_profile_with_error_findings_is_not_written(tmp_path: Path) -> None:
     flags = list(FLAGS)
     flags[flags.index("--strategy") + 1] = "ddp"
     flags[flags.index("--parameters") + 1] = "400B"  # does not fit a replica per GPU
-    result = runner.invoke(app, ["init", str(tmp_path / "big"), "--no-input", *flags])
+    result = run("init", str(tmp_path / "big"), "--no-input", *flags)
     assert result.exit_code == 1, result.output
     assert "nothing written" in result.stderr and not (tmp_path / "big").exists()
 
@@ -240,7 +238,7 @@ PARAMETERS_HINT = "hint: write the model size as 7B, 1.3B, 7e9 or 7000000000 (at
 def init_with(tmp_path: Path, flag: str, value: str) -> Any:
     flags = list(FLAGS)
     flags[flags.index(flag) + 1] = value
-    return runner.invoke(app, ["init", str(tmp_path / "x"), "--no-input", *flags])
+    return run("init", str(tmp_path / "x"), "--no-input", *flags)
 
 
 @pytest.mark.parametrize(
@@ -315,7 +313,7 @@ def test_init_never_writes_through_a_link_at_its_old_temporary_name(tmp_path: Pa
 
 def test_a_folder_that_cannot_be_made_is_bad_input(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
-    result = runner.invoke(app, ["init", str(tmp_path / "file" / "x"), "--no-input", *FLAGS])
+    result = run("init", str(tmp_path / "file" / "x"), "--no-input", *FLAGS)
     assert result.exit_code == 2, result.output
     assert result.stderr.splitlines()[-2:] == [  # after the profile's info findings
         f"error: {tmp_path / 'file' / 'x' / 'profile.yaml'}: cannot write: Not a directory",
@@ -344,7 +342,7 @@ def test_init_asks_for_data_sources_the_tracker_and_the_sequence_length(tmp_path
         "--data",
         "datasets-shared:/data, pvc:nlp-lab-extra:/extra",
     ]
-    result = runner.invoke(app, ["init", str(tmp_path / "flags"), "--no-input", *flags])
+    result = run("init", str(tmp_path / "flags"), "--no-input", *flags)
     assert result.exit_code == 0, result.output
     doc = yaml.safe_load((tmp_path / "flags" / "profile.yaml").read_text())
     assert doc["model"]["sequence_length"] == 2048
@@ -353,7 +351,7 @@ def test_init_asks_for_data_sources_the_tracker_and_the_sequence_length(tmp_path
         {"source": "datasets-shared", "path": "/data"},
         {"pvc": "nlp-lab-extra", "path": "/extra"},
     ]
-    assert runner.invoke(app, ["validate", str(tmp_path / "flags" / "profile.yaml")]).exit_code == 0
+    assert run("validate", str(tmp_path / "flags" / "profile.yaml")).exit_code == 0
 
 
 @pytest.mark.parametrize(
@@ -366,7 +364,7 @@ def test_init_asks_for_data_sources_the_tracker_and_the_sequence_length(tmp_path
     ],
 )
 def test_init_refuses_bad_data_and_sequence_flags(tmp_path: Path, flag: str, value: str, words: str) -> None:
-    result = runner.invoke(app, ["init", str(tmp_path / "x"), "--no-input", *FLAGS, flag, value])
+    result = run("init", str(tmp_path / "x"), "--no-input", *FLAGS, flag, value)
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith(f"error: {flag}: ") and words in result.stderr
     assert "hint:" in result.stderr and not (tmp_path / "x" / "profile.yaml").exists()

@@ -5,15 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from typer.testing import CliRunner
-
-from conftest import ROOT
-from runai_spec.cli import app
+from conftest import ROOT, run
 from runai_spec.pipeline.workload import prepare_workload
 from runai_spec.rehearse.bottleneck import ScalingPoint, bottleneck_row, measures, scaling_row
 from runai_spec.rehearse.records import RehearsalRecord, read_record, write_record
 
-runner = CliRunner()
 MULTI = ROOT / "examples" / "multi-node" / "profile.yaml"
 HEADING = "## Measured before scaling (16 processes asked for)\n\n"
 
@@ -42,7 +38,7 @@ def _record(tmp_path: Path, measured: dict[str, object]) -> None:
 
 
 def test_without_a_measurement_the_ticket_says_how_to_measure() -> None:
-    md = runner.invoke(app, ["plan", str(MULTI)]).stdout
+    md = run("plan", str(MULTI)).stdout
     assert md.index(HEADING) < md.index("## Batch arithmetic")  # beside the topology asked for
     assert _section(md).startswith(
         "**not measured**: `runai-spec rehearse PROFILE --own-script --scaling 1,2,4`"
@@ -64,7 +60,7 @@ def test_the_ticket_shows_the_verdict_and_the_scaling_efficiency(tmp_path: Path)
     _record(tmp_path, measures(rows))
     record = read_record("nlp-lab", "llm-7b-fsdp")
     assert isinstance(record, RehearsalRecord) and record.measures["bottleneck"]["verdict"] == "input"
-    section = _section(runner.invoke(app, ["plan", str(MULTI)]).stdout)
+    section = _section(run("plan", str(MULTI)).stdout)
     assert "- bottleneck: **input**: input-bound: 41 % of each step waits for data; more GPUs" in section
     assert "- scaling: scaling efficiency on this machine (2 CPU cores)" in section
     assert "| 2 | 4 | 6.00 | 60 % | input |" in section

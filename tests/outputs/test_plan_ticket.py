@@ -10,10 +10,8 @@ from typing import Any
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from conftest import ROOT
-from runai_spec.cli import app
+from conftest import ROOT, run
 from runai_spec.facts.kubeflow import operator_env
 from runai_spec.pipeline.workload import prepare_workload
 from runai_spec.rehearse.records import (
@@ -25,7 +23,6 @@ from runai_spec.rehearse.records import (
     write_record,
 )
 
-runner = CliRunner()
 MULTI = ROOT / "examples" / "multi-node" / "profile.yaml"
 
 
@@ -33,25 +30,23 @@ def test_plan_of_a_profile_with_error_findings_exits_1_and_says_so_first(
     base_profile: dict[str, Any], write_profile: Callable[..., Path]
 ) -> None:
     base_profile["batch"]["global"] = 100  # 4 x 16 x 2 = 128
-    result = runner.invoke(app, ["plan", str(write_profile(base_profile))])
+    result = run("plan", str(write_profile(base_profile)))
     assert result.exit_code == 1, result.output
     head = result.stdout.splitlines()[:3]
     assert head[0].startswith("# Review request: `demo`")
     assert head[2].startswith("> **Not ready: 1 error finding(s); `runai-spec submit` refuses")
     assert "[global-batch]" in result.stderr  # the finding itself, as validate prints it
-    data = json.loads(
-        runner.invoke(app, ["plan", str(write_profile(base_profile)), "--format", "json"]).stdout
-    )
+    data = json.loads(run("plan", str(write_profile(base_profile)), "--format", "json").stdout)
     assert data["ready"] is False and data["errors"] == 1
 
 
 def test_a_clean_profile_is_ready_and_exits_0() -> None:
-    result = runner.invoke(app, ["plan", str(MULTI)])
+    result = run("plan", str(MULTI))
     assert result.exit_code == 0 and "Not ready" not in result.stdout
 
 
 def test_the_ticket_answers_the_engineers_next_questions() -> None:
-    md = runner.invoke(app, ["plan", str(MULTI)]).stdout
+    md = run("plan", str(MULTI)).stdout
     sections = [line for line in md.splitlines() if line.startswith("## ")]
     for name in (
         "## Image",
@@ -92,15 +87,15 @@ def test_the_presets_nccl_settings_are_in_the_ticket(presets_dir: Path, engineer
         )
     )
     assert (
-        runner.invoke(
-            app, ["presets", "approve", "h200-2x8-ib", "--key", str(engineer_key), "--dir", str(presets_dir)]
+        run(
+            "presets", "approve", "h200-2x8-ib", "--key", str(engineer_key), "--dir", str(presets_dir)
         ).exit_code
         == 0
     )
-    result = runner.invoke(app, ["plan", str(MULTI), "--format", "json"])
+    result = run("plan", str(MULTI), "--format", "json")
     env = json.loads(result.stdout)["environment"]
     assert env["preset_network"] == {"NCCL_IB_HCA": "mlx5"}
-    md = runner.invoke(app, ["plan", str(MULTI)]).stdout
+    md = run("plan", str(MULTI)).stdout
     assert "NCCL settings from the preset: `NCCL_IB_HCA=mlx5`" in md
 
 
@@ -123,7 +118,7 @@ def test_the_latest_rehearsal_is_in_the_ticket(tmp_path: Path) -> None:
     )
     assert path == record_path("nlp-lab", "llm-7b-fsdp") and path.is_file()
     assert read_record("nlp-lab", "llm-7b-fsdp") is not None
-    md = runner.invoke(app, ["plan", str(MULTI)]).stdout
+    md = run("plan", str(MULTI)).stdout
     rehearsal = md.split("## Latest rehearsal\n\n", 1)[1].split("\n## ", 1)[0]
     assert (
         rehearsal.startswith("**passed** at ")
@@ -145,7 +140,7 @@ def test_the_latest_rehearsal_is_in_the_ticket(tmp_path: Path) -> None:
             logs_dir=str(tmp_path),
         )
     )
-    md = runner.invoke(app, ["plan", str(MULTI)]).stdout
+    md = run("plan", str(MULTI)).stdout
     assert "**failed** at " in md and "**an earlier version** of this profile" in md
 
 
@@ -154,7 +149,7 @@ def test_an_unreadable_record_is_no_record(tmp_path: Path) -> None:
     path.parent.mkdir(parents=True)
     path.write_text("{not json")
     assert read_record("nlp-lab", "llm-7b-fsdp") is None
-    assert "none recorded" in runner.invoke(app, ["plan", str(MULTI)]).stdout
+    assert "none recorded" in run("plan", str(MULTI)).stdout
 
 
 # Issue 23, item 9: `plan` showed a hand-written record in ~/.cache/runai-spec/rehearsals as
@@ -213,10 +208,10 @@ def test_a_hand_written_record_is_not_counted(signature: str | None) -> None:
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(doc))
     assert isinstance(read_record("nlp-lab", "llm-7b-fsdp"), ForeignRecord)
-    latest = _latest(runner.invoke(app, ["plan", str(MULTI)]).stdout)
+    latest = _latest(run("plan", str(MULTI)).stdout)
     assert "**passed**" not in latest and "| ranks |" not in latest
     assert latest.startswith(f"a record at `{path}` is **not counted**: ")
-    data = json.loads(runner.invoke(app, ["plan", str(MULTI), "--format", "json"]).stdout)
+    data = json.loads(run("plan", str(MULTI), "--format", "json").stdout)
     assert data["rehearsal"]["counted"] is False and data["rehearsal"]["record"] == str(path)
 
 
@@ -227,7 +222,7 @@ def test_a_record_edited_after_the_rehearsal_is_not_counted(tmp_path: Path) -> N
     path.write_text(json.dumps(doc))
     record = read_record("nlp-lab", "llm-7b-fsdp")
     assert isinstance(record, ForeignRecord) and "does not verify" in record.why
-    assert "**passed**" not in runner.invoke(app, ["plan", str(MULTI)]).stdout
+    assert "**passed**" not in run("plan", str(MULTI)).stdout
 
 
 def test_a_record_signed_with_another_key_is_not_counted(tmp_path: Path) -> None:
@@ -248,7 +243,7 @@ def test_the_ticket_says_where_the_record_came_from(tmp_path: Path) -> None:
     record = read_record("nlp-lab", "llm-7b-fsdp")
     assert isinstance(record, RehearsalRecord)
     assert record.written_by[2:] == (socket.gethostname(), getpass.getuser())
-    latest = _latest(runner.invoke(app, ["plan", str(MULTI)]).stdout)
+    latest = _latest(run("plan", str(MULTI)).stdout)
     assert latest.startswith("**failed** at ")
     assert (
         f"Recorded by runai-spec `0.1.0` on host `{socket.gethostname()}` as user "
@@ -272,9 +267,7 @@ def test_the_suite_never_reads_the_real_home() -> None:
 @pytest.mark.parametrize("layout", ["single-gpu", "single-node", "elastic"])
 def test_every_layout_has_the_operator_env(layout: str) -> None:
     data = json.loads(
-        runner.invoke(
-            app, ["plan", str(ROOT / "examples" / layout / "profile.yaml"), "--format", "json"]
-        ).stdout
+        run("plan", str(ROOT / "examples" / layout / "profile.yaml"), "--format", "json").stdout
     )
     assert data["environment"]["operator"] and all(
         "PYTHONUNBUFFERED" in env for env in data["environment"]["operator"].values()

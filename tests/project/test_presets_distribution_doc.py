@@ -20,11 +20,9 @@ from typing import Any
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from conftest import ROOT, allow_signer, make_key
+from conftest import ROOT, allow_signer, make_key, run
 from kubeapi import KubeAPI
-from runai_spec.cli import app
 from runai_spec.load.registry import PresetRegistry, synced_presets_dir
 
 pytest_plugins = ("kube_fixtures",)
@@ -35,7 +33,6 @@ FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 RUN = ("sh", "bash")
 NOT_RUN = {"git": "the presets repository's own workflow (commit, push, merge)"}
 NEW = "h200-4gpu"  # the preset of the page's merge request
-runner = CliRunner()
 
 
 def commands() -> Iterator[list[str]]:
@@ -88,7 +85,7 @@ def play(words: list[str], key: Path, api: KubeAPI) -> None:
     assert words[0] == "runai-spec", f"{shlex.join(words)}: run it here or say why not"
     out = words.index(">") if ">" in words else None
     argv = [str(key) if w == "~/.ssh/id_ed25519" else w for w in words[1:out]]
-    result = runner.invoke(app, argv)
+    result = run(*argv)
     assert result.exit_code == 0, f"{shlex.join(words)}: {result.output}"
     if out is not None:
         Path(words[out + 1]).write_text(result.stdout, encoding="utf-8")
@@ -120,7 +117,7 @@ def test_the_page_s_example_refusal_is_what_sync_prints(
     registry.approve(NEW, rogue)
     play(["runai-spec", "presets", "publish", "--dir", "presets/", ">", "files.yaml"], engineer_key, api)
     play(["kubectl", "apply", "-f", "files.yaml"], engineer_key, api)
-    result = runner.invoke(app, ["presets", "sync", "--from", "cluster"])
+    result = run("presets", "sync", "--from", "cluster")
     assert result.exit_code == 2
     pinned = str(PresetRegistry().allowed_signers_path)
     assert result.stderr.replace(pinned, "/opt/runai-spec/presets/allowed_signers") == shown

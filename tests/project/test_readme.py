@@ -32,13 +32,11 @@ from typing import Any
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from conftest import ENGINEER, ROOT, allow_signer
+from conftest import ENGINEER, ROOT, allow_signer, run
 from kubeapi import KubeAPI
 from outputs.test_init import IMAGE, interview
 from runai_spec import rehearse as rehearse_module
-from runai_spec.cli import app
 from runai_spec.load.registry import PresetRegistry
 from runai_spec.rehearse import RehearseResult
 
@@ -51,7 +49,6 @@ PAGE_IDS = [str(p.relative_to(ROOT)) for p in PAGES]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 NEEDS = re.compile(r"^# needs: ([a-z, ]+)\n")  # a block's first line: what it needs to run
-runner = CliRunner()
 
 OFFLINE = {"validate", "plan", "explain", "render", "rules", "schema", "presets", "diff", "version"}
 CLUSTER = {"submit", "status", "logs", "delete"}
@@ -201,7 +198,7 @@ def test_every_command_is_classified(page: Path) -> None:
 def test_every_profile_block_validates_clean(page: Path, index: int, tmp_path: Path) -> None:
     path = tmp_path / "profile.yaml"
     path.write_text(profile_blocks(page)[index], encoding="utf-8")
-    result = runner.invoke(app, ["validate", str(path)])
+    result = run("validate", str(path))
     assert result.exit_code == 0, result.output
     assert "error:" not in result.stderr and "warning:" not in result.stderr, result.stderr
 
@@ -223,7 +220,7 @@ def readme_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pyte
 def invoke(command: Command, key: Path | None = None) -> Any:
     """The command as written; `~/.ssh/id_ed25519` (the engineer's key) becomes KEY."""
     argv = [str(key) if key is not None and a == "~/.ssh/id_ed25519" else a for a in command.argv[1:]]
-    result = runner.invoke(app, argv)
+    result = run(*argv)
     if command.stdout_to:
         Path(command.stdout_to).parent.mkdir(parents=True, exist_ok=True)
         Path(command.stdout_to).write_text(result.stdout, encoding="utf-8")
@@ -351,5 +348,5 @@ def test_every_interactive_command_runs_on_a_terminal(page: Path, tmp_path: Path
         code, shown = interview([sys.executable, "-m", "runai_spec", *command.argv[1:]], folder, answers)
         assert code == 0, shown
         into = [a for a in command.argv[2:3] if not a.startswith("-")]  # `init [DIR]`
-        result = runner.invoke(app, ["validate", str(folder.joinpath(*into, "profile.yaml"))])
+        result = run("validate", str(folder.joinpath(*into, "profile.yaml")))
         assert result.exit_code == 0 and "warning:" not in result.stderr, result.output

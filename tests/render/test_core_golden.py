@@ -6,15 +6,11 @@ import difflib
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from conftest import EXAMPLES, ROOT, schema_errors
-from runai_spec.cli import app
+from conftest import EXAMPLES, ROOT, pytorch_container, run, schema_errors
 from runai_spec.facts.kubeflow import operator_problems
 from runai_spec.pipeline.workload import prepare_workload
 from runai_spec.render.manifests import parse
-
-runner = CliRunner()
 
 
 @pytest.mark.parametrize("example", EXAMPLES)
@@ -53,8 +49,8 @@ def test_example_validates_against_upstream_crd_and_operator_rules(example: str)
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_render_is_byte_identical_across_runs(example: str, tmp_path: Path) -> None:
     profile = str(ROOT / "examples" / example / "profile.yaml")
-    first = runner.invoke(app, ["render", profile])
-    second = runner.invoke(app, ["render", profile])
+    first = run("render", profile)
+    second = run("render", profile)
     assert first.exit_code == 0, first.output
     assert first.stdout == second.stdout
     assert first.stdout == (ROOT / "examples" / example / "manifest.yaml").read_text()
@@ -62,7 +58,7 @@ def test_render_is_byte_identical_across_runs(example: str, tmp_path: Path) -> N
 
 def test_render_out_dir_writes_one_file_per_workload(tmp_path: Path) -> None:
     profiles = [str(ROOT / "examples" / e / "profile.yaml") for e in EXAMPLES]
-    result = runner.invoke(app, ["render", *profiles, "-d", str(tmp_path / "out")])
+    result = run("render", *profiles, "-d", str(tmp_path / "out"))
     assert result.exit_code == 0, result.output
     written = sorted(p.name for p in (tmp_path / "out").iterdir())
     names = sorted(f"{prepare_workload(Path(p)).plan.name}.yaml" for p in profiles)
@@ -77,5 +73,5 @@ def test_schema_oracle_rejects_a_broken_job() -> None:
     text = (ROOT / "examples" / "multi-node" / "manifest.yaml").read_text(encoding="utf-8")
     (job,) = parse(text, "multi-node")
     job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = "two"
-    del job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["name"]
+    del pytorch_container(job)["name"]
     assert len(schema_errors(job)) == 2

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from conftest import BASE_PROFILE, ROOT, kubelet_sees
+from conftest import BASE_PROFILE, ROOT, kubelet_sees, pytorch_container
 from runai_spec import render
 from runai_spec.facts.kubeflow import kubelet_literal
 from runai_spec.load.profile import Profile, parse_profile
@@ -221,15 +221,10 @@ def hostile_profile(value: str) -> dict[str, Any]:
 BENIGN_SHAPE = shape(render_profile(hostile_profile("benign"))[0])
 
 
-def container(job: dict[str, Any]) -> dict[str, Any]:
-    first: dict[str, Any] = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
-    return first
-
-
 def assert_round_trip(value: str) -> None:
     (job,) = render_profile(hostile_profile(value))
     assert shape(job) == BENIGN_SHAPE
-    c = container(job)
+    c = pytorch_container(job)
     # each value written for the kubelet (`$` as `$$`), which passes it on exactly as typed
     assert {"name": "HOSTILE", "value": kubelet_literal(value)} in c["env"]
     assert kubelet_sees(kubelet_literal(value)) == value
@@ -247,9 +242,9 @@ def test_known_hostile_strings_render_literally() -> None:
 
 def test_template_syntax_in_a_value_is_not_evaluated() -> None:
     (job,) = render_profile(hostile_profile("{{ 7*7 }}"))
-    command = container(job)["command"]
+    command = pytorch_container(job)["command"]
     assert command[command.index("train.py") + 1] == "{{ 7*7 }}"
-    assert "49" not in str(container(job)["command"])
+    assert "49" not in str(pytorch_container(job)["command"])
 
 
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import run_module
+from conftest import pytorch_container, run_module
 from kube_helpers import NAME, NS, PROFILE, Render, error_lines, run
 from kubeapi import KubeAPI
 
@@ -407,7 +407,7 @@ def test_diff_live_masks_credentials_another_client_put_in_the_job(
     api: KubeAPI, kubeconfig: Path, rendered: Render
 ) -> None:
     job = put_job(api, rendered)
-    container = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    container = pytorch_container(job)
     container["env"] = [
         *container.get("env", []),
         {"name": "NOTES", "value": PEM_KEY},

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from conftest import BASE_PROFILE, ROOT
+from conftest import BASE_PROFILE, ROOT, pytorch_container
 from runai_spec.facts.kubeflow import kubelet_literal
 from runai_spec.facts.kubelet import container_env, expand, expand_command
 from runai_spec.load.profile import parse_profile
@@ -26,9 +26,7 @@ FLAG = "--rdzv-conf=join_timeout=5,read_timeout=5,x="
 def container(preset: str, **changes: Any) -> dict[str, Any]:
     data = {**copy.deepcopy(BASE_PROFILE), "preset": preset, **changes}
     plan = plan_workload(parse_profile(dump([data]), "p.yaml"), REGISTRY.get(preset), REGISTRY.site())
-    job = render_plan(plan)[-1]
-    spec = job["spec"]["pytorchReplicaSpecs"]
-    return dict(next(iter(spec.values()))["template"]["spec"]["containers"][0])
+    return pytorch_container(render_plan(plan)[-1])
 
 
 def as_started(c: dict[str, Any]) -> list[str]:

@@ -16,12 +16,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
-from typer.testing import CliRunner
 
-from conftest import BASE_PROFILE, ROOT, example_job
+from conftest import BASE_PROFILE, ROOT, example_job, run
 from runai_spec.check.catalogue import check_all
 from runai_spec.check.rules import Context
-from runai_spec.cli import app
 from runai_spec.errors import InputError, Location
 from runai_spec.findings import Finding
 from runai_spec.load.profile import parse_profile
@@ -318,7 +316,7 @@ def test_a_committed_kind_cannot_leave_the_diff_block(tmp_path: Path) -> None:
     job = example_job("single-gpu")
     job["metadata"]["labels"]["x"] = "```\n\n## Approved\n\n<!--"
     (tmp_path / f"{name}.yaml").write_text(dump([job]))
-    res = CliRunner().invoke(app, ["diff", str(profile), "--against", str(tmp_path), "-f", "markdown"])
+    res = run("diff", str(profile), "--against", str(tmp_path), "-f", "markdown")
     assert res.exit_code == 1, res.output
     tokens = MD.parse(res.stdout)
     assert [t.tag for t in tokens if t.type == "heading_open"] == ["h2"]
@@ -348,7 +346,7 @@ def test_explain_yaml_stays_yaml_whatever_the_profile_path(path: str) -> None:
 def test_explain_with_a_newline_in_the_profile_file_name(tmp_path: Path) -> None:
     profile = tmp_path / "a\nspec: {hostNetwork: true}\n#.yaml"
     profile.write_text(dump([BASE_PROFILE]))
-    res = CliRunner().invoke(app, ["explain", str(profile)])
+    res = run("explain", str(profile))
     assert res.exit_code in (0, 1), res.output
     (job,) = yaml.load_all(res.stdout, Loader=yaml.CSafeLoader)  # libyaml: a thousand examples
     assert "hostNetwork" not in job["spec"]

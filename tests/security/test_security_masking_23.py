@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT
+from conftest import ROOT, pytorch_container
 from kube_helpers import NAME, NS, PROFILE, Render, run
 from kubeapi import KubeAPI
 from runai_spec.outputs.diff import compare
@@ -56,7 +56,7 @@ def test_diff_live_masks_a_credential_named_variable(
     api: KubeAPI, kubeconfig: Path, rendered: Render, variable: str
 ) -> None:
     job = rendered()[0]
-    container = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    container = pytorch_container(job)
     container["env"] = [*container.get("env", []), {"name": variable, "value": VALUE}]
     api.kube.put("pytorchjobs", job, manager="runai-spec")
     result = run("diff", PROFILE, "--live")
