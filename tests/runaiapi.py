@@ -118,10 +118,6 @@ class FakeRunai:
         (workload,) = self.workloads.values()
         return workload
 
-    def everything_seen(self) -> str:
-        """Every header and body received, for asserting where a secret went."""
-        return json.dumps([(r.headers, r.body) for r in self.requests])
-
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server

@@ -162,11 +162,6 @@ def _mask_text(text: str, runs: bool) -> str:
     return m.userinfo.sub(lambda found: found.group(1) + MASK + "@", text)
 
 
-def looks_credential(text: str) -> bool:
-    """True when mask_text would change TEXT."""
-    return mask_text(text) != text
-
-
 # Words that name a credential in what is masked, beyond looks_secret's (which the
 # `secret-env` rule reads too, so it stays narrow): DB_PASS, DB_PW, REGISTRY_AUTH, API_CREDS.
 _NAME_WORDS = frozenset({"PASS", "PW", "AUTH", "CREDS", "COOKIE", "PASSPHRASE", "PASSWORD"})

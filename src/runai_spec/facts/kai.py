@@ -45,10 +45,8 @@ STALENESS_ANNOTATION = "kai.scheduler/staleness-grace-period"
 TOPOLOGY_ANNOTATION = "kai.scheduler/topology"
 REQUIRED_PLACEMENT_ANNOTATION = "kai.scheduler/topology-required-placement"
 PREFERRED_PLACEMENT_ANNOTATION = "kai.scheduler/topology-preferred-placement"
-TOPOLOGY_ANNOTATIONS = (TOPOLOGY_ANNOTATION, REQUIRED_PLACEMENT_ANNOTATION, PREFERRED_PLACEMENT_ANNOTATION)
 # the Topology CRD (pkg/apis/kai/v1alpha1/topology_types.go): cluster-scoped
 TOPOLOGY_GROUP, TOPOLOGY_VERSION, TOPOLOGY_PLURAL = "kai.scheduler", "v1alpha1", "topologies"
-PLACEMENTS = ("required", "preferred")
 PLACEMENT_ANNOTATION = {
     "required": REQUIRED_PLACEMENT_ANNOTATION,
     "preferred": PREFERRED_PLACEMENT_ANNOTATION,

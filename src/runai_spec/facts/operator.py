@@ -43,7 +43,6 @@ from typing import Any
 from .kai import STALENESS_GRACE_DEFAULT_S, evicts_one, is_stale, min_member
 from .kubeflow import MASTER, OPERATOR_VERSION, OPERATOR_VERSIONS, REPLICA_TYPES, short_pod_name
 
-POLICIES = ("OnFailure", "Always", "ExitCode", "Never")
 DEFAULT_POLICY = "OnFailure"  # pytorch_defaults.go: PyTorchJobDefaultRestartPolicy
 DEFAULT_GRACE_S = 30.0  # Kubernetes' default terminationGracePeriodSeconds
 BACKOFF_BASE_S = 10.0  # kubelet backOffPeriod: the first restart's wait
@@ -78,7 +77,6 @@ class PodModel:
     phase: str = "Running"  # Running | BackOff | Pending (not scheduled) | Succeeded | Failed
     restart_at: float | None = None
     restarts: int = 0  # container restarts over every pod object of this name
-    recreations: int = 0
     backoff_step: int = 0  # the kubelet's back-off entry: the n-th doubling in a row
     last_failure_at: float | None = None  # when that entry was last updated
 
@@ -168,7 +166,6 @@ class JobModel:
             self._note(now, f"{name}: CrashLoopBackOff {wait:g} s")
             return []
         if pod.policy == "ExitCode" and code >= RETRYABLE_FROM:
-            pod.recreations += 1
             pod.restart_count = pod.backoff_step = 0  # a new pod object
             pod.last_failure_at = None
             self._note(now, f"{name}: exit {code} is retryable: the operator recreates the pod")
@@ -227,7 +224,6 @@ class JobModel:
     def _renew(self, pod: PodModel) -> None:
         pod.phase, pod.restart_at, pod.restart_count = "Running", None, 0
         pod.backoff_step, pod.last_failure_at = 0, None  # a new pod object, a new back-off
-        pod.recreations += 1
 
     def evicted(self, name: str, now: float) -> list[Action]:
         """KAI evicts one pod of the job (an elastic job above its minMember): the pod is

@@ -142,13 +142,6 @@ def verify_time(approved_at: str) -> int:
     return seconds
 
 
-def principals_of(signature: str, allowed_signers: Path, at: int | None = None) -> list[str]:
-    """The principals allowed_signers lists for the key that made SIGNATURE at AT (now)."""
-    signers = AllowedSigners.read(allowed_signers)
-    found, _ = signers.principals(signer_key(signature), int(time.time()) if at is None else at)
-    return found
-
-
 def principal_of_key(key: Path, allowed_signers: Path, *, at: int | None = None) -> str:
     """The one principal allowed_signers lists for KEY at AT (now; found by signing a probe,
     the key's public half read from it): `--by` is never typed."""
