@@ -50,8 +50,6 @@ def kubelet_literal(text: str) -> str:
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
 REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
-JOB_ROLE_LABEL = "training.kubeflow.org/job-role"
-OPERATOR_NAME_LABEL = "training.kubeflow.org/operator-name"
 
 # What runai-spec writes on every object it renders, and reads back (submit, delete, diff).
 MANAGED_BY = "runai-spec"  # the managed-by label's value and the server-side apply manager
