@@ -229,6 +229,7 @@ def run_with_status_line(workload: Workload, spec: RehearsalSpec) -> RehearseRes
             settings=preflight_settings(workload),
             progress=show,
             operator_version=workload.plan.operator_version,
+            plan=workload.plan,
         )
         result = rehearse_manifests(list(workload.manifests), spec)
         return rehearse_scaling(list(workload.manifests), spec, result) if spec.scaling else result
