@@ -15,6 +15,7 @@ from functools import lru_cache
 from typing import Any
 
 import pytest
+import yaml
 
 from cel_eval import Evaluator, Failure
 from conftest import EXAMPLES, ROOT, example_job
@@ -35,6 +36,11 @@ NAMES = [v.name for v in admission_gate.validations()]
 # in the `long` test every SAMPLE-th case on both, which must then agree
 SAMPLE = 0
 ROLE = re.compile(r"(?<=pytorchReplicaSpecs\.)(Master|Worker)(?=\.)")
+# Each example's preset (its profile's `preset`): the properties' ids name it
+PRESET_OF = {
+    name: str(yaml.safe_load((ROOT / "examples" / name / "profile.yaml").read_text())["preset"])
+    for name in EXAMPLES
+}
 
 
 class Policy:

@@ -3,7 +3,7 @@ accepts it, for every site rule the policy enforces; every site rule is either e
 policy's profile-side rules or left to validate with a reason (a new rule fails here, never
 skips).
 
-After a rule change: `pytest -n0 tests/outputs/admission/test_admission_profile.py` (docs/engineer.md)."""
+After a rule change: docs/engineer.md, "Testing a preset or rule change"."""
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 with any leaf of the preset, the site, the ledger or the template changed, any key inserted and any
 required key removed: the policy is derived from the renders, as an allow-list.
 
-After a preset change: `pytest -n0 tests/outputs/admission -k "not second_implementation"`
-(docs/engineer.md)."""
+After a change of one preset, its cases with `-k "(<preset> or not heavy) and not
+second_implementation"` (docs/engineer.md, "Testing a preset or rule change")."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from conftest import EXAMPLES, ROOT, example_job
 from outputs.admission import admission_policy
 from outputs.admission.admission_policy import (
     CEL_PYTHON,
+    PRESET_OF,
     REGISTRY,
     Job,
     Policy,
@@ -48,13 +49,13 @@ def test_every_example_and_smoke_render_is_admitted(policy: Policy) -> None:
 
 @CEL_PYTHON
 @pytest.mark.parametrize("which", ["multi-node-job", "llm-7b-fsdp-smoke-smoke"])
-def test_the_second_cel_implementation_admits_them_too(policy: Policy, which: str) -> None:
+def test_the_second_implementation_admits_them_too(policy: Policy, which: str) -> None:
     job = dict(renders())[which]
     assert policy.denials(job, python=True) == {}
 
 
 @pytest.mark.long
-def test_the_second_cel_implementation_admits_every_render_and_agrees_on_the_properties(
+def test_the_second_implementation_admits_every_render_and_agrees_on_the_properties(
     policy: Policy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`pytest -m long`: every render with cel-python, and the leaf, key and removal
@@ -65,8 +66,9 @@ def test_the_second_cel_implementation_admits_every_render_and_agrees_on_the_pro
     for kind in ("job", "smoke"):
         for name in EXAMPLES:
             test_every_leaf_of_the_preset_site_ledger_or_template_changed_is_denied(policy, kind, name)
-        test_a_key_inserted_at_every_mapping_level_is_denied(policy, kind)
-    test_every_required_key_removed_is_denied(policy)
+            test_a_key_inserted_at_every_mapping_level_is_denied(policy, kind, name)
+    for name in EXAMPLES:
+        test_every_required_key_removed_is_denied(policy, name)
 
 
 def test_a_job_whose_quantities_are_strings_is_admitted(policy: Policy) -> None:
@@ -159,22 +161,26 @@ def _changed(value: Any) -> Any:
     return f"{value}x"
 
 
+# The properties run per example and kind, each id naming the example's preset: after a change
+# of one preset, `-k "<preset> or not heavy"` runs its cases and every other test (engineer.md).
+CASES = [(k, n) for k in ("job", "smoke") for n in EXAMPLES]
+CASE_IDS = [f"{k}-{n}-{PRESET_OF[n]}" for k, n in CASES]
+
+
+def _job(kind: str, name: str) -> Job:
+    """The example's job, or its smoke job."""
+    if kind == "job":
+        return example_job(name)
+    prefix = yaml.safe_load((ROOT / "examples" / name / "profile.yaml").read_text())["name"]
+    return next(j for j in smoke_jobs() if j["metadata"]["name"].startswith(prefix))
+
+
 @pytest.mark.heavy
-@pytest.mark.parametrize(("kind", "name"), [(k, n) for k in ("job", "smoke") for n in EXAMPLES])
+@pytest.mark.parametrize(("kind", "name"), CASES, ids=CASE_IDS)
 def test_every_leaf_of_the_preset_site_ledger_or_template_changed_is_denied(
     policy: Policy, kind: str, name: str
 ) -> None:
-    job = (
-        example_job(name)
-        if kind == "job"
-        else next(
-            j
-            for j in smoke_jobs()
-            if j["metadata"]["name"].startswith(
-                yaml.safe_load((ROOT / "examples" / name / "profile.yaml").read_text())["name"]
-            )
-        )
-    )
+    job = _job(kind, name)
     paths = _non_profile_leaves(name, job, kind == "smoke")
     assert len(paths) > 40
     for case, path in enumerate(paths):
@@ -220,40 +226,39 @@ def _inserted(path: tuple[Any, ...], node: dict[str, Any]) -> tuple[str, Any] | 
 
 
 @pytest.mark.heavy
-@pytest.mark.parametrize("kind", ["job", "smoke"])
-def test_a_key_inserted_at_every_mapping_level_is_denied(policy: Policy, kind: str) -> None:
-    jobs = [example_job(n) for n in EXAMPLES] if kind == "job" else smoke_jobs()
+@pytest.mark.parametrize(("kind", "name"), CASES, ids=CASE_IDS)
+def test_a_key_inserted_at_every_mapping_level_is_denied(policy: Policy, kind: str, name: str) -> None:
+    job = _job(kind, name)
     tried = 0
-    for job in jobs:
-        for path, node in _maps(job):
-            if path in ((), ("metadata",)):
-                continue  # status, uid, resourceVersion, ...: the server's
-            found = _inserted(path, node)
-            if found is None or (found[0] == "namespace" and path[-1] == "metadata"):
-                continue
-            tampered = copy.deepcopy(job)
-            _at(tampered, path)[found[0]] = found[1]
-            key = found[0]
-            assert policy.agreed(tampered, tried), (job["metadata"]["name"], path, key)
-            tried += 1
-    assert tried > 60
+    for path, node in _maps(job):
+        if path in ((), ("metadata",)):
+            continue  # status, uid, resourceVersion, ...: the server's
+        found = _inserted(path, node)
+        if found is None or (found[0] == "namespace" and path[-1] == "metadata"):
+            continue
+        tampered = copy.deepcopy(job)
+        _at(tampered, path)[found[0]] = found[1]
+        key = found[0]
+        assert policy.agreed(tampered, tried), (job["metadata"]["name"], path, key)
+        tried += 1
+    assert tried > 12
 
 
 @pytest.mark.heavy
-def test_every_required_key_removed_is_denied(policy: Policy) -> None:
+@pytest.mark.parametrize("name", EXAMPLES, ids=[f"{n}-{PRESET_OF[n]}" for n in EXAMPLES])
+def test_every_required_key_removed_is_denied(policy: Policy, name: str) -> None:
     tried = 0
-    for name in EXAMPLES:
-        job = example_job(name)
-        texts = _profile_texts(name)
-        for path, node in _maps(job):
-            for key in list(node):
-                if (path, key) in (((), "metadata"), (("metadata",), "namespace")):
-                    continue  # the API server's own, or required before admission
-                leaves = list(_leaves(node[key]))
-                if all(_from_profile(v, texts) for _, v in leaves):
-                    continue  # the profile's own (workingDir): optional
-                tampered = copy.deepcopy(job)
-                del _at(tampered, path)[key]
-                assert policy.agreed(tampered, tried), (name, path, key)
-                tried += 1
-    assert tried > 100
+    job = example_job(name)
+    texts = _profile_texts(name)
+    for path, node in _maps(job):
+        for key in list(node):
+            if (path, key) in (((), "metadata"), (("metadata",), "namespace")):
+                continue  # the API server's own, or required before admission
+            leaves = list(_leaves(node[key]))
+            if all(_from_profile(v, texts) for _, v in leaves):
+                continue  # the profile's own (workingDir): optional
+            tampered = copy.deepcopy(job)
+            del _at(tampered, path)[key]
+            assert policy.agreed(tampered, tried), (name, path, key)
+            tried += 1
+    assert tried > 25
