@@ -92,7 +92,14 @@ def env_fields(profile: Profile) -> list[tuple[str, str]]:
     ]
 
 
-@rule("nccl-transport-env", "error", "NCCL interface and transport variables are engineer-owned")
+# The ids of this module's rules, each spelled once (rules.py's registry: `runai-spec rules`).
+NCCL_TRANSPORT_ENV = "nccl-transport-env"
+NCCL_DEBUG_TEMPORARY = "nccl-debug-temporary"
+RESERVED_ENV = "reserved-env"
+SECRET_ENV = "secret-env"
+
+
+@rule(NCCL_TRANSPORT_ENV, "error", "NCCL interface and transport variables are engineer-owned")
 def check_nccl_transport(ctx: Context) -> Iterator[Finding]:
     """The guide: do not force interface names or transport settings yourself. In `env` and
     `secret_env` alike: every `NCCL_*` but the diagnostics switch (`nccl-debug-temporary`),
@@ -112,7 +119,7 @@ def check_nccl_transport(ctx: Context) -> Iterator[Finding]:
         if transport_variable(name):
             yield finding(
                 ctx,
-                "nccl-transport-env",
+                NCCL_TRANSPORT_ENV,
                 field,
                 f"{name} configures {transport_what(name)}, which the preset owns",
                 "remove it; the preset supplies the approved network path. "
@@ -121,7 +128,7 @@ def check_nccl_transport(ctx: Context) -> Iterator[Finding]:
 
 
 @rule(
-    "nccl-debug-temporary",
+    NCCL_DEBUG_TEMPORARY,
     "error",
     "NCCL_DEBUG only through the temporary diagnostics switch",
     milder=("warning",),
@@ -134,7 +141,7 @@ def check_nccl_debug(ctx: Context) -> Iterator[Finding]:
             continue
         yield finding(
             ctx,
-            "nccl-debug-temporary",
+            NCCL_DEBUG_TEMPORARY,
             field,
             f"{name} set as a variable stays on after diagnosis",
             "use `diagnostics: {nccl_debug: true, reason: ...}` and remove it afterwards",
@@ -143,7 +150,7 @@ def check_nccl_debug(ctx: Context) -> Iterator[Finding]:
         reason = profile.diagnostics.reason or "no reason given"
         yield finding(
             ctx,
-            "nccl-debug-temporary",
+            NCCL_DEBUG_TEMPORARY,
             "diagnostics.nccl_debug",
             f"temporary diagnostic NCCL_DEBUG=INFO is on ({reason})",
             "save a log per rank (`runai-spec logs --out DIR`) and switch it off after diagnosis",
@@ -206,7 +213,7 @@ def env_owners(plan: Plan) -> dict[str, str]:
     return owners
 
 
-@rule("reserved-env", "error", "Variables the operator, torchrun, the preset or runai-spec set")
+@rule(RESERVED_ENV, "error", "Variables the operator, torchrun, the preset or runai-spec set")
 def check_operator_env(ctx: Context) -> Iterator[Finding]:
     """Rank, world size, master address and device visibility are set per process; the
     operator sets PYTHONUNBUFFERED and its PET_* variables, the preset its network.env, and
@@ -220,7 +227,7 @@ def check_operator_env(ctx: Context) -> Iterator[Finding]:
         if INJECTED_ENV.match(name):
             yield finding(
                 ctx,
-                "reserved-env",
+                RESERVED_ENV,
                 field,
                 f"{name} is injected by the PyTorch operator or torchrun"
                 + (" (runai-spec sets it for the per-rank log folder)" if name == POD_NAME_ENV[0] else ""),
@@ -229,7 +236,7 @@ def check_operator_env(ctx: Context) -> Iterator[Finding]:
         elif name in owners and not transport_variable(name) and name not in NCCL_DIAGNOSTICS:
             yield finding(
                 ctx,
-                "reserved-env",
+                RESERVED_ENV,
                 field,
                 f"{name} is set by {owners[name]}: "
                 + (
@@ -262,7 +269,7 @@ SECRET_HINT = (
 )
 
 
-@rule("secret-env", "error", "Credentials come from a Secret (secretKeyRef), never the profile")
+@rule(SECRET_ENV, "error", "Credentials come from a Secret (secretKeyRef), never the profile")
 def check_secret_env(ctx: Context) -> Iterator[Finding]:
     """Plain values end up in git, in the manifest and in `kubectl get -o yaml`; credentials
     belong in a Secret, referenced with `secret_env` (valueFrom.secretKeyRef)."""
@@ -271,20 +278,20 @@ def check_secret_env(ctx: Context) -> Iterator[Finding]:
         if _secret_name(name):
             yield finding(
                 ctx,
-                "secret-env",
+                SECRET_ENV,
                 env_line(name),
                 f"{name} looks like a credential written as a plain value",
                 SECRET_HINT,
             )
         elif _secret_value(value):
             yield finding(
-                ctx, "secret-env", env_line(name), f"the value of {name} looks like a credential", SECRET_HINT
+                ctx, SECRET_ENV, env_line(name), f"the value of {name} looks like a credential", SECRET_HINT
             )
     for name in profile.secret_env:
         if name in profile.env:
             yield finding(
                 ctx,
-                "secret-env",
+                SECRET_ENV,
                 f"secret_env.{name}",
                 f"{name} is set both in env and in secret_env",
                 "keep only the secret_env entry",
@@ -293,7 +300,7 @@ def check_secret_env(ctx: Context) -> Iterator[Finding]:
         if _secret_arg(arg):
             yield finding(
                 ctx,
-                "secret-env",
+                SECRET_ENV,
                 f"command[{index}]",
                 "a command argument looks like a credential",
                 SECRET_HINT,

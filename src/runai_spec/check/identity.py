@@ -26,14 +26,24 @@ IMAGE = re.compile(
 )
 
 
-@rule("reserved-field", "error", "Fields the site guide reserves for the SCC AI Engineers")
+# The ids of this module's rules, each spelled once (rules.py's registry: `runai-spec rules`).
+RESERVED_FIELD = "reserved-field"
+IMAGE_DIGEST = "image-digest"
+ALLOWED_REGISTRY = "registry"
+NAME_LENGTH = "name-length"
+SMOKE_NAME = "smoke-name"
+PRESET_EXPIRED = "preset-expired"
+PRESET_NOT_GRANTED = "preset-not-granted"
+
+
+@rule(RESERVED_FIELD, "error", "Fields the site guide reserves for the SCC AI Engineers")
 def check_reserved(ctx: Context) -> Iterator[Finding]:
     """Compute preset values, GPUs per pod, workers, priority, preemptibility, elasticity,
     node pools and the network attachment come from the approved preset, never the profile."""
     yield from ctx.loaded.findings
 
 
-@rule("image-digest", "error", "Images are pinned by digest (immutable)")
+@rule(IMAGE_DIGEST, "error", "Images are pinned by digest (immutable)")
 def check_image_digest(ctx: Context) -> Iterator[Finding]:
     """The guide: make the command reproducible with an immutable image."""
     image = ctx.loaded.profile.image
@@ -41,7 +51,7 @@ def check_image_digest(ctx: Context) -> Iterator[Finding]:
     if match is None:
         yield finding(
             ctx,
-            "image-digest",
+            IMAGE_DIGEST,
             "image",
             f"{image!r} is not registry/repo[:tag]@sha256:<64 hex>",
             "write the full reference, e.g. registry.example.org/team/train@sha256:<64 hex>",
@@ -49,7 +59,7 @@ def check_image_digest(ctx: Context) -> Iterator[Finding]:
     elif match.group("digest") is None:
         yield finding(
             ctx,
-            "image-digest",
+            IMAGE_DIGEST,
             "image",
             "tag-only images are mutable",
             "pin the digest, e.g. repo:tag@sha256:<64 hex> "
@@ -57,14 +67,14 @@ def check_image_digest(ctx: Context) -> Iterator[Finding]:
         )
 
 
-@rule("registry", "error", "Images come from a registry the site allows")
+@rule(ALLOWED_REGISTRY, "error", "Images come from a registry the site allows")
 def check_registry(ctx: Context) -> Iterator[Finding]:
     """Only the registries listed in presets/site.yaml are allowed."""
     match = IMAGE.match(ctx.loaded.profile.image)
     if match and match.group("registry") not in ctx.site.registries:
         yield finding(
             ctx,
-            "registry",
+            ALLOWED_REGISTRY,
             "image",
             f"registry {match.group('registry')!r} is not allowed on {ctx.site.cluster}",
             "use one of: " + ", ".join(ctx.site.registries),
@@ -77,7 +87,7 @@ def name_room(plan: Plan) -> int:
     return kubeflow_name_room(plan.name, plan.longest_pod_name) - len(SMOKE_SUFFIX)
 
 
-@rule("name-length", "error", f"Derived pod names, the smoke test's too, stay within {NAME_MAX} characters")
+@rule(NAME_LENGTH, "error", f"Derived pod names, the smoke test's too, stay within {NAME_MAX} characters")
 def check_name_length(ctx: Context) -> Iterator[Finding]:
     """Pods and their headless services are named `<name>-worker-<N>`: a DNS label. The smoke
     test's are `<name>-smoke-worker-<N>`; a name that only they outgrow is refused here too,
@@ -89,7 +99,7 @@ def check_name_length(ctx: Context) -> Iterator[Finding]:
     if len(longest) > NAME_MAX:
         yield finding(
             ctx,
-            "name-length",
+            NAME_LENGTH,
             "name",
             f"pod name {longest!r} has {len(longest)} characters (limit {NAME_MAX})",
             hint,
@@ -97,7 +107,7 @@ def check_name_length(ctx: Context) -> Iterator[Finding]:
     elif len(smoke) > NAME_MAX:
         yield finding(
             ctx,
-            "name-length",
+            NAME_LENGTH,
             "name",
             f"the smoke test's pod name {smoke!r} would have {len(smoke)} characters "
             f"(limit {NAME_MAX}): `render --smoke` and `submit --smoke` refuse it",
@@ -107,7 +117,7 @@ def check_name_length(ctx: Context) -> Iterator[Finding]:
     if len(namespace) > NAME_MAX or not DNS1123.match(namespace):  # a namespace is a DNS-1123 label
         yield finding(
             ctx,
-            "name-length",
+            NAME_LENGTH,
             "project",
             f"project {ctx.loaded.profile.project!r} makes the namespace {namespace!r} "
             f"({len(namespace)} characters), which is not a DNS label of at most "
@@ -116,7 +126,7 @@ def check_name_length(ctx: Context) -> Iterator[Finding]:
         )
 
 
-@rule("smoke-name", "error", f"A workload name never ends in `{SMOKE_SUFFIX}`")
+@rule(SMOKE_NAME, "error", f"A workload name never ends in `{SMOKE_SUFFIX}`")
 def check_smoke_name(ctx: Context) -> Iterator[Finding]:
     """The smoke test of workload `X` is the job `X-smoke`, beside the real one in the same
     namespace. A workload named `X-smoke` would be that job: `submit --smoke` of `X` would
@@ -126,7 +136,7 @@ def check_smoke_name(ctx: Context) -> Iterator[Finding]:
     if name.endswith(SMOKE_SUFFIX):
         yield finding(
             ctx,
-            "smoke-name",
+            SMOKE_NAME,
             "name",
             f"{name!r} ends in {SMOKE_SUFFIX!r}: it is the name of the smoke test "
             f"of workload {name.removesuffix(SMOKE_SUFFIX)!r}",
@@ -138,7 +148,7 @@ def check_smoke_name(ctx: Context) -> Iterator[Finding]:
 EXPIRY_WARNING_DAYS = 30
 
 
-@rule("preset-expired", "warning", "The preset's approval expires soon")
+@rule(PRESET_EXPIRED, "warning", "The preset's approval expires soon")
 def check_preset_expiry(ctx: Context) -> Iterator[Finding]:
     """An expired approval is refused by the registry; this warns within 30 days of the
     expiry of the preset's or the site file's approval, so the re-review happens in time."""
@@ -154,7 +164,7 @@ def check_preset_expiry(ctx: Context) -> Iterator[Finding]:
         if 0 <= days <= EXPIRY_WARNING_DAYS:
             yield finding(
                 ctx,
-                "preset-expired",
+                PRESET_EXPIRED,
                 "preset",
                 f"the approval of {what} expires on {approval.expires} "
                 f"(in {days} day{'s' if days != 1 else ''}); after that it is refused",
@@ -170,12 +180,12 @@ GRANT_HINT = (
 )
 
 
-@rule("preset-not-granted", "error", "The project is granted the preset (site file `grants`)")
+@rule(PRESET_NOT_GRANTED, "error", "The project is granted the preset (site file `grants`)")
 def check_preset_granted(ctx: Context) -> Iterator[Finding]:
     """The site file's `grants` say which projects may use which presets; single-GPU presets
     are usually granted to every project (`*`), multi-GPU and multi-node ones by agreement."""
     project, name = ctx.loaded.profile.project, ctx.approved.name
     if not ctx.site.granted(project, name):
         yield finding(
-            ctx, "preset-not-granted", "preset", f"project {project} is not granted preset {name}", GRANT_HINT
+            ctx, PRESET_NOT_GRANTED, "preset", f"project {project} is not granted preset {name}", GRANT_HINT
         )

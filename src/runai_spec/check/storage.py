@@ -12,22 +12,27 @@ from ..findings import Finding
 from ..plan.volumes import CHECKPOINT, DATA
 from .rules import Context, finding, rule
 
+# The ids of this module's rules, each spelled once (rules.py's registry: `runai-spec rules`).
+CHECKPOINT_ON_PVC = "checkpoint-on-pvc"
+DATA_SOURCE = "data-source"
+MOUNT_PATH = "mount-path"
 
-@rule("checkpoint-on-pvc", "error", "Checkpoints go to a PVC or an approved data source")
+
+@rule(CHECKPOINT_ON_PVC, "error", "Checkpoints go to a PVC or an approved data source")
 def check_checkpoint(ctx: Context) -> Iterator[Finding]:
     """The guide: write checkpoints to a PVC or approved data source, not the image."""
     ckpt = ctx.loaded.profile.checkpoint
     if (ckpt.pvc is None) == (ckpt.source is None):
         yield finding(
             ctx,
-            "checkpoint-on-pvc",
+            CHECKPOINT_ON_PVC,
             "checkpoint",
             "set exactly one of checkpoint.pvc or checkpoint.source",
             "checkpoints written to the image filesystem are lost on restart",
         )
 
 
-@rule("data-source", "error", "Every volume is one PVC or one data source the site approved")
+@rule(DATA_SOURCE, "error", "Every volume is one PVC or one data source the site approved")
 def check_data_sources(ctx: Context) -> Iterator[Finding]:
     """A `source` (of the checkpoint or of a data volume) names one of the site file's
     `data_sources`; a data volume sets exactly one of `pvc` and `source`."""
@@ -35,7 +40,7 @@ def check_data_sources(ctx: Context) -> Iterator[Finding]:
     if ckpt.pvc is None and ckpt.source is not None and ckpt.source not in ctx.site.data_sources:
         yield finding(
             ctx,
-            "data-source",
+            DATA_SOURCE,
             "checkpoint.source",
             f"{ckpt.source!r} is not an approved data source",
             "approved: " + ", ".join(ctx.site.data_sources),
@@ -45,7 +50,7 @@ def check_data_sources(ctx: Context) -> Iterator[Finding]:
         if (data.pvc is None) == (data.source is None):
             yield finding(
                 ctx,
-                "data-source",
+                DATA_SOURCE,
                 path,
                 "set exactly one of pvc or source",
                 "a data volume mounts one claim: `pvc: NAME` or `source: NAME` "
@@ -54,7 +59,7 @@ def check_data_sources(ctx: Context) -> Iterator[Finding]:
         elif data.source is not None and data.source not in ctx.site.data_sources:
             yield finding(
                 ctx,
-                "data-source",
+                DATA_SOURCE,
                 f"{path}.source",
                 f"{data.source!r} is not an approved data source",
                 "approved: " + ", ".join(ctx.site.data_sources),
@@ -144,7 +149,7 @@ def _holds(folder: str, path: str) -> bool:
 
 
 @rule(
-    "mount-path",
+    MOUNT_PATH,
     "error",
     "Mount paths and the working directory are clean, absolute, not system paths, and never overlap",
 )
@@ -178,7 +183,7 @@ def check_mount_paths(ctx: Context) -> Iterator[Finding]:
     for field, path in mine:
         problem = _path_problem(path)
         if problem is not None:
-            yield finding(ctx, "mount-path", field, *problem)
+            yield finding(ctx, MOUNT_PATH, field, *problem)
             continue
         clash = next(((who, other) for who, other in theirs if _nested(path, other)), None)
         system = _system_path(path)
@@ -186,7 +191,7 @@ def check_mount_paths(ctx: Context) -> Iterator[Finding]:
         if clash is not None and path != "/":
             yield finding(
                 ctx,
-                "mount-path",
+                MOUNT_PATH,
                 field,
                 f"{path} {'is' if path == clash[1] else 'overlaps'} {clash[0]} ({clash[1]})",
                 "mount it somewhere of its own, e.g. /data/<name>",
@@ -203,7 +208,7 @@ def check_mount_paths(ctx: Context) -> Iterator[Finding]:
             )
             yield finding(
                 ctx,
-                "mount-path",
+                MOUNT_PATH,
                 field,
                 f"{path} is {what}",
                 "mount it somewhere of its own, e.g. /data/<name> or /checkpoints",
@@ -211,7 +216,7 @@ def check_mount_paths(ctx: Context) -> Iterator[Finding]:
         elif mount is not None:
             yield finding(
                 ctx,
-                "mount-path",
+                MOUNT_PATH,
                 field,
                 f"{path} {'is also' if path == mount[1] else 'overlaps'} {mount[0]} ({mount[1]})",
                 "give each volume a folder of its own, neither inside the other",
@@ -219,7 +224,7 @@ def check_mount_paths(ctx: Context) -> Iterator[Finding]:
         elif workdir is not None and _holds(path, workdir):
             yield finding(
                 ctx,
-                "mount-path",
+                MOUNT_PATH,
                 field,
                 f"{path} {'is' if path == workdir else 'holds'} the working directory "
                 f"{workdir}: the volume would hide the image's code there",
@@ -234,7 +239,7 @@ def _working_dir_findings(ctx: Context, workdir: str, theirs: list[tuple[str, st
     it. It may lie anywhere else, the image's own folders under /usr included."""
     problem = _path_problem(workdir)
     if problem is not None:
-        yield finding(ctx, "mount-path", "working_dir", *problem)
+        yield finding(ctx, MOUNT_PATH, "working_dir", *problem)
         return
     system = next((s for s in WORKDIR_REFUSED if _holds(s, workdir)), None)
     clash = next(((who, other) for who, other in theirs if _holds(other, workdir)), None)
@@ -242,7 +247,7 @@ def _working_dir_findings(ctx: Context, workdir: str, theirs: list[tuple[str, st
         what = "a system path" if system == workdir else f"under the system path {system}"
         yield finding(
             ctx,
-            "mount-path",
+            MOUNT_PATH,
             "working_dir",
             f"{workdir} is {what}: the entry point and what the script writes by "
             "relative path would be there",
@@ -251,7 +256,7 @@ def _working_dir_findings(ctx: Context, workdir: str, theirs: list[tuple[str, st
     elif clash is not None:
         yield finding(
             ctx,
-            "mount-path",
+            MOUNT_PATH,
             "working_dir",
             f"{workdir} is {'' if workdir == clash[1] else 'under '}{clash[0]} "
             f"({clash[1]}): that mount would hide the image's code there",

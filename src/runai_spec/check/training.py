@@ -13,8 +13,18 @@ from ..plan.memory import memory_estimate
 from .env import env_line
 from .rules import Context, finding, rule
 
+# The ids of this module's rules, each spelled once (rules.py's registry: `runai-spec rules`).
+GLOBAL_BATCH = "global-batch"
+STRATEGY_ALLOWED = "strategy-allowed"
+PREEMPTIBLE_NEEDS_RESUME = "preemptible-needs-resume"
+SIGTERM_ONE_GPU = "sigterm-one-gpu"
+SHUTDOWN_WINDOW = "shutdown-window"
+RANK0_METRICS = "rank0-metrics"
+DDP_REPLICA_FITS = "ddp-replica-fits"
+DEEPSPEED_AUTOTUNE = "deepspeed-autotune"
 
-@rule("global-batch", "error", "global batch = local x processes x grad_accum", milder=("warning",))
+
+@rule(GLOBAL_BATCH, "error", "global batch = local x processes x grad_accum", milder=("warning",))
 def check_global_batch(ctx: Context) -> Iterator[Finding]:
     """The guide: record local batch, accumulation and the intended global batch."""
     batch = ctx.loaded.profile.batch
@@ -32,7 +42,7 @@ def check_global_batch(ctx: Context) -> Iterator[Finding]:
     if expected != batch.global_:
         yield finding(
             ctx,
-            "global-batch",
+            GLOBAL_BATCH,
             "batch.global",
             f"{batch.global_} != local {batch.local} x processes {procs} x "
             f"grad_accum {batch.grad_accum} = {expected}{at_most}",
@@ -42,7 +52,7 @@ def check_global_batch(ctx: Context) -> Iterator[Finding]:
         low = batch.local * elastic.min_pods * ctx.plan.procs_per_pod * batch.grad_accum
         yield finding(
             ctx,
-            "global-batch",
+            GLOBAL_BATCH,
             "batch.global",
             f"elastic preset: the effective global batch ranges {low}..{expected} "
             f"as pods scale {elastic.min_pods}..{elastic.max_pods}; batch.global "
@@ -52,7 +62,7 @@ def check_global_batch(ctx: Context) -> Iterator[Finding]:
         )
 
 
-@rule("strategy-allowed", "error", "The strategy is one the preset allows")
+@rule(STRATEGY_ALLOWED, "error", "The strategy is one the preset allows")
 def check_strategy(ctx: Context) -> Iterator[Finding]:
     """Each preset lists the strategies its engineers approved for it."""
     profile = ctx.loaded.profile
@@ -60,7 +70,7 @@ def check_strategy(ctx: Context) -> Iterator[Finding]:
     if profile.strategy not in allowed:
         yield finding(
             ctx,
-            "strategy-allowed",
+            STRATEGY_ALLOWED,
             "strategy",
             f"{profile.strategy} is not allowed by preset {ctx.approved.name}",
             "allowed: " + ", ".join(allowed) + "; other topologies need a review",
@@ -68,7 +78,7 @@ def check_strategy(ctx: Context) -> Iterator[Finding]:
     if profile.strategy == "deepspeed" and profile.zero_stage is None:
         yield finding(
             ctx,
-            "strategy-allowed",
+            STRATEGY_ALLOWED,
             "zero_stage",
             "deepspeed needs an explicit ZeRO stage",
             "set zero_stage: 0..3",
@@ -76,7 +86,7 @@ def check_strategy(ctx: Context) -> Iterator[Finding]:
     if profile.zero_stage is not None and profile.strategy != "deepspeed":
         yield finding(
             ctx,
-            "strategy-allowed",
+            STRATEGY_ALLOWED,
             "zero_stage",
             "zero_stage only applies to strategy deepspeed",
             "remove zero_stage",
@@ -84,7 +94,7 @@ def check_strategy(ctx: Context) -> Iterator[Finding]:
 
 
 @rule(
-    "preemptible-needs-resume",
+    PREEMPTIBLE_NEEDS_RESUME,
     "error",
     "A preemptible preset needs checkpoints on a PVC and a resume setting",
 )
@@ -98,7 +108,7 @@ def check_preemptible_resume(ctx: Context) -> Iterator[Finding]:
     if ckpt.resume is None:
         yield finding(
             ctx,
-            "preemptible-needs-resume",
+            PREEMPTIBLE_NEEDS_RESUME,
             "checkpoint.resume",
             f"preset {ctx.approved.name} is preemptible but checkpoint.resume is not set",
             f"say how the script resumes, e.g. `resume: latest checkpoint in {ckpt.dir}`, "
@@ -107,7 +117,7 @@ def check_preemptible_resume(ctx: Context) -> Iterator[Finding]:
 
 
 @rule(
-    "sigterm-one-gpu",
+    SIGTERM_ONE_GPU,
     "warning",
     "One GPU: a script that does not handle SIGTERM holds its GPU for the grace period",
 )
@@ -128,7 +138,7 @@ def check_sigterm_one_gpu(ctx: Context) -> Iterator[Finding]:
         return
     yield finding(
         ctx,
-        "sigterm-one-gpu",
+        SIGTERM_ONE_GPU,
         "checkpoint.on_sigterm",
         f"the script is PID 1 of its container, which ignores SIGTERM unless the "
         f"script handles it: each preemption holds the GPU idle for the preset's "
@@ -140,7 +150,7 @@ def check_sigterm_one_gpu(ctx: Context) -> Iterator[Finding]:
 
 
 @rule(
-    "shutdown-window",
+    SHUTDOWN_WINDOW,
     "warning",
     "torch before 2.12 gives torchrun's ranks 30 s to save on SIGTERM, not the grace period",
 )
@@ -160,7 +170,7 @@ def check_shutdown_window(ctx: Context) -> Iterator[Finding]:
         return
     yield finding(
         ctx,
-        "shutdown-window",
+        SHUTDOWN_WINDOW,
         "torch_version",
         f"torch {plan.torch_version} gives the ranks {window} s from SIGTERM to "
         f"SIGKILL (torchrun's fixed shutdown timeout), not the preset's {grace} s "
@@ -172,7 +182,7 @@ def check_shutdown_window(ctx: Context) -> Iterator[Finding]:
     )
 
 
-@rule("rank0-metrics", "error", "Only rank 0 writes shared metrics", milder=("warning",))
+@rule(RANK0_METRICS, "error", "Only rank 0 writes shared metrics", milder=("warning",))
 def check_rank0_metrics(ctx: Context) -> Iterator[Finding]:
     """The guide: ensure only rank 0 writes shared metrics or non-sharded output. A tool cannot
     read the script, so the profile declares it (`metrics: {writer: rank0}`): undeclared on
@@ -183,7 +193,7 @@ def check_rank0_metrics(ctx: Context) -> Iterator[Finding]:
     if metrics is None:
         yield finding(
             ctx,
-            "rank0-metrics",
+            RANK0_METRICS,
             "metrics",
             f"{ctx.plan.world_size} processes and no declaration of who writes metrics",
             "guard metric writes with `if int(os.environ['RANK']) == 0` and declare "
@@ -193,7 +203,7 @@ def check_rank0_metrics(ctx: Context) -> Iterator[Finding]:
     elif metrics.writer == "all-ranks":
         yield finding(
             ctx,
-            "rank0-metrics",
+            RANK0_METRICS,
             "metrics.writer",
             f"every one of {ctx.plan.world_size} ranks writes the same metrics "
             f"(each value {ctx.plan.world_size} times)",
@@ -205,7 +215,7 @@ def check_rank0_metrics(ctx: Context) -> Iterator[Finding]:
 HEADROOM = 0.8  # model state above this share of GPU memory leaves too little for activations
 
 
-@rule("ddp-replica-fits", "error", "The model state fits the preset's GPU memory", milder=("warning", "info"))
+@rule(DDP_REPLICA_FITS, "error", "The model state fits the preset's GPU memory", milder=("warning", "info"))
 def check_replica_fits(ctx: Context) -> Iterator[Finding]:
     """The guide: DDP assumes a complete replica fits on every GPU. Estimates weights,
     gradients and optimizer state (parameters x bytes at the profile's precision); activations
@@ -217,7 +227,7 @@ def check_replica_fits(ctx: Context) -> Iterator[Finding]:
         if ctx.plan.world_size > 1:
             yield finding(
                 ctx,
-                "ddp-replica-fits",
+                DDP_REPLICA_FITS,
                 "model",
                 "model size and precision are not declared; the memory check and the review need them",
                 "add `model: {parameters: N, precision: bf16, sequence_length: N}`",
@@ -228,7 +238,7 @@ def check_replica_fits(ctx: Context) -> Iterator[Finding]:
     if estimate is None:
         yield finding(
             ctx,
-            "ddp-replica-fits",
+            DDP_REPLICA_FITS,
             "strategy",
             f"no memory estimate for {profile.strategy}: it depends on the parallel "
             "degrees, which are part of the review",
@@ -255,11 +265,11 @@ def check_replica_fits(ctx: Context) -> Iterator[Finding]:
             else "a bigger preset or a model-parallel topology; run `runai-spec plan` "
             "and ask your AI Engineer"
         )
-        yield finding(ctx, "ddp-replica-fits", where, message, hint, severity=None if worst else "warning")
+        yield finding(ctx, DDP_REPLICA_FITS, where, message, hint, severity=None if worst else "warning")
     elif sharded:
         yield finding(
             ctx,
-            "ddp-replica-fits",
+            DDP_REPLICA_FITS,
             "strategy",
             f"model state estimate: {estimate.describe()}",
             "activations come on top; measure peak memory in the rehearsal",
@@ -303,7 +313,7 @@ def _degree(value: str | None) -> int | None:
         return None
 
 
-@rule("deepspeed-autotune", "error", "No DeepSpeed autotuning sweep or copied model-parallel configuration")
+@rule(DEEPSPEED_AUTOTUNE, "error", "No DeepSpeed autotuning sweep or copied model-parallel configuration")
 def check_deepspeed_autotune(ctx: Context) -> Iterator[Finding]:
     """The guide: do not start a DeepSpeed autotuning sweep or copy a model-parallel
     configuration from another cluster; share model size, precision, sequence length,
@@ -318,7 +328,7 @@ def check_deepspeed_autotune(ctx: Context) -> Iterator[Finding]:
         if _autotune(arg):
             yield finding(
                 ctx,
-                "deepspeed-autotune",
+                DEEPSPEED_AUTOTUNE,
                 f"command[{index}]",
                 f"{arg!r} requests a DeepSpeed autotuning sweep",
                 review,
@@ -333,7 +343,7 @@ def check_deepspeed_autotune(ctx: Context) -> Iterator[Finding]:
                 continue
             yield finding(
                 ctx,
-                "deepspeed-autotune",
+                DEEPSPEED_AUTOTUNE,
                 f"command[{index}]",
                 f"{arg!r} sets a model-parallel degree ({value}) the preset was not reviewed for",
                 review,
@@ -341,12 +351,12 @@ def check_deepspeed_autotune(ctx: Context) -> Iterator[Finding]:
     for name, value in profile.env_strings().items():
         if _autotune(name) or _autotune(value):
             yield finding(
-                ctx, "deepspeed-autotune", env_line(name), f"{name} requests DeepSpeed autotuning", review
+                ctx, DEEPSPEED_AUTOTUNE, env_line(name), f"{name} requests DeepSpeed autotuning", review
             )
         elif MODEL_PARALLEL_ENV.match(name) and _degree(value) != 1:
             yield finding(
                 ctx,
-                "deepspeed-autotune",
+                DEEPSPEED_AUTOTUNE,
                 env_line(name),
                 f"{name}={value} sets a model-parallel degree",
                 review,
