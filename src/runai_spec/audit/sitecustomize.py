@@ -49,7 +49,13 @@ ENV_KEY = "RUNAI_SPEC_AUDIT_KEY"
 # A rank takes the key out of its environment (the script's os.environ and the processes it
 # starts never see it); torchrun's agent keeps it for the ranks it starts and restarts.
 _KEY = (os.environ.pop(ENV_KEY, "") if "LOCAL_RANK" in os.environ else os.environ.get(ENV_KEY, "")).encode()
-STEP_KEYS = ("step", "global_step", "iteration", "iter", "epoch")
+# the step a checkpoint holds, by the keys scripts use (lower-cased): Lightning's `global_step`,
+# pytorch/examples' `EPOCHS_RUN` (ddp-tutorial-series), fairseq's `num_updates`
+STEP_KEYS = ("step", "global_step", "iteration", "iter", "epoch", "epochs_run", "num_updates")
+STEP_WORDS = frozenset({"step", "steps", "epoch", "epochs", "iter", "iters", "iteration", "iterations"})
+NOT_STEP_WORDS = frozenset(
+    {"max", "total", "warmup", "every", "interval", "freq", "per", "eval", "save", "log"}
+)
 _lock = threading.Lock()
 _tls = threading.local()
 NESTED_EVENTS = ("save", "load")
@@ -74,12 +80,24 @@ def _path_of(target: Any) -> str | None:
 
 
 def _step_of(obj: Any) -> int | None:
-    """The training step a checkpoint carries, where it says so with a plain int."""
-    if isinstance(obj, dict):
-        for key in STEP_KEYS:
-            value = obj.get(key)
-            if isinstance(value, int) and not isinstance(value, bool):
-                return value
+    """The training step a checkpoint carries, where it says so with a plain int under a key
+    of any case: first a known name (`step`, `global_step`, ..., `EPOCHS_RUN`, `Epoch`), then
+    any key with a word of STEP_WORDS and none of NOT_STEP_WORDS (`completed_steps`, not
+    `max_steps`)."""
+    if not isinstance(obj, dict):
+        return None
+    ints = {
+        str(k).lower(): v
+        for k, v in obj.items()
+        if isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+    }
+    for key in STEP_KEYS:
+        if key in ints:
+            return ints[key]
+    for key, value in ints.items():
+        words = set(key.replace("-", "_").split("_"))
+        if words & STEP_WORDS and not words & NOT_STEP_WORDS:
+            return value
     return None
 
 

@@ -62,13 +62,15 @@ def step_of(rec: Mapping[str, Any]) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def _moves(records: Sequence[Mapping[str, Any]]) -> dict[tuple[Any, str], tuple[str, float]]:
-    """{(pid, src): (dst, t)} of each rename of a checkpoint."""
-    return {
-        (r.get("pid"), str(r["src"])): (str(r["dst"]), float(r.get("t") or 0))
+def _moves(records: Sequence[Mapping[str, Any]]) -> list[tuple[Any, tuple[int, int], str, str, float]]:
+    """(pid, generation, src, dst, t) of each rename of a checkpoint, in time order. A PID is
+    one process's only within its generation: each container start is a PID namespace of its
+    own, whose PIDs the next start has again (issue 42 item 1)."""
+    return [
+        (r.get("pid"), generation(r), str(r["src"]), str(r["dst"]), float(r.get("t") or 0))
         for r in records
         if r.get("event") == "rename" and r.get("src") and r.get("dst")
-    }
+    ]
 
 
 def checkpoints(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -83,11 +85,13 @@ def checkpoints(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             continue
         path, t = str(r["path"]), float(r.get("t") or 0)
         for _ in range(8):  # a chain of renames, never a loop
+            # the first rename of this file by this process after the save: a later save to the
+            # same temporary name is renamed again later, and that rename is not this one's
             moved = next(
                 (
                     (dst, when)
-                    for (pid, src), (dst, when) in moves.items()
-                    if pid == r.get("pid") and src == path
+                    for pid, gen, src, dst, when in moves
+                    if pid == r.get("pid") and gen == generation(r) and src == path and when >= t
                 ),
                 None,
             )

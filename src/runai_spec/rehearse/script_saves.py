@@ -102,6 +102,18 @@ def checkpoint_row(records: Sequence[Mapping[str, Any]], run: ScriptRun) -> Chec
     )
 
 
+def _newest_step(there: Sequence[Mapping[str, Any]], rank: int, folder: str) -> int | None:
+    """The step of the newest whole checkpoint on the volume that RANK can resume from: rank
+    0's, a sharded one, or its own per-rank file."""
+    steps = [
+        step_of(c)
+        for c in there
+        if under(str(c["path"]), folder) and (c.get("sharded") or c.get("rank") in (0, rank, None))
+    ]
+    known = [s for s in steps if s is not None]
+    return max(known) if known else None
+
+
 def _judge(
     records: Sequence[Mapping[str, Any]], start: Mapping[str, Any], run: ScriptRun
 ) -> tuple[str | None, bool]:
@@ -131,14 +143,49 @@ def _judge(
         return f"{label} saved before loading any checkpoint: it started again from step 0", True
     if first_save is None and not loads:
         return f"{label} never loaded the checkpoint", True
+    loaded = [s for s in (step_of(r) for r in loads) if s is not None]
+    newest = _newest_step(there, rank, run.checkpoint_dir)
+    if loaded and newest is not None and max(loaded) < newest:
+        return (
+            f"{label} loaded step {max(loaded)}, not the newest whole checkpoint (step {newest}): "
+            "it repeats the steps between"
+        ), True
     saved_before = [s for s in (step_of(c) for c in there if c.get("rank") == rank) if s is not None]
     again = step_of(first_save) if first_save is not None else None
-    if again is not None and saved_before and again <= max(saved_before):
+    done = max(saved_before + loaded) if saved_before + loaded else None
+    if again is not None and done is not None and again <= done:
+        how = (
+            f"it loaded step {max(loaded)} and repeats the work since (resume at the step after "
+            "the saved one)"
+            if loaded
+            else "it started again from step 0"
+        )
         return (
-            f"rank {rank} saved step {again} again after its restart (step {max(saved_before)} was "
-            "saved before): it started again from step 0"
+            f"{label} saved step {again} again after its restart (step {done} was saved before): {how}"
         ), True
     return None, True
+
+
+def _unseen_loads(records: Sequence[Mapping[str, Any]], run: ScriptRun) -> str:
+    """' rank(s) … loaded …' for restarted ranks that loaded a checkpoint from the volume whose
+    whole save the audit layer did not see, else '': the skip must not say they started over."""
+    loads = [
+        r
+        for r in records
+        if r.get("event") == "load"
+        and generation(r) != (0, 0)
+        and r.get("path")
+        and under(str(r["path"]), run.checkpoint_dir)
+    ]
+    if not loads:
+        return ""
+    step = step_of(loads[0])
+    return (
+        f"; rank(s) {ranks_text(int(r['rank']) for r in loads if r.get('rank') is not None)} loaded "
+        f"{loads[0].get('path')}" + (f" (step {step})" if step is not None else "") + ", whose "
+        "whole save the audit layer did not see before the fault (written before this rehearsal, "
+        "or by an API it does not follow)"
+    )
 
 
 def resume_row(records: Sequence[Mapping[str, Any]], run: ScriptRun) -> CheckResult:
@@ -185,11 +232,14 @@ def resume_row(records: Sequence[Mapping[str, Any]], run: ScriptRun) -> CheckRes
             if cut
             else ""
         )
+        unseen = _unseen_loads(records, run)
+        started = (
+            unseen if unseen else f"; the restarted rank(s) {ranks_text(checked)} rightly started from step 0"
+        )
         return CheckResult(
             "resume",
             "skip",
-            f"not checked: no checkpoint was whole before the fault{mid}; the "
-            f"restarted rank(s) {ranks_text(checked)} rightly started from step 0 (fault after a "
+            f"not checked: no checkpoint was whole before the fault{mid}{started} (fault after a "
             "checkpoint, e.g. @checkpoint, to check the restore)",
             tuple(sorted(checked)),
         )

@@ -1,0 +1,171 @@
+"""The own-script verdicts, round 3 (issue 42), on records: the resume row true for the save
+patterns people write, one cause one row, a rank stuck after its teardown, SIGTERM saves."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from runai_spec.pipeline.checklist import PreflightSettings
+from runai_spec.rehearse.checks import CheckResult
+from runai_spec.rehearse.script_checks import script_checks
+from runai_spec.rehearse.script_records import ScriptRun, checkpoints
+
+SETTINGS = PreflightSettings(local_batch=4, grad_accum=2, global_batch=16)
+RUN = ScriptRun(world=2, plan_world=2, checkpoint_dir="/checkpoints", gpus=0, restarted=True, timed_out=False)
+
+
+def _rec(event: str, rank: int, t: float, attempt: int = 0, **kw: Any) -> dict[str, Any]:
+    # each container start is a PID namespace of its own: the same PID in every attempt
+    return {"event": event, "rank": rank, "t": t, "pid": 5 + rank, "attempt": attempt, "restart": 0, **kw}
+
+
+def _started(attempt: int, t: float, world: int = 2) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for k in range(world):
+        out += [
+            _rec("start", k, t, attempt),
+            _rec("init-process-group", k, t + 0.5, attempt, group_world_size=world, backend="gloo"),
+        ]
+    return out
+
+
+def _ended(attempt: int, t: float, world: int = 2) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for k in range(world):
+        out += [
+            _rec("destroy-process-group", k, t, attempt),
+            _rec("end", k, t + 0.1, attempt, exit_code=0),
+            _rec("exit", k, t + 0.2, attempt, exit_code=0),
+        ]
+    return out
+
+
+def _tmp_then_rename(attempt: int, t: float, step: int, rank: int = 0) -> list[dict[str, Any]]:
+    tmp, final = "/checkpoints/latest.pt.tmp", "/checkpoints/latest.pt"
+    return [
+        _rec("save-start", rank, t, attempt, api="torch.save", path=tmp, step=step),
+        _rec("save", rank, t + 0.1, attempt, api="torch.save", path=tmp, step=step, complete=True),
+        _rec("rename", rank, t + 0.2, attempt, src=tmp, dst=final),
+    ]
+
+
+def _rows(records: list[dict[str, Any]], run: ScriptRun = RUN) -> dict[str, CheckResult]:
+    ordered = sorted(records, key=lambda r: float(r["t"]))
+    return {r.check: r for r in script_checks(ordered, run, SETTINGS)}
+
+
+def _loads(
+    attempt: int, t: float, step: int | None, path: str = "/checkpoints/latest.pt"
+) -> list[dict[str, Any]]:
+    return [_rec("load", k, t, attempt, api="torch.load", path=path, step=step) for k in range(2)]
+
+
+def test_a_checkpoint_renamed_into_place_before_the_fault_is_whole_though_the_restart_renames_again() -> None:
+    """Issue 42 item 1: the restart's rename of the same temporary name (same PID: a PID
+    namespace per container start) was taken for the first save's, which then looked whole only
+    after the restart began: "no checkpoint was whole before the fault"."""
+    first = _started(0, 1) + _tmp_then_rename(0, 3, step=3)
+    again = _started(1, 10) + _loads(1, 11, 3) + _tmp_then_rename(1, 12, step=6) + _ended(1, 14)
+    found = checkpoints(sorted(first + again, key=lambda r: float(r["t"])))
+    assert [(c["path"], c["t"]) for c in found] == [
+        ("/checkpoints/latest.pt", pytest.approx(3.2)),
+        ("/checkpoints/latest.pt", pytest.approx(12.2)),
+    ]
+    row = _rows(first + again)["resume"]
+    assert row.status == "pass", row.message
+    assert "rank(s) 0, 1 loaded the previous attempt's checkpoint" in row.message
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    ["tmp-rename", "final-name", "dcp", "dcp-async", "safetensors", "per-rank"],
+)
+def test_the_resume_row_passes_each_save_pattern_when_every_rank_resumes_from_the_newest(
+    pattern: str,
+) -> None:
+    final = "/checkpoints/latest.pt"
+
+    def saves(attempt: int, t: float, step: int) -> list[dict[str, Any]]:
+        if pattern == "tmp-rename":
+            return _tmp_then_rename(attempt, t, step)
+        if pattern in ("final-name", "safetensors"):
+            api = "torch.save" if pattern == "final-name" else "safetensors.torch.save_file"
+            return [_rec("save", 0, t, attempt, api=api, path=final, step=step, complete=True)]
+        if pattern == "per-rank":
+            return [
+                _rec(
+                    "save",
+                    k,
+                    t,
+                    attempt,
+                    api="torch.save",
+                    path=f"/checkpoints/rank{k}.pt",
+                    step=step,
+                    sharded=True,
+                )
+                for k in range(2)
+            ]
+        path = f"/checkpoints/step-{step}"
+        if pattern == "dcp":
+            return [
+                _rec("save", k, t, attempt, api="torch.distributed.checkpoint.save", path=path, sharded=True)
+                for k in range(2)
+            ]
+        return [  # async: whole once its upload future is done
+            _rec(
+                "save-complete", k, t + 0.5, attempt, api="torch.distributed.checkpoint.async_save", path=path
+            )
+            for k in range(2)
+        ]
+
+    def loads(attempt: int, t: float, step: int) -> list[dict[str, Any]]:
+        if pattern == "per-rank":
+            return [_rec("load", k, t, attempt, path=f"/checkpoints/rank{k}.pt", step=step) for k in range(2)]
+        path = f"/checkpoints/step-{step}" if pattern.startswith("dcp") else final
+        return [
+            _rec("load", k, t, attempt, path=path, step=None if path != final else step) for k in range(2)
+        ]
+
+    records = _started(0, 1) + saves(0, 2, 2) + saves(0, 4, 4)
+    records += _started(1, 10) + loads(1, 11, 4) + saves(1, 12, 6) + _ended(1, 14)
+    row = _rows(records)["resume"]
+    assert row.status == "pass", (pattern, row.message)
+
+
+@pytest.mark.parametrize("key_step", [4, 3], ids=["repeats-the-saved-step", "older-step"])
+def test_a_resume_that_repeats_the_saved_step_fails_naming_what_it_loaded(key_step: int) -> None:
+    """Issue 42 item 6: pytorch/examples ddp-tutorial-series/multinode.py saves EPOCHS_RUN = the
+    epoch it just trained and resumes `range(EPOCHS_RUN, max_epochs)`: it trains that epoch again."""
+    records = _started(0, 1) + _tmp_then_rename(0, 2, step=4)
+    records += _started(1, 10) + _loads(1, 11, 4) + _tmp_then_rename(1, 12, step=key_step) + _ended(1, 14)
+    row = _rows(records)["resume"]
+    assert row.status == "fail" and row.failed_ranks == (0,), row.message
+    assert f"saved step {key_step} again after its restart (step 4 was saved before)" in row.message
+    assert "it loaded step 4 and repeats the work since" in row.message
+    assert "step 0" not in row.message  # it did load: the logs say so
+
+
+def test_a_restart_that_loads_an_older_checkpoint_than_the_newest_fails() -> None:
+    records = _started(0, 1)
+    for step in (2, 4):
+        records.append(
+            _rec(
+                "save", 0, step, api="torch.save", path=f"/checkpoints/ck-{step}.pt", step=step, complete=True
+            )
+        )
+    records += _started(1, 10) + _loads(1, 11, 2, "/checkpoints/ck-2.pt") + _ended(1, 14)
+    row = _rows(records)["resume"]
+    assert row.status == "fail" and row.failed_ranks == (0, 1), row.message
+    assert "loaded step 2, not the newest whole checkpoint (step 4)" in row.message
+
+
+def test_a_skipped_resume_never_says_a_rank_started_over_when_it_loaded_a_checkpoint() -> None:
+    """The fault's restart loaded a checkpoint whose save the layer never saw whole: the row
+    skips, and says what the rank loaded instead of "rightly started from step 0"."""
+    records = _started(0, 1) + _started(1, 10) + _loads(1, 11, 3) + _ended(1, 14)
+    row = _rows(records)["resume"]
+    assert row.status == "skip", row.message
+    assert "rightly started from step 0" not in row.message
+    assert "rank(s) 0, 1 loaded /checkpoints/latest.pt (step 3)" in row.message
