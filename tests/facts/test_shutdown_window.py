@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT, example_job, needs_torch, pytorch_containers, run
+from conftest import ROOT, example_job, needs_torch, pytorch_container, pytorch_containers, run
 from runai_spec.facts.torchrun import SHUTDOWN_DEFAULT_S, SHUTDOWN_TIMEOUT_ENV, shutdown_window, torch_release
 from runai_spec.pipeline.workload import prepare_workload
 from runai_spec.plan.failure import failure_semantics, save_time
@@ -244,7 +244,7 @@ def _rehearse_preemption(tmp_path: Path, job: dict[str, Any]) -> tuple[Path, str
     )
     [fault] = [c for c in result.checks if c.check == "fault"]
     [pod] = [r["template"]["spec"] for r in job["spec"]["pytorchReplicaSpecs"].values()]
-    [volume] = [m["name"] for m in pod["containers"][0]["volumeMounts"] if m["mountPath"] == "/checkpoints"]
+    [volume] = [m["name"] for m in pytorch_container(job)["volumeMounts"] if m["mountPath"] == "/checkpoints"]
     [claim] = [v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if v["name"] == volume]
     return tmp_path / "logs" / "volumes" / claim / "saved-on-sigterm", fault.message
 
