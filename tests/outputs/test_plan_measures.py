@@ -48,7 +48,7 @@ def test_without_a_measurement_the_ticket_says_how_to_measure() -> None:
 def test_the_ticket_shows_the_verdict_and_the_scaling_efficiency(tmp_path: Path) -> None:
     steps = [[0.1, 0.041, 0.0, 0.0]] * 8
     rows = [
-        bottleneck_row([{"event": "steps", "rank": 0, "pid": 1, "first": 0, "times": steps}]),
+        bottleneck_row([{"event": "steps", "rank": 0, "pid": 1, "first": 0, "times": steps}], gpus=1),
         scaling_row(
             [
                 ScalingPoint(1, 2, {"steps_per_s_per_process": 10.0, "verdict": "input"}, "/l"),
@@ -64,3 +64,55 @@ def test_the_ticket_shows_the_verdict_and_the_scaling_efficiency(tmp_path: Path)
     assert "- bottleneck: **input**: input-bound: 41 % of each step waits for data; more GPUs" in section
     assert "- scaling: scaling efficiency on this machine (2 CPU cores)" in section
     assert "| 2 | 4 | 6.00 | 60 % | input |" in section
+
+
+def test_the_ticket_never_copies_a_figure_the_scaling_row_refused(tmp_path: Path) -> None:
+    """Issue 42 item 2: a script that divides the global batch by the world size once reached
+    the ticket as "460 %"; now its row refuses the efficiency and the table says why."""
+
+    def point(steps_per_s: float, per_step: float) -> dict[str, object]:
+        return {
+            "steps_per_s_per_process": steps_per_s,
+            "samples_per_step_per_process": per_step,
+            "samples_per_s_per_process": steps_per_s * per_step,
+            "verdict": "input",
+        }
+
+    measured, halved = point(10.0, 32.0), point(46.0, 8.0)
+    row = scaling_row(
+        [ScalingPoint(1, 2, measured, "/l"), ScalingPoint(2, 4, halved, "/l/scaling-2")], "2 CPU cores"
+    )
+    _record(tmp_path, measures([row]))
+    section = _section(run("plan", str(MULTI)).stdout)
+    assert "| processes per pod | world | samples/s per process | efficiency | bottleneck |" in section
+    assert "| 1 | 2 | 320.00 | 100 % | input |" in section
+    assert (
+        "| 2 | 4 | 368.00 | 115 % of the baseline, not an efficiency: the per-process batch changed"
+        in section
+    )
+    assert "460" not in section
+    # a record written before the row refused such figures: never shown bare
+    old = {
+        "status": "note",
+        "message": "scaling efficiency ...",
+        "runs": [
+            {
+                "procs_per_pod": 1,
+                "world": 2,
+                "steps_per_s_per_process": 10.0,
+                "efficiency": 1.0,
+                "verdict": "input",
+            },
+            {
+                "procs_per_pod": 2,
+                "world": 4,
+                "steps_per_s_per_process": 46.0,
+                "efficiency": 4.6,
+                "verdict": "input",
+            },
+        ],
+    }
+    _record(tmp_path, {"scaling": old})
+    section = _section(run("plan", str(MULTI)).stdout)
+    assert "| 2 | 4 | 46.00 | 460 % of the baseline, not an efficiency: above 100 % | input |" in section
+    assert "| 460 % |" not in section

@@ -77,7 +77,8 @@ def test_the_row_says_the_share_the_guide_s_advice_and_the_gpu_figures() -> None
         [
             _steps(0, [*WARM, *[[0.1, 0.041, 0.0, 0.002]] * 10], gpu_busy=0.35, peak_memory_bytes=3 * 2**30),
             _steps(1, [*WARM, *[[0.1, 0.041, 0.0, 0.002]] * 10], gpu_busy=0.45, peak_memory_bytes=2**30),
-        ]
+        ],
+        gpus=2,
     )
     assert row.status == "note" and row.details["verdict"] == "input"
     assert row.message.startswith(
@@ -105,9 +106,82 @@ def test_scaling_efficiency_is_throughput_per_process_against_the_smallest_k() -
     assert row.status == "note"
     assert [r["efficiency"] for r in row.details["runs"]] == [1.0, 0.9, 0.5]
     assert row.message.startswith(
-        "scaling efficiency on this machine (2 CPU cores), throughput per process against 1 per pod (world 2)"
+        "scaling efficiency on this machine (2 CPU cores), steps/s per process against 1 per pod "
+        "(world 2) (samples per step not measured: steps/s, assuming each process keeps its batch)"
     )
     assert "4 per pod (world 8): 5.00 steps/s per process, 50 %, communication-bound" in row.message
+
+
+def _sampled(procs: int, steps_per_s: float, per_step: float) -> ScalingPoint:
+    measured = {
+        "steps_per_s_per_process": steps_per_s,
+        "samples_per_step_per_process": per_step,
+        "samples_per_s_per_process": steps_per_s * per_step,
+        "verdict": "compute",
+    }
+    return ScalingPoint(procs, procs, measured, f"/logs/scaling-{procs}")
+
+
+def test_scaling_counts_samples_per_second_and_refuses_an_efficiency_when_the_batch_per_process_changed() -> (
+    None
+):
+    """Issue 42 item 2: a script that divides the global batch by the world size steps 4.6
+    times as often per process with a quarter of the batch; steps/s per process said 460 %."""
+    row = scaling_row([_sampled(1, 10.0, 32), _sampled(2, 46.0, 8)], "2 CPU cores")
+    runs = row.details["runs"]
+    assert row.details["unit"] == "samples"
+    assert [r["efficiency"] for r in runs] == [1.0, None]
+    assert runs[1]["relative"] == 1.15 and "per-process batch changed (32 -> 8" in runs[1]["refused"]
+    assert "460" not in row.message and "scaling efficiency" not in row.message
+    assert row.message.startswith("throughput on this machine (2 CPU cores), samples/s per process")
+    assert (
+        "2 per pod (world 2): 368.00 samples/s per process (8 samples per step), 115 % of the baseline, not an efficiency"
+        in row.message
+    )
+
+
+def test_scaling_in_samples_with_the_same_batch_is_an_efficiency_and_above_100_is_refused() -> None:
+    row = scaling_row([_sampled(1, 10.0, 8), _sampled(2, 9.0, 8), _sampled(4, 7.0, 8)], "x")
+    assert [r["efficiency"] for r in row.details["runs"]] == [1.0, 0.9, 0.7]
+    assert row.message.startswith("scaling efficiency on this machine (x), samples/s per process")
+    assert "2 per pod (world 2): 72.00 samples/s per process (8 samples per step), 90 %," in row.message
+    faster = scaling_row([_sampled(1, 10.0, 8), _sampled(2, 12.0, 8)], "x")
+    (_, two) = faster.details["runs"]
+    assert two["efficiency"] is None and two["relative"] == 1.2
+    assert "120 % of the baseline, not an efficiency: above 100 %" in faster.message
+
+
+def test_bottleneck_records_samples_per_step_and_on_a_cpu_gives_no_gpu_advice() -> None:
+    batches = [
+        {"event": "batch", "rank": k, "pid": 1, "attempt": 0, "restart": 0, "n": n, "loader": 16}
+        for k in (0, 1)
+        for n in (1, 2, 3)
+    ]
+    steps = [_steps(k, [*WARM, *[[0.1, 0.0197, 0.0, 0.0]] * 5]) for k in (0, 1)]
+    row = bottleneck_row(steps + batches)
+    assert row.details["samples_per_step_per_process"] == 16.0
+    assert row.details["samples_per_s_per_process"] == pytest.approx(160.0)
+    # 19.7 % is below the 20 % rule: not "20 %", and on a CPU no GPU advice
+    assert row.details["verdict"] == "compute"
+    assert "input 19.7 %" in row.message and "input 20 %" not in row.message
+    assert "more GPUs" not in row.message and "rehearsal on a GPU machine" in row.message
+    assert "more GPUs can help" in bottleneck_row(steps, gpus=1).message
+
+
+def test_every_k_of_scaling_runs_with_the_same_thread_setting() -> None:
+    """torchrun sets OMP_NUM_THREADS=1 only for several workers (torch/distributed/run.py):
+    K=1 ran with every core's threads. Every K gets 1 unless the profile sets it."""
+    from runai_spec.rehearse.scaling import threads_env
+
+    env: list[dict[str, str]] = [{"name": "MY_FLAG", "value": "1"}]
+    container = {"name": "pytorch", "env": env}
+    job = {
+        "kind": "PyTorchJob",
+        "spec": {"pytorchReplicaSpecs": {"Master": {"template": {"spec": {"containers": [container]}}}}},
+    }
+    assert threads_env([job], RehearsalSpec()) == {"OMP_NUM_THREADS": "1"}
+    env.append({"name": "OMP_NUM_THREADS", "value": "4"})
+    assert threads_env([job], RehearsalSpec()) == {}
 
 
 def test_scaling_without_a_measurement_is_not_measured() -> None:
@@ -241,12 +315,53 @@ def test_scaling_compares_each_k_and_the_ticket_shows_the_measurement(
         (1, 1, "input"),
         (2, 2, "input"),
     ]
-    assert runs[0]["efficiency"] == 1.0 and runs[1]["efficiency"] > 0
+    assert runs[0]["efficiency"] == 1.0
+    assert runs[1]["efficiency"] is not None or runs[1]["refused"], runs[1]
     assert runs[1]["logs_dir"] == str((tmp_path / "logs" / "scaling-2").resolve())
-    assert row["message"].startswith("scaling efficiency on this machine (")
+    assert "on this machine (" in row["message"] and "OMP_NUM_THREADS=1 in every run" in row["message"]
     ticket = CliRunner().invoke(app, ["plan", str(path)]).stdout
     section = ticket.split("## Measured before scaling (8 processes asked for)\n\n", 1)[1].split("\n## ", 1)[
         0
     ]
     assert "- bottleneck: **input**: input-bound: " in section
     assert "| 2 | 2 | " in section and "| input |" in section
+
+
+# the common script of issue 42 item 2: the global batch of 64 divided by the world size
+DIVIDED = """\
+import os, torch, torch.distributed as dist
+from torch.utils.data import DataLoader, TensorDataset
+
+dist.init_process_group("gloo")
+print("threads", os.environ.get("OMP_NUM_THREADS"), torch.get_num_threads(), flush=True)
+model = torch.nn.Linear(64, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+data = TensorDataset(torch.ones(64 * 10, 64))
+for (x,) in DataLoader(data, batch_size=64 // dist.get_world_size()):
+    opt.zero_grad()
+    model(torch.tanh(x @ torch.ones(64, 64))).sum().backward()
+    opt.step()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_a_script_that_divides_the_global_batch_gets_no_efficiency_above_100(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    write_profile: Callable[..., Path],
+    base_profile: dict[str, Any],
+) -> None:
+    needs_torch()
+    _, rows = _rehearse(tmp_path, monkeypatch, write_profile, base_profile, DIVIDED, "--scaling", "1,2")
+    row = rows["scaling"]
+    assert row["status"] == "note" and row["details"]["unit"] == "samples", row["message"]
+    one, two = row["details"]["runs"]
+    assert (one["samples_per_step_per_process"], two["samples_per_step_per_process"]) == (64, 32)
+    assert two["efficiency"] is None and "per-process batch changed (64 -> 32" in two["refused"]
+    assert "scaling efficiency" not in row["message"]
+    # every K with one thread per process, K=1 too
+    logs = [p.read_text() for p in (tmp_path / "logs").rglob("stdout.log")]
+    threads = {line for text in logs for line in text.splitlines() if line.startswith("threads")}
+    assert threads == {"threads 1 1"}, threads

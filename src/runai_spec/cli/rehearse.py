@@ -231,8 +231,9 @@ def run_with_status_line(workload: Workload, spec: RehearsalSpec) -> RehearseRes
             operator_version=workload.plan.operator_version,
             plan=workload.plan,
         )
-        result = rehearse_manifests(list(workload.manifests), spec)
-        return rehearse_scaling(list(workload.manifests), spec, result) if spec.scaling else result
+        if spec.scaling:
+            return rehearse_scaling(list(workload.manifests), spec)
+        return rehearse_manifests(list(workload.manifests), spec)
     finally:
         clear()
 

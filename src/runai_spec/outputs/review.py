@@ -442,15 +442,29 @@ def measure_lines(d: dict[str, Any]) -> list[str]:
     if sc:
         out.append(f"- scaling: {md_text(sc['message'])}")
     if sc and sc.get("runs") and sc["status"] == "note":
-        out += ["", "| processes per pod | world | steps/s per process | efficiency | bottleneck |"]
+        unit = "samples" if sc.get("unit") == "samples" else "steps"
+        out += ["", f"| processes per pod | world | {unit}/s per process | efficiency | bottleneck |"]
         out.append("|---|---|---|---|---|")
         out += [
             f"| {_own(x['procs_per_pod'])} | {_own(x['world'])} | "
-            f"{float(x['steps_per_s_per_process']):.2f} | "
-            f"{_own(round(100 * float(x['efficiency'])))} % | {_own(x['verdict'])} |"
+            f"{float(x.get(f'{unit}_per_s_per_process') or 0):.2f} | {_efficiency(x)} | "
+            f"{_own(x['verdict'])} |"
             for x in sc["runs"]
         ]
     return out
+
+
+def _efficiency(run: dict[str, Any]) -> str:
+    """A run's scaling efficiency as the ticket shows it: the figure, or the row's refusal with
+    the relative throughput; a figure above 100 % (a record from before the row refused them)
+    is never shown bare."""
+    figure = run.get("efficiency")
+    if figure is not None and not run.get("refused") and float(figure) <= 1.0:
+        return f"{_own(round(100 * float(figure)))} %"
+    relative = run.get("relative", figure)
+    why = run.get("refused") or ("not an efficiency: above 100 %" if figure is not None else "not measured")
+    shown = f"{round(100 * float(relative))} % of the baseline, " if relative is not None else ""
+    return _own(f"{shown}{why}")
 
 
 def _rehearsal_lines(r: dict[str, Any] | None) -> list[str]:

@@ -199,7 +199,7 @@ def own_script_checks(
     )
     key = audit_key(plans)
     records = read_audit(root / "audit", key)
-    rows = [*script_checks(records, run, settings), bottleneck_row(records)]
+    rows = [*script_checks(records, run, settings), bottleneck_row(records, setup.gpus)]
     forged = foreign_row(foreign_records(root / "audit", key))
     mounted = bool(note) and "NOT mounted" not in str(note)
     head = CheckResult("filesystem", "pass" if mounted else "skip", str(note or ""))

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .checks import CheckResult
+from .script_rows import samples_per_step
 
 WARMUP_STEPS = 3  # each rank start's first steps: allocation, autotuning, the first batches
 MIN_STEPS = 3  # steady steps (all ranks together) needed for a verdict
@@ -33,6 +34,19 @@ ADVICE = {
     "checkpoint": "more GPUs will not make it faster: save less often, or with DCP's async_save",
     "communication": "more GPUs add more of it: larger batches per step, fewer or overlapped collectives",
     "compute": "more GPUs can help where the model or batch can scale",
+}
+# on a CPU rehearsal the step computes far slower than on the cluster's GPUs: the same input,
+# checkpoint and communication time weighs more there, and "more GPUs" is not this run's advice
+CPU_ADVICE = {
+    "input": "on a GPU, whose compute is far faster, the wait for data weighs even more: more "
+    "DataLoader workers, faster storage or pre-processed data first",
+    "checkpoint": "on a GPU, whose compute is far faster, saving weighs even more: save less "
+    "often, or with DCP's async_save",
+    "communication": "on a GPU, whose compute is far faster, communication weighs even more: "
+    "larger batches per step, fewer or overlapped collectives",
+    "compute": "measured on this machine's CPU: whether the GPU run is compute bound takes a "
+    "rehearsal on a GPU machine (the GPU computes the same step far faster, so the other parts "
+    "weigh more there)",
 }
 BOUND = {
     "input": "waits for data",
@@ -114,11 +128,15 @@ def verdict(splits: Sequence[StepSplit]) -> tuple[str, dict[str, float]]:
 
 
 def _pct(share: float) -> str:
-    return f"{round(share * 100):d} %"
+    """A share in whole percent; one decimal where whole percent would read as the bound
+    (19.7 % is not "20 %" beside a rule of "20 % or more")."""
+    near = round(share * 100) == round(BOUND_SHARE * 100) and abs(share - BOUND_SHARE) > 1e-9
+    return f"{share * 100:.1f} %" if near else f"{round(share * 100):d} %"
 
 
-def bottleneck_row(records: Sequence[Mapping[str, Any]]) -> CheckResult:
-    """The `bottleneck` row: where each steady step's time goes, and the guide's verdict."""
+def bottleneck_row(records: Sequence[Mapping[str, Any]], gpus: int = 0) -> CheckResult:
+    """The `bottleneck` row: where each steady step's time goes, and the guide's verdict (its
+    advice on a GPU, or what it means on this machine's CPU where GPUS is 0)."""
     splits = rank_splits(records)
     steps = sum(s.steps for s in splits)
     if steps < MIN_STEPS:
@@ -137,10 +155,14 @@ def bottleneck_row(records: Sequence[Mapping[str, Any]]) -> CheckResult:
         else f"{name}-bound: {_pct(shares[name])} of each step {BOUND[name]}"
     )
     parts = ", ".join(f"{p} {_pct(shares[p])}" for p in (*PARTS, "compute") if p != name)
+    advice = ADVICE[name] if gpus else CPU_ADVICE[name]
     msg = (
-        f"{head}; {ADVICE[name]} ({parts}; mean step {mean_step * 1000:.1f} ms over {steps} steady "
+        f"{head}; {advice} ({parts}; mean step {mean_step * 1000:.1f} ms over {steps} steady "
         f"step(s) of {len(splits)} rank(s), on this machine)"
     )
+    rate = steps / sum(s.total_s for s in splits)
+    samples = samples_per_step(records)
+    per_process = sum(samples.values()) / len(samples) if samples else None
     busy = [s.gpu_busy for s in splits if s.gpu_busy is not None]
     peaks = [s.peak_memory_bytes for s in splits if s.peak_memory_bytes is not None]
     if busy:
@@ -158,7 +180,10 @@ def bottleneck_row(records: Sequence[Mapping[str, Any]]) -> CheckResult:
             "mean_step_s": round(mean_step, 6),
             "steady_steps": steps,
             "warmup_steps_skipped": WARMUP_STEPS,
-            "steps_per_s_per_process": round(steps / sum(s.total_s for s in splits), 4),
+            "steps_per_s_per_process": round(rate, 4),
+            # the global-batch row's samples per optimizer step, mean over the ranks
+            "samples_per_step_per_process": None if per_process is None else round(per_process, 4),
+            "samples_per_s_per_process": None if per_process is None else round(rate * per_process, 4),
             "gpu_busy": round(sum(busy) / len(busy), 4) if busy else None,
             "peak_memory_bytes": max(peaks) if peaks else None,
             "per_rank": [_rank_dict(s) for s in splits],
@@ -189,44 +214,95 @@ class ScalingPoint:
     logs_dir: str
 
 
+# two measurements of samples per step per process that differ by more than this are two batches
+SAME_BATCH = 0.01
+
+
+def _rate(p: ScalingPoint, unit: str) -> float:
+    return float(p.measured.get(f"{unit}_per_s_per_process") or 0)
+
+
+def _refusal(p: ScalingPoint, base: ScalingPoint, relative: float) -> str | None:
+    """Why RELATIVE, P's throughput per process against BASE's, is no scaling efficiency, or None."""
+    mine, theirs = (x.measured.get("samples_per_step_per_process") for x in (p, base))
+    if mine and theirs and abs(float(mine) - float(theirs)) > SAME_BATCH * float(theirs):
+        return (
+            f"not an efficiency: the per-process batch changed ({float(theirs):g} -> {float(mine):g} "
+            "samples per step; the script divides the global batch by the world size), so each "
+            "process does other work per step"
+        )
+    if relative > 1.0:
+        return (
+            "not an efficiency: above 100 %, which adding processes cannot give; this machine's "
+            "noise, caches or a setting that differs between the runs"
+        )
+    return None
+
+
 def scaling_row(points: Sequence[ScalingPoint], machine: str) -> CheckResult:
-    """The `scaling` row: each K's steps per second per process against the smallest K's (the
-    scaling efficiency of data parallelism, where each process's batch stays the same)."""
-    rates = {p.procs_per_pod: p.measured.get("steps_per_s_per_process") for p in points}
+    """The `scaling` row: each K's samples per second per process (steps per second where no
+    samples were measured) against the smallest K's: the scaling efficiency of data
+    parallelism, refused where the per-process batch changed or the figure is above 100 %."""
+    unit = "samples" if all(p.measured.get("samples_per_s_per_process") for p in points) else "steps"
     base = min(points, key=lambda p: p.procs_per_pod) if points else None
-    base_rate = rates.get(base.procs_per_pod) if base else None
-    missing = sorted(k for k, v in rates.items() if not v)
-    if base is None or not base_rate or missing:
+    missing = sorted(p.procs_per_pod for p in points if not p.measured.get("steps_per_s_per_process"))
+    if base is None or missing:
         return CheckResult(
             "scaling",
             "skip",
             "not measured: no steady optimizer steps with --procs-per-pod "
             + ", ".join(map(str, missing or [p.procs_per_pod for p in points]))
             + " (see each run's bottleneck row)",
-            details={"runs": [_point_dict(p, None) for p in points]},
+            details={"runs": [_point_dict(p, None, None) for p in points]},
         )
-    runs = [_point_dict(p, float(rates[p.procs_per_pod] or 0) / float(base_rate)) for p in points]
-    listed = "; ".join(
-        f"{r['procs_per_pod']} per pod (world {r['world']}): {r['steps_per_s_per_process']:.2f} "
-        f"steps/s per process, {_pct(r['efficiency'])}, {r['verdict']}-bound"
-        for r in runs
+    runs = []
+    for p in points:
+        relative = _rate(p, unit) / _rate(base, unit)
+        runs.append(_point_dict(p, relative, _refusal(p, base, relative)))
+    listed = "; ".join(_run_text(r, unit) for r in runs)
+    refused = any(r["refused"] for r in runs)
+    assumed = (
+        ""
+        if unit == "samples"
+        else " (samples per step not measured: steps/s, assuming each process keeps its batch)"
     )
     return CheckResult(
         "scaling",
         "note",
-        f"scaling efficiency on this machine ({machine}), throughput per process against "
-        f"{base.procs_per_pod} per pod (world {base.world}): {listed}. This machine's cores, "
-        "not the cluster's GPUs: a drop here says the script or this machine limits it",
-        details={"machine": machine, "baseline_procs_per_pod": base.procs_per_pod, "runs": runs},
+        f"{'throughput' if refused else 'scaling efficiency'} on this machine ({machine}), "
+        f"{unit}/s per process against {base.procs_per_pod} per pod (world {base.world}){assumed}: "
+        f"{listed}. This machine's cores, not the cluster's GPUs: a drop here says the script or "
+        "this machine limits it",
+        details={
+            "machine": machine,
+            "baseline_procs_per_pod": base.procs_per_pod,
+            "unit": unit,
+            "runs": runs,
+        },
     )
 
 
-def _point_dict(p: ScalingPoint, efficiency: float | None) -> dict[str, Any]:
+def _run_text(r: Mapping[str, Any], unit: str) -> str:
+    batch = r.get("samples_per_step_per_process")
+    per_step = f" ({float(batch):g} samples per step)" if batch else ""
+    share = f"{_pct(r['relative'])} of the baseline, {r['refused']}" if r["refused"] else _pct(r["relative"])
+    return (
+        f"{r['procs_per_pod']} per pod (world {r['world']}): {float(r[f'{unit}_per_s_per_process']):.2f} "
+        f"{unit}/s per process{per_step}, {share}, {r['verdict']}-bound"
+    )
+
+
+def _point_dict(p: ScalingPoint, relative: float | None, refused: str | None) -> dict[str, Any]:
     return {
         "procs_per_pod": p.procs_per_pod,
         "world": p.world,
         "steps_per_s_per_process": p.measured.get("steps_per_s_per_process"),
-        "efficiency": None if efficiency is None else round(efficiency, 4),
+        "samples_per_s_per_process": p.measured.get("samples_per_s_per_process"),
+        "samples_per_step_per_process": p.measured.get("samples_per_step_per_process"),
+        "relative": None if relative is None else round(relative, 4),
+        # the scaling efficiency, where the figure is one (refused: why not)
+        "efficiency": None if relative is None or refused else round(relative, 4),
+        "refused": refused,
         "verdict": p.measured.get("verdict"),
         "logs_dir": p.logs_dir,
     }

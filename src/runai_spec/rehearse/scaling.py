@@ -62,6 +62,32 @@ def machine() -> str:
     return f"{cores} CPU cores"
 
 
+# torchrun sets OMP_NUM_THREADS=1 for its workers only where it starts several and the variable
+# is not set (torch/distributed/run.py, `run`, torch 2.11-2.13): K=1 would run with every core's
+# threads and K>1 with one, and the comparison would measure the thread setting
+THREADS_ENV = "OMP_NUM_THREADS"
+
+
+def _sets(node: Any, name: str) -> bool:
+    """Whether a manifest (any nesting) has a container env entry NAME."""
+    if isinstance(node, Mapping):
+        env = node.get("env")
+        if isinstance(env, list) and any(isinstance(e, Mapping) and e.get("name") == name for e in env):
+            return True
+        return any(_sets(v, name) for v in node.values())
+    if isinstance(node, list):
+        return any(_sets(v, name) for v in node)
+    return False
+
+
+def threads_env(manifests: Sequence[Mapping[str, Any]], spec: RehearsalSpec) -> dict[str, str]:
+    """The thread setting every K of --scaling runs with: the container's own, else torchrun's
+    default for several workers, OMP_NUM_THREADS=1, for K=1 too."""
+    if THREADS_ENV in spec.env or any(_sets(m, THREADS_ENV) for m in manifests):
+        return {}
+    return {THREADS_ENV: "1"}
+
+
 def _point(result: RehearseResult, procs: int) -> ScalingPoint:
     row = result.check("bottleneck")
     return ScalingPoint(
@@ -69,14 +95,15 @@ def _point(result: RehearseResult, procs: int) -> ScalingPoint:
     )
 
 
-def rehearse_scaling(
-    manifests: Sequence[Mapping[str, Any]], spec: RehearsalSpec, first: RehearseResult
-) -> RehearseResult:
-    """The rehearsal `first` (with spec's --procs-per-pod) and one more per other K of
-    --scaling, each in `<logs>/scaling-K/`; `first` with the `scaling` row added, its
-    result.json written again."""
+def rehearse_scaling(manifests: Sequence[Mapping[str, Any]], spec: RehearsalSpec) -> RehearseResult:
+    """The rehearsal with spec's --procs-per-pod and one more per other K of --scaling, each in
+    `<logs>/scaling-K/`, every one with the same thread setting (threads_env); the first with
+    the `scaling` row added, its result.json written again."""
     from . import rehearse_manifests
 
+    threads = threads_env(manifests, spec)
+    spec = dataclasses.replace(spec, env={**spec.env, **threads})
+    first = rehearse_manifests(manifests, spec)
     points = []
     for procs in spec.scaling:
         if procs == spec.procs_per_pod:
@@ -89,7 +116,10 @@ def rehearse_scaling(
             ),
         )
         points.append(_point(run, procs))
-    where = f"{machine()}, {'GPUs (nccl)' if first.backend == 'nccl' else 'no GPU (gloo)'}"
+    setting = (
+        f"{THREADS_ENV}={threads[THREADS_ENV]} in every run" if threads else f"the profile's {THREADS_ENV}"
+    )
+    where = f"{machine()}, {'GPUs (nccl)' if first.backend == 'nccl' else 'no GPU (gloo)'}, {setting}"
     result = dataclasses.replace(first, checks=(*first.checks, scaling_row(points, where)))
     (result.logs_dir / "result.json").write_text(json.dumps(result_dict(result), indent=2) + "\n")
     return result
