@@ -3,13 +3,17 @@ patterns people write, one cause one row, a rank stuck after its teardown, SIGTE
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from runai_spec.pipeline.checklist import PreflightSettings
 from runai_spec.rehearse.checks import CheckResult
-from runai_spec.rehearse.script_checks import script_checks
+from runai_spec.rehearse.filesystem import audit_layer_dir
+from runai_spec.rehearse.script_checks import read_audit, script_checks
 from runai_spec.rehearse.script_records import ScriptRun, checkpoints
 
 SETTINGS = PreflightSettings(local_batch=4, grad_accum=2, global_batch=16)
@@ -169,3 +173,66 @@ def test_a_skipped_resume_never_says_a_rank_started_over_when_it_loaded_a_checkp
     assert row.status == "skip", row.message
     assert "rightly started from step 0" not in row.message
     assert "rank(s) 0, 1 loaded /checkpoints/latest.pt (step 3)" in row.message
+
+
+def _failing(rows: dict[str, CheckResult]) -> set[str]:
+    return {k for k, r in rows.items() if r.status == "fail"}
+
+
+def test_a_mistyped_script_name_is_one_failing_row_with_its_cause() -> None:
+    """Issue 42 item 3: `command: [trian.py]` gave ranks, world-size and shutdown a pass and
+    the checkpoint a fail; Python exits 2 without running any of the script."""
+    cause = "can't open file '/workspace/trian.py': No such file or directory"
+    records = []
+    for k in range(2):
+        records += [_rec("start", k, 1), _rec("end", k, 1.1, exit_code=2, exception=cause)]
+        records.append(_rec("exit", k, 1.2, exit_code=2, exception=cause))
+    rows = _rows(records, ScriptRun(**{**RUN.__dict__, "restarted": False}))
+    assert _failing(rows) == {"shutdown"}, {k: r.message for k, r in rows.items()}
+    assert cause in rows["shutdown"].message
+    for name in ("world-size", "checkpoint", "global-batch", "resume"):
+        assert (
+            rows[name].status == "skip" and f"the script stopped at start-up ({cause})" in rows[name].message
+        )
+
+
+def test_a_missing_dependency_after_the_process_group_fails_one_row_and_keeps_what_passed() -> None:
+    cause = "ModuleNotFoundError: No module named 'tensorboard'"
+    records = _started(0, 1)
+    records += [_rec("exit", k, 2, exit_code=1, exception=cause) for k in range(2)]
+    rows = _rows(records, ScriptRun(**{**RUN.__dict__, "restarted": False}))
+    assert _failing(rows) == {"shutdown"}, {k: r.message for k, r in rows.items()}
+    assert rows["world-size"].status == "pass"
+    assert rows["checkpoint"].status == "skip"
+    assert f"the script stopped before its first step ({cause})" in rows["checkpoint"].message
+    # once a rank has stepped, a later crash is the rows' business: each says what it saw
+    stepped = records + [_rec("batch", 0, 1.8, n=1, loader=8)]
+    assert "checkpoint" in _failing(_rows(stepped, ScriptRun(**{**RUN.__dict__, "restarted": False})))
+
+
+def test_the_audit_layer_records_a_script_file_that_does_not_exist_as_exit_2(tmp_path: Path) -> None:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "RUNAI_SPEC_AUDIT_DIR": str(tmp_path / "audit"),
+        "RUNAI_SPEC_AUDIT_KEY": "k" * 64,
+        "PYTHONPATH": str(audit_layer_dir()),
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+    }
+    done = subprocess.run(
+        [sys.executable, "trian.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2 and "can't open file" in done.stderr
+    (exit_record,) = [r for r in read_audit(tmp_path / "audit", "k" * 64) if r["event"] == "exit"]
+    assert exit_record["exit_code"] == 2
+    assert (
+        exit_record["exception"]
+        == f"can't open file {str(tmp_path / 'trian.py')!r}: No such file or directory"
+    )

@@ -541,6 +541,16 @@ def _patch_exit() -> None:
     sys.excepthook = audited_hook
 
 
+def _missing_entry(argv: Sequence[str]) -> None:
+    """A script file that does not exist (`command: [trian.py]`): Python prints "can't open
+    file" and exits 2 after this layer ran, and no code of the script runs; without this, its
+    records would say it exited 0 (issue 42 item 3)."""
+    entry = argv[0] if argv else ""
+    if entry and not entry.startswith("-") and not os.path.exists(entry):
+        _state["exit_code"] = 2
+        _state["exception"] = f"can't open file {os.path.abspath(entry)!r}: No such file or directory"
+
+
 def _chain_next_sitecustomize() -> None:
     """A sitecustomize of the image's own, later on sys.path, still runs (this one shadows it)."""
     here = os.path.dirname(os.path.abspath(__file__))
@@ -557,6 +567,7 @@ def _install() -> None:
             os.makedirs(os.environ[ENV_DIR], exist_ok=True)
             sys.meta_path.insert(0, _Finder())
             _patch_exit()
+            _missing_entry(list(getattr(sys, "argv", []) or []))
             atexit.register(_on_exit)
             record("start", cwd=os.getcwd(), argv=list(getattr(sys, "argv", []) or []))
         except Exception:  # noqa: BLE001

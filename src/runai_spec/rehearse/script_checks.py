@@ -124,26 +124,44 @@ def script_checks(
 
 # what a script records before it does anything the rows judge
 _START_UP = ("start", "end", "exit", "audit-error", "env-set")
+# what a script records once it trains: a step's batch, a step or save behind it, a save
+_STEPPED = ("batch", "moved-on", "save-start", "save", "save-complete")
+# rows that stand on their own when the script died early: the cause's row and what it did set
+_OWN_ROWS = ("ranks", "shutdown", "transport-env")
+
+
+def _stopped(records: Sequence[Mapping[str, Any]]) -> str | None:
+    """How the first start of the script ended where a rank stopped with an error and no rank
+    took a step or saved: the exception (or exit code) of the first such rank, else None."""
+    if any(r.get("event") in _STEPPED for r in records):
+        return None
+    for r in records:
+        if r.get("event") == "exit" and generation(r) == (0, 0) and r.get("exit_code") not in (0, None):
+            return str(r.get("exception") or f"exit code {r.get('exit_code')}")
+    return None
 
 
 def _one_cause(records: Sequence[Mapping[str, Any]], rows: list[CheckResult]) -> list[CheckResult]:
-    """One cause reported once: where no rank started, or every rank stopped at start-up
-    (e.g. `No module named 'torch'`), the row that says so fails and the rows that depend on
-    the script running skip, naming it."""
+    """One cause reported once: where no rank started, the ranks row fails; where a rank
+    stopped with an error before any rank took a step (a mistyped script name, `No module
+    named 'tensorboard'`), the shutdown row fails with it; the rows that need the script to
+    run skip, naming the cause (those that passed, e.g. world-size, stay)."""
     if not _starts(records):
-        keep: tuple[str, ...] = ("ranks",)
         why = "no rank of the script started (see the ranks and pods rows)"
-    elif not any(r.get("event") not in _START_UP for r in records):
-        stopped = next((r for r in records if r.get("event") == "exit" and r.get("exception")), None)
-        if stopped is None:
-            return rows
-        keep, why = (
-            ("ranks", "shutdown"),
-            f"the script stopped at start-up ({stopped.get('exception')}); see the shutdown row",
-        )
-    else:
+        return [
+            r if r.check == "ranks" else CheckResult(r.check, "skip", f"not checked: {why}") for r in rows
+        ]
+    stopped = _stopped(records)
+    if stopped is None:
         return rows
-    return [r if r.check in keep else CheckResult(r.check, "skip", f"not checked: {why}") for r in rows]
+    when = "at start-up" if all(r.get("event") in _START_UP for r in records) else "before its first step"
+    why = f"the script stopped {when} ({stopped}); see the shutdown row"
+    return [
+        r
+        if r.check in _OWN_ROWS or r.status == "pass"
+        else CheckResult(r.check, "skip", f"not checked: {why}")
+        for r in rows
+    ]
 
 
 def _gpu_only_stop(records: Sequence[Mapping[str, Any]], run: ScriptRun) -> str | None:
