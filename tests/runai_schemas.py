@@ -104,6 +104,25 @@ TOKEN_REQUEST: dict[str, Any] = {
     },
 }
 
+# components/schemas/Phase of the Workloads API ("latest", runai-workloads-api-openapi.yml): the
+# 14 phases get_workloads reports
+PHASES = (
+    "Creating",
+    "Initializing",
+    "Resuming",
+    "Pending",
+    "Deleting",
+    "Running",
+    "Updating",
+    "Stopped",
+    "Stopping",
+    "Degraded",
+    "Failed",
+    "Completed",
+    "Terminating",
+    "Unknown",
+)
+
 # The priority dictionary the PriorityClass description lists.
 PRIORITIES = ("very-low", "low", "medium-low", "medium", "medium-high", "high", "very-high")
 

@@ -3,17 +3,31 @@ fakes the Kubernetes API. The endpoints and their answers follow Run:ai's publis
 documents (control-plane API 2.24; see src/runai_spec/cluster/runai_api.py for each endpoint and
 tests/runai_schemas.py for the request schemas it validates):
 
-- POST /api/v1/token (grant_token): TokenRequest client_credentials -> {accessToken, expiresIn}
-- GET /api/v1/clusters (get_clusters): [DisplayedCluster {uuid, tenantId, name, createdAt}]
-- GET /api/v1/org-unit/projects?filterBy=name==P (get_projects): {projects: [Project]}
+- POST /api/v2/token (grant_token_v2, "latest"/v3.0): form-encoded OAuth2 client_credentials
+  -> OAuth2TokenResponse {access_token, token_type, expires_in}; OAuth2Error on 400/401;
+  absent (404) with token_v2=False, as on a control plane before it
+- POST /api/v1/token (grant_token, deprecated): TokenRequest client_credentials ->
+  {accessToken, expiresIn}
+- GET /api/v1/clusters (get_clusters): [DisplayedCluster {uuid, tenantId, name, createdAt,
+  version}]
+- GET /api/v1/org-unit/projects?filterBy=name==P (get_projects): {projects: [Project {...,
+  status: {namespace}}]}
 - GET /api/v1/workloads?filterBy=... (get_workloads): {workloads: [Workload]}
 - GET /api/v1/workloads/{id}/pods (get_workload_pods): {pods: [...]}
 - POST /api/v2/workloads[?dryRun=true] (create_workload_v2): 202 WorkloadV2; 409 on a name
-  taken in the project; 400 with the Error schema for an invalid body or an unknown priority
-- GET / PUT / DELETE /api/v2/workloads/{WorkloadV2Id}
+  taken in the project; 400 with the Error schema for an invalid body or an unknown priority.
+  dryRun is documented by the 2.24 and v3.0 references, not by "latest": with
+  honours_dry_run=False the fake ignores it, as a control plane that does not know it does
+  (it stores the workload)
+- GET / PUT / DELETE /api/v2/workloads/{WorkloadV2Id}: DELETE answers 202 and the workload
+  stays listed in phase Deleting (desiredPhase Deleted) for `deletion_reads` list reads;
+  PUT applies the manifest and WorkloadV2MetadataUpdateParams (priority, category), or only
+  the metadata with update_applies_manifest=False
+- a workload's phase is any of components/schemas/Phase (runai_schemas.PHASES), set by tests
 
 Every request needs a current bearer token (401 otherwise, with the Error schema); faults
-inject 401/403/404/409/422/429/503 and slow answers; every request is recorded.
+inject 401/403/404/409/422/429/503 and slow answers, or (after=True) an error answer to a
+request that was carried out (a create stored, then answered 503); every request is recorded.
 """
 
 from __future__ import annotations
@@ -47,6 +61,8 @@ class Fault:
     delay: float = 0.0
     body: dict[str, Any] | None = None
     keep: bool = False
+    after: bool = False  # carry the request out, then answer the fault instead
+    echo: bool = False  # the answer's message echoes the request's Authorization header
 
     def matches(self, method: str, path: str) -> bool:
         return (self.method is None or self.method == method) and (
@@ -74,12 +90,13 @@ class FakeRunai:
                 "tenantId": 1001,
                 "name": CLUSTER_NAME,
                 "createdAt": "2026-01-15T10:30:00Z",
+                "version": "2.24.7",
             }
         ]
     )
     projects: list[dict[str, Any]] = field(
         default_factory=lambda: [
-            {"id": str(i), "name": name, "clusterId": CLUSTER_UUID}
+            {"id": str(i), "name": name, "clusterId": CLUSTER_UUID, "status": {"namespace": f"runai-{name}"}}
             for i, name in enumerate(("team-a", "nlp-lab", "vision-lab"), start=7)
         ]
     )
@@ -92,6 +109,11 @@ class FakeRunai:
     workloads: dict[str, dict[str, Any]] = field(default_factory=dict)  # id -> WorkloadV2 + v1
     pods: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # workload id -> pods
     faults: list[Fault] = field(default_factory=list)
+    token_v2: bool = True  # False: POST /api/v2/token is absent (404), v1 only
+    honours_dry_run: bool = True  # False: dryRun=true is ignored and the workload stored
+    deletion_reads: int = 2  # list reads a deleted workload stays listed in phase Deleting
+    update_applies_manifest: bool = True  # False: a PUT changes the metadata only
+    deleting: dict[str, int] = field(default_factory=dict)  # workload id -> reads left
     requests: list[Received] = field(default_factory=list)
     lock: threading.RLock = field(default_factory=threading.RLock)
 
@@ -106,7 +128,9 @@ class FakeRunai:
 
     def writes(self) -> list[Received]:
         return [
-            r for r in self.requests if r.method in ("POST", "PUT", "DELETE") and r.path != "/api/v1/token"
+            r
+            for r in self.requests
+            if r.method in ("POST", "PUT", "DELETE") and r.path not in ("/api/v1/token", "/api/v2/token")
         ]
 
     def revoke_tokens(self) -> None:
@@ -138,7 +162,11 @@ class _Handler(BaseHTTPRequestHandler):
     def do_DELETE(self) -> None:
         self._serve("DELETE")
 
+    muted = False  # a fault with after=True: the real answer is not sent
+
     def _send(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+        if self.muted:
+            return
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -166,19 +194,36 @@ class _Handler(BaseHTTPRequestHandler):
             fault = next((f for f in state.faults if f.matches(method, path)), None)
             if fault is not None and not fault.keep:
                 state.faults.remove(fault)
+        if fault is not None and fault.after:
+            self.muted = True
+            try:
+                self._carry_out(method, path, query, body)
+            finally:
+                self.muted = False
         if fault is not None:
             if fault.delay:
                 time.sleep(fault.delay)
             if fault.status is not None:
                 headers = {"Retry-After": fault.retry_after} if fault.retry_after else None
+                echoed = f" (got {self.headers.get('Authorization')})" if fault.echo else ""
                 self._send(
                     fault.status,
-                    fault.body or {"code": fault.status, "message": f"injected {fault.status}"},
+                    fault.body or {"code": fault.status, "message": f"injected {fault.status}{echoed}"},
                     headers,
                 )
                 return
+        self._carry_out(method, path, query, body)
+
+    def _carry_out(self, method: str, path: str, query: dict[str, list[str]], body: Any) -> None:
+        state = self.server.state
         if path == "/api/v1/token" and method == "POST":
             self._token(body)
+            return
+        if path == "/api/v2/token" and method == "POST":
+            if state.token_v2:
+                self._token_v2(body)
+            else:
+                self._error(404, f"no route {method} {path}")
             return
         auth = self.headers.get("Authorization", "")
         with state.lock:
@@ -206,6 +251,27 @@ class _Handler(BaseHTTPRequestHandler):
             state.tokens.add(token)
         self._send(200, {"accessToken": token, "expiresIn": state.expires_in})
 
+    def _token_v2(self, body: Any) -> None:
+        """grant_token_v2: application/x-www-form-urlencoded; OAuth2Error on failure."""
+        state = self.server.state
+        if self.headers.get("Content-Type") != "application/x-www-form-urlencoded" or not isinstance(
+            body, str
+        ):
+            self._send(400, {"error": "invalid_request", "error_description": "form-encoded body expected"})
+            return
+        form = {k: v[-1] for k, v in parse_qs(body).items()}
+        if form.get("grant_type") != "client_credentials":
+            self._send(400, {"error": "unsupported_grant_type"})
+            return
+        if state.access_keys.get(form.get("client_id", "")) != form.get("client_secret"):
+            self._send(401, {"error": "invalid_client", "error_description": "Client authentication failed"})
+            return
+        with state.lock:
+            state.issued += 1
+            token = f"ra2-{state.issued}-{uuid.uuid4().hex[:12]}"  # opaque, short: no JWT, no long run
+            state.tokens.add(token)
+        self._send(200, {"access_token": token, "token_type": "Bearer", "expires_in": state.expires_in})
+
     def _route(self, method: str, path: str, query: dict[str, list[str]], body: Any) -> None:
         state = self.server.state
         parts = path.strip("/").split("/")
@@ -216,6 +282,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, {"projects": [p for p in state.projects if _match(p, wanted)]})
         elif method == "GET" and path == "/api/v1/workloads":
             wanted = _filters(query)
+            self._deletion_goes_on()
             items = [_v1(w) for w in state.workloads.values()]
             self._send(200, {"workloads": [w for w in items if _match(w, wanted)]})
         elif (
@@ -229,7 +296,7 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self._send(200, {"pods": state.pods.get(parts[3], [])})
         elif method == "POST" and path == "/api/v2/workloads":
-            self._create(body, query.get("dryRun") == ["true"])
+            self._create(body, query.get("dryRun") == ["true"] and state.honours_dry_run)
         elif parts[:3] == ["api", "v2", "workloads"] and len(parts) == 4:
             workload = state.workloads.get(parts[3])
             if workload is None:
@@ -239,13 +306,25 @@ class _Handler(BaseHTTPRequestHandler):
             elif method == "PUT":
                 self._update(workload, body)
             elif method == "DELETE":
-                del state.workloads[parts[3]]
                 workload["desiredPhase"] = "Deleted"
+                workload["phase"], workload["phaseMessage"] = "Deleting", None
+                state.deleting.setdefault(parts[3], state.deletion_reads)
+                self._deletion_goes_on(count=False)
                 self._send(202, _v2(workload))
             else:
                 self._error(405, "method not allowed")
         else:
             self._error(404, f"no route {method} {path}")
+
+    def _deletion_goes_on(self, count: bool = True) -> None:
+        """A deleted workload is listed (phase Deleting) for deletion_reads list reads."""
+        state = self.server.state
+        for workload_id, left in list(state.deleting.items()):
+            if left <= 0:
+                state.workloads.pop(workload_id, None)
+                del state.deleting[workload_id]
+            elif count:
+                state.deleting[workload_id] = left - 1
 
     def _semantic(self, metadata: dict[str, Any]) -> str | None:
         priority = metadata.get("priority")
@@ -304,7 +383,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(400, problem)
             return
         workload["metadata"].update(body.get("metadata") or {})
-        if "manifest" in body:
+        if "manifest" in body and self.server.state.update_applies_manifest:
             workload["rawManifest"] = copy.deepcopy(body["manifest"])
             workload["workloadManifest"] = copy.deepcopy(body["manifest"])
         self._send(202, _v2(workload))

@@ -3,10 +3,8 @@ control plane (tests/runaiapi.py), driven by the tool's own HTTP client and CLI.
 
 from __future__ import annotations
 
-import functools
 import os
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,94 +14,27 @@ from pydantic import ValidationError
 
 import runai_schemas
 from conftest import NAME, NS
-from kube_helpers import PROFILE, Sleeps, error_lines, run
+from kube_helpers import PROFILE, Sleeps, run
 from kubeapi import KubeAPI
+from runai_helpers import (
+    CREDENTIAL_ENV,
+    PROJECT,
+    PROJECT_ID,
+    credentials_absent,
+    problems,
+    rendered_job,
+    use_site,
+)
 from runai_spec.cluster import runai_api
 from runai_spec.cluster.runai import WorkloadMetadata, submit_workload
 from runai_spec.cluster.runai_api import RunaiTarget
 from runai_spec.errors import EXIT_CLUSTER, EXIT_INPUT, ClusterError
-from runai_spec.load.registry import ApprovedSite, PresetRegistry
+from runai_spec.facts.runai_api import TOKEN_V1_PATH, TOKEN_V2_PATH
+from runai_spec.load.registry import PresetRegistry
 from runai_spec.load.site import RunaiControlPlane, SiteSubmit
 from runaiapi import CLIENT_ID, CLIENT_SECRET, CLUSTER_NAME, CLUSTER_UUID, RunaiAPI
 
-pytest_plugins = ("kube_fixtures",)
-
-PROJECT, PROJECT_ID = "nlp-lab", "8"  # the multi-node example's project, as the fake seeds it
-CREDENTIAL_ENV = (
-    runai_api.ENV_CLIENT_ID,
-    runai_api.ENV_CLIENT_SECRET,
-    runai_api.ENV_ACCESS_KEY_FILE,
-    runai_api.ENV_CLI,
-)
-
-
-@pytest.fixture
-def plane() -> Iterator[RunaiAPI]:
-    server = RunaiAPI()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def sleeps(monkeypatch: pytest.MonkeyPatch) -> Sleeps:
-    """The CLI's RunaiTarget sleeps into a list (its own retry policy, no real waiting)."""
-    recorded = Sleeps()
-    monkeypatch.setattr(runai_api, "RunaiTarget", functools.partial(RunaiTarget, sleep=recorded))
-    return recorded
-
-
-@pytest.fixture
-def access_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in CREDENTIAL_ENV:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv(runai_api.ENV_CLIENT_ID, CLIENT_ID)
-    monkeypatch.setenv(runai_api.ENV_CLIENT_SECRET, CLIENT_SECRET)
-
-
-def use_site(monkeypatch: pytest.MonkeyPatch, submit: SiteSubmit) -> None:
-    """The shipped (signed) site, with SUBMIT as its submit field."""
-    original = PresetRegistry.approved_site
-
-    def approved_site(self: PresetRegistry) -> ApprovedSite:
-        approved = original(self)
-        return approved._replace(site=approved.site.model_copy(update={"submit": submit}))
-
-    monkeypatch.setattr(PresetRegistry, "approved_site", approved_site)
-
-
-@pytest.fixture
-def runai_site(
-    plane: RunaiAPI, monkeypatch: pytest.MonkeyPatch, access_key: None, sleeps: Sleeps
-) -> RunaiAPI:
-    """A site that submits through the fake control plane, by the cluster's name."""
-    use_site(
-        monkeypatch, SiteSubmit(via="runai", runai=RunaiControlPlane(url=plane.url, cluster=CLUSTER_NAME))
-    )
-    return plane
-
-
-def rendered_job() -> dict[str, Any]:
-    """`runai-spec render`'s PyTorchJob, as its stdout has it."""
-    result = run("render", PROFILE)
-    assert result.exit_code == 0, result.stderr
-    (job,) = [d for d in yaml.safe_load_all(result.stdout) if d and d["kind"] == "PyTorchJob"]
-    return dict(job)
-
-
-def problems(stderr: str) -> list[str]:
-    """The lines from the first `error:` on (the render's info findings come first)."""
-    lines = [ln for ln in error_lines(stderr) if not ln.startswith(("note:", "info:"))]
-    first = next((i for i, ln in enumerate(lines) if ln.startswith("error:")), len(lines))
-    return lines[first:]
-
-
-def credentials_absent(text: str, plane: RunaiAPI) -> None:
-    assert CLIENT_SECRET not in text
-    for token in plane.state.tokens | plane.state.static_tokens:
-        assert token not in text
-
+pytest_plugins = ("kube_fixtures", "runai_fixtures")
 
 # -- the call -----------------------------------------------------------------------------
 
@@ -266,7 +197,7 @@ def test_a_token_near_its_end_is_renewed_before_use(runai_site: RunaiAPI) -> Non
     assert not [
         r
         for r in runai_site.state.requests
-        if r.path != "/api/v1/token" and r.headers.get("Authorization") is None
+        if r.path not in (TOKEN_V1_PATH, TOKEN_V2_PATH) and r.headers.get("Authorization") is None
     ]
 
 
@@ -428,7 +359,7 @@ def test_status_reads_the_phase_and_pods_run_ai_reports(runai_site: RunaiAPI) ->
     assert result.exit_code == 0, result.stderr
     assert "Pending: Waiting for resources" in result.stdout
     assert (
-        f"{NAME}-master-0  Master 0  Running  started 2026-12-04T10:00:00Z  restarts 0  on h200-01"
+        f"{NAME}-master-0  Master 0  Running  started 2026-12-04T10:00:00Z  restarts unknown  on h200-01"
     ) in result.stdout
     assert f"{NAME}-worker-0  Worker 0  Pending  not started" in result.stdout
     stored["phase"] = "Completed"
@@ -443,7 +374,7 @@ def test_status_of_a_workload_that_is_not_there_is_exit_3(runai_site: RunaiAPI) 
 
 def test_delete_removes_the_workload_through_the_workload_api(runai_site: RunaiAPI) -> None:
     assert run("submit", PROFILE).exit_code == 0
-    result = run("delete", PROFILE, "--yes")
+    result = run("delete", PROFILE, "--yes", "--wait")
     assert result.exit_code == 0, result.stderr
     assert runai_site.state.workloads == {}
     (delete,) = runai_site.state.sent("DELETE", "/api/v2/workloads/")
@@ -464,7 +395,7 @@ def test_debug_shows_each_request_line_and_never_a_token(runai_site: RunaiAPI) -
     result = run("submit", PROFILE, "--debug")
     assert result.exit_code == 0, result.stderr
     assert "runai POST /api/v2/workloads -> 202" in result.stderr
-    assert "runai POST /api/v1/token -> 200" in result.stderr
+    assert f"runai POST {TOKEN_V2_PATH} -> 200" in result.stderr
     credentials_absent(result.stdout + result.stderr, runai_site)
     assert "Bearer" not in result.stderr
 
@@ -590,7 +521,9 @@ def test_a_server_that_echoes_the_credentials_in_its_error_never_gets_them_print
 
 def test_a_token_endpoint_that_echoes_the_secret_never_gets_it_printed(runai_site: RunaiAPI) -> None:
     runai_site.state.inject(
-        401, path_contains="/api/v1/token", body={"code": 401, "message": f"bad secret {CLIENT_SECRET}"}
+        401,
+        path_contains=TOKEN_V2_PATH,
+        body={"error": "invalid_client", "error_description": f"bad secret {CLIENT_SECRET}"},
     )
     result = run("submit", PROFILE)
     assert result.exit_code == EXIT_CLUSTER and "log in again" in result.stderr

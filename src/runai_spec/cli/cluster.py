@@ -29,11 +29,14 @@ def connection(
     context: str | None,
     debug: bool,
     request_timeout: float | None = None,
+    delete_wait: tuple[float, float] | None = None,
 ) -> Connection:
     """How this command reaches its back-end; retries and notes are said on stderr."""
     from ..cluster.backend import Connection
 
-    return Connection(site, kubeconfig, context, debug, request_timeout, progress=progress_line)
+    return Connection(
+        site, kubeconfig, context, debug, request_timeout, progress=progress_line, delete_wait=delete_wait
+    )
 
 
 def chosen_backend(o: ClusterOptions, site: Site | None = None) -> Backend:
@@ -43,7 +46,8 @@ def chosen_backend(o: ClusterOptions, site: Site | None = None) -> Backend:
 
     site = site if site is not None else PresetRegistry().site()  # the one every render uses
     via = None if isinstance(o, LogsOptions) else o.via
-    return open_backend(via, connection(site, o.kubeconfig, o.context, o.debug, o.request_timeout))
+    wait = (o.watch_timeout, o.interval) if isinstance(o, DeleteOptions) and o.wait else None
+    return open_backend(via, connection(site, o.kubeconfig, o.context, o.debug, o.request_timeout, wait))
 
 
 def checked_workload(path: Path) -> Workload:
@@ -89,8 +93,9 @@ def diff_live_all(
 @app.command()
 @with_options
 def submit(o: SubmitOptions) -> None:
-    """Render, check and send a workload with server-side apply (re-submitting changes nothing);
-    --smoke sends its smoke test instead (a ConfigMap with preflight.py and job <name>-smoke);
+    """Render, check and send a workload (re-submitting changes nothing): via kubernetes with
+    server-side apply, via runai as a Run:ai workload (POST /api/v2/workloads); --smoke sends
+    its smoke test instead (a ConfigMap with preflight.py and job <name>-smoke);
     --wait then polls until it is running or has ended."""
     if o.wait and o.dry_run is not None:
         raise InputError(
@@ -301,8 +306,9 @@ def save_job_logs(job: Job, backend: Backend, out: Path, previous: bool) -> None
 @with_options
 def delete(o: DeleteOptions) -> int:
     """Delete a workload runai-spec created (asks first; its pods and their logs go too);
-    --smoke deletes its smoke test, job and ConfigMap (either may already be gone). Declining
-    the question deletes nothing and exits 0."""
+    --smoke deletes its smoke test, job and ConfigMap (either may already be gone); --wait
+    polls until it is gone (Run:ai keeps it in phase Deleting a while). Declining the question
+    deletes nothing and exits 0."""
     from ..cluster.backend import find_job
 
     chosen = chosen_backend(o)
@@ -316,6 +322,10 @@ def delete(o: DeleteOptions) -> int:
         err(["aborted: nothing deleted"])
         return EXIT_OK
     err(f"deleted: {where}" for where in result.deleted)
+    err(
+        f"deleting: {where} (accepted, removed in the background: `delete --wait` waits until it is gone)"
+        for where in result.deleting
+    )
     err(f"already gone: {where}" for where in result.missing)
     return EXIT_OK
 

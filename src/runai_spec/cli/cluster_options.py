@@ -96,12 +96,18 @@ DryRunOpt = Annotated[
         "--dry-run",
         callback=no_client_dry_run,
         help="`server`: the API server checks it and shows "
-        "what it would store (`client`: use `runai-spec render`).",
+        "what it would store (`client`: use `runai-spec render`). Via Run:ai: only where "
+        "the cluster's version documents dryRun (2.24, 3.0), else refused.",
     ),
 ]
 ReplaceOpt = Annotated[
     bool,
-    typer.Option("--replace", help="Delete a different earlier render of the same name and create this one."),
+    typer.Option(
+        "--replace",
+        help="Replace a different earlier render of the same name. Via kubernetes: delete it and "
+        "create this one. Via runai: Run:ai's update call (PUT), which takes the manifest, "
+        "priority and category; anything else (preemptibility) is refused: delete --wait, then submit.",
+    ),
 ]
 
 
@@ -143,6 +149,15 @@ PreviousOpt = Annotated[bool, typer.Option("--previous", help="The restarted con
 
 
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (for scripts).")]
+DeleteWaitOpt = Annotated[
+    bool,
+    typer.Option(
+        "--wait",
+        help="Poll until the workload is gone, at most --watch-timeout seconds (Run:ai keeps it "
+        "in phase Deleting a while; the Kubernetes path's delete returns once the API server "
+        "deleted the objects).",
+    ),
+]
 
 
 @dataclass(frozen=True)
@@ -201,6 +216,9 @@ class DeleteOptions:
     yes: YesOpt = False
     project: ProjectOpt = None
     smoke: SmokeOpt = False
+    wait: DeleteWaitOpt = False
+    interval: IntervalOpt = 5.0
+    watch_timeout: WatchTimeoutOpt = 600.0
     kubeconfig: KubeconfigOpt = None
     context: ContextOpt = None
     request_timeout: RequestTimeoutOpt = None

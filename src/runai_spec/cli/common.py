@@ -332,8 +332,9 @@ def watch_status(
         if lines != shown:
             print("\n".join(lines), flush=True)
             shown = lines
-        if not watch or result.phase in SETTLED:
-            return str(result.phase)
+        settled = result.phase if getattr(result, "settles", None) is None else result.settles
+        if not watch or settled in SETTLED:
+            return str(settled)
         if waited + interval > watch_timeout:
             raise ClusterError(
                 f"{what}: still {result.phase} after {waited:g} s",

@@ -30,6 +30,9 @@ class Connection:
     debug: bool = False
     request_timeout: float | None = None
     progress: Callable[[str], None] | None = None
+    # delete --wait: (at most seconds, seconds between polls) until what it deleted is gone,
+    # where deletion takes time (Run:ai's Deleting phase); None: return once it was accepted
+    delete_wait: tuple[float, float] | None = None
 
     def timeout(self, default: tuple[float, float]) -> tuple[float, float]:
         """(connect, read) seconds: --request-timeout caps both."""
@@ -95,11 +98,13 @@ class LiveDiff:
 
 @dataclass(frozen=True)
 class Deleted:
-    """What delete did: the objects deleted, those already gone, or nothing (declined)."""
+    """What delete did: the objects deleted, those already gone, those whose deletion was
+    accepted and is still under way (Run:ai's Deleting), or nothing (declined)."""
 
     deleted: tuple[str, ...]
     missing: tuple[str, ...] = ()
     declined: bool = False
+    deleting: tuple[str, ...] = ()
 
 
 Confirm = Callable[[list[str]], bool]  # asked with what is there to delete; False deletes nothing

@@ -5,11 +5,16 @@
 # docs.nvidia.com/run-ai/self-hosted/reference/rest-api/endpoints/...), as republished in
 # github.com/api-evangelist/runai openapi/runai-*-api-openapi.yml ("version: latest"):
 #
-# - Tokens: POST /api/v1/token (operationId grant_token): TokenRequest {grantType:
-#   client_credentials, clientID, clientSecret} -> TokenResponse {accessToken, expiresIn}.
-# - Clusters: GET /api/v1/clusters (get_clusters): an array of DisplayedCluster {uuid, name}.
+# - Tokens: POST /api/v2/token (grant_token_v2, "latest" and v3.0): a form-encoded OAuth2
+#   request {grant_type: client_credentials, client_id, client_secret} -> OAuth2TokenResponse
+#   {access_token, token_type, expires_in}, errors OAuth2Error {error, error_description};
+#   where it is absent (404/405), POST /api/v1/token (grant_token, deprecated since 2.25):
+#   TokenRequest {grantType, clientID, clientSecret} -> TokenResponse {accessToken, expiresIn}.
+#   Both document 503 ("try again"): retried as every call is (session.call_with_retries).
+# - Clusters: GET /api/v1/clusters (get_clusters): an array of DisplayedCluster {uuid, name,
+#   version}; the version decides whether a dry run may go through Run:ai (facts.runai_api).
 # - Projects: GET /api/v1/org-unit/projects?filterBy=name==P (get_projects):
-#   {projects: [Project {id, name, clusterId}]}.
+#   {projects: [Project {id, name, clusterId, status: {namespace}}]}.
 # - Workloads: GET /api/v1/workloads?filterBy=name==N,projectId==P (get_workloads):
 #   {workloads: [Workload {id, name, projectId, clusterId, phase, phaseMessage}]}; its pods:
 #   GET /api/v1/workloads/{workloadId}/pods (get_workload_pods): {pods: [{name, nodeName,
@@ -31,16 +36,17 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
 from .. import __version__
 from ..errors import ClusterError, InputError
+from ..facts.runai_api import TOKEN_V1_PATH, TOKEN_V2_PATH
 from ..render.manifests import Manifest
 from .refusals import REFUSED_WORDS, refused_line
 from .session import (
@@ -65,12 +71,12 @@ LOGIN_HINT = (
     "log in again: `runai login` (runai-spec asks `runai auth get-token`), or renew "
     f"the access key in {ENV_CLIENT_ID}/{ENV_CLIENT_SECRET} or {ENV_ACCESS_KEY_FILE}"
 )
-TOKEN_PATH = "/api/v1/token"
 CLUSTERS_PATH = "/api/v1/clusters"
 PROJECTS_PATH = "/api/v1/org-unit/projects"
 WORKLOADS_V1_PATH = "/api/v1/workloads"
 WORKLOADS_V2_PATH = "/api/v2/workloads"
 EXPIRY_MARGIN = 30.0  # seconds: a token this close to its end is renewed before use
+KEY_FILE_LIMIT = 64 * 1024  # bytes: an access key file is a few lines
 
 
 @dataclass(frozen=True)
@@ -95,8 +101,9 @@ class _Token:
 
 
 class _Credentials:
-    """The bearer token: from an access key (exchanged at POST /api/v1/token) or from the
-    runai CLI's login (`runai auth get-token`); renewed when it expires or is refused."""
+    """The bearer token: from an access key (exchanged at POST /api/v2/token, else the
+    deprecated /api/v1/token) or from the runai CLI's login (`runai auth get-token`); renewed
+    when it expires or is refused. Every token it held is remembered, to be masked."""
 
     def __init__(self, target: RunaiTarget, session: RunaiSession) -> None:
         self.target, self.session = target, session
@@ -104,16 +111,22 @@ class _Credentials:
         self.env = env
         self.key = _access_key(env)
         self.token: _Token | None = None
+        self.seen: list[str] = []
 
     @property
     def source(self) -> str:
         return "the access key" if self.key else "the runai CLI's login"
+
+    def secrets(self) -> list[str]:
+        """What must never be shown: every token held, and the access key's secret."""
+        return [s for s in (*self.seen, self.key[1] if self.key else None) if s]
 
     def header(self, *, renew: bool = False) -> str:
         now = self.target.clock()
         token = self.token
         if renew or token is None or (token.expires is not None and now >= token.expires):
             token = self.token = self._fetch()
+            self.seen.append(token.value)
         return f"Bearer {token.value}"
 
     def _fetch(self) -> _Token:
@@ -122,15 +135,13 @@ class _Credentials:
         return _cli_token(self.env)
 
     def _exchange(self, client_id: str, secret: str) -> _Token:
-        body = {"grantType": "client_credentials", "clientID": client_id, "clientSecret": secret}
-        try:
-            status, data, _ = self.session.send_raw("POST", TOKEN_PATH, body=body, auth=None)
-        except Unreached as exc:
-            raise ClusterError(
-                f"no token from the Run:ai control plane: {exc}",
-                file="runai",
-                hint="check site.yaml's submit.runai.url and that the control plane is up; try again later",
-            ) from None
+        form = {"grant_type": "client_credentials", "client_id": client_id, "client_secret": secret}
+        status, data = self._request(TOKEN_V2_PATH, form=form)
+        fields = ("access_token", "expires_in")
+        if status in (404, 405):  # a control plane without v2: the deprecated v1 call
+            body = {"grantType": "client_credentials", "clientID": client_id, "clientSecret": secret}
+            status, data = self._request(TOKEN_V1_PATH, body=body)
+            fields = ("accessToken", "expiresIn")
         if status in (400, 401, 403):
             raise ClusterError(
                 f"unauthorised: the Run:ai control plane refused the access key "
@@ -138,24 +149,31 @@ class _Credentials:
                 file="runai",
                 hint=LOGIN_HINT,
             )
-        if (
-            status != 200
-            or not isinstance(data, dict)
-            or not isinstance(data.get("accessToken"), str)
-            or not data["accessToken"]
-        ):
+        value = data.get(fields[0]) if isinstance(data, dict) else None
+        if status != 200 or not isinstance(value, str) or not value:
             raise ClusterError(
                 f"the Run:ai token endpoint answered HTTP {status} without a token",
                 file="runai",
                 hint="try again later; report it if it persists",
             )
-        expires_in = data.get("expiresIn")
+        expires_in = data.get(fields[1])
         expires = (
             self.target.clock() + max(0.0, float(expires_in) - EXPIRY_MARGIN)
             if isinstance(expires_in, int | float)
             else None
         )
-        return _Token(data["accessToken"], expires)
+        return _Token(value, expires)
+
+    def _request(self, path: str, body: Any = None, form: Mapping[str, str] | None = None) -> tuple[int, Any]:
+        """One token request, retried on 429/503 (both token calls document 503) and on a
+        request that never left, as every call is."""
+        return call_with_retries(
+            lambda: self.session.send_raw("POST", path, body=body, auth=None, form=form),
+            Retry(self.target, "runai", "the control plane's status", "the Run:ai control plane"),
+            f"POST {path}",
+            write=False,  # a token request is safe to repeat
+            refused_hint="check site.yaml's submit.runai.url and that the control plane is up",
+        )
 
 
 def _access_key(env: Mapping[str, str]) -> tuple[str, str] | None:
@@ -174,8 +192,8 @@ def _access_key(env: Mapping[str, str]) -> tuple[str, str] | None:
     import yaml
 
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        data = yaml.safe_load(_key_file_text(path))
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
         raise InputError(
             f"cannot read the access key file ({type(exc).__name__})",
             file=path,
@@ -193,6 +211,36 @@ def _access_key(env: Mapping[str, str]) -> tuple[str, str] | None:
         field=ENV_ACCESS_KEY_FILE,
         hint="a YAML or JSON file with clientId and clientSecret (strings)",
     )
+
+
+def _key_file_text(path: str) -> str:
+    """The access key file's text: a regular file of at most KEY_FILE_LIMIT bytes (a FIFO
+    would block the read, a device such as /dev/zero would never end it); opened without
+    blocking and checked on the open file, so a swap between check and read changes nothing."""
+
+    def refuse(what: str) -> InputError:
+        return InputError(
+            f"the access key file {what}",
+            file=path,
+            field=ENV_ACCESS_KEY_FILE,
+            hint=f"a regular YAML or JSON file (at most {KEY_FILE_LIMIT // 1024} KiB) "
+            "with clientId and clientSecret",
+        )
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except OSError as exc:
+        raise refuse(f"cannot be opened ({exc.strerror or type(exc).__name__})") from None
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+        data = os.read(fd, KEY_FILE_LIMIT + 1) if regular else b""
+    finally:
+        os.close(fd)
+    if not regular:
+        raise refuse("is not a regular file")
+    if len(data) > KEY_FILE_LIMIT:
+        raise refuse(f"is larger than {KEY_FILE_LIMIT // 1024} KiB")
+    return data.decode("utf-8")
 
 
 def _cli_token(env: Mapping[str, str]) -> _Token:
@@ -226,10 +274,14 @@ def _cli_token(env: Mapping[str, str]) -> _Token:
 
 
 def _message(data: Any, status: int) -> str:
-    """The Error schema's message (and details), one clean line."""
+    """The Error schema's message (and details), or OAuth2Error's error_description (and
+    error), as one clean line."""
     if isinstance(data, dict) and data.get("message"):
         details = f" ({data['details']})" if data.get("details") else ""
         return clean(f"{data['message']}{details}", 300)
+    if isinstance(data, dict) and (data.get("error_description") or data.get("error")):
+        code = f" ({data['error']})" if data.get("error") and data.get("error_description") else ""
+        return clean(f"{data.get('error_description') or data['error']}{code}", 300)
     return f"HTTP {status}"
 
 
@@ -244,6 +296,7 @@ class RunaiSession:
         self.host = clean(self.base, 200)
         self.pool = urllib3.PoolManager(headers={"User-Agent": f"runai-spec/{__version__}"}, retries=False)
         self.credentials = _Credentials(target, self)
+        self.attempts = 0  # how many times the last call was sent (a create retried: reconcile)
 
     def __enter__(self) -> RunaiSession:
         return self
@@ -252,24 +305,24 @@ class RunaiSession:
         self.pool.clear()
 
     def scrub(self, data: Any) -> Any:
-        """An error answer's message and details without this session's credentials (a
-        server may echo the request): each becomes `***`."""
-        if not isinstance(data, dict):
+        """An answer without this session's credentials, wherever a server echoed them (any
+        string in it, at any depth): each token it held and the secret become `***`."""
+        secrets = self.credentials.secrets()
+        if not secrets:
             return data
-        secrets = [
-            v
-            for v in (
-                self.credentials.token.value if self.credentials.token else None,
-                *(self.credentials.key or ()),
-            )
-            if v
-        ]
-        out = dict(data)
-        for key in ("message", "details"):
-            if isinstance(out.get(key), str):
+
+        def mask(value: Any) -> Any:
+            if isinstance(value, str):
                 for secret in secrets:
-                    out[key] = out[key].replace(secret, "***")
-        return out
+                    value = value.replace(secret, "***")
+                return value
+            if isinstance(value, dict):
+                return {k: mask(v) for k, v in value.items()}
+            if isinstance(value, list):
+                return [mask(v) for v in value]
+            return value
+
+        return mask(data)
 
     def send_raw(
         self,
@@ -278,15 +331,20 @@ class RunaiSession:
         query: Iterable[tuple[str, str]] = (),
         body: Any = None,
         auth: str | None = None,
+        form: Mapping[str, str] | None = None,
     ) -> tuple[int, Any, float | None]:
         """One attempt: (status, JSON body or None, Retry-After). The token goes only into
-        the header."""
+        the header; FORM is sent form-encoded (the OAuth2 token call)."""
         import urllib3
 
         query = list(query)
         url = self.base + path + (f"?{urlencode(query)}" if query else "")
         headers = {"Accept": "application/json"}
-        if body is not None:
+        payload = json.dumps(body) if body is not None else None
+        if form is not None:
+            headers["Content-Type"] = "application/x-www-form-urlencoded"
+            payload = urlencode(list(form.items()))
+        elif body is not None:
             headers["Content-Type"] = "application/json"
         if auth is not None:
             headers["Authorization"] = auth
@@ -296,7 +354,7 @@ class RunaiSession:
                 method,
                 url,
                 headers=headers,
-                body=json.dumps(body) if body is not None else None,
+                body=payload,
                 timeout=urllib3.Timeout(connect=self.target.timeout[0], read=self.target.timeout[1]),
                 redirect=False,
             )
@@ -332,9 +390,11 @@ class RunaiSession:
         requests that never left. A write whose outcome is unknown raises Uncertain."""
         query = list(query)
         renewed = False
+        self.attempts = 0
 
         def attempt() -> tuple[int, Any, float | None]:
             nonlocal renewed
+            self.attempts += 1
             answer = self.send_raw(method, path, query, body, self.credentials.header())
             if answer[0] == 401 and not renewed:  # renewed once, not counted as an attempt
                 renewed = True
@@ -342,7 +402,7 @@ class RunaiSession:
             if answer[0] == 401:
                 raise ClusterError(
                     f"unauthorised: the Run:ai control plane refused "
-                    f"{self.credentials.source}'s token ({_message(answer[1], 401)})",
+                    f"{self.credentials.source}'s token ({_message(self.scrub(answer[1]), 401)})",
                     file="runai",
                     hint=LOGIN_HINT,
                 )
@@ -411,8 +471,28 @@ def resolve_cluster(session: RunaiSession) -> str:
     )
 
 
-def resolve_project(session: RunaiSession, project: str, cluster_id: str) -> str:
-    """A project name -> its id on this cluster (GET /api/v1/org-unit/projects)."""
+def cluster_version(session: RunaiSession, cluster_id: str) -> tuple[str, str | None]:
+    """The cluster's name and the version it reports (DisplayedCluster.version; None: none)."""
+    status, data = session.call("GET", CLUSTERS_PATH)
+    if status != 200:
+        raise refused(status, data, f"cluster {cluster_id}", "list")
+    for c in data if isinstance(data, list) else []:
+        if isinstance(c, dict) and c.get("uuid") == cluster_id:
+            version = c.get("version")
+            return clean(c.get("name"), 60), clean(version, 40) if isinstance(version, str) else None
+    return cluster_id, None
+
+
+@dataclass(frozen=True)
+class Project:
+    """A Run:ai project on the cluster: its id, and its namespace where Run:ai reports one."""
+
+    id: str
+    namespace: str | None
+
+
+def find_project(session: RunaiSession, project: str, cluster_id: str) -> Project:
+    """A project name -> the project on this cluster (GET /api/v1/org-unit/projects)."""
     status, data = session.call("GET", PROJECTS_PATH, [("filterBy", f"name=={project}")])
     if status != 200:
         raise refused(status, data, f"project {project}", "read")
@@ -428,17 +508,26 @@ def resolve_project(session: RunaiSession, project: str, cluster_id: str) -> str
             file="runai",
             hint="check the profile's project; `runai project list` shows yours",
         )
-    return str(found[0]["id"])
+    status_ = found[0].get("status")
+    namespace = status_.get("namespace") if isinstance(status_, dict) else None
+    return Project(str(found[0]["id"]), clean(namespace, 80) if isinstance(namespace, str) else None)
+
+
+def resolve_project(session: RunaiSession, project: str, cluster_id: str) -> str:
+    """A project name -> its id on this cluster."""
+    return find_project(session, project, cluster_id).id
 
 
 @dataclass(frozen=True)
 class Found:
-    """A workload of that name in the project: its id, and (V2) its manifest and phase."""
+    """A workload of that name in the project: its id, (V2) its manifest and the metadata it
+    was stored with (WorkloadV2MetadataResponse), and its phase."""
 
     id: str
     raw: Manifest | None
     phase: str | None
     message: str | None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
 
 
 def find_workload(session: RunaiSession, name: str, project_id: str) -> Found | None:
@@ -464,14 +553,21 @@ def find_workload(session: RunaiSession, name: str, project_id: str) -> Found | 
     workload_id = str(item.get("id"))
     status, data = session.call("GET", f"{WORKLOADS_V2_PATH}/{quote(workload_id, safe='')}")
     raw: Manifest | None = None
+    metadata: dict[str, Any] = {}
     if status == 200 and isinstance(data, dict) and isinstance(data.get("workload"), dict):
         raw = _manifest(data["workload"].get("rawManifest"))
+        stored = data["workload"].get("metadata")
+        metadata = dict(stored) if isinstance(stored, dict) else {}
     elif status != 404:  # a V1 workload (not submitted through V2) answers 404 there
         raise refused(status, data, f"workload {name}", "read")
     phase = item.get("phase")
     message = item.get("phaseMessage")
     return Found(
-        workload_id, raw, clean(phase, 40) if phase else None, clean(message, 200) if message else None
+        workload_id,
+        raw,
+        clean(phase, 40) if phase else None,
+        clean(message, 200) if message else None,
+        metadata,
     )
 
 

@@ -14,7 +14,14 @@ from .jobs import Confirm, Connection, Deleted, Job, LiveDiff, unsupported
 from .kubernetes import KubernetesBackend
 from .logs import Follow, FollowResult, LogsResult
 from .objects import managed_by_us
-from .runai import WorkloadMetadata, delete_workload, live_workloads, submit_workload, workload_status
+from .runai import (
+    Wait,
+    WorkloadMetadata,
+    delete_workload,
+    live_workloads,
+    submit_workload,
+    workload_status,
+)
 from .status import StatusResult
 from .submit import SubmitResult
 
@@ -117,7 +124,8 @@ class RunaiBackend:
         self, workload: Workload, manifests: Sequence[Manifest], *, dry_run: bool, replace: bool
     ) -> SubmitResult:
         """The rendered PyTorchJob, unchanged, as a Run:ai workload; a dry run is the control
-        plane's `dryRun=true` answer."""
+        plane's `dryRun=true` answer where the cluster's version documents dryRun (else
+        refused); --replace is Run:ai's update call (manifest, priority, category)."""
         (job,) = [dict(m) for m in manifests if m.get("kind") == KIND]
         return submit_workload(job, metadata_of(workload), self.session, dry_run=dry_run, replace=replace)
 
@@ -143,8 +151,15 @@ class RunaiBackend:
     def delete(self, job: Job, confirm: Confirm | None) -> Deleted:
         if job.smoke:
             return self.kubernetes.delete(job, confirm)
-        deleted = delete_workload(job.name, job.project, self.session, confirm=confirm)
-        return Deleted(deleted, declined=not deleted)
+        """DELETE through Run:ai; with delete --wait, until the workload is no longer listed
+        (it stays in phase Deleting a while)."""
+        wait = self.connection.delete_wait
+        result = delete_workload(
+            job.name, job.project, self.session, confirm=confirm, wait=Wait(*wait) if wait else None
+        )
+        if result is None:
+            return Deleted((), declined=True)
+        return Deleted(result.gone, deleting=result.deleting)
 
     def live_diff(self, workloads: Sequence[Workload]) -> list[LiveDiff]:
         """The workloads as Run:ai holds them, against what submitting would store."""

@@ -21,7 +21,7 @@ class PodState:
     index: int
     phase: str
     state: str  # running, waiting: <reason>, terminated: exit <code> (<reason>)
-    restarts: int
+    restarts: int | None  # None: the back-end reports none (Run:ai's pods endpoint)
     node: str | None
     reason: str | None  # why it is pending, in plain words
 
@@ -34,6 +34,9 @@ class StatusResult:
     message: str | None
     pods: tuple[PodState, ...]
     pending_reasons: tuple[str, ...]
+    # what --watch does with the phase: Running/Succeeded/Failed settle, "" waits; None: the
+    # phase itself says (the Kubernetes path); Run:ai's come from facts.runai_api.PHASES
+    settles: str | None = None
 
 
 _PLAIN_REASONS: tuple[tuple[re.Pattern[str], str], ...] = (

@@ -165,6 +165,27 @@ class RunaiControlPlane(FileModel):
         "default.",
     )
 
+    def model_post_init(self, context: Any, /) -> None:
+        if self.url.startswith("http://") and not _loopback(self.url):
+            raise ValueError(
+                "submit.runai.url: http:// would send the access key's secret and every token in "
+                "clear; use https:// (plain http only to a loopback address, as tests do)"
+            )
+
+
+def _loopback(url: str) -> bool:
+    """Whether URL's host is this machine (localhost, 127.0.0.0/8, ::1)."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
 
 class SiteSubmit(FileModel):
     """How the site submits: the Kubernetes API (apply) or Run:ai's Workloads V2 API."""

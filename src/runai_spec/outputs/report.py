@@ -345,7 +345,8 @@ def status_lines(result: StatusResult) -> list[str]:
         f"{result.name} ({result.namespace}): {result.phase}{': ' + result.message if result.message else ''}"
     ]
     lines += [
-        f"  {p.name}  {p.role} {p.index}  {p.phase}  {p.state}  restarts {p.restarts}"
+        f"  {p.name}  {p.role} {p.index}  {p.phase}  {p.state}  "
+        f"restarts {'unknown' if p.restarts is None else p.restarts}"
         f"{'  on ' + p.node if p.node else ''}"
         for p in result.pods
     ]
