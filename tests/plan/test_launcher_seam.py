@@ -25,6 +25,7 @@ from runai_spec.plan.failure import failure_semantics, save_time
 from runai_spec.plan.launcher import (
     PYTORCHJOB,
     Launcher,
+    LauncherFile,
     LaunchSetup,
     RendezvousPlan,
     choose_launcher,
@@ -74,6 +75,9 @@ class FakeRun:
 
     def shutdown_window(self, torch_version: str | None, grace_s: int) -> int | None:
         return grace_s - 1
+
+    def files(self, setup: LaunchSetup) -> tuple[LauncherFile, ...]:
+        return ()
 
 
 @pytest.fixture
@@ -133,7 +137,9 @@ def test_the_layouts_launcher_is_chosen_in_one_place_and_a_wrong_name_is_bad_inp
     assert choose_launcher("multi-node", "python") == "python"
     for example in EXAMPLES:
         plan = _plan(example)
-        assert plan.launcher_name == choose_launcher(plan.layout)
+        profile = load_profile(ROOT / "examples" / example / "profile.yaml").profile
+        elastic = plan.elastic is not None
+        assert plan.launcher_name == choose_launcher(plan.layout, profile=profile.launcher, elastic=elastic)
         assert plan.workload == launcher_named(plan.launcher_name).workload
     with pytest.raises(InputError) as caught:
         launcher_named("torchrnu")

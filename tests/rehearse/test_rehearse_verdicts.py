@@ -3,13 +3,16 @@ patterns people write, one cause one row, a rank stuck after its teardown, SIGTE
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from conftest import needs_torch, run
 from runai_spec.pipeline.checklist import PreflightSettings
 from runai_spec.rehearse.checks import CheckResult
 from runai_spec.rehearse.filesystem import audit_layer_dir
@@ -236,3 +239,72 @@ def test_the_audit_layer_records_a_script_file_that_does_not_exist_as_exit_2(tmp
         exit_record["exception"]
         == f"can't open file {str(tmp_path / 'trian.py')!r}: No such file or directory"
     )
+
+
+def test_a_rank_alive_after_its_own_destroy_process_group_fails_shutdown_naming_where_it_waits() -> None:
+    """Issue 42 item 5: it was `shutdown: skip` at --timeout (or a recovery failure)."""
+    records = _started(0, 1) + [_rec("batch", k, 1.5, n=1, loader=8) for k in range(2)]
+    records.append(_rec("save", 0, 1.6, api="torch.save", path="/checkpoints/s.pt", step=1, complete=True))
+    records += _ended(0, 2, world=1)  # rank 0 ends; rank 1 does not
+    records += [
+        _rec("destroy-process-group", 1, 2),
+        _rec(
+            "stuck",
+            1,
+            12,
+            after="destroy_process_group",
+            seconds=10.0,
+            waits_in=[
+                "train.py:9 in <module>",
+                "threading.py:1590 in _shutdown",
+                "threading.py:1119 in _wait_for_tstate_lock",
+            ],
+            threads=["uploader"],
+        ),
+    ]
+    run = ScriptRun(**{**RUN.__dict__, "restarted": False, "timed_out": True})
+    row = _rows(records, run)["shutdown"]
+    assert row.status == "fail" and row.failed_ranks == (1,), row.message
+    assert row.message.startswith(
+        "rank 1 still alive 10 s after its own destroy_process_group, waiting in threading.py:1119 in "
+        "_wait_for_tstate_lock <- threading.py:1590 in _shutdown <- train.py:9 in <module> "
+        "(non-daemon thread(s) still running: uploader): in the cluster the pod never completes"
+    )
+    # a process that exited after its `stuck` record was slow, not stuck
+    late = records + [_rec("exit", 1, 13, exit_code=0)]
+    assert _rows(late, ScriptRun(**{**RUN.__dict__, "restarted": False}))["shutdown"].status == "pass"
+
+
+HANGS_AFTER_TEARDOWN = """\
+import threading, time, torch.distributed as dist
+dist.init_process_group("gloo")
+dist.destroy_process_group()
+if dist.is_initialized() is False and __import__("os").environ["RANK"] == "1":
+    threading.Thread(target=time.sleep, args=(600,), name="uploader").start()
+"""
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_a_rehearsal_stops_at_a_rank_stuck_after_its_teardown_and_fails_shutdown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_profile: Any, base_profile: dict[str, Any]
+) -> None:
+    needs_torch()
+    (tmp_path / "train.py").write_text(HANGS_AFTER_TEARDOWN)
+    batch = {"local": 4, "grad_accum": 2, "global": 64}
+    path = write_profile({**base_profile, "preset": "h200-8gpu", "command": ["train.py"], "batch": batch})
+    monkeypatch.chdir(tmp_path)
+    started = time.monotonic()
+    result = run(
+        "rehearse", str(path), "--own-script", "--procs-per-pod", "2", "--logs", "logs", "--timeout", "120"
+    )
+    assert time.monotonic() - started < 90  # stopped at the stuck record, not at --timeout
+    assert result.exit_code == 1, result.output
+    rows = {c["check"]: c for c in json.loads((tmp_path / "logs" / "result.json").read_text())["checks"]}
+    shutdown = rows["shutdown"]
+    assert shutdown["status"] == "fail" and shutdown["failed_ranks"] == [1], shutdown
+    assert (
+        "rank 1 still alive 10 s after its own destroy_process_group, waiting in threading.py:"
+        in shutdown["message"]
+    )
+    assert "(non-daemon thread(s) still running: uploader)" in shutdown["message"]

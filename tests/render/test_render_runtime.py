@@ -158,6 +158,9 @@ PLAN = st.builds(
     field_env=st.lists(st.tuples(TEXT, TEXT), max_size=2),
     env=st.lists(st.tuples(TEXT, TEXT), max_size=2),
     secret_env=st.lists(st.tuples(TEXT, TEXT, TEXT), max_size=2),
+    launcher_files=st.lists(
+        st.builds(SimpleNamespace, volume=TEXT, mount_dir=TEXT, name=TEXT, field_path=TEXT), max_size=2
+    ),
 )
 SMOKE = st.none() | st.builds(
     SimpleNamespace,
@@ -193,6 +196,7 @@ def stand_in(plan: Any, **changes: Any) -> SimpleNamespace:
     names += ["elastic", "replicas", "restart_policy", "pod_labels", "pod_annotations", "scheduler_name"]
     names += ["termination_grace_period_seconds", "image", "command", "working_dir", "master_port"]
     names += ["limits", "requests", "capabilities", "field_env", "env", "secret_env", "workload"]
+    names += ["launcher_files"]
     return SimpleNamespace(**{**{n: getattr(plan, n) for n in names}, **changes})
 
 

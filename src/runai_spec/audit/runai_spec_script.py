@@ -19,6 +19,9 @@ Records:
   its renames): the moment a fault "after the first checkpoint" lands;
 - `end`: the script's main code is done, before teardown (threading's exit callbacks run
   before atexit handlers and finalisation), so that a crash in teardown is told apart;
+- `stuck`: the process still alive STUCK_S seconds after its own `destroy_process_group`
+  returned, with where its main thread waits and the non-daemon threads it would join (in
+  the cluster such a pod never completes and holds its GPUs);
 - DeepSpeed's engine `save_checkpoint`/`load_checkpoint` as `save`/`load` records."""
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import contextlib
 import os
 import sys
 import threading
+import traceback
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
@@ -34,6 +38,8 @@ from typing import Any
 # variables the transports read once at start-up: the job's env (profile, preset) is their place
 TRANSPORT_PREFIXES = ("NCCL_", "TORCH_NCCL_", "UCX_", "FI_", "GLOO_", "TP_SOCKET_IFNAME", "NVSHMEM_")
 MEASURE_STEPS = 4
+# seconds a rank may live on after its own destroy_process_group: a flush, a last log line
+STUCK_S = 10.0
 _site: Any = None  # sitecustomize, the module that loaded this one
 _batch: dict[str, Any] = {"loader": 0, "forward": 0, "depth": 0, "steps": 0, "hooks": [], "saves": 0}
 
@@ -44,6 +50,7 @@ def install(site: ModuleType) -> None:
     _site = site
     _patch_os()
     _register_end()
+    site._state["on_destroy"] = _watch_shutdown
     for name, patch in (
         ("torch.optim.optimizer", _patch_optimizer),
         ("torch.utils.data.dataloader", _patch_dataloader),
@@ -125,6 +132,34 @@ def _patch_optimizer(module: ModuleType) -> None:
             _site._audit_error("optimizer step")
 
     module.register_optimizer_step_post_hook(stepped)
+
+
+def _watch_shutdown() -> None:
+    """After destroy_process_group: a daemon thread (it never holds the process) that records
+    `stuck` if the process still lives STUCK_S seconds later."""
+
+    def watch() -> None:
+        threading.Event().wait(STUCK_S)
+        try:
+            main = sys._current_frames().get(threading.main_thread().ident or 0)
+            frames = traceback.extract_stack(main)[-4:] if main is not None else []
+            _site.record(
+                "stuck",
+                after="destroy_process_group",
+                seconds=STUCK_S,
+                waits_in=[f"{os.path.basename(f.filename)}:{f.lineno} in {f.name}" for f in frames],
+                threads=[
+                    t.name
+                    for t in threading.enumerate()
+                    if not t.daemon and t is not threading.main_thread() and t.is_alive()
+                ],
+            )
+        except Exception:  # noqa: BLE001 - fail open
+            _site._audit_error("shutdown watch")
+
+    if not _batch.get("watching"):
+        _batch["watching"] = True
+        threading.Thread(target=watch, name="runai-spec-shutdown-watch", daemon=True).start()
 
 
 def _register_end() -> None:

@@ -300,7 +300,14 @@ def _patch_distributed(dist: ModuleType) -> None:
             _wrap(
                 owner, "init_process_group", event="init-process-group", before=init_before, after=init_after
             )
-            _wrap(owner, "destroy_process_group", event="destroy-process-group")
+            _wrap(owner, "destroy_process_group", event="destroy-process-group", after=_destroyed)
+
+
+def _destroyed(result: Any, *args: Any, **kwargs: Any) -> None:
+    """The process group is gone: the shutdown watch (runai_spec_script.py) starts counting."""
+    hook = _state.get("on_destroy")
+    if callable(hook):
+        hook()
 
 
 def _dcp_target(args: Sequence[Any], kwargs: dict[str, Any]) -> Any:

@@ -46,7 +46,7 @@ CATALOGUE: tuple[tuple[RuleFn, tuple[str, ...]], ...] = (
     (check_checkpoint, ("checkpoint",)),
     (check_data_sources, ("checkpoint", "data")),
     (check_mount_paths, ("checkpoint", "data", "working_dir")),
-    (check_launcher, ("command",)),
+    (check_launcher, ("command", "launcher")),
     (check_nproc, ()),
     (check_preemptible_resume, ("checkpoint",)),
     (check_sigterm_one_gpu, ("checkpoint",)),

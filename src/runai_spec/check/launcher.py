@@ -16,12 +16,12 @@ from ..facts.torchrun import (
     without_launcher,
 )
 from ..findings import Finding
-from ..plan.launcher import registered_launchers
+from ..plan.launcher import PROFILE_LAUNCHERS, launcher_named, registered_launchers
 from .rules import Context, finding, rule
 
 # Launchers runai-spec does not render (yet), refused as a command's first word like the ones
 # it does (each registered launcher's `programs`) and the shells.
-OTHER_LAUNCHERS = ("accelerate", "deepspeed", "mpirun", "srun")
+OTHER_LAUNCHERS = ("deepspeed", "mpirun", "srun")
 LAUNCHERS = frozenset(
     {*(p for launcher in registered_launchers() for p in launcher.programs), *OTHER_LAUNCHERS, *SHELLS}
 )
@@ -56,10 +56,14 @@ def check_launcher(ctx: Context) -> Iterator[Finding]:
     `accelerate.commands.accelerate_cli`, `deepspeed.launcher.runner` or
     `deepspeed.launcher.launch`, or a script whose path ends in one of them as a file
     (`.../torch/distributed/run.py`)."""
+    yield from _chosen_launcher_findings(ctx)
     command = ctx.loaded.profile.command
     first = command[0]
     kind = entry_point_kind(command)
-    if first.rsplit("/", 1)[-1] in LAUNCHERS and kind != EXECUTABLE_ENTRY:
+    program = first.rsplit("/", 1)[-1]
+    if program in _PROFILE_PROGRAMS and kind != EXECUTABLE_ENTRY:
+        yield _use_the_field(ctx, command, _PROFILE_PROGRAMS[program])
+    elif program in LAUNCHERS and kind != EXECUTABLE_ENTRY:
         rest = without_launcher(command)
         yield finding(
             ctx,
@@ -118,6 +122,62 @@ def check_launcher(ctx: Context) -> Iterator[Finding]:
                 f"{arg!r} is a {owner} flag; the preset decides the topology",
                 "remove it",
             )
+
+
+# The launchers a profile chooses by name (its `launcher` field), by the program that starts
+# each: a command that starts with one is told to use the field instead.
+_PROFILE_PROGRAMS = {
+    program: name
+    for name in PROFILE_LAUNCHERS
+    if name != PROFILE_LAUNCHERS[0]
+    for program in launcher_named(name).programs
+}
+
+
+def _use_the_field(ctx: Context, command: list[str], name: str) -> Finding:
+    """A command that starts with launcher NAME, which the profile chooses by its field."""
+    # the script: the first argument its name says how to run (the launcher's flags before it)
+    at = next((i for i in range(1, len(command)) if entry_point_kind(command[i:]) is not None), None)
+    return finding(
+        ctx,
+        "launcher",
+        "command[0]",
+        f"{command[0]!r} is a launcher; the profile chooses it with `launcher: {name}`, and "
+        "runai-spec renders it with the preset's topology",
+        f"write `launcher: {name}` and start the command with the script"
+        + (f": {command[at:]!r}" if at is not None else ""),
+    )
+
+
+def _chosen_launcher_findings(ctx: Context) -> Iterator[Finding]:
+    """The profile's `launcher`: one the site and the preset allow, and one the layout can
+    express (accelerate has no MIN:MAX node count and no rendezvous id: not elastic)."""
+    asked = ctx.loaded.profile.launcher
+    preset = ctx.approved.preset
+    if asked == PROFILE_LAUNCHERS[0] or preset.layout == "single-gpu":
+        return  # the default, or one GPU: python runs the script whatever the field says
+    if preset.elastic is not None:
+        yield finding(
+            ctx,
+            "launcher",
+            "launcher",
+            f"preset {ctx.approved.name!r} is elastic, which {asked} cannot express: it has no "
+            "MIN:MAX node count and no rendezvous id, so pods joining or leaving would not "
+            "re-form the job",
+            "use `launcher: torchrun` (an Accelerate script runs under torchrun unchanged), "
+            "or a fixed-size preset",
+        )
+        return
+    allowed = [n for n in ctx.site.launchers if preset.launchers is None or n in preset.launchers]
+    if asked not in allowed:
+        by = "the site" if asked not in ctx.site.launchers else f"preset {ctx.approved.name!r}"
+        yield finding(
+            ctx,
+            "launcher",
+            "launcher",
+            f"{by} does not allow launcher {asked!r} (allowed here: {', '.join(allowed)})",
+            "use `launcher: torchrun`, or ask the AI Engineers for a preset that allows it",
+        )
 
 
 def _entry_point_findings(ctx: Context, command: list[str], kind: str | None) -> Iterator[Finding]:

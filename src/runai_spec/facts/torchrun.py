@@ -7,6 +7,11 @@ from collections.abc import Sequence
 
 from ..errors import InputError
 from ..records import Record
+from .accelerate import BOOLEAN_FLAGS as ACCELERATE_BOOLEAN
+from .accelerate import NO_PYTHON_FLAG as ACCELERATE_NO_PYTHON
+from .accelerate import PROGRAM as ACCELERATE_PROGRAM
+
+ACCELERATE = "accelerate"  # split_command's kind of `accelerate launch ...`
 
 _TORCHRUN_BOOLEAN = {
     "--standalone",
@@ -241,18 +246,20 @@ def _flag_width(arg: str, kind: str) -> int:
         return 1 if arg in _TORCHRUN_BOOLEAN or "=" in arg else 2
     if kind == "python":
         return 2 if arg in _PYTHON_WITH_VALUE else 1
+    if kind == ACCELERATE:
+        return 1 if arg in ACCELERATE_BOOLEAN or "=" in arg else 2
     return 1
 
 
 def _head_end(argv: Sequence[str], kind: str, start: int) -> int:
     """Where launcher KIND's flags end in ARGV, from START: at the first argument that is no
-    flag, or at python's `-m` (the module is the entry point)."""
+    flag, or at python's (and accelerate's) `-m` (the module is the entry point)."""
     i = start
     while i < len(argv):
         arg = argv[i]
         if not arg.startswith("-") or arg == "-":
             break
-        if arg in ("-m", "--module") and kind == "python":
+        if arg in ("-m", "--module") and kind in ("python", ACCELERATE):
             break
         i += _flag_width(arg, kind)
     return i
@@ -269,7 +276,9 @@ def split_command(argv: Sequence[str]) -> Launcher:
     if entry_point_kind(argv) == EXECUTABLE_ENTRY:  # one GPU: the wrapper script runs itself
         return Launcher(EXECUTABLE_ENTRY, (), tuple(argv))
     prog = os.path.basename(argv[0])
-    if prog == "torchrun":
+    if (prog, *argv[1:2]) == ACCELERATE_PROGRAM:
+        kind, i = ACCELERATE, 2
+    elif prog == "torchrun":
         kind, i = "torchrun", 1
     elif _python(prog):
         if argv[1:3] in (["-m", "torch.distributed.run"], ["-m", "torch.distributed.launch"]):
@@ -278,7 +287,7 @@ def split_command(argv: Sequence[str]) -> Launcher:
             kind, i = "python", 1
     else:
         raise InputError(
-            f"the container command starts with {argv[0]!r}, neither python nor torchrun",
+            f"the container command starts with {argv[0]!r}, neither python, torchrun nor accelerate launch",
             field="command",
             hint="rehearse knows the launchers runai-spec renders",
         )
@@ -382,6 +391,8 @@ def python_head(argv: Sequence[str]) -> tuple[str, ...]:
     launcher = split_command(argv)
     if launcher.kind == EXECUTABLE_ENTRY:
         return SINGLE_GPU_LAUNCHER
+    if launcher.kind == ACCELERATE:  # its -m ends its head, like python's
+        return tuple(a for a in launcher.head if a != ACCELERATE_NO_PYTHON)
     if launcher.kind != "torchrun":  # python's -m ends its head: the module is the entry point
         return launcher.head
     # torchrun's own flags after the program (`torchrun` or `python -m torch.distributed.run`):

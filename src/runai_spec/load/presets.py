@@ -8,7 +8,7 @@ from pydantic import Field
 
 from ..facts.kubeflow import DEFAULT_PORT, DNS1123_PATTERN, RDZV_BACKEND
 from .model import FileModel
-from .profile import Strategy
+from .profile import LauncherName, Strategy
 
 
 class GpuSpec(FileModel):
@@ -109,6 +109,12 @@ class Preset(FileModel):
     rendezvous: Rendezvous = Field(
         default_factory=lambda: Rendezvous(),
         description="torchrun's rendezvous of a multi-node layout (engineer-owned failure semantics).",
+    )
+    launchers: list[LauncherName] | None = Field(
+        None,
+        min_length=1,
+        description="The launchers a profile may choose with this preset, among the site's "
+        "(`launchers` in site.yaml); unset: the site's. Elastic presets run torchrun only.",
     )
     termination_grace_period_seconds: int = Field(
         30,

@@ -68,6 +68,9 @@ Count = Annotated[int, BeforeValidator(_a_number)]
 PositiveCount = Annotated[int, Field(gt=0), BeforeValidator(_a_number)]
 ZeroStage = Annotated[int, Field(ge=0, le=3), BeforeValidator(_a_number)]
 
+# The launchers a profile may choose (`launcher`), the default first; site.yaml and the presets
+# narrow them. One GPU always runs python.
+LauncherName = Literal["torchrun", "accelerate"]
 Strategy = Literal["ddp", "fsdp", "deepspeed", "tensor", "pipeline", "hybrid"]
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
 CheckpointFormat = Literal["dcp", "torch", "safetensors", "deepspeed"]
@@ -156,6 +159,12 @@ class Profile(FileModel):
         min_length=1, description="Training entry point and arguments, e.g. [train.py, --cfg, c.yaml]."
     )
     working_dir: PathText | None = Field(None, description="Container working directory.")
+    launcher: LauncherName = Field(
+        "torchrun",
+        description="What starts the processes of a multi-GPU layout: `torchrun`, or "
+        "`accelerate` (`accelerate launch`, for Hugging Face Accelerate scripts; not on elastic "
+        "presets) where the site and the preset allow it. One GPU always runs `python`.",
+    )
     torch_version: TorchVersion | None = Field(
         None,
         description="The image's PyTorch version, e.g. 2.13.0: how long torchrun lets "

@@ -2,7 +2,7 @@
 
 # No `from __future__ import annotations`: the string annotations of a pydantic model are
 # compiled one by one when it is defined (~0.15 M instructions each: benchmarks/README.md).
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import Field, PrivateAttr, field_validator
 
@@ -10,6 +10,7 @@ from ..facts.kai import PLACEMENT_ANNOTATION, TOPOLOGY_ANNOTATION
 from ..facts.kubeflow import OPERATOR_VERSION, OperatorVersion
 from ..facts.runai import NODE_POOL_LABEL, PREEMPTIBILITY_LABEL, PRIORITY_LABEL, QUEUE_LABEL
 from .model import FileModel
+from .profile import LauncherName
 
 SITE_FILE = "site.yaml"
 
@@ -228,6 +229,13 @@ class Site(FileModel):
         default_factory=lambda: list(RUNAI_PRIORITIES),
         min_length=1,
         description="The cluster's priority dictionary.",
+    )
+    launchers: list[LauncherName] = Field(
+        default_factory=lambda: list(get_args(LauncherName)),
+        min_length=1,
+        description="The launchers a profile may choose (its `launcher` field) on this site; "
+        "a preset may narrow it. Both by default: the accelerate render keeps torchrun's c10d "
+        "rendezvous, restarts and shutdown window (one GPU always runs python).",
     )
     allow_module_entrypoint: bool = Field(
         False,

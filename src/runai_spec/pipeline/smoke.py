@@ -165,6 +165,7 @@ def smoke_launcher(plan: Plan, rendezvous: RendezvousPlan | None) -> tuple[str, 
         (PREFLIGHT,),
         plan.mount_of(CHECKPOINT) or "",
         plan.termination_grace_period_seconds,
+        plan.pods,
     )
     return launcher_named(plan.launcher_name).argv(setup)
 

@@ -12,6 +12,7 @@ from ..records import Record
 from .container import plan_env, plan_limits
 from .launcher import (
     PYTORCHJOB,
+    LauncherFile,
     RendezvousPlan,
     WorkloadKind,
     choose_launcher,
@@ -27,7 +28,7 @@ from .metadata import (
     plan_run_policy,
     plan_topology_annotations,
 )
-from .origins import Origin, Sources, pairs
+from .origins import Origin, Sources, derived, pairs, same
 from .topology import ElasticPlan, Replica, plan_topology
 from .volumes import Volume, mount_of, plan_volumes
 
@@ -82,6 +83,8 @@ class Plan(Record):
     launcher_name: str = "torchrun"
     # the Kubernetes object the launcher's job is (its template, apiVersion, kind, roles)
     workload: WorkloadKind = PYTORCHJOB
+    # files the launcher reads in the pod (accelerate's config): pod annotations, mounted
+    launcher_files: tuple[LauncherFile, ...] = ()
     # Where each leaf came from, by its path in the plan (`env[3][1]`, `volumes[0].claim`),
     # recorded by plan_workload() as it derives the value; `render --explain` reads it.
     origins: Mapping[str, Origin] = MappingProxyType({})
@@ -198,7 +201,9 @@ def plan_workload(
     profile, preset = loaded.profile, approved.preset
     src = Sources(loaded, approved, site)
     o = _own_origins(loaded, site, src)
-    name = choose_launcher(preset.layout, launcher_name)
+    name = choose_launcher(
+        preset.layout, launcher_name, profile=profile.launcher, elastic=preset.elastic is not None
+    )
     launcher = launcher_named(name)
     elastic, replicas = plan_topology(preset, launcher.workload.roles, src, o)
     rendezvous = launcher.rendezvous(preset, profile.name)
@@ -209,6 +214,11 @@ def plan_workload(
     volumes = plan_volumes(profile, preset, site, src, o)
     annotations = plan_annotations(loaded, approved, site_sha256, env.diagnostics, src)
     annotations.update(plan_topology_annotations(site, approved, src))
+    files = launcher.files(setup)
+    pod_annotations = plan_pod_annotations(preset, src)
+    for file in files:
+        why = derived(f"the {name} launcher's {file.name}, mounted at {file.path} (downward API)")
+        pod_annotations[file.annotation] = same(why, file.annotation, file.text)
     return Plan(
         name=profile.name,
         namespace=namespace_for(site, profile.project),
@@ -228,7 +238,7 @@ def plan_workload(
         volumes=volumes,
         labels=pairs(o, "labels", plan_labels(profile, preset, site, src)),
         annotations=pairs(o, "annotations", annotations),
-        pod_annotations=pairs(o, "pod_annotations", plan_pod_annotations(preset, src)),
+        pod_annotations=pairs(o, "pod_annotations", pod_annotations),
         scheduler_name=site.scheduler_name,
         master_port=preset.master_port,
         restart_policy=preset.run_policy.restart_policy,
@@ -244,5 +254,6 @@ def plan_workload(
         torch_version=profile.torch_version,
         launcher_name=name,
         workload=launcher.workload,
+        launcher_files=files,
         origins=o,
     )

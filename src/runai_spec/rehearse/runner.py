@@ -18,7 +18,7 @@ from .faults import Fault
 from .processes import Pod, PodOutcome, Ticker, held
 from .restarts import STATIC_RENDEZVOUS_RISK, static_rendezvous
 from .script_checks import read_audit
-from .script_records import first_checkpoint
+from .script_records import first_checkpoint, stuck, stuck_text
 from .script_saves import mid_save
 from .spec import RehearsalSpec
 
@@ -93,6 +93,7 @@ class FaultRun:
         self.start = time.monotonic()
         self.wall_start = time.time()  # the audit records' clock
         self.ended_at = 0.0
+        self.stuck, self.stuck_next = "", 0.0
 
     def apply(self, actions: Sequence[Action]) -> None:
         for a in actions:
@@ -181,6 +182,8 @@ class FaultRun:
                             )
                         )
                 self.apply(model.due(time.monotonic() - self.start))
+                if self._stuck():
+                    break
                 ticker.tick(list(self.pods.values()))
                 time.sleep(0.05)
         finally:
@@ -192,9 +195,25 @@ class FaultRun:
         self.ended_at = time.monotonic() - self.start
         return pending
 
+    def _stuck(self) -> bool:
+        """A rank of the own script alive after its own destroy_process_group (the audit
+        layer's `stuck`): the job cannot complete; the shutdown row names it, and recovery is
+        not judged. Reads the audit folder at most once a second."""
+        now = time.monotonic()
+        if self.audit_dir is None or now < self.stuck_next:
+            return bool(self.stuck)
+        self.stuck_next = now + 1.0
+        self.stuck = stuck_text(stuck(read_audit(self.audit_dir, audit_key(self.plans))))
+        return bool(self.stuck)
+
     def verdict(self, f: Fired, resumed: set[int], wrong: list[str]) -> tuple[str, bool]:
         """What the fault did to the job, in words, and whether the layout survived it."""
         model, world = self.model, self.world
+        if self.stuck:
+            return (
+                f"recovery not judged: {self.stuck}, so the job cannot complete (see the shutdown row)",
+                False,
+            )
         if model.phase == "Failed":
             return f"the operator would mark the job Failed: {model.reason}", False
         if model.phase == "Succeeded" and (set(range(world)) - resumed or wrong):
@@ -264,7 +283,7 @@ class FaultRun:
         )
         return CheckResult(
             "fault",
-            "pass" if ok else "fail",
+            "skip" if self.stuck else "pass" if ok else "fail",
             msg,
             details={
                 "phase": model.phase,

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..pipeline.checklist import GUIDE_CHECKS, PreflightSettings
 from .checks import CheckResult
-from .script_records import ScriptRun, crashed_after_end, generation, ranks_text
+from .script_records import ScriptRun, crashed_after_end, generation, ranks_text, stuck, stuck_text
 from .script_rows import batch_row, metrics_row, transport_env_row
 from .script_saves import checkpoint_row, resume_row
 
@@ -343,6 +343,15 @@ def _shutdown_row(records: Sequence[Mapping[str, Any]], run: ScriptRun) -> Check
         for r in records
         if r.get("event") == "init-process-group" and r.get("rank") is not None and not r.get("failed")
     }
+    hung = stuck(records)
+    if hung:
+        return CheckResult(
+            "shutdown",
+            "fail",
+            f"{stuck_text(hung)}: in the cluster the pod never completes and holds its GPUs; end "
+            "the threads and waits that outlive training (join them, or make them daemons)",
+            failed_ranks=tuple(int(r["rank"]) for r in hung),
+        )
     teardown = [] if run.restarted else crashed_after_end([r for r in records if generation(r) == (0, 0)])
     if teardown and run.crash is None and run.timed_out:
         return CheckResult(

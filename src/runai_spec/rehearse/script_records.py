@@ -173,3 +173,35 @@ def crashed_after_end(records: Sequence[Mapping[str, Any]]) -> list[int]:
         if again or not any(r.get("event") == "exit" for r in same):
             out.add(int(end["rank"]))
     return sorted(out)
+
+
+def stuck(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The audit layer's `stuck` records (a rank alive its STUCK_S after its own
+    destroy_process_group) of processes that never exited after them, one per rank."""
+    exited = {(r.get("pid"), generation(r)) for r in records if r.get("event") == "exit"}
+    out: dict[int, Mapping[str, Any]] = {}
+    for r in records:
+        if (
+            r.get("event") == "stuck"
+            and r.get("rank") is not None
+            and (r.get("pid"), generation(r)) not in exited
+        ):
+            out.setdefault(int(r["rank"]), r)
+    return [out[k] for k in sorted(out)]
+
+
+def stuck_text(found: Sequence[Mapping[str, Any]]) -> str:
+    """'rank 1 still alive 10 s after its own destroy_process_group, waiting in …' of each."""
+    parts = []
+    for r in found:
+        where = list(r.get("waits_in") or [])
+        threads = list(r.get("threads") or [])
+        waits = f", waiting in {' <- '.join(reversed(where[-3:]))}" if where else ""
+        joins = (
+            f" (non-daemon thread(s) still running: {', '.join(map(str, threads[:3]))})" if threads else ""
+        )
+        parts.append(
+            f"rank {r['rank']} still alive {float(r.get('seconds') or 0):g} s after its own "
+            f"destroy_process_group{waits}{joins}"
+        )
+    return "; ".join(parts)

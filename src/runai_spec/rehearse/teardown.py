@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .script_checks import read_audit
-from .script_records import crashed_after_end, ended, generation
+from .script_records import crashed_after_end, ended, generation, stuck, stuck_text
 
 WATCH_EVERY_S = 1.0
 # torch 2.13 torch/distributed/elastic/multiprocessing/api.py: the agent's log line for a
@@ -24,8 +24,9 @@ _FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
 
 class TeardownWatch:
     """Called while the pods run: None until every rank's script ended; then "" while nothing
-    went wrong, or why the run is over (a rank crashed after its end). Reads the audit folder
-    at most once every WATCH_EVERY_S."""
+    went wrong, or why the run is over (a rank crashed after its end; at any time, a rank
+    still alive after its own destroy_process_group). Reads the audit folder at most once
+    every WATCH_EVERY_S."""
 
     def __init__(self, audit_dir: Path, key: str, world: int, logs: Sequence[Path] = ()) -> None:
         self.audit_dir, self.key, self.world, self.logs = audit_dir, key, world, tuple(logs)
@@ -38,6 +39,10 @@ class TeardownWatch:
             return self._state
         self._next = now + WATCH_EVERY_S
         records = read_audit(self.audit_dir, self.key)
+        hung = stuck(records)
+        if hung:  # the verdict is due: waiting for --timeout would only hold the pods longer
+            self._state = stuck_text(hung)
+            return self._state
         if not ended(records, self.world):
             return None
         # an exit record still on its way is no crash: the agent's word on a failed worker, or

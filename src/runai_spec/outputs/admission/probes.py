@@ -62,6 +62,8 @@ UNPROBED = {
     "preset": "the preset being rendered: the policy's gate is per preset",
     "command[]": "the entry point (ENTRY_KINDS) and the arguments (arg tokens) are probed by position",
     "torch_version": "read by validate's shutdown-window warning only",
+    "launcher": "not probed yet: each preset's gate is derived from its torchrun render, so an "
+    "accelerate render is denied (issue 38 leaves the gate's second launcher to the gate's owner)",
     "batch.global": "derived: the probes set local x grad_accum x world",
     "strategy": "the preset's first strategy: the render does not carry it",
     "zero_stage": "DeepSpeed's stage: the render does not carry it",

@@ -1,8 +1,11 @@
-"""The launcher seam: one class per launcher (python, torchrun) behind one protocol, chosen by name."""
+"""The launcher seam: one class per launcher (python, torchrun, accelerate) behind one protocol, by name."""
 
+from .accelerate import AccelerateLauncher
 from .base import (
+    PROFILE_LAUNCHERS,
     PYTORCHJOB,
     Launcher,
+    LauncherFile,
     LaunchSetup,
     WorkloadKind,
     choose_launcher,
@@ -19,10 +22,13 @@ from .rendezvous import RDZV_ENDPOINT, RendezvousPlan, rendezvous_plan
 from .torchrun import TorchrunLauncher, rank_log_dir, rendezvous_flags
 
 __all__ = [
+    "PROFILE_LAUNCHERS",
     "PYTORCHJOB",
     "RDZV_ENDPOINT",
+    "AccelerateLauncher",
     "LaunchSetup",
     "Launcher",
+    "LauncherFile",
     "PythonLauncher",
     "RendezvousPlan",
     "TorchrunLauncher",
@@ -43,3 +49,4 @@ __all__ = [
 # The registry: a new launcher is a module of this package and one line here.
 register_launcher("python", PythonLauncher)
 register_launcher("torchrun", TorchrunLauncher)
+register_launcher("accelerate", AccelerateLauncher)

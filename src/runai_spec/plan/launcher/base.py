@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, get_args
 
 from ...errors import InputError
 from ...facts.kubeflow import API_VERSION, KIND, REPLICA_TYPES
 from ...load.presets import Preset
-from ...load.profile import Profile
+from ...load.profile import LauncherName, Profile
 from ...records import Record
 from ..origins import Entry, Origin, Sources
 from .rendezvous import RendezvousPlan
@@ -29,7 +29,8 @@ PYTORCHJOB = WorkloadKind(API_VERSION, KIND, "pytorchjob.json.j2", REPLICA_TYPES
 
 class LaunchSetup(Record):
     """What a launcher is planned from: the layout, processes per pod, the rendezvous across
-    pods, the profile's entry point, its checkpoint folder and the pods' grace period."""
+    pods, the profile's entry point, its checkpoint folder, the pods' grace period and the
+    number of pods."""
 
     layout: str
     procs_per_pod: int
@@ -38,6 +39,28 @@ class LaunchSetup(Record):
     entrypoint: tuple[str, ...] = ()
     checkpoint_dir: str = ""
     grace_s: int = 30
+    pods: int = 1
+
+
+class LauncherFile(Record):
+    """A file a launcher reads in the pod (accelerate's config). Its text travels in the job
+    itself, as a pod annotation mounted as a file through the downward API: the workload stays
+    one object, which submit, Run:ai, diff and the admission policy already handle."""
+
+    volume: str  # the pod volume's name
+    mount_dir: str  # where the container mounts it (read-only)
+    name: str  # the file's name in that folder
+    annotation: str  # the pod annotation that holds the text
+    text: str
+
+    @property
+    def path(self) -> str:
+        return f"{self.mount_dir}/{self.name}"
+
+    @property
+    def field_path(self) -> str:
+        """The downward API's reference to the annotation."""
+        return f"metadata.annotations['{self.annotation}']"
 
 
 class Launcher(Protocol):
@@ -83,6 +106,10 @@ class Launcher(Protocol):
         (None: it depends on a version the profile does not name)."""
         ...
 
+    def files(self, setup: LaunchSetup) -> tuple[LauncherFile, ...]:
+        """The files it reads in the pod, rendered by the tool (none: ())."""
+        ...
+
 
 _REGISTRY: dict[str, Launcher] = {}
 
@@ -119,12 +146,25 @@ def registered_launchers() -> tuple[Launcher, ...]:
     return tuple(_REGISTRY.values())
 
 
-def choose_launcher(layout: str, asked: str | None = None) -> str:
-    """The launcher a plan uses, by name: ASKED where given, else the site guide's for the
-    layout, `python` for one GPU and `torchrun` otherwise (the one place this is chosen)."""
+# The launchers a profile may choose (its `launcher` field); the first is the default. One GPU
+# always runs `python` (the site guide's layout: one process, no launcher to choose).
+PROFILE_LAUNCHERS: tuple[str, ...] = get_args(LauncherName)
+
+
+def choose_launcher(
+    layout: str, asked: str | None = None, *, profile: str | None = None, elastic: bool = False
+) -> str:
+    """The launcher a plan uses, by name (the one place this is chosen): ASKED where given;
+    else `python` for one GPU; else the profile's choice, except on an elastic preset, which
+    only torchrun expresses (accelerate has no MIN:MAX nodes and no rendezvous id: the
+    launcher rule says so); else `torchrun`."""
     if asked is not None:
         return asked
-    return "python" if layout == "single-gpu" else "torchrun"
+    if layout == "single-gpu":
+        return "python"
+    if profile is not None and not elastic:
+        return profile
+    return PROFILE_LAUNCHERS[0]
 
 
 def launcher_for(
@@ -145,6 +185,7 @@ def launch_setup(profile: Profile, preset: Preset, rendezvous: RendezvousPlan | 
         tuple(profile.command),
         profile.checkpoint.dir,
         preset.termination_grace_period_seconds,
+        preset.nodes,
     )
 
 

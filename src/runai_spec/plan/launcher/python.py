@@ -3,7 +3,7 @@
 from ...facts.torchrun import EXECUTABLE_ENTRY, SINGLE_GPU_LAUNCHER, entry_point_kind
 from ...load.presets import Preset
 from ..origins import Entry, Origin, Sources, derived, same
-from .base import PYTORCHJOB, LaunchSetup
+from .base import PYTORCHJOB, LauncherFile, LaunchSetup
 from .rendezvous import RendezvousPlan
 
 LOCAL_RANK = ("LOCAL_RANK", "0")
@@ -43,3 +43,6 @@ class PythonLauncher:
 
     def shutdown_window(self, torch_version: str | None, grace_s: int) -> int | None:
         return grace_s  # the script itself has the grace period (if it handles SIGTERM)
+
+    def files(self, setup: LaunchSetup) -> tuple[LauncherFile, ...]:
+        return ()

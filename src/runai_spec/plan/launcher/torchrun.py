@@ -25,7 +25,7 @@ from ...facts.torchrun import (
 )
 from ...load.presets import Preset
 from ..origins import Entry, Origin, Sources, derived, same
-from .base import PYTORCHJOB, LaunchSetup
+from .base import PYTORCHJOB, LauncherFile, LaunchSetup
 from .rendezvous import RendezvousPlan, rendezvous_plan
 
 
@@ -159,3 +159,6 @@ class TorchrunLauncher:
 
     def shutdown_window(self, torch_version: str | None, grace_s: int) -> int | None:
         return shutdown_window(torch_version, grace_s)
+
+    def files(self, setup: LaunchSetup) -> tuple[LauncherFile, ...]:
+        return ()

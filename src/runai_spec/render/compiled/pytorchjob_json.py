@@ -2,7 +2,7 @@
 # fmt: off
 # ruff: noqa
 # mypy: ignore-errors
-STAMP = "97be493514cb56998dc7c7d715d2f5b76cdb21fb00a8f020d444316085e8efe2 jinja2-3.1.6 [('autoescape', False), ('keep_trailing_newline', True), ('lstrip_blocks', False), ('trim_blocks', False), ('undefined', 'StrictUndefined')]"
+STAMP = "21ab7f1464ba0d912fb55b74af40c6d4179c876679ebd5b8b7fd3e94fe63bf98 jinja2-3.1.6 [('autoescape', False), ('keep_trailing_newline', True), ('lstrip_blocks', False), ('trim_blocks', False), ('undefined', 'StrictUndefined')]"
 RUNTIME = ('LoopContext', 'Namespace', 'TemplateRuntimeError', 'Undefined', 'internalcode', 'missing')
 from jinja2.runtime import LoopContext, Macro, Markup, Namespace, TemplateNotFound, TemplateReference, TemplateRuntimeError, Undefined, escape, identity, internalcode, markup_join, missing, str_join
 name = 'pytorchjob.json.j2'
@@ -71,6 +71,16 @@ def root(context, missing=missing):
         if not isinstance(l_0_pod, Namespace):
             raise TemplateRuntimeError("cannot assign attribute on non-namespace object")
         l_0_pod['volumes'] = (environment.getattr((undefined(name='pod') if l_0_pod is missing else l_0_pod), 'volumes') + [{'name': environment.getattr((undefined(name='smoke') if l_0_smoke is missing else l_0_smoke), 'volume'), 'configMap': {'name': environment.getattr(environment.getattr((undefined(name='smoke') if l_0_smoke is missing else l_0_smoke), 'config_map'), 'name')}}])
+    for l_1_file in environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'launcher_files'):
+        _loop_vars = {}
+        pass
+        if not isinstance(l_0_pod, Namespace):
+            raise TemplateRuntimeError("cannot assign attribute on non-namespace object")
+        l_0_pod['mounts'] = (environment.getattr((undefined(name='pod') if l_0_pod is missing else l_0_pod), 'mounts') + [{'name': environment.getattr(l_1_file, 'volume'), 'mountPath': environment.getattr(l_1_file, 'mount_dir'), 'readOnly': True}])
+        if not isinstance(l_0_pod, Namespace):
+            raise TemplateRuntimeError("cannot assign attribute on non-namespace object")
+        l_0_pod['volumes'] = (environment.getattr((undefined(name='pod') if l_0_pod is missing else l_0_pod), 'volumes') + [{'name': environment.getattr(l_1_file, 'volume'), 'downwardAPI': {'items': [{'path': environment.getattr(l_1_file, 'name'), 'fieldRef': {'fieldPath': environment.getattr(l_1_file, 'field_path')}}]}}])
+    l_1_file = missing
     l_0_env = t_1((undefined(name='plan') if l_0_plan is missing else l_0_plan))
     context.vars['env'] = l_0_env
     context.exported_vars.add('env')
@@ -166,4 +176,4 @@ def root(context, missing=missing):
     yield '\n    }\n  }\n}\n'
 
 blocks = {}
-debug_info = '14=40&15=43&16=48&17=49&18=53&20=58&23=60&24=64&25=67&27=68&29=72&30=74&32=76&33=78&34=80&35=82&38=84&39=86&40=88&42=91&43=93&44=95&45=97&49=101&50=105&51=107&52=109&55=111&56=112&57=115&61=117&62=119&65=121&66=123&68=125&69=127&70=130&72=132&73=135&76=138&79=142&80=144&82=146&85=149&89=152&92=154&95=156'
+debug_info = '14=40&15=43&16=48&17=49&18=53&20=58&23=60&24=64&25=67&28=68&29=73&30=76&32=78&34=82&35=84&37=86&38=88&39=90&40=92&43=94&44=96&45=98&47=101&48=103&49=105&50=107&54=111&55=115&56=117&57=119&60=121&61=122&62=125&66=127&67=129&70=131&71=133&73=135&74=137&75=140&77=142&78=145&81=148&84=152&85=154&87=156&90=159&94=162&97=164&100=166'

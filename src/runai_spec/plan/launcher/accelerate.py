@@ -1,0 +1,157 @@
+"""accelerate launch: every topology flag explicit, torchrun's failure semantics kept, its config rendered."""
+
+from ...facts import accelerate as acc
+from ...facts.kubeflow import RDZV_BACKEND
+from ...facts.torchrun import (
+    DISABLE_SHARED_STORE,
+    EXECUTABLE_ENTRY,
+    RANK_PREFIX,
+    RANK_PREFIX_ENV,
+    SHUTDOWN_TIMEOUT_ENV,
+    entry_point_kind,
+    flag,
+    shutdown_window,
+    split_flag,
+)
+from ...load.presets import Preset
+from ..origins import Entry, Origin, Sources, derived, same
+from .base import PYTORCHJOB, LauncherFile, LaunchSetup
+from .rendezvous import RDZV_ENDPOINT, RendezvousPlan, rendezvous_plan
+from .torchrun import rank_log_dir
+
+# The variables torchrun reads where accelerate has no flag (accelerate 1.16.0 _filter_args
+# keeps torchrun's defaults for them): the rendezvous id, and on one node the endpoint.
+RDZV_ID_ENV = "PET_RDZV_ID"
+RDZV_ENDPOINT_ENV = "PET_RDZV_ENDPOINT"
+# One node: torchrun --standalone's rendezvous (c10d on a free local port), so that no rank
+# waits on the pod's own service name; accelerate has no --standalone flag.
+LOCAL_ENDPOINT = "localhost:0"
+# The operator's node rank (PET_NODE_RANK, appended to the container's env, so the kubelet
+# expands it in the command as it does MASTER_ADDR): accelerate requires --machine_rank.
+MACHINE_RANK = "$(PET_NODE_RANK)"
+CONFIG_VOLUME = "accelerate-config"
+CONFIG_DIR = "/etc/runai-spec/accelerate"
+CONFIG_ANNOTATION = "runai-spec/accelerate-config"
+
+# The preset field each flag renders.
+_FLAG_FIELDS = {
+    acc.NUM_PROCESSES_FLAG: "gpus_per_pod",
+    acc.NUM_MACHINES_FLAG: "nodes",
+    acc.MAX_RESTARTS_FLAG: "rendezvous.max_restarts",
+    acc.RDZV_BACKEND_FLAG: "rendezvous.backend",
+    acc.RDZV_CONF_FLAG: "rendezvous",
+}
+
+
+def _config(setup: LaunchSetup) -> LauncherFile:
+    text = acc.config_text(setup.pods, setup.pods * setup.procs_per_pod)
+    return LauncherFile(CONFIG_VOLUME, CONFIG_DIR, acc.CONFIG_NAME, CONFIG_ANNOTATION, text)
+
+
+def _rdzv_conf(r: RendezvousPlan) -> str:
+    pairs = (
+        ("join_timeout", r.join_timeout_s),
+        ("read_timeout", r.read_timeout_s),
+        ("last_call_timeout", r.last_call_timeout_s),
+    )
+    return ",".join(f"{key}={value}" for key, value in pairs if value is not None)
+
+
+class AccelerateLauncher:
+    """`accelerate launch`, PID 1 of every pod, running torchrun in its own process. Every key
+    accelerate would otherwise fill with its own defaults (static rendezvous, no restarts) or
+    from a config baked into the image is rendered: the topology, c10d, the preset's restarts,
+    the tool's config file. Not for elastic presets: accelerate has no MIN:MAX nodes."""
+
+    name = "accelerate"
+    workload = PYTORCHJOB
+    programs: tuple[str, ...] = (acc.PROGRAM[0],)
+    reserved_flags = acc.RESERVED_FLAGS
+    reserved_modules: tuple[str, ...] = ("accelerate.commands.launch", "accelerate.commands.accelerate_cli")
+    restarts_ranks = True
+    forwards_sigterm = True  # torchrun's agent in accelerate's process: PID 1 closes the ranks
+
+    def rendezvous(self, preset: Preset, job: str) -> RendezvousPlan | None:
+        return rendezvous_plan(preset, job)
+
+    def head(self, setup: LaunchSetup) -> tuple[str, ...]:
+        config = _config(setup)
+        head: tuple[str, ...] = (*acc.PROGRAM, flag(acc.CONFIG_FILE_FLAG, config.path), acc.MULTI_GPU_FLAG)
+        head += (
+            flag(acc.NUM_MACHINES_FLAG, setup.pods),
+            flag(acc.NUM_PROCESSES_FLAG, setup.pods * setup.procs_per_pod),
+        )
+        r = setup.rendezvous
+        if setup.layout != "multi-node" or r is None:
+            return (*head, flag(acc.RDZV_BACKEND_FLAG, RDZV_BACKEND), flag(acc.MAX_RESTARTS_FLAG, 0))
+        address, _, port = (r.endpoint or RDZV_ENDPOINT).rpartition(":")
+        head += (
+            flag(acc.MACHINE_RANK_FLAG, MACHINE_RANK),
+            flag(acc.MAIN_IP_FLAG, address),
+            flag(acc.MAIN_PORT_FLAG, port),
+            flag(acc.RDZV_BACKEND_FLAG, r.backend),
+            flag(acc.MAX_RESTARTS_FLAG, r.max_restarts or 0),
+        )
+        conf = _rdzv_conf(r)
+        return (*head, flag(acc.RDZV_CONF_FLAG, conf)) if conf and r.backend == RDZV_BACKEND else head
+
+    def argv(self, setup: LaunchSetup) -> tuple[str, ...]:
+        argv = self.head(setup)
+        if entry_point_kind(setup.entrypoint) == EXECUTABLE_ENTRY:  # a wrapper script
+            argv += (acc.NO_PYTHON_FLAG,)
+        return (*argv, flag(acc.LOG_DIR_FLAG, self.rank_logs(setup)), flag(acc.TEE_FLAG, 3))
+
+    def rank_logs(self, setup: LaunchSetup) -> str | None:
+        return rank_log_dir(setup.checkpoint_dir)
+
+    def env(self, setup: LaunchSetup, src: Sources) -> dict[str, Entry]:
+        env: dict[str, Entry] = {}
+        r = setup.rendezvous
+        if setup.layout != "multi-node" or r is None:
+            why = "one node: c10d on a free local port, as torchrun --standalone (accelerate has no flag)"
+            env[RDZV_ENDPOINT_ENV] = same(derived(why), RDZV_ENDPOINT_ENV, LOCAL_ENDPOINT)
+        elif r.backend == RDZV_BACKEND:
+            key, value = DISABLE_SHARED_STORE
+            why = "c10d: a pod restarted in place must be able to rejoin (torch's shared store deadlocks it)"
+            env[key] = same(derived(why), key, value)
+            if r.rdzv_id is not None:
+                why = "rendezvous id: the job name (accelerate has no flag; torchrun reads PET_RDZV_ID)"
+                env[RDZV_ID_ENV] = same(derived(why), RDZV_ID_ENV, r.rdzv_id)
+        env[SHUTDOWN_TIMEOUT_ENV] = (
+            SHUTDOWN_TIMEOUT_ENV,
+            str(setup.grace_s),
+            derived("torchrun's SIGTERM-to-SIGKILL window for its ranks (torch >= 2.12)"),
+            src.preset("termination_grace_period_seconds"),
+        )
+        why = "each pod log line names its global rank (`logs --out` splits them)"
+        env[RANK_PREFIX_ENV] = same(derived(why), RANK_PREFIX_ENV, RANK_PREFIX)
+        return env
+
+    def origin(self, arg: str, setup: LaunchSetup, src: Sources) -> Origin:
+        name = split_flag(arg)[0]
+        if arg == acc.NO_PYTHON_FLAG:
+            return src.profile("command[0]")
+        if name in _FLAG_FIELDS and (setup.layout == "multi-node" or name != acc.NUM_MACHINES_FLAG):
+            return src.preset(_FLAG_FIELDS[name])
+        if name in (acc.MACHINE_RANK_FLAG, acc.MAIN_IP_FLAG, acc.MAIN_PORT_FLAG):
+            return derived(
+                "c10d store on the Master's service: the operator's PET_NODE_RANK, MASTER_ADDR "
+                "and MASTER_PORT, expanded by the kubelet"
+            )
+        if name == acc.CONFIG_FILE_FLAG:
+            return derived(
+                "the tool's accelerate config (a pod annotation): no config baked in the image applies"
+            )
+        if name in (acc.LOG_DIR_FLAG, acc.TEE_FLAG):
+            return derived(
+                "a log per rank (site guide), kept on the checkpoint volume so that "
+                "it outlives the pod; the pod log carries every rank's lines too"
+            )
+        return derived(f"launcher for the {setup.layout} layout (profile launcher: accelerate)")
+
+    def shutdown_window(self, torch_version: str | None, grace_s: int) -> int | None:
+        # accelerate has no shutdown key: torchrun's agent reads TORCH_ELASTIC_SHUTDOWN_TIMEOUT
+        return shutdown_window(torch_version, grace_s)
+
+    def files(self, setup: LaunchSetup) -> tuple[LauncherFile, ...]:
+        return (_config(setup),)

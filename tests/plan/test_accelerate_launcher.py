@@ -1,0 +1,215 @@
+"""`launcher: accelerate`: accelerate 1.16.0's own argument handling on the rendered command, in
+each pod's env as the operator and the kubelet make it, gives torchrun c10d, the preset's
+restarts and the shutdown window; a naive `accelerate launch` gives neither."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import ROOT, pytorch_container, run
+from runai_spec.facts.accelerate import CONFIG_FILE_FLAG, ENGINEER_KEYS, config_text
+from runai_spec.facts.kubeflow import operator_env
+from runai_spec.facts.kubelet import container_env, expand_command
+from runai_spec.facts.torchrun import SHUTDOWN_TIMEOUT_ENV, split_command
+from runai_spec.load.registry import PresetRegistry
+from runai_spec.pipeline.workload import prepare_workload
+from runai_spec.plan.launcher import choose_launcher
+
+pytest.importorskip("accelerate", minversion="1.16.0")
+
+MULTI = ROOT / "examples" / "accelerate-multi-node" / "profile.yaml"
+SINGLE = ROOT / "examples" / "accelerate-single-node" / "profile.yaml"
+
+
+def _pods(job: Mapping[str, Any]) -> Iterator[tuple[str, int, dict[str, Any]]]:
+    for role, spec in job["spec"]["pytorchReplicaSpecs"].items():
+        for index in range(spec["replicas"]):
+            yield role, index, pytorch_container(job, role)
+
+
+def _torchrun_config(
+    argv: list[str], env: dict[str, str], config_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> Any:
+    """What accelerate launch hands torchrun for ARGV in ENV: its own parser, its validation
+    (the config file), its multi-GPU env, its filter onto torchrun's parser (whose defaults are
+    the env's PET_*), then torchrun's LaunchConfig."""
+    from accelerate.commands.launch import (  # type: ignore[import-untyped]
+        _validate_launch_command,
+        launch_command_parser,
+    )
+    from accelerate.utils.launch import _filter_args, prepare_multi_gpu_env  # type: ignore[import-untyped]
+    from torch.distributed import run as distrib_run
+
+    monkeypatch.setattr("os.environ", dict(env))
+    monkeypatch.setenv("HF_HOME", str(config_dir / "hf"))  # no default config of this machine
+    parser = launch_command_parser()
+    args = parser.parse_args(argv[2:])
+    args, _, _ = _validate_launch_command(args)
+    prepare_multi_gpu_env(args)
+    filtered = _filter_args(
+        args,
+        distrib_run.get_args_parser(),
+        ["--training_script", args.training_script, "--training_script_args", args.training_script_args],
+    )
+    assert isinstance(filtered, argparse.Namespace)
+    config, _, _ = distrib_run.config_from_args(filtered)
+    config.node_rank = filtered.node_rank  # type: ignore[attr-defined]  # torchrun's --node-rank, beside it
+    return config
+
+
+def _pod_argv(
+    job: Mapping[str, Any], role: str, index: int, container: Mapping[str, Any], tmp: Path
+) -> tuple[list[str], dict[str, str]]:
+    """The pod's argv and env as the kubelet starts it: the operator's variables appended, the
+    command expanded; the config file (a pod annotation) written where --config_file says."""
+    items = [(e["name"], e.get("value", "pod-0")) for e in container["env"]]
+    env = container_env([*items, *operator_env(job, role, index).items()])
+    argv = expand_command(container["command"], env)
+    annotations = job["spec"]["pytorchReplicaSpecs"][role]["template"]["metadata"]["annotations"]
+    (config,) = [a for a in argv if a.startswith(CONFIG_FILE_FLAG + "=")]
+    local = tmp / f"{role}-{index}.json"
+    local.write_text(next(v for k, v in annotations.items() if k.endswith("accelerate-config")))
+    return [f"{CONFIG_FILE_FLAG}={local}" if a == config else a for a in argv], env
+
+
+def test_accelerates_own_parser_gives_torchrun_c10d_restarts_and_shutdown_window(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    workload = prepare_workload(MULTI)
+    preset = workload.approved.preset
+    (job,) = workload.manifests
+    seen = []
+    for role, index, container in _pods(job):
+        argv, env = _pod_argv(job, role, index, container, tmp_path)
+        with monkeypatch.context() as m:
+            config = _torchrun_config(argv, env, tmp_path, m)
+        assert config.rdzv_backend == "c10d"
+        assert config.max_restarts == preset.rendezvous.max_restarts
+        assert config.shutdown_timeout == preset.termination_grace_period_seconds
+        assert config.run_id == workload.plan.name
+        assert (config.min_nodes, config.max_nodes) == (preset.nodes, preset.nodes)
+        assert config.nproc_per_node == preset.gpus_per_pod
+        assert config.rdzv_endpoint == f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}"
+        assert config.rdzv_configs["join_timeout"] == str(preset.rendezvous.join_timeout_seconds)
+        assert config.rdzv_configs["read_timeout"] == str(preset.rendezvous.read_timeout_seconds)
+        seen.append(config.node_rank)
+        assert env[SHUTDOWN_TIMEOUT_ENV] == str(preset.termination_grace_period_seconds)
+    assert seen == list(range(preset.nodes))  # each pod its own machine rank, the operator's
+
+
+def test_a_naive_accelerate_launch_keeps_neither_c10d_nor_the_restarts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the render guards against: the operator's PET_RDZV_BACKEND / PET_MAX_RESTARTS are
+    overridden by accelerate's defaults (static, 0)."""
+    (job,) = prepare_workload(MULTI).manifests
+    role, index, container = next(_pods(job))
+    _, env = _pod_argv(job, role, index, container, tmp_path)
+    env |= {"PET_RDZV_BACKEND": "c10d", "PET_MAX_RESTARTS": "3"}
+    naive = ["accelerate", "launch", "--multi_gpu", "--num_machines=2", "--num_processes=16"]
+    naive += [
+        "--machine_rank=0",
+        f"--main_process_ip={env['MASTER_ADDR']}",
+        "--main_process_port=23456",
+        "t.py",
+    ]
+    config = _torchrun_config(naive, env, tmp_path, monkeypatch)
+    assert (config.rdzv_backend, config.max_restarts) == ("static", 0)
+
+
+def test_one_node_runs_c10d_on_a_local_port_with_every_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    workload = prepare_workload(SINGLE)
+    (job,) = workload.manifests
+    ((role, index, container),) = list(_pods(job))
+    argv, env = _pod_argv(job, role, index, container, tmp_path)
+    config = _torchrun_config(argv, env, tmp_path, monkeypatch)
+    assert (config.rdzv_backend, config.rdzv_endpoint) == ("c10d", "localhost:0")
+    assert (config.min_nodes, config.nproc_per_node) == (1, workload.approved.preset.gpus_per_pod)
+    assert config.shutdown_timeout == workload.approved.preset.termination_grace_period_seconds
+
+
+def test_the_rendered_command_splits_into_accelerates_head_and_the_entry_point() -> None:
+    workload = prepare_workload(MULTI)
+    launcher = split_command(list(workload.plan.command))
+    assert launcher.kind == "accelerate" and launcher.head[:2] == ("accelerate", "launch")
+    assert launcher.entry == tuple(workload.loaded.profile.command)
+
+
+def test_the_config_sets_every_engineer_key_but_the_per_pod_address() -> None:
+    # the address and port differ per job: the flags carry them ($(MASTER_ADDR), expanded)
+    config = json.loads(config_text(2, 16))
+    assert set(config) == set(ENGINEER_KEYS) - {"main_process_ip", "main_process_port"}
+    assert (config["num_machines"], config["num_processes"], config["rdzv_backend"]) == (2, 16, "c10d")
+
+
+def test_the_launcher_is_chosen_by_the_profile_except_on_one_gpu_and_elastic_presets() -> None:
+    assert choose_launcher("multi-node", profile="accelerate") == "accelerate"
+    assert choose_launcher("single-node", profile="accelerate") == "accelerate"
+    assert choose_launcher("single-gpu", profile="accelerate") == "python"
+    assert choose_launcher("multi-node", profile="accelerate", elastic=True) == "torchrun"
+
+
+def write_profile_text(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "profile.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _profile(tmp_path: Path, preset: str) -> Path:
+    text = (
+        SINGLE.read_text().replace("preset: h200-8gpu", f"preset: {preset}").replace("vision-lab", "nlp-lab")
+    )
+    return write_profile_text(tmp_path, text)
+
+
+def test_an_elastic_preset_refuses_accelerate_with_the_reason(tmp_path: Path) -> None:
+    code = run("validate", str(_profile(tmp_path, "h200-elastic-2to4x8-ib")))
+    assert code.exit_code == 1, code.output
+    assert "is elastic, which accelerate cannot express" in code.output
+    assert "launcher: torchrun" in code.output
+
+
+def test_a_command_that_starts_with_accelerate_is_told_to_use_the_field(tmp_path: Path) -> None:
+    text = (
+        SINGLE.read_text()
+        .replace("launcher: accelerate\n", "")
+        .replace("command: [sft.py,", "command: [accelerate, launch, --num_processes, '8', sft.py,")
+    )
+    result = run("validate", str(write_profile_text(tmp_path, text)))
+    assert result.exit_code == 1, result.output
+    assert "`launcher: accelerate`" in result.output
+    assert "'sft.py', '--config'" in result.output
+
+
+def test_a_site_or_preset_that_does_not_allow_accelerate_refuses_it(tmp_path: Path) -> None:
+    registry = PresetRegistry(ROOT / "presets")
+    site = registry.site()
+    assert site.launchers == ["torchrun", "accelerate"]  # the shipped site (the default)
+    from runai_spec.check.launcher import check_launcher
+    from runai_spec.check.rules import Context
+
+    workload = prepare_workload(SINGLE)
+    narrowed = workload.approved._replace(
+        preset=workload.approved.preset.model_copy(update={"launchers": ["torchrun"]})
+    )
+    ctx = Context(workload.loaded, narrowed, site, workload.plan, workload.manifests)
+    messages = [f.message for f in check_launcher(ctx)]
+    assert messages == ["preset 'h200-8gpu' does not allow launcher 'accelerate' (allowed here: torchrun)"]
+    ctx = Context(
+        workload.loaded,
+        workload.approved,
+        site.model_copy(update={"launchers": ["torchrun"]}),
+        workload.plan,
+        workload.manifests,
+    )
+    assert [f.message for f in check_launcher(ctx)] == [
+        "the site does not allow launcher 'accelerate' (allowed here: torchrun)"
+    ]
