@@ -101,13 +101,63 @@ def test_a_namespace_of_another_project_is_denied(policy: Policy) -> None:
     assert denied["shape"].startswith("metadata.labels.runai/queue: must be the project of the namespace")
 
 
+def _rendered(presets_dir: Path, preset: str) -> dict[str, Any]:
+    """The single-node example's job, rendered for PRESET in project nlp-lab."""
+    profile = yaml.safe_load((ROOT / "examples" / "single-node" / "profile.yaml").read_text())
+    profile["preset"], profile["project"] = preset, "nlp-lab"
+    path = presets_dir.parent / "p.yaml"
+    path.write_text(json.dumps(profile))
+    registry = PresetRegistry(presets_dir, today=TODAY)
+    return dict(next(m for m in prepare_workload(path, registry).manifests if m.get("kind") == "PyTorchJob"))
+
+
+GENERATIONS = "; the AI Engineers apply policy.yaml and params.yaml together"
+
+
 def test_policy_and_parameters_of_different_generations_deny() -> None:
     docs = copy.deepcopy(documents())
     docs[-1]["data"]["h200-2x8-ib.shape-sha256"] = "0" * 64
     denied = Policy(docs, PROJECTS).denials(example_job("multi-node"))
-    assert denied["shape"].startswith(
-        "the deployed parameters of preset h200-2x8-ib are not those of this policy"
-    )
+    assert denied == {
+        "preset-current": "metadata.annotations.runai-spec/preset: the deployed parameters of "
+        "preset h200-2x8-ib are not those of this policy" + GENERATIONS
+    }
+
+
+def test_a_preset_in_the_parameters_but_not_in_the_policy_is_denied_with_any_shape(
+    presets_dir: Path, engineer_key: Path
+) -> None:
+    """Issue 41 item 2: the parameters of a newer generation (a preset approved and applied
+    before the policy that has its checks) admit nothing of it, whatever shape the job has."""
+    (presets_dir / "h200-new.yaml").write_text((presets_dir / "h200-8gpu.yaml").read_text())
+    site = presets_dir / "site.yaml"
+    site.write_text(site.read_text().replace("nlp-lab: [h200-8gpu,", "nlp-lab: [h200-new, h200-8gpu,"))
+    registry = PresetRegistry(presets_dir, today=TODAY)
+    registry.approve("site", engineer_key, expires="2027-12-31")
+    registry.approve("h200-new", engineer_key, expires="2027-12-31")
+    newer = admission.policy_documents(PresetRegistry(presets_dir, today=TODAY))
+    assert "h200-new.shape-sha256" in newer[-1]["data"]
+    docs = copy.deepcopy(documents())  # the policy of today, the parameters of tomorrow
+    docs[-1] = newer[-1]
+    policy = Policy(docs, PROJECTS)
+    job = _rendered(presets_dir, "h200-new")
+    wild = in_pod_spec(set_key("hostNetwork", True))(copy.deepcopy(job))
+    wild = in_pod_spec(set_key("volumes", [{"name": "root", "hostPath": {"path": "/"}}]))(wild)
+    wild["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] = 64
+    for each in (job, wild):
+        assert policy.denials(each) == {
+            "preset-current": "metadata.annotations.runai-spec/preset: preset h200-new is in the "
+            "deployed parameters but this policy has no checks for it" + GENERATIONS
+        }
+    # and with both of the newer generation it is admitted
+    assert Policy(newer, PROJECTS).denials(job) == {}
+
+
+def test_a_preset_removed_from_the_parameters_is_denied_by_a_policy_that_still_has_it() -> None:
+    docs = copy.deepcopy(documents())
+    docs[-1]["data"] = {k: v for k, v in docs[-1]["data"].items() if not k.startswith("h200-2x8-ib.")}
+    denied = Policy(docs, PROJECTS).denials(example_job("multi-node"))
+    assert list(denied) == ["preset-approved"]
 
 
 def test_the_scale_subresource_is_judged() -> None:

@@ -54,6 +54,12 @@ LET = "\0let\0"
 # of more than 100,000 code points (their parsers' default expression size limit, which the
 # API server keeps); the policy packs its checks into variables of at most CHUNK_LIMIT.
 CHUNK_LIMIT = 60_000
+# A pinned leaf's value is written as a placeholder (its index among the preset's pins), bound
+# later (gate.Family.bind) to the literal or, where the presets sharing these checks differ in
+# it, to the preset's parameter: PIN_VALUE in the condition, PIN_SHOWN inside the message's
+# string literal (lit() writes the NULs as \u0000).
+PIN_VALUE = "\0P{}\0"
+PIN_SHOWN = "\0M{}\0"
 
 
 def check(cond: str, message: str) -> str:
@@ -110,6 +116,7 @@ class Emitter:
         self.root = root
         self.tag = ""  # the validation's message names the preset once
         self.skip: set[int] = set()  # role shapes whose template is checked in a loop
+        self.pins: list[str] = []  # the pinned values, by their placeholders' index
 
     # -- the anchors of derived values (absolute places) -----------------------------------
     def locate(self, path: tuple[object, ...]) -> tuple[str, list[str], str]:
@@ -146,7 +153,9 @@ class Emitter:
             )
         if isinstance(leaf, Pin):
             want = "true" if leaf.value is True else "false" if leaf.value is False else str(leaf.value)
-            return f"{text(e)} == {lit(want)}", _msg(where, f"must be {want!r}")
+            n = len(self.pins)
+            self.pins.append(want)
+            return f"{text(e)} == {PIN_VALUE.format(n)}", _msg(where, f"must be {PIN_SHOWN.format(n)}")
         if isinstance(leaf, Slot):
             rule = RULES[leaf.rule]
             return (
@@ -458,14 +467,17 @@ def _alike(x: Shape, y: Shape) -> bool:
 
 
 def preset_problems(
-    shape: PresetShape, ctx: RuleContext, smoke: bool, prefix: str = ""
+    shape: PresetShape, ctx: RuleContext, smoke: bool, prefix: str = "", pins: list[str] | None = None
 ) -> tuple[list[str], list[tuple[str, str]]]:
     """The job's problems under SHAPE, as CEL lists of lists of messages ('' where none),
     each below the parser's size limit, and the variables (name, expression) of the values
     other values derive from. Where every role's pod
-    template has the same shape, it is written once and checked for each role."""
+    template has the same shape, it is written once and checked for each role. The pinned
+    values are placeholders numbered from len(PINS), whose values are appended to PINS."""
     root = shape.smoke if smoke else shape.job
     emitter = Emitter(shape, ctx, root, prefix)
+    pins = [] if pins is None else pins
+    emitter.pins = pins
     spec = root.keys["spec"]
     assert isinstance(spec, MapShape)
     replicas = spec.keys["pytorchReplicaSpecs"]
@@ -516,4 +528,4 @@ def _pack(parts: list[str], wrap: Callable[[str], str]) -> list[str]:
     return [f"[{', '.join(c)}]" for c in chunks if c]
 
 
-__all__ = ["ARG_INDEXES", "Emitter", "preset_problems"]
+__all__ = ["ARG_INDEXES", "PIN_SHOWN", "PIN_VALUE", "Emitter", "preset_problems"]

@@ -29,7 +29,7 @@ from ...files import ReplacedFiles
 from ...load.registry import PresetRegistry
 from ...load.site import Site
 from ...render.manifests import dump
-from .gate import PresetGate, Validation, preset_gate, validations, variables
+from .gate import Family, PresetGate, Validation, families, preset_gate, validations, variables
 from .rules import balanced, lit
 
 API_VERSION = "admissionregistration.k8s.io/v1"
@@ -52,19 +52,21 @@ ALL = "*"
 
 # -- parameters ------------------------------------------------------------------------
 def preset_params(
-    registry: PresetRegistry, name: str, projects: Sequence[str], gate: PresetGate | None = None
+    registry: PresetRegistry, name: str, projects: Sequence[str], family: Family
 ) -> dict[str, str]:
     """The flat ConfigMap entries of one approved preset: `<name>.<field>` -> text: the
-    approval itself and the digest of the shape the policy enforces for it."""
+    approval itself, the digest of the shape the policy enforces for it, and the pinned
+    values in which it differs from the presets sharing its checks (FAMILY)."""
     approved = registry.get(name)
-    gate = gate or preset_gate(registry, name)
+    (gate,) = [g for g in family.gates if g.name == name]
     fields = {
         "sha256": approved.sha256,
         "approved-by": approved.approval.approved_by,
         "approved-at": approved.approval.approved_at,
         "expires": approved.approval.expires or "",
         "projects": ",".join(projects),
-        "shape-sha256": gate.digest,
+        "shape-sha256": family.digest(gate),
+        **family.params(gate),
     }
     return {f"{name}.{field}": text for field, text in fields.items()}
 
@@ -103,7 +105,7 @@ def _approved_names(registry: PresetRegistry) -> tuple[list[str], dict[str, str]
 def gates(registry: PresetRegistry) -> list[PresetGate]:
     """Every approved, unexpired preset's checks (raises PresetError where one does not
     verify: a policy is only generated from a folder that `presets verify` accepts)."""
-    return [preset_gate(registry, name, i) for i, name in enumerate(_approved_names(registry)[0])]
+    return [preset_gate(registry, name) for name in _approved_names(registry)[0]]
 
 
 def params_data(
@@ -118,14 +120,15 @@ def params_data(
     if grants is None:
         grants = site_grants(site)
     names, expired = _approved_names(registry)
-    by_name = {g.name: g for g in (preset_gates if preset_gates is not None else gates(registry))}
+    fams = families(preset_gates if preset_gates is not None else gates(registry))
+    by_name = {g.name: fam for fam in fams for g in fam.gates}
     data: dict[str, str] = {f"{name}.expired": date for name, date in expired.items()}
     for name in names:
         projects = granted_projects(grants, name)
         for project in projects:
             if "," in project:
                 raise InputError(f"project {project!r} has a comma", field="grants")
-        data.update(preset_params(registry, name, projects, by_name.get(name)))
+        data.update(preset_params(registry, name, projects, by_name[name]))
     return dict(sorted(data.items()))
 
 
@@ -298,7 +301,7 @@ def policy_documents(
             # writes) is not judged again, so a job admitted before an approval expired can
             # still be cleaned up
             "matchConditions": [{"name": "changes-the-shape", "expression": CHANGES}],
-            "variables": variables(site, preset_gates),
+            "variables": variables(site, families(preset_gates)),
             "validations": [v.document() for v in validations()],
         },
     )

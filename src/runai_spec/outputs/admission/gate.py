@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 from ...facts.kubeflow import PRESET_ANNOTATION, SMOKE_LABEL
 from ...load.registry import PresetRegistry
 from ...load.site import Site
-from .cel import ARG_INDEXES, preset_problems
+from .cel import ARG_INDEXES, PIN_SHOWN, PIN_VALUE, preset_problems
 from .rules import MAX_ARGS, RuleContext, balanced, lit
 from .shape import preset_shape
 
@@ -44,64 +45,129 @@ def listed(field: str, pattern: str) -> str:
 
 
 # -- the shapes ----------------------------------------------------------------------------
+FAMILY = "\0F\0"  # the prefix of a gate's variables, bound to its family's
+_PLACEHOLDER = re.compile("\0P([0-9]+)\0|" + r"\\u0000M([0-9]+)\\u0000")
+assert PIN_VALUE.format(0) == "\0P0\0" and lit(PIN_SHOWN.format(0)) == '"\\u0000M0\\u0000"'
+
+
+def pin_key(n: int) -> str:
+    """The parameter (after `<preset>.`) of a preset's N-th pinned value."""
+    return f"pin-{n}"
+
+
 @dataclass(frozen=True)
 class PresetGate:
-    """One approved preset's checks (job and smoke test) and their digest."""
+    """One approved preset's checks (job and smoke test), their pinned values written as
+    placeholders (cel.PIN_VALUE) and the values themselves."""
 
     name: str
     job: tuple[str, ...]  # CEL lists of lists of messages: the job's problems
     smoke: tuple[str, ...]  # the same for its smoke test
     anchors: tuple[tuple[str, str], ...] = ()  # variables (name, expression) they read
+    pins: tuple[str, ...] = ()  # the pinned values, by placeholder
+
+    def texts(self) -> list[str]:
+        return [*self.job, "--smoke--", *self.smoke, *(f"{n}={x}" for n, x in self.anchors)]
 
     @property
-    def digest(self) -> str:
-        text = "\n".join(
-            [self.name, *self.job, "--smoke--", *self.smoke, *(f"{n}={x}" for n, x in self.anchors)]
-        )
+    def checks(self) -> str:
+        """The digest of the checks without their pinned values: presets whose checks are
+        equal but for pinned values share them (a family)."""
+        return hashlib.sha256("\n".join(self.texts()).encode("utf-8")).hexdigest()
+
+
+def bind(text: str, pins: Sequence[str], varying: frozenset[int], family: str) -> str:
+    """TEXT with its placeholders bound: a pinned value VARYING within its family is read
+    from the preset's parameters, any other is the literal; the variables' prefix FAMILY."""
+
+    def one(m: re.Match[str]) -> str:
+        if m.group(1) is not None:
+            n = int(m.group(1))
+            return param(pin_key(n)) if n in varying else lit(pins[n])
+        n = int(m.group(2))
+        if n in varying:  # inside the message's string literal
+            return "'\" + " + param(pin_key(n)) + " + \"'"
+        return lit(repr(pins[n]))[1:-1]
+
+    return _PLACEHOLDER.sub(one, text).replace(FAMILY, family)
+
+
+@dataclass(frozen=True)
+class Family:
+    """The presets whose checks are equal but for pinned values: the checks are written once
+    (variables prefixed ID), each value that differs between them is a parameter."""
+
+    id: str
+    gates: tuple[PresetGate, ...]
+
+    @property
+    def varying(self) -> frozenset[int]:
+        pins = [g.pins for g in self.gates]
+        return frozenset(n for n in range(len(pins[0])) if len({p[n] for p in pins}) > 1)
+
+    def bound(self, texts: Sequence[str]) -> list[str]:
+        return [bind(t, self.gates[0].pins, self.varying, self.id) for t in texts]
+
+    def digest(self, gate: PresetGate) -> str:
+        """What the policy enforces for GATE: its checks with every value bound, and which of
+        them the parameters give (a policy and parameters of two generations differ here)."""
+        concrete = [bind(t, gate.pins, frozenset(), "") for t in gate.texts()]
+        text = "\n".join([gate.name, *concrete, "--parameters--", *map(str, sorted(self.varying))])
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
+    def params(self, gate: PresetGate) -> dict[str, str]:
+        """GATE's pinned values that differ within the family: `pin-<n>` -> value."""
+        return {pin_key(n): gate.pins[n] for n in sorted(self.varying)}
 
-def preset_gate(registry: PresetRegistry, name: str, index: int = 0) -> PresetGate:
-    """Preset NAME's checks, derived from its renders (INDEX: its place in the policy, which
-    names its variables)."""
+
+def families(gates: Sequence[PresetGate]) -> list[Family]:
+    """GATES grouped by their checks, in the order of their first preset."""
+    groups: dict[str, list[PresetGate]] = {}
+    for gate in gates:
+        groups.setdefault(gate.checks, []).append(gate)
+    return [Family(f"f{i}", tuple(members)) for i, members in enumerate(groups.values())]
+
+
+def preset_gate(registry: PresetRegistry, name: str) -> PresetGate:
+    """Preset NAME's checks, derived from its renders."""
     site = registry.site()
     shape = preset_shape(registry, name)
     ctx = RuleContext(
         tuple(site.registries), shape.name_max, shape.reserved_mounts, site.allow_module_entrypoint
     )
-    job, job_anchors = preset_problems(shape, ctx, smoke=False, prefix=f"p{index}job")
-    smoke, smoke_anchors = preset_problems(shape, ctx, smoke=True, prefix=f"p{index}smoke")
-    return PresetGate(name, tuple(job), tuple(smoke), tuple(job_anchors + smoke_anchors))
+    pins: list[str] = []
+    job, job_anchors = preset_problems(shape, ctx, smoke=False, prefix=f"{FAMILY}job", pins=pins)
+    smoke, smoke_anchors = preset_problems(shape, ctx, smoke=True, prefix=f"{FAMILY}smoke", pins=pins)
+    return PresetGate(name, tuple(job), tuple(smoke), tuple(job_anchors + smoke_anchors), tuple(pins))
 
 
-def _shape_variables(gates: Sequence[PresetGate]) -> list[tuple[str, str]]:
-    """One variable per piece of each preset's checks (each below the CEL parser's size
-    limit; a list of lists of messages), evaluated only for a job of that preset, and
-    `problems`: the non-empty lists of non-empty messages of them all, in order."""
+def _shape_variables(fams: Sequence[Family]) -> list[tuple[str, str]]:
+    """One variable per piece of each family's checks (each below the CEL parser's size
+    limit; a list of lists of messages), evaluated only for a job of that family's presets,
+    and `problems`: the non-empty lists of non-empty messages of them all, in order."""
     items: list[tuple[str, str]] = []
-    for i, gate in enumerate(gates):
-        params_ok = f"{param('shape-sha256')} == {lit(gate.digest)} ? '' : " + lit(
-            f"the deployed parameters of preset {gate.name} are not those of "
-            "this policy; the AI Engineers apply policy.yaml and params.yaml "
-            "together"
-        )
-        items.append((f"p{i}", f"variables.preset == {lit(gate.name)} ? [[{params_ok}]] : []"))
-        items += [(n, f"variables.preset == {lit(gate.name)} ? ({x}) : ''") for n, x in gate.anchors]
-        for kind, pieces in (("job", gate.job), ("smoke", gate.smoke)):
+    anchors: set[str] = set()
+    for fam in fams:
+        mine = f"variables.family == {lit(fam.id)}"
+        for n, x in fam.gates[0].anchors:
+            (name, expression) = fam.bound([n, x])
+            anchors.add(name)
+            items.append((name, f"{mine} ? ({expression}) : ''"))
+        for kind, pieces in (("job", fam.gates[0].job), ("smoke", fam.gates[0].smoke)):
             smoke = "variables.smoke" if kind == "smoke" else "!variables.smoke"
-            for j, piece in enumerate(pieces):
-                items.append(
-                    (f"p{i}{kind}{j}", f"variables.preset == {lit(gate.name)} && {smoke} ? {piece} : []")
-                )
-    anchors = {n for gate in gates for n, _ in gate.anchors}
+            for j, piece in enumerate(fam.bound(pieces)):
+                items.append((f"{fam.id}{kind}{j}", f"{mine} && {smoke} ? {piece} : []"))
     every = balanced("+", [f"variables.{name}" for name, _ in items if name not in anchors], "[]")
-    items.append(
-        ("problems", f"!variables.known ? [] : ({every}).map(l, l.filter(m, m != '')).filter(l, size(l) > 0)")
-    )
+    kept = f"({every}).map(l, l.filter(m, m != '')).filter(l, size(l) > 0)"
+    items.append(("problems", f"!variables.current ? [] : {kept}"))
     return items
 
 
-def variables(site: Site, gates: Sequence[PresetGate]) -> list[dict[str, str]]:
+def _table(entries: dict[str, str]) -> str:
+    return "{" + ", ".join(f"{lit(k)}: {lit(v)}" for k, v in entries.items()) + "}"
+
+
+def variables(site: Site, fams: Sequence[Family]) -> list[dict[str, str]]:
     queue = lit(site.queue_label)
     nslabels = "namespaceObject.metadata.labels"
     items = [
@@ -115,6 +181,16 @@ def variables(site: Site, gates: Sequence[PresetGate]) -> list[dict[str, str]]:
         ),
         ("key", "variables.preset + '.'"),
         ("known", "variables.preset != '' && (variables.key + 'sha256') in params.data"),
+        # the presets this policy has checks for: their family and what it enforces for them
+        ("families", _table({g.name: fam.id for fam in fams for g in fam.gates})),
+        ("digests", _table({g.name: fam.digest(g) for fam in fams for g in fam.gates})),
+        ("family", "variables.preset in variables.families ? variables.families[variables.preset] : ''"),
+        (
+            "current",
+            "variables.known && variables.preset in variables.digests && "
+            "(variables.key + 'shape-sha256') in params.data && "
+            "params.data[variables.key + 'shape-sha256'] == variables.digests[variables.preset]",
+        ),
         (
             "smoke",
             f"{lit(SMOKE_LABEL)} in variables.labels && variables.labels[{lit(SMOKE_LABEL)}] == 'true'",
@@ -125,7 +201,7 @@ def variables(site: Site, gates: Sequence[PresetGate]) -> list[dict[str, str]]:
             "object.spec.pytorchReplicaSpecs.filter(r, true) : []",
         ),
         ("argIndexes", "[" + ", ".join(str(i) for i in range(MAX_ARGS + 32)) + "]"),
-        *_shape_variables(gates),
+        *_shape_variables(fams),
     ]
     assert ARG_INDEXES == "variables.argIndexes"
     return [{"name": name, "expression": expression} for name, expression in items]
@@ -156,6 +232,16 @@ def validations() -> list[Validation]:
         "params.data[variables.key + 'expired'] : "
         f"'metadata.annotations.{PRESET_ANNOTATION}: ' + variables.preset + "
         "' is not an approved preset'",
+    )
+    add(
+        "preset-current",
+        "!variables.known || variables.current",
+        f"metadata.annotations.{PRESET_ANNOTATION}: the deployed parameters of the preset are "
+        "not those of this policy",
+        "'metadata.annotations." + PRESET_ANNOTATION + ": ' + (variables.preset in variables.digests "
+        "? 'the deployed parameters of preset ' + variables.preset + ' are not those of this policy' "
+        ": 'preset ' + variables.preset + ' is in the deployed parameters but this policy has no "
+        "checks for it') + '; the AI Engineers apply policy.yaml and params.yaml together'",
     )
     add(
         "project-granted",
