@@ -308,3 +308,92 @@ def test_a_rehearsal_stops_at_a_rank_stuck_after_its_teardown_and_fails_shutdown
         in shutdown["message"]
     )
     assert "(non-daemon thread(s) still running: uploader)" in shutdown["message"]
+
+
+def test_a_save_that_starts_after_the_sigterm_is_a_sigterm_save() -> None:
+    from runai_spec.rehearse.script_records import sigterm_saves
+
+    records = _started(0, 1)
+    records += [
+        _rec("save-start", 0, 4, api="torch.save", path="/checkpoints/a.pt", step=2),  # under way at SIGTERM
+        _rec("save", 0, 6, api="torch.save", path="/checkpoints/a.pt", step=2, complete=True),
+        _rec("save-start", 0, 7, api="torch.save", path="/checkpoints/b.pt", step=3),
+        _rec("save", 0, 7.5, api="torch.save", path="/checkpoints/b.pt", step=3, complete=True),
+    ]
+    records += _started(1, 20) + _tmp_then_rename(1, 21, step=4)  # the next pod's saves: none
+    ordered = sorted(records, key=lambda r: float(r["t"]))
+    assert [c["path"] for c in sigterm_saves(ordered, 5.0)] == ["/checkpoints/b.pt"]
+    assert sigterm_saves(ordered, 8.0) == []
+
+
+# a DDP script under torchrun; with HANDLER set, rank 0 saves once the SIGTERM came
+SIGTERM_SCRIPT = """\
+import os, signal, time, torch, torch.distributed as dist
+CKPT = "/checkpoints/state.pt"
+stop = []
+if os.environ.get("HANDLER"):
+    signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+step = torch.load(CKPT)["step"] if os.path.exists(CKPT) else 0
+while step < 12:
+    step += 1
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    if step == 2 and rank == 0:
+        torch.save({"step": step}, CKPT)
+    if stop:
+        if rank == 0:
+            torch.save({"step": step}, CKPT)
+        break
+    time.sleep(0.3)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "handler", [pytest.param("1", marks=pytest.mark.long, id="saves"), pytest.param("", id="no-handler")]
+)
+def test_checkpoint_on_sigterm_is_checked_on_the_own_script(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    write_profile: Any,
+    base_profile: dict[str, Any],
+    handler: str,
+) -> None:
+    """Issue 42 item 4: with checkpoint.on_sigterm and --preempt checkpoint, a script that
+    saved after the SIGTERM and one with no handler both passed "no rank saved on SIGTERM"."""
+    needs_torch()
+    (tmp_path / "train.py").write_text(SIGTERM_SCRIPT)
+    profile = {**base_profile, "preset": "h200-8gpu", "command": ["train.py"], "metrics": {"writer": "rank0"}}
+    profile["batch"] = {"local": 4, "grad_accum": 2, "global": 64}
+    profile["checkpoint"] = {**profile["checkpoint"], "format": "torch", "on_sigterm": True}
+    path = write_profile(profile)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HANDLER", handler)
+    result = run(
+        "rehearse",
+        str(path),
+        "--own-script",
+        "--procs-per-pod",
+        "2",
+        "--logs",
+        "logs",
+        "--timeout",
+        "120",
+        "--preempt",
+        "checkpoint",
+        "--backoff-scale",
+        "0.1",
+    )
+    rows = {c["check"]: c for c in json.loads((tmp_path / "logs" / "result.json").read_text())["checks"]}
+    fault = rows["fault"]
+    if handler:
+        assert result.exit_code == 0, result.output
+        assert fault["status"] == "pass" and "on SIGTERM rank(s) 0 saved their last step" in fault["message"]
+    else:
+        assert result.exit_code == 1, result.output
+        assert fault["status"] == "fail" and "no rank saved on SIGTERM" in fault["message"]
+        assert "did not save on SIGTERM within the grace period, as the profile says" in fault["message"]

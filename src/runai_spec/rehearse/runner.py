@@ -18,7 +18,7 @@ from .faults import Fault
 from .processes import Pod, PodOutcome, Ticker, held
 from .restarts import STATIC_RENDEZVOUS_RISK, static_rendezvous
 from .script_checks import read_audit
-from .script_records import first_checkpoint, stuck, stuck_text
+from .script_records import first_checkpoint, sigterm_saves, stuck, stuck_text
 from .script_saves import mid_save
 from .spec import RehearsalSpec
 
@@ -195,6 +195,27 @@ class FaultRun:
         self.ended_at = time.monotonic() - self.start
         return pending
 
+    def _sigterm_saves(self, f: Fired, lines: Sequence[Mapping[str, Any]]) -> tuple[list[int], list[int]]:
+        """(ranks that saved on SIGTERM, ranks that should have): the preflight's own records
+        of every rank; for the own script, the whole checkpoints whose save began after the
+        SIGTERM (script_records.sigterm_saves), of which one (rank 0's, or a sharded save's)
+        is the job's."""
+        if self.audit_dir is None:
+            saves = sorted(
+                {int(r["rank"]) for r in lines if r.get("event") == "sigterm-checkpoint" and r.get("saved")}
+            )
+            return saves, sorted(set(range(self.world)) - set(saves))
+        found = sigterm_saves(read_audit(self.audit_dir, audit_key(self.plans)), self.wall_start + f.at)
+        saves = sorted({int(c["rank"]) for c in found})
+        return saves, [] if saves else list(range(self.world))
+
+    def _saves_on_sigterm(self) -> bool:
+        """The profile says its script saves on SIGTERM: the preflight is told so in its
+        settings; the own script is the profile's, whose plan says it (checkpoint.on_sigterm)."""
+        plan = self.spec.plan
+        own = self.audit_dir is not None and plan is not None and plan.checkpoint_on_sigterm
+        return self.spec.settings.checkpoint_on_sigterm or own
+
     def _stuck(self) -> bool:
         """A rank of the own script alive after its own destroy_process_group (the audit
         layer's `stuck`): the job cannot complete; the shutdown row names it, and recovery is
@@ -256,9 +277,7 @@ class FaultRun:
             moved += "; torchrun's max restarts spent: " + ", ".join(
                 f"{pod} {n}" for pod, n in agents.items()
             )
-        saves = sorted(
-            {int(r["rank"]) for r in lines if r.get("event") == "sigterm-checkpoint" and r.get("saved")}
-        )
+        saves, unsaved = self._sigterm_saves(f, lines)
         if f.fault.kind == "preempt":
             moved += (
                 "; on SIGTERM rank(s) " + ", ".join(map(str, saves)) + " saved their last "
@@ -266,8 +285,7 @@ class FaultRun:
                 if saves
                 else "; no rank saved on SIGTERM"
             )
-            unsaved = sorted(set(range(world)) - set(saves))
-            if self.spec.settings.checkpoint_on_sigterm and unsaved and ok:
+            if self._saves_on_sigterm() and unsaved and ok:
                 verdict, ok = (
                     (
                         f"rank(s) {', '.join(map(str, unsaved))} did not save on "

@@ -205,3 +205,25 @@ def stuck_text(found: Sequence[Mapping[str, Any]]) -> str:
             f"destroy_process_group{waits}{joins}"
         )
     return "; ".join(parts)
+
+
+def sigterm_saves(records: Sequence[Mapping[str, Any]], sigterm: float) -> list[Mapping[str, Any]]:
+    """The whole checkpoints whose save started at or after SIGTERM (a wall-clock time), by the
+    process each rank ran when it came (its latest start before it): the saves a SIGTERM
+    handler made; a periodic save under way when the signal came is none."""
+    current: dict[int, tuple[Any, tuple[int, int]]] = {}
+    for r in records:
+        if r.get("event") == "start" and r.get("rank") is not None and float(r.get("t") or 0) <= sigterm:
+            current[int(r["rank"])] = (r.get("pid"), generation(r))
+    began = {
+        (r.get("pid"), generation(r), r.get("path"))
+        for r in records
+        if r.get("event") == "save-start" and float(r.get("t") or 0) >= sigterm
+    }
+    return [
+        c
+        for c in checkpoints(records)
+        if c.get("rank") is not None
+        and current.get(int(c["rank"])) == (c.get("pid"), generation(c))
+        and (c.get("pid"), generation(c), c.get("saved_as")) in began
+    ]
