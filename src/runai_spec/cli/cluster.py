@@ -15,7 +15,7 @@ from .cluster_options import ClusterOptions, DeleteOptions, LogsOptions, StatusO
 from .common import TextJson, app, err, progress_line, stop_on_errors, watch_status, with_options
 
 if TYPE_CHECKING:
-    from ..cluster.backend import Backend, Connection, Job
+    from ..cluster.backend import Backend, Connection, Deleted, Job
     from ..findings import Finding
     from ..load.site import Site
     from ..outputs.diff import ProfileDiff
@@ -50,10 +50,15 @@ def chosen_backend(o: ClusterOptions, site: Site | None = None) -> Backend:
     return open_backend(via, connection(site, o.kubeconfig, o.context, o.debug, o.request_timeout, wait))
 
 
-def checked_workload(path: Path) -> Workload:
-    """Render and check a profile; an error finding stops here, before any request."""
+def checked_workload(path: Path, wait_dry_run: bool = False) -> Workload:
+    """Render and check a profile; an error finding stops here, before any request (as
+    submit's --wait with --dry-run does before anything is rendered)."""
     from ..pipeline.workload import prepare_workload
 
+    if wait_dry_run:
+        raise InputError(
+            "--wait goes without --dry-run (a dry run starts no job)", field="--wait", hint="drop one of them"
+        )
     return stop_on_errors(prepare_workload(path), "sent")
 
 
@@ -97,24 +102,13 @@ def submit(o: SubmitOptions) -> None:
     server-side apply, via runai as a Run:ai workload (POST /api/v2/workloads); --smoke sends
     its smoke test instead (a ConfigMap with preflight.py and job <name>-smoke);
     --wait then polls until it is running or has ended."""
-    if o.wait and o.dry_run is not None:
-        raise InputError(
-            "--wait goes without --dry-run (a dry run starts no job)", field="--wait", hint="drop one of them"
-        )
-    workload = checked_workload(o.profile)
+    workload = checked_workload(o.profile, o.wait and o.dry_run is not None)
     with chosen_backend(o, workload.site) as chosen:
         backend = chosen.smoke_backend(submitting=True) if o.smoke else chosen
         live_checks(workload, backend)
         manifests = smoke_manifests(workload) if o.smoke else list(workload.manifests)
-        send(
-            o.profile,
-            workload,
-            manifests,
-            backend,
-            dry_run=o.dry_run is not None,
-            replace=o.replace,
-            smoke=o.smoke,
-        )
+        dry_run = o.dry_run is not None
+        send(o.profile, workload, manifests, backend, dry_run=dry_run, replace=o.replace, smoke=o.smoke)
         if o.wait:
             wait_until_running(o.profile, workload, manifests, backend, o.interval, o.watch_timeout)
 
@@ -318,16 +312,22 @@ def delete(o: DeleteOptions) -> int:
     with chosen:
         backend = chosen.smoke_backend() if o.smoke else chosen
         result = backend.delete(job, confirmed if ask else None)
-    if result.declined:
-        err(["aborted: nothing deleted"])
-        return EXIT_OK
-    err(f"deleted: {where}" for where in result.deleted)
-    err(
-        f"deleting: {where} (accepted, removed in the background: `delete --wait` waits until it is gone)"
-        for where in result.deleting
-    )
-    err(f"already gone: {where}" for where in result.missing)
+    err(deleted_lines(result))
     return EXIT_OK
+
+
+def deleted_lines(result: Deleted) -> list[str]:
+    """What delete did, a line per object."""
+    if result.declined:
+        return ["aborted: nothing deleted"]
+    return [
+        *(f"deleted: {where}" for where in result.deleted),
+        *(
+            f"deleting: {where} (accepted, removed in the background: `delete --wait` waits until it is gone)"
+            for where in result.deleting
+        ),
+        *(f"already gone: {where}" for where in result.missing),
+    ]
 
 
 def confirmed(objects: list[str]) -> bool:
