@@ -11,8 +11,9 @@ import pytest
 from pydantic import ValidationError
 
 import runai_schemas
-from conftest import NAME
+from conftest import NAME, NS
 from kube_helpers import PROFILE, Sleeps, run
+from kubeapi import KubeAPI
 from runai_helpers import PROJECT, credentials_absent, problems
 from runai_spec.cluster import runai_api
 from runai_spec.errors import EXIT_CLUSTER, EXIT_INPUT
@@ -350,6 +351,22 @@ def test_status_says_restarts_unknown_where_run_ai_reports_none(runai_site: Runa
     result = run("status", NAME, "--project", PROJECT)
     assert result.exit_code == 0, result.stderr
     assert "restarts unknown" in result.stdout and "restarts 0" not in result.stdout
+
+
+def test_status_reads_restart_counts_from_the_kubernetes_api_where_the_kubeconfig_reaches_it(
+    runai_site: RunaiAPI, api: KubeAPI, kubeconfig: Path, cli_sleeps: Sleeps
+) -> None:
+    assert run("submit", PROFILE).exit_code == 0
+    workload_id = runai_site.state.only()["metadata"]["id"]
+    runai_site.state.pods[workload_id] = [
+        {"name": f"{NAME}-master-0", "k8sPhase": "Running"},
+        {"name": f"{NAME}-worker-0", "k8sPhase": "Running"},
+    ]
+    api.kube.add_pod(NAME, NS, "worker", 0, restarts=3)  # CrashLoopBackOff thrice, as the kubelet says
+    result = run("status", NAME, "--project", PROJECT)
+    assert result.exit_code == 0, result.stderr
+    assert f"{NAME}-worker-0  Worker 0  Running  not started  restarts 3" in result.stdout
+    assert f"{NAME}-master-0  Master 0  Running  not started  restarts unknown" in result.stdout
 
 
 # -- 9. the metadata's namespace ----------------------------------------------------------

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from ..errors import InputError
+from ..errors import ClusterError, InputError
 from ..facts.kubeflow import KIND
 from . import runai_api
 from .jobs import Confirm, Connection, Deleted, Job, LiveDiff, unsupported
@@ -22,7 +22,7 @@ from .runai import (
     submit_workload,
     workload_status,
 )
-from .status import StatusResult
+from .status import StatusResult, pod_restarts
 from .submit import SubmitResult
 
 if TYPE_CHECKING:
@@ -130,9 +130,22 @@ class RunaiBackend:
         return submit_workload(job, metadata_of(workload), self.session, dry_run=dry_run, replace=replace)
 
     def status(self, job: Job) -> StatusResult:
+        """Run:ai's phase and pods; each pod's restart count from the Kubernetes API where the
+        kubeconfig reaches it (Run:ai's pods endpoint reports none), else unknown."""
         if job.smoke:
             return self.kubernetes.status(job)
-        return workload_status(job.name, job.project, job.namespace, self.session)
+        result = workload_status(job.name, job.project, job.namespace, self.session)
+        counts = self._restarts(job) if result.pods else {}
+        pods = tuple(dataclasses.replace(p, restarts=counts.get(p.name)) for p in result.pods)
+        return dataclasses.replace(result, pods=pods)
+
+    def _restarts(self, job: Job) -> dict[str, int]:
+        """The pods' restart counts as the kubelet reports them; {} where the cluster cannot be
+        read with the kubeconfig (none, unreachable, forbidden): the counts stay unknown."""
+        try:
+            return pod_restarts(job.name, job.namespace, self.kubernetes.session)
+        except (ClusterError, InputError):
+            return {}
 
     def logs_backend(self) -> KubernetesBackend:
         return self.kubernetes  # the pods run in the cluster: their logs are read there

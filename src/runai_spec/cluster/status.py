@@ -112,6 +112,20 @@ def _pod_state(pod: Manifest) -> tuple[str, int]:
     return "not started", restarts
 
 
+def pod_restarts(name: str, namespace: str, target: Target | Session) -> dict[str, int]:
+    """The job's pods' restart counts as the kubelet reports them (the training container's
+    restartCount), by pod name; a pod that reports none is left out, never counted 0."""
+    out: dict[str, int] = {}
+    with session_for(target) as session:
+        for pod in job_pods(session, name, namespace):
+            statuses = _dicts(_dict(pod.get("status")).get("containerStatuses"))
+            mine = next((s for s in statuses if s.get("name") == CONTAINER), {})
+            count = mine.get("restartCount")
+            if type(count) is int:
+                out[clean(_dict(pod.get("metadata")).get("name"), 120)] = count
+    return out
+
+
 def _events(session: Session, namespace: str, name: str) -> list[Manifest]:
     events = list_objects(session, EVENTS, namespace, [("fieldSelector", f"involvedObject.name={name}")])
     return sorted(
