@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import json
 
-from typer.testing import CliRunner
-
-from conftest import ROOT
+from conftest import ROOT, run
 from runai_spec.check.catalogue import RULES
 from runai_spec.check.rules import REGISTRY, declared
-from runai_spec.cli import app
 from runai_spec.outputs.report import catalogue, rules_markdown
 
-runner = CliRunner()
 ISSUE_RULES = {
     "image-digest",
     "reserved-field",
@@ -55,7 +51,7 @@ def test_catalogue_covers_the_issue_rule_ids() -> None:
 
 
 def test_rules_command_lists_every_rule_as_json_the_live_checks_marked_live() -> None:
-    result = runner.invoke(app, ["rules", "--format", "json"])
+    result = run("rules", "--format", "json")
     assert result.exit_code == 0
     listed = json.loads(result.stdout)
     assert [r["id"] for r in listed] == [r.id for r in catalogue()]
@@ -67,7 +63,7 @@ def test_rules_command_lists_every_rule_as_json_the_live_checks_marked_live() ->
 
 
 def test_rules_text_marks_the_live_checks() -> None:
-    result = runner.invoke(app, ["rules"])
+    result = run("rules")
     lines = {ln.split()[0]: ln for ln in result.stdout.splitlines()}
     assert "[live] " in lines["live-queue"] and "error/warning" in lines["live-queue"]
     assert "[live]" not in lines["image-digest"]

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from conftest import pytorch_container
 from runai_spec.check.catalogue import check_all
 from runai_spec.check.rules import Context
 from runai_spec.pipeline.workload import prepare_workload
@@ -36,7 +37,7 @@ def test_the_same_flag_in_the_launcher_is_still_reported(
     workload = prepare_workload(write_profile(base_profile))
     manifests = copy.deepcopy(list(workload.manifests))
     (job,) = [m for m in manifests if m.get("kind") == "PyTorchJob"]
-    container = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    container = pytorch_container(job, "Master")
     command = container["command"]
     entry = command.index("train.py")
     container["command"] = [*command[:entry], "--nproc-per-node=16", *command[entry:], "--nproc-per-node=8"]

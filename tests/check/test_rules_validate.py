@@ -8,15 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from typer.testing import CliRunner
 
-from conftest import schema_errors
-from runai_spec.cli import app
+from conftest import pytorch_container, run, schema_errors
 from runai_spec.pipeline.workload import prepare_workload
 from runai_spec.secrets import looks_secret as secret_name
 from runai_spec.secrets import secret_value
-
-runner = CliRunner()
 
 
 def five_problems(base: dict[str, Any]) -> dict[str, Any]:
@@ -36,7 +32,7 @@ def test_five_problems_give_five_findings_with_file_path_line_rule_and_hint(
     write_profile: Callable[..., Path], base_profile: dict[str, Any]
 ) -> None:
     path = write_profile(five_problems(base_profile))
-    result = runner.invoke(app, ["validate", "--format", "json", str(path)])
+    result = run("validate", "--format", "json", str(path))
     assert result.exit_code == 1
     doc = json.loads(result.stdout)
     (entry,) = doc["profiles"]
@@ -58,7 +54,7 @@ def test_five_problems_give_five_findings_with_file_path_line_rule_and_hint(
 def test_text_output_lists_all_findings_on_stderr(
     write_profile: Callable[..., Path], base_profile: dict[str, Any]
 ) -> None:
-    result = runner.invoke(app, ["validate", str(write_profile(five_problems(base_profile)))])
+    result = run("validate", str(write_profile(five_problems(base_profile))))
     assert result.exit_code == 1 and result.stdout == ""
     assert result.stderr.count("\nhint: ") + result.stderr.startswith("hint: ") >= 5
     assert sum(line.startswith("error: ") for line in result.stderr.splitlines()) == 5
@@ -70,7 +66,7 @@ def test_markdown_output_is_a_table_per_profile(
     bad = write_profile(five_problems(dict(base_profile)))
     good = write_profile(base_profile)
     broken = write_profile("name: [\n")
-    result = runner.invoke(app, ["validate", "-f", "markdown", str(bad), str(good), str(broken)])
+    result = run("validate", "-f", "markdown", str(bad), str(good), str(broken))
     assert result.exit_code == 2  # bad input wins over findings
     out = result.stdout
     assert out.startswith("### runai-spec validate: 2 of 3 failed")
@@ -80,7 +76,7 @@ def test_markdown_output_is_a_table_per_profile(
 
 
 def test_json_reports_bad_input_next_to_findings(write_profile: Callable[..., Path]) -> None:
-    result = runner.invoke(app, ["validate", "-f", "json", str(write_profile("- a\n"))])
+    result = run("validate", "-f", "json", str(write_profile("- a\n")))
     assert result.exit_code == 2
     (bad,) = json.loads(result.stdout)["bad_input"]
     assert "top level must be a mapping" in bad["message"] and bad["exit_code"] == 2
@@ -93,7 +89,7 @@ def test_secret_env_renders_secret_key_ref_not_a_value(
     workload = prepare_workload(write_profile(base_profile))
     assert [f for f in workload.findings if f.severity == "error"] == []
     job = yaml.safe_load(workload.text)
-    env = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["env"]
+    env = pytorch_container(job, "Worker")["env"]
     assert {
         "name": "WANDB_API_KEY",
         "valueFrom": {"secretKeyRef": {"name": "team-a-wandb", "key": "api-key"}},
@@ -123,7 +119,7 @@ def test_nested_reserved_keys_are_findings_not_unknown_fields(
 ) -> None:
     base_profile["checkpoint"]["annotations"] = {"k8s.v1.cni.cncf.io/networks": "ib"}
     base_profile["nvidia.com/rdma_ib"] = 8
-    result = runner.invoke(app, ["validate", str(write_profile(base_profile))])
+    result = run("validate", str(write_profile(base_profile)))
     assert result.exit_code == 1, result.output
     assert ": checkpoint.annotations: reserved for the SCC AI Engineers" in result.stderr
     assert ": nvidia.com/rdma_ib: reserved for the SCC AI Engineers" in result.stderr

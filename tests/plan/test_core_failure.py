@@ -9,10 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
-from conftest import BASE_PROFILE, ROOT
-from runai_spec.cli import app
+from conftest import BASE_PROFILE, ROOT, pytorch_container, run
 from runai_spec.errors import PresetError
 from runai_spec.facts.kubeflow import MASTER, WORKER
 from runai_spec.facts.kubelet import expand
@@ -23,8 +21,6 @@ from runai_spec.plan.plan import plan_workload
 from runai_spec.rehearse.restarts import static_rendezvous
 from runai_spec.render import render_plan
 from runai_spec.render.manifests import dump
-
-runner = CliRunner()
 
 
 def render(registry: PresetRegistry, preset: str = "h200-2x8-ib") -> dict[str, Any]:
@@ -50,8 +46,7 @@ def old_launcher(presets_dir: Path, key: Path) -> PresetRegistry:
 
 
 def command(job: dict[str, Any], role: str) -> list[str]:
-    spec = job["spec"]["pytorchReplicaSpecs"][role]["template"]["spec"]
-    return list(spec["containers"][0]["command"])
+    return list(pytorch_container(job, role)["command"])
 
 
 def test_the_shipped_multi_node_job_is_not_static_and_the_old_launcher_still_is(
@@ -67,7 +62,7 @@ def test_the_shipped_multi_node_job_is_not_static_and_the_old_launcher_still_is(
         launcher = command(old, role)
         head = launcher[: launcher.index("train.py")]  # bare torchrun: only the log flags
         assert head == ["torchrun", "--log-dir=/checkpoints/logs/$(POD_NAME)", "--tee=3"]
-        env = old["spec"]["pytorchReplicaSpecs"][role]["template"]["spec"]["containers"][0]["env"]
+        env = pytorch_container(old, role)["env"]
         assert all(e["name"] != "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" for e in env)
 
 
@@ -128,7 +123,7 @@ def test_a_rendezvous_the_layout_would_not_render_is_refused(
 
 def test_plan_shows_each_choice_and_what_each_fault_does() -> None:
     profile = ROOT / "examples" / "multi-node" / "profile.yaml"
-    result = runner.invoke(app, ["plan", str(profile)])
+    result = run("plan", str(profile))
     assert result.exit_code == 0, result.output
     text = result.stdout
     for line in (
@@ -143,7 +138,7 @@ def test_plan_shows_each_choice_and_what_each_fault_does() -> None:
     assert "| llm-7b-fsdp-master-0 fails (it hosts the c10d store) |" in text
     assert "the job survives any 2 fault(s)" in text and "(fail fast)" in text
     assert (f"runai-spec delete llm-7b-fsdp --project nlp-lab --yes && runai-spec submit {profile}") in text
-    as_json = runner.invoke(app, ["plan", str(profile), "--format", "json"])
+    as_json = run("plan", str(profile), "--format", "json")
     fs = json.loads(as_json.stdout)["failure_semantics"]
     assert fs["choices"]["backoffLimit"] == "5" and fs["tolerated_faults"] == 2
     assert [f["restarts"] for f in fs["faults"]] == [2, 1, 0, 0]  # the last: a stale gang

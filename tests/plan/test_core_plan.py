@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from conftest import BASE_PROFILE, ROOT
+from conftest import BASE_PROFILE, ROOT, pytorch_container
 from runai_spec.facts.kubeflow import (
     CONTAINER,
     MASTER,
@@ -41,12 +41,12 @@ def pod(job: dict[str, Any], role: str = MASTER) -> dict[str, Any]:
 
 
 def env(job: dict[str, Any], role: str = MASTER) -> dict[str, str]:
-    return {e["name"]: e["value"] for e in pod(job, role)["containers"][0]["env"] if "value" in e}
+    return {e["name"]: e["value"] for e in pytorch_container(job, role)["env"] if "value" in e}
 
 
 def test_single_gpu_is_python_with_local_rank_zero() -> None:
     job = job_for("h200-1gpu")
-    assert pod(job)["containers"][0]["command"][:3] == ["python", "-u", "train.py"]
+    assert pytorch_container(job)["command"][:3] == ["python", "-u", "train.py"]
     assert env(job)["LOCAL_RANK"] == "0"
     assert job["spec"]["nprocPerNode"] == "1"
     assert set(job["spec"]["pytorchReplicaSpecs"]) == {MASTER}
@@ -54,7 +54,7 @@ def test_single_gpu_is_python_with_local_rank_zero() -> None:
 
 def test_single_node_is_standalone_torchrun_with_one_process_per_gpu() -> None:
     job = job_for("h200-8gpu")
-    command = pod(job)["containers"][0]["command"]
+    command = pytorch_container(job)["command"]
     assert command[:7] == [
         "torchrun",
         "--standalone",
@@ -64,7 +64,7 @@ def test_single_node_is_standalone_torchrun_with_one_process_per_gpu() -> None:
         "--tee=3",
         "train.py",
     ]
-    assert pod(job)["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 8
+    assert pytorch_container(job)["resources"]["limits"]["nvidia.com/gpu"] == 8
     assert "LOCAL_RANK" not in env(job)
 
 
@@ -73,7 +73,7 @@ def test_multi_node_master_trains_and_torchrun_reads_the_operator_variables() ->
     specs = job["spec"]["pytorchReplicaSpecs"]
     assert (specs[MASTER]["replicas"], specs[WORKER]["replicas"]) == (1, 1)
     for role in (MASTER, WORKER):
-        container = pod(job, role)["containers"][0]
+        container = pytorch_container(job, role)
         assert container["name"] == CONTAINER
         # c10d on the Master's service, so that a pod the kubelet restarts in place rejoins
         assert container["command"][:9] == [
@@ -110,7 +110,7 @@ def test_elastic_is_worker_only_with_c10d_bounds() -> None:
     }
     # Without a Master the operator injects no PET_NPROC_PER_NODE from nprocPerNode: the
     # launcher must say it, or torchrun starts one process on an 8-GPU pod.
-    assert pod(job, WORKER)["containers"][0]["command"][:7] == [
+    assert pytorch_container(job, WORKER)["command"][:7] == [
         "torchrun",
         "--nproc-per-node=8",
         "--rdzv-id=demo",
@@ -174,5 +174,5 @@ def test_volumes_checkpoint_pvc_and_memory_shm(preset: str) -> None:
     assert volumes["checkpoint"]["persistentVolumeClaim"]["claimName"] == "team-a-ckpt"
     assert volumes["data-0"]["persistentVolumeClaim"] == {"claimName": "datasets-shared", "readOnly": True}
     assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
-    mounts = {m["name"]: m["mountPath"] for m in pod(job)["containers"][0]["volumeMounts"]}
+    mounts = {m["name"]: m["mountPath"] for m in pytorch_container(job)["volumeMounts"]}
     assert mounts == {"checkpoint": "/checkpoints", "data-0": "/data", "dshm": "/dev/shm"}
