@@ -14,7 +14,7 @@ import runai_schemas
 from conftest import NAME, NS
 from kube_helpers import PROFILE, Sleeps, run
 from kubeapi import KubeAPI
-from runai_helpers import PROJECT, credentials_absent, problems
+from runai_helpers import PROJECT, credentials_absent, problems, use_site
 from runai_spec.cluster import runai_api
 from runai_spec.errors import EXIT_CLUSTER, EXIT_INPUT
 from runai_spec.facts.runai_api import (
@@ -24,7 +24,7 @@ from runai_spec.facts.runai_api import (
     TOKEN_V2_PATH,
     documents_dry_run,
 )
-from runai_spec.load.site import RunaiControlPlane
+from runai_spec.load.site import RunaiControlPlane, SiteSubmit
 from runaiapi import CLIENT_ID, CLIENT_SECRET, CLUSTER_NAME, RunaiAPI
 
 pytest_plugins = ("kube_fixtures", "runai_fixtures")
@@ -73,11 +73,12 @@ def test_a_dry_run_goes_through_run_ai_where_the_version_documents_it(
     assert post.query["dryRun"] == ["true"]
 
 
-def test_a_documented_version_that_still_stores_the_dry_run_is_said_not_reported_as_would_create(
-    runai_site: RunaiAPI,
+@pytest.mark.parametrize("args", [("submit", PROFILE, "--dry-run", "server"), ("diff", PROFILE, "--live")])
+def test_a_documented_version_that_still_stores_the_dry_run_is_said_not_reported_as_a_dry_run(
+    runai_site: RunaiAPI, args: tuple[str, ...]
 ) -> None:
     runai_site.state.honours_dry_run = False  # version 2.24.7: documented, yet ignored
-    result = run("submit", PROFILE, "--dry-run", "server")
+    result = run(*args)
     assert result.exit_code == EXIT_CLUSTER
     assert "stored the workload although the request said dryRun=true" in result.stderr
     assert "would create" not in result.stderr
@@ -241,6 +242,29 @@ def test_a_changed_priority_alone_is_a_difference_and_replace_sends_it(runai_sit
         "category",
     }
     assert runai_site.state.only()["metadata"]["priority"] == preset_priority
+
+
+def test_a_category_left_to_run_ai_s_default_is_no_difference(
+    plane: RunaiAPI, monkeypatch: pytest.MonkeyPatch, access_key: None, sleeps: Sleeps
+) -> None:
+    use_site(
+        monkeypatch,
+        SiteSubmit(via="runai", runai=RunaiControlPlane(url=plane.url, cluster=CLUSTER_NAME, category=None)),
+    )
+    assert run("submit", PROFILE).exit_code == 0
+    plane.state.only()["metadata"]["category"] = "Train"  # the workload type's default, as stored
+    again = run("submit", PROFILE)
+    assert again.exit_code == 0 and "unchanged" in again.stderr, again.stderr
+
+
+def test_an_existing_workload_s_dry_run_sends_nothing_and_needs_no_documented_dry_run(
+    runai_site: RunaiAPI,
+) -> None:
+    assert run("submit", PROFILE).exit_code == 0
+    set_version(runai_site, "2.23.0")
+    result = run("submit", PROFILE, "--dry-run", "server")
+    assert result.exit_code == 0, result.stderr
+    assert "unchanged" in result.stderr and len(runai_site.state.sent("POST", "/api/v2/workloads")) == 1
 
 
 def test_an_update_whose_manifest_was_not_applied_is_said_not_reported_as_replaced(

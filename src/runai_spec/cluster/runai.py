@@ -126,8 +126,6 @@ def submit_workload(
     update: manifest, priority, category). A dry run goes only where dryRun is documented."""
     with runai_session_for(target) as session:
         cluster_id = resolve_cluster(session)
-        if dry_run:
-            verify_dry_run(session, cluster_id, "submit --dry-run server")
         project = find_project(session, meta.project, cluster_id)
         check_namespace(manifest, meta.project, project, session.target.progress)
         where = f"runai workload {meta.project}/{meta.name}"
@@ -149,6 +147,8 @@ def _create(
     dry_run: bool,
 ) -> SubmitResult:
     name = str(metadata["name"])
+    if dry_run:  # the only request of a dry run that could store something
+        verify_dry_run(session, str(metadata["clusterId"]), "submit --dry-run server")
     body = {"metadata": metadata, "manifest": manifest}
     query = [("dryRun", "true")] if dry_run else []
     try:
@@ -173,14 +173,21 @@ def _create(
             return SubmitResult((ObjectOutcome(ref, action, again.raw),), False)
     if status not in (200, 201, 202):
         raise refused(status, data, where, "create")
-    if dry_run and find_workload(session, name, project_id) is not None:
-        raise ClusterError(  # defence in depth: a version that documents dryRun ignored it
+    if dry_run:
+        stored_anyway(session, name, project_id, where)
+    action = "would create" if dry_run else "created"
+    return SubmitResult((ObjectOutcome(ref, action, _raw(data, manifest)),), dry_run)
+
+
+def stored_anyway(session: RunaiSession, name: str, project_id: str, where: str) -> None:
+    """Defence in depth after a dryRun=true create: a control plane whose version documents
+    dryRun and stored the workload all the same is said, never reported as a dry run."""
+    if find_workload(session, name, project_id) is not None:
+        raise ClusterError(
             f"{where}: the control plane stored the workload although the request said dryRun=true",
             file="runai",
             hint="delete it (`runai-spec delete PROFILE --yes`) and tell the Run:ai administrators",
         )
-    action = "would create" if dry_run else "created"
-    return SubmitResult((ObjectOutcome(ref, action, _raw(data, manifest)),), dry_run)
 
 
 def _existing(
@@ -231,11 +238,12 @@ def _existing(
 
 
 def _changed(metadata: Mapping[str, Any], stored: Mapping[str, Any], keys: Iterable[str]) -> list[str]:
-    """The KEYS whose stored value (where Run:ai answered one) differs from this submit's."""
+    """The KEYS this submit sends whose stored value (where Run:ai answered one) differs; a
+    key it leaves to Run:ai's default (a null category) is no difference."""
     return [
-        f"{k} {clean(stored[k], 40)} (this render: {clean(metadata.get(k), 40)})"
+        f"{k} {clean(stored[k], 40)} (this render: {clean(metadata[k], 40)})"
         for k in keys
-        if k in stored and stored[k] is not None and stored[k] != metadata.get(k)
+        if k in metadata and stored.get(k) is not None and stored[k] != metadata[k]
     ]
 
 
@@ -291,9 +299,11 @@ def live_workloads(
                 verify_dry_run(session, cluster_id, "diff --live")
                 verified = True
             body = {"metadata": _metadata(meta, project.id, cluster_id, target), "manifest": manifest}
+            where = f"runai workload {meta.project}/{meta.name}"
             status, data = session.call("POST", WORKLOADS_V2_PATH, [("dryRun", "true")], body)
             if status not in (200, 201, 202):
-                raise refused(status, data, f"runai workload {meta.project}/{meta.name}", "create")
+                raise refused(status, data, where, "create")
+            stored_anyway(session, meta.name, project.id, where)
             out.append((None, _raw(data, manifest)))
     return out
 
