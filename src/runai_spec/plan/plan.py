@@ -216,9 +216,10 @@ def plan_workload(
     annotations.update(plan_topology_annotations(site, approved, src))
     files = launcher.files(setup)
     pod_annotations = plan_pod_annotations(preset, src)
-    for file in files:
+    for i, file in enumerate(files):
         why = derived(f"the {name} launcher's {file.name}, mounted at {file.path} (downward API)")
         pod_annotations[file.annotation] = same(why, file.annotation, file.text)
+        o.update({f"launcher_files[{i}].{field}": why for field in file._fields})
     return Plan(
         name=profile.name,
         namespace=namespace_for(site, profile.project),
