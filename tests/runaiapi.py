@@ -62,7 +62,7 @@ class Fault:
     body: dict[str, Any] | None = None
     keep: bool = False
     after: bool = False  # carry the request out, then answer the fault instead
-    echo: bool = False  # the answer's message echoes the request's Authorization header
+    echo: bool = False  # the answer's message echoes the request's bearer token (no "Bearer ")
 
     def matches(self, method: str, path: str) -> bool:
         return (self.method is None or self.method == method) and (
@@ -205,7 +205,8 @@ class _Handler(BaseHTTPRequestHandler):
                 time.sleep(fault.delay)
             if fault.status is not None:
                 headers = {"Retry-After": fault.retry_after} if fault.retry_after else None
-                echoed = f" (got {self.headers.get('Authorization')})" if fault.echo else ""
+                token = str(self.headers.get("Authorization")).removeprefix("Bearer ")
+                echoed = f" (token {token})" if fault.echo else ""
                 self._send(
                     fault.status,
                     fault.body or {"code": fault.status, "message": f"injected {fault.status}{echoed}"},
@@ -247,7 +248,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         with state.lock:
             state.issued += 1
-            token = f"ra-{state.issued}-{uuid.uuid4().hex}"
+            token = f"ra-{state.issued}-{uuid.uuid4().hex[:12]}"  # opaque, short: as v2's
             state.tokens.add(token)
         self._send(200, {"accessToken": token, "expiresIn": state.expires_in})
 
