@@ -50,6 +50,7 @@ def install(site: ModuleType) -> None:
     _site = site
     _patch_os()
     _register_end()
+    _die_with_agent()
     site._state["on_destroy"] = _watch_shutdown
     for name, patch in (
         ("torch.optim.optimizer", _patch_optimizer),
@@ -132,6 +133,22 @@ def _patch_optimizer(module: ModuleType) -> None:
             _site._audit_error("optimizer step")
 
     module.register_optimizer_step_post_hook(stepped)
+
+
+def _die_with_agent() -> None:
+    """A worker of torchrun's agent ends when the agent does, as in its container (the
+    agent is its first process; the container's end takes every process with it): the
+    kernel's parent-death signal (PR_SET_PDEATHSIG, linux/prctl.h: 1), so that a rehearsal
+    stopped by SIGKILL leaves no rank running where the pod has no PID namespace."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ or not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)
+    except Exception:  # noqa: BLE001 - fail open
+        _site._audit_error("parent-death signal")
 
 
 def _watch_shutdown() -> None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -224,6 +226,7 @@ def run_with_status_line(workload: Workload, spec: RehearsalSpec) -> RehearseRes
 
     show, clear = _status_line()
     try:
+        _stop_on_sigterm()
         spec = dataclasses.replace(
             spec,
             settings=preflight_settings(workload),
@@ -235,7 +238,30 @@ def run_with_status_line(workload: Workload, spec: RehearsalSpec) -> RehearseRes
             return rehearse_scaling(list(workload.manifests), spec)
         return rehearse_manifests(list(workload.manifests), spec)
     finally:
+        _restore_sigterm()
         clear()
+
+
+_SIGTERM_BEFORE: list[Any] = []
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM while the pods run ends the rehearsal as Ctrl-C does: its `finally` blocks stop
+    every pod's process tree (issue 42 item 7); Python's default would exit at once and leave
+    them running. Only the main thread may set a handler (a test's runner may not be it)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one must not cut the clean-up short
+        raise KeyboardInterrupt
+
+    _SIGTERM_BEFORE.append(signal.signal(signal.SIGTERM, stop))
+
+
+def _restore_sigterm() -> None:
+    if _SIGTERM_BEFORE:
+        signal.signal(signal.SIGTERM, _SIGTERM_BEFORE.pop())
 
 
 def show_result(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -20,6 +21,12 @@ from .process_tree import descendants, namespace_init, wait_gone
 from .spec import Progress
 
 SCRIPTS_ENDED = "every rank's script ended"  # PodOutcome.stopped_after: stopped in teardown
+# A pod outlives no rehearsal, even one SIGKILLed (issue 42 item 7): util-linux `setpriv` sets
+# the kernel's parent-death signal (PR_SET_PDEATHSIG) and execs the pod's command, which keeps
+# it through the wrappers' execs (nsenter, unshare, sh's exec) down to the container's first
+# process; where that is PID 1 of a PID namespace (`unshare --kill-child`), the namespace and
+# every process in it end with it. Torchrun's workers outside one: the audit layer's (ranks).
+PARENT_DEATH = ("setpriv", "--pdeathsig", "KILL", "--") if shutil.which("setpriv") else ()
 
 
 @dataclass(frozen=True)
@@ -61,7 +68,7 @@ class Pod:
         self._fh.write(f"# argv: {json.dumps(list(plan.argv))}\n# cwd: {plan.cwd}\n")
         self._fh.flush()
         self.proc = subprocess.Popen(
-            [*plan.wrapper, *plan.argv],
+            [*PARENT_DEATH, *plan.wrapper, *plan.argv],
             env=dict(plan.env),
             cwd=plan.cwd,
             stdout=subprocess.PIPE,
