@@ -8,6 +8,7 @@ second_implementation"` (docs/engineer.md, "Testing a preset or rule change").""
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -40,26 +41,35 @@ def policy() -> Policy:
 
 
 # -- admitted ----------------------------------------------------------------------------
-def _accelerate(job: Job) -> bool:
-    return any(container(template)["command"][0] == "accelerate" for template in pods(job))
-
-
 def test_every_example_and_smoke_render_is_admitted(policy: Policy) -> None:
     jobs = renders()
     assert len(jobs) == 2 * len(EXAMPLES)
     for name, job in jobs:
-        if not _accelerate(job):
-            assert policy.denials(job) == {}, name
+        assert policy.denials(job) == {}, name
 
 
-# Issue 38: each preset's gate is derived from its torchrun render alone, so a render of
-# `launcher: accelerate` is denied until the gate derives a shape per launcher the preset allows
-# (the gate's owner). Strict: this fails, and says so, the day they are admitted.
-@pytest.mark.xfail(strict=True, reason="issue 38: the gate does not derive accelerate's shape yet")
-def test_every_accelerate_example_is_admitted(policy: Policy) -> None:
-    jobs = [(name, job) for name, job in renders() if _accelerate(job)]
-    assert len(jobs) == 4
-    assert [name for name, job in jobs if policy.denials(job)] == []
+def test_each_launcher_a_preset_allows_has_its_own_checks(policy: Policy) -> None:
+    """Issue 41 (with issue 38's `launcher: accelerate`): the gate derives a shape for each
+    launcher a preset allows, from that launcher's render; an accelerate job tampered into a
+    torchrun one's command is denied, and a preset that does not allow accelerate (elastic)
+    has only torchrun's checks."""
+    accelerate = [
+        (name, job) for name, job in renders() if container(pods(job)[0])["command"][0] == "accelerate"
+    ]
+    assert len(accelerate) == 4
+    assert [name for name, job in accelerate if policy.denials(job)] == []
+    variables = {v["name"]: v["expression"] for v in policy.spec["variables"]}
+    families = json.loads(variables["families"])  # a CEL map literal of JSON's strings
+    assert {name: len(ids) for name, ids in families.items()} == {
+        "h200-1gpu": 1,  # one GPU runs python, whichever launcher
+        "h200-2x8-ib": 2,
+        "h200-8gpu": 2,
+        "h200-elastic-2to4x8-ib": 1,  # validate refuses accelerate on an elastic preset
+    }
+    job = dict(accelerate)["accelerate-multi-node-job"]
+    for template in pods(job):
+        container(template)["command"][0] = "torchrun"
+    assert list(policy.denials(job)) == ["shape"]
 
 
 @CEL_PYTHON

@@ -54,6 +54,10 @@ LET = "\0let\0"
 # of more than 100,000 code points (their parsers' default expression size limit, which the
 # API server keeps); the policy packs its checks into variables of at most CHUNK_LIMIT.
 CHUNK_LIMIT = 60_000
+# The parts bound once (a named list entry, a role's pod template) before they are packed:
+# small enough that several fit one piece.
+GROUP_LIMIT = 5_000
+ROLE_GROUP_LIMIT = 5_000
 # A pinned leaf's value is written as a placeholder (its index among the preset's pins), bound
 # later (gate.Family.bind) to the literal or, where the presets sharing these checks differ in
 # it, to the preset's parameter: PIN_VALUE in the condition, PIN_SHOWN inside the message's
@@ -99,6 +103,19 @@ def let(value: str, var: str, body: str) -> str:
 def let_all(value: str, var: str, body: str) -> str:
     """BODY (a condition) with VAR bound to VALUE."""
     return f"[{value}].all({var}, {body})"
+
+
+def groups(parts: list[str], limit: int) -> list[list[str]]:
+    """PARTS (list expressions; `[]` left out) in runs of at most LIMIT characters (a part
+    longer than LIMIT alone)."""
+    out: list[list[str]] = [[]]
+    for part in parts:
+        if part == "[]":
+            continue
+        if out[-1] and sum(len(p) + 3 for p in out[-1]) + len(part) > limit:
+            out.append([])
+        out[-1].append(part)
+    return [g for g in out if g]
 
 
 def concat(parts: list[str]) -> str:
@@ -152,9 +169,7 @@ class Emitter:
                 _msg(where, f"must be {leaf.stem}<n>" + self.tag),
             )
         if isinstance(leaf, Pin):
-            want = "true" if leaf.value is True else "false" if leaf.value is False else str(leaf.value)
-            n = len(self.pins)
-            self.pins.append(want)
+            n = self.pin(leaf)
             return f"{text(e)} == {PIN_VALUE.format(n)}", _msg(where, f"must be {PIN_SHOWN.format(n)}")
         if isinstance(leaf, Slot):
             rule = RULES[leaf.rule]
@@ -196,7 +211,20 @@ class Emitter:
         if isinstance(shape, KeyedListShape):
             return self.keyed(shape, e, where, guards, depth)
         if isinstance(shape, ListShape):
-            return [f"[{self.listing(shape, e, where, guards)}]"]
+            # a fixed list of objects (a downwardAPI volume's items): each checked in place
+            nested = [
+                p
+                for i, sub in enumerate(shape.head)
+                if isinstance(sub, MapShape | KeyedListShape | ListShape)
+                for p in self.problems(
+                    sub,
+                    f"{e}[{i}]",
+                    f"{where}[{i}]",
+                    (*guards, self.sized(shape, e), f"size({e}) > {i}"),
+                    depth,
+                )
+            ]
+            return [f"[{self.listing(shape, e, where, guards)}]", *nested]
         return [f"[{self.guarded(guards, *self.leaf(shape, e, where))}]"]
 
     @staticmethod
@@ -254,6 +282,7 @@ class Emitter:
     def mapping(self, shape: MapShape, e: str, where: str, guards: tuple[str, ...], depth: int) -> list[str]:
         own = [self.guarded(guards, c, m) for c, m in self._keys(shape, e, where)]
         subs: list[str] = []
+        pinned: list[str] = []
         for key, sub in shape.keys.items():
             if where == "metadata" and key == "namespace":
                 continue  # the request's own: the project is the namespace's (variables.project)
@@ -263,15 +292,39 @@ class Emitter:
             path = f"{where}.{key}" if where else key
             if isinstance(sub, MapShape | KeyedListShape | ListShape):
                 subs += self.problems(sub, ce, path, (*guards, present), depth)
+            elif isinstance(sub, Pin):
+                pinned.append(f"[{lit(key)}, {present} ? [{ce}] : [], {PIN_VALUE.format(self.pin(sub))}]")
             else:
                 own.append(self.guarded((*guards, present), *self.leaf(sub, ce, path)))
-        return [f"[{', '.join(own)}]", *subs]
+        head = f"[{', '.join(own)}]"
+        if pinned:
+            head = (
+                self.pinned(pinned, where, guards)
+                if not own
+                else f"{head} + {self.pinned(pinned, where, guards)}"
+            )
+        return [head, *subs]
+
+    def pin(self, leaf: Pin) -> int:
+        """The index of LEAF's value among the pins (its placeholder's)."""
+        value = leaf.value
+        self.pins.append("true" if value is True else "false" if value is False else str(value))
+        return len(self.pins) - 1
+
+    def pinned(self, rows: list[str], where: str, guards: tuple[str, ...]) -> str:
+        """The problems of a map's pinned keys, from ROWS `[key, [value] or [], wanted]`: one
+        table a map, not one check a key (a message is built only for a value that differs)."""
+        table = (
+            f"[{', '.join(rows)}].filter(t, t[1].exists(s, {text('s')} != t[2]))"
+            f'.map(t, {lit(where + "." if where else "")} + t[0] + ": must be \'" + t[2] + "\'")'
+        )
+        return f"(({balanced('&&', list(guards), 'true')}) ? {table} : [])" if guards else table
 
     def listing(self, shape: ListShape, e: str, where: str, guards: tuple[str, ...]) -> str:
         if shape.tail:
             return self.command(shape, e, where, guards)
         n, k = len(shape.head), shape.optional_tail
-        sized = f"size({e}) == {n}" if not k else f"(size({e}) == {n} || size({e}) == {n - k})"
+        sized = self.sized(shape, e)
         items = [
             self.guarded(
                 guards,
@@ -280,9 +333,17 @@ class Emitter:
             )
         ]
         for i, leaf in enumerate(shape.head):
+            if isinstance(leaf, MapShape | KeyedListShape | ListShape):
+                continue  # problems() checks it in place
             cond, message = self.leaf(leaf, f"{e}[{i}]", f"{where}[{i}]")
             items.append(self.guarded((*guards, sized, f"size({e}) > {i}"), cond, message))
         return ", ".join(items)
+
+    @staticmethod
+    def sized(shape: ListShape, e: str) -> str:
+        """E has the length of SHAPE (or of its head without the optional tail)."""
+        n, k = len(shape.head), shape.optional_tail
+        return f"size({e}) == {n}" if not k else f"(size({e}) == {n} || size({e}) == {n - k})"
 
     def command(self, shape: ListShape, e: str, where: str, guards: tuple[str, ...]) -> str:
         """The container command: one of the launcher heads, an entry point of that head's
@@ -377,16 +438,16 @@ class Emitter:
                 )
             var = f"v{depth}"
             cond = balanced("&&", [*guards, present], "true")
+            parts = self.mapping(sub, var, f"{where}[{name}]", (), depth + 1)
             if name == CONTAINER:
                 relations = [
                     check(c, _msg(f"{where}[{name}]", what + self.tag))
                     for c, what in container_relations(var)
                 ]
-                subs.append(f"({cond} ? {let(ie, var, '[' + ', '.join(relations) + ']')} : [])")
-            # each part binds the entry again, so that the parts can go to different variables
-            for part in self.mapping(sub, var, f"{where}[{name}]", (), depth + 1):
-                if part != "[]":
-                    subs.append(f"({cond} ? {let(ie, var, part)} : [])")
+                parts.insert(0, "[" + ", ".join(relations) + "]")
+            # each group of parts binds the entry once; the groups can go to different variables
+            for group in groups(parts, GROUP_LIMIT):
+                subs.append(f"({cond} ? {let(ie, var, balanced('+', group, '[]'))} : [])")
         return [f"[{', '.join(own)}]", *subs]
 
     # -- conditions (for the entries a profile may repeat) -------------------------------
@@ -417,8 +478,10 @@ class Emitter:
         return [under(self.leaf(shape, e, "")[0])]
 
     def class_ok(self, cls: ItemClass, x: str) -> str:
-        """X is an item of class CLS: its name, and every check of the class's shape."""
-        return f"(has({x}.name) ? {balanced('&&', self.ok(cls.shape, x), 'true')} : false)"
+        """X is an item of class CLS: its name, and every check of the class's shape (a list's
+        all(): two levels for a parser however many checks, where `&&` adds one per halving;
+        each check is guarded, so none raises where a conjunction would have absorbed it)."""
+        return f"(has({x}.name) ? [{', '.join(self.ok(cls.shape, x))}].all(b, b) : false)"
 
     @staticmethod
     def class_what(cls: ItemClass) -> str:
@@ -498,16 +561,20 @@ def preset_problems(
     ).replace(role, '" + r + "')
     specs = "object.spec.pytorchReplicaSpecs"
 
+    where = f"spec.pytorchReplicaSpecs.{ROLE}.template"
+
     def per_role(body: str) -> str:
+        # a message's start, the role's template, is the variable w
         body = body.replace(role, '" + r + "')
         loop = (
             f"{ROLES}.map(r, has({specs}[r].template) ? "
             f"[{specs}[r].template].map(t, {body})[0] : [{missing}])"
-        )
+        ).replace(role, '" + r + "')
         return f"({loop}.filter(l, l.exists(m, m != '')) + [[]])[0]"
 
-    where = f"spec.pytorchReplicaSpecs.{ROLE}.template"
-    chunks = job + _pack(emitter.problems(template, "t", where, (), 1), per_role)
+    parts = emitter.problems(template, "t", where, (), 1)
+    merged = [balanced("+", group, "[]") for group in groups(parts, ROLE_GROUP_LIMIT)]
+    chunks = job + _pack(merged, per_role)
     return chunks, list(emitter.anchors.values())
 
 

@@ -29,7 +29,16 @@ from ...files import ReplacedFiles
 from ...load.registry import PresetRegistry
 from ...load.site import Site
 from ...render.manifests import dump
-from .gate import Family, PresetGate, Validation, families, preset_gate, validations, variables
+from .gate import (
+    PresetGate,
+    Validation,
+    families,
+    members,
+    preset_digests,
+    preset_gates,
+    validations,
+    variables,
+)
 from .rules import balanced, lit
 
 API_VERSION = "admissionregistration.k8s.io/v1"
@@ -52,21 +61,21 @@ ALL = "*"
 
 # -- parameters ------------------------------------------------------------------------
 def preset_params(
-    registry: PresetRegistry, name: str, projects: Sequence[str], family: Family
+    registry: PresetRegistry, name: str, projects: Sequence[str], digest: str, pins: Mapping[str, str]
 ) -> dict[str, str]:
     """The flat ConfigMap entries of one approved preset: `<name>.<field>` -> text: the
-    approval itself, the digest of the shape the policy enforces for it, and the pinned
-    values in which it differs from the presets sharing its checks (FAMILY)."""
+    approval itself, the digest of the shapes the policy enforces for it, and the pinned
+    values in which each of its launchers' jobs differs from the presets sharing its checks
+    (PINS)."""
     approved = registry.get(name)
-    (gate,) = [g for g in family.gates if g.name == name]
     fields = {
         "sha256": approved.sha256,
         "approved-by": approved.approval.approved_by,
         "approved-at": approved.approval.approved_at,
         "expires": approved.approval.expires or "",
         "projects": ",".join(projects),
-        "shape-sha256": family.digest(gate),
-        **family.params(gate),
+        "shape-sha256": digest,
+        **pins,
     }
     return {f"{name}.{field}": text for field, text in fields.items()}
 
@@ -105,7 +114,7 @@ def _approved_names(registry: PresetRegistry) -> tuple[list[str], dict[str, str]
 def gates(registry: PresetRegistry) -> list[PresetGate]:
     """Every approved, unexpired preset's checks (raises PresetError where one does not
     verify: a policy is only generated from a folder that `presets verify` accepts)."""
-    return [preset_gate(registry, name) for name in _approved_names(registry)[0]]
+    return [gate for name in _approved_names(registry)[0] for gate in preset_gates(registry, name)]
 
 
 def params_data(
@@ -121,14 +130,17 @@ def params_data(
         grants = site_grants(site)
     names, expired = _approved_names(registry)
     fams = families(preset_gates if preset_gates is not None else gates(registry))
-    by_name = {g.name: fam for fam in fams for g in fam.gates}
+    digests = preset_digests(fams)
+    pins: dict[str, dict[str, str]] = {}
+    for gate, fam in members(fams):
+        pins.setdefault(gate.name, {}).update(fam.params(gate))
     data: dict[str, str] = {f"{name}.expired": date for name, date in expired.items()}
     for name in names:
         projects = granted_projects(grants, name)
         for project in projects:
             if "," in project:
                 raise InputError(f"project {project!r} has a comma", field="grants")
-        data.update(preset_params(registry, name, projects, by_name[name]))
+        data.update(preset_params(registry, name, projects, digests[name], pins.get(name, {})))
     return dict(sorted(data.items()))
 
 

@@ -11,9 +11,10 @@ from typing import Any
 from ...facts.kubeflow import PRESET_ANNOTATION, SMOKE_LABEL
 from ...load.registry import PresetRegistry
 from ...load.site import Site
+from ...plan.launcher import PROFILE_LAUNCHERS
 from .cel import ARG_INDEXES, PIN_SHOWN, PIN_VALUE, preset_problems
 from .rules import MAX_ARGS, RuleContext, balanced, lit
-from .shape import preset_shape
+from .shape import LauncherRefused, preset_shape
 
 
 @dataclass(frozen=True)
@@ -50,9 +51,9 @@ _PLACEHOLDER = re.compile("\0P([0-9]+)\0|" + r"\\u0000M([0-9]+)\\u0000")
 assert PIN_VALUE.format(0) == "\0P0\0" and lit(PIN_SHOWN.format(0)) == '"\\u0000M0\\u0000"'
 
 
-def pin_key(n: int) -> str:
-    """The parameter (after `<preset>.`) of a preset's N-th pinned value."""
-    return f"pin-{n}"
+def pin_key(launcher: str, n: int) -> str:
+    """The parameter (after `<preset>.`) of the N-th pinned value of a preset's LAUNCHER's jobs."""
+    return f"{launcher}.pin-{n}"
 
 
 @dataclass(frozen=True)
@@ -61,13 +62,14 @@ class PresetGate:
     placeholders (cel.PIN_VALUE) and the values themselves."""
 
     name: str
+    launcher: str  # the profile's `launcher` the renders were made with
     job: tuple[str, ...]  # CEL lists of lists of messages: the job's problems
     smoke: tuple[str, ...]  # the same for its smoke test
     anchors: tuple[tuple[str, str], ...] = ()  # variables (name, expression) they read
     pins: tuple[str, ...] = ()  # the pinned values, by placeholder
 
     def texts(self) -> list[str]:
-        return [*self.job, "--smoke--", *self.smoke, *(f"{n}={x}" for n, x in self.anchors)]
+        return [self.launcher, *self.job, "--smoke--", *self.smoke, *(f"{n}={x}" for n, x in self.anchors)]
 
     @property
     def checks(self) -> str:
@@ -76,18 +78,18 @@ class PresetGate:
         return hashlib.sha256("\n".join(self.texts()).encode("utf-8")).hexdigest()
 
 
-def bind(text: str, pins: Sequence[str], varying: frozenset[int], family: str) -> str:
-    """TEXT with its placeholders bound: a pinned value VARYING within its family is read
-    from the preset's parameters, any other is the literal; the variables' prefix FAMILY."""
+def bind(text: str, gate: PresetGate, varying: frozenset[int], family: str) -> str:
+    """TEXT of GATE with its placeholders bound: a pinned value VARYING within its family is
+    read from the preset's parameters, any other is the literal; the variables' prefix FAMILY."""
 
     def one(m: re.Match[str]) -> str:
         if m.group(1) is not None:
             n = int(m.group(1))
-            return param(pin_key(n)) if n in varying else lit(pins[n])
+            return param(pin_key(gate.launcher, n)) if n in varying else lit(gate.pins[n])
         n = int(m.group(2))
         if n in varying:  # inside the message's string literal
-            return "'\" + " + param(pin_key(n)) + " + \"'"
-        return lit(repr(pins[n]))[1:-1]
+            return "'\" + " + param(pin_key(gate.launcher, n)) + " + \"'"
+        return lit(repr(gate.pins[n]))[1:-1]
 
     return _PLACEHOLDER.sub(one, text).replace(FAMILY, family)
 
@@ -106,18 +108,18 @@ class Family:
         return frozenset(n for n in range(len(pins[0])) if len({p[n] for p in pins}) > 1)
 
     def bound(self, texts: Sequence[str]) -> list[str]:
-        return [bind(t, self.gates[0].pins, self.varying, self.id) for t in texts]
+        return [bind(t, self.gates[0], self.varying, self.id) for t in texts]
 
     def digest(self, gate: PresetGate) -> str:
         """What the policy enforces for GATE: its checks with every value bound, and which of
         them the parameters give (a policy and parameters of two generations differ here)."""
-        concrete = [bind(t, gate.pins, frozenset(), "") for t in gate.texts()]
+        concrete = [bind(t, gate, frozenset(), "") for t in gate.texts()]
         text = "\n".join([gate.name, *concrete, "--parameters--", *map(str, sorted(self.varying))])
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
     def params(self, gate: PresetGate) -> dict[str, str]:
-        """GATE's pinned values that differ within the family: `pin-<n>` -> value."""
-        return {pin_key(n): gate.pins[n] for n in sorted(self.varying)}
+        """GATE's pinned values that differ within the family: `<launcher>.pin-<n>` -> value."""
+        return {pin_key(gate.launcher, n): gate.pins[n] for n in sorted(self.varying)}
 
 
 def families(gates: Sequence[PresetGate]) -> list[Family]:
@@ -128,43 +130,93 @@ def families(gates: Sequence[PresetGate]) -> list[Family]:
     return [Family(f"f{i}", tuple(members)) for i, members in enumerate(groups.values())]
 
 
-def preset_gate(registry: PresetRegistry, name: str) -> PresetGate:
-    """Preset NAME's checks, derived from its renders."""
+def preset_gates(registry: PresetRegistry, name: str) -> list[PresetGate]:
+    """Preset NAME's checks, derived from its renders: one gate for each launcher a profile
+    may choose with it (validate's verdict on the probe profile decides which; the first is
+    the profile's default), but one where the launchers render alike (one GPU: python)."""
+    out: list[PresetGate] = []
+    for launcher in PROFILE_LAUNCHERS:
+        try:
+            gate = preset_gate(registry, name, launcher)
+        except LauncherRefused:
+            if launcher == PROFILE_LAUNCHERS[0]:
+                raise
+            continue
+        if not any((g.texts()[1:], g.pins) == (gate.texts()[1:], gate.pins) for g in out):
+            out.append(gate)
+    return out
+
+
+def preset_gate(registry: PresetRegistry, name: str, launcher: str = PROFILE_LAUNCHERS[0]) -> PresetGate:
+    """Preset NAME's checks for jobs of LAUNCHER, derived from its renders."""
     site = registry.site()
-    shape = preset_shape(registry, name)
+    shape = preset_shape(registry, name, launcher)
     ctx = RuleContext(
         tuple(site.registries), shape.name_max, shape.reserved_mounts, site.allow_module_entrypoint
     )
     pins: list[str] = []
     job, job_anchors = preset_problems(shape, ctx, smoke=False, prefix=f"{FAMILY}job", pins=pins)
     smoke, smoke_anchors = preset_problems(shape, ctx, smoke=True, prefix=f"{FAMILY}smoke", pins=pins)
-    return PresetGate(name, tuple(job), tuple(smoke), tuple(job_anchors + smoke_anchors), tuple(pins))
+    anchors = tuple(job_anchors + smoke_anchors)
+    return PresetGate(name, launcher, tuple(job), tuple(smoke), anchors, tuple(pins))
 
 
 def _shape_variables(fams: Sequence[Family]) -> list[tuple[str, str]]:
     """One variable per piece of each family's checks (each below the CEL parser's size
-    limit; a list of lists of messages), evaluated only for a job of that family's presets,
-    and `problems`: the non-empty lists of non-empty messages of them all, in order."""
+    limit; a list of lists of messages), evaluated only for a job of that family's presets;
+    one per family, `[problems]` for a job of its presets and `[]` for any other; and
+    `problems`: none where one of the preset's launcher families finds none, else those of
+    the family closest to the job (fewest pieces with problems; the default launcher's first)."""
     items: list[tuple[str, str]] = []
-    anchors: set[str] = set()
     for fam in fams:
-        mine = f"variables.family == {lit(fam.id)}"
+        mine = f"{lit(fam.id)} in variables.mine"
         for n, x in fam.gates[0].anchors:
             (name, expression) = fam.bound([n, x])
-            anchors.add(name)
             items.append((name, f"{mine} ? ({expression}) : ''"))
+        names = []
         for kind, pieces in (("job", fam.gates[0].job), ("smoke", fam.gates[0].smoke)):
             smoke = "variables.smoke" if kind == "smoke" else "!variables.smoke"
             for j, piece in enumerate(fam.bound(pieces)):
-                items.append((f"{fam.id}{kind}{j}", f"{mine} && {smoke} ? {piece} : []"))
-    every = balanced("+", [f"variables.{name}" for name, _ in items if name not in anchors], "[]")
-    kept = f"({every}).map(l, l.filter(m, m != '')).filter(l, size(l) > 0)"
-    items.append(("problems", f"!variables.current ? [] : {kept}"))
+                names.append(f"{fam.id}{kind}{j}")
+                items.append((names[-1], f"{mine} && {smoke} ? {piece} : []"))
+        every = balanced("+", [f"variables.{name}" for name in names], "[]")
+        kept = f"({every}).map(l, l.filter(m, m != '')).filter(l, size(l) > 0)"
+        items.append((fam.id, f"{mine} ? [{kept}] : []"))
+    candidates = balanced("+", [f"variables.{fam.id}" for fam in fams], "[]")
+    closest = (
+        "size(c) == 0 ? [[" + lit("the policy has no checks for this preset") + "]] : "
+        "c.exists(p, size(p) == 0) ? [] : "
+        "(c.filter(p, size(p) == 1) + c.filter(p, size(p) == 2) + c)[0]"
+    )
+    items.append(("problems", f"!variables.current ? [] : [{candidates}].map(c, {closest})[0]"))
     return items
 
 
 def _table(entries: dict[str, str]) -> str:
     return "{" + ", ".join(f"{lit(k)}: {lit(v)}" for k, v in entries.items()) + "}"
+
+
+def _lists(fams: Sequence[Family]) -> str:
+    """{preset: [its families' ids]}, a preset's default launcher's first."""
+    out: dict[str, list[str]] = {}
+    for gate, fam in sorted(members(fams), key=lambda m: PROFILE_LAUNCHERS.index(m[0].launcher)):
+        out.setdefault(gate.name, []).append(fam.id)
+    return "{" + ", ".join(f"{lit(k)}: [{', '.join(map(lit, v))}]" for k, v in sorted(out.items())) + "}"
+
+
+def members(fams: Sequence[Family]) -> list[tuple[PresetGate, Family]]:
+    return [(g, fam) for fam in fams for g in fam.gates]
+
+
+def preset_digests(fams: Sequence[Family]) -> dict[str, str]:
+    """Each preset's digest of what the policy enforces for it: its launchers' checks."""
+    parts: dict[str, list[str]] = {}
+    for gate, fam in members(fams):
+        parts.setdefault(gate.name, []).append(f"{gate.launcher}={fam.digest(gate)}")
+    return {
+        name: hashlib.sha256("\n".join(sorted(p)).encode("utf-8")).hexdigest()
+        for name, p in sorted(parts.items())
+    }
 
 
 def variables(site: Site, fams: Sequence[Family]) -> list[dict[str, str]]:
@@ -182,9 +234,9 @@ def variables(site: Site, fams: Sequence[Family]) -> list[dict[str, str]]:
         ("key", "variables.preset + '.'"),
         ("known", "variables.preset != '' && (variables.key + 'sha256') in params.data"),
         # the presets this policy has checks for: their family and what it enforces for them
-        ("families", _table({g.name: fam.id for fam in fams for g in fam.gates})),
-        ("digests", _table({g.name: fam.digest(g) for fam in fams for g in fam.gates})),
-        ("family", "variables.preset in variables.families ? variables.families[variables.preset] : ''"),
+        ("families", _lists(fams)),
+        ("digests", _table(preset_digests(fams))),
+        ("mine", "variables.preset in variables.families ? variables.families[variables.preset] : []"),
         (
             "current",
             "variables.known && variables.preset in variables.digests && "

@@ -62,8 +62,8 @@ UNPROBED = {
     "preset": "the preset being rendered: the policy's gate is per preset",
     "command[]": "the entry point (ENTRY_KINDS) and the arguments (arg tokens) are probed by position",
     "torch_version": "read by validate's shutdown-window warning only",
-    "launcher": "not probed yet: each preset's gate is derived from its torchrun render, so an "
-    "accelerate render is denied (issue 38 leaves the gate's second launcher to the gate's owner)",
+    "launcher": "a choice, not a value: each launcher the preset allows is rendered on its own "
+    "probes and gets its own checks (gate.preset_gates)",
     "batch.global": "derived: the probes set local x grad_accum x world",
     "strategy": "the preset's first strategy: the render does not carry it",
     "zero_stage": "DeepSpeed's stage: the render does not carry it",
@@ -134,7 +134,14 @@ ENTRY_KINDS = {  # entry point kind -> (probe A's command head, probe B's, rule 
 
 
 def probe_profile(
-    approved: ApprovedPreset, site: Site, side: str, *, minimal: bool, entry: str = "python", world: int = 1
+    approved: ApprovedPreset,
+    site: Site,
+    side: str,
+    *,
+    minimal: bool,
+    entry: str = "python",
+    world: int = 1,
+    launcher: str | None = None,
 ) -> dict[str, Any]:
     tokens = probe_tokens(minimal)
 
@@ -164,6 +171,8 @@ def probe_profile(
         },
         "metrics": {"writer": "rank0"},
     }
+    if launcher is not None:
+        profile["launcher"] = launcher
     if preset.strategies[0] == "deepspeed":
         profile["zero_stage"] = 0
     if minimal:

@@ -146,6 +146,11 @@ class ShapeError(InternalError):
     """The renders of a preset disagree in a way the derivation cannot express."""
 
 
+class LauncherRefused(ShapeError):
+    """validate refuses the launcher for this preset (the site's or the preset's `launchers`,
+    or a layout it cannot express): the preset has no jobs of that launcher to admit."""
+
+
 @dataclass
 class _Ctx:
     tokens: dict[str, Token]
@@ -343,17 +348,27 @@ def _job(manifests: tuple[Manifest, ...] | list[Manifest]) -> dict[str, Any]:
 
 
 def _renders(
-    registry: PresetRegistry, approved: ApprovedPreset, site: Site, *, minimal: bool, entry: str = "python"
+    registry: PresetRegistry,
+    approved: ApprovedPreset,
+    site: Site,
+    *,
+    minimal: bool,
+    entry: str = "python",
+    launcher: str | None = None,
 ) -> tuple[Any, Any]:
 
     out = []
     for side in ("a", "b"):
-        first = _prepare(registry, probe_profile(approved, site, side, minimal=minimal, entry=entry), side)
+        probe = probe_profile(approved, site, side, minimal=minimal, entry=entry, launcher=launcher)
+        first = _prepare(registry, probe, side)
         world = first.plan.world_size
-        workload = _prepare(
-            registry, probe_profile(approved, site, side, minimal=minimal, entry=entry, world=world), side
+        probe = probe_profile(
+            approved, site, side, minimal=minimal, entry=entry, world=world, launcher=launcher
         )
+        workload = _prepare(registry, probe, side)
         errors = [f for f in workload.errors if f.rule != "preset-not-granted"]
+        if launcher is not None and any(f.path == "launcher" for f in errors):
+            raise LauncherRefused(f"preset {approved.name}: launcher {launcher} is not allowed")
         if errors:
             raise ShapeError(
                 f"preset {approved.name}: its probe profile has findings: "
@@ -363,14 +378,15 @@ def _renders(
     return out[0], out[1]
 
 
-def preset_shape(registry: PresetRegistry, name: str) -> PresetShape:
-    """Render preset NAME's probes and derive the shape of its job and smoke test."""
+def preset_shape(registry: PresetRegistry, name: str, launcher: str | None = None) -> PresetShape:
+    """Render preset NAME's probes (with LAUNCHER, or the profile's default) and derive the
+    shape of its job and smoke test; LauncherRefused where validate refuses LAUNCHER for it."""
     approved = registry.get(name)
     site = registry.site()
     fields = shipped_fields()
     kinds = ["python", "executable", "shell"] + (["module"] if site.allow_module_entrypoint else [])
-    full = {k: _renders(registry, approved, site, minimal=False, entry=k) for k in kinds}
-    small = _renders(registry, approved, site, minimal=True)
+    full = {k: _renders(registry, approved, site, minimal=False, entry=k, launcher=launcher) for k in kinds}
+    small = _renders(registry, approved, site, minimal=True, launcher=launcher)
     shapes = [_kind_shape(full, small, smoke, fields, site.registries[0]) for smoke in (False, True)]
     plan = full["python"][0].plan
     name_max = name_room(plan)
