@@ -10,8 +10,8 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -41,7 +41,7 @@ def _marked(mark: str) -> list[int]:
     return found
 
 
-def _wait(condition: Any, seconds: float) -> bool:
+def _wait(condition: Callable[[], bool], seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if condition():
@@ -95,8 +95,8 @@ def test_a_stopped_rehearsal_leaves_no_process_of_its_pods(
     ) as rehearse:
         try:
             world = 4 if example == "multi-node" else 2
-            ready = lambda: len(list((tmp_path / "logs" / "volumes").glob("*/ready-*")))  # noqa: E731
-            assert _wait(lambda: ready() >= world, 120), "the ranks never joined their group"
+            volumes = tmp_path / "logs" / "volumes"
+            assert _wait(lambda: len(list(volumes.glob("*/ready-*"))) >= world, 120), "the ranks never joined"
             rehearse.send_signal(sig)
             rehearse.wait(60)
             assert _wait(lambda: not _marked(mark), 30), f"left running: {_marked(mark)}"
