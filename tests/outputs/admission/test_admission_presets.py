@@ -93,6 +93,24 @@ def test_a_project_not_granted_the_preset_is_denied() -> None:
     )
 
 
+@pytest.mark.parametrize("project", ["nlp.lab", "nlp.la.", "nlp-lab,team-a", "nlp-lab|x", ".*"])
+def test_a_grant_is_compared_as_text_never_as_a_pattern(project: str) -> None:
+    """Issue 41 item 5: the namespace's queue label `nlp.lab` is not project nlp-lab (the
+    grant was read as a regular expression), nor is any other spelling that matched it."""
+    docs = copy.deepcopy(documents())
+    for key in ("h200-1gpu.projects", "h200-2x8-ib.projects"):
+        docs[-1]["data"][key] = "nlp-lab,team-a"
+    job = example_job("multi-node")
+    job["metadata"]["namespace"] = "runai-x"
+    for template in pods(job):
+        template["metadata"]["labels"]["runai/queue"] = project
+    job["metadata"]["labels"]["runai/queue"] = project
+    denied = Policy(docs, {**PROJECTS, "runai-x": project}).denials(job)
+    assert denied.get("project-granted", "").startswith(f"metadata.namespace: project {project} "), denied
+    job["metadata"]["namespace"] = "runai-nlp-lab"  # the literal project is granted
+    assert "project-granted" not in Policy(docs, PROJECTS).denials(example_job("multi-node"))
+
+
 def test_a_namespace_of_another_project_is_denied(policy: Policy) -> None:
     job = example_job("multi-node")
     job["metadata"]["namespace"] = "runai-vision-lab"

@@ -39,10 +39,10 @@ def param(field: str) -> str:
     return f"params.data[variables.key + {lit(field)}]"
 
 
-def listed(field: str, pattern: str) -> str:
-    """An item of the comma-separated parameter FIELD matches PATTERN (a CEL string of a
-    regular expression; core CEL has no split): project names are DNS labels."""
-    return f"{param(field)}.matches('(^|,)' + {pattern} + '(,|$)')"
+def listed(field: str, item: str) -> str:
+    """ITEM (a CEL string) is an item of the comma-separated parameter FIELD, compared as
+    text, never as a pattern (core CEL has no split; a name with a comma is no item)."""
+    return f"(!{item}.contains(',') && (',' + {param(field)} + ',').contains(',' + {item} + ','))"
 
 
 # -- the shapes ----------------------------------------------------------------------------
@@ -298,7 +298,7 @@ def validations() -> list[Validation]:
     add(
         "project-granted",
         f"!variables.known || (variables.project != '' && "
-        f"({listed('projects', lit('[*]'))} || {listed('projects', 'variables.project')}))",
+        f"({listed('projects', lit('*'))} || {listed('projects', 'variables.project')}))",
         "metadata.namespace: the project is not granted the preset",
         "'metadata.namespace: project ' + (variables.project == '' ? '(none)' : "
         "variables.project) + ' (namespace ' + request.namespace + ') is not granted preset ' "
