@@ -397,3 +397,44 @@ def test_checkpoint_on_sigterm_is_checked_on_the_own_script(
         assert result.exit_code == 1, result.output
         assert fault["status"] == "fail" and "no rank saved on SIGTERM" in fault["message"]
         assert "did not save on SIGTERM within the grace period, as the profile says" in fault["message"]
+
+
+def test_a_sharded_save_by_every_rank_is_one_checkpoint() -> None:
+    """Issue 42 item 8: 4 DCP saves by 4 ranks were "16 whole checkpoint save(s)"."""
+    records = _started(0, 1, world=4)
+    for step in range(1, 5):
+        records += [
+            _rec(
+                "save",
+                k,
+                1 + step,
+                api="dcp.save",
+                path=f"/checkpoints/step-{step}",
+                sharded=True,
+                complete=True,
+            )
+            for k in range(4)
+        ]
+    records += _ended(0, 10, world=4)
+    run = ScriptRun(**{**RUN.__dict__, "world": 4, "plan_world": 4, "restarted": False})
+    row = _rows(records, run)["checkpoint"]
+    assert row.status == "pass" and row.message.startswith("4 whole checkpoint save(s) under /checkpoints")
+
+
+def test_a_transport_variable_set_with_setdefault_is_one_finding(tmp_path: Path) -> None:
+    """Issue 42 item 8: os.environ.setdefault's own `self[key] = value` (in <frozen os>) was a
+    second finding beside the script's line."""
+    (tmp_path / "train.py").write_text("import os\nos.environ.setdefault('NCCL_DEBUG', 'INFO')\n")
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "RUNAI_SPEC_AUDIT_DIR": str(tmp_path / "audit"),
+        "RUNAI_SPEC_AUDIT_KEY": "k" * 64,
+        "PYTHONPATH": str(audit_layer_dir()),
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+    }
+    subprocess.run([sys.executable, "train.py"], cwd=tmp_path, env=env, timeout=60, check=True)
+    sets = [r for r in read_audit(tmp_path / "audit", "k" * 64) if r["event"] == "env-set"]
+    row = _rows(_started(0, 1) + sets)["transport-env"]
+    assert row.details["set"] == [f"NCCL_DEBUG=INFO ({tmp_path / 'train.py'}:2)"], row.details

@@ -253,13 +253,20 @@ def _renamed(*args: Any, **kwargs: Any) -> dict[str, Any] | None:
     return {"src": src, "dst": dst}
 
 
+# os.environ's own code: os.py, or its frozen copy in Python 3.11+ ("<frozen os>"), and the
+# MutableMapping methods (setdefault, update) it inherits
+_STDLIB_ENV = ("os.py", "_collections_abc.py", "<frozen os>", "<frozen _collections_abc>")
+
+
 def _env_write(*args: Any, **kwargs: Any) -> dict[str, Any] | None:
     name = args[1] if len(args) > 2 else args[0] if args else None  # __setitem__(self, k, v)
     name = os.fsdecode(name) if isinstance(name, (str, bytes)) else None
     if name is None or not name.startswith(TRANSPORT_PREFIXES):
         return None
     caller: Any = sys._getframe(2)  # past the wrapper: who set it
-    while caller is not None and caller.f_code.co_filename.endswith(("os.py", "_collections_abc.py")):
+    if len(args) == 2 and caller is not None and caller.f_code.co_filename.endswith(_STDLIB_ENV):
+        return None  # os.environ's own putenv, inside the __setitem__ recorded already
+    while caller is not None and caller.f_code.co_filename.endswith(_STDLIB_ENV):
         caller = caller.f_back
     where = f"{caller.f_code.co_filename}:{caller.f_lineno}" if caller is not None else None
     return {"name": name, "value": str(args[-1])[:200], "where": where}

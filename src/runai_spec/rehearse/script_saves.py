@@ -95,7 +95,7 @@ def checkpoint_row(records: Sequence[Mapping[str, Any]], run: ScriptRun) -> Chec
     return CheckResult(
         "checkpoint",
         "pass",
-        f"{len(saves)} whole checkpoint save(s) {where} by rank(s) "
+        f"{_count(saves)} whole checkpoint save(s) {where} by rank(s) "
         f"{ranks_text(int(r['rank']) for r in saves if r.get('rank') is not None)} with "
         f"{', '.join(apis)}{unfinished}{note}",
         details={"formats": used},
@@ -112,6 +112,18 @@ def _newest_step(there: Sequence[Mapping[str, Any]], rank: int, folder: str) -> 
     ]
     known = [s for s in steps if s is not None]
     return max(known) if known else None
+
+
+def _count(saves: Sequence[Mapping[str, Any]]) -> int:
+    """How many checkpoints the saves made: a sharded save is one, however many ranks wrote
+    their shards (4 DCP saves by 4 ranks were "16 whole checkpoint saves")."""
+    single = sum(1 for c in saves if not c.get("sharded"))
+    shards: dict[tuple[str, tuple[int, int]], dict[Any, int]] = {}
+    for c in saves:
+        if c.get("sharded"):
+            by_rank = shards.setdefault((str(c["path"]), generation(c)), {})
+            by_rank[c.get("rank")] = by_rank.get(c.get("rank"), 0) + 1
+    return single + sum(max(by_rank.values()) for by_rank in shards.values())
 
 
 def _judge(
