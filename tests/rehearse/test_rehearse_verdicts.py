@@ -438,3 +438,27 @@ def test_a_transport_variable_set_with_setdefault_is_one_finding(tmp_path: Path)
     sets = [r for r in read_audit(tmp_path / "audit", "k" * 64) if r["event"] == "env-set"]
     row = _rows(_started(0, 1) + sets)["transport-env"]
     assert row.details["set"] == [f"NCCL_DEBUG=INFO ({tmp_path / 'train.py'}:2)"], row.details
+
+
+@pytest.mark.parametrize(
+    ("example", "expected"),
+    [
+        ("single-gpu", "one pod, one process with no launcher: no rendezvous across pods"),
+        ("single-node", "torchrun --standalone: a rendezvous of its own inside the pod"),
+    ],
+)
+def test_the_network_row_names_no_static_rendezvous_where_the_layout_has_none(
+    tmp_path: Path, example: str, expected: str
+) -> None:
+    """Issue 42 item 8: in netns mode the row said "node rank 0 of the static rendezvous" for
+    a python command and for torchrun --standalone."""
+    from conftest import example_job
+    from runai_spec.rehearse import plan_pods
+    from runai_spec.rehearse.checks import netns_note
+    from runai_spec.rehearse.network import NetPlan, PodNet
+    from runai_spec.rehearse.spec import RehearsalSpec
+
+    plans, _ = plan_pods([example_job(example)], RehearsalSpec(procs_per_pod=1), root=tmp_path)
+    net = NetPlan("10.0.0.0/24", str(tmp_path), (PodNet("master-0", "m", str(tmp_path), "10.0.0.2"),))
+    row = netns_note(plans, net)
+    assert expected in row.message and "static rendezvous" not in row.message, row.message

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..facts.kubeflow import MASTER_ADDR_ENVS, MASTER_PORT_ENVS
+from ..facts.torchrun import split_command, split_flag
 from ..pipeline.checklist import GUIDE_CHECKS, PREFLIGHT_ONLY_CHECKS
 from ..text import one_line
 from .argv import PodPlan
@@ -275,14 +276,15 @@ def network_note(plans: Sequence[PodPlan], job_name: str) -> CheckResult:
     )
     stores = [p for p in plans if p.store is not None]
     if not stores:
-        if len(plans) > 1 and any(MASTER_ADDR_ENVS[0] in p.env for p in plans):
-            host = next((p.name for p in plans if p.rank == 0), plans[0].name)
+        host = next((p for p in plans if p.rank == 0), plans[0])
+        local = _local_rendezvous(plans)
+        if local is None and len(plans) > 1 and any(MASTER_ADDR_ENVS[0] in p.env for p in plans):
             tail = (
-                f"store host: {host}, node rank 0 of the static rendezvous "
+                f"store host: {host.name}, node rank 0 of the static rendezvous "
                 "(MASTER_ADDR:MASTER_PORT), as in the cluster"
             )
         else:
-            tail = "no rendezvous across pods"
+            tail = local or "no rendezvous across pods"
         return CheckResult("network", "note", f"{lead}; {tail}")
     first = stores[0].store
     assert first is not None
@@ -402,6 +404,20 @@ def command_note(plans: Sequence[PodPlan]) -> CheckResult | None:
     )
 
 
+def _local_rendezvous(plans: Sequence[PodPlan]) -> str | None:
+    """What a layout without a rendezvous across pods has instead, or None where it has one
+    (issue 42 item 8: the row described a static rendezvous for these): `torchrun
+    --standalone` (its own store inside the pod), or one pod whose command is python itself."""
+    launchers = [split_command(list(p.argv)) for p in plans]  # a tuple is never its -m form
+    if launchers and all(
+        lc.kind == "torchrun" and any(split_flag(a)[0] == "--standalone" for a in lc.head) for lc in launchers
+    ):
+        return "torchrun --standalone: a rendezvous of its own inside the pod, no store across pods"
+    if len(plans) == 1 and launchers[0].kind != "torchrun":
+        return "one pod, one process with no launcher: no rendezvous across pods"
+    return None
+
+
 def netns_note(plans: Sequence[PodPlan], net: NetPlan) -> CheckResult:
     """The `network` row in netns mode: each pod's address and hostname, and which pod hosts
     the c10d store, as torch decided it from the hostnames (the rehearsal adds no is_host)."""
@@ -423,8 +439,11 @@ def netns_note(plans: Sequence[PodPlan], net: NetPlan) -> CheckResult:
     if not stores:
         master = next((p for p in plans if p.rank == 0), plans[0])
         addr = master.env.get(MASTER_ADDR_ENVS[0])
+        local = _local_rendezvous(plans)
         tail = (
-            f"store host: {master.name}, node rank 0 of the static rendezvous at "
+            local
+            if local is not None
+            else f"store host: {master.name}, node rank 0 of the static rendezvous at "
             f"{addr}:{master.env.get(MASTER_PORT_ENVS[0])}, as in the cluster"
             if addr
             else "no rendezvous across pods"
