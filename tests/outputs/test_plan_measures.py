@@ -58,7 +58,7 @@ def test_the_ticket_shows_the_verdict_and_the_scaling_efficiency(tmp_path: Path)
         ),
     ]
     _record(tmp_path, measures(rows))
-    record = read_record("nlp-lab", "llm-7b-fsdp")
+    record = read_record("nlp-lab", "llm-7b-fsdp", str(MULTI))
     assert isinstance(record, RehearsalRecord) and record.measures["bottleneck"]["verdict"] == "input"
     section = _section(run("plan", str(MULTI)).stdout)
     assert "- bottleneck: **input**: input-bound: 41 % of each step waits for data; more GPUs" in section
@@ -116,3 +116,23 @@ def test_the_ticket_never_copies_a_figure_the_scaling_row_refused(tmp_path: Path
     section = _section(run("plan", str(MULTI)).stdout)
     assert "| 2 | 4 | 46.00 | 460 % of the baseline, not an efficiency: above 100 % | input |" in section
     assert "| 460 % |" not in section
+
+
+def test_profiles_of_one_name_keep_their_own_record_and_a_scaling_series_outlives_later_rehearsals(
+    tmp_path: Path,
+) -> None:
+    """Issue 42 item 8: the record was keyed by project and name: three profiles of one name
+    overwrote each other, and a later rehearsal without --scaling dropped the scaling table."""
+    copy = tmp_path / "other" / "profile.yaml"
+    copy.parent.mkdir()
+    copy.write_text(MULTI.read_text())
+    measured = {"steps_per_s_per_process": 10.0, "verdict": "input"}
+    row = scaling_row([ScalingPoint(1, 2, measured, "/l"), ScalingPoint(2, 4, measured, "/l/scaling-2")], "x")
+    _record(tmp_path, measures([row]))  # the example's own profile, with --scaling
+    assert "not measured" in _section(run("plan", str(copy)).stdout)  # the other profile's: none
+    assert "| 2 | 4 | 10.00 | 100 % | input |" in _section(run("plan", str(MULTI)).stdout)
+    # a later rehearsal of the same profile without --scaling keeps the series, said as earlier
+    _record(tmp_path / "later", {})
+    section = _section(run("plan", str(MULTI)).stdout)
+    assert "| 2 | 4 | 10.00 | 100 % | input |" in section
+    assert "(measured by an earlier rehearsal, at " in section and str(tmp_path) in section

@@ -116,8 +116,8 @@ def test_the_latest_rehearsal_is_in_the_ticket(tmp_path: Path) -> None:
             logs_dir=str(tmp_path),
         )
     )
-    assert path == record_path("nlp-lab", "llm-7b-fsdp") and path.is_file()
-    assert read_record("nlp-lab", "llm-7b-fsdp") is not None
+    assert path == record_path("nlp-lab", "llm-7b-fsdp", str(MULTI)) and path.is_file()
+    assert read_record("nlp-lab", "llm-7b-fsdp", str(MULTI)) is not None
     md = run("plan", str(MULTI)).stdout
     rehearsal = md.split("## Latest rehearsal\n\n", 1)[1].split("\n## ", 1)[0]
     assert (
@@ -145,10 +145,10 @@ def test_the_latest_rehearsal_is_in_the_ticket(tmp_path: Path) -> None:
 
 
 def test_an_unreadable_record_is_no_record(tmp_path: Path) -> None:
-    path = record_path("nlp-lab", "llm-7b-fsdp")
+    path = record_path("nlp-lab", "llm-7b-fsdp", str(MULTI))
     path.parent.mkdir(parents=True)
     path.write_text("{not json")
-    assert read_record("nlp-lab", "llm-7b-fsdp") is None
+    assert read_record("nlp-lab", "llm-7b-fsdp", str(MULTI)) is None
     assert "none recorded" in run("plan", str(MULTI)).stdout
 
 
@@ -204,10 +204,10 @@ def test_a_hand_written_record_is_not_counted(signature: str | None) -> None:
             "signature": signature,
             "written_by": {"tool": "runai-spec", "version": "0.1.0", "host": "h", "user": "u"},
         }
-    path = record_path("nlp-lab", "llm-7b-fsdp")
+    path = record_path("nlp-lab", "llm-7b-fsdp", str(MULTI))
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(doc))
-    assert isinstance(read_record("nlp-lab", "llm-7b-fsdp"), ForeignRecord)
+    assert isinstance(read_record("nlp-lab", "llm-7b-fsdp", str(MULTI)), ForeignRecord)
     latest = _latest(run("plan", str(MULTI)).stdout)
     assert "**passed**" not in latest and "| ranks |" not in latest
     assert latest.startswith(f"a record at `{path}` is **not counted**: ")
@@ -220,7 +220,7 @@ def test_a_record_edited_after_the_rehearsal_is_not_counted(tmp_path: Path) -> N
     doc = json.loads(path.read_text())
     doc["ok"] = True
     path.write_text(json.dumps(doc))
-    record = read_record("nlp-lab", "llm-7b-fsdp")
+    record = read_record("nlp-lab", "llm-7b-fsdp", str(MULTI))
     assert isinstance(record, ForeignRecord) and "does not verify" in record.why
     assert "**passed**" not in run("plan", str(MULTI)).stdout
 
@@ -228,9 +228,9 @@ def test_a_record_edited_after_the_rehearsal_is_not_counted(tmp_path: Path) -> N
 def test_a_record_signed_with_another_key_is_not_counted(tmp_path: Path) -> None:
     _signed_record(tmp_path)
     key_path().write_bytes(b"x" * 32)  # another machine's (or a replaced) key
-    assert isinstance(read_record("nlp-lab", "llm-7b-fsdp"), ForeignRecord)
+    assert isinstance(read_record("nlp-lab", "llm-7b-fsdp", str(MULTI)), ForeignRecord)
     key_path().unlink()
-    record = read_record("nlp-lab", "llm-7b-fsdp")
+    record = read_record("nlp-lab", "llm-7b-fsdp", str(MULTI))
     assert isinstance(record, ForeignRecord) and "no record key" in record.why
 
 
@@ -240,7 +240,7 @@ def test_the_ticket_says_where_the_record_came_from(tmp_path: Path) -> None:
 
     path = _signed_record(tmp_path)
     assert oct(key_path().stat().st_mode & 0o777) == "0o600"
-    record = read_record("nlp-lab", "llm-7b-fsdp")
+    record = read_record("nlp-lab", "llm-7b-fsdp", str(MULTI))
     assert isinstance(record, RehearsalRecord)
     assert record.written_by[2:] == (socket.gethostname(), getpass.getuser())
     latest = _latest(run("plan", str(MULTI)).stdout)

@@ -246,7 +246,7 @@ def ticket_dict(w: Workload) -> dict[str, Any]:
         for i in sorted({0, count - 1})
     }
     env = dict(p.env)
-    record = read_record(p.project, p.name)
+    record = read_record(p.project, p.name, str(w.path))
     return {
         "ready": not w.errors,
         "errors": len(w.errors),
@@ -438,9 +438,12 @@ def measure_lines(d: dict[str, Any]) -> list[str]:
     out.append("")
     b, sc = m.get("bottleneck"), m.get("scaling")
     if b:
-        out.append(f"- bottleneck: **{md_text(b.get('verdict') or b['status'])}**: {md_text(b['message'])}")
+        out.append(
+            f"- bottleneck: **{md_text(b.get('verdict') or b['status'])}**: {md_text(b['message'])}"
+            + _earlier(b, r)
+        )
     if sc:
-        out.append(f"- scaling: {md_text(sc['message'])}")
+        out.append(f"- scaling: {md_text(sc['message'])}" + _earlier(sc, r))
     if sc and sc.get("runs") and sc["status"] == "note":
         unit = "samples" if sc.get("unit") == "samples" else "steps"
         out += ["", f"| processes per pod | world | {unit}/s per process | efficiency | bottleneck |"]
@@ -452,6 +455,16 @@ def measure_lines(d: dict[str, Any]) -> list[str]:
             for x in sc["runs"]
         ]
     return out
+
+
+def _earlier(measure: dict[str, Any], r: dict[str, Any]) -> str:
+    """Where a measurement comes from an earlier rehearsal of the same profile than the latest
+    (a --scaling series kept through later rehearsals): when, and its logs."""
+    when = measure.get("measured_at")
+    if not when or (when == r["finished_at"] and measure.get("logs_dir") in (None, r["logs_dir"])):
+        return ""
+    logs = md_code(str(measure.get("logs_dir")))
+    return f" (measured by an earlier rehearsal, at {md_text(when)}; logs {logs})"
 
 
 def _efficiency(run: dict[str, Any]) -> str:

@@ -43,9 +43,14 @@ def rehearsals_dir() -> Path:
     return Path(base) / "runai-spec" / "rehearsals"
 
 
-def record_path(project: str, name: str) -> Path:
-    # both are DNS labels (the profile's schema): safe as one file name
-    return rehearsals_dir() / f"{project}--{name}.json"
+def record_path(project: str, name: str, profile: str | None = None) -> Path:
+    """The record of the workload PROJECT/NAME rehearsed from the profile file PROFILE: one per
+    profile file, so that profiles of one name (a layout each) keep their own latest (issue 42
+    item 8); project and name are DNS labels (the profile's schema), safe in a file name."""
+    if profile is None:
+        return rehearsals_dir() / f"{project}--{name}.json"
+    where = hashlib.sha256(os.fsencode(os.path.realpath(profile))).hexdigest()[:16]
+    return rehearsals_dir() / f"{project}--{name}--{where}.json"
 
 
 def key_path() -> Path:
@@ -161,7 +166,8 @@ def write_record(record: RehearsalRecord, *, now: datetime | None = None) -> Pat
         finished_at=(now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ"),
         written_by=(TOOL, __version__, socket.gethostname(), _user()),
     )
-    path = record_path(record.project, record.name)
+    path = record_path(record.project, record.name, record.profile)
+    record = dataclasses.replace(record, measures=_kept_measures(record, _read(path)))
     try:
         key = record_key(create=True)
         if key is None:
@@ -175,11 +181,31 @@ def write_record(record: RehearsalRecord, *, now: datetime | None = None) -> Pat
     return path
 
 
-def read_record(project: str, name: str) -> RehearsalRecord | ForeignRecord | None:
-    """The workload's latest record; a ForeignRecord when one is there that runai-spec did not
-    write under this user's key (hand-written, edited, or of a version without a signature);
-    None when there is none or it cannot be read."""
-    path = record_path(project, name)
+def _kept_measures(record: RehearsalRecord, before: object) -> dict[str, Any]:
+    """The new record's measurements, each stamped with when and where it was measured, and
+    those the record before it had and this rehearsal did not take again (a --scaling series
+    outlives a later rehearsal without --scaling), where both are of the same profile."""
+    out = {
+        k: {**dict(v), "measured_at": record.finished_at, "logs_dir": record.logs_dir}
+        for k, v in record.measures.items()
+    }
+    if isinstance(before, RehearsalRecord) and before.profile_sha256 == record.profile_sha256:
+        for k, v in before.measures.items():
+            out.setdefault(k, {**dict(v), "measured_at": v.get("measured_at", before.finished_at)})
+    return out
+
+
+def read_record(
+    project: str, name: str, profile: str | None = None
+) -> RehearsalRecord | ForeignRecord | None:
+    """The latest record of the workload PROJECT/NAME rehearsed from the profile file PROFILE;
+    a ForeignRecord when one is there that runai-spec did not write under this user's key
+    (hand-written, edited, or of a version without a signature); None when there is none or
+    it cannot be read."""
+    return _read(record_path(project, name, profile))
+
+
+def _read(path: Path) -> RehearsalRecord | ForeignRecord | None:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
