@@ -12,7 +12,6 @@ from conftest import NAME as NAME  # the cluster tests' job name and namespace: 
 from conftest import NS as NS
 from conftest import ROOT
 from conftest import run as run  # the cluster tests' runner: conftest's
-from conftest import runner as runner
 from kubeapi import KubeAPI
 from runai_spec.cluster import MANAGED_BY_LABEL
 from runai_spec.pipeline.workload import prepare_workload

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from conftest import EXAMPLES, ROOT, crd_validator, example_job
+from conftest import EXAMPLES, ROOT, crd_validator, example_job, pytorch_containers
 from kube_helpers import NAME, NS, PROFILE, Render, error_lines, run
 from kubeapi import KubeAPI, admit, status_body
 from runai_spec.cluster import AdmissionDenied, Target, admission_denied, submit_manifests
@@ -47,8 +47,8 @@ def stored_configmaps(api: KubeAPI) -> list[tuple[str, str]]:
 
 
 def more_gpus(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    for role in manifests[0]["spec"]["pytorchReplicaSpecs"].values():
-        role["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = 9
+    for container in pytorch_containers(manifests[0]):
+        container["resources"]["limits"]["nvidia.com/gpu"] = 9
     return manifests
 
 
@@ -243,8 +243,8 @@ def test_a_tampered_smoke_test_stores_neither_its_config_map_nor_its_job(
     def tampered(workload: Any) -> list[dict[str, Any]]:
         manifests = [dict(m) for m in real(workload)]
         assert [m["kind"] for m in manifests] == ["ConfigMap", "PyTorchJob"]  # the map goes first
-        for role in manifests[1]["spec"]["pytorchReplicaSpecs"].values():
-            role["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = 9
+        for container in pytorch_containers(manifests[1]):
+            container["resources"]["limits"]["nvidia.com/gpu"] = 9
         return manifests
 
     before = stored_configmaps(policed)

@@ -8,9 +8,8 @@ from typing import Any
 
 import pytest
 
-from kube_helpers import NAME, NS, PROFILE, Sleeps, error_lines, run, runner
+from kube_helpers import NAME, NS, PROFILE, Sleeps, error_lines, run
 from kubeapi import KubeAPI
-from runai_spec.cli import app
 
 pytest_plugins = ("kube_fixtures",)
 
@@ -130,11 +129,11 @@ def test_declining_the_delete_question_deletes_nothing_and_exits_0(
 ) -> None:
     assert run("submit", PROFILE).exit_code == 0
     monkeypatch.setattr("runai_spec.cli.common.stdin_is_terminal", lambda: True)
-    declined = runner.invoke(app, ["delete", PROFILE], input="n\n")
+    declined = run("delete", PROFILE, input="n\n")
     assert declined.exit_code == 0, declined.output
     assert declined.stderr.splitlines()[-1] == "aborted: nothing deleted"
     assert api.kube.count("pytorchjobs") == 1
-    accepted = runner.invoke(app, ["delete", PROFILE], input="y\n")
+    accepted = run("delete", PROFILE, input="y\n")
     assert accepted.exit_code == 0 and f"deleted: pytorchjobs/{NS}/{NAME}" in accepted.stderr
     assert api.kube.count("pytorchjobs") == 0
 

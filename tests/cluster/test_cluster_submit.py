@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from conftest import pytorch_container
 from kube_helpers import NAME, NS, Render, Sleeps, live_job, put_foreign_job
 from kubeapi import KubeAPI
 from runai_spec.cluster import RetryPolicy, Target, submit_manifests
@@ -54,8 +55,7 @@ def test_resubmitting_the_same_render_says_unchanged_and_writes_nothing(
 def changed_render(rendered: Render) -> list[dict[str, Any]]:
     manifests = rendered()
     manifests[0]["metadata"]["annotations"]["runai-spec/profile-sha256"] = "f" * 64
-    master = manifests[0]["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
-    master["containers"][0]["command"].append("--lr=3e-4")
+    pytorch_container(manifests[0], "Master")["command"].append("--lr=3e-4")
     return manifests
 
 
@@ -258,7 +258,7 @@ def test_422_maps_the_servers_causes_back_to_the_profile_field(
     api: KubeAPI, target: Target, rendered: Render
 ) -> None:
     manifests = rendered()
-    manifests[0]["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["image"] = 42
+    pytorch_container(manifests[0], "Master")["image"] = 42
     with pytest.raises(ClusterError) as info:
         submit_manifests(manifests, target)
     line = one_line(info.value, api.kube.token)

@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 from conftest import NAME, NS
-from kube_helpers import PROFILE, Sleeps, error_lines, run, runner
+from kube_helpers import PROFILE, Sleeps, error_lines, run
 from kubeapi import KubeAPI
-from runai_spec.cli import app
 
 pytest_plugins = ("kube_fixtures",)
 
@@ -89,12 +88,12 @@ def test_delete_asks_only_after_reading_the_cluster(
 ) -> None:
     monkeypatch.setattr("runai_spec.cli.common.stdin_is_terminal", lambda: True)
     config, _ = unreachable
-    down = runner.invoke(app, ["delete", PROFILE, "--kubeconfig", str(config)], input="y\n")
+    down = run("delete", PROFILE, "--kubeconfig", str(config), input="y\n")
     assert down.exit_code == 3 and "delete " not in down.output, down.output
-    missing = runner.invoke(app, ["delete", PROFILE], input="y\n")
+    missing = run("delete", PROFILE, input="y\n")
     assert missing.exit_code == 3 and "not found" in missing.stderr
     assert "delete " not in missing.output and api.kube.sent("DELETE") == []
     assert run("submit", PROFILE).exit_code == 0
-    declined = runner.invoke(app, ["delete", PROFILE], input="n\n")
+    declined = run("delete", PROFILE, input="n\n")
     assert declined.exit_code == 0 and f"delete pytorchjobs/{NS}/{NAME}" in declined.output
     assert api.kube.count("pytorchjobs") == 1 and api.kube.sent("DELETE") == []

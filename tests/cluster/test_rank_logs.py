@@ -9,7 +9,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from conftest import BASE_PROFILE, ROOT, example_job
+from conftest import BASE_PROFILE, ROOT, example_job, pytorch_containers
 from kube_helpers import NAME, NS, PROFILE, run
 from kubeapi import KubeAPI
 from runai_spec.cluster.logs import split_ranks
@@ -28,10 +28,6 @@ pytest_plugins = ("kube_fixtures",)
 REGISTRY = PresetRegistry(ROOT / "presets")
 
 
-def containers(job: dict[str, Any]) -> list[dict[str, Any]]:
-    return [rs["template"]["spec"]["containers"][0] for rs in job["spec"]["pytorchReplicaSpecs"].values()]
-
-
 def job_for(preset: str, **changes: Any) -> dict[str, Any]:
     data = {**copy.deepcopy(BASE_PROFILE), "preset": preset, **changes}
     plan = plan_workload(parse_profile(dump([data]), "p.yaml"), REGISTRY.get(preset), REGISTRY.site())
@@ -41,7 +37,7 @@ def job_for(preset: str, **changes: Any) -> dict[str, Any]:
 def test_every_torchrun_pod_logs_each_rank_on_the_checkpoint_volume() -> None:
     for name in ("single-node", "multi-node", "elastic"):
         job = example_job(name)
-        for c in containers(job):
+        for c in pytorch_containers(job):
             assert c["command"][0] == "torchrun"
             assert "--log-dir=/checkpoints/logs/$(POD_NAME)" in c["command"]
             assert "--tee=3" in c["command"]
@@ -56,7 +52,7 @@ def test_every_torchrun_pod_logs_each_rank_on_the_checkpoint_volume() -> None:
 
 
 def test_the_single_gpu_python_job_has_no_torchrun_and_no_rank_logs() -> None:
-    (c,) = containers(example_job("single-gpu"))
+    (c,) = pytorch_containers(example_job("single-gpu"))
     assert c["command"][0] == "python"
     assert not any(a.startswith("--log-dir") for a in c["command"])
     assert all(e["name"] != POD_NAME_ENV[0] for e in c.get("env", []))
@@ -64,7 +60,7 @@ def test_the_single_gpu_python_job_has_no_torchrun_and_no_rank_logs() -> None:
 
 def test_nccl_debug_gives_each_rank_its_own_file_next_to_its_logs() -> None:
     job = job_for("h200-2x8-ib", diagnostics={"nccl_debug": True, "reason": "hang at step 1"})
-    for c in containers(job):
+    for c in pytorch_containers(job):
         env = {e["name"]: e.get("value") for e in c["env"]}
         # NCCL expands %h (host) and %p (pid): one file per rank process
         assert env[NCCL_DEBUG_FILE] == "/checkpoints/logs/$(POD_NAME)/nccl.%h.%p.log"
@@ -115,7 +111,7 @@ def test_the_rehearsal_runs_the_rendered_log_flags_on_its_volume_folder(tmp_path
 
 def test_a_render_without_log_flags_still_gets_the_rehearsals_own(tmp_path: Path) -> None:
     job = example_job("multi-node")
-    for c in containers(job):
+    for c in pytorch_containers(job):
         c["command"] = [a for a in c["command"] if not a.startswith(("--log-dir", "--tee"))]
     plans, _ = plan_pods([job], RehearsalSpec(procs_per_pod=2), root=tmp_path)
     for p in plans:

@@ -13,7 +13,7 @@ import yaml
 from pydantic import ValidationError
 
 import runai_schemas
-from conftest import NAME, NS
+from conftest import NAME, NS, pytorch_container
 from kube_helpers import PROFILE, Sleeps, run
 from kubeapi import KubeAPI
 from runai_helpers import (
@@ -490,9 +490,7 @@ def test_diff_live_on_a_runai_site_compares_with_what_run_ai_holds(runai_site: R
     assert run("submit", PROFILE).exit_code == 0
     same = run("diff", PROFILE, "--live")
     assert same.exit_code == 0, same.stdout + same.stderr
-    command = runai_site.state.only()["rawManifest"]["spec"]["pytorchReplicaSpecs"]["Master"]["template"][
-        "spec"
-    ]["containers"][0]["command"]
+    command = pytorch_container(runai_site.state.only()["rawManifest"], "Master")["command"]
     command.append("--changed-by-hand")
     changed = run("diff", PROFILE, "--live")
     assert changed.exit_code == 1
