@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from conftest import needs_torch, run
+from conftest import ROOT, needs_torch, run
 from runai_spec.pipeline.checklist import PreflightSettings
 from runai_spec.rehearse.checks import CheckResult
 from runai_spec.rehearse.filesystem import audit_layer_dir
@@ -462,3 +462,26 @@ def test_the_network_row_names_no_static_rendezvous_where_the_layout_has_none(
     net = NetPlan("10.0.0.0/24", str(tmp_path), (PodNet("master-0", "m", str(tmp_path), "10.0.0.2"),))
     row = netns_note(plans, net)
     assert expected in row.message and "static rendezvous" not in row.message, row.message
+
+
+def test_args_shorten_the_own_script_s_run_without_editing_the_profile(tmp_path: Path) -> None:
+    """Issue 42 item 8: --args appends to the script's own arguments in every pod."""
+    from conftest import example_job
+    from runai_spec.rehearse import plan_pods
+    from runai_spec.rehearse.spec import RehearsalSpec, parse_script_args
+
+    words = parse_script_args("--max-steps 40 --note 'two words'", own_script=True)
+    assert words == ("--max-steps", "40", "--note", "two words")
+    spec = RehearsalSpec(procs_per_pod=1, own_script=True, script_args=words, workdir=tmp_path)
+    plans, _ = plan_pods([example_job("multi-node")], spec, root=tmp_path / "logs")
+    for plan in plans:
+        assert plan.argv[-4:] == words, plan.argv
+    assert "--args --max-steps 40 --note 'two words'" in spec.recorded_options()
+
+
+def test_args_without_the_own_script_is_bad_input() -> None:
+    result = run(
+        "rehearse", str(ROOT / "examples" / "multi-node" / "profile.yaml"), "--args", "--max-steps 4"
+    )
+    assert result.exit_code == 2, result.output
+    assert "--args" in result.stderr and "hint: add --own-script" in result.stderr

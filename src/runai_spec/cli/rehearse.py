@@ -105,6 +105,16 @@ NetworkOpt = Annotated[
 ]
 
 
+ArgsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--args",
+        metavar="'ARG ...'",
+        help="With --own-script: arguments appended to the script's own in every pod (split as "
+        "a shell would, no shell run), e.g. --args '--max-steps 40' for a shorter run; the "
+        "profile stays as it is.",
+    ),
+]
 ScalingOpt = Annotated[
     str | None,
     typer.Option(
@@ -153,6 +163,7 @@ class RehearseOptions:
     backoff_scale: BackoffOpt = 1.0
     network: NetworkOpt = "auto"
     scaling: ScalingOpt = None
+    args: ArgsOpt = None
     fmt: TextJsonOpt = TextJson.text
 
 
@@ -174,7 +185,7 @@ def rehearse(o: RehearseOptions) -> int:
 def spec_of(o: RehearseOptions) -> RehearsalSpec:
     """What the command's options ask of the rehearsal, as one value."""
     from ..rehearse.scaling import check_scaling, parse_scaling
-    from ..rehearse.spec import RehearsalSpec
+    from ..rehearse.spec import RehearsalSpec, parse_script_args
 
     scaling = parse_scaling(o.scaling)  # without --procs-per-pod, the first run is its first K
     spec = RehearsalSpec(
@@ -190,6 +201,7 @@ def spec_of(o: RehearseOptions) -> RehearsalSpec:
         backoff_scale=o.backoff_scale,
         network=o.network,
         scaling=scaling,
+        script_args=parse_script_args(o.args, own_script=o.own_script),
     )
     check_scaling(spec)
     return spec

@@ -369,7 +369,7 @@ def _plan_pod(lay: _Layout, pod_index: int, rtype: str, i: int) -> PodPlan:
     pod_dir.mkdir(parents=True, exist_ok=True)
     fs = None
     if lay.spec.own_script:
-        entry = list(launcher.entry)
+        entry = list(launcher.entry) + list(lay.spec.script_args)  # --args: a shorter run
         fs = pod_filesystem(
             lay.pod_spec(rtype), container, lay.root, pod_dir, (lay.spec.workdir or Path.cwd()).resolve()
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shlex
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -62,6 +63,7 @@ class RehearsalSpec:
     network: str = "loopback"
     operator_version: str = OPERATOR_VERSION
     scaling: tuple[int, ...] = ()  # --scaling: the run again with each of these --procs-per-pod
+    script_args: tuple[str, ...] = ()  # --args: appended to the own script's arguments in every pod
     plan: Plan | None = None
 
     @property
@@ -88,7 +90,26 @@ class RehearsalSpec:
             + [f"--stale-gang {k}" for k in self.stale_gang]
             + [f"--network {self.network}"] * (self.network != "auto")
             + [f"--scaling {','.join(map(str, self.scaling))}"] * bool(self.scaling)
+            + [f"--args {shlex.join(self.script_args)}"] * bool(self.script_args)
         )
+
+
+def parse_script_args(text: str | None, *, own_script: bool) -> tuple[str, ...]:
+    """--args as the words a shell would split it into (no shell runs): for the own script only."""
+    if not text:
+        return ()
+    if not own_script:
+        raise InputError(
+            "appends arguments to your script's, and preflight.py is not your script",
+            field="--args",
+            hint="add --own-script",
+        )
+    try:
+        return tuple(shlex.split(text))
+    except ValueError as exc:
+        raise InputError(
+            f"cannot be split into arguments: {exc}", field="--args", hint="e.g. --args '--max-steps 40'"
+        ) from exc
 
 
 def check_timeout(timeout_s: float) -> None:
