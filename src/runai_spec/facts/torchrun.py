@@ -12,6 +12,7 @@ from .accelerate import NO_PYTHON_FLAG as ACCELERATE_NO_PYTHON
 from .accelerate import PROGRAM as ACCELERATE_PROGRAM
 
 ACCELERATE = "accelerate"  # split_command's kind of `accelerate launch ...`
+ACCELERATE_MODULE = "accelerate.commands.launch"  # what `accelerate launch` runs (its main())
 
 _TORCHRUN_BOOLEAN = {
     "--standalone",
@@ -283,6 +284,8 @@ def split_command(argv: Sequence[str]) -> Launcher:
     elif _python(prog):
         if argv[1:3] in (["-m", "torch.distributed.run"], ["-m", "torch.distributed.launch"]):
             kind, i = "torchrun", 3
+        elif argv[1:3] == ["-m", ACCELERATE_MODULE]:  # accelerate launch's own module (rehearsal)
+            kind, i = ACCELERATE, 3
         else:
             kind, i = "python", 1
     else:

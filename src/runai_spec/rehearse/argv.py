@@ -21,37 +21,30 @@ from ..facts.kubeflow import (
     MASTER_ADDR_ENVS,
     MASTER_PORT_ENVS,
     POD_NAME_ENV,
-    RDZV_BACKEND,
-    RDZV_BACKEND_ENV,
-    RDZV_CONF_ENV,
     RDZV_ENDPOINT_ENV,
     short_pod_name,
 )
 from ..facts.kubelet import container_env, expand_command
 from ..facts.torchrun import (
+    ACCELERATE,
     LOG_DIR_FLAG,
     LOG_DIR_FLAGS,
     NCCL_DEBUG_FILE,
-    RDZV_BACKEND_FLAGS,
-    RDZV_CONF_FLAGS,
-    RDZV_ENDPOINT_FLAGS,
-    STANDALONE_FLAG,
     TEE_FLAG,
     Launcher,
     flag_uses,
-    flag_value,
-    has_flag,
     python_head,
-    rdzv_conf_keys,
     set_nproc,
     split_command,
 )
 from ..pipeline.checklist import preflight_source
+from .accelerate_here import accelerate_here, downward_files, rank_log_flags
 from .filesystem import AUDIT_ENV, AUDIT_KEY_ENV, POD_ENV, audit_layer_dir, can_mount, pod_filesystem
 from .job import container_of, find_job, nproc_of, operator_env, plan_world_size, replicas_of
 from .network import NetPlan
 from .process_tree import PID_NAMESPACE, can_pid_namespace
 from .spec import RehearsalSpec
+from .store import StoreHost, accelerate_store_host, c10d_store_host, with_is_host
 
 # NVLink multicast can put a shared host's GPUs out of service (device README): always off,
 # also where a container's own env would switch it on.
@@ -92,23 +85,6 @@ class PodPlan:
     pid_namespace: bool = False  # its command runs as PID 1 of a PID namespace of its own
 
 
-@dataclass(frozen=True)
-class StoreHost:
-    """The c10d rendezvous store of one pod's torchrun, as the cluster decides who hosts it.
-
-    torch 2.13 `c10d_rendezvous_backend.py` `_create_tcp_store`: `is_host` from the rdzv conf,
-    else `_matches_machine_hostname(endpoint host)` (`rendezvous/utils.py`: localhost, a
-    loopback address, this machine's hostname or one of its addresses). In the cluster a pod's
-    hostname is its name, so only the pod named by the endpoint hosts the store; on loopback
-    every agent matches 127.0.0.1 and the first to bind the port would host it."""
-
-    endpoint: str  # as the cluster expands it, e.g. llm-7b-fsdp-master-0:23456
-    host: str
-    is_host: bool  # what the cluster's hostname match gives this pod
-    via: str  # where the rehearsal says it: "--rdzv-conf" (the rendered flag) or "PET_RDZV_CONF"
-    explicit: bool  # the rendered conf sets is_host itself: nothing added
-
-
 _LOOPBACK = "127.0.0.1"
 CHECKPOINTS_HERE = "checkpoints"  # the preflight's checkpoints, in the rehearsal's folder
 
@@ -131,50 +107,6 @@ def _on_loopback(op: Mapping[str, str], port: int) -> dict[str, str]:
 def _grace(value: Any) -> float | None:
     """terminationGracePeriodSeconds as the pod spec gives it (None: Kubernetes' default)."""
     return None if value is None else float(value)
-
-
-def _c10d_store_host(head: Sequence[str], env: Mapping[str, str], hostname: str) -> StoreHost | None:
-    """Who hosts the c10d store in the cluster, for the pod called `hostname`: None when its
-    torchrun does not use a c10d rendezvous (torchrun reads PET_<FLAG> for a missing flag)."""
-    if has_flag(head, STANDALONE_FLAG):
-        return None
-    backend = flag_value(head, *RDZV_BACKEND_FLAGS) or env.get(RDZV_BACKEND_ENV, "static")
-    if backend != RDZV_BACKEND:
-        return None
-    endpoint = flag_value(head, *RDZV_ENDPOINT_FLAGS) or env.get(RDZV_ENDPOINT_ENV, "")
-    host = endpoint.rsplit(":", 1)[0].strip("[]") if endpoint else "localhost"
-    flag = flag_value(head, *RDZV_CONF_FLAGS)
-    conf = flag if flag is not None else env.get(RDZV_CONF_ENV, "")
-    matches = host in ("localhost", hostname) or host.startswith(hostname + ".") or host.startswith("127.")
-    return StoreHost(
-        endpoint,
-        host,
-        matches,
-        RDZV_CONF_FLAGS[0] if flag is not None else RDZV_CONF_ENV,
-        "is_host" in rdzv_conf_keys(conf),
-    )
-
-
-def _with_is_host(head: list[str], env: dict[str, str], store: StoreHost) -> list[str]:
-    """Say `is_host` explicitly, as the cluster's hostname match decides it: in the rendered
-    --rdzv-conf where there is one, else in PET_RDZV_CONF (changes `env`). torchrun's
-    argparse keeps the last of a repeated flag, so every --rdzv-conf gets it: one left without
-    would let every agent on loopback take itself for the store host."""
-    if store.explicit:
-        return head
-    item = f"is_host={int(store.is_host)}"
-    if store.via == RDZV_CONF_ENV:
-        conf = env.get(RDZV_CONF_ENV, "")
-        env[RDZV_CONF_ENV] = f"{conf},{item}" if conf else item
-        return head
-    out = list(head)
-    for use in flag_uses(head, *RDZV_CONF_FLAGS):
-        value = f"{use.value},{item}" if use.value else item
-        if use.width == 2:
-            out[use.index + 1] = value
-        else:
-            out[use.index] = f"{use.name}={value}"
-    return out
 
 
 def free_port() -> int:
@@ -236,9 +168,12 @@ class _Layout:
     def world(self) -> int:
         return len(self.pods) * self.nproc
 
-    def pod_spec(self, rtype: str) -> Mapping[str, Any]:
+    def template(self, rtype: str) -> Mapping[str, Any]:
         rspec = next(spec for t, _, spec in self.replicas if t == rtype)
-        return (rspec.get("template") or {}).get("spec") or {}
+        return rspec.get("template") or {}
+
+    def pod_spec(self, rtype: str) -> Mapping[str, Any]:
+        return self.template(rtype).get("spec") or {}
 
     def overrides(self, short: str) -> dict[str, str]:
         """`env`, then the pod's `pod_env` by its short and its full name: set on purpose."""
@@ -357,14 +292,19 @@ def _plan_pod(lay: _Layout, pod_index: int, rtype: str, i: int) -> PodPlan:
     launcher = split_command(command)
     mounts = _pvc_mounts(lay.pod_spec(rtype), container)
     mounted = lay.spec.own_script and can_mount()
-    head, added, rank_logs = _launcher_here(lay, short, launcher, command, mounts, mounted)
+    files = downward_files(lay.template(rtype), container, lay.root / short)
+    head, added, rank_logs = _launcher_here(lay, short, launcher, command, mounts, mounted, files)
     store: StoreHost | None = None
-    if launcher.kind == "torchrun":
-        store = _c10d_store_host(
+    if launcher.kind == ACCELERATE:
+        store = accelerate_store_host(
+            split_command(expand_command(raw, cluster_env)).head, f"{lay.name}-{short}"
+        )
+    elif launcher.kind == "torchrun":
+        store = c10d_store_host(
             split_command(expand_command(raw, cluster_env)).head, cluster_env, f"{lay.name}-{short}"
         )
-        if store is not None and lay.network is None:
-            head = _with_is_host(head, kenv, store)
+    if store is not None and lay.network is None:
+        head = with_is_host(head, kenv, store)
     pod_dir = lay.root / short
     pod_dir.mkdir(parents=True, exist_ok=True)
     fs = None
@@ -409,6 +349,7 @@ def _launcher_here(
     command: Sequence[str],
     mounts: Sequence[tuple[str, str]],
     mounted: bool,
+    files: Mapping[str, Path],
 ) -> tuple[list[str], tuple[str, ...], Path | None]:
     """The pod's launcher as this machine runs it, the flags the rehearsal added to it, and
     where torchrun's per-rank logs land here."""
@@ -427,6 +368,13 @@ def _launcher_here(
         if rank_logs is None:  # a render without --log-dir: the rehearsal needs the files
             rank_logs = lay.root / short / "ranks"
             added = (LOG_DIR_FLAG, str(rank_logs), "--redirects", "3", TEE_FLAG, "3")
+            head += added
+    elif launcher.kind == ACCELERATE:
+        head = accelerate_here(head, python, lay.nproc, files)
+        head, rank_logs = _rank_logs_here(head, mounts, lay.root, mounted=mounted)
+        if rank_logs is None:  # a render without --log_dir: the rehearsal needs the files
+            rank_logs = lay.root / short / "ranks"
+            added = rank_log_flags(rank_logs)
             head += added
     elif head:  # with its own script, a one-GPU wrapper script runs itself, as in the pod
         head = [python, *head[1:]]

@@ -6,7 +6,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import InputError
-from ..facts.torchrun import RDZV_BACKEND_FLAGS, STANDALONE_FLAG, has_flag, split_command
+from ..facts.accelerate import RDZV_BACKEND_FLAG as ACCELERATE_BACKEND_FLAG
+from ..facts.torchrun import (
+    ACCELERATE,
+    RDZV_BACKEND_FLAGS,
+    STANDALONE_FLAG,
+    flag_value,
+    has_flag,
+    split_command,
+)
 from ..pipeline.checklist import PreflightSettings
 from .checks import exit_status
 from .job import container_of, replicas_of
@@ -95,4 +103,6 @@ def static_rendezvous(job: Mapping[str, Any]) -> bool:
         launcher = split_command(container_of(replica, rtype).get("command") or [])
     except InputError:
         return False
+    if launcher.kind == ACCELERATE:  # its default backend is static, whatever PET_RDZV_BACKEND says
+        return (flag_value(launcher.head, ACCELERATE_BACKEND_FLAG) or "static") == "static"
     return launcher.kind == "torchrun" and not has_flag(launcher.head, *RDZV_BACKEND_FLAGS, STANDALONE_FLAG)

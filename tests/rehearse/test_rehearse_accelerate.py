@@ -1,0 +1,136 @@
+"""`launcher: accelerate` rehearsed: the real `accelerate launch` (accelerate 1.16.0, CPU, gloo) in
+every pod, under the kubelet/operator model; the rendered command survives a worker kill, a naive
+`accelerate launch` (no c10d flags: accelerate's static rendezvous, no restarts) does not."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import example_job, needs_torch
+from runai_spec.facts.accelerate import CONFIG_FILE_FLAG
+from runai_spec.facts.torchrun import flag_value
+from runai_spec.rehearse import PreflightSettings, plan_pods, rehearse_manifests
+from runai_spec.rehearse.accelerate_here import MODULE
+from runai_spec.rehearse.restarts import static_rendezvous
+from runai_spec.rehearse.spec import RehearsalSpec
+
+pytest.importorskip("accelerate", minversion="1.16.0")
+
+EXAMPLE = "accelerate-multi-node"
+SETTINGS = PreflightSettings(
+    local_batch=4, grad_accum=8, global_batch=512, join_timeout_s=30, collective_timeout_s=30
+)
+
+
+def _commands(job: dict[str, Any]) -> list[list[str]]:
+    return [
+        rspec["template"]["spec"]["containers"][0]["command"]
+        for rspec in job["spec"]["pytorchReplicaSpecs"].values()
+    ]
+
+
+def rendered() -> dict[str, Any]:
+    """The example as rendered, with rendezvous timeouts short enough for a test."""
+    job = copy.deepcopy(example_job(EXAMPLE))
+    for command in _commands(job):
+        assert command[:2] == ["accelerate", "launch"] and "--rdzv_backend=c10d" in command
+        command[:] = [
+            "--rdzv_conf=join_timeout=120,read_timeout=120" if a.startswith("--rdzv_conf=") else a
+            for a in command
+        ]
+    return job
+
+
+def naive() -> dict[str, Any]:
+    """What a researcher copies from accelerate's docs: the topology flags, nothing else."""
+    job = copy.deepcopy(example_job(EXAMPLE))
+    for command in _commands(job):
+        entry = command[command.index("--tee=3") + 1 :]
+        command[:] = [
+            "accelerate",
+            "launch",
+            "--multi_gpu",
+            "--num_machines=2",
+            "--num_processes=16",
+            "--machine_rank=$(PET_NODE_RANK)",
+            "--main_process_ip=$(MASTER_ADDR)",
+            "--main_process_port=$(MASTER_PORT)",
+            *entry,
+        ]
+    return job
+
+
+def test_each_pod_runs_accelerates_module_with_the_tools_config_and_the_store_on_master_0(
+    tmp_path: Path,
+) -> None:
+    job = rendered()
+    plans, world = plan_pods([job], RehearsalSpec(procs_per_pod=1), root=tmp_path)
+    assert world == 2 and [p.name for p in plans] == ["master-0", "worker-0"]
+    port = plans[0].env["MASTER_PORT"]
+    annotation = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["metadata"]["annotations"]
+    for rank, plan in enumerate(plans):
+        argv = list(plan.argv)
+        assert argv[1:3] == ["-m", MODULE]
+        config = Path(str(flag_value(argv, CONFIG_FILE_FLAG)))
+        assert config.is_relative_to(tmp_path)  # the pod annotation, written as the kubelet would
+        assert config.read_text() == annotation["runai-spec/accelerate-config"]
+        assert json.loads(config.read_text())["rdzv_backend"] == "c10d"
+        assert flag_value(argv, "--num_processes") == "2"  # machines x processes per pod here
+        assert flag_value(argv, "--machine_rank") == str(rank)
+        assert flag_value(argv, "--main_process_ip") == "127.0.0.1"
+        assert flag_value(argv, "--main_process_port") == port
+        assert plan.store is not None and plan.store.is_host == (rank == 0)
+        is_host = f"is_host={int(rank == 0)}"
+        assert flag_value(argv, "--rdzv_conf") == f"join_timeout=120,read_timeout=120,{is_host}"
+    assert not static_rendezvous(job) and static_rendezvous(naive())
+
+
+def _kill(job: dict[str, Any], tmp_path: Path) -> Any:
+    # one process per pod, as in docs/fault-experiments; rank 0 busy after the checkpoint, longer
+    # than the first back-off: the restarted worker meets a master that has not noticed yet
+    settings = PreflightSettings(**{**SETTINGS.__dict__, "busy_rank0_s": 3.0})
+    return rehearse_manifests(
+        [job],
+        RehearsalSpec(
+            settings=settings,
+            procs_per_pod=1,
+            device="cpu",
+            logs_dir=tmp_path,
+            timeout_s=150.0,
+            kills=["worker-0@checkpoint"],
+            backoff_scale=0.1,
+        ),
+    )
+
+
+@pytest.mark.slow  # in CI's representative set (issue 38): the naive one below is long
+@pytest.mark.torch
+@pytest.mark.faults
+def test_the_rendered_accelerate_launch_survives_a_worker_kill(tmp_path: Path) -> None:
+    needs_torch()
+    r = _kill(rendered(), tmp_path)
+    [fault] = [c for c in r.checks if c.check == "fault"]
+    assert fault.status == "pass" and r.ok, [(c.check, c.status, c.message) for c in r.checks]
+    assert fault.details["phase"] == "Succeeded" and fault.details["restarted"] == ["worker-0"]
+    assert fault.details["resumed_ranks"] == [0, 1]
+    network = r.check("network")
+    assert network is not None and "c10d store host: master-0" in network.message
+
+
+@pytest.mark.long
+@pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.faults
+def test_a_naive_accelerate_launch_does_not_survive_a_worker_kill(tmp_path: Path) -> None:
+    needs_torch()
+    r = _kill(naive(), tmp_path)
+    [fault] = [c for c in r.checks if c.check == "fault"]
+    assert fault.status == "fail" and not r.ok, fault.message
+    assert (
+        "the operator would mark the job Failed" in fault.message or "static rendezvous" in fault.message
+    ), fault.message
