@@ -185,6 +185,24 @@ LAUNCHER_MODULES = (
 LAUNCHER_SCRIPT_SUFFIXES = tuple(m.replace(".", "/") + ".py" for m in LAUNCHER_MODULES)
 
 
+def _spelled(suffix: str) -> str:
+    """SUFFIX's segments, each pair separated by one or more slashes and any `.` segments."""
+    return r"/+(\./+)*".join(re.escape(part) for part in suffix.split("/"))
+
+
+# A script path that names a launcher's own module, in every spelling (issue 41 item 4): one of
+# the suffixes with its segments separated by `//` or `/./`, or any path with a `..` segment
+# whose file is one of theirs (`x/../` can make any folder the launcher's: the file is in the
+# image, not here to resolve). One pattern, in the syntax Python and RE2 share: validate
+# (launcher_entry) and the admission policy (outputs/admission/rules.py) match the same text.
+LAUNCHER_SCRIPT = re.compile(
+    r"(^|/)(" + "|".join(_spelled(s) for s in LAUNCHER_SCRIPT_SUFFIXES) + r")$"
+    r"|(^|/)\.\.(/.*)?/("
+    + "|".join(sorted({re.escape(s.rsplit("/", 1)[1]) for s in LAUNCHER_SCRIPT_SUFFIXES}))
+    + r")$"
+)
+
+
 def launcher_entry(command: Sequence[str]) -> str | None:
     """The launcher module that COMMAND's entry point is (`-m torch.distributed.run`, or a
     script path ending in `torch/distributed/run.py`), else None."""
@@ -194,8 +212,12 @@ def launcher_entry(command: Sequence[str]) -> str | None:
     if first in ("-m", "--module"):
         module = command[1].strip() if len(command) > 1 else ""
         return module if module in LAUNCHER_MODULES else None
+    if not LAUNCHER_SCRIPT.search(first):
+        return None
     path = posixpath.normpath(first)
-    return next((s for s in LAUNCHER_SCRIPT_SUFFIXES if path == s or path.endswith("/" + s)), None)
+    named = (s for s in LAUNCHER_SCRIPT_SUFFIXES if path == s or path.endswith("/" + s))
+    # the `..` spelling names no folder: the first module whose file it is
+    return next(named, next(s for s in LAUNCHER_SCRIPT_SUFFIXES if first.endswith("/" + s.rsplit("/", 1)[1])))
 
 
 def entry_point_kind(command: Sequence[str]) -> str | None:

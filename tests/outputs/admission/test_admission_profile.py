@@ -104,6 +104,47 @@ PROFILE_CHANGES: list[tuple[str, Callable[[dict[str, Any]], None]]] = [
 ]
 
 
+# Issue 41 item 4: spellings of an entry point's path, each normalised by validate
+# (torchrun.launcher_entry) and the policy (rules.py's entry-point rule) from one definition
+# (torchrun.LAUNCHER_SCRIPT): (path, refused).
+ENTRY_SPELLINGS = [
+    ("train.py", False),
+    ("./train.py", False),
+    ("src/./train.py", False),
+    ("src//train.py", False),
+    ("a/b/run.py", False),
+    ("mytorch/distributed/run.py", False),
+    ("torch/distributed/run.py", True),
+    ("/usr/lib/python3/site-packages/torch/distributed/run.py", True),
+    ("torch/distributed//run.py", True),
+    ("torch//distributed/run.py", True),
+    ("/opt/./torch/./distributed/./run.py", True),
+    ("/x/../torch/distributed/run.py", True),
+    ("torch/distributed/x/../run.py", True),
+    ("../run.py", True),
+    ("deepspeed/launcher//runner.py", True),
+    ("accelerate/commands/./launch.py", True),
+    ("deepspeed/launcher/launch.py", True),
+]
+
+
+@pytest.mark.parametrize(("path", "refused"), ENTRY_SPELLINGS, ids=[p for p, _ in ENTRY_SPELLINGS])
+def test_an_entry_point_s_spellings_are_normalised_alike_by_validate_and_the_policy(
+    policy: Policy, tmp_path: Path, path: str, refused: bool
+) -> None:
+    from runai_spec.facts import torchrun
+
+    assert (torchrun.launcher_entry([path]) is not None) is refused
+    for example in ("multi-node", "single-gpu"):
+        profile = yaml.safe_load((ROOT / "examples" / example / "profile.yaml").read_text())
+        # DeepSpeed's launcher script is followed by launcher flags (the red team's form)
+        profile["command"] = [path, "--num_gpus=8", "train.py"]
+        job, errors = _job_of(profile, tmp_path)
+        assert job is not None
+        assert ("launcher" in errors) is refused, (example, errors)
+        assert bool(policy.denials(job)) is refused, (example, policy.denials(job))
+
+
 @pytest.mark.parametrize(
     ("example", "change"),
     [(e, c) for e in ("multi-node", "single-gpu") for c in PROFILE_CHANGES],

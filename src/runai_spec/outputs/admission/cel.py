@@ -314,11 +314,19 @@ class Emitter:
     def pinned(self, rows: list[str], where: str, guards: tuple[str, ...]) -> str:
         """The problems of a map's pinned keys, from ROWS `[key, [value] or [], wanted]`: one
         table a map, not one check a key (a message is built only for a value that differs)."""
-        table = (
-            f"[{', '.join(rows)}].filter(t, t[1].exists(s, {text('s')} != t[2]))"
-            f'.map(t, {lit(where + "." if where else "")} + t[0] + ": must be \'" + t[2] + "\'")'
-        )
+        table = self.table(rows, where + "." if where else "", "", "")
         return f"(({balanced('&&', list(guards), 'true')}) ? {table} : [])" if guards else table
+
+    @staticmethod
+    @staticmethod
+    def table(rows: list[str], where: str, open_: str, close: str) -> str:
+        """The messages of the ROWS `[place, [value] or [], wanted]` whose value is not the
+        wanted text, each `WHERE OPEN_ place CLOSE: must be 'wanted'`."""
+        must = lit(close + ": must be '")
+        return (
+            f"[{', '.join(rows)}].filter(t, t[1].exists(s, {text('s')} != t[2]))"
+            f'.map(t, {lit(where + open_)} + t[0] + {must} + t[2] + "\'")'
+        )
 
     def listing(self, shape: ListShape, e: str, where: str, guards: tuple[str, ...]) -> str:
         if shape.tail:

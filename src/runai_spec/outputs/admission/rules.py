@@ -205,9 +205,9 @@ def _launcher_name(e: str) -> str:
 
 
 def _launcher_script(e: str) -> str:
-    """torchrun's own module and the other launchers' scripts, named as a file."""
-    suffixes = getattr(torchrun, "LAUNCHER_SCRIPT_SUFFIXES", ())
-    return balanced("||", [f"{e}.endsWith({lit(s)})" for s in suffixes], "false")
+    """torchrun's own module and the other launchers' scripts, named as a file in any
+    spelling validate refuses (torchrun.LAUNCHER_SCRIPT: `//`, `/./`, `x/../`)."""
+    return _regex(e, torchrun.LAUNCHER_SCRIPT.pattern)
 
 
 def _entry_python(e: str, c: RuleContext) -> str:
