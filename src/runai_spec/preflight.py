@@ -708,7 +708,10 @@ def check_checkpoint(rep: Reporter, ckpt: Checkpointer, model: nn.Module, step: 
 def check_global_batch(rep: Reporter, opts: argparse.Namespace, launch: Launch,
                        samples: list[int]) -> None:
     here = opts.local_batch * launch.world_size * opts.grad_accum
-    plan_world = opts.plan_world_size or launch.world_size
+    # the profile declares its global batch at the plan's world: the most processes of an
+    # elastic job (validate's rule); a round formed with fewer is judged for the world it got
+    elastic = opts.min_world_size is not None and opts.world_size is not None
+    plan_world = opts.plan_world_size or (opts.world_size if elastic else None) or launch.world_size
     planned = opts.local_batch * plan_world * opts.grad_accum
     measured = sorted(set(samples))
     details = {"local": opts.local_batch, "processes": launch.world_size,
@@ -719,6 +722,8 @@ def check_global_batch(rep: Reporter, opts: argparse.Namespace, launch: Launch,
                f"{opts.grad_accum} accumulation = {planned}")
     if plan_world != launch.world_size:
         formula += f" (this run: {launch.world_size} processes, {here} per step)"
+        if elastic:
+            formula += "; an elastic round's batch scales with its world"
     if measured and measured != [here]:
         rep.failed("global-batch", f"the loop saw {measured} samples per step, not {here}; "
                    f"{formula}", **details)

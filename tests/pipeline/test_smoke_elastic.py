@@ -118,3 +118,44 @@ def test_preflight_with_the_smoke_s_world_arguments_passes_a_smaller_elastic_wor
     [row] = [r for r in parse_lines(done.stdout) if r.get("check") == "world-size"]
     assert row["ok"] is passes, row
     assert (done.returncode == 0) is passes, done.stderr
+
+
+@pytest.mark.torch
+def test_an_elastic_round_at_its_minimum_passes_the_global_batch_declared_at_the_most(
+    tmp_path: Path,
+) -> None:
+    """Issue 40 item 1: the profile declares its global batch at the most pods (validate's
+    global-batch rule); a round formed with minReplicas pods runs a smaller batch per step and
+    is healthy. One process stands for that round (the smoke's --world-size 2, --min-world-size
+    1, local 2, declared 4): the check passes, names this run's batch, and the smoke's world
+    arguments are all it needs (the preflight compared with the world it got and failed)."""
+    needs_torch()
+    args = ["--world-size", "2", "--min-world-size", "1", "--local-batch", "2", "--global-batch", "4"]
+    args += ["--steps", "2", "--checkpoint-every", "2", "--checkpoint-dir", str(tmp_path / "ckpt")]
+    args += ["--join-timeout", "20"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "TORCHELASTIC", "PREFLIGHT_"))}
+    env.update(
+        RANK="0",
+        WORLD_SIZE="1",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(free_port()),
+        CUDA_VISIBLE_DEVICES="",
+        PYTHONUNBUFFERED="1",
+    )
+    done = subprocess.run(
+        [sys.executable, str(PREFLIGHT), *args], env=env, capture_output=True, text=True, timeout=120
+    )
+    rows = {r.get("check"): r for r in parse_lines(done.stdout)}
+    row = rows["global-batch"]
+    assert row["ok"] is True, row
+    assert row["computed"] == 4 and row["expected_here"] == 2 and row["processes"] == 1
+    assert "this run: 1 processes, 2 per step" in row["message"]
+    assert done.returncode == 0, done.stderr
+    # a declared batch that holds at no world of the policy still fails
+    wrong = [*args[: args.index("--global-batch") + 1], "3", *args[args.index("--global-batch") + 2 :]]
+    env["MASTER_PORT"] = str(free_port())
+    bad = subprocess.run(
+        [sys.executable, str(PREFLIGHT), *wrong], env=env, capture_output=True, text=True, timeout=120
+    )
+    [row] = [r for r in parse_lines(bad.stdout) if r.get("check") == "global-batch"]
+    assert row["ok"] is False and bad.returncode != 0
