@@ -121,5 +121,6 @@ def rehearse_scaling(manifests: Sequence[Mapping[str, Any]], spec: RehearsalSpec
     )
     where = f"{machine()}, {'GPUs (nccl)' if first.backend == 'nccl' else 'no GPU (gloo)'}, {setting}"
     result = dataclasses.replace(first, checks=(*first.checks, scaling_row(points, where)))
+    result.logs_dir.mkdir(parents=True, exist_ok=True)
     (result.logs_dir / "result.json").write_text(json.dumps(result_dict(result), indent=2) + "\n")
     return result
