@@ -36,6 +36,11 @@ from typing import Any, Literal, get_args
 
 from .kubeflow import REPLICA_TYPES
 
+# GPU sharing (issue 41 item 3): a pod gets a fraction of a GPU, or GPU memory, from these pod
+# annotations with no `nvidia.com/gpu` request at all (pkg/common/constants/constants.go
+# GpuFraction, GpuMemory, GpuFractionsNumDevices, RunaiGpuLimit; Run:ai's "GPU fractions").
+GPU_SHARING_ANNOTATIONS = ("gpu-fraction", "gpu-memory", "gpu-fraction-num-devices", "runai-gpu-limit")
+
 KaiVersion = Literal["v0.9.9", "v0.17.0"]
 KAI_VERSIONS: tuple[str, ...] = get_args(KaiVersion)
 

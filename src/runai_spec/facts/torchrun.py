@@ -152,17 +152,24 @@ TRANSPORT_ENV_PREFIXES = (
     "CUDA_MPS_",
     "NVIDIA_REQUIRE_",
 )
+# The variables that hand a container devices when it is made (the NVIDIA and Mellanox
+# container toolkits: `NVIDIA_VISIBLE_DEVICES=all` gives every GPU of the node without any
+# resource request): validate refuses them in a profile (below), and the admission policy's
+# workload guard counts a container that sets them as one that asks for GPUs (issue 41 item 3).
+DEVICE_ENV_NAMES = (
+    "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_MIG_CONFIG_DEVICES",
+    "NVIDIA_MIG_MONITOR_DEVICES",
+    "MELLANOX_VISIBLE_DEVICES",
+)
 TRANSPORT_ENV_NAMES = (
     "GLOO_SOCKET_IFNAME",
     "TP_SOCKET_IFNAME",
-    "MELLANOX_VISIBLE_DEVICES",
     "LD_PRELOAD",
     "LD_LIBRARY_PATH",
     "GLOO_DEVICE_TRANSPORT",
-    "NVIDIA_VISIBLE_DEVICES",
+    *DEVICE_ENV_NAMES,
     "NVIDIA_DRIVER_CAPABILITIES",
-    "NVIDIA_MIG_CONFIG_DEVICES",
-    "NVIDIA_MIG_MONITOR_DEVICES",
     "NVIDIA_DISABLE_REQUIRE",
 )
 

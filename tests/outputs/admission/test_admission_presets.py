@@ -424,6 +424,33 @@ def test_the_workload_guard_keeps_gpu_pods_to_the_training_operator(
         "spec": {},
     }
     assert denied(tfjob, "alice", "kubeflow.org", "tfjobs")
+    # issue 41 item 3: the GPU signals that are no extended resource
+    for annotation in ("gpu-fraction", "gpu-memory", "gpu-fraction-num-devices"):
+        shared = copy.deepcopy(plain)
+        shared["metadata"]["annotations"] = {annotation: "0.5"}
+        assert denied(shared, "alice"), annotation
+        assert not denied(shared, OPERATOR)
+    visible = copy.deepcopy(plain)
+    visible["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    assert denied(visible, "alice")
+    dra = copy.deepcopy(plain)
+    dra["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+    assert denied(dra, "alice")
+    dra["spec"].pop("resourceClaims")
+    dra["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
+    assert denied(dra, "alice")
+    harmless = copy.deepcopy(plain)
+    harmless["spec"]["containers"][0]["env"] = [{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}]
+    assert not denied(harmless, "alice")
+
+
+def test_the_guard_s_device_variables_are_those_validate_refuses() -> None:
+    """One definition (torchrun.DEVICE_ENV_NAMES): each variable the guard counts as a GPU
+    request is one validate refuses in a profile's env."""
+    from runai_spec.facts import torchrun
+
+    assert set(torchrun.DEVICE_ENV_NAMES) <= set(torchrun.TRANSPORT_ENV_NAMES)
+    assert "NVIDIA_VISIBLE_DEVICES" in torchrun.DEVICE_ENV_NAMES
 
 
 def test_the_workload_guard_is_off_unless_the_site_enables_it() -> None:

@@ -19,12 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import InputError, PresetError, visible
+from ...facts.kai import GPU_SHARING_ANNOTATIONS
 from ...facts.kubeflow import (
     ANNOTATION_PREFIX,
     MANAGED_BY,
     MANAGED_BY_LABEL,
     PLURAL,
 )
+from ...facts.torchrun import DEVICE_ENV_NAMES
 from ...files import ReplacedFiles
 from ...load.registry import PresetRegistry
 from ...load.site import Site
@@ -219,16 +221,27 @@ def guard_documents(registry: PresetRegistry) -> list[dict[str, Any]]:
         + [f"k in [{', '.join(lit(n) for n in names)}]"],
         "false",
     )
-    network = balanced("||", [f"k.startsWith({lit(p)})" for p in NETWORK_ANNOTATION_PREFIXES], "false")
+    # the GPU signals: extended resources, a DRA claim, the toolkit's device variables
+    # (torchrun.DEVICE_ENV_NAMES, which validate refuses in a profile), KAI's GPU-sharing
+    # annotations (kai.GPU_SHARING_ANNOTATIONS) and a network attachment
+    network = balanced(
+        "||",
+        [f"k.startsWith({lit(p)})" for p in NETWORK_ANNOTATION_PREFIXES]
+        + [f"k in [{', '.join(lit(a) for a in GPU_SHARING_ANNOTATIONS)}]"],
+        "false",
+    )
+    devices = ", ".join(lit(n) for n in DEVICE_ENV_NAMES)
     asks = (
-        f"(has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(k, "
+        f"((has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(k, "
         f"{device})) || (has(c.resources.requests) && c.resources.requests.exists(k, "
-        f"{device}))))"
+        f"{device})) || (has(c.resources.claims) && size(c.resources.claims) > 0))) || "
+        f"(has(c.env) && c.env.exists(v, has(v.name) && v.name in [{devices}])))"
     )
     claims = (
         f"variables.templates.exists(t, (has(t.spec) && "
         f"((has(t.spec.containers) && t.spec.containers.exists(c, {asks})) || "
-        f"(has(t.spec.initContainers) && t.spec.initContainers.exists(c, {asks})))) || "
+        f"(has(t.spec.initContainers) && t.spec.initContainers.exists(c, {asks})) || "
+        f"(has(t.spec.resourceClaims) && size(t.spec.resourceClaims) > 0))) || "
         f"(has(t.metadata) && has(t.metadata.annotations) && "
         f"t.metadata.annotations.exists(k, {network})))"
     )

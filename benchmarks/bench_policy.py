@@ -1,0 +1,63 @@
+"""`presets policy` for a site of many presets (issue 41 item 1): the size of the generated
+policy (JSON, as the API server stores it) and of its parameters, and the time to generate
+them, for the shipped presets and for N presets (tests/outputs/admission/many_presets.py: the
+four shipped layouts in several shapes, signed by a throwaway key).
+
+Paired with another generator: `--src DIR` runs the same measure with DIR on the import path
+(e.g. `git archive 2f8bad1 src | tar -x -C /tmp/today` and `--src /tmp/today/src`), whose
+size refusal is lifted so that its size can be read."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def measure(src: Path, counts: list[int], rounds: int) -> None:
+    sys.path[:0] = [str(src), str(ROOT / "tests")]
+    from outputs.admission.many_presets import many_presets
+    from runai_spec.load.registry import PresetRegistry
+    from runai_spec.outputs.admission import documents
+
+    documents.MAX_POLICY_BYTES = 10**12  # read the size; the refusal is the tool's, not ours
+    sizes = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for count in counts:
+            folder = ROOT / "presets" if count == 4 else many_presets(Path(scratch) / str(count), count)
+            times = []
+            for _ in range(rounds):
+                start = time.perf_counter()
+                docs = documents.policy_documents(PresetRegistry(folder, today=dt.date(2027, 1, 1)))
+                times.append(time.perf_counter() - start)
+            policy, params = len(json.dumps(docs[0])), len(json.dumps(docs[-1]))
+            sizes[count] = policy
+            print(
+                f"{count:3d} presets: policy {policy:>10,} bytes, parameters {params:>9,} bytes, "
+                f"generated in {statistics.median(times):.2f} s (median of {rounds})"
+            )
+    first, last = min(sizes), max(sizes)
+    if last > first:
+        print(
+            f"bytes a preset adds ({first} -> {last}): {(sizes[last] - sizes[first]) / (last - first):,.0f}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--src", type=Path, default=ROOT / "src", help="the generator's src folder")
+    parser.add_argument("--counts", default="4,8,50", help="preset counts (4: the shipped presets)")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    measure(args.src, [int(c) for c in args.counts.split(",")], args.rounds)
+
+
+if __name__ == "__main__":
+    main()
