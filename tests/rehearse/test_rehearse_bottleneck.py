@@ -135,8 +135,8 @@ def test_scaling_counts_samples_per_second_and_refuses_an_efficiency_when_the_ba
     assert "460" not in row.message and "scaling efficiency" not in row.message
     assert row.message.startswith("throughput on this machine (2 CPU cores), samples/s per process")
     assert (
-        "2 per pod (world 2): 368.00 samples/s per process (8 samples per step), 115 % of the baseline, not an efficiency"
-        in row.message
+        "2 per pod (world 2): 368.00 samples/s per process (8 samples per step), 115 % of the "
+        "baseline, not an efficiency" in row.message
     )
 
 

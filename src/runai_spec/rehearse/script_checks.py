@@ -322,6 +322,20 @@ def _device_row(records: Sequence[Mapping[str, Any]], run: ScriptRun) -> CheckRe
     )
 
 
+def _stuck_row(records: Sequence[Mapping[str, Any]]) -> CheckResult | None:
+    """The failing shutdown row of ranks alive after their own destroy_process_group, or None."""
+    hung = stuck(records)
+    if not hung:
+        return None
+    return CheckResult(
+        "shutdown",
+        "fail",
+        f"{stuck_text(hung)}: in the cluster the pod never completes and holds its GPUs; end "
+        "the threads and waits that outlive training (join them, or make them daemons)",
+        failed_ranks=tuple(int(r["rank"]) for r in hung),
+    )
+
+
 def _shutdown_row(records: Sequence[Mapping[str, Any]], run: ScriptRun) -> CheckResult:
     last: dict[int, tuple[int, int]] = {}
     for r in _starts(records):
@@ -343,15 +357,9 @@ def _shutdown_row(records: Sequence[Mapping[str, Any]], run: ScriptRun) -> Check
         for r in records
         if r.get("event") == "init-process-group" and r.get("rank") is not None and not r.get("failed")
     }
-    hung = stuck(records)
-    if hung:
-        return CheckResult(
-            "shutdown",
-            "fail",
-            f"{stuck_text(hung)}: in the cluster the pod never completes and holds its GPUs; end "
-            "the threads and waits that outlive training (join them, or make them daemons)",
-            failed_ranks=tuple(int(r["rank"]) for r in hung),
-        )
+    hung = _stuck_row(records)
+    if hung is not None:
+        return hung
     teardown = [] if run.restarted else crashed_after_end([r for r in records if generation(r) == (0, 0)])
     if teardown and run.crash is None and run.timed_out:
         return CheckResult(
