@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from ..facts.kubeflow import DEFAULT_PORT, DNS1123_PATTERN, RDZV_BACKEND
+from ..facts.mpi import DEFAULT_SSH_AUTH_MOUNT_PATH, LauncherCreationPolicy, MpiImplementation
 from .model import FileModel
 from .profile import LauncherName, Strategy
 
@@ -45,6 +46,43 @@ class RunPolicy(FileModel):
     ttl_seconds_after_finished: int | None = Field(86400, ge=0)
     active_deadline_seconds: int | None = Field(None, gt=0)
     clean_pod_policy: Literal["All", "Running", "None"] = "Running"
+
+
+class MpiSettings(FileModel):
+    """How an MPIJob of this preset runs (mpi-operator v2beta1, DESIGN 4.8): the engineers'
+    settings; slots per worker are the preset's GPUs per pod and the restart budget is
+    run_policy.backoff_limit (the launcher Job's back-off: MPI has no re-rendezvous)."""
+
+    implementation: MpiImplementation = Field(
+        "OpenMPI", description="spec.mpiImplementation (runai-spec renders OpenMPI's mpirun)."
+    )
+    ssh_auth_mount_path: str = Field(
+        DEFAULT_SSH_AUTH_MOUNT_PATH,
+        pattern=r"^/[^\s]*$",
+        description="spec.sshAuthMountPath: where the operator's SSH Secret is mounted (the "
+        "home of the user the image runs as, e.g. /home/mpiuser/.ssh for a non-root image).",
+    )
+    launcher_creation_policy: LauncherCreationPolicy = Field(
+        "WaitForWorkersReady",
+        description="spec.launcherCreationPolicy: WaitForWorkersReady starts mpirun once every "
+        "worker's sshd is up (AtStartup races it and spends back-off on connection failures).",
+    )
+    mpirun_args: list[str] = Field(
+        default_factory=lambda: [],
+        description="mpirun flags the engineers approve (transport: `--mca pml ob1`, `-x "
+        "NCCL_IB_HCA`...), after the tool's `-np`; a researcher's command carries none.",
+    )
+    worker_command: list[str] = Field(
+        default_factory=lambda: ["/usr/sbin/sshd", "-De"],
+        min_length=1,
+        description="What each worker pod runs: the SSH daemon mpirun reaches it through.",
+    )
+    launcher_restart_policy: Literal["OnFailure", "Never"] = Field(
+        "OnFailure", description="The Launcher's restartPolicy (the operator's default)."
+    )
+    worker_restart_policy: Literal["OnFailure", "Never"] = Field(
+        "Never", description="The Workers' restartPolicy (the operator's default)."
+    )
 
 
 class Rendezvous(FileModel):
@@ -115,6 +153,10 @@ class Preset(FileModel):
         min_length=1,
         description="The launchers a profile may choose with this preset, among the site's "
         "(`launchers` in site.yaml); unset: the site's. Elastic presets run torchrun only.",
+    )
+    mpi: MpiSettings = Field(
+        default_factory=lambda: MpiSettings(),
+        description="The MPIJob's settings where the preset allows `launcher: mpi`.",
     )
     termination_grace_period_seconds: int = Field(
         30,

@@ -8,6 +8,7 @@ from pydantic import Field, PrivateAttr, field_validator
 
 from ..facts.kai import PLACEMENT_ANNOTATION, TOPOLOGY_ANNOTATION
 from ..facts.kubeflow import OPERATOR_VERSION, OperatorVersion
+from ..facts.mpi import NO_OPERATOR, MpiOperator
 from ..facts.runai import NODE_POOL_LABEL, PREEMPTIBILITY_LABEL, PRIORITY_LABEL, QUEUE_LABEL
 from .model import FileModel
 from .profile import LauncherName
@@ -231,11 +232,19 @@ class Site(FileModel):
         description="The cluster's priority dictionary.",
     )
     launchers: list[LauncherName] = Field(
-        default_factory=lambda: list(get_args(LauncherName)),
+        default_factory=lambda: [n for n in get_args(LauncherName) if n != "mpi"],
         min_length=1,
         description="The launchers a profile may choose (its `launcher` field) on this site; "
-        "a preset may narrow it. Both by default: the accelerate render keeps torchrun's c10d "
-        "rendezvous, restarts and shutdown window (one GPU always runs python).",
+        "a preset may narrow it. torchrun and accelerate by default: the accelerate render keeps "
+        "torchrun's c10d rendezvous, restarts and shutdown window (one GPU always runs python); "
+        "`mpi` only where named, on a site whose `mpi_operator` is mpi-operator v2beta1.",
+    )
+    mpi_operator: MpiOperator = Field(
+        NO_OPERATOR,
+        description="The MPI operator the cluster runs: an mpi-operator release serving MPIJob "
+        "kubeflow.org/v2beta1 (v0.6.0 or later, as Run:ai requires), `none`, or "
+        "`training-operator-v1` (training-operator's older MPIJob v1 under the same CRD name, "
+        "which runai-spec does not render): `launcher: mpi` needs the first.",
     )
     allow_module_entrypoint: bool = Field(
         False,
