@@ -22,6 +22,7 @@ import shutil
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from contextlib import nullcontext
@@ -125,6 +126,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="seconds to wait for every rank to join")
     p.add_argument("--timeout", type=float, default=_env_float("PREFLIGHT_TIMEOUT", 120.0),
                    help="collective timeout in seconds")
+    p.add_argument("--deadline", type=float, metavar="SECONDS",
+                   default=_env_float("PREFLIGHT_DEADLINE", None),
+                   help="fail and exit this long after this process started, wherever it hangs "
+                        "(the smoke test's own bound: it counts from the pods' start, never "
+                        "from the queue)")
     p.add_argument("--break", dest="faults", action="append", choices=BREAKS,
                    default=[f for f in (_env("PREFLIGHT_BREAK", "") or "").split(",") if f],
                    help="fault injection for tests and CI breakage runs")
@@ -865,8 +871,31 @@ def run(opts: argparse.Namespace) -> int:
     return rep.summary()
 
 
+def watch_deadline(seconds: float | None, started: float) -> None:
+    """The preflight's own deadline: a daemon thread that reports and exits wherever the main
+    thread hangs (a collective or a store wait in C++ never returns to a signal handler)."""
+    if seconds is None or seconds <= 0:
+        return
+
+    def expire() -> None:
+        rank = int(_env("RANK", "0") or 0)
+        rep = Reporter(rank)
+        rep.failed("training", f"the preflight's own deadline of {seconds:g} s passed before it "
+                   "finished (counted from its start in the pod, queue time aside)",
+                   deadline_s=seconds, elapsed_s=round(time.monotonic() - started, 3))
+        rep.summary()
+        os._exit(1)
+
+    timer = threading.Timer(max(0.0, seconds - (time.monotonic() - started)), expire)
+    timer.daemon = True
+    timer.start()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    return run(parse_args(argv))
+    started = time.monotonic()
+    opts = parse_args(argv)
+    watch_deadline(opts.deadline, started)
+    return run(opts)
 
 
 if __name__ == "__main__":

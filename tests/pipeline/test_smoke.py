@@ -17,7 +17,7 @@ from kube_helpers import NAME, NS, run
 from kubeapi import KubeAPI
 from runai_spec.cluster import MANAGED_BY_LABEL
 from runai_spec.facts.kubeflow import SMOKE_MOUNT, operator_problems
-from runai_spec.pipeline.smoke import smoke_plan
+from runai_spec.pipeline.smoke import job_deadline_s, smoke_plan
 from runai_spec.pipeline.workload import prepare_workload
 from runai_spec.rehearse import free_port, operator_env, split_command
 from runai_spec.render import render_smoke
@@ -163,7 +163,7 @@ def test_the_smoke_deadline_replaces_the_real_jobs_own_in_place() -> None:
     _, job = render_smoke(smoke_plan(limited, deadline_s=600))
     assert list(job["spec"]["runPolicy"].items()) == [
         *((k, 0 if k == "backoffLimit" else v) for k, v in plan.run_policy),
-        ("activeDeadlineSeconds", 600),
+        ("activeDeadlineSeconds", job_deadline_s(600)),
         ("suspend", False),
     ]
     # without a deadline of its own the real job gets the smoke test's after its policy

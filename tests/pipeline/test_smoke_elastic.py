@@ -13,8 +13,9 @@ import pytest
 
 from conftest import ROOT, needs_torch
 from runai_spec.facts.kubeflow import OPERATOR_VERSIONS, WORKER, operator_env
+from runai_spec.facts.operator import past_active_deadline
 from runai_spec.pipeline.checklist import parse_lines
-from runai_spec.pipeline.smoke import DEFAULT_DEADLINE_S
+from runai_spec.pipeline.smoke import DEFAULT_DEADLINE_S, QUEUE_ALLOWANCE_S, job_deadline_s
 from runai_spec.rehearse import free_port
 from runai_spec.render.manifests import parse
 
@@ -69,15 +70,48 @@ def test_a_fixed_size_smoke_test_expects_exactly_its_world(example: str) -> None
     assert "--min-world-size" not in command and "elasticPolicy" not in job["spec"]
 
 
-def test_the_smoke_deadline_is_stated_as_covering_the_queue() -> None:
-    """activeDeadlineSeconds counts from status.startTime, set while the pods are Pending
-    (training-operator v1.9 core/job.go PastActiveDeadline): the command guide says the deadline
-    covers the queue, with its length."""
+def test_a_smoke_test_pending_longer_than_the_preflight_s_deadline_is_not_failed_for_it() -> None:
+    """Issue 40 item 2: activeDeadlineSeconds counts from status.startTime, set while the pods
+    are Pending (training-operator v1.9 core/job.go PastActiveDeadline): the job's deadline
+    covers the queue (QUEUE_ALLOWANCE_S) and the preflight bounds itself from its start in the
+    pod (--deadline). A smoke test that queued longer than the preflight's own deadline, then
+    ran for that whole deadline, is not past the job's; it was, at 1800 s for everything."""
     job = _job("multi-node", "smoke.yaml")
-    assert job["spec"]["runPolicy"]["activeDeadlineSeconds"] == DEFAULT_DEADLINE_S
+    deadline = job["spec"]["runPolicy"]["activeDeadlineSeconds"]
+    command = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["command"]
+    args = list(command[command.index("/opt/runai-spec/preflight.py") + 1 :])
+    assert args[args.index("--deadline") + 1] == str(DEFAULT_DEADLINE_S)
+    assert deadline == job_deadline_s(DEFAULT_DEADLINE_S) == QUEUE_ALLOWANCE_S + 600 + DEFAULT_DEADLINE_S
+    queued = DEFAULT_DEADLINE_S + 1
+    ran = 600 + DEFAULT_DEADLINE_S  # the longest rendezvous, then the preflight's whole deadline
+    assert not past_active_deadline(deadline, 0.0, queued + ran)
+    assert past_active_deadline(deadline, 0.0, QUEUE_ALLOWANCE_S + ran)  # a day queued: stale
     readme = (ROOT / "docs" / "commands.md").read_text(encoding="utf-8")
-    assert f"`activeDeadlineSeconds: {DEFAULT_DEADLINE_S}`" in readme
-    assert "cover the queue" in readme
+    assert f"`activeDeadlineSeconds: {deadline}`" in readme and f"`--deadline {DEFAULT_DEADLINE_S}`" in readme
+
+
+@pytest.mark.torch
+def test_the_preflight_bounds_itself_where_it_hangs(tmp_path: Path) -> None:
+    """Waiting for a rank that never comes (a store wait in C++), the preflight's own deadline
+    ends it with a failed check that names the deadline, exit 1."""
+    needs_torch()
+    args = ["--world-size", "2", "--join-timeout", "300", "--deadline", "3"]
+    args += ["--checkpoint-dir", str(tmp_path / "ckpt")]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "TORCHELASTIC", "PREFLIGHT_"))}
+    env.update(
+        RANK="0",
+        WORLD_SIZE="2",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(free_port()),
+        CUDA_VISIBLE_DEVICES="",
+        PYTHONUNBUFFERED="1",
+    )
+    done = subprocess.run(
+        [sys.executable, str(PREFLIGHT), *args], env=env, capture_output=True, text=True, timeout=120
+    )
+    [row] = [r for r in parse_lines(done.stdout) if r.get("check") == "training"]
+    assert row["ok"] is False and row["deadline_s"] == 3 and "own deadline of 3 s" in row["message"]
+    assert done.returncode == 1, done.stderr
 
 
 @pytest.mark.torch

@@ -52,6 +52,15 @@ BACKOFF_RESET_AFTER_S = 2 * BACKOFF_CAP_S
 RETRYABLE_FROM = 128
 
 
+def past_active_deadline(active_deadline_s: int | None, start_time: float | None, now: float) -> bool:
+    """`pkg/core/job.go` PastActiveDeadline (v1.7.0-v1.9.x): runPolicy.activeDeadlineSeconds
+    counted from the job's status.startTime, which the operator sets at its first reconcile,
+    while the pods may still be Pending: queue time counts. None for either: never past."""
+    if active_deadline_s is None or start_time is None:
+        return False
+    return now - start_time >= active_deadline_s
+
+
 def kubelet_backoff(restart: int, scale: float = 1.0) -> float:
     """The kubelet's wait before the `restart`-th restart of one container (1-based)."""
     return float(min(BACKOFF_BASE_S * 2 ** (max(restart, 1) - 1), BACKOFF_CAP_S)) * scale

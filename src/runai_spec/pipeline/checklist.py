@@ -59,6 +59,7 @@ class PreflightSettings:
     fresh_checkpoint: bool = False  # the smoke test: never resume an earlier smoke test
     busy_rank0_s: float = 0.0  # rank 0 busy after the first checkpoint (the hard fault case)
     checkpoint_on_sigterm: bool = False  # the profile's script saves on SIGTERM
+    deadline_s: float | None = None  # the preflight's own deadline, from its start (smoke test)
 
     def args(
         self,
@@ -109,6 +110,8 @@ class PreflightSettings:
             out += ["--busy-rank0", f"{self.busy_rank0_s:g}"]
         if self.checkpoint_on_sigterm:
             out += ["--checkpoint-on-sigterm"]
+        if self.deadline_s is not None:
+            out += ["--deadline", f"{self.deadline_s:g}"]
         return out
 
 

@@ -32,20 +32,31 @@ if TYPE_CHECKING:
 
 SMOKE_NOTE = "preflight.py checklist in place of the training command"
 SMOKE_VOLUME = "runai-spec-preflight"
-# activeDeadlineSeconds runs from the operator's status.startTime, which it sets at its first
-# reconcile while the pods are still Pending (training-operator v1.9
-# pkg/controller.v1/pytorch/pytorchjob_controller.go, pkg/core/job.go PastActiveDeadline):
-# the deadline covers the queue too. 30 minutes: the preflight itself takes a few (join
-# timeout MIN_JOIN_TIMEOUT_S at most, then seconds of checks), the rest is for the scheduler
-# to find the GPUs; a smoke test that queues longer fails as DeadlineExceeded without having
-# run (README, `render --smoke`). A deadline of the preflight's own would count from the
-# pods' start, but activeDeadlineSeconds is what stops the pods and frees the GPUs.
-DEFAULT_DEADLINE_S = 1800
+# The smoke test's deadline counts from the pods' start: preflight.py bounds itself
+# (--deadline, a watchdog from its start in the pod, after torchrun's rendezvous, which its
+# join timeout bounds: MIN_JOIN_TIMEOUT_S). activeDeadlineSeconds cannot: it runs from the
+# operator's status.startTime, set at its first reconcile while the pods are still Pending
+# (training-operator v1.9 pkg/controller.v1/pytorch/pytorchjob_controller.go, pkg/core/job.go
+# PastActiveDeadline), so it counts the queue too; a 30-minute job deadline failed a correct
+# smoke test that queued longer as DeadlineExceeded without having run (issue 40 item 2). The
+# job keeps one, as a backstop that also covers the queue: QUEUE_ALLOWANCE_S of waiting for
+# GPUs (Pending pods hold none; a smoke test still queued after a day is stale, and `status`
+# shows the queue time apart), then the rendezvous and the preflight's own deadline.
+DEFAULT_DEADLINE_S = 1800  # the preflight's own, from its start in the pod
+QUEUE_ALLOWANCE_S = 86400
 # on the profile's checkpoint volume, beside (never over) the real job's checkpoints
 CHECKPOINT_SUBDIR = ".runai-spec-preflight"
 METRICS_FILE = "/tmp/runai-spec-preflight/metrics.jsonl"
 # pods of one job may start minutes apart in a cluster (image pulls): wait for them longer
 MIN_JOIN_TIMEOUT_S = 600.0
+
+
+def job_deadline_s(deadline_s: int) -> int:
+    """The smoke job's activeDeadlineSeconds for a preflight deadline of DEADLINE_S: the queue
+    allowance, the rendezvous's join timeout, then the preflight's own deadline."""
+    return QUEUE_ALLOWANCE_S + int(MIN_JOIN_TIMEOUT_S) + deadline_s
+
+
 PREFLIGHT = f"{SMOKE_MOUNT}/preflight.py"  # the smoke job's entry point, from its ConfigMap
 
 
@@ -111,10 +122,14 @@ def smoke_plan(
     run_policy = {**dict(plan.run_policy), "backoffLimit": 0}
     after: tuple[tuple[str, int], ...] = ()
     if "activeDeadlineSeconds" in run_policy:
-        run_policy["activeDeadlineSeconds"] = deadline_s
+        run_policy["activeDeadlineSeconds"] = job_deadline_s(deadline_s)
     else:
-        after = (("activeDeadlineSeconds", deadline_s),)
-    settings = dataclasses.replace(settings, join_timeout_s=max(settings.join_timeout_s, MIN_JOIN_TIMEOUT_S))
+        after = (("activeDeadlineSeconds", job_deadline_s(deadline_s)),)
+    settings = dataclasses.replace(
+        settings,
+        join_timeout_s=max(settings.join_timeout_s, MIN_JOIN_TIMEOUT_S),
+        deadline_s=float(deadline_s),
+    )
     ckpt = settings.checkpoint_dir
     # an elastic job may be started with minReplicas pods (KAI gangs the minimum): that
     # world passes too, as in the rehearsal
