@@ -275,6 +275,7 @@ def test_a_rank_alive_after_its_own_destroy_process_group_fails_shutdown_naming_
     assert _rows(late, ScriptRun(**{**RUN.__dict__, "restarted": False}))["shutdown"].status == "pass"
 
 
+# rank 1 joins a non-daemon thread at exit, after its own destroy_process_group
 HANGS_AFTER_TEARDOWN = """\
 import threading, time, torch.distributed as dist
 dist.init_process_group("gloo")
@@ -282,15 +283,36 @@ dist.destroy_process_group()
 if dist.is_initialized() is False and __import__("os").environ["RANK"] == "1":
     threading.Thread(target=time.sleep, args=(600,), name="uploader").start()
 """
+# rank 1 waits on after rank 0 has ended and exited (no destroy of its own)
+OUTLIVES_ITS_PEERS = """\
+import os, time, torch.distributed as dist
+dist.init_process_group("gloo")
+if os.environ["RANK"] == "1":
+    time.sleep(600)
+dist.destroy_process_group()
+"""
 
 
 @pytest.mark.torch
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    ("script", "expected"),
+    [
+        (HANGS_AFTER_TEARDOWN, "after its own destroy_process_group, waiting in threading.py:"),
+        (OUTLIVES_ITS_PEERS, "after every other rank exited, waiting in train.py:4 in <module>"),
+    ],
+    ids=["after-its-destroy", "after-its-peers"],
+)
 def test_a_rehearsal_stops_at_a_rank_stuck_after_its_teardown_and_fails_shutdown(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_profile: Any, base_profile: dict[str, Any]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    write_profile: Any,
+    base_profile: dict[str, Any],
+    script: str,
+    expected: str,
 ) -> None:
     needs_torch()
-    (tmp_path / "train.py").write_text(HANGS_AFTER_TEARDOWN)
+    (tmp_path / "train.py").write_text(script)
     batch = {"local": 4, "grad_accum": 2, "global": 64}
     path = write_profile({**base_profile, "preset": "h200-8gpu", "command": ["train.py"], "batch": batch})
     monkeypatch.chdir(tmp_path)
@@ -303,11 +325,9 @@ def test_a_rehearsal_stops_at_a_rank_stuck_after_its_teardown_and_fails_shutdown
     rows = {c["check"]: c for c in json.loads((tmp_path / "logs" / "result.json").read_text())["checks"]}
     shutdown = rows["shutdown"]
     assert shutdown["status"] == "fail" and shutdown["failed_ranks"] == [1], shutdown
-    assert (
-        "rank 1 still alive 10 s after its own destroy_process_group, waiting in threading.py:"
-        in shutdown["message"]
-    )
-    assert "(non-daemon thread(s) still running: uploader)" in shutdown["message"]
+    assert f"rank 1 still alive 10 s {expected}" in shutdown["message"]
+    joins = "(non-daemon thread(s) still running: uploader)" in shutdown["message"]
+    assert joins == (script == HANGS_AFTER_TEARDOWN)
 
 
 def test_a_save_that_starts_after_the_sigterm_is_a_sigterm_save() -> None:

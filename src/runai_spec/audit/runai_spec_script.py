@@ -27,9 +27,11 @@ Records:
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from types import ModuleType
@@ -52,6 +54,7 @@ def install(site: ModuleType) -> None:
     _register_end()
     _die_with_agent()
     site._state["on_destroy"] = _watch_shutdown
+    _watch_peers()
     for name, patch in (
         ("torch.optim.optimizer", _patch_optimizer),
         ("torch.utils.data.dataloader", _patch_dataloader),
@@ -151,32 +154,89 @@ def _die_with_agent() -> None:
         _site._audit_error("parent-death signal")
 
 
+def _record_stuck(after: str) -> None:
+    """The `stuck` record: where the main thread waits, the non-daemon threads still running."""
+    try:
+        main = sys._current_frames().get(threading.main_thread().ident or 0)
+        frames = traceback.extract_stack(main)[-4:] if main is not None else []
+        _site.record(
+            "stuck",
+            after=after,
+            seconds=STUCK_S,
+            waits_in=[f"{os.path.basename(f.filename)}:{f.lineno} in {f.name}" for f in frames],
+            threads=[
+                t.name
+                for t in threading.enumerate()
+                if not t.daemon and t is not threading.main_thread() and t.is_alive()
+            ],
+        )
+    except Exception:  # noqa: BLE001 - fail open
+        _site._audit_error("shutdown watch")
+
+
 def _watch_shutdown() -> None:
     """After destroy_process_group: a daemon thread (it never holds the process) that records
     `stuck` if the process still lives STUCK_S seconds later."""
 
     def watch() -> None:
         threading.Event().wait(STUCK_S)
-        try:
-            main = sys._current_frames().get(threading.main_thread().ident or 0)
-            frames = traceback.extract_stack(main)[-4:] if main is not None else []
-            _site.record(
-                "stuck",
-                after="destroy_process_group",
-                seconds=STUCK_S,
-                waits_in=[f"{os.path.basename(f.filename)}:{f.lineno} in {f.name}" for f in frames],
-                threads=[
-                    t.name
-                    for t in threading.enumerate()
-                    if not t.daemon and t is not threading.main_thread() and t.is_alive()
-                ],
-            )
-        except Exception:  # noqa: BLE001 - fail open
-            _site._audit_error("shutdown watch")
+        if not _batch.get("stuck"):
+            _batch["stuck"] = True
+            _record_stuck("destroy_process_group")
 
     if not _batch.get("watching"):
         _batch["watching"] = True
         threading.Thread(target=watch, name="runai-spec-shutdown-watch", daemon=True).start()
+
+
+def _peers_exited(folder: str, rank: int, world: int, since: float) -> bool:
+    """Every other rank's newest audit file ends with its `exit` (after SINCE): read from the
+    files' last lines only, to start the watch (the record it leads to is signed)."""
+    newest: dict[int, tuple[float, str]] = {}
+    for name in os.listdir(folder):
+        parts = name.split(".")
+        if not (name.startswith("rank-") and name.endswith(".jsonl") and parts[0][5:].isdigit()):
+            continue
+        path = os.path.join(folder, name)
+        when = os.path.getmtime(path)
+        if when > newest.get(int(parts[0][5:]), (0.0, ""))[0]:
+            newest[int(parts[0][5:])] = (when, path)
+    for peer in range(world):
+        if peer == rank:
+            continue
+        if peer not in newest:
+            return False
+        with open(newest[peer][1], "rb") as fh:
+            fh.seek(max(0, os.path.getsize(newest[peer][1]) - 4096))
+            last = fh.read().decode(errors="replace").rstrip("\n").rsplit("\n", 1)[-1]
+        body = json.loads(last.partition(" ")[2] or "{}")
+        if body.get("event") != "exit" or float(body.get("t") or 0) < since:
+            return False
+    return True
+
+
+def _watch_peers() -> None:
+    """A daemon thread that records `stuck` once this rank has lived STUCK_S seconds after
+    every other rank of its job exited (a rank waiting on peers that are gone)."""
+    folder, rank, world = os.environ.get(_site.ENV_DIR), _site._int_env("RANK"), _site._int_env("WORLD_SIZE")
+    if not folder or rank is None or not world or world < 2:
+        return
+    since = time.time()
+
+    def watch() -> None:
+        quiet_since: float | None = None
+        while not _batch.get("stuck"):
+            threading.Event().wait(1.0)
+            try:
+                gone = _peers_exited(folder, rank, world, since)
+            except (OSError, ValueError):
+                gone = False
+            quiet_since = (quiet_since or time.monotonic()) if gone else None
+            if quiet_since is not None and time.monotonic() - quiet_since >= STUCK_S:
+                _batch["stuck"] = True
+                _record_stuck("every other rank exited")
+
+    threading.Thread(target=watch, name="runai-spec-peer-watch", daemon=True).start()
 
 
 def _register_end() -> None:

@@ -177,7 +177,8 @@ def crashed_after_end(records: Sequence[Mapping[str, Any]]) -> list[int]:
 
 def stuck(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """The audit layer's `stuck` records (a rank alive its STUCK_S after its own
-    destroy_process_group) of processes that never exited after them, one per rank."""
+    destroy_process_group, or after every other rank exited) of processes that never exited
+    after them, one per rank."""
     exited = {(r.get("pid"), generation(r)) for r in records if r.get("event") == "exit"}
     out: dict[int, Mapping[str, Any]] = {}
     for r in records:
@@ -200,9 +201,10 @@ def stuck_text(found: Sequence[Mapping[str, Any]]) -> str:
         joins = (
             f" (non-daemon thread(s) still running: {', '.join(map(str, threads[:3]))})" if threads else ""
         )
+        after = str(r.get("after") or "destroy_process_group")
+        event = f"its own {after}" if after == "destroy_process_group" else after
         parts.append(
-            f"rank {r['rank']} still alive {float(r.get('seconds') or 0):g} s after its own "
-            f"destroy_process_group{waits}{joins}"
+            f"rank {r['rank']} still alive {float(r.get('seconds') or 0):g} s after {event}{waits}{joins}"
         )
     return "; ".join(parts)
 
