@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import ClusterError
@@ -37,6 +38,50 @@ class StatusResult:
     # what --watch does with the phase: Running/Succeeded/Failed settle, "" waits; None: the
     # phase itself says (the Kubernetes path); Run:ai's come from facts.runai_api.PHASES
     settles: str | None = None
+    queue: QueueTime | None = None  # None: the back-end does not say when the job started
+
+
+@dataclass(frozen=True)
+class QueueTime:
+    """How long the job waited for its pods to be placed, apart from how long they ran: the
+    operator's status.startTime (set while the pods are Pending, and where its
+    activeDeadlineSeconds counts from) to the last pod's PodScheduled condition."""
+
+    seconds: float
+    waiting: int  # pods not placed yet: the queue time is so far
+
+
+def _time(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        out = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return out if out.tzinfo is not None else out.replace(tzinfo=UTC)
+
+
+def queue_time(job: Manifest, pods: list[Manifest], now: datetime) -> QueueTime | None:
+    """The job's queue time (QueueTime); None without a start time or pods to judge."""
+    start = _time(_dict(job.get("status")).get("startTime"))
+    if start is None or not pods:
+        return None
+    placed: list[datetime] = []
+    for pod in pods:
+        conds = _dicts(_dict(pod.get("status")).get("conditions"))
+        at = next(
+            (
+                _time(c.get("lastTransitionTime"))
+                for c in conds
+                if c.get("type") == "PodScheduled" and c.get("status") == "True"
+            ),
+            None,
+        )
+        if at is not None:
+            placed.append(at)
+    waiting = len(pods) - len(placed)
+    end = now if waiting else max(placed)
+    return QueueTime(max(0.0, (end - start).total_seconds()), waiting)
 
 
 _PLAIN_REASONS: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -149,7 +194,9 @@ def job_status(name: str, namespace: str, target: Target | Session) -> StatusRes
         phase, message = _phase(job)
         pods = []
         reasons: list[str] = []
-        for pod in job_pods(session, name, namespace):
+        live = list(job_pods(session, name, namespace))
+        queue = queue_time(job, live, datetime.now(UTC))
+        for pod in live:
             meta = pod.get("metadata") or {}
             labels = meta.get("labels") or {}
             pod_phase = clean(_dict(pod.get("status")).get("phase") or "Pending", 40)
@@ -178,7 +225,9 @@ def job_status(name: str, namespace: str, target: Target | Session) -> StatusRes
                 explain(str(e.get("reason", "")), str(e.get("message", "")))
                 for e in _events(session, namespace, name)[-3:]
             ]
-    return StatusResult(name, namespace, phase, message, tuple(pods), tuple(dict.fromkeys(reasons)))
+    return StatusResult(
+        name, namespace, phase, message, tuple(pods), tuple(dict.fromkeys(reasons)), queue=queue
+    )
 
 
 def _pending_reason(session: Session, pod: Manifest) -> str | None:

@@ -351,6 +351,14 @@ def status_lines(result: StatusResult) -> list[str]:
         for p in result.pods
     ]
     lines += [f"  pending: {reason}" for reason in result.pending_reasons]
+    q = result.queue
+    if q is not None:  # apart from the run: the smoke test's own deadline never counts it
+        took = f"{int(q.seconds) // 60} min {int(q.seconds) % 60} s"
+        lines.append(
+            f"  queued {took} so far ({q.waiting} pod(s) not placed yet)"
+            if q.waiting
+            else f"  queued {took} before its last pod was placed"
+        )
     return lines
 
 
