@@ -130,8 +130,10 @@ class FakeKube:
                     self.admission_policies[name] = doc
                     # compiled here, not while a client waits for its answer
                     self.evaluators[name] = Evaluator(doc["spec"]).compile_all()
+                    self.site_objects[f"{ADMISSION_PATH}/validatingadmissionpolicies/{name}"] = doc
                 elif kind == "ValidatingAdmissionPolicyBinding":
                     self.admission_bindings[name] = doc
+                    self.site_objects[f"{ADMISSION_PATH}/validatingadmissionpolicybindings/{name}"] = doc
                 elif kind == "ConfigMap":
                     self.namespaces.add(doc["metadata"]["namespace"])
                     self.put("configmaps", doc, manager="kubectl")
@@ -910,7 +912,10 @@ SITE_RESOURCES = {
     "customresourcedefinitions": "customresourcedefinitions",
     "deployments": "deployments",
     "topologies": "topologies.kai.scheduler",
+    "validatingadmissionpolicies": "validatingadmissionpolicies.admissionregistration.k8s.io",
+    "validatingadmissionpolicybindings": "validatingadmissionpolicybindings.admissionregistration.k8s.io",
 }
+ADMISSION_PATH = "/apis/admissionregistration.k8s.io/v1"
 
 
 def _site_resource(path: str) -> str | None:

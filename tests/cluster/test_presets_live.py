@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +21,21 @@ WHERE = f"configmap {admission.PARAMS_NAMESPACE}/{admission.PARAMS_NAME}"
 
 @pytest.fixture
 def deployed(api: KubeAPI, kubeconfig: Path, cli_sleeps: Sleeps) -> dict[str, str]:
-    """The cluster's parameters ConfigMap: the shipped presets' (tests edit its data)."""
-    params = admission.policy_documents(PresetRegistry(ROOT / "presets"))[-1]
-    stored: dict[str, Any] = api.kube.put("configmaps", params)
+    """The shipped presets' policy, bindings and parameters ConfigMap, applied (tests edit the
+    ConfigMap's data)."""
+    api.kube.store_policy(_documents())
+    stored = api.kube.get("configmaps", admission.PARAMS_NAMESPACE, admission.PARAMS_NAME)
+    assert stored is not None
     data: dict[str, str] = stored["data"]
     return data
+
+
+@lru_cache(maxsize=1)
+def _documents() -> list[dict[str, Any]]:
+    return admission.policy_documents(PresetRegistry(ROOT / "presets"))
+
+
+POLICY = f"validatingadmissionpolicies/{admission.POLICY_NAME}"
 
 
 def verify_live(*extra: str) -> tuple[int, list[str], str]:
@@ -39,7 +50,7 @@ def live_lines(lines: list[str]) -> list[str]:
 def test_a_cluster_that_enforces_the_ledger_matches(deployed: dict[str, str]) -> None:
     code, lines, stdout = verify_live()
     assert code == 0, lines
-    assert f"ok: live: {WHERE} matches the approved presets" in stdout
+    assert f"ok: live: the policy, its bindings and {WHERE} match the approved presets" in stdout
     assert live_lines(lines) == []
 
 
@@ -53,6 +64,7 @@ def test_approved_here_but_not_deployed_is_a_finding(deployed: dict[str, str]) -
         f"by the AI Engineers ({WHERE} has no h200-8gpu; the cluster denies its jobs)"
     ]
     assert lines[-1].startswith("hint: ") and "presets policy" in lines[-1]
+    assert "kubectl apply --server-side -f DIR/params.yaml" in lines[-1]
 
 
 def test_deployed_but_different_is_a_finding_naming_the_fields(deployed: dict[str, str]) -> None:
@@ -60,10 +72,11 @@ def test_deployed_but_different_is_a_finding_naming_the_fields(deployed: dict[st
     deployed["h200-8gpu.shape-sha256"] = "1" * 64  # the shape another policy enforces
     code, lines, _ = verify_live()
     assert code == EXIT_FINDINGS
-    (line,) = live_lines(lines)
+    generations, line = live_lines(lines)
     assert line.endswith(
         f"h200-8gpu.yaml: live: deployed but different: sha256, shape-sha256 ({WHERE} holds other values)"
     )
+    assert "h200-8gpu.yaml: live: the deployed policy and parameters are of two generations" in generations
 
 
 def test_deployed_but_missing_here_is_a_finding(deployed: dict[str, str]) -> None:
@@ -83,9 +96,14 @@ def test_a_forged_local_approval_differs_from_what_the_cluster_enforces(
     PresetRegistry(presets_dir).approve("h200-2x8-ib", engineer_key, expires="2027-12-31")
     code, lines, _ = verify_live("--dir", str(presets_dir))
     assert code == EXIT_FINDINGS
-    (line,) = live_lines(lines)
+    checks, line = live_lines(lines)
     assert f"{presets_dir / 'h200-2x8-ib.yaml'}: live: deployed but different:" in line
     assert "shape-sha256" in line and "sha256" in line and "approved-by" in line
+    assert checks.endswith(
+        "h200-2x8-ib.yaml: live: the deployed policy has other checks for it than the approved "
+        "presets here give (the cluster denies its jobs until policy.yaml and params.yaml of one "
+        "generation are applied)"
+    )
 
 
 def test_no_parameters_on_the_cluster_means_nothing_is_deployed(
@@ -94,7 +112,73 @@ def test_no_parameters_on_the_cluster_means_nothing_is_deployed(
     code, lines, _ = verify_live()
     assert code == EXIT_FINDINGS
     assert f"error: cluster: {WHERE}: not deployed (no admission parameters on the cluster)" in lines
-    assert len(live_lines(lines)) == len(PresetRegistry(ROOT / "presets").names())
+    assert (
+        f"error: cluster: {POLICY}: not deployed: the cluster enforces no preset (PyTorchJobs of any "
+        "shape are admitted)"
+    ) in lines
+    live = live_lines(lines)
+    assert len(live) == len(PresetRegistry(ROOT / "presets").names())
+    assert all(ln.endswith("no policy enforces presets)") for ln in live), live
+
+
+# -- issue 41 item 7: what the cluster enforces, said truly in each state -------------------
+def test_parameters_only_say_that_nothing_is_enforced(
+    api: KubeAPI, kubeconfig: Path, cli_sleeps: Sleeps
+) -> None:
+    api.kube.put("configmaps", _documents()[-1])
+    code, lines, stdout = verify_live()
+    assert code == EXIT_FINDINGS and "ok: live" not in stdout
+    assert lines[0] == (
+        f"error: cluster: {POLICY}: not deployed: the cluster enforces no preset (PyTorchJobs of "
+        "any shape are admitted)"
+    )
+    assert live_lines(lines) == []  # the parameters themselves match
+
+
+def test_a_policy_without_parameters_denies_everything(
+    api: KubeAPI, kubeconfig: Path, cli_sleeps: Sleeps
+) -> None:
+    api.kube.store_policy(_documents()[:-1])
+    code, lines, _ = verify_live()
+    assert code == EXIT_FINDINGS
+    assert (
+        f"error: cluster: {WHERE}: not deployed: the binding denies every PyTorchJob in the project "
+        "namespaces (no parameters)"
+    ) in lines
+    assert all(ln.endswith("the cluster denies its jobs)") for ln in live_lines(lines))
+
+
+def test_a_policy_without_its_binding_judges_nothing(
+    api: KubeAPI, kubeconfig: Path, cli_sleeps: Sleeps
+) -> None:
+    api.kube.store_policy(
+        [
+            d
+            for d in _documents()
+            if d["metadata"]["name"] != admission.POLICY_NAME
+            or d["kind"] != "ValidatingAdmissionPolicyBinding"
+        ]
+    )
+    code, lines, _ = verify_live()
+    assert code == EXIT_FINDINGS
+    assert (
+        f"error: cluster: validatingadmissionpolicybindings/{admission.POLICY_NAME}: not deployed: "
+        "the policy judges nothing (PyTorchJobs of any shape are admitted)"
+    ) in lines
+
+
+def test_a_policy_and_parameters_of_two_generations_are_named(deployed: dict[str, str]) -> None:
+    deployed["h200-8gpu.shape-sha256"] = "1" * 64  # parameters of another generation
+    code, lines, _ = verify_live()
+    assert code == EXIT_FINDINGS
+    live = live_lines(lines)
+    assert any(
+        ln.endswith(
+            "h200-8gpu.yaml: live: the deployed policy and parameters are of two "
+            "generations (the cluster denies its jobs)"
+        )
+        for ln in live
+    ), live
 
 
 def test_forbidden_is_one_warning_not_a_finding(api: KubeAPI, deployed: dict[str, str]) -> None:

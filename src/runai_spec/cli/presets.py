@@ -197,18 +197,18 @@ def presets_verify(
 
 def verify_live(registry: PresetRegistry, kubeconfig: Path | None, context: str | None) -> bool:
     """`presets verify --live`: True when the cluster's parameters differ from the ledger's."""
-    from ..cluster.backend import kubernetes_target, read_params
+    from ..cluster.backend import kubernetes_target, read_admission, read_params
     from ..errors import InputError
     from ..outputs.admission import documents as admission
+    from ..outputs.admission import live
 
     try:
         local = admission.params_data(registry)
     except InputError as exc:
         err([f"warning: {registry.root}: live: not compared, the presets here do not verify ({exc.message})"])
         return True
-    deployed = read_params(
-        kubernetes_target(kubeconfig, context), admission.PARAMS_NAMESPACE, admission.PARAMS_NAME
-    )
+    target = kubernetes_target(kubeconfig, context)
+    deployed = read_params(target, admission.PARAMS_NAMESPACE, admission.PARAMS_NAME)
     if deployed.forbidden is not None:
         err(
             [
@@ -217,7 +217,16 @@ def verify_live(registry: PresetRegistry, kubeconfig: Path | None, context: str 
             ]
         )
         return False
-    out, problems = admission.deployment_report(registry.root, local, deployed.data)
+    policies = [o.split("/", 1)[1] for o in live.OBJECTS if o.startswith("validatingadmissionpolicies/")]
+    gate = live.read_gate(read_admission(target, policies, policies))
+    if gate.forbidden:
+        err(
+            [
+                f"warning: cluster: {', '.join(gate.forbidden)}: not checked: forbidden",
+                "hint: ask the AI Engineers to run it, or for read access to the admission policies",
+            ]
+        )
+    out, problems = admission.deployment_report(registry.root, local, deployed.data, gate=gate)
     for line in out:
         print(line)
     err(problems)

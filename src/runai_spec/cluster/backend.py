@@ -23,7 +23,7 @@ from .jobs import (
     unsupported,
 )
 from .logs import Follow, FollowResult, LogsResult, NoLogs
-from .params import read_params  # `presets verify --live` and `presets sync`: a ConfigMap
+from .params import read_admission, read_params  # `presets verify --live`, `presets sync`
 from .refusals import AdmissionDenied
 from .session import enable_debug as enable_debug  # --debug: the CLI turns it on as it reads options
 from .status import PodState, StatusResult
@@ -169,6 +169,7 @@ __all__ = [
     "find_job",
     "kubernetes_target",
     "open_backend",
+    "read_admission",
     "read_params",
     "register_backend",
     "submitted_job",

@@ -18,31 +18,11 @@ from .shape import ItemClass, KeyedListShape, ListShape, MapShape, Named, Pin, P
 # CEL and cannot be named the same way in every implementation; the only one in the
 # PyTorchJob schema is the pod template's metadata.namespace, which the operator ignores
 # (pods are created in the job's namespace).
-RESERVED = frozenset(
-    {
-        "as",
-        "break",
-        "const",
-        "continue",
-        "else",
-        "for",
-        "function",
-        "if",
-        "import",
-        "let",
-        "loop",
-        "package",
-        "namespace",
-        "return",
-        "var",
-        "void",
-        "while",
-        "in",
-        "true",
-        "false",
-        "null",
-    }
+_WORDS = (
+    "as break const continue else for function if import let loop package namespace return var "
+    "void while in true false null"
 )
+RESERVED = frozenset(_WORDS.split())
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Keys at the top of the job and of its metadata that the API server or the operator writes
 # (status; uid, resourceVersion, managedFields, finalizers, ...): not the render's to judge.

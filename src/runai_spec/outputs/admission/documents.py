@@ -14,11 +14,10 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...errors import InputError, PresetError, visible
+from ...errors import InputError, PresetError
 from ...facts.kai import GPU_SHARING_ANNOTATIONS
 from ...facts.kubeflow import (
     ANNOTATION_PREFIX,
@@ -41,17 +40,23 @@ from .gate import (
     validations,
     variables,
 )
+from .live import (
+    DEPLOYED,
+    PARAMS_NAME,
+    PARAMS_NAMESPACE,
+    POLICY_NAME,
+    SCALE_POLICY_NAME,
+    Deployment,
+    Gate,
+    compare_deployed,
+    deployment_report,
+    read_gate,
+)
 from .rules import balanced, lit
 
 API_VERSION = "admissionregistration.k8s.io/v1"
 # admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy is GA (served by default) from 1.30
 MIN_KUBERNETES = "1.30"
-POLICY_NAME = "runai-spec-presets"
-SCALE_POLICY_NAME = "runai-spec-presets-scale"
-PARAMS_NAME = "runai-spec-presets"
-# The parameters must live where researchers cannot write: a paramRef without a namespace
-# would read the ConfigMap from the request's own namespace.
-PARAMS_NAMESPACE = "runai-spec-system"
 REQUIRES_ANNOTATION = f"{ANNOTATION_PREFIX}requires-kubernetes"
 POLICY_FILE = "policy.yaml"
 # etcd's default --max-request-bytes is 1.5 MiB; the API server adds managedFields and status
@@ -197,28 +202,22 @@ def _binding(name: str, **extra: Any) -> dict[str, Any]:
     )
 
 
-def guard_documents(registry: PresetRegistry) -> list[dict[str, Any]]:
-    """The optional workload guard (site `workload_guard`): in the project namespaces, a Pod,
-    Job, CronJob, Deployment, StatefulSet, DaemonSet or ReplicaSet that requests GPUs, RDMA
-    devices or a network attachment, and any other training-operator job, is admitted only
-    from the listed creators (the training operator, whose PyTorchJobs the preset policy
-    judged). [] where the site does not enable it."""
-    site = registry.site()
-    guard = site.workload_guard
-    if not guard.enabled:
-        return []
-    names = sorted(
-        {
-            r
-            for n in registry.names()
-            if n in _approved_names(registry)[0]
-            for r in registry.get(n).preset.network.resources
-        }
-    )
+# the pod templates of a Pod, a workload (spec.template) or a CronJob (its job's template)
+TEMPLATES = (
+    "(has(object.spec) && has(object.spec.containers) ? [object] : []) + "
+    "(has(object.spec) && has(object.spec.template) ? [object.spec.template] : []) + "
+    "(has(object.spec) && has(object.spec.jobTemplate) && "
+    "has(object.spec.jobTemplate.spec) && has(object.spec.jobTemplate.spec.template)"
+    " ? [object.spec.jobTemplate.spec.template] : [])"
+)
+
+
+def _gpu_signals(prefixes: Sequence[str], names: Sequence[str]) -> str:
+    """The guard's condition that one of `variables.templates` asks for GPUs, RDMA devices or
+    a network attachment."""
     device = balanced(
         "||",
-        [f"k.startsWith({lit(p)})" for p in guard.resource_prefixes]
-        + [f"k in [{', '.join(lit(n) for n in names)}]"],
+        [f"k.startsWith({lit(p)})" for p in prefixes] + [f"k in [{', '.join(lit(n) for n in names)}]"],
         "false",
     )
     # the GPU signals: extended resources, a DRA claim, the toolkit's device variables
@@ -237,7 +236,7 @@ def guard_documents(registry: PresetRegistry) -> list[dict[str, Any]]:
         f"{device})) || (has(c.resources.claims) && size(c.resources.claims) > 0))) || "
         f"(has(c.env) && c.env.exists(v, has(v.name) && v.name in [{devices}])))"
     )
-    claims = (
+    return (
         f"variables.templates.exists(t, (has(t.spec) && "
         f"((has(t.spec.containers) && t.spec.containers.exists(c, {asks})) || "
         f"(has(t.spec.initContainers) && t.spec.initContainers.exists(c, {asks})) || "
@@ -245,13 +244,27 @@ def guard_documents(registry: PresetRegistry) -> list[dict[str, Any]]:
         f"(has(t.metadata) && has(t.metadata.annotations) && "
         f"t.metadata.annotations.exists(k, {network})))"
     )
-    templates = (
-        "(has(object.spec) && has(object.spec.containers) ? [object] : []) + "
-        "(has(object.spec) && has(object.spec.template) ? [object.spec.template] : []) + "
-        "(has(object.spec) && has(object.spec.jobTemplate) && "
-        "has(object.spec.jobTemplate.spec) && has(object.spec.jobTemplate.spec.template)"
-        " ? [object.spec.jobTemplate.spec.template] : [])"
+
+
+def guard_documents(registry: PresetRegistry) -> list[dict[str, Any]]:
+    """The optional workload guard (site `workload_guard`): in the project namespaces, a Pod,
+    Job, CronJob, Deployment, StatefulSet, DaemonSet or ReplicaSet that requests GPUs, RDMA
+    devices or a network attachment, and any other training-operator job, is admitted only
+    from the listed creators (the training operator, whose PyTorchJobs the preset policy
+    judged). [] where the site does not enable it."""
+    site = registry.site()
+    guard = site.workload_guard
+    if not guard.enabled:
+        return []
+    names = sorted(
+        {
+            r
+            for n in registry.names()
+            if n in _approved_names(registry)[0]
+            for r in registry.get(n).preset.network.resources
+        }
     )
+    claims = _gpu_signals(guard.resource_prefixes, names)
     creators = ", ".join(lit(c) for c in guard.creators)
     rules = [
         {"apiGroups": [g], "apiVersions": [v], "operations": ["CREATE", "UPDATE"], "resources": list(rs)}
@@ -267,7 +280,7 @@ def guard_documents(registry: PresetRegistry) -> list[dict[str, Any]]:
                 "resourceRules": rules,
             },
             "variables": [
-                {"name": "templates", "expression": templates},
+                {"name": "templates", "expression": TEMPLATES},
                 {"name": "claims", "expression": f"request.resource.group == 'kubeflow.org' || {claims}"},
             ],
             "validations": [
@@ -413,90 +426,6 @@ def write_policy(
     return paths
 
 
-# -- presets verify --live --------------------------------------------------------------
-@dataclass(frozen=True)
-class Deployment:
-    """How one preset's approved parameters here compare with those the cluster enforces."""
-
-    name: str
-    state: str  # "not deployed", "different", "not approved here", "expired here"
-    fields: tuple[str, ...] = ()  # the parameters that differ; "expired here": the date
-
-    def line(self, root: Path, where: str) -> str:
-        file = root / f"{self.name}.yaml"
-        if self.state == "not deployed":
-            return (
-                f"error: {file}: live: approved here but not yet deployed by the AI "
-                f"Engineers ({where} has no {self.name}; the cluster denies its jobs)"
-            )
-        if self.state == "expired here":
-            return (
-                f"error: {file}: live: deployed on the cluster ({where}) but its approval "
-                f"here expired on {self.fields[0]}; the cluster still admits its jobs"
-            )
-        if self.state == "not approved here":
-            return (
-                f"error: {file}: live: deployed on the cluster ({where}) but not approved "
-                "here (the cluster admits jobs of a preset this ledger does not vouch for)"
-            )
-        return (
-            f"error: {file}: live: deployed but different: {', '.join(self.fields)} "
-            f"({where} holds other values)"
-        )
-
-
-def _by_preset(data: Mapping[str, str]) -> dict[str, dict[str, str]]:
-    out: dict[str, dict[str, str]] = {}
-    for key, value in data.items():
-        name, _, field = key.partition(".")
-        out.setdefault(name, {})[field] = value
-    return out
-
-
-def compare_deployed(local: Mapping[str, str], deployed: Mapping[str, str]) -> list[Deployment]:
-    """The presets whose parameters here (params_data) and on the cluster (the ConfigMap's
-    data) disagree, sorted by name. A preset counts as approved where its sha256 is present;
-    an expired approval (only `<name>.expired`) is neither approved nor deployable."""
-    mine, theirs = _by_preset(local), _by_preset(deployed)
-    out = []
-    for name in sorted(set(mine) | set(theirs)):
-        here, there = mine.get(name, {}), theirs.get(name, {})
-        if here == there:
-            continue
-        if "sha256" in here and "sha256" not in there:
-            out.append(Deployment(name, "not deployed"))
-        elif "sha256" in there and "expired" in here:
-            out.append(Deployment(name, "expired here", (here["expired"],)))
-        elif "sha256" in there and "sha256" not in here:
-            out.append(Deployment(name, "not approved here"))
-        else:
-            fields = sorted(f for f in set(here) | set(there) if here.get(f) != there.get(f))
-            out.append(Deployment(name, "different", tuple(fields)))
-    return out
-
-
-DEPLOYED = f"configmap {PARAMS_NAMESPACE}/{PARAMS_NAME}"
-
-
-def deployment_report(
-    root: Path, local: Mapping[str, str], deployed: Mapping[str, str] | None, where: str = DEPLOYED
-) -> tuple[list[str], list[str]]:
-    """`presets verify --live`'s (stdout, stderr) lines for the parameters here (params_data)
-    and on the cluster (None: no ConfigMap); any stderr line is a finding."""
-    problems = []
-    if deployed is None:
-        problems.append(f"error: cluster: {where}: not deployed (no admission parameters on the cluster)")
-    problems += [d.line(root, where) for d in compare_deployed(local, deployed or {})]
-    if not problems:
-        return [visible(f"ok: live: {where} matches the approved presets")], []
-    # the names are the cluster's ConfigMap keys: each line stays one line (errors.visible)
-    return [], [
-        *map(visible, problems),
-        "hint: the AI Engineers deploy the approved presets with "
-        "`runai-spec presets policy -o DIR` and `kubectl apply -f DIR` (docs/admission.md)",
-    ]
-
-
 __all__ = [
     "API_VERSION",
     "MIN_KUBERNETES",
@@ -507,6 +436,9 @@ __all__ = [
     "Deployment",
     "compare_deployed",
     "deployment_report",
+    "Gate",
+    "SCALE_POLICY_NAME",
+    "read_gate",
     "gates",
     "params_data",
     "policy_documents",
