@@ -14,12 +14,14 @@ from outputs.admission.admission_policy import (
     ROLE,
     Job,
     Policy,
+    container,
     documents,
     every_pod,
     in_container,
     in_metadata,
     in_pod_spec,
     insert_argument,
+    pods,
     set_key,
     shared_policy,
     smoke_jobs,
@@ -398,11 +400,24 @@ def test_a_sample_of_tampers_is_denied_by_the_second_implementation_too(policy: 
     assert python == cpp and cpp, kind  # the same words; maps have no order: either role
 
 
+def test_a_derived_value_s_denial_is_words_not_cel(policy: Policy) -> None:
+    """Issue 41 item 7: the rendezvous id derived from the job's name is named in words."""
+    job = example_job("multi-node")
+    for template in pods(job):
+        command = container(template)["command"]
+        at = next(i for i, arg in enumerate(command) if arg.startswith("--rdzv-id="))
+        command[at] = "--rdzv-id=someone-else"
+    message = ROLE.sub("Master", policy.denials(job)["shape"])
+    assert "command[3]: must be the value of metadata.name after '--rdzv-id=' (preset h200-2x8-ib" in message
+    assert " + " not in message and "''" not in message
+
+
 def test_a_smoke_job_may_not_outlast_or_outrestart_the_preset(policy: Policy) -> None:
     job = next(j for j in smoke_jobs() if j["metadata"]["name"] == "llm-7b-fsdp-smoke")
+    deadline = job["spec"]["runPolicy"]["activeDeadlineSeconds"]
     job["spec"]["runPolicy"]["activeDeadlineSeconds"] = 10 * 365 * 86400
     assert policy.denials(job)["shape"].startswith("spec.runPolicy.activeDeadlineSeconds")
-    job["spec"]["runPolicy"]["activeDeadlineSeconds"] = 1800
+    job["spec"]["runPolicy"]["activeDeadlineSeconds"] = deadline
     job["spec"]["runPolicy"]["backoffLimit"] = 3
     assert policy.denials(job)["shape"].startswith("spec.runPolicy.backoffLimit")
     job["spec"]["runPolicy"]["backoffLimit"] = 0

@@ -167,8 +167,14 @@ class Emitter:
         var = f"variables.{self.anchors[leaf.anchor][0]}"
         return (
             f"{e} == {lit(leaf.prefix)} + {var} + {lit(leaf.suffix)}",
-            _msg(where, f"must be {leaf.prefix!r} + {anchor_where} + {leaf.suffix!r}" + self.tag),
+            _msg(where, self._same(leaf, anchor_where)),
         )
+
+    def _same(self, leaf: Same, anchor_where: str) -> str:
+        """What a derived value must be, in words (a denial never shows CEL)."""
+        framed = f" after {leaf.prefix!r}" if leaf.prefix else ""
+        framed += f" before {leaf.suffix!r}" if leaf.suffix else ""
+        return f"must be the value of {anchor_where}{framed}" + self.tag
 
     @staticmethod
     def named(stem: str, e: str) -> str:
