@@ -241,18 +241,30 @@ _NO_SPACE = str.maketrans("", "", " \t\n\v\f\r")  # C's isspace: what b64_pton s
 
 
 def _b64(text: str) -> bytes:
-    """Base64 with white space anywhere, as b64_pton reads it; Invalid otherwise."""
+    """Base64 with white space anywhere, as b64_pton reads it; Invalid otherwise. b64_pton
+    (openbsd-compat/base64.c) takes only the canonical form: whole quanta, exactly the
+    padding they need, no `=` after a whole quantum and no bits set in the last character's
+    unused part; Python's decoder takes more (`QUJD==`), so the text must be what the bytes
+    encode to (issue 41 item 7)."""
+    plain = text.translate(_NO_SPACE)
     try:
-        return base64.b64decode(text.translate(_NO_SPACE), validate=True)
+        data = base64.b64decode(plain, validate=True)
     except (binascii.Error, ValueError):
         raise Invalid("invalid base64") from None
+    if base64.b64encode(data).decode("ascii") != plain:
+        raise Invalid("invalid base64 (not its canonical form: padding or trailing bits)")
+    return data
 
 
 def dearmor(signature: str) -> bytes:
-    """The SSHSIG blob of an armored signature (sshsig_dearmor; PROTOCOL.sshsig section 1)."""
-    if not ARMOR.match(signature):
+    """The SSHSIG blob of an armored signature, read as sshsig_dearmor reads it (OpenSSH
+    sshsig.c; PROTOCOL.sshsig section 1): the text starts with the BEGIN line and its newline,
+    the body is everything up to the first END marker (white space anywhere in it), and what
+    follows the END marker is dropped."""
+    head = SIGNATURE_BEGIN + "\n"
+    if not signature.startswith(head) or SIGNATURE_END not in signature[len(head) :]:
         raise SignatureError("not an SSH signature (-----BEGIN SSH SIGNATURE-----)", field="signature")
-    body = signature[len(SIGNATURE_BEGIN) + 1 : signature.index("\n" + SIGNATURE_END)]
+    body = signature[len(head) : signature.index(SIGNATURE_END, len(head))]
     try:
         return _b64(body)
     except Invalid:
