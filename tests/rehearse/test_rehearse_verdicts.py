@@ -110,7 +110,7 @@ def test_the_resume_row_passes_each_save_pattern_when_every_rank_resumes_from_th
                     api="torch.save",
                     path=f"/checkpoints/rank{k}.pt",
                     step=step,
-                    sharded=True,
+                    complete=True,
                 )
                 for k in range(2)
             ]
@@ -137,8 +137,11 @@ def test_the_resume_row_passes_each_save_pattern_when_every_rank_resumes_from_th
 
     records = _started(0, 1) + saves(0, 2, 2) + saves(0, 4, 4)
     records += _started(1, 10) + loads(1, 11, 4) + saves(1, 12, 6) + _ended(1, 14)
-    row = _rows(records)["resume"]
-    assert row.status == "pass", (pattern, row.message)
+    rows = _rows(records)
+    assert rows["resume"].status == "pass", (pattern, rows["resume"].message)
+    # every rank's own file beside rank 0's is one sharded checkpoint, not rank 1's mistake
+    assert rows["checkpoint"].status == "pass", (pattern, rows["checkpoint"].message)
+    assert rows["checkpoint"].message.startswith("3 whole checkpoint save(s) under /checkpoints")
 
 
 @pytest.mark.parametrize("key_step", [4, 3], ids=["repeats-the-saved-step", "older-step"])

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 LOST = "lost when the pod restarts"
+DCP_API = "torch.distributed.checkpoint"  # the audit layer's `api` of DCP's saves
 # where the script says no step, the checkpoint's name often does: step-200, global_step200
 _TRAILING_NUMBER = re.compile(r"(\d+)(?:\.[A-Za-z]+)*$")
 # what a rank does after a save: once one of these follows it, the script is past its renames
@@ -98,8 +99,35 @@ def checkpoints(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             if moved is None:
                 break
             path, t = moved[0], max(t, moved[1])
-        out.append({**r, "path": path, "saved_as": r["path"], "t": t})
+        # a DCP save is every rank's shards, its async `save-complete` too (which says no `sharded`)
+        sharded = bool(r.get("sharded")) or str(r.get("api") or "").startswith(DCP_API)
+        out.append({**r, "path": path, "saved_as": r["path"], "t": t, "group": path, "sharded": sharded})
+    _per_rank_files(out)
     return sorted(out, key=lambda c: float(c["t"]))
+
+
+def _as_rank_0(path: str, rank: int) -> list[str]:
+    """PATH with one of its standalone numbers RANK read as 0, each way: `ckpt/rank1.pt` ->
+    `ckpt/rank0.pt`, and `step-1/rank1.pt` -> `step-0/rank1.pt` or `step-1/rank0.pt`."""
+    spots = [m.start() for m in re.finditer(rf"(?<![0-9]){rank}(?![0-9])", path)]
+    return [path[:i] + "0" + path[i + len(str(rank)) :] for i in spots]
+
+
+def _per_rank_files(found: list[dict[str, Any]]) -> None:
+    """Every rank saving a file of its own (`rank{k}.pt` beside rank 0's `rank0.pt`) is one
+    sharded checkpoint, as a DCP save is: each such save is marked `sharded`, and `group` is
+    rank 0's path, the same for all of its files."""
+    by_zero = {(c["path"], generation(c)) for c in found if c.get("rank") == 0}
+    for c in found:
+        rank = c.get("rank")
+        if c.get("sharded") or not isinstance(rank, int) or rank <= 0:
+            continue
+        zero = next((p for p in _as_rank_0(str(c["path"]), rank) if (p, generation(c)) in by_zero), None)
+        if zero is not None:
+            c.update(sharded=True, group=zero)
+            for z in found:
+                if z.get("rank") == 0 and z["path"] == zero:
+                    z["sharded"] = True
 
 
 # A rank that ended a whole save and then neither saved nor renamed anything for this long is
@@ -119,8 +147,8 @@ def first_checkpoint(
     found = checkpoints(first)
     if not found:
         return {}
-    path = str(found[0]["path"])
-    mine = [c for c in found if c["path"] == path and c.get("rank") is not None]
+    group = str(found[0]["group"])
+    mine = [c for c in found if c["group"] == group and c.get("rank") is not None]
     saving = set(range(world)) if any(c.get("sharded") for c in mine) else {int(c["rank"]) for c in mine}
     done: dict[int, int] = {}
     for c in mine:

@@ -74,7 +74,7 @@ def checkpoint_row(records: Sequence[Mapping[str, Any]], run: ScriptRun) -> Chec
         problems.append(
             f"rank(s) {ranks_text(int(r['rank']) for r in not_zero)} wrote a non-sharded checkpoint "
             f"({not_zero[0].get('path')}): only rank 0 should write it (sharded DCP saves from "
-            "every rank are fine)"
+            "every rank are fine, and so are files of each rank's own beside rank 0's)"
         )
     if run.checkpoint_format and run.checkpoint_format not in used:
         problems.append(
@@ -121,7 +121,7 @@ def _count(saves: Sequence[Mapping[str, Any]]) -> int:
     shards: dict[tuple[str, tuple[int, int]], dict[Any, int]] = {}
     for c in saves:
         if c.get("sharded"):
-            by_rank = shards.setdefault((str(c["path"]), generation(c)), {})
+            by_rank = shards.setdefault((str(c.get("group") or c["path"]), generation(c)), {})
             by_rank[c.get("rank")] = by_rank.get(c.get("rank"), 0) + 1
     return single + sum(max(by_rank.values()) for by_rank in shards.values())
 
