@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..findings import Finding
+from .accelerate import check_accelerate_config
 from .env import check_nccl_debug, check_nccl_transport, check_operator_env, check_secret_env
 from .identity import (
     check_image_digest,
@@ -47,6 +48,7 @@ CATALOGUE: tuple[tuple[RuleFn, tuple[str, ...]], ...] = (
     (check_data_sources, ("checkpoint", "data")),
     (check_mount_paths, ("checkpoint", "data", "working_dir")),
     (check_launcher, ("command", "launcher")),
+    (check_accelerate_config, ("accelerate_config", "launcher", "strategy", "zero_stage", "batch", "model")),
     (check_nproc, ()),
     (check_preemptible_resume, ("checkpoint",)),
     (check_sigterm_one_gpu, ("checkpoint",)),

@@ -16,7 +16,7 @@ from ..facts.torchrun import (
     without_launcher,
 )
 from ..findings import Finding
-from ..plan.launcher import PROFILE_LAUNCHERS, launcher_named, registered_launchers
+from ..plan.launcher import PROFILE_LAUNCHERS, registered_launchers
 from .rules import Context, finding, rule
 
 # Launchers runai-spec does not render (yet), refused as a command's first word like the ones
@@ -43,9 +43,9 @@ def launcher_flag(arg: str) -> str | None:
 
 @rule("launcher", "error", "The tool adds the launcher; the command is the entry point only")
 def check_launcher(ctx: Context) -> Iterator[Finding]:
-    """`python` for one GPU, `torchrun` otherwise, with flags derived from the preset. The
-    command starts with the entry point: torchrun takes unique prefixes of its flags and the
-    last copy wins, so anything before the script that starts with `-` could reshape the job.
+    """`python` for one GPU, `torchrun` (or the profile's `launcher`) otherwise, flags derived
+    from the preset. The command starts with the entry point: torchrun takes unique prefixes of
+    its flags and the last copy wins, so anything before the script starting `-` could reshape it.
     The entry point's name says how it runs (the file is in the image, not here to inspect):
     a `*.py` script (or `-m module`) with Python; a wrapper script, `*.sh` (executable, with a
     shebang, and named with a `/`, e.g. `./run.sh`) or `[bash, run.sh]`, as an executable:
@@ -119,7 +119,7 @@ def check_launcher(ctx: Context) -> Iterator[Finding]:
                 ctx,
                 "launcher",
                 f"command[{index}]",
-                f"{arg!r} is a {owner} flag; the preset decides the topology",
+                f"{arg!r} is {owner}'s flag; the preset decides the topology",
                 "remove it",
             )
 
@@ -127,10 +127,10 @@ def check_launcher(ctx: Context) -> Iterator[Finding]:
 # The launchers a profile chooses by name (its `launcher` field), by the program that starts
 # each: a command that starts with one is told to use the field instead.
 _PROFILE_PROGRAMS = {
-    program: name
-    for name in PROFILE_LAUNCHERS
-    if name != PROFILE_LAUNCHERS[0]
-    for program in launcher_named(name).programs
+    program: launcher.name
+    for launcher in registered_launchers()
+    if launcher.name in PROFILE_LAUNCHERS[1:]
+    for program in launcher.programs
 }
 
 

@@ -1,6 +1,8 @@
 """Accelerate's launcher as accelerate 1.16.0 reads it (`commands/launch.py`, `utils/launch.py`)."""
 
 import json
+from collections.abc import Mapping
+from typing import Any
 
 # `accelerate launch` (commands/launch.py launch_command_parser) runs torchrun in its own
 # process (`_run_torchrun` -> torch.distributed.run.run) with torchrun's namespace built by
@@ -90,10 +92,33 @@ def engineer_key(path: str) -> bool:
     return top in ENGINEER_KEYS or top.startswith(ENGINEER_PREFIXES)
 
 
-def config_text(machines: int, processes: int) -> str:
-    """The config the render passes as --config_file: the engineers' keys, every one set, so
-    that a default config baked into the image fills nothing (the flags say the same)."""
+def researcher_keys(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A researcher's accelerate config without the engineers' keys (validate refuses those)."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if key == "deepspeed_config" and isinstance(value, Mapping):
+            value = {k: v for k, v in value.items() if not engineer_key(f"{key}.{k}")}
+        elif engineer_key(key):
+            continue
+        out[key] = value
+    return out
+
+
+def engineer_paths(config: Mapping[str, Any]) -> list[str]:
+    """The engineers' keys a researcher's config sets, as `key` or `deepspeed_config.key`."""
+    paths = [key for key in config if key != "deepspeed_config" and engineer_key(key)]
+    nested = config.get("deepspeed_config")
+    if isinstance(nested, Mapping):
+        paths += [f"deepspeed_config.{k}" for k in nested if engineer_key(f"deepspeed_config.{k}")]
+    return paths
+
+
+def config_text(machines: int, processes: int, researcher: Mapping[str, Any] | None = None) -> str:
+    """The config the render passes as --config_file: the researcher's training keys, then the
+    engineers' keys, every one set, so that a default config baked into the image fills nothing
+    (the flags say the same)."""
     config = {
+        **researcher_keys(researcher or {}),
         "compute_environment": "LOCAL_MACHINE",
         "distributed_type": "MULTI_GPU",
         "num_machines": machines,

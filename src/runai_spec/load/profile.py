@@ -6,7 +6,7 @@ import copy
 import difflib
 import hashlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
@@ -20,7 +20,7 @@ from ..records import Record
 from .model import FileModel, read_once
 from .profile_hints import YAML11_BOOLS, count_hint, dns_suggestion, fallback_hint, field_path, line_of
 from .reserved_fields import FREE_KEYS, reserved_findings
-from .yaml import literal_text, load_mapping_lines, read_text
+from .yaml import literal_text, load_mapping_lines, load_mapping_text, read_text
 
 read_once(literal_text)  # the validator of every text field below (model.read_once)
 
@@ -35,6 +35,8 @@ Arg = Annotated[str, _AS_WRITTEN]
 # of a `Text | None`, pydantic left the pattern out of the JSON Schema (issue 26 item 5).
 DnsText = Annotated[str, Field(pattern=DNS1123_PATTERN, max_length=253), BeforeValidator(literal_text)]
 PathText = Annotated[str, Field(pattern=r"^/"), BeforeValidator(literal_text)]
+# a file beside the profile: relative (load_profile refuses a `..` in it)
+RelativePath = Annotated[str, Field(pattern=r"^[^/]", max_length=255), BeforeValidator(literal_text)]
 SomeText = Annotated[str, Field(min_length=1), BeforeValidator(literal_text)]
 # A torch release as `torch.__version__` writes it (`2.13.0`, `2.13.0+cu130`, `2.12`).
 TorchVersion = Annotated[
@@ -165,6 +167,12 @@ class Profile(FileModel):
         "`accelerate` (`accelerate launch`, for Hugging Face Accelerate scripts; not on elastic "
         "presets) where the site and the preset allow it. One GPU always runs `python`.",
     )
+    accelerate_config: RelativePath | None = Field(
+        None,
+        description="Your accelerate config file (YAML or JSON; `launcher: accelerate`), relative "
+        "to the profile: its training keys (mixed precision, FSDP or DeepSpeed settings, dynamo) "
+        "go into the config runai-spec renders; its topology keys are the engineers' and refused.",
+    )
     torch_version: TorchVersion | None = Field(
         None,
         description="The image's PyTorch version, e.g. 2.13.0: how long torchrun lets "
@@ -212,6 +220,8 @@ class LoadedProfile(Record):
     problems: tuple[InputError, ...] = ()
     invalid: frozenset[str] = frozenset()
     replaced: frozenset[str] = frozenset()
+    # the file accelerate_config names, parsed (load_profile reads it beside the profile)
+    accelerate_config: Mapping[str, Any] | None = None
 
     def line(self, path: str) -> int | None:
         """The line of a field, else of its nearest parent or the field written near it."""
@@ -487,8 +497,25 @@ def canonical_sha256(raw: dict[str, Any]) -> str:
 
 
 def load_profile(path: Path, *, partial: bool = False) -> LoadedProfile:
-    """Read and validate a profile file (partial: see parse_partial)."""
-    return (parse_partial if partial else parse_profile)(read_text(path), str(path))
+    """Read and validate a profile file (partial: see parse_partial), and the accelerate
+    config it names, beside it."""
+    loaded = (parse_partial if partial else parse_profile)(read_text(path), str(path))
+    name = loaded.profile.accelerate_config
+    if name is None:
+        return loaded
+    try:
+        if ".." in name.split("/"):
+            raise InputError("a path through `..` leaves the profile's folder")
+        config = load_mapping_text(read_text(path.parent / name), str(path.parent / name))
+    except InputError as exc:
+        raise InputError(
+            f"accelerate_config {name!r}: {exc.message}",
+            file=str(path),
+            line=loaded.line("accelerate_config"),
+            field="accelerate_config",
+            hint="write the path of your accelerate config relative to the profile's folder",
+        ) from None
+    return loaded._replace(accelerate_config=config)
 
 
 def profile_schema() -> dict[str, Any]:

@@ -207,7 +207,7 @@ def plan_workload(
     launcher = launcher_named(name)
     elastic, replicas = plan_topology(preset, launcher.workload.roles, src, o)
     rendezvous = launcher.rendezvous(preset, profile.name)
-    setup = launch_setup(profile, preset, rendezvous)
+    setup = launch_setup(profile, preset, rendezvous, loaded.accelerate_config)
     argv, logs = plan_launcher(launcher, setup, src, o)
     env = plan_env(profile, preset, launcher, setup, logs, src, o)
     limits = plan_limits(preset, src, o)

@@ -1,5 +1,7 @@
 """accelerate launch: every topology flag explicit, torchrun's failure semantics kept, its config rendered."""
 
+import json
+
 from ...facts import accelerate as acc
 from ...facts.kubeflow import RDZV_BACKEND
 from ...facts.torchrun import (
@@ -44,7 +46,8 @@ _FLAG_FIELDS = {
 
 
 def _config(setup: LaunchSetup) -> LauncherFile:
-    text = acc.config_text(setup.pods, setup.pods * setup.procs_per_pod)
+    researcher = json.loads(setup.launcher_config) if setup.launcher_config else None
+    text = acc.config_text(setup.pods, setup.pods * setup.procs_per_pod, researcher)
     return LauncherFile(CONFIG_VOLUME, CONFIG_DIR, acc.CONFIG_NAME, CONFIG_ANNOTATION, text)
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Protocol, get_args
+import json
+from collections.abc import Mapping
+from typing import Any, Protocol, get_args
 
 from ...errors import InputError
 from ...facts.kubeflow import API_VERSION, KIND, REPLICA_TYPES
@@ -40,6 +42,8 @@ class LaunchSetup(Record):
     checkpoint_dir: str = ""
     grace_s: int = 30
     pods: int = 1
+    # the profile's accelerate_config, as canonical JSON ("": none): its training keys
+    launcher_config: str = ""
 
 
 class LauncherFile(Record):
@@ -174,9 +178,17 @@ def launcher_for(
     return launcher_named(choose_launcher(layout)).head(LaunchSetup(layout, gpus, elastic, rendezvous))
 
 
-def launch_setup(profile: Profile, preset: Preset, rendezvous: RendezvousPlan | None) -> LaunchSetup:
+def launch_setup(
+    profile: Profile,
+    preset: Preset,
+    rendezvous: RendezvousPlan | None,
+    launcher_config: Mapping[str, Any] | None = None,
+) -> LaunchSetup:
     """The setup a plan's launcher is planned from: the preset's shape, the profile's entry
-    point and checkpoint folder."""
+    point, checkpoint folder and launcher config."""
+    config = (
+        "" if launcher_config is None else json.dumps(launcher_config, sort_keys=True, separators=(",", ":"))
+    )
     return LaunchSetup(
         preset.layout,
         preset.gpus_per_pod,
@@ -186,6 +198,7 @@ def launch_setup(profile: Profile, preset: Preset, rendezvous: RendezvousPlan | 
         profile.checkpoint.dir,
         preset.termination_grace_period_seconds,
         preset.nodes,
+        config,
     )
 
 

@@ -1,0 +1,112 @@
+"""Rules on the researcher's accelerate config: training keys only, and none that contradicts the profile."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from ..facts.accelerate import engineer_paths
+from ..findings import Finding
+from .rules import Context, finding, rule
+
+FIELD = "accelerate_config"
+# accelerate's mixed_precision (utils/dataclasses.py PrecisionType) -> the profile's precisions
+_PRECISIONS = {"no": ("fp32", "tf32"), "bf16": ("bf16",), "fp16": ("fp16",), "fp8": ("fp8",)}
+# the config's plugin block -> the profile strategy it belongs to
+_PLUGINS = {"fsdp_config": "fsdp", "deepspeed_config": "deepspeed"}
+# DeepSpeed's batch arithmetic in the config -> the profile's batch field (DESIGN 4.9)
+_DS_BATCH = {
+    "gradient_accumulation_steps": "grad_accum",
+    "train_micro_batch_size_per_gpu": "local",
+    "train_batch_size": "global_",
+}
+
+
+@rule(
+    "accelerate-config",
+    "error",
+    "The accelerate config sets training keys only, and agrees with the profile",
+)
+def check_accelerate_config(ctx: Context) -> Iterator[Finding]:
+    """`accelerate_config` (`launcher: accelerate`) passes its training keys into the config
+    runai-spec renders: mixed precision, FSDP and DeepSpeed settings, dynamo. The keys that
+    decide topology, transport and the machine are the engineers' (accelerate 1.16.0 reads them
+    from the config for every flag left unset): `compute_environment`, `distributed_type`,
+    `num_machines`, `machine_rank`, `num_processes`, `main_process_ip`, `main_process_port`,
+    `same_network`, `rdzv_backend`, `gpu_ids`, `use_cpu`, `enable_cpu_affinity`,
+    `mpirun_config`, `tpu_*`, and DeepSpeed's `deepspeed_multinode_launcher`,
+    `deepspeed_hostfile`, `deepspeed_inclusion_filter`, `deepspeed_exclusion_filter`: each is
+    refused with a line. A config that contradicts the profile is refused too: a plugin block
+    of another strategy, `mixed_precision` other than `model.precision`, DeepSpeed's ZeRO stage
+    or batch arithmetic other than the profile's."""
+    loaded = ctx.loaded
+    config = loaded.accelerate_config
+    if config is None:
+        return
+    profile = loaded.profile
+    if profile.launcher != "accelerate" or ctx.approved.preset.layout == "single-gpu":
+        yield finding(
+            ctx,
+            "accelerate-config",
+            FIELD,
+            "the accelerate config has no effect: accelerate launch runs only with `launcher: "
+            "accelerate` on a multi-GPU preset (one GPU runs python)",
+            "remove accelerate_config, or write `launcher: accelerate`",
+        )
+        return
+    for path in engineer_paths(config):
+        yield finding(
+            ctx,
+            "accelerate-config",
+            FIELD,
+            f"{path}: the engineers' key (topology, transport or the machine): the preset and "
+            "the rendered flags decide it",
+            f"remove {path} from {profile.accelerate_config}",
+        )
+    yield from _contradictions(ctx, config)
+
+
+def _contradictions(ctx: Context, config: Mapping[str, Any]) -> Iterator[Finding]:
+    profile = ctx.loaded.profile
+    name = profile.accelerate_config
+    for block, strategy in _PLUGINS.items():
+        if config.get(block) and profile.strategy != strategy:
+            yield finding(
+                ctx,
+                "accelerate-config",
+                FIELD,
+                f"{block} configures {strategy}, but the profile's strategy is {profile.strategy}",
+                f"set `strategy: {strategy}` (if the preset allows it), or remove {block} from {name}",
+            )
+    mixed = config.get("mixed_precision")
+    model = profile.model
+    if mixed is not None and model is not None and model.precision not in _PRECISIONS.get(str(mixed), ()):
+        yield finding(
+            ctx,
+            "accelerate-config",
+            FIELD,
+            f"mixed_precision {mixed!r} contradicts model.precision {model.precision!r}",
+            "make them say the same (the engineers approve the memory estimate of model.precision)",
+        )
+    ds = config.get("deepspeed_config")
+    if not isinstance(ds, Mapping):
+        return
+    stage = ds.get("zero_stage")
+    if stage is not None and profile.zero_stage is not None and stage != profile.zero_stage:
+        yield finding(
+            ctx,
+            "accelerate-config",
+            FIELD,
+            f"deepspeed_config.zero_stage {stage} contradicts zero_stage {profile.zero_stage}",
+            "make them say the same",
+        )
+    for key, field in _DS_BATCH.items():
+        value, ours = ds.get(key), getattr(profile.batch, field)
+        if value not in (None, "auto") and value != ours:
+            yield finding(
+                ctx,
+                "accelerate-config",
+                FIELD,
+                f"deepspeed_config.{key} {value} contradicts batch.{field.rstrip('_')} {ours}",
+                "make them say the same, or write `auto` (DeepSpeed asserts the batch arithmetic)",
+            )
