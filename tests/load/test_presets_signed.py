@@ -252,3 +252,42 @@ def test_approve_never_writes_through_a_link_at_the_old_temporary_name(
     assert outside.read_text() == "keep me\n"
     assert "h200-8gpu.yaml" in yaml.safe_load((presets_dir / "approvals.yaml").read_text())["approvals"]
     assert not (presets_dir / "approvals.yaml").is_symlink()
+
+
+def test_approve_warns_when_no_installation_pins_the_engineer_s_key_yet(
+    presets_dir: Path, _engineer_key: Path, tmp_path: Path
+) -> None:
+    """Issue 41 item 7: a new engineer's key, listed in the presets repository's
+    allowed_signers but not in the one this installation ships (pins), signs; approve says
+    that researchers' `presets sync` refuses the approval until a release ships the key."""
+    repository = tmp_path / "repository" / "presets"
+    shutil.copytree(ROOT / "presets", repository)
+    allow_signer(repository, _engineer_key, ENGINEER)
+    code, _, stderr = cli(
+        "presets", "approve", "h200-8gpu", "--key", str(_engineer_key), "--dir", str(repository)
+    )
+    assert code == 0, stderr
+    warnings = [line for line in stderr.splitlines() if line.startswith("warning: ")]
+    assert warnings == [
+        f"warning: {presets_dir / 'allowed_signers'}: the key that signed is not pinned for {ENGINEER} by "
+        "this installation of runai-spec: researchers' `presets sync` refuses this approval until a "
+        "release of runai-spec ships allowed_signers with it (docs/presets-distribution.md)"
+    ]
+    allow_signer(presets_dir, _engineer_key, ENGINEER)  # a release that pins it
+    code, _, stderr = cli(
+        "presets", "approve", "h200-8gpu", "--key", str(_engineer_key), "--dir", str(repository)
+    )
+    assert code == 0 and "warning: " not in stderr, stderr
+
+
+def test_an_edit_of_the_site_file_alone_is_named_as_such(presets_dir: Path) -> None:
+    """Issue 41 item 7: the presets are not 'edited since approved' when only site.yaml is."""
+    site = presets_dir / "site.yaml"
+    site.write_text(site.read_text().replace("cluster: spike", "cluster: spike2"))
+    code, stdout, _ = cli("presets", "list", "--dir", str(presets_dir))
+    lines = stdout.splitlines()
+    assert [ln for ln in lines if ln.startswith("h200-8gpu ")] == [
+        f"{'h200-8gpu':28} REFUSED: the site file (site.yaml) does not verify, see below"
+    ]
+    assert lines[-1].startswith(f"{'site.yaml':28} REFUSED: edited since it was approved")
+    assert sum("edited since it was approved" in ln for ln in lines) == 1

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ..errors import EXIT_FINDINGS, EXIT_OK
+from ..errors import EXIT_FINDINGS, EXIT_OK, RunaiSpecError
 from .common import ContextOpt, KubeconfigOpt, app, err
 
 if TYPE_CHECKING:
@@ -113,9 +113,31 @@ def presets_approve(
     err(
         [
             f"approved {name}: sha256 {entry.sha256} signed by {entry.approved_by} "
-            f"on {entry.approved_at}{until}"
+            f"on {entry.approved_at}{until}",
+            *unpinned_warning(entry.signature or "", entry.approved_by, entry.approved_at),
         ]
     )
+
+
+def unpinned_warning(signature: str, principal: str, approved_at: str) -> list[str]:
+    """A warning where the key that signed is not one this installation pins for PRINCIPAL
+    (the shipped allowed_signers): researchers' `presets sync` refuses the approval until a
+    release of runai-spec ships the key (issue 41 item 7). [] where it is pinned."""
+    from ..load import allowed_signers, signing, sshsig
+    from ..load.registry import pinned_signers
+
+    pinned = pinned_signers()
+    try:
+        key = sshsig.signer_key(signature)
+        seconds = allowed_signers.parse_absolute_time(approved_at.replace("-", "")) or 0
+        allowed_signers.AllowedSigners.read(pinned).check(key, principal, signing.NAMESPACE, seconds)
+    except (sshsig.Invalid, RunaiSpecError):
+        return [
+            f"warning: {pinned}: the key that signed is not pinned for {principal} by this "
+            "installation of runai-spec: researchers' `presets sync` refuses this approval until "
+            "a release of runai-spec ships allowed_signers with it (docs/presets-distribution.md)"
+        ]
+    return []
 
 
 def approval_registry(

@@ -276,7 +276,10 @@ def presets_lines(registry: PresetRegistry, project: str | None = None) -> list[
         try:
             p = registry.get(name).preset
         except InputError as exc:
-            lines.append(f"{name:28} REFUSED: {exc.message}")
+            # a preset is loaded against the site file: its refusal is the site's (issue 41)
+            site_file = refused is not None and str(exc.file or "").endswith("site.yaml")
+            why = "the site file (site.yaml) does not verify, see below" if site_file else exc.message
+            lines.append(f"{name:28} REFUSED: {why}")
             continue
         elastic = f"  elastic {p.elastic.min}..{p.elastic.max}" if p.elastic else ""
         granted = "" if refused is not None else f"  granted to {granted_to(grants, name)}"
