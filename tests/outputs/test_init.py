@@ -130,6 +130,9 @@ def test_init_asks_in_plain_words_on_a_terminal(tmp_path: Path) -> None:
         r"\[/workspace\]: "
     )
     t.type("")
+    # a multi-GPU preset of a site that allows both: which launcher (torchrun by default)
+    t.expect(r"Launcher \(torchrun, accelerate; .*\) \[torchrun\]: ")
+    t.type("")
     t.expect(r"Parallelism .*\[ddp\]: ")
     t.type("")
     t.expect(r"Model size.*: ")
@@ -368,3 +371,19 @@ def test_init_refuses_bad_data_and_sequence_flags(tmp_path: Path, flag: str, val
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith(f"error: {flag}: ") and words in result.stderr
     assert "hint:" in result.stderr and not (tmp_path / "x" / "profile.yaml").exists()
+
+
+def test_init_writes_launcher_accelerate_where_the_preset_offers_it(tmp_path: Path) -> None:
+    result = run("init", str(tmp_path / "acc"), "--no-input", *FLAGS, "--launcher", "accelerate")
+    assert result.exit_code == 0, result.output
+    profile = yaml.safe_load((tmp_path / "acc" / "profile.yaml").read_text())
+    assert profile["launcher"] == "accelerate"
+    assert run("validate", str(tmp_path / "acc" / "profile.yaml")).exit_code == 0
+    # torchrun, the default, is not written; an elastic preset never asks, and refuses the flag
+    assert run("init", str(tmp_path / "tr"), "--no-input", *FLAGS).exit_code == 0
+    assert "launcher" not in yaml.safe_load((tmp_path / "tr" / "profile.yaml").read_text())
+    flags = [*FLAGS, "--launcher", "accelerate"]
+    flags[flags.index("h200-2x8-ib")] = "h200-elastic-2to4x8-ib"
+    result = run("init", str(tmp_path / "el"), "--no-input", *flags)
+    assert result.exit_code == 2 and "--launcher" in result.output, result.output
+    assert not (tmp_path / "el").exists() or not (tmp_path / "el" / "profile.yaml").exists()

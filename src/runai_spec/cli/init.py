@@ -45,6 +45,10 @@ class InitOptions:
         str | None,
         _opt("--command", "Entry point as typed, e.g. 'train.py --config c.yaml' (no python/torchrun)."),
     ] = None
+    launcher: Annotated[
+        str | None,
+        _opt("--launcher", "torchrun (default) or accelerate, where the preset offers it (asked then)."),
+    ] = None
     working_dir: Annotated[
         str | None, _opt("--working-dir", "Working directory in the image (default /workspace).")
     ] = None

@@ -22,6 +22,7 @@ from ..load.profile import CheckpointFormat, Precision
 from ..load.registry import ApprovedPreset, PresetRegistry
 from ..load.site import Site
 from ..pipeline.workload import Workload, prepare_workload
+from ..plan.launcher import PROFILE_LAUNCHERS
 
 PROFILE_FILE = "profile.yaml"
 DIGEST_HOWTO = (
@@ -49,6 +50,7 @@ class Answers:
     name: str | None = None
     image: str | None = None
     command: str | None = None  # as typed: `train.py --config c.yaml`
+    launcher: str | None = None  # torchrun (default) or accelerate; asked where the preset offers both
     working_dir: str | None = None
     strategy: str | None = None
     local_batch: str | None = None
@@ -341,6 +343,26 @@ def _ask_preset(a: _Asker, registry: PresetRegistry) -> tuple[str, ApprovedPrese
     return project, approved
 
 
+def _ask_launcher(a: _Asker, site: Site, approved: ApprovedPreset) -> str:
+    """The launcher, asked where the preset offers more than torchrun: several GPUs, not elastic
+    (accelerate has no MIN:MAX nodes), and allowed by the site and the preset (the launcher rule
+    checks the answer like any profile's)."""
+    preset = approved.preset
+    offered = [
+        n for n in PROFILE_LAUNCHERS if n in site.launchers and n in (preset.launchers or site.launchers)
+    ]
+    if preset.layout == "single-gpu" or preset.elastic is not None or len(offered) < 2:
+        if a.answers.launcher is not None:  # the flag, where nothing is offered: torchrun only
+            return a.get("launcher", "", _choice(PROFILE_LAUNCHERS[:1]))
+        return PROFILE_LAUNCHERS[0]
+    return a.get(
+        "launcher",
+        f"Launcher ({', '.join(offered)}; accelerate: for a Hugging Face Accelerate script)",
+        _choice(tuple(offered)),
+        default=PROFILE_LAUNCHERS[0],
+    )
+
+
 def _ask_model(a: _Asker) -> dict[str, Any] | None:
     """The model's size, precision and sequence length; None when the size is unknown (then
     neither of the others is asked)."""
@@ -431,6 +453,7 @@ def build_profile(answers: Answers, registry: PresetRegistry, prompt: Prompt | N
         "command", "Entry point: the script and its arguments (no python/torchrun)", _command(a.say)
     )
     working_dir = a.get("working_dir", "Working directory in the image", _absolute, default="/workspace")
+    launcher = _ask_launcher(a, site, approved)
     strategies = tuple(preset.strategies)
     strategy = a.get(
         "strategy",
@@ -455,6 +478,7 @@ def build_profile(answers: Answers, registry: PresetRegistry, prompt: Prompt | N
         "project": project,
         "preset": approved.name,
         "image": image,
+        **({"launcher": launcher} if launcher != PROFILE_LAUNCHERS[0] else {}),
         "command": command,
         "working_dir": working_dir,
         "strategy": strategy,
