@@ -23,11 +23,13 @@ from hypothesis import strategies as st
 from markupsafe import soft_str
 
 from conftest import EXAMPLES, ROOT
+from mpi_presets import mpi_presets, mpi_profile
 from runai_spec import render
 from runai_spec.errors import InputError, InternalError, RunaiSpecError
 from runai_spec.load.registry import PresetRegistry
 from runai_spec.pipeline.smoke import smoke_plan
 from runai_spec.pipeline.workload import prepare_workload
+from runai_spec.plan.launcher import MPIJOB
 from runai_spec.render import runtime
 
 JOB = render.TEMPLATES["kubeflow"]
@@ -103,8 +105,11 @@ def test_the_runtime_stands_for_the_installed_jinja_only_where_it_is_the_one_it_
     assert runtime.stands_for_installed_jinja() == (jinja2.__version__ == runtime.JINJA_VERSION)
 
 
-def test_every_template_renders_the_same_both_ways_for_every_example(monkeypatch: pytest.MonkeyPatch) -> None:
-    # whichever templates render_plan and render_smoke choose: each compared, and none left out
+def test_every_template_renders_the_same_both_ways_for_every_example(
+    monkeypatch: pytest.MonkeyPatch, presets_dir: Path, _engineer_key: Path, tmp_path: Path
+) -> None:
+    # whichever templates render_plan and render_smoke choose: each compared, and none left out;
+    # an MPIJob's too (its site and preset are signed in a copy: tests/mpi_presets.py)
     compared: set[str] = set()
 
     def compare(name: str, **context: Any) -> str:
@@ -112,8 +117,12 @@ def test_every_template_renders_the_same_both_ways_for_every_example(monkeypatch
         return both_ways(name, **context)
 
     monkeypatch.setattr(render, "_render", compare)
-    for example in EXAMPLES:
-        plan = prepare_workload(ROOT / "examples" / example / "profile.yaml").plan
+    mpi = PresetRegistry(mpi_presets(presets_dir, _engineer_key))
+    for profile, registry in [
+        *((ROOT / "examples" / e / "profile.yaml", None) for e in EXAMPLES),
+        (mpi_profile(tmp_path), mpi),
+    ]:
+        plan = prepare_workload(profile, registry).plan
         render.render_plan(plan)
         render.render_smoke(smoke_plan(plan))
     assert compared == {path.name for path in (ROOT / "templates").glob("*.j2")}
@@ -161,6 +170,16 @@ PLAN = st.builds(
     launcher_files=st.lists(
         st.builds(SimpleNamespace, volume=TEXT, mount_dir=TEXT, name=TEXT, field_path=TEXT), max_size=2
     ),
+    workload=st.builds(SimpleNamespace, api_version=TEXT, kind=TEXT),
+    mpi=st.builds(
+        SimpleNamespace,
+        ssh_auth_mount_path=TEXT,
+        launcher_creation_policy=TEXT,
+        implementation=TEXT,
+        launcher_restart_policy=TEXT,
+        worker_restart_policy=TEXT,
+        worker_command=st.lists(TEXT, max_size=3),
+    ),
 )
 SMOKE = st.none() | st.builds(
     SimpleNamespace,
@@ -178,6 +197,7 @@ SMOKE = st.none() | st.builds(
 @given(PLAN, SMOKE)
 def test_any_plan_and_smoke_test_render_the_same_both_ways(plan: Any, smoke: Any) -> None:
     both_ways(JOB, plan=plan, smoke=smoke)
+    both_ways(MPIJOB.template, plan=plan, smoke=smoke)
     if smoke is not None:
         both_ways(CONFIGMAP, config_map=smoke.config_map)
 
@@ -196,7 +216,7 @@ def stand_in(plan: Any, **changes: Any) -> SimpleNamespace:
     names += ["elastic", "replicas", "restart_policy", "pod_labels", "pod_annotations", "scheduler_name"]
     names += ["termination_grace_period_seconds", "image", "command", "working_dir", "master_port"]
     names += ["limits", "requests", "capabilities", "field_env", "env", "secret_env", "workload"]
-    names += ["launcher_files"]
+    names += ["launcher_files", "mpi"]
     return SimpleNamespace(**{**{n: getattr(plan, n) for n in names}, **changes})
 
 

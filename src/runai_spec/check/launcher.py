@@ -6,6 +6,7 @@ import re
 from collections.abc import Iterator
 
 from ..errors import InputError
+from ..facts import mpi
 from ..facts.kubeflow import GPU_RESOURCE, KIND, nproc_flags, pytorch_container, torchrun_procs
 from ..facts.torchrun import (
     EXECUTABLE_ENTRY,
@@ -16,12 +17,12 @@ from ..facts.torchrun import (
     without_launcher,
 )
 from ..findings import Finding
-from ..plan.launcher import PROFILE_LAUNCHERS, registered_launchers
+from ..plan.launcher import PROFILE_LAUNCHERS, MpiLauncher, registered_launchers
 from .rules import Context, finding, rule
 
 # Launchers runai-spec does not render (yet), refused as a command's first word like the ones
 # it does (each registered launcher's `programs`) and the shells.
-OTHER_LAUNCHERS = ("deepspeed", "mpirun", "srun")
+OTHER_LAUNCHERS = ("deepspeed", "srun")
 LAUNCHERS = frozenset(
     {*(p for launcher in registered_launchers() for p in launcher.programs), *OTHER_LAUNCHERS, *SHELLS}
 )
@@ -152,6 +153,7 @@ def _use_the_field(ctx: Context, command: list[str], name: str) -> Finding:
 def _chosen_launcher_findings(ctx: Context) -> Iterator[Finding]:
     """The profile's `launcher`: one the site and the preset allow, and one the layout can
     express (accelerate has no MIN:MAX node count and no rendezvous id: not elastic)."""
+    yield from mpi_transport_findings(ctx)
     asked = ctx.loaded.profile.launcher
     preset = ctx.approved.preset
     if asked == PROFILE_LAUNCHERS[0] or preset.layout == "single-gpu":
@@ -168,7 +170,13 @@ def _chosen_launcher_findings(ctx: Context) -> Iterator[Finding]:
             "or a fixed-size preset",
         )
         return
-    allowed = [n for n in ctx.site.launchers if preset.launchers is None or n in preset.launchers]
+    if asked == MpiLauncher.name and ctx.site.mpi_operator not in mpi.OPERATOR_VERSIONS:
+        yield _no_mpi_operator(ctx)
+        return
+    # mpi only where the preset names it: an MPIJob runs the preset's mpi settings (sshd, SSH path)
+    named: list[str] = [*preset.launchers] if preset.launchers else [*PROFILE_LAUNCHERS]
+    named = [n for n in named if preset.launchers or n != MpiLauncher.name]
+    allowed = [n for n in ctx.site.launchers if n in named]
     if asked not in allowed:
         by = "the site" if asked not in ctx.site.launchers else f"preset {ctx.approved.name!r}"
         yield finding(
@@ -178,6 +186,41 @@ def _chosen_launcher_findings(ctx: Context) -> Iterator[Finding]:
             f"{by} does not allow launcher {asked!r} (allowed here: {', '.join(allowed)})",
             "use `launcher: torchrun`, or ask the AI Engineers for a preset that allows it",
         )
+
+
+def _no_mpi_operator(ctx: Context) -> Finding:
+    """`launcher: mpi` on a site without mpi-operator's MPIJob v2beta1 (site.yaml mpi_operator)."""
+    if ctx.site.mpi_operator == mpi.TRAINING_OPERATOR_V1:
+        why = (
+            "the site runs training-operator's MPIJob kubeflow.org/v1 under the same CRD name "
+            f"({mpi.CRD_NAME}), and runai-spec renders mpi-operator's {mpi.API_VERSION} only"
+        )
+    else:
+        why = f"the site runs no MPI operator (site.yaml mpi_operator: {ctx.site.mpi_operator})"
+    return finding(
+        ctx,
+        "launcher",
+        "launcher",
+        f"launcher 'mpi' renders an MPIJob {mpi.API_VERSION}, which this site cannot run: {why}",
+        "use `launcher: torchrun`, or ask the AI Engineers to install mpi-operator v0.6.0 or "
+        "later and name it in site.yaml (mpi_operator)",
+    )
+
+
+def mpi_transport_findings(ctx: Context) -> Iterator[Finding]:
+    """An MPI job's transport variables (OpenMPI's MCA parameters, Intel MPI's, Hydra's, UCX's:
+    what DeepSpeed's OpenMPI runner forces) in the profile's env: the engineers' (DESIGN 4.8)."""
+    if ctx.loaded.profile.launcher != MpiLauncher.name:
+        return
+    for name in ctx.loaded.profile.env:
+        if mpi.operator_env_name(name) or name.startswith("UCX_"):
+            yield finding(
+                ctx,
+                "launcher",
+                f"env.{name}",
+                f"{name} is an MPI transport setting, which the operator and the AI Engineers own",
+                "remove it; ask for a preset whose mpi.mpirun_args or network.env sets it",
+            )
 
 
 def _entry_point_findings(ctx: Context, command: list[str], kind: str | None) -> Iterator[Finding]:

@@ -72,7 +72,7 @@ ZeroStage = Annotated[int, Field(ge=0, le=3), BeforeValidator(_a_number)]
 
 # The launchers a profile may choose (`launcher`), the default first; site.yaml and the presets
 # narrow them. One GPU always runs python.
-LauncherName = Literal["torchrun", "accelerate"]
+LauncherName = Literal["torchrun", "accelerate", "mpi"]
 Strategy = Literal["ddp", "fsdp", "deepspeed", "tensor", "pipeline", "hybrid"]
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
 CheckpointFormat = Literal["dcp", "torch", "safetensors", "deepspeed"]
@@ -165,7 +165,8 @@ class Profile(FileModel):
         "torchrun",
         description="What starts the processes of a multi-GPU layout: `torchrun`, or "
         "`accelerate` (`accelerate launch`, for Hugging Face Accelerate scripts; not on elastic "
-        "presets) where the site and the preset allow it. One GPU always runs `python`.",
+        "presets), or `mpi` (an MPIJob whose launcher runs `mpirun`, on a site with "
+        "mpi-operator v2beta1) where the site and the preset allow it. One GPU always runs `python`.",
     )
     accelerate_config: RelativePath | None = Field(
         None,

@@ -13,7 +13,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InternalError
-from ..facts import kubeflow
+from ..facts import kubeflow, mpi
 from ..facts.kubeflow import operator_problems
 from ..plan.env import env_entries
 from ..plan.plan import Plan
@@ -70,8 +70,8 @@ def _mapping(pairs: Iterable[tuple[str, Any]], *more: Iterable[tuple[str, Any]])
         raise InternalError(f"template produced a value it cannot encode: {exc}") from None
 
 
-# The operator's names (container, port, kind) come from kubeflow.py, not the template.
-GLOBALS: dict[str, Any] = {"kubeflow": kubeflow}
+# The operators' names (container, port, kind, roles) come from kubeflow.py and mpi.py, not the template.
+GLOBALS: dict[str, Any] = {"kubeflow": kubeflow, "mpi": mpi}
 FILTERS: dict[str, Callable[..., Any]] = {"json": _json, "mapping": _mapping, "env_entries": env_entries}
 # How the templates are compiled (`undefined`: the name of Jinja's class); part of what a
 # compiled module must match.
@@ -310,11 +310,11 @@ def _checked(rendered: list[tuple[str, dict[str, Any], str]], what: str) -> list
             raise InternalError(
                 f"rendered {what} is not a valid manifest: {exc}", file=name, line=line
             ) from None
+    rules = {kubeflow.KIND: operator_problems, mpi.KIND: mpi.operator_problems}
     for manifest in manifests:
-        if manifest.get("kind") == kubeflow.KIND:
-            problems = operator_problems(manifest)
-            if problems:
-                raise InternalError(f"rendered PyTorchJob breaks an operator rule: {problems[0]}")
+        problems = rules[manifest["kind"]](manifest) if manifest.get("kind") in rules else []
+        if problems:
+            raise InternalError(f"rendered {manifest['kind']} breaks an operator rule: {problems[0]}")
     return manifests
 
 

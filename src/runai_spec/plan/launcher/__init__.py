@@ -1,4 +1,4 @@
-"""The launcher seam: one class per launcher (python, torchrun, accelerate) behind one protocol, by name."""
+"""The launcher seam: one class per launcher (python, torchrun, accelerate, mpi) behind one protocol."""
 
 from .accelerate import AccelerateLauncher
 from .base import (
@@ -17,6 +17,7 @@ from .base import (
     register_launcher,
     registered_launchers,
 )
+from .mpi import MPIJOB, MpiLauncher
 from .python import PythonLauncher
 from .rendezvous import RDZV_ENDPOINT, RendezvousPlan, rendezvous_plan
 from .torchrun import TorchrunLauncher, rank_log_dir, rendezvous_flags
@@ -25,10 +26,12 @@ __all__ = [
     "PROFILE_LAUNCHERS",
     "PYTORCHJOB",
     "RDZV_ENDPOINT",
+    "MPIJOB",
     "AccelerateLauncher",
     "LaunchSetup",
     "Launcher",
     "LauncherFile",
+    "MpiLauncher",
     "PythonLauncher",
     "RendezvousPlan",
     "TorchrunLauncher",
@@ -50,3 +53,4 @@ __all__ = [
 register_launcher("python", PythonLauncher)
 register_launcher("torchrun", TorchrunLauncher)
 register_launcher("accelerate", AccelerateLauncher)
+register_launcher("mpi", MpiLauncher)

@@ -8,7 +8,7 @@ from typing import Any, Protocol, get_args
 
 from ...errors import InputError
 from ...facts.kubeflow import API_VERSION, KIND, REPLICA_TYPES
-from ...load.presets import Preset
+from ...load.presets import MpiSettings, Preset
 from ...load.profile import LauncherName, Profile
 from ...records import Record
 from ..origins import Entry, Origin, Sources
@@ -44,6 +44,10 @@ class LaunchSetup(Record):
     pods: int = 1
     # the profile's accelerate_config, as canonical JSON ("": none): its training keys
     launcher_config: str = ""
+    mpi: MpiSettings | None = None  # the preset's MPIJob settings (the mpi launcher's)
+    env_names: tuple[str, ...] = ()  # the profile's and preset's variables (mpirun forwards them)
+    job: str = ""  # the job's name (the profile's)
+    master_port: int = 0  # the preset's master_port
 
 
 class LauncherFile(Record):
@@ -199,6 +203,10 @@ def launch_setup(
         preset.termination_grace_period_seconds,
         preset.nodes,
         config,
+        mpi=preset.mpi,
+        env_names=(*profile.env, *profile.secret_env, *preset.network.env),
+        job=profile.name,
+        master_port=preset.master_port,
     )
 
 

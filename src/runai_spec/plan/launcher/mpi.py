@@ -1,0 +1,83 @@
+"""mpirun in an MPIJob's launcher (mpi-operator v2beta1): the world size, the preset's flags, the program."""
+
+from ...facts import mpi
+from ...facts.torchrun import EXECUTABLE_ENTRY, SINGLE_GPU_LAUNCHER, entry_point_kind, split_flag
+from ...load.presets import MpiSettings, Preset
+from ..origins import Entry, Origin, Sources, derived, same
+from .base import LauncherFile, LaunchSetup, WorkloadKind
+from .rendezvous import RendezvousPlan
+
+# mpi-operator's MPIJob: a Launcher (a batch/v1 Job running mpirun) and Workers (running sshd).
+# The launcher runs as a worker too (spec.runLauncherAsWorker): it gets the preset's GPUs and
+# the hostfile's first line, so the pods are the PyTorchJob's (one lead, nodes - 1 workers).
+MPIJOB = WorkloadKind(mpi.API_VERSION, mpi.KIND, "mpijob.json.j2", mpi.REPLICA_TYPES)
+FORWARD_FLAG = "-x"  # OpenMPI: export this variable of mpirun's env to every rank
+MASTER_ADDR, MASTER_PORT = "MASTER_ADDR", "MASTER_PORT"  # torch's env:// rendezvous
+
+
+def settings(setup: LaunchSetup) -> MpiSettings:
+    return setup.mpi if setup.mpi is not None else MpiSettings()
+
+
+class MpiLauncher:
+    """`mpirun -np WORLD [preset's flags] [-x VAR]... PROGRAM`, PID 1 of the launcher pod. The
+    ranks on the other pods are started over SSH (the operator's hostfile at /etc/mpi), where
+    the pod's env does not reach them: every variable of the profile and the preset is
+    forwarded with `-x`. No re-rendezvous: a lost rank ends mpirun, and the launcher Job's
+    back-off (run_policy.backoff_limit) restarts the whole job from its last checkpoint."""
+
+    name = "mpi"
+    workload = MPIJOB
+    programs: tuple[str, ...] = mpi.PROGRAMS
+    reserved_flags = mpi.RESERVED_FLAGS
+    reserved_modules: tuple[str, ...] = ()
+    restarts_ranks = False
+    forwards_sigterm = True  # mpirun passes SIGTERM on to every rank
+
+    def rendezvous(self, preset: Preset, job: str) -> RendezvousPlan | None:
+        return None  # MPI_Init wires the ranks; torch reads OMPI_COMM_WORLD_* (no store to plan)
+
+    def head(self, setup: LaunchSetup) -> tuple[str, ...]:
+        return (mpi.PROGRAM, mpi.NP_FLAG, str(setup.pods * setup.procs_per_pod), *settings(setup).mpirun_args)
+
+    def argv(self, setup: LaunchSetup) -> tuple[str, ...]:
+        argv = self.head(setup)
+        for name in dict.fromkeys((*setup.env_names, MASTER_ADDR, MASTER_PORT)):
+            argv += (FORWARD_FLAG, name)
+        # mpirun starts a program: a Python script needs its interpreter, a wrapper runs itself
+        if entry_point_kind(setup.entrypoint) == EXECUTABLE_ENTRY:
+            return argv
+        return (*argv, *SINGLE_GPU_LAUNCHER)
+
+    def rank_logs(self, setup: LaunchSetup) -> str | None:
+        return None  # mpirun gathers every rank's output in the launcher pod's log
+
+    def env(self, setup: LaunchSetup, src: Sources) -> dict[str, Entry]:
+        """torch's env:// rendezvous on rank 0's pod: the launcher's (the hostfile's first host,
+        which OpenMPI fills first), by the name the operator's DNS search path resolves; the
+        operator itself injects OMPI_MCA_* in the launcher (facts/mpi.launcher_env)."""
+        why = derived("rank 0 runs in the launcher pod (runLauncherAsWorker: the hostfile's first host)")
+        return {
+            MASTER_ADDR: same(why, MASTER_ADDR, mpi.launcher_name(setup.job)),
+            MASTER_PORT: (MASTER_PORT, str(setup.master_port), why, src.preset("master_port")),
+        }
+
+    def origin(self, arg: str, setup: LaunchSetup, src: Sources) -> Origin:
+        argv = self.argv(setup)
+        approved = settings(setup).mpirun_args
+        at = argv.index(arg)
+        if 3 <= at < 3 + len(approved):
+            return src.preset(f"mpi.mpirun_args[{at - 3}]")
+        if arg == str(setup.pods * setup.procs_per_pod) and at == 2:
+            return derived("world size: preset nodes x gpus_per_pod (one rank per GPU)")
+        if arg in setup.env_names or split_flag(arg)[0] == FORWARD_FLAG:
+            return derived("a rank started over SSH sees none of the pod's env: mpirun forwards it")
+        if arg in SINGLE_GPU_LAUNCHER:
+            return src.profile("command[0]")
+        return derived("launcher of an MPIJob (profile launcher: mpi)")
+
+    def shutdown_window(self, torch_version: str | None, grace_s: int) -> int | None:
+        return None  # how long OpenMPI's mpirun waits between SIGTERM and SIGKILL: not modelled
+
+    def files(self, setup: LaunchSetup) -> tuple[LauncherFile, ...]:
+        return ()
