@@ -40,6 +40,10 @@ CASES = {
             r"^the interpreter alone with 20 arguments: [\d.]+ MB",
         ],
     ),
+    "bench_policy.py": (
+        ["--counts", "4,8", "--rounds", "1"],
+        [r"^  4 presets: policy +[\d,]+ bytes", r"^bytes a preset adds \(4 -> 8\): [\d,]+ \(budget"],
+    ),
     "bench_signatures.py": (
         ["--rounds", "2"],
         [r"^warm: .* paired ratio median [\d.]+", r"^cold: .* paired ratio", r"^render: .* paired ratio"],

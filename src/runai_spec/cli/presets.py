@@ -276,8 +276,16 @@ def presets_policy(
     registry = PresetRegistry(directory)
     if out is None:
         sys.stdout.write(dump(admission.policy_documents(registry)))
-        return
-    err([f"wrote {path}" for path in admission.write_policy(registry, out)])
+    else:
+        err([f"wrote {path}" for path in admission.write_policy(registry, out)])
+    if not registry.site().workload_guard.enabled:  # issue 41 item 6: the scope, stated
+        err(
+            [
+                f"warning: {registry.root / 'site.yaml'}: workload_guard: off: in the project "
+                "namespaces only PyTorchJobs are judged; Pods, Jobs, MPIJobs, JobSets and other "
+                "workloads that ask for GPUs are not (docs/admission.md, the workload guard)"
+            ]
+        )
 
 
 FromOpt = Annotated[

@@ -455,3 +455,17 @@ def test_the_guard_s_device_variables_are_those_validate_refuses() -> None:
 
 def test_the_workload_guard_is_off_unless_the_site_enables_it() -> None:
     assert admission.GUARD_POLICY_NAME not in {d["metadata"]["name"] for d in documents()}
+
+
+def test_presets_policy_states_what_it_leaves_unjudged_without_the_guard(tmp_path: Path) -> None:
+    """Issue 41 item 6: with the workload guard off, `presets policy` says that only
+    PyTorchJobs are judged in the project namespaces."""
+    from conftest import run
+
+    result = run("presets", "policy", "-o", str(tmp_path / "deploy"))
+    assert result.exit_code == 0, result.output
+    warnings = [ln for ln in result.stderr.splitlines() if ln.startswith("warning: ")]
+    assert (
+        len(warnings) == 1
+        and "workload_guard: off: in the project namespaces only PyTorchJobs" in warnings[0]
+    )
