@@ -17,7 +17,14 @@ from typing import Any
 import pytest
 
 from conftest import ROOT, example_job, needs_torch, pytorch_container, pytorch_containers, run
-from runai_spec.facts.torchrun import SHUTDOWN_DEFAULT_S, SHUTDOWN_TIMEOUT_ENV, shutdown_window, torch_release
+from runai_spec.facts.torchrun import (
+    SHUTDOWN_DEFAULT_S,
+    SHUTDOWN_MARGIN_S,
+    SHUTDOWN_TIMEOUT_ENV,
+    shutdown_timeout_s,
+    shutdown_window,
+    torch_release,
+)
 from runai_spec.pipeline.workload import prepare_workload
 from runai_spec.plan.failure import failure_semantics, save_time
 from runai_spec.rehearse.spec import RehearsalSpec
@@ -43,10 +50,11 @@ def _grace(job: dict[str, Any]) -> set[int]:
         ("2.5.1", 30),
         ("2.9.0", 30),
         ("2.11.0+cu130", 30),
-        # torch 2.12.0 and 2.13.0: LaunchConfig reads TORCH_ELASTIC_SHUTDOWN_TIMEOUT
-        ("2.12.0", 300),
-        ("2.13", 300),
-        ("2.13.0+cpu", 300),
+        # torch 2.12.0 and 2.13.0: LaunchConfig reads TORCH_ELASTIC_SHUTDOWN_TIMEOUT, which the
+        # render sets to the grace period less the margin (issue 40 item 4)
+        ("2.12.0", 290),
+        ("2.13", 290),
+        ("2.13.0+cpu", 290),
         (None, None),
         ("nightly", None),
     ],
@@ -56,16 +64,19 @@ def test_the_window_per_torch_version(version: str | None, window: int | None) -
 
 
 def test_before_2_12_a_grace_period_under_30_s_is_the_window() -> None:
-    assert shutdown_window("2.11.0", 20) == 20 and shutdown_window("2.13.0", 20) == 20
+    assert shutdown_window("2.11.0", 20) == 20 and shutdown_window("2.13.0", 20) == 20 - SHUTDOWN_MARGIN_S
     assert torch_release("2.13.0+cu130") == (2, 13) and torch_release("") is None
 
 
 @pytest.mark.parametrize("example", TORCHRUN_EXAMPLES)
-def test_every_torchrun_render_sets_the_shutdown_timeout_to_the_grace_period(example: str) -> None:
+def test_every_torchrun_render_sets_the_shutdown_timeout_to_the_grace_period_less_a_margin(
+    example: str,
+) -> None:
+    """Issue 40 item 4: a window equal to the grace period races the kubelet's SIGKILL."""
     job = example_job(example)
     [grace] = _grace(job)
     values = {item["value"] for item in _container_env(job) if item["name"] == SHUTDOWN_TIMEOUT_ENV}
-    assert values == {str(grace)}
+    assert values == {str(grace - SHUTDOWN_MARGIN_S)} and SHUTDOWN_MARGIN_S > 0
     # the variable, never the flag: torch <= 2.11 refuses a flag it does not know
     assert not any(a.startswith("--shutdown") for c in pytorch_containers(job) for a in c["command"])
 
@@ -83,9 +94,9 @@ def test_the_smoke_render_keeps_the_shutdown_timeout() -> None:
 @pytest.mark.parametrize(
     ("version", "says"),
     [
-        ("2.13.0", "300 s to checkpoint"),
+        ("2.13.0", "290 s to checkpoint"),
         ("2.11.0", f"{SHUTDOWN_DEFAULT_S} s (torch 2.11.0) to checkpoint"),
-        (None, "300 s on torch >= 2.12, 30 s before to checkpoint"),
+        (None, "290 s on torch >= 2.12, 30 s before to checkpoint"),
     ],
 )
 def test_plan_states_the_real_window_per_declared_torch(
@@ -262,3 +273,19 @@ def test_the_rehearsed_preemption_gives_torchrun_s_ranks_the_rendered_window(tmp
         container["env"] = [e for e in container["env"] if e["name"] != SHUTDOWN_TIMEOUT_ENV]
     saved, message = _rehearse_preemption(tmp_path / "without", without)
     assert not saved.exists(), message
+
+
+def test_the_timeout_is_at_least_one_second() -> None:
+    assert shutdown_timeout_s(5) == 1 and shutdown_timeout_s(300) == 300 - SHUTDOWN_MARGIN_S
+
+
+def test_plan_says_both_windows(write_profile: Callable[..., Path], base_profile: dict[str, Any]) -> None:
+    """Issue 40 item 4: the shutdown window (grace less the margin, and why) and the restart
+    window (torch's fixed 30 s when torchrun restarts its ranks after a peer's failure)."""
+    profile = {**base_profile, "preset": "h200-8gpu", "torch_version": "2.13.0"}
+    plan = prepare_workload(write_profile(profile)).plan
+    words = dict(failure_semantics(plan).choices)["time to save on SIGTERM"]
+    grace = plan.termination_grace_period_seconds
+    assert f"gives them {grace - SHUTDOWN_MARGIN_S} s" in words
+    assert f"grace period less {SHUTDOWN_MARGIN_S} s" in words and "before the kubelet's" in words
+    assert f"fixed {SHUTDOWN_DEFAULT_S} s" in words and "peer's failure" in words

@@ -297,7 +297,7 @@ def test_hostile_profile_values_never_change_the_structure_of_the_smoke_render(
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             *({"name": f"V{i}", "value": v} for i, v in enumerate(HOSTILE)),
             {"name": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "value": "1"},
-            {"name": "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "value": "300"},
+            {"name": "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "value": "290"},
             {"name": "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "value": "[rank${rank}]:"},
         ]
         assert container["workingDir"] == "/w: {{ 7*7 }}"

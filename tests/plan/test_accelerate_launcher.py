@@ -16,7 +16,7 @@ from conftest import ROOT, pytorch_container, run
 from runai_spec.facts.accelerate import CONFIG_FILE_FLAG, ENGINEER_KEYS, config_text
 from runai_spec.facts.kubeflow import operator_env
 from runai_spec.facts.kubelet import container_env, expand_command
-from runai_spec.facts.torchrun import SHUTDOWN_TIMEOUT_ENV, split_command
+from runai_spec.facts.torchrun import SHUTDOWN_TIMEOUT_ENV, shutdown_timeout_s, split_command
 from runai_spec.load.registry import PresetRegistry
 from runai_spec.pipeline.workload import prepare_workload
 from runai_spec.plan.launcher import choose_launcher
@@ -91,7 +91,7 @@ def test_accelerates_own_parser_gives_torchrun_c10d_restarts_and_shutdown_window
             config = _torchrun_config(argv, env, tmp_path, m)
         assert config.rdzv_backend == "c10d"
         assert config.max_restarts == preset.rendezvous.max_restarts
-        assert config.shutdown_timeout == preset.termination_grace_period_seconds
+        assert config.shutdown_timeout == shutdown_timeout_s(preset.termination_grace_period_seconds)
         assert config.run_id == workload.plan.name
         assert (config.min_nodes, config.max_nodes) == (preset.nodes, preset.nodes)
         assert config.nproc_per_node == preset.gpus_per_pod
@@ -99,7 +99,7 @@ def test_accelerates_own_parser_gives_torchrun_c10d_restarts_and_shutdown_window
         assert config.rdzv_configs["join_timeout"] == str(preset.rendezvous.join_timeout_seconds)
         assert config.rdzv_configs["read_timeout"] == str(preset.rendezvous.read_timeout_seconds)
         seen.append(config.node_rank)
-        assert env[SHUTDOWN_TIMEOUT_ENV] == str(preset.termination_grace_period_seconds)
+        assert env[SHUTDOWN_TIMEOUT_ENV] == str(shutdown_timeout_s(preset.termination_grace_period_seconds))
     assert seen == list(range(preset.nodes))  # each pod its own machine rank, the operator's
 
 
@@ -133,7 +133,9 @@ def test_one_node_runs_c10d_on_a_local_port_with_every_process(
     config = _torchrun_config(argv, env, tmp_path, monkeypatch)
     assert (config.rdzv_backend, config.rdzv_endpoint) == ("c10d", "localhost:0")
     assert (config.min_nodes, config.nproc_per_node) == (1, workload.approved.preset.gpus_per_pod)
-    assert config.shutdown_timeout == workload.approved.preset.termination_grace_period_seconds
+    assert config.shutdown_timeout == shutdown_timeout_s(
+        workload.approved.preset.termination_grace_period_seconds
+    )
 
 
 def test_the_rendered_command_splits_into_accelerates_head_and_the_entry_point() -> None:

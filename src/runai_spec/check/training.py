@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterator
 from functools import lru_cache
 
-from ..facts.torchrun import SHUTDOWN_TIMEOUT_ENV
+from ..facts.torchrun import SHUTDOWN_TIMEOUT_ENV, shutdown_timeout_s
 from ..findings import Finding
 from ..plan.launcher import launcher_named
 from ..plan.memory import memory_estimate
@@ -157,8 +157,8 @@ def check_sigterm_one_gpu(ctx: Context) -> Iterator[Finding]:
 def check_shutdown_window(ctx: Context) -> Iterator[Finding]:
     """torchrun, PID 1 of a torchrun pod, forwards SIGTERM to its ranks and SIGKILLs them its
     shutdown timeout later (launcher.shutdown_window): the render sets it to the preset's
-    grace period (TORCH_ELASTIC_SHUTDOWN_TIMEOUT), which torch reads from 2.12 on; torch 2.11
-    and older kill the ranks after 30 s. Where the profile declares such a torch and a save on
+    grace period less a margin (TORCH_ELASTIC_SHUTDOWN_TIMEOUT), which torch reads from 2.12
+    on; torch 2.11 and older kill the ranks after 30 s. Where the profile declares such a torch and a save on
     SIGTERM, the save has 30 s, not the grace period."""
     plan = ctx.plan
     grace = plan.termination_grace_period_seconds
@@ -166,7 +166,7 @@ def check_shutdown_window(ctx: Context) -> Iterator[Finding]:
     if not launcher.forwards_sigterm or not plan.checkpoint_on_sigterm:
         return
     window = launcher.shutdown_window(plan.torch_version, grace)
-    if window is None or window >= grace:
+    if window is None or window >= shutdown_timeout_s(grace):
         return
     yield finding(
         ctx,
@@ -176,7 +176,7 @@ def check_shutdown_window(ctx: Context) -> Iterator[Finding]:
         f"SIGKILL (torchrun's fixed shutdown timeout), not the preset's {grace} s "
         "grace period: a checkpoint on SIGTERM that takes longer is cut off",
         f"use an image with torch 2.12 or later (it reads {SHUTDOWN_TIMEOUT_ENV}, "
-        f"which the render sets to the grace period), or keep the save on SIGTERM "
+        f"which the render sets to the grace period less a margin), or keep the save on SIGTERM "
         f"under {window} s",
         severity="warning",
     )

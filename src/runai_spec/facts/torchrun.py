@@ -75,9 +75,16 @@ DISABLE_SHARED_STORE = ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
 # TORCH_ELASTIC_SHUTDOWN_TIMEOUT (`launcher/api.py` LaunchConfig.__post_init__), else 30.
 # The render sets the variable, never the flag: a torchrun older than 2.12 ignores a variable
 # it does not read, but refuses a flag it does not know (argparse exits 2).
+# The render's timeout is the grace period less SHUTDOWN_MARGIN_S: at the grace period the
+# kubelet SIGKILLs PID 1 itself, so a window equal to it races torchrun's own SIGKILL of the
+# ranks, and torchrun, killed first, never logs which rank overran. Restarts after a peer's
+# failure are another window: the agent's _restart_workers -> _stop_workers closes the old
+# workers with close(timeout=30), whatever the setting (`local_elastic_agent.py` _stop_workers ->
+# _shutdown's default, read in the 2.13.0 wheel): SHUTDOWN_DEFAULT_S, stated by `plan`.
 SHUTDOWN_TIMEOUT_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
 SHUTDOWN_DEFAULT_S = 30
 SHUTDOWN_SETTING_SINCE = (2, 12)
+SHUTDOWN_MARGIN_S = 10
 
 
 def torch_release(version: str | None) -> tuple[int, int] | None:
@@ -86,15 +93,22 @@ def torch_release(version: str | None) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
+def shutdown_timeout_s(grace_s: int) -> int:
+    """The SHUTDOWN_TIMEOUT_ENV the render sets in a pod of grace period GRACE_S: the grace
+    period less SHUTDOWN_MARGIN_S (at least 1 s), so torchrun's SIGKILL of its ranks comes
+    before the kubelet's of torchrun."""
+    return max(1, grace_s - SHUTDOWN_MARGIN_S)
+
+
 def shutdown_window(torch_version: str | None, grace_s: int) -> int | None:
     """Seconds a torchrun worker has from SIGTERM to SIGKILL in a pod whose grace period is
-    GRACE_S and whose env sets SHUTDOWN_TIMEOUT_ENV to it (as the render does): the grace
-    period from torch 2.12, min(30, grace) before; None when the version is unknown."""
+    GRACE_S and whose env sets SHUTDOWN_TIMEOUT_ENV to shutdown_timeout_s (as the render does):
+    that from torch 2.12, min(30, grace) before; None when the version is unknown."""
     release = torch_release(torch_version)
     if release is None:
         return None
     if release >= SHUTDOWN_SETTING_SINCE:
-        return grace_s
+        return shutdown_timeout_s(grace_s)
     return min(SHUTDOWN_DEFAULT_S, grace_s)
 
 

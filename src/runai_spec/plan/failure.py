@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ..facts.kai import STALENESS_GRACE_DEFAULT_S
 from ..facts.kubeflow import MASTER, RDZV_BACKEND, WORKER, pod_name, short_pod_name
 from ..facts.operator import BACKOFF_BASE_S, BACKOFF_CAP_S
-from ..facts.torchrun import SHUTDOWN_DEFAULT_S, SHUTDOWN_TIMEOUT_ENV
+from ..facts.torchrun import SHUTDOWN_DEFAULT_S, SHUTDOWN_TIMEOUT_ENV, shutdown_timeout_s
 from .launcher import launcher_named
 from .plan import Plan
 
@@ -136,8 +136,9 @@ def _backoff_limit(plan: Plan) -> int | None:
 def sigterm_window(plan: Plan) -> str:
     """How long the ranks of PLAN have to save between SIGTERM and SIGKILL, in words: the
     grace period for python (one GPU); for torchrun (PID 1 of its pod) its shutdown timeout,
-    which the render sets to the grace period and torch reads from 2.12 only
-    (launcher.shutdown_window)."""
+    which the render sets to the grace period less a margin and torch reads from 2.12 only
+    (launcher.shutdown_window); and the other window, torch's fixed 30 s when torchrun
+    restarts its ranks after a peer's failure."""
     grace = plan.termination_grace_period_seconds
     launcher = launcher_named(plan.launcher_name)
     if not launcher.forwards_sigterm:
@@ -147,37 +148,47 @@ def sigterm_window(plan: Plan) -> str:
             "holds its GPU, until that SIGKILL"
         )
     window = launcher.shutdown_window(plan.torch_version, grace)
+    timeout = shutdown_timeout_s(grace)
     old = min(SHUTDOWN_DEFAULT_S, grace)
+    margin = (
+        f"the {grace} s grace period less {grace - timeout} s, so that torchrun's SIGKILL of "
+        "its ranks (and its log of which rank overran) comes before the kubelet's"
+    )
+    restarts = (
+        f"; when torchrun restarts its ranks after a peer's failure it gives them torch's "
+        f"fixed {SHUTDOWN_DEFAULT_S} s instead, whatever {SHUTDOWN_TIMEOUT_ENV} says"
+    )
     if window is None:
         return (
-            f"torchrun forwards it to the ranks and gives them {grace} s on torch 2.12 and "
-            f"later ({SHUTDOWN_TIMEOUT_ENV}), {old} s on older torch, then SIGKILL "
-            "(torch_version in the profile says which)"
+            f"torchrun forwards it to the ranks and gives them {timeout} s on torch 2.12 and "
+            f"later ({SHUTDOWN_TIMEOUT_ENV}: {margin}), {old} s on older torch, then SIGKILL "
+            f"(torch_version in the profile says which){restarts}"
         )
-    if window == grace:
+    if window == timeout:
         return (
-            f"torchrun forwards it to the ranks and gives them the grace period, {grace} s "
-            f"(torch {plan.torch_version} reads {SHUTDOWN_TIMEOUT_ENV}), then SIGKILL"
+            f"torchrun forwards it to the ranks and gives them {timeout} s ({margin}; torch "
+            f"{plan.torch_version} reads {SHUTDOWN_TIMEOUT_ENV}), then SIGKILL{restarts}"
         )
     return (
         f"torchrun forwards it to the ranks and SIGKILLs them {window} s later: torch "
         f"{plan.torch_version} has no setting for it (2.12 and later read "
         f"{SHUTDOWN_TIMEOUT_ENV}); the rest of the {grace} s grace period only holds the "
-        "GPUs"
+        f"GPUs{restarts}"
     )
 
 
 def save_time(plan: Plan) -> str:
-    """sigterm_window in a few words: `300 s`, `30 s (torch 2.11)`, `300 s on torch >= 2.12,
+    """sigterm_window in a few words: `290 s`, `30 s (torch 2.11)`, `290 s on torch >= 2.12,
     30 s before`."""
     grace = plan.termination_grace_period_seconds
     launcher = launcher_named(plan.launcher_name)
     if not launcher.forwards_sigterm:
         return f"{grace} s (if the script handles SIGTERM)"
     window = launcher.shutdown_window(plan.torch_version, grace)
+    timeout = shutdown_timeout_s(grace)
     if window is None:
-        return f"{grace} s on torch >= 2.12, {min(SHUTDOWN_DEFAULT_S, grace)} s before"
-    return f"{window} s" + ("" if window == grace else f" (torch {plan.torch_version})")
+        return f"{timeout} s on torch >= 2.12, {min(SHUTDOWN_DEFAULT_S, grace)} s before"
+    return f"{window} s" + ("" if window == timeout else f" (torch {plan.torch_version})")
 
 
 def _choices(plan: Plan) -> tuple[tuple[str, str], ...]:

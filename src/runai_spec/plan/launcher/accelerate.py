@@ -9,9 +9,11 @@ from ...facts.torchrun import (
     EXECUTABLE_ENTRY,
     RANK_PREFIX,
     RANK_PREFIX_ENV,
+    SHUTDOWN_MARGIN_S,
     SHUTDOWN_TIMEOUT_ENV,
     entry_point_kind,
     flag,
+    shutdown_timeout_s,
     shutdown_window,
     split_flag,
 )
@@ -122,8 +124,11 @@ class AccelerateLauncher:
                 env[RDZV_ID_ENV] = same(derived(why), RDZV_ID_ENV, r.rdzv_id)
         env[SHUTDOWN_TIMEOUT_ENV] = (
             SHUTDOWN_TIMEOUT_ENV,
-            str(setup.grace_s),
-            derived("torchrun's SIGTERM-to-SIGKILL window for its ranks (torch >= 2.12)"),
+            str(shutdown_timeout_s(setup.grace_s)),
+            derived(
+                f"torchrun's SIGTERM-to-SIGKILL window for its ranks (torch >= 2.12): the grace "
+                f"period less {SHUTDOWN_MARGIN_S} s, before the kubelet's SIGKILL"
+            ),
             src.preset("termination_grace_period_seconds"),
         )
         why = "each pod log line names its global rank (`logs --out` splits them)"

@@ -15,11 +15,13 @@ from ...facts.torchrun import (
     RDZV_CONF_FLAGS,
     RDZV_ENDPOINT_FLAGS,
     RDZV_ID_FLAG,
+    SHUTDOWN_MARGIN_S,
     SHUTDOWN_TIMEOUT_ENV,
     STANDALONE_FLAG,
     TEE_FLAG,
     entry_point_kind,
     flag,
+    shutdown_timeout_s,
     shutdown_window,
     split_flag,
 )
@@ -126,11 +128,14 @@ class TorchrunLauncher:
             )
             env[key] = same(derived(why), key, value)
         # torchrun (PID 1) gives its ranks this long from SIGTERM to SIGKILL (torch >= 2.12;
-        # facts.torchrun.SHUTDOWN_TIMEOUT_ENV): the pod's whole grace period, not torch's 30 s
+        # facts.torchrun.SHUTDOWN_TIMEOUT_ENV): the pod's grace period less a margin, not torch's 30 s
         env[SHUTDOWN_TIMEOUT_ENV] = (
             SHUTDOWN_TIMEOUT_ENV,
-            str(setup.grace_s),
-            derived("torchrun's SIGTERM-to-SIGKILL window for its ranks (torch >= 2.12)"),
+            str(shutdown_timeout_s(setup.grace_s)),
+            derived(
+                f"torchrun's SIGTERM-to-SIGKILL window for its ranks (torch >= 2.12): the grace "
+                f"period less {SHUTDOWN_MARGIN_S} s, before the kubelet's SIGKILL"
+            ),
             src.preset("termination_grace_period_seconds"),
         )
         why = "each pod log line names its global rank (`logs --out` splits them)"
