@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from conftest import example_job, needs_torch
+from conftest import ROOT, example_job, needs_torch, run
 from runai_spec.facts.accelerate import CONFIG_FILE_FLAG
 from runai_spec.facts.torchrun import flag_value
 from runai_spec.rehearse import PreflightSettings, plan_pods, rehearse_manifests
@@ -108,7 +109,10 @@ def _kill(job: dict[str, Any], tmp_path: Path) -> Any:
     )
 
 
-@pytest.mark.slow  # in CI's representative set (issue 38): the naive one below is long
+# long: CI's representative set has the own script's kill below (the same launch, a real
+# Accelerate script)
+@pytest.mark.long
+@pytest.mark.slow
 @pytest.mark.torch
 @pytest.mark.faults
 def test_the_rendered_accelerate_launch_survives_a_worker_kill(tmp_path: Path) -> None:
@@ -134,3 +138,94 @@ def test_a_naive_accelerate_launch_does_not_survive_a_worker_kill(tmp_path: Path
     assert (
         "the operator would mark the job Failed" in fault.message or "static rendezvous" in fault.message
     ), fault.message
+
+
+# An Accelerate training script as its authors write one: gradient accumulation in the
+# Accelerator, save_state/load_state on the checkpoint volume, metrics from the main process
+# only (wandb, a stand-in module in the tree), the loss gathered with gather_for_metrics.
+ACCELERATE_SCRIPT = """\
+import json, os, time
+import torch
+import wandb
+from accelerate import Accelerator
+
+CKPT = "/checkpoints/accel"
+acc = Accelerator(cpu=not torch.cuda.is_available(), gradient_accumulation_steps=8)
+torch.manual_seed(0)
+data = torch.utils.data.TensorDataset(torch.randn(4096, 4), torch.randn(4096, 1))
+loader = torch.utils.data.DataLoader(data, batch_size=4)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+model, opt, loader = acc.prepare(model, opt, loader)
+step = 0
+if os.path.isdir(CKPT):
+    acc.load_state(CKPT)
+    with open(os.path.join(CKPT, "step.json")) as f:
+        step = json.load(f)["step"]
+run = wandb.init(project="accel", dir="/checkpoints") if acc.is_main_process else None
+updates = 0
+for x, y in loader:
+    with acc.accumulate(model):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        acc.backward(loss)
+        opt.step()
+        opt.zero_grad()
+    if acc.sync_gradients:
+        updates += 1
+        if updates <= step:
+            continue
+        step = updates
+        mean = acc.gather_for_metrics(loss.detach().reshape(1)).mean().item()
+        if run is not None:
+            wandb.log({"loss": mean}, step=step)
+        if step % 2 == 0:
+            acc.save_state(CKPT)
+            if acc.is_main_process:
+                with open(os.path.join(CKPT, "step.json"), "w") as f:
+                    json.dump({"step": step}, f)
+            acc.wait_for_everyone()
+        time.sleep(0.2)
+        if step >= 8:
+            break
+acc.end_training()
+"""
+WANDB = "def init(*args, **kwargs):\n    return object()\n\n\ndef log(*args, **kwargs):\n    return None\n"
+
+
+@pytest.mark.slow  # in CI's representative set (issue 38: the own script under accelerate launch)
+@pytest.mark.torch
+@pytest.mark.faults
+def test_an_accelerate_script_passes_the_own_script_checklist_with_a_kill_after_its_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    needs_torch()
+    profile = yaml.safe_load((ROOT / "examples" / EXAMPLE / "profile.yaml").read_text(encoding="utf-8"))
+    profile.update(command=["train_accelerate.py"], metrics={"writer": "rank0", "tracker": "wandb"})
+    for field in ("working_dir", "env"):
+        profile.pop(field)
+    (tmp_path / "profile.yaml").write_text(yaml.safe_dump(profile, sort_keys=False), encoding="utf-8")
+    (tmp_path / "train_accelerate.py").write_text(ACCELERATE_SCRIPT, encoding="utf-8")
+    (tmp_path / "wandb.py").write_text(WANDB, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "1000")
+    argv = ["rehearse", "profile.yaml", "--own-script", "--procs-per-pod", "1", "--logs", "logs"]
+    result = run(*argv, "--timeout", "240", "--backoff-scale", "0.1", "--restart-after-checkpoint")
+    rows = {c["check"]: c for c in json.loads((tmp_path / "logs" / "result.json").read_text())["checks"]}
+    assert result.exit_code == 0, result.output
+    for name in (
+        "ranks",
+        "world-size",
+        "global-batch",
+        "checkpoint",
+        "metrics",
+        "resume",
+        "shutdown",
+        "fault",
+    ):
+        assert rows[name]["status"] == "pass", rows[name]
+    # save_state writes the weights with safetensors and the rest with torch.save, on every rank
+    assert "safetensors.save_file" in rows["checkpoint"]["message"]
+    # 4 local x 8 accumulation steps (the Accelerator's) per optimizer step
+    assert "32 samples per optimizer step per rank" in rows["global-batch"]["message"]
+    assert "loaded the previous attempt's checkpoint" in rows["resume"]["message"]
+    assert rows["fault"]["message"].startswith("kill master-0 after the first checkpoint")
