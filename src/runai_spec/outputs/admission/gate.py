@@ -42,7 +42,12 @@ def param(field: str) -> str:
 def listed(field: str, item: str) -> str:
     """ITEM (a CEL string) is an item of the comma-separated parameter FIELD, compared as
     text, never as a pattern (core CEL has no split; a name with a comma is no item)."""
-    return f"(!{item}.contains(',') && (',' + {param(field)} + ',').contains(',' + {item} + ','))"
+    # the list is the receiver of every call (cel-python loses a concatenation's string type)
+    p = param(field)
+    return (
+        f"(!{item}.contains(',') && ({p} == {item} || {p}.startsWith({item} + ',') || "
+        f"{p}.endsWith(',' + {item}) || {p}.contains(',' + {item} + ',')))"
+    )
 
 
 # -- the shapes ----------------------------------------------------------------------------
