@@ -141,7 +141,8 @@ def test_plan_shows_each_choice_and_what_each_fault_does() -> None:
     as_json = run("plan", str(profile), "--format", "json")
     fs = json.loads(as_json.stdout)["failure_semantics"]
     assert fs["choices"]["backoffLimit"] == "5" and fs["tolerated_faults"] == 2
-    assert [f["restarts"] for f in fs["faults"]] == [2, 1, 0, 0]  # the last: a stale gang
+    # the last two: a pod deleted in its first rendezvous (issue 40 item 3), a stale gang
+    assert [f["restarts"] for f in fs["faults"]] == [2, 1, 0, 0, 0]
 
 
 def test_plan_says_the_static_rendezvous_cannot_be_budgeted(presets_dir: Path, engineer_key: Path) -> None:
@@ -151,7 +152,8 @@ def test_plan_says_the_static_rendezvous_cannot_be_budgeted(presets_dir: Path, e
     fs = failure_semantics(plan, "p.yaml")
     assert dict(fs.choices)["rendezvous"] == "static (bare torchrun)"
     assert fs.tolerated == 0
-    (node, _, stale) = fs.faults
+    (node, _, first, stale) = fs.faults
+    assert "first rendezvous" in first.fault and "ignores SIGTERM" in first.outcome and first.restarts == 0
     assert stale.recovers and stale.restarts == 0 and "stale" in stale.outcome
     assert not node.recovers and node.restarts is None and "depends on timing" in node.outcome
     assert fs.resubmit == "runai-spec delete demo --project team-a --yes && runai-spec submit p.yaml"

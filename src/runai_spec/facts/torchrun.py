@@ -85,6 +85,18 @@ SHUTDOWN_TIMEOUT_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
 SHUTDOWN_DEFAULT_S = 30
 SHUTDOWN_SETTING_SINCE = (2, 12)
 SHUTDOWN_MARGIN_S = 10
+# torchrun installs its SIGTERM handler only when it first starts workers
+# (`elastic/multiprocessing/api.py` PContext.start, after the rendezvous of
+# `agent/server/api.py` _initialize_workers; torch 2.13.0): before that, as PID 1 of its pod,
+# it ignores SIGTERM (the kernel gives PID 1 no default action). Measured by
+# tests/rehearse/test_sigterm_first_rendezvous.py; said by `plan`, the `pid-1` row and
+# docs/faults.md.
+SIGTERM_BEFORE_RENDEZVOUS = (
+    "torchrun installs its SIGTERM handler only when it first starts its ranks: while it waits "
+    "in its first rendezvous (its peers not yet scheduled or started) it ignores SIGTERM as "
+    "PID 1, so a pod deleted or preempted then holds its GPUs for the whole grace period, "
+    "until the kubelet's SIGKILL"
+)
 
 
 def torch_release(version: str | None) -> tuple[int, int] | None:

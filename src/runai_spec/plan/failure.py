@@ -8,7 +8,12 @@ from dataclasses import dataclass
 from ..facts.kai import STALENESS_GRACE_DEFAULT_S
 from ..facts.kubeflow import MASTER, RDZV_BACKEND, WORKER, pod_name, short_pod_name
 from ..facts.operator import BACKOFF_BASE_S, BACKOFF_CAP_S
-from ..facts.torchrun import SHUTDOWN_DEFAULT_S, SHUTDOWN_TIMEOUT_ENV, shutdown_timeout_s
+from ..facts.torchrun import (
+    SHUTDOWN_DEFAULT_S,
+    SHUTDOWN_TIMEOUT_ENV,
+    SIGTERM_BEFORE_RENDEZVOUS,
+    shutdown_timeout_s,
+)
 from .launcher import launcher_named
 from .plan import Plan
 
@@ -302,6 +307,17 @@ def _scheduler_faults(plan: Plan) -> tuple[FaultOutcome, ...]:
                 "creates it anew (no restart counted); torchrun on every other pod restarts its "
                 f"ranks once (one of its maxRestarts, {restarts}) and they go on with the pods "
                 "left, from the last checkpoint; the new pod joins when it is scheduled",
+                0,
+                True,
+            )
+        )
+    if plan.rendezvous is not None:
+        out.append(
+            FaultOutcome(
+                "a pod is deleted or preempted while it waits in its first rendezvous",
+                f"{SIGTERM_BEFORE_RENDEZVOUS} ({plan.termination_grace_period_seconds} s here), "
+                "idle: nothing trained yet, nothing lost but that GPU time; the operator "
+                "creates the pod anew (no restart counted)",
                 0,
                 True,
             )

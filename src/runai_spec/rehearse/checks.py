@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..facts.kubeflow import MASTER_ADDR_ENVS, MASTER_PORT_ENVS
-from ..facts.torchrun import split_command, split_flag
+from ..facts.torchrun import SIGTERM_BEFORE_RENDEZVOUS, split_command, split_flag
 from ..pipeline.checklist import GUIDE_CHECKS, PREFLIGHT_ONLY_CHECKS
 from ..text import one_line
 from .argv import PodPlan
@@ -324,7 +324,8 @@ def pid1_note(plans: Sequence[PodPlan]) -> CheckResult:
             "note",
             "each pod's command runs as PID 1 of a PID namespace "
             "of its own, as in the container: SIGTERM reaches it only through a "
-            "handler of its own (torchrun has one and forwards it)",
+            "handler of its own (torchrun forwards it to its ranks once it has started "
+            f"them; {SIGTERM_BEFORE_RENDEZVOUS})",
             details={"pid_namespace": True},
         )
     why = (
@@ -339,7 +340,7 @@ def pid1_note(plans: Sequence[PodPlan]) -> CheckResult:
         "the pods' commands do NOT run as PID 1 of a PID "
         f"namespace of their own ({why}): a script without a SIGTERM handler "
         "ends on SIGTERM here, but in the cluster, as PID 1, it would ignore it "
-        "until the grace period's SIGKILL",
+        f"until the grace period's SIGKILL ({SIGTERM_BEFORE_RENDEZVOUS})",
         details={"pid_namespace": False},
     )
 
