@@ -1,6 +1,7 @@
 """A plain MPI + torch script, as a researcher writes one for an MPIJob: rank and world size from
 OpenMPI's OMPI_COMM_WORLD_*, gloo over env:// (MASTER_ADDR, MASTER_PORT forwarded by mpirun),
-resume from the checkpoint rank 0 saves after every step."""
+resume from the checkpoint rank 0 saves after every step. Each rank's start goes to starts.log
+beside the checkpoint too (mpirun's forwarded output may interleave ranks within a line)."""
 
 import argparse
 import os
@@ -20,7 +21,10 @@ world = int(os.environ["OMPI_COMM_WORLD_SIZE"])
 dist.init_process_group("gloo", rank=rank, world_size=world)
 checkpoint = Path(args.checkpoint_dir) / "checkpoint.pt"
 start = int(torch.load(checkpoint)["step"]) if checkpoint.exists() else 0
-print(f"rank {rank} world {dist.get_world_size()} start {start}", flush=True)
+report = f"rank {rank} world {dist.get_world_size()} start {start}"
+print(report, flush=True)
+with (Path(args.checkpoint_dir) / "starts.log").open("a", encoding="utf-8") as starts:
+    starts.write(report + "\n")  # one short append: whole, whatever the other ranks write
 for step in range(start, args.steps):
     total = torch.ones(1)
     dist.all_reduce(total)
