@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import inspect
 import json
@@ -18,6 +19,7 @@ from typer.core import TyperGroup
 from .. import __version__
 from ..errors import (
     EXIT_FINDINGS,
+    EXIT_INPUT,
     EXIT_INTERNAL,
     EXIT_OK,
     ClusterError,
@@ -107,18 +109,45 @@ def boundary(call: Callable[[], Any]) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         code = EXIT_INTERRUPTED
+    except OSError as exc:
+        if exc.errno != errno.ENAMETOOLONG:
+            err(internal_lines(exc))
+            return EXIT_INTERNAL
+        # a path argument the file system cannot even look up: the user's input, wherever a
+        # command first touched it (exit 2, never 70)
+        err(name_too_long(exc).lines())
+        return EXIT_INPUT
     except Exception as exc:  # a bug: say so, never look like findings
-        err(
-            [
-                f"error: internal error (a bug in runai-spec {__version__}): "
-                f"{type(exc).__name__}: {visible(str(exc))}",
-                "hint: please report it with the command you ran",
-            ]
-        )
+        err(internal_lines(exc))
         return EXIT_INTERNAL
     if code == EXIT_INTERRUPTED:  # Typer turns Ctrl-C into this code
         err(["error: interrupted"])
     return EXIT_OK if code is None else int(code)
+
+
+def internal_lines(exc: BaseException) -> list[str]:
+    return [
+        f"error: internal error (a bug in runai-spec {__version__}): "
+        f"{type(exc).__name__}: {visible(str(exc))}",
+        "hint: please report it with the command you ran",
+    ]
+
+
+NAME_MAX_BYTES = 255  # Linux NAME_MAX: the longest name of one path component
+
+
+def name_too_long(exc: OSError) -> InputError:
+    """ENAMETOOLONG on a path: which part of it is too long, and by how much."""
+    path = str(exc.filename if exc.filename is not None else "")
+    parts = [p for p in path.split("/") if p]
+    longest = max(parts, key=lambda p: len(p.encode("utf-8", "surrogateescape")), default="")
+    size = len(longest.encode("utf-8", "surrogateescape"))
+    where = visible(path if len(path) <= 80 else f"{path[:40]}...{path[-20:]}")
+    if size > NAME_MAX_BYTES:
+        what = f"a name in this path has {size} bytes; the file system allows {NAME_MAX_BYTES}"
+    else:
+        what = "the path is longer than the file system allows"
+    return InputError(what, file=where, hint="use a shorter file or folder name")
 
 
 HELP_NAMES = ["-h", "--help"]
