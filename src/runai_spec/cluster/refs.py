@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import quote
 
+from ..facts import mpi
 from ..facts.kubeflow import API_VERSION, KIND, PLURAL
 
 
@@ -27,6 +28,10 @@ class Resource:
 PYTORCHJOB = Resource(API_VERSION, KIND, PLURAL)
 
 
+# mpi-operator's MPIJob (launcher: mpi): submit applies it as it does a PyTorchJob
+MPIJOB = Resource(mpi.API_VERSION, mpi.KIND, mpi.PLURAL)
+
+
 CONFIGMAP = Resource("v1", "ConfigMap", "configmaps")
 
 
@@ -36,7 +41,7 @@ PODS = Resource("v1", "Pod", "pods")
 EVENTS = Resource("v1", "Event", "events")
 
 
-RESOURCES = {(r.group_version, r.kind): r for r in (PYTORCHJOB, CONFIGMAP)}
+RESOURCES = {(r.group_version, r.kind): r for r in (PYTORCHJOB, MPIJOB, CONFIGMAP)}
 
 
 @dataclass(frozen=True)
@@ -51,5 +56,6 @@ class Ref:
         return f"{self.resource.plural}/{self.namespace}/{self.name}"
 
 
-def job_ref(name: str, namespace: str) -> Ref:
-    return Ref(PYTORCHJOB, namespace, name)
+def job_ref(name: str, namespace: str, resource: Resource = PYTORCHJOB) -> Ref:
+    """Job NAME of RESOURCE (a PyTorchJob unless given: status, logs and delete know no other yet)."""
+    return Ref(resource, namespace, name)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from ..errors import ClusterError, InputError
+from ..facts import mpi
 from ..facts.kubeflow import KIND
 from . import runai_api
 from .jobs import Confirm, Connection, Deleted, Job, LiveDiff, unsupported
@@ -35,6 +36,10 @@ SMOKE_NOTE = (
     "note: the smoke test goes through the Kubernetes client (its ConfigMap is no "
     "Run:ai workload); the workload itself goes through Run:ai"
 )
+
+# The jobs Workloads V2 takes as they are (Run:ai's "Supported Workload Types": Kubeflow's
+# PyTorchJob and MPIJob are registered): the rendered job of either launcher family.
+JOB_KINDS = (KIND, mpi.KIND)
 
 
 LOGS_HINT = "`runai-spec logs` reads them through the Kubernetes API (logs_backend)"
@@ -123,10 +128,10 @@ class RunaiBackend:
     def submit(
         self, workload: Workload, manifests: Sequence[Manifest], *, dry_run: bool, replace: bool
     ) -> SubmitResult:
-        """The rendered PyTorchJob, unchanged, as a Run:ai workload; a dry run is the control
-        plane's `dryRun=true` answer where the cluster's version documents dryRun (else
+        """The rendered job (PyTorchJob or MPIJob), unchanged, as a Run:ai workload; a dry run
+        is the control plane's `dryRun=true` answer where the cluster's version documents dryRun (else
         refused); --replace is Run:ai's update call (manifest, priority, category)."""
-        (job,) = [dict(m) for m in manifests if m.get("kind") == KIND]
+        (job,) = [dict(m) for m in manifests if m.get("kind") in JOB_KINDS]
         return submit_workload(job, metadata_of(workload), self.session, dry_run=dry_run, replace=replace)
 
     def status(self, job: Job) -> StatusResult:
@@ -209,5 +214,5 @@ def metadata_of(workload: Workload) -> WorkloadMetadata:
 
 
 def job_of(workload: Workload) -> Manifest:
-    (job,) = [dict(m) for m in workload.manifests if m.get("kind") == KIND]
+    (job,) = [dict(m) for m in workload.manifests if m.get("kind") in JOB_KINDS]
     return job
