@@ -91,6 +91,17 @@ def test_each_pod_runs_accelerates_module_with_the_tools_config_and_the_store_on
     assert not static_rendezvous(job) and static_rendezvous(naive())
 
 
+def test_one_process_on_one_pod_runs_accelerate_launch_without_multi_gpu(tmp_path: Path) -> None:
+    # accelerate refuses --multi_gpu below 2 processes: --procs-per-pod 1 of the one-pod example
+    # (the GPU run's) is `accelerate launch --num_processes=1`, the script run by accelerate itself
+    job = example_job("accelerate-single-node")
+    (plan,), world = plan_pods([job], RehearsalSpec(procs_per_pod=1), root=tmp_path)
+    assert world == 1 and "--multi_gpu" not in plan.argv
+    assert flag_value(plan.argv, "--num_processes") == "1"
+    plans, _ = plan_pods([job], RehearsalSpec(procs_per_pod=2), root=tmp_path / "two")
+    assert "--multi_gpu" in plans[0].argv
+
+
 def _kill(job: dict[str, Any], tmp_path: Path) -> Any:
     # one process per pod, as in docs/fault-experiments; rank 0 busy after the checkpoint, longer
     # than the first back-off: the restarted worker meets a master that has not noticed yet

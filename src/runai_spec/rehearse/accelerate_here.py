@@ -7,7 +7,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..facts.accelerate import LOG_DIR_FLAG, NUM_MACHINES_FLAG, NUM_PROCESSES_FLAG, PROGRAM, TEE_FLAG
+from ..facts.accelerate import (
+    LOG_DIR_FLAG,
+    MULTI_GPU_FLAG,
+    NUM_MACHINES_FLAG,
+    NUM_PROCESSES_FLAG,
+    PROGRAM,
+    TEE_FLAG,
+)
 from ..facts.torchrun import ACCELERATE_MODULE, flag, flag_value, split_flag
 
 # `accelerate launch` is accelerate's console script for this module's main() (accelerate
@@ -47,6 +54,11 @@ def accelerate_here(head: Sequence[str], python: str, nproc: int, files: Mapping
     out = [python, "-m", MODULE]
     for arg in head[len(PROGRAM) :]:
         name, value = split_flag(arg)
+        if arg == MULTI_GPU_FLAG and machines * nproc < 2:
+            # --procs-per-pod 1 on one pod: accelerate refuses --multi_gpu below 2 processes
+            # (_validate_launch_command); without it `accelerate launch --num_processes=1` runs
+            # the script itself, as it would on a one-GPU workstation
+            continue
         if name == NUM_PROCESSES_FLAG:
             arg = flag(name, machines * nproc)
         elif value is not None:
