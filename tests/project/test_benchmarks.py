@@ -44,6 +44,10 @@ CASES = {
         ["--counts", "4,8", "--rounds", "1"],
         [r"^  4 presets: policy +[\d,]+ bytes", r"^bytes a preset adds \(4 -> 8\): [\d,]+ \(budget"],
     ),
+    "bench_policy_cost.py": (
+        ["--renders", "1"],
+        [r"^ratio per-expression limit / costliest: [\d.]+ x", r"^ratio evaluation budget / costliest"],
+    ),
     "bench_signatures.py": (
         ["--rounds", "2"],
         [r"^warm: .* paired ratio median [\d.]+", r"^cold: .* paired ratio", r"^render: .* paired ratio"],

@@ -1,0 +1,134 @@
+"""The runtime cost of the admission policy (issue 41 item 8), estimated on every example render
+and smoke render, against the limits the API server puts on a ValidatingAdmissionPolicy.
+
+The limits (kubernetes/kubernetes, staging/src/k8s.io/apiserver/pkg/apis/cel/config.go):
+`PerCallLimit` = 1,000,000 for one expression's evaluation, `RuntimeCELCostBudget` =
+10,000,000 for one evaluation of a policy binding (all its expressions). Neither CEL
+implementation the tests use reports cost (cel-expr-python has no cost tracking), so the cost
+is estimated from cel-go's model (interpreter/runtimecost.go: one unit for each expression node
+evaluated, comprehension bodies once per element, a string function a tenth of a unit per
+character it reads) with cel-python's interpreter: every grammar rule it visits counts one
+unit (several rules stand for one cel-go node, so this counts high), and `matches`,
+`contains`, `startsWith`, `endsWith` add a tenth of the length of the string they read. Every
+variable is evaluated, as the tests' evaluators do (the API server evaluates one lazily, only
+when an expression reads it): an upper bound. The goal is ten times headroom under each limit."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+PER_CALL_LIMIT = 1_000_000
+BUDGET = 10_000_000
+STRING_FUNCTIONS = {"matches", "contains", "startsWith", "endsWith"}
+
+
+class Counter:
+    """Cost units, counted by patching cel-python's interpreter."""
+
+    def __init__(self) -> None:
+        import celpy.evaluation as evaluation
+        import lark
+
+        self.units = 0
+        counter = self
+        visit = lark.visitors.Interpreter.visit
+
+        def counted_visit(self: Any, tree: Any) -> Any:
+            counter.units += 1
+            return visit(self, tree)
+
+        method_eval = evaluation.Evaluator.method_eval
+
+        def counted_method(self: Any, object: Any, method_ident: Any, *args: Any, **kwargs: Any) -> Any:
+            name = str(getattr(method_ident, "value", method_ident))
+            if name in STRING_FUNCTIONS and isinstance(object, str):
+                counter.units += math.ceil(len(object) / 10)
+            return method_eval(self, object, method_ident, *args, **kwargs)
+
+        evaluation.Evaluator.visit = counted_visit  # type: ignore[method-assign]
+        evaluation.Evaluator.method_eval = counted_method  # type: ignore[method-assign]
+
+
+def heavy(job: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The multi-node job made as costly as a profile may make it (an admitted shape): 250
+    arguments of 1,000 characters and 100 variables of 1,000 characters in each container."""
+    import copy
+
+    job = copy.deepcopy(job)
+    for role in job["spec"]["pytorchReplicaSpecs"].values():
+        container = role["template"]["spec"]["containers"][0]
+        container["command"] += [f"--a{i}={'x' * 1000}" for i in range(250 - len(container["command"]) + 10)]
+        container["env"] = container.get("env", []) + [
+            {"name": f"V{i}", "value": "y" * 1000} for i in range(100)
+        ]
+    return "multi-node-job with 250 long arguments and 100 long variables", job
+
+
+def measure(limit: int) -> int:
+    sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
+    import celpy
+
+    from outputs.admission.admission_policy import PROJECTS, documents, renders
+
+    counter = Counter()
+    policy, params = documents()[0], documents()[-1]
+    env = celpy.Environment()
+    to_cel = celpy.adapter.json_to_cel
+    spec = policy["spec"]
+    programs = {}
+    for item in [*spec.get("matchConditions", []), *spec["variables"], *spec["validations"]]:
+        programs[item["expression"]] = env.program(env.compile(item["expression"]))
+    worst_call, worst_total = 0, 0
+    for name, job in [
+        *renders()[:limit],
+        *([heavy(dict(renders())["multi-node-job"])] if limit >= 1000 else []),
+    ]:
+        namespace = job["metadata"]["namespace"]
+        data: dict[str, Any] = {
+            "object": to_cel(job),
+            "oldObject": to_cel(None),
+            "params": to_cel(params),
+            "request": to_cel({"operation": "CREATE", "namespace": namespace}),
+            "namespaceObject": to_cel(
+                {"metadata": {"name": namespace, "labels": {"runai/queue": PROJECTS.get(namespace, "")}}}
+            ),
+        }
+        costs: dict[str, int] = {}
+        variables: dict[Any, Any] = {}
+        for item in [*spec.get("matchConditions", []), *spec["variables"], *spec["validations"]]:
+            counter.units = 0
+            value = programs[item["expression"]].evaluate(
+                {**data, "variables": celpy.celtypes.MapType(variables)}
+            )
+            costs[item.get("name", item["expression"][:30])] = counter.units
+            if item in spec["variables"]:
+                variables[celpy.celtypes.StringType(item["name"])] = value
+        call, total = max(costs.values()), sum(costs.values())
+        worst_call, worst_total = max(worst_call, call), max(worst_total, total)
+        top = max(costs, key=lambda k: costs[k])
+        print(f"{name}: costliest expression {call:,} units ({top}), all {total:,}")
+    print(
+        f"ratio per-expression limit / costliest: {PER_CALL_LIMIT / max(worst_call, 1):.1f} x "
+        f"(PerCallLimit {PER_CALL_LIMIT:,}; goal >= 10)"
+    )
+    print(
+        f"ratio evaluation budget / costliest evaluation: {BUDGET / max(worst_total, 1):.1f} x "
+        f"(RuntimeCELCostBudget {BUDGET:,}; goal >= 10)"
+    )
+    return 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--renders", type=int, default=1000, help="the first N renders (all by default)")
+    args = parser.parse_args()
+    raise SystemExit(measure(args.renders))
+
+
+if __name__ == "__main__":
+    main()
