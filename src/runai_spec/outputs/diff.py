@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import InputError, RunaiSpecError
+from ..facts import mpi
 from ..facts.kubeflow import API_VERSION, KIND, SMOKE_SUFFIX
 from ..load.registry import PresetRegistry
 from ..load.yaml import MAX_BYTES, load_documents, read_text
@@ -107,7 +108,7 @@ def compare(
 
 # What runai-spec renders: a committed document of any other kind is never printed (a merge
 # request could commit a kubeconfig or a Docker config under a manifest's name).
-OUR_KINDS = frozenset({(API_VERSION, KIND), ("v1", "ConfigMap")})
+OUR_KINDS = frozenset({(API_VERSION, KIND), (mpi.API_VERSION, mpi.KIND), ("v1", "ConfigMap")})
 
 
 def _only_our_manifests(documents: Iterable[Manifest], path: Path) -> None:
@@ -116,7 +117,7 @@ def _only_our_manifests(documents: Iterable[Manifest], path: Path) -> None:
         if kind not in OUR_KINDS:
             raise InputError(
                 f"document {index + 1} is not a manifest runai-spec renders "
-                "(PyTorchJob or ConfigMap); its content is not shown",
+                "(PyTorchJob, MPIJob or ConfigMap); its content is not shown",
                 file=str(path),
                 hint="commit only the output of `runai-spec render`",
             )

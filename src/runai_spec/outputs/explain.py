@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InternalError
-from ..facts.kubeflow import KIND
 from ..pipeline.workload import Workload
 from ..plan.origins import Origin
 from ..plan.plan import Plan
@@ -99,7 +98,7 @@ def explain_workload(workload: Workload) -> ExplainResult:
     origins = workload.plan.origins
     marked_plan: Plan = _marked(workload.plan, "")
     marked = parse_rendered(render_text(marked_plan, workload.site.family))
-    (job,) = [m for m in workload.manifests if m.get("kind") == KIND]
+    (job,) = [m for m in workload.manifests if m.get("kind") == workload.plan.workload.kind]
     leaves: list[tuple[str, Any, str | None, str | None]] = []
     _walk(job, marked, "", leaves)
     fields = []

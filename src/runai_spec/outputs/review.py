@@ -239,9 +239,10 @@ def ticket_dict(w: Workload) -> dict[str, Any]:
     repo, _, digest = p.image.partition("@")
     tag = repo.rsplit(":", 1)[1] if ":" in repo.rsplit("/", 1)[-1] else None
     ckpt = prof.checkpoint
-    job = next(m for m in w.manifests if m.get("kind") == KIND)
+    jobs = [m for m in w.manifests if m.get("kind") == KIND]  # none: an MPIJob (no operator env)
     operator = {
         f"{rtype} {i}": operator_env(job, rtype, i, p.operator_version)
+        for job in jobs
         for rtype, count, _ in replica_specs(job)
         for i in sorted({0, count - 1})
     }

@@ -233,10 +233,10 @@ def check_profiles(
     extra: Callable[[Workload], list[Finding]] = lambda w: []  # noqa: E731
     if crd is not None:
         from ..check.crd import crd_findings, load_crd_schemas
-        from ..facts.kubeflow import KIND
 
         schemas = load_crd_schemas(crd)
-        extra = lambda w: crd_findings(list(w.manifests), schemas, KIND, w.path)  # noqa: E731
+        # the plan's own job kind (an MPIJob for launcher: mpi), never left unchecked
+        extra = lambda w: crd_findings(list(w.manifests), schemas, w.plan.workload.kind, w.path)  # noqa: E731
     checks: Spooled[ProfileCheck] = Spooled(_check_record, _check_from_record)
     bad: list[RunaiSpecError] = []
     for item in workloads(paths):

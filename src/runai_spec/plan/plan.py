@@ -5,7 +5,6 @@ from types import MappingProxyType
 from typing import Any
 
 from ..facts.kubeflow import OPERATOR_VERSION, kubelet_literal, pod_name
-from ..load.presets import MpiSettings
 from ..load.profile import LoadedProfile
 from ..load.registry import ApprovedPreset
 from ..load.site import Site
@@ -21,6 +20,7 @@ from .launcher import (
     launcher_named,
     plan_launcher,
 )
+from .launcher.mpi import MpiPlan, plan_mpi
 from .metadata import (
     namespace_for,
     plan_annotations,
@@ -87,7 +87,7 @@ class Plan(Record):
     # files the launcher reads in the pod (accelerate's config): pod annotations, mounted
     launcher_files: tuple[LauncherFile, ...] = ()
     # the preset's MPIJob settings, for a job of the mpi launcher (an MPIJob) only
-    mpi: MpiSettings | None = None
+    mpi: MpiPlan | None = None
     # Where each leaf came from, by its path in the plan (`env[3][1]`, `volumes[0].claim`),
     # recorded by plan_workload() as it derives the value; `render --explain` reads it.
     origins: Mapping[str, Origin] = MappingProxyType({})
@@ -259,6 +259,6 @@ def plan_workload(
         launcher_name=name,
         workload=launcher.workload,
         launcher_files=files,
-        mpi=setup.mpi if launcher.workload != PYTORCHJOB else None,
+        mpi=plan_mpi(launcher.workload, setup, src, o),
         origins=o,
     )

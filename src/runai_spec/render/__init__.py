@@ -70,8 +70,8 @@ def _mapping(pairs: Iterable[tuple[str, Any]], *more: Iterable[tuple[str, Any]])
         raise InternalError(f"template produced a value it cannot encode: {exc}") from None
 
 
-# The operators' names (container, port, kind, roles) come from kubeflow.py and mpi.py, not the template.
-GLOBALS: dict[str, Any] = {"kubeflow": kubeflow, "mpi": mpi}
+# The operator's names (container, port, kind) come from kubeflow.py, not the template.
+GLOBALS: dict[str, Any] = {"kubeflow": kubeflow}
 FILTERS: dict[str, Callable[..., Any]] = {"json": _json, "mapping": _mapping, "env_entries": env_entries}
 # How the templates are compiled (`undefined`: the name of Jinja's class); part of what a
 # compiled module must match.

@@ -1,8 +1,9 @@
 """mpirun in an MPIJob's launcher (mpi-operator v2beta1): the world size, the preset's flags, the program."""
 
 from ...facts import mpi
-from ...facts.torchrun import EXECUTABLE_ENTRY, SINGLE_GPU_LAUNCHER, entry_point_kind, split_flag
+from ...facts.torchrun import EXECUTABLE_ENTRY, SINGLE_GPU_LAUNCHER, entry_point_kind
 from ...load.presets import MpiSettings, Preset
+from ...records import Record
 from ..origins import Entry, Origin, Sources, derived, same
 from .base import LauncherFile, LaunchSetup, WorkloadKind
 from .rendezvous import RendezvousPlan
@@ -17,6 +18,39 @@ MASTER_ADDR, MASTER_PORT = "MASTER_ADDR", "MASTER_PORT"  # torch's env:// rendez
 
 def settings(setup: LaunchSetup) -> MpiSettings:
     return setup.mpi if setup.mpi is not None else MpiSettings()
+
+
+class MpiPlan(Record):
+    """The MPIJob's own spec values (the preset's mpi settings), as the template reads them."""
+
+    implementation: str
+    ssh_auth_mount_path: str
+    launcher_creation_policy: str
+    launcher_restart_policy: str
+    worker_restart_policy: str
+    worker_command: tuple[str, ...]
+
+
+def plan_mpi(
+    workload: WorkloadKind, setup: LaunchSetup, src: Sources, o: dict[str, Origin]
+) -> MpiPlan | None:
+    """The MPIJob's spec values for a job of WORKLOAD (None unless an MPIJob); their origins into O."""
+    if workload != MPIJOB:
+        return None
+    s = settings(setup)
+    plan = MpiPlan(
+        s.implementation,
+        s.ssh_auth_mount_path,
+        s.launcher_creation_policy,
+        s.launcher_restart_policy,
+        s.worker_restart_policy,
+        tuple(s.worker_command),
+    )
+    for name in plan._fields:
+        o[f"mpi.{name}"] = src.preset(f"mpi.{name}")
+    for i in range(len(plan.worker_command)):
+        o[f"mpi.worker_command[{i}]"] = src.preset(f"mpi.worker_command[{i}]")
+    return plan
 
 
 class MpiLauncher:
@@ -63,15 +97,15 @@ class MpiLauncher:
         }
 
     def origin(self, arg: str, setup: LaunchSetup, src: Sources) -> Origin:
-        argv = self.argv(setup)
-        approved = settings(setup).mpirun_args
-        at = argv.index(arg)
-        if 3 <= at < 3 + len(approved):
-            return src.preset(f"mpi.mpirun_args[{at - 3}]")
-        if arg == str(setup.pods * setup.procs_per_pod) and at == 2:
+        # by value (the protocol passes no position): the preset's flags first, as mpirun reads them
+        if arg in (mpi.PROGRAM, mpi.NP_FLAG):
+            return derived("launcher of an MPIJob (profile launcher: mpi)")
+        if arg in settings(setup).mpirun_args:
+            return src.preset("mpi.mpirun_args")
+        if arg == str(setup.pods * setup.procs_per_pod):
             return derived("world size: preset nodes x gpus_per_pod (one rank per GPU)")
-        if arg in setup.env_names or split_flag(arg)[0] == FORWARD_FLAG:
-            return derived("a rank started over SSH sees none of the pod's env: mpirun forwards it")
+        if arg == FORWARD_FLAG or arg in (*setup.env_names, MASTER_ADDR, MASTER_PORT):
+            return derived("a rank started over SSH sees none of the pod's env: mpirun forwards it (-x)")
         if arg in SINGLE_GPU_LAUNCHER:
             return src.profile("command[0]")
         return derived("launcher of an MPIJob (profile launcher: mpi)")

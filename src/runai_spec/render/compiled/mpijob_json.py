@@ -2,7 +2,7 @@
 # fmt: off
 # ruff: noqa
 # mypy: ignore-errors
-STAMP = "6f703079b150cd04a884c9ca176126eb4b08f9e730baa1697c6d66c02feb376d jinja2-3.1.6 [('autoescape', False), ('keep_trailing_newline', True), ('lstrip_blocks', False), ('trim_blocks', False), ('undefined', 'StrictUndefined')]"
+STAMP = "c231a659b25516490a445e5da646f9953549569de8b0ba8d440514ba0fd79e6f jinja2-3.1.6 [('autoescape', False), ('keep_trailing_newline', True), ('lstrip_blocks', False), ('trim_blocks', False), ('undefined', 'StrictUndefined')]"
 RUNTIME = ('LoopContext', 'Namespace', 'TemplateRuntimeError', 'Undefined', 'internalcode', 'missing')
 from jinja2.runtime import LoopContext, Macro, Markup, Namespace, TemplateNotFound, TemplateReference, TemplateRuntimeError, Undefined, escape, identity, internalcode, markup_join, missing, str_join
 name = 'mpijob.json.j2'
@@ -16,7 +16,7 @@ def root(context, missing=missing):
     l_0_namespace = resolve('namespace')
     l_0_plan = resolve('plan')
     l_0_smoke = resolve('smoke')
-    l_0_pod = l_0_env = missing
+    l_0_pod = l_0_env = l_0_first = missing
     try:
         t_1 = environment.filters['env_entries']
     except KeyError:
@@ -100,15 +100,20 @@ def root(context, missing=missing):
     yield ',\n    "runPolicy": '
     yield str(environment.finalize(t_3(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'run_policy'), [('suspend', False)], (environment.getattr((undefined(name='smoke') if l_0_smoke is missing else l_0_smoke), 'run_policy_after') if (undefined(name='smoke') if l_0_smoke is missing else l_0_smoke) else []))))
     yield ',\n    "mpiReplicaSpecs": {'
+    l_0_first = context.call((undefined(name='namespace') if l_0_namespace is missing else l_0_namespace), launcher=True)
+    context.vars['first'] = l_0_first
+    context.exported_vars.add('first')
     l_1_loop = missing
     for l_1_replica, l_1_loop in LoopContext(environment.getattr((undefined(name='plan') if l_0_plan is missing else l_0_plan), 'replicas'), undefined):
-        l_1_mpi = resolve('mpi')
         l_1_kubeflow = resolve('kubeflow')
         l_1_launcher = missing
         _loop_vars = {}
         pass
-        l_1_launcher = (environment.getattr(l_1_replica, 'role') == environment.getattr((undefined(name='mpi') if l_1_mpi is missing else l_1_mpi), 'LAUNCHER'))
+        l_1_launcher = environment.getattr((undefined(name='first') if l_0_first is missing else l_0_first), 'launcher')
         _loop_vars['launcher'] = l_1_launcher
+        if not isinstance(l_0_first, Namespace):
+            raise TemplateRuntimeError("cannot assign attribute on non-namespace object")
+        l_0_first['launcher'] = False
         yield '\n      '
         yield str(environment.finalize(environment.getattr(l_1_replica, 'role')))
         yield ': {\n        "replicas": '
@@ -160,8 +165,8 @@ def root(context, missing=missing):
         if (not environment.getattr(l_1_loop, 'last')):
             pass
             yield ','
-    l_1_loop = l_1_replica = l_1_mpi = l_1_launcher = l_1_kubeflow = missing
+    l_1_loop = l_1_replica = l_1_launcher = l_1_kubeflow = missing
     yield '\n    }\n  }\n}\n'
 
 blocks = {}
-debug_info = '8=33&9=36&10=41&11=42&12=46&14=51&17=53&18=57&19=60&22=61&23=66&24=69&26=71&28=75&29=77&31=79&32=81&33=83&34=85&37=87&39=89&40=91&41=93&42=95&44=98&45=104&46=107&47=109&48=111&51=113&52=114&53=117&57=119&58=121&61=123&62=125&64=127&65=129&66=132&68=134&69=137&72=140&73=142&75=144&78=147&82=150&85=152&88=154'
+debug_info = '8=33&9=36&10=41&11=42&12=46&14=51&17=53&18=57&19=60&22=61&23=66&24=69&26=71&28=75&29=77&31=79&32=81&33=83&34=85&37=87&39=89&40=91&41=93&42=95&45=97&46=101&47=106&48=110&49=112&50=114&51=116&54=118&55=119&56=122&60=124&61=126&64=128&65=130&67=132&68=134&69=137&71=139&72=142&75=145&76=147&78=149&81=152&85=155&88=157&91=159'
