@@ -36,7 +36,10 @@ def test_a_missing_topology_is_an_error_for_multi_node_jobs_only(site: KubeAPI) 
     del site.kube.site_objects[TOPOLOGY]
     code, lines = _live_lines(MULTI)
     assert code == 1 and len(lines) == 1, lines
-    assert f"topology/{NAME}: KAI's Topology {NAME} does not exist [live-topology]" in lines[0]
+    assert (
+        f"topology/{NAME}: the Topology {NAME} (topologies.kai.scheduler, what KAI v0.17.0 reads) "
+        "does not exist [live-topology]"
+    ) in lines[0]
     assert _live_lines(SINGLE) == (0, [])  # one pod: no placement, nothing to check
     assert not site.kube.writes()
 

@@ -15,7 +15,7 @@ from ..facts.kai import (
     TOPOLOGY_ANNOTATION,
     TOPOLOGY_GROUP,
     TOPOLOGY_PLURAL,
-    TOPOLOGY_VERSION,
+    topology_api,
 )
 from ..facts.kubeflow import GPU_RESOURCE, KIND, OPERATOR_VERSION
 from ..findings import Finding, Severity
@@ -382,15 +382,17 @@ def _topology(s: Session, w: Workload) -> Iterator[Finding]:
     if not name:
         return
     obj = f"topology/{name}"
-    found = _get(s, f"/apis/{TOPOLOGY_GROUP}/{TOPOLOGY_VERSION}/{TOPOLOGY_PLURAL}/{name}")
+    # the object KAI reads: its own from v0.12.0, Kueue's before (facts.kai.topology_api)
+    group, version, plural = topology_api(w.site.kai_version)
+    found = _get(s, f"/apis/{group}/{version}/{plural}/{name}")
     if found is None:
         yield _finding(
             w,
             LIVE_TOPOLOGY,
             obj,
-            f"KAI's Topology {name} does not exist",
+            f"the Topology {name} ({plural}.{group}, what KAI {w.site.kai_version} reads) does not exist",
             "ask the AI Engineers: site.yaml's topology.name names no Topology of this cluster "
-            f"(kubectl get {TOPOLOGY_PLURAL}.{TOPOLOGY_GROUP})",
+            f"(kubectl get {plural}.{group}), or its kai_version is not the cluster's",
         )
         return
     levels = [str(level.get("nodeLabel")) for level in (found.get("spec") or {}).get("levels") or []]

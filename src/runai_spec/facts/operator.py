@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .kai import STALENESS_GRACE_DEFAULT_S, evicts_one, is_stale, min_member
+from .kai import KAI_VERSION, evicted_in_pass, is_stale, min_member, staleness_grace_s
 from .kubeflow import MASTER, OPERATOR_VERSION, OPERATOR_VERSIONS, REPLICA_TYPES, short_pod_name
 
 DEFAULT_POLICY = "OnFailure"  # pytorch_defaults.go: PyTorchJobDefaultRestartPolicy
@@ -101,6 +101,7 @@ class JobModel:
     backoff_scale: float = 1.0
     version: str = OPERATOR_VERSION
     min_member: int = 1  # KAI's minMember of the job's pod group (kai.min_member)
+    stale_grace_unscaled_s: float = 60.0  # kai.staleness_grace_s for the site's KAI version
     stale_since: float | None = None  # when the gang fell below min_member
     phase: str = "Running"  # Running | Succeeded | Failed
     reason: str = ""
@@ -108,7 +109,12 @@ class JobModel:
 
     @classmethod
     def of(
-        cls, job: Mapping[str, Any], *, backoff_scale: float = 1.0, version: str = OPERATOR_VERSION
+        cls,
+        job: Mapping[str, Any],
+        *,
+        backoff_scale: float = 1.0,
+        version: str = OPERATOR_VERSION,
+        kai_version: str = KAI_VERSION,
     ) -> JobModel:
         """The model of a rendered PyTorchJob: its pods, restart policies and backoffLimit."""
         if version not in OPERATOR_VERSIONS:
@@ -132,7 +138,8 @@ class JobModel:
             spec.get("elasticPolicy") is not None,
             backoff_scale,
             version,
-            min_member(job),
+            min_member(job, kai_version),
+            staleness_grace_s(job, kai_version),
         )
 
     @property
@@ -222,8 +229,9 @@ class JobModel:
 
     @property
     def stale_grace_s(self) -> float:
-        """KAI's default staleness grace period, scaled like the kubelet's back-off."""
-        return STALENESS_GRACE_DEFAULT_S * self.backoff_scale
+        """KAI's staleness grace period for this job (the annotation where the site's KAI
+        honours it, else its default), scaled like the kubelet's back-off."""
+        return self.stale_grace_unscaled_s * self.backoff_scale
 
     @property
     def active(self) -> int:
@@ -234,17 +242,25 @@ class JobModel:
         pod.phase, pod.restart_at, pod.restart_count = "Running", None, 0
         pod.backoff_step, pod.last_failure_at = 0, None  # a new pod object, a new back-off
 
-    def evicted(self, name: str, now: float) -> list[Action]:
-        """KAI evicts one pod of the job (an elastic job above its minMember): the pod is
-        deleted, the operator creates it anew (no failure, no restart counted). At its
-        minimum a gang is evicted whole: that is `preempted`."""
-        if self.phase != "Running":
+    def evicted(self, name: str | Sequence[str], now: float) -> list[Action]:
+        """One scheduling pass of KAI evicts NAME (one pod, or k >= 1 pods) of the job: each
+        is deleted and the operator creates it anew (no failure, no restart counted), while the
+        job stays at or above its minMember (kai.evicted_in_pass); past that the gang goes
+        whole: that is `preempted`."""
+        names = [name] if isinstance(name, str) else list(name)
+        if self.phase != "Running" or not names:
             return []
-        if not evicts_one(self.active, self.min_member):
+        if (
+            evicted_in_pass(self.active, self.min_member, len(names)) != len(names)
+            or len(names) >= self.active
+        ):
             return self.preempted(now)
-        self._renew(self.pods[name])
-        self._note(now, f"{name}: evicted by the scheduler; the operator creates it anew")
-        return [Action("delete", name, "eviction"), Action("recreate", name, "eviction")]
+        out: list[Action] = []
+        for one in names:
+            self._renew(self.pods[one])
+            self._note(now, f"{one}: evicted by the scheduler; the operator creates it anew")
+            out += [Action("delete", one, "eviction"), Action("recreate", one, "eviction")]
+        return out
 
     def lost(self, name: str, now: float) -> list[Action]:
         """POD is gone (its node lost) and its replacement stays Pending (no room): the gang

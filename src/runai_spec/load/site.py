@@ -6,7 +6,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import Field, PrivateAttr, field_validator
 
-from ..facts.kai import PLACEMENT_ANNOTATION, TOPOLOGY_ANNOTATION
+from ..facts.kai import KAI_VERSION, PLACEMENT_ANNOTATION, TOPOLOGY_ANNOTATION, KaiVersion
 from ..facts.kubeflow import OPERATOR_VERSION, OperatorVersion
 from ..facts.mpi import NO_OPERATOR, MpiOperator
 from ..facts.runai import NODE_POOL_LABEL, PREEMPTIBILITY_LABEL, PRIORITY_LABEL, QUEUE_LABEL
@@ -255,6 +255,11 @@ class Site(FileModel):
         OPERATOR_VERSION,
         description="The Kubeflow training-operator release the cluster runs "
         "(kubeflow.OPERATOR_VERSIONS); it fixes the env the operator injects per pod.",
+    )
+    kai_version: KaiVersion = Field(
+        KAI_VERSION,
+        description="The KAI-Scheduler release the cluster runs (kai.KAI_VERSIONS): which "
+        "Topology object it reads and whether it honours a job's staleness grace period.",
     )
     label_keys: LabelKeys | None = Field(
         None, description="Scheduler label keys; overrides queue_label, priority_label, ... when given."

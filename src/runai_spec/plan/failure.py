@@ -302,11 +302,13 @@ def _scheduler_faults(plan: Plan) -> tuple[FaultOutcome, ...]:
     if plan.elastic is not None:
         out.append(
             FaultOutcome(
-                "the scheduler evicts one pod (the job runs above its minimum)",
-                f"that pod gets SIGTERM and {save_time(plan)} to checkpoint; the operator "
+                "the scheduler evicts pods (the job runs above its minimum; one pass may take "
+                "several, down to the minimum)",
+                f"each pod gets SIGTERM and {save_time(plan)} to checkpoint; the operator "
                 "creates it anew (no restart counted); torchrun on every other pod restarts its "
-                f"ranks once (one of its maxRestarts, {restarts}) and they go on with the pods "
-                "left, from the last checkpoint; the new pod joins when it is scheduled",
+                f"ranks (one of its maxRestarts, {restarts}, per departure that comes apart; at "
+                "least one per pass) and they go on with the pods left, from the last "
+                "checkpoint; the new pods join when they are scheduled",
                 0,
                 True,
             )
