@@ -15,9 +15,10 @@ import yaml
 from ..check.identity import IMAGE
 from ..check.launcher import LAUNCHERS
 from ..errors import InputError
-from ..facts.kubeflow import DNS1035, DNS1123, NAME_MAX
+from ..facts.kubeflow import DNS1035, DNS1123, NAME_MAX, SMOKE_SUFFIX
 from ..facts.torchrun import EXECUTABLE_ENTRY, SHELLS, entry_point_kind, without_launcher
 from ..files import replace_file
+from ..load.presets import Preset
 from ..load.profile import CheckpointFormat, Precision
 from ..load.registry import ApprovedPreset, PresetRegistry
 from ..load.site import Site
@@ -112,16 +113,23 @@ class _Asker:
                 self.prompt.say(f"  {exc}")
 
 
-def _label(pattern: re.Pattern[str], what: str) -> Callable[[str], str]:
+def _label(pattern: re.Pattern[str], what: str, most: int = NAME_MAX) -> Callable[[str], str]:
     def parse(text: str) -> str:
-        if len(text) > NAME_MAX or not pattern.match(text):
+        if len(text) > most or not pattern.match(text):
             raise ValueError(
                 f"{text!r} is not a valid {what}: lower-case letters, digits and "
-                f"'-', at most {NAME_MAX} characters"
+                f"'-', at most {most} characters"
             )
         return text
 
     return parse
+
+
+def name_room_for(preset: Preset) -> int:
+    """The longest workload name whose pods on PRESET, the smoke test's too
+    (`<name>-smoke-worker-<N>`), stay DNS labels: what the name-length rule allows."""
+    pods = preset.elastic.max if preset.elastic is not None else preset.nodes
+    return NAME_MAX - len(f"{SMOKE_SUFFIX}-worker-{max(0, pods - 1)}")
 
 
 def _choice(options: tuple[str, ...]) -> Callable[[str], str]:
@@ -443,8 +451,8 @@ def build_profile(answers: Answers, registry: PresetRegistry, prompt: Prompt | N
     preset = approved.preset
     name = a.get(
         "name",
-        "Workload name (pods are <name>-master-0, ...)",
-        _label(DNS1035, "workload name (a letter first)"),
+        f"Workload name (pods are <name>-master-0, ...; at most {name_room_for(preset)} characters)",
+        _label(DNS1035, "workload name (a letter first)", name_room_for(preset)),
     )
     image = a.get(
         "image", "Image, pinned by digest (registry/repo:tag@sha256:...)", _image_parser(site.registries)
