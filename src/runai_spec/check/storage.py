@@ -30,6 +30,41 @@ def check_checkpoint(ctx: Context) -> Iterator[Finding]:
             "set exactly one of checkpoint.pvc or checkpoint.source",
             "checkpoints written to the image filesystem are lost on restart",
         )
+    # the script's own checkpoint-folder argument, which validate can see: outside checkpoint.dir
+    # the checkpoints land on the image filesystem whatever the profile mounts
+    for flag, value in checkpoint_arguments(ctx.loaded.profile.command):
+        where = posixpath.normpath(posixpath.join(ctx.loaded.profile.working_dir or "/", value))
+        root = posixpath.normpath(ckpt.dir)
+        if where != root and not where.startswith(root.rstrip("/") + "/"):
+            yield finding(
+                ctx,
+                CHECKPOINT_ON_PVC,
+                "command",
+                f"{flag} {value} is outside checkpoint.dir ({ckpt.dir}): the script writes its "
+                "checkpoints to the image filesystem, lost on restart",
+                f"pass {flag} {ckpt.dir} (or a folder below it), or set checkpoint.dir to where "
+                "the script writes",
+            )
+
+
+_CHECKPOINT_FLAG = re.compile(r"^--?[a-z_-]*(checkpoint|ckpt)[a-z_-]*(dir|path|root|folder)$")
+
+
+def checkpoint_arguments(command: list[str] | tuple[str, ...]) -> list[tuple[str, str]]:
+    """(flag, value) of each checkpoint-folder argument of COMMAND: `--checkpoint-dir X`,
+    `--ckpt_path=X`, ... (a flag naming checkpoint or ckpt and a dir, path, root or folder)."""
+    out: list[tuple[str, str]] = []
+    for i, arg in enumerate(command):
+        flag, eq, value = arg.partition("=")
+        if not _CHECKPOINT_FLAG.match(flag.lower()):
+            continue
+        if not eq:
+            if i + 1 >= len(command) or command[i + 1].startswith("-"):
+                continue
+            value = command[i + 1]
+        if value:
+            out.append((flag, value))
+    return out
 
 
 @rule(DATA_SOURCE, "error", "Every volume is one PVC or one data source the site approved")
