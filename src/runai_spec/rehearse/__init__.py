@@ -47,6 +47,7 @@ from .job import (
     replicas_of,
 )
 from .logs_folder import check_logs_dir, make_logs_dir
+from .mpi import refuse_mpijob
 from .network import NETWORK_DIR, NetPlan, auto_on_gpu, plan_network, pod_network, resolve_mode
 from .processes import PodOutcome, run_attempt
 from .restarts import operator_verdict, restart_settings
@@ -125,6 +126,7 @@ def set_up(manifests: Sequence[Mapping[str, Any]], spec: RehearsalSpec) -> Setup
     if spec.procs_per_pod is not None and spec.procs_per_pod < 1:  # before the logs' folder is made
         raise InputError("--procs-per-pod must be at least 1", field="--procs-per-pod")
     job = find_job(manifests, spec.plan.workload if spec.plan is not None else None)
+    refuse_mpijob(job)  # issue 39: its rehearsal is rehearse/mpi.py's, not this command's yet
     faults = faults_of(job, spec.kills, spec.preempt, spec.restart_after_checkpoint, spec.scheduler_faults)
     mode = resolve_mode(spec.network)  # netns where it cannot be: bad input, nothing started
     check_backoff_scale(spec.backoff_scale)

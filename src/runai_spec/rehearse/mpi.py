@@ -145,6 +145,17 @@ def _ranks_of(root: int) -> dict[int, int]:
     return ranks
 
 
+def refuse_mpijob(job: Mapping[str, Any]) -> None:
+    """`runai-spec rehearse` runs a PyTorchJob's pods; an MPIJob is bad input there, saying so."""
+    if job.get("kind") == mpi.KIND:
+        raise InputError(
+            f"rehearse runs a PyTorchJob's pods; this profile renders an MPIJob ({mpi.API_VERSION}, "
+            "launcher: mpi), which the command does not rehearse yet",
+            field="launcher",
+            hint="docs/mpi.md says what is rehearsed of an MPIJob and how",
+        )
+
+
 def rehearse_mpi(
     job: Mapping[str, Any],
     workdir: Path,
