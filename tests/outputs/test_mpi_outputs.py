@@ -64,3 +64,12 @@ def test_validate_crd_checks_the_mpijob_against_mpi_operators_crd(profile: Path)
     other = run("validate", "--crd", str(CRD.with_name("kubeflow.org_pytorchjobs.yaml")), str(profile))
     assert other.exit_code == 1, other.output
     assert "does not serve version 'v2beta1'" in other.output
+
+
+def test_the_admission_policy_refuses_a_preset_that_allows_mpi_naming_why(profile: Path) -> None:
+    """The gate derives its checks from PyTorchJob renders (outputs/admission/shape.py): a preset
+    allowing mpi is bad input with the reason, never an internal error (it was ValueError, exit
+    70) nor a policy that leaves MPIJobs unchecked."""
+    result = run("presets", "policy")
+    assert result.exit_code == 2, result.output
+    assert f"preset {PRESET} allows launcher mpi (MPIJob)" in result.stderr

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from ...check.identity import name_room
-from ...errors import InternalError, RunaiSpecError
+from ...errors import InputError, InternalError, RunaiSpecError
+from ...facts.kubeflow import KIND as _JOB_KIND
 from ...load.registry import ApprovedPreset, PresetRegistry
 from ...load.site import Site
 from ...render.manifests import Manifest
@@ -369,6 +370,13 @@ def _renders(
         errors = [f for f in workload.errors if f.rule != "preset-not-granted"]
         if launcher is not None and any(f.path == "launcher" for f in errors):
             raise LauncherRefused(f"preset {approved.name}: launcher {launcher} is not allowed")
+        if workload.plan.workload.kind != _JOB_KIND:  # issue 39: an MPIJob, never left ungated silently
+            raise InputError(
+                f"preset {approved.name} allows launcher {launcher} ({workload.plan.workload.kind}), "
+                f"which the admission policy cannot check yet: it is derived from {_JOB_KIND} renders",
+                hint=f"leave {launcher} out of the preset's launchers where the policy is enforced "
+                "(docs/mpi.md)",
+            )
         if errors:
             raise ShapeError(
                 f"preset {approved.name}: its probe profile has findings: "
