@@ -102,6 +102,10 @@ def test_the_hostfile_is_the_operators() -> None:
     assert mpi.hostfile("j", "ns", 2, 4, True) == (
         "j-launcher.j.ns.svc slots=4\nj-worker-0.j.ns.svc slots=4\nj-worker-1.j.ns.svc slots=4\n"
     )
+    # v0.7.0 and later, run with --cluster-domain
+    assert mpi.hostfile("j", "ns", 1, 2, True, "cluster.local").splitlines()[1] == (
+        "j-worker-0.j.ns.svc.cluster.local slots=2"
+    )
     assert dict(mpi.launcher_env(4, True))["OMPI_MCA_orte_default_hostfile"] == "/etc/mpi/hostfile"
     assert "NVIDIA_VISIBLE_DEVICES" not in dict(mpi.launcher_env(4, True))
     assert dict(mpi.launcher_env(4, False))["NVIDIA_VISIBLE_DEVICES"] == ""

@@ -1,8 +1,10 @@
 """The MPI operator's facts in one place: MPIJob v2beta1's names, defaults, hostfile and rules."""
 
 # A model of someone else's behaviour: each fact names the kubeflow/mpi-operator file it follows
-# (tag v0.6.0, the release Run:ai's docs require; v0.7.0 and v0.8.0 keep the same v2beta1 spec,
-# controller env and hostfile: tests/facts/test_mpi_facts.py reads them from each tag).
+# (tag v0.6.0, the release Run:ai's docs require). Read again at v0.7.0 and v0.8.0: the same
+# v2beta1 defaults (default.go), launcher env and suffixes (mpi_job_controller.go); the hostfile
+# gains `.<cluster domain>` after `.svc` where the operator runs with --cluster-domain (v0.7.0's
+# cmd/mpi-operator/app/options/options.go, empty by default): hostfile's cluster_domain.
 
 from __future__ import annotations
 
@@ -89,11 +91,16 @@ def worker_name(job: str, index: int) -> str:
     return f"{job}{WORKER_SUFFIX}-{index}"
 
 
-def hostfile(job: str, namespace: str, workers: int, slots: int, launcher_as_worker: bool) -> str:
+def hostfile(
+    job: str, namespace: str, workers: int, slots: int, launcher_as_worker: bool, cluster_domain: str = ""
+) -> str:
     """The ConfigMap's hostfile for OpenMPI (newConfigMap): the launcher first when it runs as
-    a worker, then each worker, as `<pod>.<job>.<namespace>.svc slots=<n>`."""
-    pods = ([launcher_name(job)] if launcher_as_worker else []) + [worker_name(job, i) for i in range(workers)]
-    return "".join(f"{pod}.{job}.{namespace}.svc slots={slots}\n" for pod in pods)
+    a worker, then each worker, as `<pod>.<job>.<namespace>.svc slots=<n>` (`.svc.<domain>` for
+    an operator from v0.7.0 run with --cluster-domain)."""
+    pods = [launcher_name(job)] if launcher_as_worker else []
+    pods += [worker_name(job, i) for i in range(workers)]
+    svc = f"svc.{cluster_domain}" if cluster_domain else "svc"
+    return "".join(f"{pod}.{job}.{namespace}.{svc} slots={slots}\n" for pod in pods)
 
 
 def launcher_env(slots: int, launcher_as_worker: bool) -> tuple[tuple[str, str], ...]:
@@ -122,7 +129,8 @@ def operator_problems(job: Mapping[str, Any]) -> list[str]:
     if not spec.get("sshAuthMountPath"):
         problems.append("spec.sshAuthMountPath: must have a mount path for SSH credentials")
     if spec.get("mpiImplementation") not in IMPLEMENTATIONS:
-        problems.append(f"spec.mpiImplementation: {spec.get('mpiImplementation')!r} is not one of {IMPLEMENTATIONS}")
+        implementation = spec.get("mpiImplementation")
+        problems.append(f"spec.mpiImplementation: {implementation!r} is not one of {IMPLEMENTATIONS}")
     if not spec.get("runPolicy", {}).get("cleanPodPolicy"):
         problems.append("spec.runPolicy.cleanPodPolicy: must have clean Pod policy")
     if LAUNCHER not in specs:
