@@ -76,7 +76,6 @@ def validate(
     Text goes to stderr like compiler messages; JSON and Markdown (for a merge-request
     comment) go to stdout."""
     from ..errors import EXIT_CLUSTER, ClusterError
-    from ..outputs import report
     from ..pipeline.stream import ProfileArgs, check_exit
 
     try:
@@ -84,11 +83,25 @@ def validate(
     except ClusterError as exc:
         err(exc.lines())
         return EXIT_CLUSTER
+    print_validate(fmt, checks, bad, live)
+    return check_exit(checks, bad)
+
+
+def print_validate(
+    fmt: Format, checks: "Spooled[ProfileCheck]", bad: "list[RunaiSpecError]", live: bool
+) -> None:
+    """validate's report: text on stderr (with --live, the checks that ran, pass or not);
+    JSON and Markdown on stdout."""
+    from ..outputs import report
+
     if fmt is Format.text:
         err(report.validate_text(checks, bad))
+        if live:
+            from ..cluster.checks import LIVE_CHECKED
+
+            err([f"live checks run: {', '.join(LIVE_CHECKED)}"])
     else:
         print((report.validate_json if fmt is Format.json else report.validate_markdown)(checks, bad))
-    return check_exit(checks, bad)
 
 
 def validate_checks(

@@ -20,6 +20,7 @@ from ..facts.kai import (
 from ..facts.kubeflow import GPU_RESOURCE, KIND, OPERATOR_VERSION
 from ..findings import Finding, Severity
 from ..pipeline.workload import Workload
+from ..plan.volumes import CHECKPOINT
 from .refusals import refusal
 from .session import Session, clean, json_body
 
@@ -157,10 +158,28 @@ def _get(session: Session, path: str) -> dict[str, Any] | None:
 
 
 def _finding(
-    w: Workload, rule: str, obj: str, message: str, hint: str, severity: Severity | None = None
+    w: Workload,
+    rule: str,
+    obj: str,
+    message: str,
+    hint: str,
+    severity: Severity | None = None,
+    field: str | None = None,
 ) -> Finding:
-    """A finding of RULE (a registered one: its default severity unless a milder one is given)."""
-    return Finding(rule, Location(w.path, None, obj), message, hint, severity or REGISTRY[rule].severity)
+    """A finding of RULE (a registered one: its default severity unless a milder one is given),
+    at the line of the profile field that leads to OBJ (FIELD, else the rule's LIVE_FIELD)."""
+    line = w.loaded.line(field or LIVE_FIELD.get(rule, "preset"))
+    return Finding(rule, Location(w.path, line, obj), message, hint, severity or REGISTRY[rule].severity)
+
+
+# the profile field each live rule's object comes from (its line is the finding's); the rest
+# come from the preset the profile names
+LIVE_FIELD = {
+    LIVE_NAMESPACE: "project",
+    LIVE_QUEUE: "project",
+    LIVE_FORBIDDEN: "project",
+    LIVE_SECRET: "secret_env",
+}
 
 
 def _quantity(text: str | int) -> float:
@@ -255,6 +274,7 @@ def _pvcs(s: Session, w: Workload) -> Iterator[Finding]:
             continue
         obj = _get(s, f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{volume.claim}")
         where = f"persistentvolumeclaim/{volume.claim}"
+        field = "checkpoint" if volume.role == CHECKPOINT else "data"
         if obj is None:
             yield _finding(
                 w,
@@ -262,6 +282,7 @@ def _pvcs(s: Session, w: Workload) -> Iterator[Finding]:
                 where,
                 f"PVC {volume.claim} does not exist in {ns}",
                 "create it, or name an existing claim",
+                field=field,
             )
             continue
         phase = obj.get("status", {}).get("phase")
@@ -272,6 +293,7 @@ def _pvcs(s: Session, w: Workload) -> Iterator[Finding]:
                 where,
                 f"PVC {volume.claim} is {phase or 'not Bound'}",
                 "the pods would stay Pending until it binds",
+                field=field,
             )
         modes = obj.get("spec", {}).get("accessModes", [])
         if (
@@ -287,6 +309,7 @@ def _pvcs(s: Session, w: Workload) -> Iterator[Finding]:
                 f"mounted by {w.plan.pods} pods but is not ReadWriteMany",
                 "pods on different nodes fail with a multi-attach error; use a "
                 "ReadWriteMany claim (shared file system)",
+                field=field,
             )
 
 
@@ -491,6 +514,10 @@ CHECKS = (
     ("training-operator", _operator),
     (f"{TOPOLOGY_PLURAL}.{TOPOLOGY_GROUP}", _topology),
 )
+
+
+# what `validate --live` says it read, pass or not
+LIVE_CHECKED = tuple(resource for resource, _ in CHECKS)
 
 
 def live_findings(session: Session, workload: Workload) -> list[Finding]:
