@@ -230,7 +230,14 @@ def test_a_profile_with_error_findings_is_not_written(tmp_path: Path) -> None:
     flags[flags.index("--parameters") + 1] = "400B"  # does not fit a replica per GPU
     result = run("init", str(tmp_path / "big"), "--no-input", *flags)
     assert result.exit_code == 1, result.output
-    assert "nothing written" in result.stderr and not (tmp_path / "big").exists()
+    # issue 40 item 6: nothing written as the profile, but every answer kept in a draft that
+    # the findings' lines point into (they pointed at lines of a file never written)
+    assert "not written" in result.stderr and not (tmp_path / "big" / "profile.yaml").exists()
+    draft = tmp_path / "big" / "profile.yaml.draft"
+    assert f"your answers are kept in {draft}" in result.stderr
+    [line] = [x for x in result.stderr.splitlines() if "[ddp-replica-fits]" in x and x.startswith("error:")]
+    number = int(line.split(":")[2])
+    assert "parameters: 400000000000" in draft.read_text(encoding="utf-8").splitlines()[number - 1]
 
 
 # --- issue 12, item 13: numbers no model has, and answers thousands of digits long ---------

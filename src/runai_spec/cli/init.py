@@ -110,19 +110,32 @@ def init(o: InitOptions) -> int:
     return written(*init_profile(o.folder, answers, prompt=prompt, force=o.force))
 
 
+DRAFT_SUFFIX = ".draft"  # init's answers, kept beside the profile it refused to write
+
+
 def written(target: Path, workload: Workload, text: str) -> int:
     """init's findings and, when the profile has no error, the file written and what next."""
     from ..outputs.init import write_profile
 
-    err(line for finding in workload.findings for line in finding.lines())
     if workload.errors:
+        # every answer kept, in a file the findings' lines point into: never a line of a
+        # profile that does not exist, never all the questions again for one bad answer
+        draft = target.with_name(f"{target.name}{DRAFT_SUFFIX}")
+        write_profile(draft, text)
+        err(
+            line
+            for finding in workload.findings
+            for line in finding._replace(location=finding.location._replace(file=str(draft))).lines()
+        )
         err(
             [
-                f"error: {target}: nothing written: the profile has "
-                f"{len(workload.errors)} error finding(s) (above)"
+                f"error: {target}: not written: the profile has {len(workload.errors)} error "
+                f"finding(s) (above); your answers are kept in {draft}",
+                f"hint: fix {draft} and rename it to {target.name} (`runai-spec validate` checks it)",
             ]
         )
         return EXIT_FINDINGS
+    err(line for finding in workload.findings for line in finding.lines())
     write_profile(target, text)
     err(
         [
