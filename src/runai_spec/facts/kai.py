@@ -53,7 +53,7 @@ GPU_SHARING_ANNOTATIONS = ("gpu-fraction", "gpu-memory", "gpu-fraction-num-devic
 
 KaiVersion = Literal["v0.9.9", "v0.12.0", "v0.17.0"]
 KAI_VERSIONS: tuple[str, ...] = get_args(KaiVersion)  # oldest first
-KAI_VERSION = KAI_VERSIONS[-1]  # a site that declares none
+KAI_VERSION: KaiVersion = "v0.17.0"  # a site that declares none: the newest modelled
 STALENESS_ANNOTATION_SINCE = "v0.17.0"
 KAI_TOPOLOGY_SINCE = "v0.12.0"
 LEVEL_ALIASES_SINCE = "v0.17.0"
