@@ -68,6 +68,13 @@ def _job_of(profile: dict[str, Any], tmp: Path) -> tuple[Job | None, set[str]]:
     return dict(job), {f.rule for f in workload.errors}
 
 
+def _checkpoint_dir(profile: dict[str, Any], folder: str) -> None:
+    """checkpoint.dir moved, and the script's --checkpoint-dir argument with it (validate's
+    checkpoint-on-pvc refuses an argument outside checkpoint.dir, a rule left to validate)."""
+    profile["checkpoint"]["dir"] = folder
+    profile["command"] = [folder if arg == "/checkpoints" else arg for arg in profile["command"]]
+
+
 PROFILE_CHANGES: list[tuple[str, Callable[[dict[str, Any]], None]]] = [
     ("env-plain", lambda p: p.setdefault("env", {}).update({"WANDB_PROJECT": "llm"})),
     ("env-nvidia-visible", lambda p: p.setdefault("env", {}).update({"NVIDIA_VISIBLE_DEVICES": "all"})),
@@ -89,8 +96,8 @@ PROFILE_CHANGES: list[tuple[str, Callable[[dict[str, Any]], None]]] = [
     ("workdir", lambda p: p.update(working_dir="/opt/code")),
     ("workdir-proc", lambda p: p.update(working_dir="/proc/self")),
     ("no-workdir", lambda p: p.pop("working_dir", None)),
-    ("ckpt-dir", lambda p: p["checkpoint"].update(dir="/ckpt/run1")),
-    ("ckpt-etc", lambda p: p["checkpoint"].update(dir="/etc/ckpt")),
+    ("ckpt-dir", lambda p: _checkpoint_dir(p, "/ckpt/run1")),
+    ("ckpt-etc", lambda p: _checkpoint_dir(p, "/etc/ckpt")),
     ("data-two", lambda p: p.update(data=[*p.get("data", []), {"pvc": "extra", "path": "/extra"}])),
     ("data-writable", lambda p: p.update(data=[{"pvc": "scratch", "path": "/scratch", "read_only": False}])),
     ("data-none", lambda p: p.update(data=[])),

@@ -14,6 +14,7 @@ import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ...check.accelerate import check_accelerate_config
 from ...check.catalogue import RULES as SITE_RULES
 from ...check.env import (
     OPERATOR_ENV_NAMES,
@@ -417,6 +418,10 @@ LEFT_TO_VALIDATE: dict[RuleFn, str] = {
     check_deepspeed_autotune: "an autotuning sweep is a script argument of any other spelling too",
     check_preset_expiry: "a warning: it refuses nothing",
     check_preset_granted: "the gate denies a project the preset is not granted (the grants parameter)",
+    # issue 38's accelerate_config reaches the manifest inside one annotation, which the gate
+    # pins to the probes' (they set no config: probes.UNPROBED): a profile's own config is denied
+    # whatever validate says of its keys
+    check_accelerate_config: "the config's keys are one pinned annotation: any config of a profile is denied",
 }
 
 
