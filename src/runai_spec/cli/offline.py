@@ -97,9 +97,7 @@ def print_validate(
     if fmt is Format.text:
         err(report.validate_text(checks, bad))
         if live:
-            from ..cluster.checks import LIVE_CHECKED
-
-            err([f"live checks run: {', '.join(LIVE_CHECKED)}"])
+            err([report.live_checked_line()])
     else:
         print((report.validate_json if fmt is Format.json else report.validate_markdown)(checks, bad))
 

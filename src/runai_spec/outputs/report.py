@@ -342,6 +342,13 @@ def smoke_note(profile: str) -> str:
     )
 
 
+def live_checked_line() -> str:
+    """`validate --live`: the checks that ran, so that a pass says what it read."""
+    from ..cluster.checks import LIVE_CHECKED
+
+    return f"live checks run: {', '.join(LIVE_CHECKED)}"
+
+
 def status_lines(result: StatusResult) -> list[str]:
     """`status`: the job's phase, then a line per pod and per reason it is pending."""
     lines = [
