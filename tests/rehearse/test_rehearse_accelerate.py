@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -240,3 +243,38 @@ def test_an_accelerate_script_passes_the_own_script_checklist_with_a_kill_after_
     assert "32 samples per optimizer step per rank" in rows["global-batch"]["message"]
     assert "loaded the previous attempt's checkpoint" in rows["resume"]["message"]
     assert rows["fault"]["message"].startswith("kill master-0 after the first checkpoint")
+
+
+def test_the_audit_layer_does_not_count_accelerate_putting_the_env_back(tmp_path: Path) -> None:
+    """accelerate 1.16's clear_environment() empties os.environ and restores it: on the GPU run
+    (docs/gpu-runs/accelerate) the transport-env row blamed it for NCCL_* writes of the values
+    the rank started with. A variable set to a new value is still recorded."""
+    needs_torch()
+    from runai_spec.rehearse.filesystem import audit_layer_dir
+    from runai_spec.rehearse.script_checks import read_audit
+
+    script = (
+        "import os\n"
+        "from accelerate.utils.environment import clear_environment\n"
+        "with clear_environment():\n"
+        "    pass\n"
+        "os.environ.update({'NCCL_SOCKET_IFNAME': 'lo'})  # a restore, as on the GPU run\n"
+        "os.environ['NCCL_ALGO'] = 'Ring'\n"
+    )
+    (tmp_path / "t.py").write_text(script, encoding="utf-8")
+    key = "k" * 64
+    audit = tmp_path / "audit"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNAI_SPEC")}
+    env.update(
+        NCCL_SOCKET_IFNAME="lo",
+        RUNAI_SPEC_AUDIT_DIR=str(audit),
+        RUNAI_SPEC_AUDIT_KEY=key,
+        PYTHONPATH=str(audit_layer_dir()),
+        RANK="0",
+        LOCAL_RANK="0",
+        WORLD_SIZE="1",
+    )
+    done = subprocess.run([sys.executable, "t.py"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    written = [r.get("name") for r in read_audit(audit, key) if r.get("event") == "env-set"]
+    assert written == ["NCCL_ALGO"]

@@ -43,6 +43,9 @@ MEASURE_STEPS = 4
 # seconds a rank may live on after its own destroy_process_group: a flush, a last log line
 STUCK_S = 10.0
 _site: Any = None  # sitecustomize, the module that loaded this one
+# the env the rank started with: a write that puts a variable back to it changes nothing the
+# transport read (accelerate 1.16's clear_environment() clears os.environ and restores it)
+_START_ENV = dict(os.environ)
 _batch: dict[str, Any] = {"loader": 0, "forward": 0, "depth": 0, "steps": 0, "hooks": [], "saves": 0}
 
 
@@ -328,8 +331,11 @@ def _env_write(*args: Any, **kwargs: Any) -> dict[str, Any] | None:
         return None  # os.environ's own putenv, inside the __setitem__ recorded already
     while caller is not None and caller.f_code.co_filename.endswith(_STDLIB_ENV):
         caller = caller.f_back
+    value = os.fsdecode(args[-1]) if isinstance(args[-1], (str, bytes)) else str(args[-1])
+    if _START_ENV.get(name) == value:
+        return None
     where = f"{caller.f_code.co_filename}:{caller.f_lineno}" if caller is not None else None
-    return {"name": name, "value": str(args[-1])[:200], "where": where}
+    return {"name": name, "value": value[:200], "where": where}
 
 
 def _patch_os() -> None:
