@@ -20,7 +20,7 @@ from ..facts.kubeflow import (
     name_room,
 )
 from ..facts.kubeflow import SMOKE_SUFFIX as SMOKE_SUFFIX
-from ..plan.launcher import LaunchSetup, RendezvousPlan, launcher_named
+from ..plan.launcher import PYTORCHJOB, LaunchSetup, RendezvousPlan, launcher_named
 from ..plan.plan import Plan
 from ..plan.volumes import CHECKPOINT
 from ..render import render_smoke
@@ -102,6 +102,15 @@ def smoke_plan(
     """The same workload, short: the world size, batch arithmetic and bandwidth minimum that
     preflight.py checks are the real job's. Bad input (in `file`, the profile) when a pod name
     would outgrow a DNS label with `-smoke`."""
+    if plan.workload != PYTORCHJOB:  # issue 39: preflight.py reads torchrun's env, not MPI's
+        raise InputError(
+            f"the smoke test runs preflight.py with torchrun's env; this profile's job is "
+            f"{plan.workload.kind} {plan.workload.api_version} (launcher: {plan.launcher_name}), "
+            "which has no smoke test yet",
+            file=file,
+            field="launcher",
+            hint="docs/mpi.md says what is checked of an MPIJob",
+        )
     settings = settings or PreflightSettings()
     source = preflight_source() if source is None else source
     name, cm_name = smoke_names(plan.name)
