@@ -9,7 +9,7 @@ from functools import lru_cache
 from ..facts.torchrun import SHUTDOWN_TIMEOUT_ENV, shutdown_timeout_s
 from ..findings import Finding
 from ..plan.launcher import launcher_named
-from ..plan.memory import memory_estimate
+from ..plan.memory import MemoryEstimate, memory_estimate
 from .env import env_line
 from .rules import Context, finding, rule
 
@@ -21,6 +21,7 @@ SIGTERM_ONE_GPU = "sigterm-one-gpu"
 SHUTDOWN_WINDOW = "shutdown-window"
 RANK0_METRICS = "rank0-metrics"
 DDP_REPLICA_FITS = "ddp-replica-fits"
+MODEL_STATE_FITS = "model-state-fits"
 DEEPSPEED_AUTOTUNE = "deepspeed-autotune"
 
 
@@ -220,7 +221,7 @@ def check_replica_fits(ctx: Context) -> Iterator[Finding]:
     """The guide: DDP assumes a complete replica fits on every GPU. Estimates weights,
     gradients and optimizer state (parameters x bytes at the profile's precision); activations
     need the rest, so more than 80% of GPU memory is a warning, more than 100% an error.
-    For FSDP and ZeRO the per-GPU estimate is reported."""
+    FSDP and ZeRO shard the state: model-state-fits judges them."""
     profile = ctx.loaded.profile
     gpu = ctx.approved.preset.gpu
     if profile.model is None:
@@ -246,6 +247,27 @@ def check_replica_fits(ctx: Context) -> Iterator[Finding]:
             severity="info",
         )
         return
+    if estimate.shards > 1:  # FSDP or ZeRO: model-state-fits says it (issue 40 item 6)
+        return
+    yield from _fits(ctx, DDP_REPLICA_FITS, estimate)
+
+
+@rule(MODEL_STATE_FITS, "error", "The sharded model state fits the preset's GPU memory", milder=("info",))
+def check_sharded_state_fits(ctx: Context) -> Iterator[Finding]:
+    """FSDP and ZeRO shard the model state over the GPUs: the per-GPU estimate (weights,
+    gradients and optimizer state over the shards) more than the GPU's memory is an error,
+    else it is reported as a note (activations come on top)."""
+    profile = ctx.loaded.profile
+    if profile.model is None:
+        return
+    estimate = memory_estimate(profile, ctx.plan, ctx.approved.preset.gpu.memory_gb)
+    if estimate is not None and estimate.shards > 1:
+        yield from _fits(ctx, MODEL_STATE_FITS, estimate)
+
+
+def _fits(ctx: Context, rule_id: str, estimate: MemoryEstimate) -> Iterator[Finding]:
+    """RULE_ID's findings for a memory ESTIMATE (plan.memory)."""
+    profile, gpu = ctx.loaded.profile, ctx.approved.preset.gpu
     sharded = estimate.shards > 1
     where = "strategy" if sharded else "model.parameters"
     if estimate.share > 1 or (estimate.share > HEADROOM and not sharded):
@@ -265,11 +287,11 @@ def check_replica_fits(ctx: Context) -> Iterator[Finding]:
             else "a bigger preset or a model-parallel topology; run `runai-spec plan` "
             "and ask your AI Engineer"
         )
-        yield finding(ctx, DDP_REPLICA_FITS, where, message, hint, severity=None if worst else "warning")
+        yield finding(ctx, rule_id, where, message, hint, severity=None if worst else "warning")
     elif sharded:
         yield finding(
             ctx,
-            DDP_REPLICA_FITS,
+            rule_id,
             "strategy",
             f"model state estimate: {estimate.describe()}",
             "activations come on top; measure peak memory in the rehearsal",
