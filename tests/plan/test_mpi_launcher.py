@@ -183,3 +183,14 @@ def test_rehearse_says_it_does_not_run_an_mpijob_yet(presets: Path, tmp_path: Pa
     assert result.exit_code == 2, result.output
     assert "this profile renders an MPIJob" in result.output and "docs/mpi.md" in result.output
     assert not (tmp_path / "logs").exists()  # refused before anything is written
+
+
+def test_deepspeed_over_mpi_with_a_second_network_is_warned_of_mpi_discovery(
+    presets: Path, tmp_path: Path
+) -> None:
+    """DESIGN 4.8: mpi_discovery's MASTER_ADDR is rank 0's first `hostname -I` address; the
+    preset here attaches the InfiniBand rails (network.annotations)."""
+    result = run("validate", str(mpi_profile(tmp_path, strategy="deepspeed")))
+    assert "warning:" in result.output and "runs mpi_discovery" in result.output, result.output
+    plain = run("validate", str(mpi_profile(tmp_path, strategy="fsdp")))
+    assert "mpi_discovery" not in plain.output

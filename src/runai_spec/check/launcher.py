@@ -210,9 +210,23 @@ def _no_mpi_operator(ctx: Context) -> Finding:
 def mpi_transport_findings(ctx: Context) -> Iterator[Finding]:
     """An MPI job's transport variables (OpenMPI's MCA parameters, Intel MPI's, Hydra's, UCX's:
     what DeepSpeed's OpenMPI runner forces) in the profile's env: the engineers' (DESIGN 4.8)."""
-    if ctx.loaded.profile.launcher != MpiLauncher.name:
+    profile, preset = ctx.loaded.profile, ctx.approved.preset
+    if profile.launcher != MpiLauncher.name or preset.layout == "single-gpu":
         return
-    for name in ctx.loaded.profile.env:
+    if profile.strategy == "deepspeed" and preset.network.annotations:
+        yield finding(
+            ctx,
+            "launcher",
+            "strategy",
+            f"preset {ctx.approved.name!r} attaches a second network: deepspeed.init_distributed, "
+            "finding no RANK or LOCAL_RANK under mpirun, runs mpi_discovery, which sets "
+            "MASTER_ADDR to rank 0's first `hostname -I` address (DESIGN 4.8), not necessarily "
+            "the pod network's, over the rendered one (the launcher's name)",
+            "set RANK, WORLD_SIZE and LOCAL_RANK from OMPI_COMM_WORLD_* before "
+            "deepspeed.init_distributed: with all five set it skips mpi_discovery",
+            severity="warning",
+        )
+    for name in profile.env:
         if mpi.operator_env_name(name) or name.startswith("UCX_"):
             yield finding(
                 ctx,

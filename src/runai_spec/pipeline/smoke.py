@@ -91,6 +91,20 @@ def smoke_names(name: str) -> tuple[str, str]:
     return job, f"{job}-preflight"
 
 
+def refuse_other_kinds(plan: Plan, file: str | None) -> None:
+    """A job that is no PyTorchJob (an MPIJob: issue 39) has no smoke test yet: preflight.py
+    reads torchrun's env (RANK, WORLD_SIZE), which mpirun does not set."""
+    if plan.workload != PYTORCHJOB:
+        raise InputError(
+            f"the smoke test runs preflight.py with torchrun's env; this profile's job is "
+            f"{plan.workload.kind} {plan.workload.api_version} (launcher: {plan.launcher_name}), "
+            "which has no smoke test yet",
+            file=file,
+            field="launcher",
+            hint="docs/mpi.md says what is checked of an MPIJob",
+        )
+
+
 def smoke_plan(
     plan: Plan,
     settings: PreflightSettings | None = None,
@@ -102,15 +116,7 @@ def smoke_plan(
     """The same workload, short: the world size, batch arithmetic and bandwidth minimum that
     preflight.py checks are the real job's. Bad input (in `file`, the profile) when a pod name
     would outgrow a DNS label with `-smoke`."""
-    if plan.workload != PYTORCHJOB:  # issue 39: preflight.py reads torchrun's env, not MPI's
-        raise InputError(
-            f"the smoke test runs preflight.py with torchrun's env; this profile's job is "
-            f"{plan.workload.kind} {plan.workload.api_version} (launcher: {plan.launcher_name}), "
-            "which has no smoke test yet",
-            file=file,
-            field="launcher",
-            hint="docs/mpi.md says what is checked of an MPIJob",
-        )
+    refuse_other_kinds(plan, file)
     settings = settings or PreflightSettings()
     source = preflight_source() if source is None else source
     name, cm_name = smoke_names(plan.name)
