@@ -278,14 +278,18 @@ def presets_policy(
         sys.stdout.write(dump(admission.policy_documents(registry)))
     else:
         err([f"wrote {path}" for path in admission.write_policy(registry, out)])
-    if not registry.site().workload_guard.enabled:  # issue 41 item 6: the scope, stated
-        err(
-            [
-                f"warning: {registry.root / 'site.yaml'}: workload_guard: off: in the project "
-                "namespaces only PyTorchJobs are judged; Pods, Jobs, MPIJobs, JobSets and other "
-                "workloads that ask for GPUs are not (docs/admission.md, the workload guard)"
-            ]
-        )
+    err(_guard_off_warning(registry))
+
+
+def _guard_off_warning(registry: PresetRegistry) -> list[str]:
+    """Issue 41 item 6: the policy's scope, stated where the workload guard is off."""
+    if registry.site().workload_guard.enabled:
+        return []
+    return [
+        f"warning: {registry.root / 'site.yaml'}: workload_guard: off: in the project "
+        "namespaces only PyTorchJobs are judged; Pods, Jobs, MPIJobs, JobSets and other "
+        "workloads that ask for GPUs are not (docs/admission.md, the workload guard)"
+    ]
 
 
 FromOpt = Annotated[
