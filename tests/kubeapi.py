@@ -31,6 +31,7 @@ from conftest import crd_validator, upstream_crd
 
 KINDS = {
     "pytorchjobs": ("kubeflow.org/v1", "PyTorchJob"),
+    "mpijobs": ("kubeflow.org/v2beta1", "MPIJob"),
     "configmaps": ("v1", "ConfigMap"),
     "pods": ("v1", "Pod"),
     "events": ("v1", "Event"),
@@ -80,6 +81,8 @@ class FakeKube:
         default_factory=lambda: {"runai-team-a", "runai-nlp-lab", "runai-cv-lab", "default"}
     )
     crd_installed: bool = True
+    # mpi-operator's MPIJob kubeflow.org/v2beta1 (issue 39): served only where a test says so
+    mpi_installed: bool = False
     forbidden: set[tuple[str, str]] = field(default_factory=set)  # (verb, plural)
     objects: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
     owners: dict[tuple[str, str, str], dict[str, set[tuple[str, ...]]]] = field(default_factory=dict)
@@ -167,13 +170,15 @@ class FakeKube:
         state: dict[str, Any] | None = None,
         restarts: int = 0,
         conditions: list[dict[str, Any]] | None = None,
+        name: str | None = None,
+        labels: dict[str, str] | None = None,
     ) -> dict[str, Any]:
-        name = f"{job}-{role}-{index}"
         pod = {
             "metadata": {
-                "name": name,
+                "name": name or f"{job}-{role}-{index}",
                 "namespace": namespace,
-                "labels": {
+                "labels": labels
+                or {
                     "training.kubeflow.org/job-name": job,
                     "training.kubeflow.org/replica-type": role,
                     "training.kubeflow.org/replica-index": str(index),
@@ -199,6 +204,24 @@ class FakeKube:
             },
         }
         return self.put("pods", pod, manager="kubelet")
+
+    def add_mpi_pod(self, job: str, namespace: str, role: str, index: int, phase: str = "Running") -> None:
+        """A pod of an MPIJob as mpi-operator v0.6.0 labels it (pkg/controller/
+        mpi_job_controller.go defaultLabels: operator-name, job-name, job-role launcher|worker;
+        newWorker adds replica-index; no replica-type label). The launcher's pod is made by
+        the launcher Job (batch/v1), named <job>-launcher-<suffix>; worker I is <job>-worker-I."""
+        labels = {
+            "training.kubeflow.org/operator-name": "mpi-operator",
+            "training.kubeflow.org/job-name": job,
+            "training.kubeflow.org/job-role": role,
+        }
+        if role == "launcher":
+            labels["job-name"] = f"{job}-launcher"  # the Job controller's own label
+            name = f"{job}-launcher-x7k2q"
+        else:
+            labels["training.kubeflow.org/replica-index"] = str(index)
+            name = f"{job}-worker-{index}"
+        self.add_pod(job, namespace, role, index, phase, name=name, labels=labels)
 
     def add_event(
         self,
@@ -422,13 +445,14 @@ def route(
     if path == "/api":
         return 200, {"kind": "APIVersions", "versions": ["v1"]}
     if path == "/apis":
-        groups = [
-            {"name": "kubeflow.org", "versions": [{"groupVersion": "kubeflow.org/v1", "version": "v1"}]}
-        ]
+        versions = [{"groupVersion": "kubeflow.org/v1", "version": "v1"}] if kube.crd_installed else []
+        if kube.mpi_installed:
+            versions.append({"groupVersion": "kubeflow.org/v2beta1", "version": "v2beta1"})
+        groups = [{"name": "kubeflow.org", "versions": versions}]
         return 200, {
             "kind": "APIGroupList",
             "apiVersion": "v1",
-            "groups": groups if kube.crd_installed else [],
+            "groups": groups if versions else [],
         }
     if path == "/api/v1":
         return 200, resource_list(
@@ -447,15 +471,26 @@ def route(
         return 200, resource_list(
             "kubeflow.org/v1", [("pytorchjobs", "PyTorchJob"), ("pytorchjobs/status", "PyTorchJob")]
         )
-    # /api/v1/namespaces/NS/PLURAL[/NAME[/log]]  or  /apis/kubeflow.org/v1/namespaces/...
-    prefix = 2 if parts[:2] == ["api", "v1"] else 3 if parts[:3] == ["apis", "kubeflow.org", "v1"] else 0
+    if path == "/apis/kubeflow.org/v2beta1":
+        if not kube.mpi_installed:
+            return 404, "404 page not found"
+        return 200, resource_list(
+            "kubeflow.org/v2beta1", [("mpijobs", "MPIJob"), ("mpijobs/status", "MPIJob")]
+        )
+    # /api/v1/namespaces/NS/PLURAL[/NAME[/log]]  or  /apis/kubeflow.org/v1[v2beta1]/namespaces/...
+    kubeflow = parts[:2] == ["apis", "kubeflow.org"] and parts[2:3] in (["v1"], ["v2beta1"])
+    prefix = 2 if parts[:2] == ["api", "v1"] else 3 if kubeflow else 0
     rest = parts[prefix:]
     if not prefix or len(rest) < 3 or rest[0] != "namespaces":
         return 404, "404 page not found"
     namespace, plural = rest[1], rest[2]
-    if plural not in KINDS or (plural == "pytorchjobs") != (prefix == 3):
+    if plural not in KINDS or (prefix == 3) != (plural in GROUPS and GROUPS[plural][0] == "kubeflow.org"):
         return 404, "404 page not found"
-    if plural == "pytorchjobs" and not kube.crd_installed:
+    if prefix == 3 and KINDS[plural][0] != "/".join(parts[1:3]):
+        return 404, "404 page not found"
+    if (plural == "pytorchjobs" and not kube.crd_installed) or (
+        plural == "mpijobs" and not kube.mpi_installed
+    ):
         return 404, "404 page not found"
     name = rest[3] if len(rest) > 3 else None
     sub = rest[4] if len(rest) > 4 else None
@@ -467,7 +502,7 @@ def route(
         "PUT": "update",
     }[method]
     if (verb, plural) in kube.forbidden:
-        group = "kubeflow.org" if plural == "pytorchjobs" else ""
+        group = GROUPS.get(plural, ("", ""))[0]
         return 403, status_body(
             403,
             "Forbidden",
@@ -517,7 +552,7 @@ def resource_list(group_version: str, items: list[tuple[str, str]]) -> dict[str,
 
 
 def not_found(plural: str, name: str) -> tuple[int, Any]:
-    group = "kubeflow.org" if plural == "pytorchjobs" else ""
+    group = GROUPS.get(plural, ("", ""))[0]
     return 404, status_body(
         404, "NotFound", f'{plural}.{group} "{name}" not found', name=name, group=group, kind=plural
     )
@@ -599,7 +634,11 @@ def validate(
     )
 
 
-GROUPS = {"pytorchjobs": ("kubeflow.org", "v1"), "configmaps": ("", "v1")}
+GROUPS = {
+    "pytorchjobs": ("kubeflow.org", "v1"),
+    "mpijobs": ("kubeflow.org", "v2beta1"),
+    "configmaps": ("", "v1"),
+}
 
 
 def admit(
@@ -827,7 +866,7 @@ def delete(kube: FakeKube, plural: str, namespace: str, name: str, body: bytes) 
         )
     del kube.objects[key]
     kube.owners.pop(key, None)
-    if plural == "pytorchjobs":  # the garbage collector removes the job's pods
+    if plural in ("pytorchjobs", "mpijobs"):  # the garbage collector removes the job's pods
         for pod_key in [
             k
             for k, o in kube.objects.items()

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ClusterError
-from ..facts.kubeflow import KIND
 from ..render.manifests import Manifest
-from .objects import ref_of
-from .refs import CONFIGMAP, Ref, job_ref
-from .session import Target
+from .objects import checked, ref_of, served
+from .refs import CONFIGMAP, JOBS, Ref, job_ref
+from .refusals import refusal
+from .session import Session, Target, json_body
 
 if TYPE_CHECKING:
     from ..load.site import Site
@@ -61,6 +61,9 @@ class Job:
     project: str
     refs: tuple[Ref, ...]
     smoke: bool = False
+    # a NAME without its profile: the job's kind is not known (refs[0] says PyTorchJob) and
+    # the Kubernetes back-end looks it up as each of refs.JOBS (live_job)
+    by_name: bool = False
 
 
 def find_job(job: str, project: str | None, smoke: bool = False) -> Job:
@@ -76,13 +79,37 @@ def find_job(job: str, project: str | None, smoke: bool = False) -> Job:
         return Job(smoke_job, namespace, owner, refs, smoke=True)
     if workload is not None:
         return Job(name, namespace, owner, tuple(ref_of(m) for m in workload.manifests))
-    return Job(name, namespace, owner, (job_ref(name, namespace),))
+    return Job(name, namespace, owner, (job_ref(name, namespace),), by_name=True)
 
 
 def submitted_job(workload: Workload, manifests: Sequence[Manifest]) -> Job:
     """The job among the manifests just submitted (submit --wait watches it)."""
-    ref = next(ref_of(m) for m in manifests if m.get("kind") == KIND)
+    kinds = {r.kind for r in JOBS}
+    ref = next(ref_of(m) for m in manifests if m.get("kind") in kinds)
     return Job(ref.name, ref.namespace, workload.plan.project, (ref,))
+
+
+def live_job(session: Session, job: Job) -> Ref:
+    """The job's own reference on the cluster. Given its profile, the plan's kind says it
+    (refs from the rendered manifests). Given a NAME only, each kind of refs.JOBS the cluster
+    serves is asked in turn (PyTorchJob first: a name runai-spec used before MPIJobs keeps its
+    one request) and the first that holds NAME is the job; none holds it: the first kind
+    served, whose lookup then says `not found` (none served: the PyTorchJob, whose lookup says
+    the cluster serves no such resource)."""
+    if not job.by_name:
+        return job.refs[0]
+    first: Ref | None = None
+    for resource in JOBS:
+        ref = job_ref(job.name, job.namespace, resource)
+        resp = session.call("GET", resource.item(job.namespace, job.name))
+        if resp.status == 200:
+            checked(json_body(resp), str(ref))
+            return ref
+        if resp.status != 404:
+            raise refusal(resp, ref, "read")
+        if first is None and served(session, resource):
+            first = ref
+    return first or job.refs[0]
 
 
 @dataclass(frozen=True)
@@ -123,6 +150,7 @@ __all__ = [
     "LiveDiff",
     "find_job",
     "kubernetes_target",
+    "live_job",
     "submitted_job",
     "unsupported",
 ]

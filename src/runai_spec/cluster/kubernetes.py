@@ -9,7 +9,7 @@ from typing import IO, TYPE_CHECKING
 
 from .checks import live_findings
 from .delete import delete_job
-from .jobs import Confirm, Connection, Deleted, Job, LiveDiff, kubernetes_target
+from .jobs import Confirm, Connection, Deleted, Job, LiveDiff, kubernetes_target, live_job
 from .logs import Follow, FollowResult, LogsResult, follow_logs, print_logs, save_logs
 from .objects import managed_by_us
 from .refs import Ref
@@ -77,23 +77,36 @@ class KubernetesBackend:
         """Server-side apply; a dry run is the API server's `dryRun=All` answer."""
         return submit_manifests(manifests, self.session, dry_run=dry_run, replace=replace)
 
+    def job_ref(self, job: Job) -> Ref:
+        """The job's own object: its plan's kind, or looked up by NAME (jobs.live_job)."""
+        return live_job(self.session, job)
+
     def status(self, job: Job) -> StatusResult:
-        ref = job.refs[0]
-        return job_status(ref.name, ref.namespace, self.session)
+        ref = self.job_ref(job)
+        return job_status(ref.name, ref.namespace, self.session, ref.resource)
 
     def save_logs(self, job: Job, out: Path, previous: bool) -> LogsResult:
-        ref = job.refs[0]
-        return save_logs(ref.name, ref.namespace, out, self.session, previous=previous)
+        ref = self.job_ref(job)
+        return save_logs(ref.name, ref.namespace, out, self.session, previous=previous, resource=ref.resource)
 
     def print_logs(
         self, job: Job, sink: IO[bytes], previous: bool, pod: str | None, tail: int | None
     ) -> list[str]:
-        ref = job.refs[0]
-        return print_logs(ref.name, ref.namespace, self.session, sink, previous=previous, pod=pod, tail=tail)
+        ref = self.job_ref(job)
+        return print_logs(
+            ref.name,
+            ref.namespace,
+            self.session,
+            sink,
+            previous=previous,
+            pod=pod,
+            tail=tail,
+            resource=ref.resource,
+        )
 
     def follow_logs(self, job: Job, sink: IO[bytes], follow: Follow) -> FollowResult:
-        ref = job.refs[0]
-        return follow_logs(ref.name, ref.namespace, self.session, sink, follow)
+        ref = self.job_ref(job)
+        return follow_logs(ref.name, ref.namespace, self.session, sink, follow, ref.resource)
 
     def delete(self, job: Job, confirm: Confirm | None) -> Deleted:
         """Only what runai-spec created, exactly the objects checked; with --smoke either
@@ -103,9 +116,8 @@ class KubernetesBackend:
             assert confirm is not None
             return confirm([str(ref) for ref in refs])
 
-        result = delete_job(
-            list(job.refs), self.session, missing_ok=job.smoke, confirm=asked if confirm else None
-        )
+        refs = [self.job_ref(job), *job.refs[1:]]
+        result = delete_job(refs, self.session, missing_ok=job.smoke, confirm=asked if confirm else None)
         return Deleted(result.deleted, result.missing, result.declined)
 
     def live_diff(self, workloads: Sequence[Workload]) -> list[LiveDiff]:

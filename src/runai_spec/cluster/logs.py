@@ -16,7 +16,7 @@ from ..facts.kubeflow import CONTAINER
 from ..facts.torchrun import RANK_LINE
 from ..files import ReplacedFiles
 from .objects import get_object, job_pods
-from .refs import PODS, Ref, job_ref
+from .refs import PODS, PYTORCHJOB, Ref, Resource, job_ref
 from .refusals import refusal
 from .session import Session, Target, clean, json_body, reason_of, session_for
 
@@ -36,7 +36,13 @@ class LogsResult:
 
 
 def save_logs(
-    name: str, namespace: str, out_dir: Path, target: Target | Session, *, previous: bool = False
+    name: str,
+    namespace: str,
+    out_dir: Path,
+    target: Target | Session,
+    *,
+    previous: bool = False,
+    resource: Resource = PYTORCHJOB,
 ) -> LogsResult:
     """Every rank's (pod's) log in its own file, streamed to disk so the logs outlive the pods."""
     saved: list[SavedLog] = []
@@ -44,14 +50,14 @@ def save_logs(
     with session_for(target) as session:
         pods = job_pods(session, name, namespace)
         if not pods:
-            if get_object(session, job_ref(name, namespace)) is None:
+            if get_object(session, job_ref(name, namespace, resource)) is None:
                 raise ClusterError(
-                    f"{job_ref(name, namespace)}: not found",
+                    f"{job_ref(name, namespace, resource)}: not found",
                     file="cluster",
                     hint="check the name and the project",
                 )
             raise ClusterError(
-                f"{job_ref(name, namespace)}: has no pods (yet, or any more)",
+                f"{job_ref(name, namespace, resource)}: has no pods (yet, or any more)",
                 file="cluster",
                 hint="`runai-spec status` shows why",
             )
@@ -179,6 +185,7 @@ def print_logs(
     previous: bool = False,
     pod: str | None = None,
     tail: int | None = None,
+    resource: Resource = PYTORCHJOB,
 ) -> list[str]:
     """`logs --out -`: each rank's log (or one --pod's) written to sink (binary), each after a
     `==> pod <==` line as `tail` does for several files; returns the pods that were skipped.
@@ -191,14 +198,14 @@ def print_logs(
         if pod is not None:
             if pod not in pods:
                 raise InputError(
-                    f"{pod!r} is not a pod of {job_ref(name, namespace)}",
+                    f"{pod!r} is not a pod of {job_ref(name, namespace, resource)}",
                     field="--pod",
                     hint=f"its pods: {', '.join(pods) or 'none yet'}",
                 )
             pods = [pod]
         if not pods:
             raise ClusterError(
-                f"{job_ref(name, namespace)}: has no pods (yet, or any more)",
+                f"{job_ref(name, namespace, resource)}: has no pods (yet, or any more)",
                 file="cluster",
                 hint="`runai-spec status` shows why",
             )
@@ -224,7 +231,7 @@ def print_logs(
             sink.flush()
             printed += 1
     if not printed:
-        raise NoLogs(job_ref(name, namespace), skipped)
+        raise NoLogs(job_ref(name, namespace, resource), skipped)
     return skipped
 
 
@@ -266,7 +273,12 @@ class Follow:
 
 
 def follow_logs(
-    name: str, namespace: str, target: Target | Session, sink: Any, follow: Follow
+    name: str,
+    namespace: str,
+    target: Target | Session,
+    sink: Any,
+    follow: Follow,
+    resource: Resource = PYTORCHJOB,
 ) -> FollowResult:
     """`logs --out - --follow`: print each pod's log, then every --interval only what each log
     gained since, until every pod has ended (its last lines printed) or timeout seconds passed.
@@ -281,9 +293,9 @@ def follow_logs(
     while True:
         with session_for(target) as session:
             pods = job_pods(session, name, namespace)
-            if not pods and waited == 0 and get_object(session, job_ref(name, namespace)) is None:
+            if not pods and waited == 0 and get_object(session, job_ref(name, namespace, resource)) is None:
                 raise ClusterError(
-                    f"{job_ref(name, namespace)}: not found",
+                    f"{job_ref(name, namespace, resource)}: not found",
                     file="cluster",
                     hint="check the name and the project",
                 )
@@ -294,7 +306,7 @@ def follow_logs(
             if follow.pod is not None:
                 if follow.pod not in phases:
                     raise InputError(
-                        f"{follow.pod!r} is not a pod of {job_ref(name, namespace)}",
+                        f"{follow.pod!r} is not a pod of {job_ref(name, namespace, resource)}",
                         field="--pod",
                         hint=f"its pods: {', '.join(phases) or 'none yet'}",
                     )

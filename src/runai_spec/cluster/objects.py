@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ClusterError, InternalError
+from ..facts import mpi
 from ..facts.kubeflow import (
     ANNOTATION_PREFIX,
     JOB_NAME_LABEL,
@@ -150,19 +151,27 @@ def _malformed(obj: Any) -> str | None:
     return None
 
 
+def served(session: Session, resource: Resource) -> bool:
+    """Whether the cluster serves RESOURCE (API discovery of its group version)."""
+    if resource.group_version == "v1":
+        return True
+    resp = session.call("GET", f"/apis/{resource.group_version}")
+    resources = (json_body(resp) or {}) if resp.status == 200 else {}
+    return resource.plural in {r.get("name") for r in resources.get("resources", []) if isinstance(r, dict)}
+
+
 def require_served(session: Session, ref: Ref) -> None:
     """A 404 can mean 'no such object' or 'no such resource': discovery tells them apart."""
-    if ref.resource.group_version == "v1":
-        return
-    resp = session.call("GET", f"/apis/{ref.resource.group_version}")
-    resources = (json_body(resp) or {}) if resp.status == 200 else {}
-    plurals = {r.get("name") for r in resources.get("resources", []) if isinstance(r, dict)}
-    if ref.resource.plural not in plurals:
+    if not served(session, ref.resource):
+        operator = (
+            "mpi-operator (its MPIJob v2beta1 CRD)"
+            if ref.resource.kind == mpi.KIND
+            else "the Kubeflow training operator (its PyTorchJob CRD)"
+        )
         raise ClusterError(
             f"{ref}: the cluster does not serve {ref.resource.group_version} {ref.resource.plural}",
             file="cluster",
-            hint="the Kubeflow training operator (its PyTorchJob CRD) is not "
-            "installed, or the kubeconfig context points at another cluster",
+            hint=f"{operator} is not installed, or the kubeconfig context points at another cluster",
         )
 
 
@@ -191,10 +200,17 @@ def job_pods(session: Session, name: str, namespace: str) -> list[Manifest]:
 
     def order(pod: Manifest) -> tuple[int, int, str]:
         labels = (pod.get("metadata") or {}).get("labels") or {}
-        role = str(labels.get(REPLICA_TYPE_LABEL, "")).lower()
-        return (0 if role == "master" else 1, replica_index(labels), str(pod["metadata"].get("name")))
+        role = pod_role(labels).lower()
+        first = role in ("master", mpi.LAUNCHER_ROLE)
+        return (0 if first else 1, replica_index(labels), str(pod["metadata"].get("name")))
 
     return sorted(pods, key=order)
+
+
+def pod_role(labels: Mapping[str, Any]) -> str:
+    """The pod's role: the training operator's replica type (Master, Worker), or mpi-operator's
+    job role (launcher, worker: it writes no replica type); "" when neither is there."""
+    return str(labels.get(REPLICA_TYPE_LABEL) or labels.get(mpi.JOB_ROLE_LABEL) or "")
 
 
 # The operator writes the index as ASCII digits. `str.isdigit` is no check for `int()`:

@@ -44,6 +44,11 @@ EVENTS = Resource("v1", "Event", "events")
 RESOURCES = {(r.group_version, r.kind): r for r in (PYTORCHJOB, MPIJOB, CONFIGMAP)}
 
 
+# The kinds a job of runai-spec's is (its launcher picks one): a NAME without its profile is
+# looked up as each, in this order
+JOBS = (PYTORCHJOB, MPIJOB)
+
+
 @dataclass(frozen=True)
 class Ref:
     """One object on the cluster: `pytorchjobs/<namespace>/<name>`."""
@@ -57,5 +62,5 @@ class Ref:
 
 
 def job_ref(name: str, namespace: str, resource: Resource = PYTORCHJOB) -> Ref:
-    """Job NAME of RESOURCE (a PyTorchJob unless given: status, logs and delete know no other yet)."""
+    """Job NAME of RESOURCE (a PyTorchJob unless given)."""
     return Ref(resource, namespace, name)

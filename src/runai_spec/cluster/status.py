@@ -8,10 +8,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import ClusterError
-from ..facts.kubeflow import CONTAINER, REPLICA_TYPE_LABEL
+from ..facts import mpi
+from ..facts.kubeflow import CONTAINER
 from ..render.manifests import Manifest
-from .objects import get_object, job_pods, list_objects, replica_index
-from .refs import EVENTS, job_ref
+from .objects import get_object, job_pods, list_objects, pod_role, replica_index
+from .refs import EVENTS, PYTORCHJOB, Resource, job_ref
 from .session import Session, Target, clean, session_for
 
 
@@ -132,9 +133,18 @@ def _dicts(value: object) -> list[dict[str, Any]]:
 
 
 def _phase(job: Manifest) -> tuple[str, str | None]:
+    """The job's phase from its conditions that hold: the training operator's last one; an
+    MPIJob's the first of facts.mpi.PHASES (mpi-operator leaves Running True beside Succeeded
+    and Failed, so its last condition need not be its phase)."""
     conditions = [c for c in _dicts(_dict(job.get("status")).get("conditions")) if c.get("status") == "True"]
+    if job.get("kind") == mpi.KIND:
+        ranked = sorted(
+            (c for c in conditions if c.get("type") in mpi.PHASES), key=lambda c: mpi.PHASES.index(c["type"])
+        )
+        conditions = ranked[:1] or conditions[-1:]
     if not conditions:
-        return "Pending", "the training operator has not reported a status yet"
+        operator = "mpi-operator" if job.get("kind") == mpi.KIND else "the training operator"
+        return "Pending", f"{operator} has not reported a status yet"
     last = conditions[-1]
     return clean(last.get("type"), 40), (clean(last["message"]) if last.get("message") else None)
 
@@ -179,16 +189,19 @@ def _events(session: Session, namespace: str, name: str) -> list[Manifest]:
     )
 
 
-def job_status(name: str, namespace: str, target: Target | Session) -> StatusResult:
-    """The PyTorchJob's phase, each pod's state and, when pending, why."""
-    ref = job_ref(name, namespace)
+def job_status(
+    name: str, namespace: str, target: Target | Session, resource: Resource = PYTORCHJOB
+) -> StatusResult:
+    """The job's (a PyTorchJob's unless RESOURCE says) phase, each pod's state and, when
+    pending, why."""
+    ref = job_ref(name, namespace, resource)
     with session_for(target) as session:
         job = get_object(session, ref)
         if job is None:
             raise ClusterError(
                 f"{ref}: not found",
                 file="cluster",
-                hint="check the name and the project; `kubectl get pytorchjobs -n "
+                hint=f"check the name and the project; `kubectl get {resource.plural} -n "
                 f"{namespace}` lists what is there",
             )
         phase, message = _phase(job)
@@ -209,7 +222,7 @@ def job_status(name: str, namespace: str, target: Target | Session) -> StatusRes
             pods.append(
                 PodState(
                     clean(meta.get("name"), 120),
-                    clean(labels.get(REPLICA_TYPE_LABEL, "?"), 40),
+                    clean(pod_role(labels) or "?", 40),
                     replica_index(labels),
                     clean(pod_phase, 40),
                     state,

@@ -50,6 +50,17 @@ LAUNCHER_SUFFIX = "-launcher"
 WORKER_SUFFIX = "-worker"
 CONFIG_SUFFIX = "-config"
 SSH_CONNECT_ARGS = "-o ConnectionAttempts=10"
+# The labels on the job's pods (defaultLabels; newWorker adds the replica index, the launcher
+# Job's pod has none): the job name under the training operator's key, no replica-type label
+# but a role, `launcher` or `worker` (v2beta1/constants.go JobRoleLabel).
+JOB_ROLE_LABEL = "training.kubeflow.org/job-role"
+LAUNCHER_ROLE = "launcher"
+WORKER_ROLE = "worker"
+# The job's status conditions (types.go JobConditionType; the controller's setCondition
+# replaces a type in place and appends it). Running stays True beside Succeeded or Failed (the
+# controller never sets it False on completion), so the job's phase is the first of these
+# that holds, never simply the last condition.
+PHASES = ("Failed", "Succeeded", "Suspended", "Restarting", "Running", "Created")
 # What the controller appends to the launcher's first container for OpenMPI (ompiEnvVars and
 # openMPISlotsEnv), in its order; a profile or preset variable of the same name is overridden.
 OPENMPI_ENV = (
