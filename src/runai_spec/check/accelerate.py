@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ..facts.accelerate import engineer_paths
+from ..facts.accelerate import ENGINEER_DEEPSPEED_KEYS, ENGINEER_KEYS, ENGINEER_PREFIXES
 from ..findings import Finding
 from .rules import Context, finding, rule
 
@@ -20,6 +21,41 @@ _DS_BATCH = {
     "train_micro_batch_size_per_gpu": "local",
     "train_batch_size": "global_",
 }
+
+# -- the engineers' keys, one definition for validate and the admission policy ----------------
+# A key is the engineers' by its name wherever it stands in the config (DESIGN 4.7's list,
+# facts.accelerate): accelerate 1.16.0's own nested blocks (fsdp_config, deepspeed_config,
+# dynamo_config, megatron_lm_config, fp8_config) use none of these names, and the policy reads
+# the rendered config as text, where a key's depth is not a regular language.
+_NAMES = "|".join(re.escape(k) for k in (*ENGINEER_KEYS, *ENGINEER_DEEPSPEED_KEYS))
+_PREFIXES = "|".join(re.escape(p) for p in ENGINEER_PREFIXES)
+ENGINEER_NAME = f"({_NAMES}|({_PREFIXES}).*)"
+_WS = "[ \\t\\n\\r]*"  # JSON's white space
+# An engineers' key as a JSON object key in a config's text, after the `{` or `,` before it
+# (inside a string a quote is escaped, so `,"name":` there is always a key): the name spelled out.
+CONFIG_KEY_TAIL = f'{_WS}"({_NAMES}|({_PREFIXES})([^"\\\\]|\\\\.)*)"{_WS}:'
+# After a character that is not a backslash: a `\\u00XX` escape of a printable ASCII character,
+# which could spell a name another way (json.dumps writes those characters as themselves).
+CONFIG_ESCAPE_TAIL = r"(\\\\)*\\u00[2-7][0-9a-fA-F]"
+
+
+def engineer_name(key: object) -> bool:
+    """Whether KEY, a key anywhere in an accelerate config, is the engineers'."""
+    return isinstance(key, str) and re.fullmatch(ENGINEER_NAME, key, re.DOTALL) is not None
+
+
+def engineer_paths(config: object, path: str = "") -> list[str]:
+    """The engineers' keys CONFIG sets, at any depth, as dotted paths (`num_machines`,
+    `deepspeed_config.deepspeed_hostfile`); an engineers' key's own value is not descended."""
+    out: list[str] = []
+    if isinstance(config, Mapping):
+        for key, value in config.items():
+            where = f"{path}.{key}" if path else str(key)
+            out += [where] if engineer_name(key) else engineer_paths(value, where)
+    elif isinstance(config, list):
+        for i, value in enumerate(config):
+            out += engineer_paths(value, f"{path}[{i}]")
+    return out
 
 
 @rule(
@@ -36,9 +72,9 @@ def check_accelerate_config(ctx: Context) -> Iterator[Finding]:
     `same_network`, `rdzv_backend`, `gpu_ids`, `use_cpu`, `enable_cpu_affinity`,
     `mpirun_config`, `tpu_*`, and DeepSpeed's `deepspeed_multinode_launcher`,
     `deepspeed_hostfile`, `deepspeed_inclusion_filter`, `deepspeed_exclusion_filter`: each is
-    refused with a line. A config that contradicts the profile is refused too: a plugin block
-    of another strategy, `mixed_precision` other than `model.precision`, DeepSpeed's ZeRO stage
-    or batch arithmetic other than the profile's."""
+    refused with a line, wherever it stands in the config. A config that contradicts the
+    profile is refused too: a plugin block of another strategy, `mixed_precision` other than
+    `model.precision`, DeepSpeed's ZeRO stage or batch arithmetic other than the profile's."""
     loaded = ctx.loaded
     config = loaded.accelerate_config
     if config is None:

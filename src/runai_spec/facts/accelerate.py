@@ -116,9 +116,11 @@ def engineer_paths(config: Mapping[str, Any]) -> list[str]:
 def config_text(machines: int, processes: int, researcher: Mapping[str, Any] | None = None) -> str:
     """The config the render passes as --config_file: the researcher's training keys, then the
     engineers' keys, every one set, so that a default config baked into the image fills nothing
-    (the flags say the same)."""
-    config = {
-        **researcher_keys(researcher or {}),
+    (the flags say the same). Each part is compact JSON with sorted keys, the engineers' last:
+    the text is `{` + the researcher's keys and a comma (none: nothing) + the engineers' part,
+    which the admission policy pins and reads the researcher's part before it (and json.load
+    keeps a repeated key's last value)."""
+    engineers = {
         "compute_environment": "LOCAL_MACHINE",
         "distributed_type": "MULTI_GPU",
         "num_machines": machines,
@@ -131,4 +133,6 @@ def config_text(machines: int, processes: int, researcher: Mapping[str, Any] | N
         "enable_cpu_affinity": False,
         "mpirun_config": {},
     }
-    return json.dumps(config, sort_keys=True, separators=(",", ":"))
+    own = researcher_keys(researcher or {})
+    head = json.dumps(own, sort_keys=True, separators=(",", ":"))[1:-1] + "," if own else ""
+    return "{" + head + json.dumps(engineers, sort_keys=True, separators=(",", ":"))[1:]

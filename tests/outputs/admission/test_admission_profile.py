@@ -57,7 +57,30 @@ def test_every_site_rule_is_enforced_by_the_policy_or_left_to_validate_with_a_re
     assert {"image-digest", "launcher", "reserved-env", "mount-path", "secret-env"} <= ENFORCED
 
 
+# accelerate configs a profile change may name (written beside the profile). A top-level
+# engineers' key is refused by validate and dropped by the render (facts.accelerate.
+# researcher_keys), as a reserved field is: the job shows nothing of it, so no case here; one
+# nested in a training block reaches the annotation, where the policy denies it
+ACCELERATE_CONFIGS = {
+    "good.json": {"mixed_precision": "bf16", "dynamo_config": {"dynamo_backend": "INDUCTOR"}},
+    "nested.json": {"dynamo_config": {"dynamo_backend": "NO", "gpu_ids": "0"}},
+}
+
+
+def _accelerate(config: str) -> Callable[[dict[str, Any]], None]:
+    """launcher: accelerate with CONFIG; not on one GPU, where python runs and the config is
+    never rendered (validate's 'no effect' refusal is validate's alone: the job is unchanged)."""
+
+    def change(p: dict[str, Any]) -> None:
+        if p["preset"] != "h200-1gpu":
+            p.update(launcher="accelerate", accelerate_config=config)
+
+    return change
+
+
 def _job_of(profile: dict[str, Any], tmp: Path) -> tuple[Job | None, set[str]]:
+    for name, config in ACCELERATE_CONFIGS.items():
+        (tmp / name).write_text(json.dumps(config), encoding="utf-8")
     path = tmp / "profile.yaml"
     path.write_text(json.dumps(profile), encoding="utf-8")
     try:
@@ -108,6 +131,8 @@ PROFILE_CHANGES: list[tuple[str, Callable[[dict[str, Any]], None]]] = [
     ("name-54", lambda p: p.update(name="n" * 54)),
     ("name-smoke", lambda p: p.update(name="train-smoke")),
     ("diagnostics", lambda p: p.update(diagnostics={"nccl_debug": True, "reason": "ticket 1"})),
+    ("accelerate-config", _accelerate("good.json")),
+    ("accelerate-config-nested", _accelerate("nested.json")),
 ]
 
 

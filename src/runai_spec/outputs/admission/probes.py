@@ -64,9 +64,6 @@ UNPROBED = {
     "torch_version": "read by validate's shutdown-window warning only",
     "launcher": "a choice, not a value: each launcher the preset allows is rendered on its own "
     "probes and gets its own checks (gate.preset_gates)",
-    "accelerate_config": "not probed yet (issue 38): its training keys reach the manifest inside the "
-    "accelerate config annotation, which the gate pins to the probes' (none), so a render with a "
-    "researcher's config is denied until the gate checks that annotation's keys",
     "batch.global": "derived: the probes set local x grad_accum x world",
     "strategy": "the preset's first strategy: the render does not carry it",
     "zero_stage": "DeepSpeed's stage: the render does not carry it",
@@ -123,6 +120,10 @@ def probe_tokens(minimal: bool) -> dict[str, Token]:
             "data1.pvc": Token("qzclaim1a", "qzclaim1b", "claim", "data[].pvc"),
             "data.read_only": Token(True, False, "bool", "data[].read_only"),
             "reason": Token("qzreasona", "qzreasonb", "text", "diagnostics.reason"),
+            # the researcher's part of the rendered accelerate config (facts.accelerate.config_text)
+            "accelerate_config": Token(
+                '"qzaccela":1,', '"qzaccelb":1,', "accelerate-config", "accelerate_config"
+            ),
         }
     )
     return t
@@ -192,4 +193,15 @@ def probe_profile(
     ]
     profile["diagnostics"] = {"nccl_debug": True, "reason": v("reason")}
     profile["checkpoint"]["on_sigterm"] = True
+    if launcher == "accelerate" and preset.layout != "single-gpu":  # one GPU runs python
+        profile["accelerate_config"] = ACCELERATE_CONFIG_FILE
     return profile
+
+
+# The file a full probe's accelerate_config names (shape writes it beside the probe profile),
+# and its content: one researcher key, the accelerate_config token's text once rendered.
+ACCELERATE_CONFIG_FILE = "qzaccel.json"
+
+
+def probe_accelerate_config(side: str) -> dict[str, Any]:
+    return {f"qzaccel{side}": 1}

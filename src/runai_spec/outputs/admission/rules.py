@@ -14,7 +14,7 @@ import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ...check.accelerate import check_accelerate_config
+from ...check.accelerate import CONFIG_ESCAPE_TAIL, CONFIG_KEY_TAIL, check_accelerate_config
 from ...check.catalogue import RULES as SITE_RULES
 from ...check.env import (
     OPERATOR_ENV_NAMES,
@@ -57,6 +57,7 @@ from ...check.training import (
     check_strategy,
 )
 from ...facts import torchrun
+from ...facts.accelerate import ENGINEER_DEEPSPEED_KEYS, ENGINEER_KEYS, ENGINEER_PREFIXES
 from ...facts.kubeflow import DNS1035_PATTERN, DNS1123_PATTERN, INJECTED_ENV, SMOKE_SUFFIX
 from ...load.profile import ENV_NAME, CheckpointFormat
 from ...secrets import SECRET_VALUE
@@ -335,6 +336,18 @@ def _checkpoint_format(e: str, c: RuleContext) -> str:
     return f"({e} in [{formats}])"
 
 
+def _accelerate_config(e: str, c: RuleContext) -> str:
+    """The researcher's part of the rendered accelerate config (facts.accelerate.config_text:
+    `{` + it + the engineers' part, pinned as the frame): no engineers' key
+    (check.accelerate.CONFIG_KEY_TAIL, from validate's names), none spelled by an escape. Its first
+    key follows the frame's `{`, so the frame must end with one."""
+    if not c.prefix.endswith("{"):
+        raise ValueError("the accelerate config's researcher part must follow its opening brace")
+    key = c.pattern("(?s:(.*[{,])?" + CONFIG_KEY_TAIL + ".*)")
+    escape = c.pattern(r"(?s:(.*[^\\])?" + CONFIG_ESCAPE_TAIL + ".*)")
+    return f"({is_string(e)} && !{_regex(e, key)} && !{_regex(e, escape)})"
+
+
 _ENTRY = (check_launcher,)  # the entry point and its arguments: launcher.check_launcher
 _ENV_NAME = (check_nccl_transport, check_operator_env)
 RULES = {
@@ -395,6 +408,17 @@ RULES = {
         Rule("digest", "a sha256 (64 hex digits)", _digest),
         Rule("count", "a positive whole number", _count),
         Rule("checkpoint-format", "a checkpoint format", _checkpoint_format, True),
+        Rule(
+            "accelerate-config",
+            "an accelerate config with training keys only, none of the engineers' ("
+            + ", ".join((*ENGINEER_KEYS, *ENGINEER_DEEPSPEED_KEYS, *(f"{p}*" for p in ENGINEER_PREFIXES)))
+            + ")",
+            _accelerate_config,
+            # its engineers' keys; the config's contradictions of the profile (model.precision,
+            # the strategy, the batch) and a config on one GPU (never rendered) are validate's:
+            # the render does not carry them
+            enforces=(check_accelerate_config,),
+        ),
     )
 }
 
@@ -420,10 +444,6 @@ LEFT_TO_VALIDATE: dict[RuleFn, str] = {
     check_deepspeed_autotune: "an autotuning sweep is a script argument of any other spelling too",
     check_preset_expiry: "a warning: it refuses nothing",
     check_preset_granted: "the gate denies a project the preset is not granted (the grants parameter)",
-    # issue 38's accelerate_config reaches the manifest inside one annotation, which the gate
-    # pins to the probes' (they set no config: probes.UNPROBED): a profile's own config is denied
-    # whatever validate says of its keys
-    check_accelerate_config: "the config's keys are one pinned annotation: any config of a profile is denied",
 }
 
 

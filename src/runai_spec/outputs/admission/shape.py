@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import resources
@@ -27,7 +28,7 @@ from ...facts.kubeflow import KIND as _JOB_KIND
 from ...load.registry import ApprovedPreset, PresetRegistry
 from ...load.site import Site
 from ...render.manifests import Manifest
-from .probes import ENTRY_KINDS, Token, probe_profile, probe_tokens
+from .probes import ENTRY_KINDS, Token, probe_accelerate_config, probe_profile, probe_tokens
 
 Scalar = str | int | float | bool | None
 
@@ -336,7 +337,15 @@ def _prepare(registry: PresetRegistry, profile: dict[str, Any], name: str) -> An
 
     text = json.dumps(profile)
     try:
-        return prepare_workload(Path(f"<probe {name}>"), registry, text=text)
+        if "accelerate_config" not in profile:
+            return prepare_workload(Path(f"<probe {name}>"), registry, text=text)
+        with tempfile.TemporaryDirectory(prefix="runai-spec-probe-") as folder:
+            # the profile reads its accelerate config beside it
+            (Path(folder) / profile["accelerate_config"]).write_text(
+                json.dumps(probe_accelerate_config(name)), encoding="utf-8"
+            )
+            (Path(folder) / "probe.yaml").write_text(text, encoding="utf-8")
+            return prepare_workload(Path(folder) / "probe.yaml", registry)
     except RunaiSpecError as exc:
         raise ShapeError(f"preset {profile['preset']}: its probe profile does not render: {exc}") from None
 
