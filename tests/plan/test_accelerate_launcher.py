@@ -215,3 +215,96 @@ def test_a_site_or_preset_that_does_not_allow_accelerate_refuses_it(tmp_path: Pa
     assert [f.message for f in check_launcher(ctx)] == [
         "the site does not allow launcher 'accelerate' (allowed here: torchrun)"
     ]
+
+
+def _strategy_profile(tmp_path: Path, base: Path, strategy: str, config: Mapping[str, Any]) -> Path:
+    """BASE's profile with STRATEGY and an accelerate_config CONFIG beside it."""
+    (tmp_path / "accelerate.json").write_text(json.dumps(config), encoding="utf-8")
+    text = (
+        base.read_text()
+        .replace("strategy: ddp\n", f"strategy: {strategy}\n")
+        .replace("working_dir: /workspace\n", "working_dir: /workspace\naccelerate_config: accelerate.json\n")
+    )
+    return write_profile_text(tmp_path, text)
+
+
+def _validated(argv: list[str], env: dict[str, str], tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """accelerate 1.16.0's own parsing and validation of ARGV (the config file read) in ENV."""
+    from accelerate.commands.launch import (  # type: ignore[import-untyped]
+        _validate_launch_command,
+        launch_command_parser,
+    )
+
+    monkeypatch.setattr("os.environ", dict(env))
+    monkeypatch.setenv("HF_HOME", str(tmp / "hf"))
+    args, _, _ = _validate_launch_command(launch_command_parser().parse_args(argv[2:]))
+    return args
+
+
+FSDP = {"fsdp_config": {"fsdp_sharding_strategy": "FULL_SHARD", "fsdp_state_dict_type": "SHARDED_STATE_DICT"}}
+
+
+@pytest.mark.parametrize("base", [MULTI, SINGLE], ids=["multi-node", "single-node"])
+def test_strategy_fsdp_launches_fsdp_with_the_configs_fsdp_settings(
+    base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--multi_gpu would pick MULTI_GPU and pass none of fsdp_config on (no ACCELERATE_USE_FSDP):
+    the strategy's --use_fsdp makes launch_command run FSDP, its settings in the ranks' env."""
+    from accelerate.utils.launch import prepare_multi_gpu_env  # type: ignore[import-untyped]
+
+    workload = prepare_workload(_strategy_profile(tmp_path, base, "fsdp", FSDP))
+    (job,) = workload.manifests
+    role, index, container = next(_pods(job))
+    argv, env = _pod_argv(job, role, index, container, tmp_path)
+    assert "--use_fsdp" in argv and "--multi_gpu" not in argv
+    with monkeypatch.context() as m:
+        args = _validated(argv, env, tmp_path, m)
+        assert (args.use_fsdp, args.multi_gpu, args.use_deepspeed) == (True, False, False)
+        ranks = prepare_multi_gpu_env(args)
+    assert ranks["ACCELERATE_USE_FSDP"] == "true"
+    assert ranks["FSDP_SHARDING_STRATEGY"] == "FULL_SHARD"
+    assert ranks["FSDP_STATE_DICT_TYPE"] == "SHARDED_STATE_DICT"
+    with monkeypatch.context() as m:  # what the render wrote before: the config does nothing
+        old = _validated([a if a != "--use_fsdp" else "--multi_gpu" for a in argv], env, tmp_path, m)
+        assert "ACCELERATE_USE_FSDP" not in prepare_multi_gpu_env(old)
+    with monkeypatch.context() as m:  # torchrun's semantics stay the render's
+        config = _torchrun_config(argv, env, tmp_path, m)
+    assert config.rdzv_backend == "c10d" and config.nproc_per_node == workload.approved.preset.gpus_per_pod
+    if base == MULTI:
+        assert config.max_restarts == workload.approved.preset.rendezvous.max_restarts
+
+
+@pytest.mark.parametrize("base", [MULTI, SINGLE], ids=["multi-node", "single-node"])
+def test_strategy_deepspeed_launches_deepspeed_through_torchrun_on_every_pod(
+    base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--use_deepspeed: deepspeed_launcher; on several pods only `--deepspeed_multinode_launcher
+    standard` keeps it torchrun in accelerate's process (prepare_deepspeed_cmd_env returns no
+    command); its default, pdsh, would run DeepSpeed's own runner over ssh."""
+    from accelerate.utils.launch import prepare_deepspeed_cmd_env  # type: ignore[import-untyped]
+
+    config = {"deepspeed_config": {"zero_stage": 2, "offload_optimizer_device": "none"}}
+    workload = prepare_workload(_strategy_profile(tmp_path, base, "deepspeed", config))
+    (job,) = workload.manifests
+    role, index, container = next(_pods(job))
+    argv, env = _pod_argv(job, role, index, container, tmp_path)
+    multi = base == MULTI
+    assert "--use_deepspeed" in argv and "--multi_gpu" not in argv
+    assert ("--deepspeed_multinode_launcher=standard" in argv) == multi
+    with monkeypatch.context() as m:
+        args = _validated(argv, env, tmp_path, m)
+        assert (args.use_deepspeed, args.multi_gpu, args.use_fsdp) == (True, False, False)
+        args.deepspeed_fields_from_accelerate_config = "zero_stage"
+        cmd, ranks = prepare_deepspeed_cmd_env(args)
+    assert cmd is None  # torchrun (_run_torchrun), never the pdsh runner
+    assert ranks["ACCELERATE_USE_DEEPSPEED"] == "true" and ranks["ACCELERATE_DEEPSPEED_ZERO_STAGE"] == "2"
+    if multi:
+        with monkeypatch.context() as m:  # without the flag: DeepSpeed's pdsh runner
+            naive = _validated(
+                [a for a in argv if not a.startswith("--deepspeed_multinode")], env, tmp_path, m
+            )
+            naive.deepspeed_fields_from_accelerate_config = ""
+            assert prepare_deepspeed_cmd_env(naive)[0][0] == "deepspeed"
+    with monkeypatch.context() as m:
+        torchrun = _torchrun_config(argv, env, tmp_path, m)
+    assert torchrun.rdzv_backend == "c10d"

@@ -36,6 +36,19 @@ MACHINE_RANK = "$(PET_NODE_RANK)"
 CONFIG_VOLUME = "accelerate-config"
 CONFIG_DIR = "/etc/runai-spec/accelerate"
 CONFIG_ANNOTATION = "runai-spec/accelerate-config"
+# accelerate 1.16.0 commands/launch.py: the flag that names how to launch decides it, and with
+# one given the config's distributed_type is never read (_validate_launch_command). --multi_gpu
+# runs multi_gpu_launcher with no FSDP or DeepSpeed env, so an accelerate_config's fsdp_config
+# or deepspeed_config would do nothing: the profile's strategy picks the flag. --use_fsdp runs
+# the same multi_gpu_launcher with ACCELERATE_USE_FSDP and the FSDP_* env (prepare_multi_gpu_env);
+# --use_deepspeed runs deepspeed_launcher (utils/launch.py prepare_deepspeed_cmd_env), which on
+# several machines starts DeepSpeed's own pdsh runner over ssh unless the multi-node launcher is
+# `standard`: torchrun in this process, as the other two (DESIGN 4.7).
+USE_FSDP_FLAG = "--use_fsdp"
+USE_DEEPSPEED_FLAG = "--use_deepspeed"
+DEEPSPEED_MULTINODE_FLAG = "--deepspeed_multinode_launcher"
+DEEPSPEED_STANDARD = "standard"  # DEEPSPEED_MULTINODE_LAUNCHERS[1]: torchrun on each node
+_STRATEGY_FLAGS = {"fsdp": USE_FSDP_FLAG, "deepspeed": USE_DEEPSPEED_FLAG}
 
 # The preset field each flag renders.
 _FLAG_FIELDS = {
@@ -51,6 +64,14 @@ def _config(setup: LaunchSetup) -> LauncherFile:
     researcher = json.loads(setup.launcher_config) if setup.launcher_config else None
     text = acc.config_text(setup.pods, setup.pods * setup.procs_per_pod, researcher)
     return LauncherFile(CONFIG_VOLUME, CONFIG_DIR, acc.CONFIG_NAME, CONFIG_ANNOTATION, text)
+
+
+def _distributed(setup: LaunchSetup) -> tuple[str, ...]:
+    """How accelerate launches: the profile's strategy's flag (FSDP, DeepSpeed), else --multi_gpu."""
+    chosen = _STRATEGY_FLAGS.get(setup.strategy, acc.MULTI_GPU_FLAG)
+    if chosen == USE_DEEPSPEED_FLAG and setup.pods > 1:
+        return (chosen, flag(DEEPSPEED_MULTINODE_FLAG, DEEPSPEED_STANDARD))
+    return (chosen,)
 
 
 def _rdzv_conf(r: RendezvousPlan) -> str:
@@ -81,7 +102,7 @@ class AccelerateLauncher:
 
     def head(self, setup: LaunchSetup) -> tuple[str, ...]:
         config = _config(setup)
-        head: tuple[str, ...] = (*acc.PROGRAM, flag(acc.CONFIG_FILE_FLAG, config.path), acc.MULTI_GPU_FLAG)
+        head: tuple[str, ...] = (*acc.PROGRAM, flag(acc.CONFIG_FILE_FLAG, config.path), *_distributed(setup))
         head += (
             flag(acc.NUM_MACHINES_FLAG, setup.pods),
             flag(acc.NUM_PROCESSES_FLAG, setup.pods * setup.procs_per_pod),
@@ -149,6 +170,13 @@ class AccelerateLauncher:
         if name == acc.CONFIG_FILE_FLAG:
             return derived(
                 "the tool's accelerate config (a pod annotation): no config baked in the image applies"
+            )
+        if arg in _STRATEGY_FLAGS.values():
+            return src.profile("strategy")
+        if name == DEEPSPEED_MULTINODE_FLAG:
+            return derived(
+                "DeepSpeed on several pods: torchrun in accelerate's process on each, as the "
+                "operator starts them (its default, pdsh, would ssh to hosts of its own hostfile)"
             )
         if name in (acc.LOG_DIR_FLAG, acc.TEE_FLAG):
             return derived(

@@ -48,6 +48,7 @@ class LaunchSetup(Record):
     env_names: tuple[str, ...] = ()  # the profile's and preset's variables (mpirun forwards them)
     job: str = ""  # the job's name (the profile's)
     master_port: int = 0  # the preset's master_port
+    strategy: str = "ddp"  # the profile's strategy (accelerate: which of its launchers)
 
 
 class LauncherFile(Record):
@@ -207,6 +208,7 @@ def launch_setup(
         env_names=(*profile.env, *profile.secret_env, *preset.network.env),
         job=profile.name,
         master_port=preset.master_port,
+        strategy=profile.strategy,
     )
 
 
