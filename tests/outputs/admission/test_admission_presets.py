@@ -424,6 +424,18 @@ def test_the_workload_guard_keeps_gpu_pods_to_the_training_operator(
         "spec": {},
     }
     assert denied(tfjob, "alice", "kubeflow.org", "tfjobs")
+    # issue 39: mpi-operator's MPIJob (v2beta1, the version its CRD serves) is matched and kept to
+    # the creators: the preset policy does not judge MPIJobs yet
+    rules = docs[4]["spec"]["matchConstraints"]["resourceRules"]
+    assert {
+        "apiGroups": ["kubeflow.org"],
+        "apiVersions": ["v2beta1"],
+        "operations": ["CREATE", "UPDATE"],
+        "resources": ["mpijobs"],
+    } in rules
+    mpijob = {**tfjob, "apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob"}
+    assert denied(mpijob, "alice", "kubeflow.org", "mpijobs")
+    assert not denied(mpijob, OPERATOR, "kubeflow.org", "mpijobs")
     # issue 41 item 3: the GPU signals that are no extended resource
     for annotation in ("gpu-fraction", "gpu-memory", "gpu-fraction-num-devices"):
         shared = copy.deepcopy(plain)

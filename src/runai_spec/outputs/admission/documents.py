@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import InputError, PresetError
+from ...facts import mpi
 from ...facts.kai import GPU_SHARING_ANNOTATIONS
 from ...facts.kubeflow import (
     ANNOTATION_PREFIX,
@@ -172,13 +173,18 @@ SCALE_UNCHANGED = (
 
 GUARD_POLICY_NAME = "runai-spec-workloads"
 NETWORK_ANNOTATION_PREFIXES = ("k8s.v1.cni.cncf.io/", "v1.multus-cni.io/")  # Multus's keys
-# What else can run a pod: the workload kinds of Kubernetes, and the training operator's
-# other job kinds (training-operator v1.9 serves these CRDs beside pytorchjobs).
+# What else can run a pod: the workload kinds of Kubernetes, the training operator's other job
+# kinds (training-operator v1.9 serves these CRDs beside pytorchjobs), and mpi-operator's MPIJob
+# (v0.6.0's CRD serves kubeflow.org/v2beta1 only, under the name training-operator's v1 MPIJob
+# has: a rule names each version, as matchPolicy Equivalent converts only between versions one
+# CRD serves). The preset policy does not judge MPIJobs yet: the guard keeps them to the creators.
+_MPI_GROUP, _MPI_VERSION = mpi.API_VERSION.split("/")
 GUARDED = (
     ("", "v1", ("pods",)),
     ("batch", "v1", ("jobs", "cronjobs")),
     ("apps", "v1", ("deployments", "statefulsets", "daemonsets", "replicasets")),
     ("kubeflow.org", "v1", ("tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs")),
+    (_MPI_GROUP, _MPI_VERSION, (mpi.PLURAL,)),
 )
 
 
