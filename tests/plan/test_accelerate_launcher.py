@@ -230,7 +230,7 @@ def _strategy_profile(tmp_path: Path, base: Path, strategy: str, config: Mapping
 
 def _validated(argv: list[str], env: dict[str, str], tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     """accelerate 1.16.0's own parsing and validation of ARGV (the config file read) in ENV."""
-    from accelerate.commands.launch import (  # type: ignore[import-untyped]
+    from accelerate.commands.launch import (
         _validate_launch_command,
         launch_command_parser,
     )
@@ -250,7 +250,7 @@ def test_strategy_fsdp_launches_fsdp_with_the_configs_fsdp_settings(
 ) -> None:
     """--multi_gpu would pick MULTI_GPU and pass none of fsdp_config on (no ACCELERATE_USE_FSDP):
     the strategy's --use_fsdp makes launch_command run FSDP, its settings in the ranks' env."""
-    from accelerate.utils.launch import prepare_multi_gpu_env  # type: ignore[import-untyped]
+    from accelerate.utils.launch import prepare_multi_gpu_env
 
     workload = prepare_workload(_strategy_profile(tmp_path, base, "fsdp", FSDP))
     (job,) = workload.manifests
@@ -281,7 +281,7 @@ def test_strategy_deepspeed_launches_deepspeed_through_torchrun_on_every_pod(
     """--use_deepspeed: deepspeed_launcher; on several pods only `--deepspeed_multinode_launcher
     standard` keeps it torchrun in accelerate's process (prepare_deepspeed_cmd_env returns no
     command); its default, pdsh, would run DeepSpeed's own runner over ssh."""
-    from accelerate.utils.launch import prepare_deepspeed_cmd_env  # type: ignore[import-untyped]
+    from accelerate.utils.launch import prepare_deepspeed_cmd_env
 
     config = {"deepspeed_config": {"zero_stage": 2, "offload_optimizer_device": "none"}}
     workload = prepare_workload(_strategy_profile(tmp_path, base, "deepspeed", config))
