@@ -264,10 +264,11 @@ def run_once(
 def notes(setup: Setup, plans: Sequence[PodPlan]) -> list[CheckResult]:
     """The rows that say how the pods were set up: network, command, PID 1."""
     name = str(setup.job["metadata"]["name"])
+    launcher = setup.spec.plan.launcher_name if setup.spec.plan is not None else None
     out = (
-        [netns_note(plans, setup.netplan)]
+        [netns_note(plans, setup.netplan, launcher)]
         if setup.netplan is not None
-        else [network_note(plans, name)]
+        else [network_note(plans, name, launcher)]
         if len(plans) > 1
         else []
     )
@@ -284,7 +285,7 @@ def notes(setup: Setup, plans: Sequence[PodPlan]) -> list[CheckResult]:
                 "runs (one per GPU of its preset): this rehearsal starts ranks the cluster never would",
             )
         )
-    return out + [n for n in [command_note(plans)] if n is not None] + [pid1_note(plans)]
+    return out + [n for n in [command_note(plans, launcher)] if n is not None] + [pid1_note(plans)]
 
 
 def cpu_bandwidth(checks: Sequence[CheckResult], minimum: float | None, gpus: int) -> list[CheckResult]:

@@ -8,8 +8,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..facts import accelerate, torchrun
 from ..facts.kubeflow import MASTER_ADDR_ENVS, MASTER_PORT_ENVS
-from ..facts.torchrun import SIGTERM_BEFORE_RENDEZVOUS, split_command, split_flag
+from ..facts.torchrun import (
+    ACCELERATE_MODULE,
+    SIGTERM_BEFORE_RENDEZVOUS,
+    STANDALONE_FLAG,
+    split_command,
+    split_flag,
+)
 from ..pipeline.checklist import GUIDE_CHECKS, PREFLIGHT_ONLY_CHECKS
 from ..text import one_line
 from .argv import PodPlan
@@ -262,7 +269,28 @@ def result_dict(result: RehearseResult) -> dict[str, Any]:
     }
 
 
-def network_note(plans: Sequence[PodPlan], job_name: str) -> CheckResult:
+def launcher_of(plans: Sequence[PodPlan], launcher: str | None = None) -> str:
+    """The pods' launcher: the plan's (plan.launcher_name) where the rehearsal has the plan,
+    else the kind the first pod's command splits into (a manifest rehearsed without its plan)."""
+    if launcher is not None or not plans:
+        return launcher or "python"
+    return split_command(list(plans[0].argv)).kind
+
+
+# The flags that keep a log per rank, as each launcher spells them
+_LOG_FLAGS = {
+    "torchrun": f"{torchrun.LOG_DIR_FLAG}/{torchrun.TEE_FLAG}",
+    "accelerate": f"{accelerate.LOG_DIR_FLAG}/{accelerate.TEE_FLAG}",
+}
+# How each launcher runs on this machine (the command row)
+_RUN_HERE = {
+    "torchrun": "torchrun as this machine's `python -m torch.distributed.run`",
+    "accelerate": f"accelerate launch as this machine's `python -m {ACCELERATE_MODULE}`, "
+    "torchrun inside its process",
+}
+
+
+def network_note(plans: Sequence[PodPlan], job_name: str, launcher: str | None = None) -> CheckResult:
     """The `network` row: loopback, and who hosts the rendezvous store and why, so that a
     difference from the cluster shows in the table."""
     if not plans:
@@ -277,7 +305,7 @@ def network_note(plans: Sequence[PodPlan], job_name: str) -> CheckResult:
     stores = [p for p in plans if p.store is not None]
     if not stores:
         host = next((p for p in plans if p.rank == 0), plans[0])
-        local = _local_rendezvous(plans)
+        local = _local_rendezvous(plans, launcher)
         if local is None and len(plans) > 1 and any(MASTER_ADDR_ENVS[0] in p.env for p in plans):
             tail = (
                 f"store host: {host.name}, node rank 0 of the static rendezvous "
@@ -358,17 +386,19 @@ def _bare_python(plans: Sequence[PodPlan]) -> str:
     )
 
 
-def command_note(plans: Sequence[PodPlan]) -> CheckResult | None:
-    """The `command` row: the rendered launcher as it runs here, what the rehearsal adds to
-    it (nothing when the render keeps a log per rank), and where each rank's log lands."""
-    torchrun = [p for p in plans if p.rank_logs is not None]
+def command_note(plans: Sequence[PodPlan], launcher: str | None = None) -> CheckResult | None:
+    """The `command` row: the rendered launcher (LAUNCHER, the plan's) as it runs here, what
+    the rehearsal adds to it (nothing when the render keeps a log per rank), and where each
+    rank's log lands."""
+    logged = [p for p in plans if p.rank_logs is not None]
     python = _bare_python(plans)
-    if not torchrun:
+    if not logged:
         return CheckResult("command", "note", python, details={"python": python}) if python else None
-    with_flags = [p for p in torchrun if p.added_flags]
+    with_flags = [p for p in logged if p.added_flags]
+    name = launcher_of(plans, launcher)
     lead = (
         "each pod runs its rendered command with $(VAR) expanded from the container's env "
-        "as the kubelet does, torchrun as this machine's `python -m torch.distributed.run`"
+        f"as the kubelet does, {_RUN_HERE.get(name, name)}"
     )
     if with_flags:
         shown = " ".join(
@@ -382,8 +412,9 @@ def command_note(plans: Sequence[PodPlan]) -> CheckResult | None:
         )
     else:
         how = (
-            "nothing added: the rendered --log-dir/--tee keep a log per rank, here in "
-            + ", ".join(str(p.rank_logs) for p in torchrun)
+            f"nothing added: the rendered {_LOG_FLAGS.get(name, _LOG_FLAGS['torchrun'])} keep a log "
+            "per rank, here in "
+            + ", ".join(str(p.rank_logs) for p in logged)
             + " (the checkpoint volume's folder of this rehearsal)"
         )
     nccl = [p for p in plans if p.nccl_debug_file is not None]
@@ -399,27 +430,35 @@ def command_note(plans: Sequence[PodPlan]) -> CheckResult | None:
         f"{lead}; {how}",
         details={
             "added": {p.name: list(p.added_flags) for p in with_flags},
-            "rank_logs": {p.name: str(p.rank_logs) for p in torchrun},
+            "rank_logs": {p.name: str(p.rank_logs) for p in logged},
             "nccl_debug_file": {p.name: str(p.nccl_debug_file) for p in nccl},
         },
     )
 
 
-def _local_rendezvous(plans: Sequence[PodPlan]) -> str | None:
+def _local_rendezvous(plans: Sequence[PodPlan], launcher: str | None = None) -> str | None:
     """What a layout without a rendezvous across pods has instead, or None where it has one
     (issue 42 item 8: the row described a static rendezvous for these): `torchrun
-    --standalone` (its own store inside the pod), or one pod whose command is python itself."""
+    --standalone` (its own store inside the pod), accelerate launch on one pod (c10d on a
+    free local port, or one process it runs itself), or one pod whose command is python."""
     launchers = [split_command(list(p.argv)) for p in plans]  # a tuple is never its -m form
     if launchers and all(
-        lc.kind == "torchrun" and any(split_flag(a)[0] == "--standalone" for a in lc.head) for lc in launchers
+        lc.kind == "torchrun" and any(split_flag(a)[0] == STANDALONE_FLAG for a in lc.head)
+        for lc in launchers
     ):
         return "torchrun --standalone: a rendezvous of its own inside the pod, no store across pods"
-    if len(plans) == 1 and launchers[0].kind != "torchrun":
+    name = launcher_of(plans, launcher)
+    if len(plans) == 1 and name == "accelerate":
+        return (
+            "accelerate launch on one pod: a rendezvous of its own inside the pod (c10d on a free "
+            "local port; one process, accelerate runs it itself), no store across pods"
+        )
+    if len(plans) == 1 and name != "torchrun":
         return "one pod, one process with no launcher: no rendezvous across pods"
     return None
 
 
-def netns_note(plans: Sequence[PodPlan], net: NetPlan) -> CheckResult:
+def netns_note(plans: Sequence[PodPlan], net: NetPlan, launcher: str | None = None) -> CheckResult:
     """The `network` row in netns mode: each pod's address and hostname, and which pod hosts
     the c10d store, as torch decided it from the hostnames (the rehearsal adds no is_host)."""
     from .checks import CheckResult
@@ -440,7 +479,7 @@ def netns_note(plans: Sequence[PodPlan], net: NetPlan) -> CheckResult:
     if not stores:
         master = next((p for p in plans if p.rank == 0), plans[0])
         addr = master.env.get(MASTER_ADDR_ENVS[0])
-        local = _local_rendezvous(plans)
+        local = _local_rendezvous(plans, launcher)
         tail = (
             local
             if local is not None
