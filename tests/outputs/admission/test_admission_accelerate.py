@@ -36,10 +36,10 @@ def policy() -> Policy:
     return shared_policy()
 
 
-def _render(example: str, config: dict[str, Any], tmp: Path) -> tuple[Job, set[str]]:
+def _render(example: str, config: dict[str, Any], tmp: Path, **fields: Any) -> tuple[Job, set[str]]:
     folder = tmp / example
     shutil.copytree(ROOT / "examples" / example, folder)
-    profile = yaml.safe_load((folder / "profile.yaml").read_text(encoding="utf-8"))
+    profile = yaml.safe_load((folder / "profile.yaml").read_text(encoding="utf-8")) | fields
     profile["accelerate_config"] = "accel.json"
     (folder / "accel.json").write_text(json.dumps(config), encoding="utf-8")
     (folder / "profile.yaml").write_text(json.dumps(profile), encoding="utf-8")
@@ -123,3 +123,15 @@ def test_an_engineers_value_changed_in_the_pinned_part_is_denied(policy: Policy,
     assert '"num_machines":2' in text
     denied = policy.denials(_set_annotation(job, text.replace('"num_machines":2', '"num_machines":3')))
     assert list(denied) == ["shape"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the gate's probes render the preset's first strategy (ddp): since 607f85a accelerate "
+    "renders --use_fsdp/--use_deepspeed for those strategies, which the policy denies; checks per "
+    "strategy push the shipped policy past presets policy's 1,400,000 bytes (measured 1,517,512)",
+)
+def test_an_accelerate_job_of_another_strategy_is_admitted(policy: Policy, tmp_path: Path) -> None:
+    job, errors = _render("accelerate-multi-node", {"mixed_precision": "bf16"}, tmp_path, strategy="fsdp")
+    assert errors == set()
+    assert policy.denials(job) == {}

@@ -65,7 +65,9 @@ UNPROBED = {
     "launcher": "a choice, not a value: each launcher the preset allows is rendered on its own "
     "probes and gets its own checks (gate.preset_gates)",
     "batch.global": "derived: the probes set local x grad_accum x world",
-    "strategy": "the preset's first strategy: the render does not carry it",
+    "strategy": "the preset's first strategy: torchrun's render does not carry it; accelerate's "
+    "does (--use_fsdp, --use_deepspeed), and a job of another strategy is denied, not judged, "
+    "until the gate has checks per strategy (test_admission_accelerate's xfail)",
     "zero_stage": "DeepSpeed's stage: the render does not carry it",
     "model.parameters": "the memory estimate's: the render does not carry it",
     "model.precision": "the memory estimate's: the render does not carry it",
