@@ -146,3 +146,12 @@ def test_by_name_on_a_cluster_without_the_training_operator_the_mpijob_is_found(
     assert f"{NAME} ({NS}): Pending" in result.stdout
     missing = run("status", "no-such-job", "-p", "nlp-lab")
     assert missing.exit_code == 3 and f"mpijobs/{NS}/no-such-job: not found" in missing.stderr, missing.output
+
+
+def test_by_name_the_errors_name_the_mpijob_it_was_found_as(
+    api: KubeAPI, profile: str, tmp_path: Path
+) -> None:
+    _submitted(api, profile)  # no pod has a log yet
+    result = run("logs", NAME, "-p", "nlp-lab", "--out", str(tmp_path / "logs"))
+    assert result.exit_code == 3, result.output
+    assert f"error: cluster: {REF}: no pod had a log to save" in result.stderr

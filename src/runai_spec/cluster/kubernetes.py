@@ -32,6 +32,7 @@ class KubernetesBackend:
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
         self._session: Session | None = None
+        self._found: dict[Job, Ref] = {}  # a job named by NAME: the kind it was found as
 
     def __enter__(self) -> KubernetesBackend:
         return self
@@ -60,7 +61,7 @@ class KubernetesBackend:
         return self._session
 
     def describe(self, job: Job) -> str:
-        return str(job.refs[0])
+        return str(self._found.get(job, job.refs[0]))
 
     def smoke_backend(self, submitting: bool = False) -> KubernetesBackend:
         return self  # the smoke test's ConfigMap and job are Kubernetes objects: here already
@@ -78,8 +79,11 @@ class KubernetesBackend:
         return submit_manifests(manifests, self.session, dry_run=dry_run, replace=replace)
 
     def job_ref(self, job: Job) -> Ref:
-        """The job's own object: its plan's kind, or looked up by NAME (jobs.live_job)."""
-        return live_job(self.session, job)
+        """The job's own object: its plan's kind, or looked up by NAME (jobs.live_job) once per
+        command (status --watch asks again and again)."""
+        if job not in self._found:
+            self._found[job] = live_job(self.session, job)
+        return self._found[job]
 
     def status(self, job: Job) -> StatusResult:
         ref = self.job_ref(job)
