@@ -416,6 +416,9 @@ PATTERN_FIELDS = (
     "torch_version",
 )
 CHOICE_FIELDS = {path: choices for path, choices in STRING_FIELDS.items() if choices}
+# A file beside the profile (load_profile reads it; its content, not its name, reaches the render):
+# its text is refused or read back exactly, never a path out of the profile's folder.
+FILE_FIELDS = ("accelerate_config",)
 
 
 def general(field: str) -> str:
@@ -427,7 +430,7 @@ def general(field: str) -> str:
 def test_every_string_field_of_the_profile_is_tested() -> None:
     assert len(STRING_FIELDS) >= 20 and "diagnostics.reason" in STRING_FIELDS
     assert set(CHOICE_FIELDS) >= {"strategy", "model.precision", "checkpoint.format"}
-    tested = {general(f) for f in [*FREE_FIELDS, *PATTERN_FIELDS, *CHOICE_FIELDS]}
+    tested = {general(f) for f in [*FREE_FIELDS, *PATTERN_FIELDS, *CHOICE_FIELDS, *FILE_FIELDS]}
     assert tested == set(STRING_FIELDS)
 
 
@@ -568,8 +571,24 @@ def test_hostile_text_in_a_pattern_field_is_bad_input_or_a_plain_name(field: str
 
 
 @settings(deadline=None)
+@given(st.sampled_from(FILE_FIELDS), TEXT)
+def test_hostile_text_in_a_file_field_is_bad_input_or_read_back_exactly(field: str, value: str) -> None:
+    from runai_spec.errors import InputError
+
+    data = every_field_profile({})
+    _set(data, field, value)
+    try:
+        loaded = parse_profile(dump([data]), "hostile.yaml")
+    except InputError as exc:
+        assert exc.lines()[0].startswith("error: hostile.yaml:")
+        return
+    assert value and not value.startswith("/")
+    assert _get(loaded.profile.model_dump(by_alias=True), field) == value
+
+
+@settings(deadline=None)
 @given(
-    st.sampled_from([*FREE_FIELDS, *PATTERN_FIELDS, *CHOICE_FIELDS]),
+    st.sampled_from([*FREE_FIELDS, *PATTERN_FIELDS, *CHOICE_FIELDS, *FILE_FIELDS]),
     FIELD_TEXT,
     st.sampled_from(REFUSED),
     FIELD_TEXT,

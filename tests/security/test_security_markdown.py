@@ -264,12 +264,15 @@ def test_plan_structure_is_the_same_for_any_value(value: str) -> None:
     from hypothesis import assume
 
     from runai_spec.check.env import SECRET_FLAG
+    from runai_spec.check.launcher import launcher_flag
     from runai_spec.secrets import secret_value
 
-    # a value shaped like a credential (`scheme://user:pass@`, `--password=…`) is a finding of
-    # its own, rightly another block of the ticket; every other value leaves its structure
+    # a value shaped like a credential (`scheme://user:pass@`, `--password=…`) or a registered
+    # launcher's topology flag (`-np`, `--nnodes`) is a finding of its own, rightly another
+    # block of the ticket; every other value leaves its structure
     shown = (value, value + "x", value + "y")
     assume(not any(secret_value(v) or (SECRET_FLAG.match(v) and "=" in v) for v in shown))
+    assume(not any(launcher_flag(v) for v in shown))
     assert structure(plan_markdown(value)) == BENIGN_PLAN
 
 

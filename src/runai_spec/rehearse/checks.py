@@ -446,7 +446,7 @@ def _local_rendezvous(plans: Sequence[PodPlan], launcher: str | None = None) -> 
         lc.kind == "torchrun" and any(split_flag(a)[0] == STANDALONE_FLAG for a in lc.head)
         for lc in launchers
     ):
-        return "torchrun --standalone: a rendezvous of its own inside the pod, no store across pods"
+        return f"torchrun {STANDALONE_FLAG}: a rendezvous of its own inside the pod, no store across pods"
     name = launcher_of(plans, launcher)
     if len(plans) == 1 and name == "accelerate":
         return (
