@@ -17,15 +17,24 @@ LIBRARY_PARTS = ("/site-packages/", "/dist-packages/", "/lib/python3")
 def samples_per_step(records: Sequence[Mapping[str, Any]]) -> dict[int, int]:
     """{rank: samples between two optimizer steps} as the first start of each rank measured
     them (the audit layer's `batch` records): the DataLoader's batches where it used one, else
-    the inputs of its outermost module calls; the most frequent value over the steps."""
-    seen: dict[int, list[int]] = {}
+    the inputs of its outermost module calls; the most frequent value over the steps after the
+    first. The first step also counts what a loader drew ahead of it: Accelerate's
+    DataLoaderShard takes one batch before it yields the current one (accelerate 1.16.0
+    data_loader.py, to know the last batch), so its first step reads one batch more; it counts
+    only where it is the one step measured."""
+    seen: dict[int, dict[int, int]] = {}
     for r in records:
         if r.get("event") != "batch" or r.get("rank") is None or generation(r) != (0, 0):
             continue
         value = int(r.get("loader") or 0) or int(r.get("forward") or 0)
         if value:
-            seen.setdefault(int(r["rank"]), []).append(value)
-    return {rank: Counter(values).most_common(1)[0][0] for rank, values in seen.items()}
+            seen.setdefault(int(r["rank"]), {})[int(r.get("n") or 0)] = value
+    found = {}
+    for rank, steps in seen.items():
+        first = min(steps)
+        values = [v for n, v in sorted(steps.items()) if n != first] or [steps[first]]
+        found[rank] = Counter(values).most_common(1)[0][0]
+    return found
 
 
 def batch_row(
