@@ -7,13 +7,8 @@ from ...facts.kubeflow import RDZV_BACKEND
 from ...facts.torchrun import (
     DISABLE_SHARED_STORE,
     EXECUTABLE_ENTRY,
-    RANK_PREFIX,
-    RANK_PREFIX_ENV,
-    SHUTDOWN_MARGIN_S,
-    SHUTDOWN_TIMEOUT_ENV,
     entry_point_kind,
     flag,
-    shutdown_timeout_s,
     shutdown_window,
     split_flag,
 )
@@ -21,7 +16,7 @@ from ...load.presets import Preset
 from ..origins import Entry, Origin, Sources, derived, same
 from .base import PYTORCHJOB, LauncherFile, LaunchSetup
 from .rendezvous import RDZV_ENDPOINT, RendezvousPlan, rendezvous_plan
-from .torchrun import rank_log_dir
+from .torchrun import agent_env, rank_log_dir
 
 # The variables torchrun reads where accelerate has no flag (accelerate 1.16.0 _filter_args
 # keeps torchrun's defaults for them): the rendezvous id, and on one node the endpoint.
@@ -143,18 +138,7 @@ class AccelerateLauncher:
             if r.rdzv_id is not None:
                 why = "rendezvous id: the job name (accelerate has no flag; torchrun reads PET_RDZV_ID)"
                 env[RDZV_ID_ENV] = same(derived(why), RDZV_ID_ENV, r.rdzv_id)
-        env[SHUTDOWN_TIMEOUT_ENV] = (
-            SHUTDOWN_TIMEOUT_ENV,
-            str(shutdown_timeout_s(setup.grace_s)),
-            derived(
-                f"torchrun's SIGTERM-to-SIGKILL window for its ranks (torch >= 2.12): the grace "
-                f"period less {SHUTDOWN_MARGIN_S} s, before the kubelet's SIGKILL"
-            ),
-            src.preset("termination_grace_period_seconds"),
-        )
-        why = "each pod log line names its global rank (`logs --out` splits them)"
-        env[RANK_PREFIX_ENV] = same(derived(why), RANK_PREFIX_ENV, RANK_PREFIX)
-        return env
+        return env | agent_env(setup, src)
 
     def origin(self, arg: str, setup: LaunchSetup, src: Sources) -> Origin:
         name = split_flag(arg)[0]

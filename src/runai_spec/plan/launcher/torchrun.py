@@ -127,20 +127,7 @@ class TorchrunLauncher:
                 "(torch's shared rendezvous store deadlocks it)"
             )
             env[key] = same(derived(why), key, value)
-        # torchrun (PID 1) gives its ranks this long from SIGTERM to SIGKILL (torch >= 2.12;
-        # facts.torchrun.SHUTDOWN_TIMEOUT_ENV): the pod's grace period less a margin, not torch's 30 s
-        env[SHUTDOWN_TIMEOUT_ENV] = (
-            SHUTDOWN_TIMEOUT_ENV,
-            str(shutdown_timeout_s(setup.grace_s)),
-            derived(
-                f"torchrun's SIGTERM-to-SIGKILL window for its ranks (torch >= 2.12): the grace "
-                f"period less {SHUTDOWN_MARGIN_S} s, before the kubelet's SIGKILL"
-            ),
-            src.preset("termination_grace_period_seconds"),
-        )
-        why = "each pod log line names its global rank (`logs --out` splits them)"
-        env[RANK_PREFIX_ENV] = same(derived(why), RANK_PREFIX_ENV, RANK_PREFIX)
-        return env
+        return env | agent_env(setup, src)
 
     def origin(self, arg: str, setup: LaunchSetup, src: Sources) -> Origin:
         if arg == NO_PYTHON:
@@ -167,3 +154,25 @@ class TorchrunLauncher:
 
     def files(self, setup: LaunchSetup) -> tuple[LauncherFile, ...]:
         return ()
+
+
+def agent_env(setup: LaunchSetup, src: Sources) -> dict[str, Entry]:
+    """What torchrun's agent reads from the env in every launcher that runs it (torchrun, and
+    accelerate launch, which runs torchrun in its own process): the shutdown window and the
+    rank prefix of each log line."""
+    # torchrun (PID 1) gives its ranks this long from SIGTERM to SIGKILL (torch >= 2.12;
+    # facts.torchrun.SHUTDOWN_TIMEOUT_ENV): the pod's grace period less a margin, not torch's 30 s
+    window = derived(
+        f"torchrun's SIGTERM-to-SIGKILL window for its ranks (torch >= 2.12): the grace "
+        f"period less {SHUTDOWN_MARGIN_S} s, before the kubelet's SIGKILL"
+    )
+    why = "each pod log line names its global rank (`logs --out` splits them)"
+    return {
+        SHUTDOWN_TIMEOUT_ENV: (
+            SHUTDOWN_TIMEOUT_ENV,
+            str(shutdown_timeout_s(setup.grace_s)),
+            window,
+            src.preset("termination_grace_period_seconds"),
+        ),
+        RANK_PREFIX_ENV: same(derived(why), RANK_PREFIX_ENV, RANK_PREFIX),
+    }
