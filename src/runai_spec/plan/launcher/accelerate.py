@@ -64,9 +64,15 @@ def _config(setup: LaunchSetup) -> LauncherFile:
 def _distributed(setup: LaunchSetup) -> tuple[str, ...]:
     """How accelerate launches: the profile's strategy's flag (FSDP, DeepSpeed), else --multi_gpu."""
     chosen = _STRATEGY_FLAGS.get(setup.strategy, acc.MULTI_GPU_FLAG)
-    if chosen == USE_DEEPSPEED_FLAG and setup.pods > 1:
-        return (chosen, flag(DEEPSPEED_MULTINODE_FLAG, DEEPSPEED_STANDARD))
-    return (chosen,)
+    if chosen != USE_DEEPSPEED_FLAG:
+        return (chosen,)
+    # the profile's ZeRO stage, explicit: accelerate's config carries no stage of the profile's,
+    # and without one DeepSpeedPlugin runs stage 2 whatever the profile (and its memory
+    # estimate) says (facts.accelerate.ZERO_STAGE_FLAG)
+    stage = () if setup.zero_stage is None else (flag(acc.ZERO_STAGE_FLAG, setup.zero_stage),)
+    if setup.pods > 1:
+        return (chosen, *stage, flag(DEEPSPEED_MULTINODE_FLAG, DEEPSPEED_STANDARD))
+    return (chosen, *stage)
 
 
 def _rdzv_conf(r: RendezvousPlan) -> str:
@@ -157,6 +163,8 @@ class AccelerateLauncher:
             )
         if arg in _STRATEGY_FLAGS.values():
             return src.profile("strategy")
+        if name == acc.ZERO_STAGE_FLAG:
+            return src.profile("zero_stage")
         if name == DEEPSPEED_MULTINODE_FLAG:
             return derived(
                 "DeepSpeed on several pods: torchrun in accelerate's process on each, as the "

@@ -49,6 +49,7 @@ class LaunchSetup(Record):
     job: str = ""  # the job's name (the profile's)
     master_port: int = 0  # the preset's master_port
     strategy: str = "ddp"  # the profile's strategy (accelerate: which of its launchers)
+    zero_stage: int | None = None  # the profile's DeepSpeed ZeRO stage (accelerate's --zero_stage)
 
 
 class LauncherFile(Record):
@@ -209,6 +210,7 @@ def launch_setup(
         job=profile.name,
         master_port=preset.master_port,
         strategy=profile.strategy,
+        zero_stage=profile.zero_stage,
     )
 
 
