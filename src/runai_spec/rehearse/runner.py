@@ -83,7 +83,9 @@ class FaultRun:
     ) -> None:
         self.job, self.plans, self.world, self.spec = job, plans, world, spec
         self.hold_dir, self.audit_dir = hold_dir, audit_dir
-        self.model = JobModel.of(job, backoff_scale=spec.backoff_scale, version=spec.operator_version)
+        self.model = JobModel.of(
+            job, backoff_scale=spec.backoff_scale, version=spec.operator_version, kai_version=spec.kai_version
+        )
         self.by_name = {p.name: p for p in plans}
         self.attempts = {p.name: 0 for p in plans}
         self.pods: dict[str, Pod] = {p.name: Pod(p, 0) for p in plans}
