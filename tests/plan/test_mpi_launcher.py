@@ -5,30 +5,19 @@ only; a site without mpi-operator (or with training-operator's MPIJob v1) refuse
 from __future__ import annotations
 
 import shutil
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
-import yaml
 
-from conftest import ROOT, run
+from conftest import run
 from mpi_presets import MPI, mpi_presets, mpi_profile
+from mpi_presets import mpijob_schema as _crd_schema
 from runai_spec import render
 from runai_spec.facts import mpi
 from runai_spec.load.registry import PresetRegistry
 from runai_spec.pipeline.workload import prepare_workload
-
-CRD = ROOT.parent / "shared" / "schemas" / "kubeflow.org_mpijobs.yaml"
-
-
-@cache
-def _crd_schema() -> dict[str, Any]:
-    crd = yaml.safe_load(CRD.read_text(encoding="utf-8").split("\n---\n", 1)[1])
-    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v2beta1")
-    schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
-    return schema
 
 
 @pytest.fixture

@@ -16,6 +16,9 @@ How each command is run:
   as written); the rehearsal itself is covered by tests/rehearse/test_rehearse_cpu.py and
   tests/rehearse/test_rehearse_cli.py, and would cost half a minute per line here. A block of
   commands that need a GPU says `# needs: gpu` in its first line.
+- a block whose first line says `# needs: presets checkout` runs in the engineers' presets
+  checkout: its commands read the presets from ./presets (where its `cp` copies a proposal and
+  `presets approve` signs it with a throwaway key), not from the tool's own presets;
 Commands that are not runai-spec's (venv, pip, ruff, mypy, pytest, kubectl, ...) are listed in
 NOT_RUN with the reason; a command of any other kind fails test_every_command_is_classified.
 """
@@ -37,6 +40,7 @@ from conftest import ENGINEER, ROOT, allow_signer, run
 from kubeapi import KubeAPI
 from outputs.test_init import IMAGE, interview
 from runai_spec import rehearse as rehearse_module
+from runai_spec.load import registry as registry_module
 from runai_spec.load.registry import PresetRegistry
 from runai_spec.rehearse import RehearseResult
 
@@ -67,6 +71,9 @@ NOT_RUN = {
     "ssh-keygen": "OpenSSH's; tests/load runs it on throwaway keys (tests/conftest.py)",
     "git": "the presets repository's own workflow",
 }
+# What the code blocks run besides runai-spec that this test plays (test_every_offline_command_runs).
+PLAYED = {"cp": "copies files in the reader's folder (an engineer's proposal into presets/)"}
+CHECKOUT = "presets checkout"  # a block's need: its commands read ./presets (the module's docstring)
 
 
 def blocks(lang: str, page: Path = README) -> list[str]:
@@ -183,7 +190,9 @@ def test_every_command_is_classified(page: Path) -> None:
                 f"{where}: {command}: a cluster command in a block without `# needs: cluster`"
             )
         else:
-            assert command.argv[0] in NOT_RUN, f"{where}: {command}: run it here or say why not"
+            assert command.argv[0] in NOT_RUN or (command.argv[0] in PLAYED and CHECKOUT in command.needs), (
+                f"{where}: {command}: run it here or say why not"
+            )
 
 
 @pytest.mark.parametrize(
@@ -229,14 +238,26 @@ def invoke(command: Command, key: Path | None = None) -> Any:
 
 @pytest.mark.parametrize("page", PAGES, ids=PAGE_IDS)
 def test_every_offline_command_runs(
-    page: Path, readme_folder: Path, presets_dir: Path, _engineer_key: Path
+    page: Path, readme_folder: Path, presets_dir: Path, _engineer_key: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # the engineer runs `presets approve ... --dir presets/` in the presets repository's
     # checkout: a copy here, whose allowed_signers lists the engineer's (throwaway) key
     shutil.copytree(presets_dir, readme_folder / "presets")
     allow_signer(readme_folder / "presets", _engineer_key, ENGINEER)
     ran = []
-    for command in of_kind(OFFLINE, page):
+    for command in commands(page):
+        checkout = CHECKOUT in command.needs
+        if command.argv[0] in PLAYED and checkout:  # `cp FILE... DIR/`
+            for source in command.argv[1:-1]:
+                shutil.copy(readme_folder / source, readme_folder / command.argv[-1])
+        if command not in of_kind(OFFLINE, page):
+            continue
+        # the engineers' checkout (./presets) for its blocks, else the tool's own presets
+        monkeypatch.setattr(
+            registry_module,
+            "default_presets_dir",
+            (lambda: readme_folder / "presets") if checkout else (lambda: presets_dir),
+        )
         result = invoke(command, _engineer_key)
         assert result.exit_code == 0, f"{command}: {result.output}"
         ran.append(command.argv[1:3])
@@ -250,7 +271,10 @@ def test_every_offline_command_runs(
         if command.stdout_to and command.argv[1] == "plan":
             assert (readme_folder / command.stdout_to).read_text().startswith("# Review request")
         if command.argv[1:3] == ("presets", "approve"):
-            approved = PresetRegistry(readme_folder / "presets").get(command.argv[3]).approval
+            signed = PresetRegistry(readme_folder / "presets")
+            approved = (
+                signed.approved_site() if command.argv[3] == "site" else signed.get(command.argv[3])
+            ).approval
             assert approved.approved_by == ENGINEER and approved.signature
     if page == README:
         assert ("validate", "profile.yaml") in ran and ("plan", "profile.yaml") in ran
