@@ -347,3 +347,23 @@ def test_only_strategy_deepspeed_renders_a_zero_stage() -> None:
     workload = prepare_workload(MULTI)
     assert workload.loaded.profile.zero_stage is None
     assert not [a for a in workload.plan.launcher if a.startswith("--zero_stage")]
+
+
+def test_the_smoke_job_meets_under_its_own_rendezvous_id(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """accelerate has no --rdzv_id: torchrun reads PET_RDZV_ID, which the smoke job sets to its
+    own name, as torchrun's smoke job passes its own --rdzv-id (a smoke test beside the real
+    job never joins the real job's rendezvous)."""
+    from runai_spec.pipeline.smoke import smoke_names, smoke_workload
+
+    workload = prepare_workload(MULTI)
+    _, job = smoke_workload(workload)
+    ids = set()
+    for role, index, container in _pods(job):
+        argv, env = _pod_argv(job, role, index, container, tmp_path)
+        with monkeypatch.context() as m:
+            config = _torchrun_config(argv, env, tmp_path, m)
+        ids.add(config.run_id)
+        assert (config.rdzv_backend, config.max_restarts) == ("c10d", 0)
+    assert ids == {smoke_names(workload.plan.name)[0]}

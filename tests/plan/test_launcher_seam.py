@@ -69,6 +69,9 @@ class FakeRun:
     def env(self, setup: LaunchSetup, src: Sources) -> dict[str, Entry]:
         return {"FAKERUN_PROCS": same(derived("fakerun's own"), "FAKERUN_PROCS", str(setup.procs_per_pod))}
 
+    def rendezvous_env(self, setup: LaunchSetup) -> dict[str, str]:
+        return {}
+
     def origin(self, arg: str, setup: LaunchSetup, src: Sources) -> Origin:
         return derived("fakerun")
 

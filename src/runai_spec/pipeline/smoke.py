@@ -168,6 +168,7 @@ def smoke_plan(
         rendezvous=rendezvous,
         elastic=None if plan.elastic is None else plan.elastic._replace(max_restarts=0),
         launcher=smoke_launcher(plan, rendezvous),
+        env=smoke_env(plan, rendezvous),
         entrypoint=(PREFLIGHT, *args),
     )
     # the job's labels carry runai-spec's managed-by label: submit and delete treat the
@@ -182,12 +183,8 @@ def smoke_plan(
     return SmokePlan(job, config_map, after)
 
 
-def smoke_launcher(plan: Plan, rendezvous: RendezvousPlan | None) -> tuple[str, ...]:
-    """The smoke job's launcher, built by the job's own launcher (plan.launcher_name) as the
-    planner builds the job's: the smoke test's RENDEZVOUS, the job's per-rank logs on its
-    checkpoint volume. Never torchrun's --no-python, and `python -u` on one GPU: preflight.py
-    is a Python script whatever the job's entry point."""
-    setup = LaunchSetup(
+def _smoke_setup(plan: Plan, rendezvous: RendezvousPlan | None) -> LaunchSetup:
+    return LaunchSetup(
         plan.layout,
         plan.procs_per_pod,
         plan.elastic is not None,
@@ -197,7 +194,25 @@ def smoke_launcher(plan: Plan, rendezvous: RendezvousPlan | None) -> tuple[str, 
         plan.termination_grace_period_seconds,
         plan.pods,
     )
-    return launcher_named(plan.launcher_name).argv(setup)
+
+
+def smoke_launcher(plan: Plan, rendezvous: RendezvousPlan | None) -> tuple[str, ...]:
+    """The smoke job's launcher, built by the job's own launcher (plan.launcher_name) as the
+    planner builds the job's: the smoke test's RENDEZVOUS, the job's per-rank logs on its
+    checkpoint volume. Never torchrun's --no-python, and `python -u` on one GPU: preflight.py
+    is a Python script whatever the job's entry point."""
+    return launcher_named(plan.launcher_name).argv(_smoke_setup(plan, rendezvous))
+
+
+def smoke_env(plan: Plan, rendezvous: RendezvousPlan | None) -> tuple[tuple[str, str], ...]:
+    """The job's env with the smoke test's RENDEZVOUS where the launcher carries it in a
+    variable (accelerate's PET_RDZV_ID: it has no flag), each in its place."""
+    own = launcher_named(plan.launcher_name).rendezvous_env(_smoke_setup(plan, rendezvous))
+    names = {name for name, _ in plan.env}
+    return (
+        *((name, own.get(name, value)) for name, value in plan.env),
+        *((name, value) for name, value in own.items() if name not in names),
+    )
 
 
 def smoke_workload(workload: Workload, *, deadline_s: int = DEFAULT_DEADLINE_S) -> list[Manifest]:

@@ -131,19 +131,29 @@ class AccelerateLauncher:
     def rank_logs(self, setup: LaunchSetup) -> str | None:
         return rank_log_dir(setup.checkpoint_dir)
 
+    def rendezvous_env(self, setup: LaunchSetup) -> dict[str, str]:
+        # torchrun reads these as its flags' defaults; accelerate has no flag for them
+        r = setup.rendezvous
+        if setup.layout != "multi-node" or r is None:
+            return {RDZV_ENDPOINT_ENV: LOCAL_ENDPOINT}
+        if r.backend == RDZV_BACKEND and r.rdzv_id is not None:
+            return {RDZV_ID_ENV: r.rdzv_id}
+        return {}
+
     def env(self, setup: LaunchSetup, src: Sources) -> dict[str, Entry]:
         env: dict[str, Entry] = {}
         r = setup.rendezvous
-        if setup.layout != "multi-node" or r is None:
-            why = "one node: c10d on a free local port, as torchrun --standalone (accelerate has no flag)"
-            env[RDZV_ENDPOINT_ENV] = same(derived(why), RDZV_ENDPOINT_ENV, LOCAL_ENDPOINT)
-        elif r.backend == RDZV_BACKEND:
+        if setup.layout == "multi-node" and r is not None and r.backend == RDZV_BACKEND:
             key, value = DISABLE_SHARED_STORE
             why = "c10d: a pod restarted in place must be able to rejoin (torch's shared store deadlocks it)"
             env[key] = same(derived(why), key, value)
-            if r.rdzv_id is not None:
-                why = "rendezvous id: the job name (accelerate has no flag; torchrun reads PET_RDZV_ID)"
-                env[RDZV_ID_ENV] = same(derived(why), RDZV_ID_ENV, r.rdzv_id)
+        whys = {
+            RDZV_ENDPOINT_ENV: "one node: c10d on a free local port, as torchrun --standalone "
+            "(accelerate has no flag)",
+            RDZV_ID_ENV: "rendezvous id: the job name (accelerate has no flag; torchrun reads PET_RDZV_ID)",
+        }
+        for key, value in self.rendezvous_env(setup).items():
+            env[key] = same(derived(whys[key]), key, value)
         return env | agent_env(setup, src)
 
     def origin(self, arg: str, setup: LaunchSetup, src: Sources) -> Origin:

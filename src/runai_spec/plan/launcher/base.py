@@ -107,6 +107,11 @@ class Launcher(Protocol):
         """The variables it owns, with where each came from."""
         ...
 
+    def rendezvous_env(self, setup: LaunchSetup) -> dict[str, str]:
+        """The variables of env() that carry SETUP's rendezvous (its id, its endpoint), values
+        only: the smoke job, which has a rendezvous of its own, sets them from its own setup."""
+        ...
+
     def origin(self, arg: str, setup: LaunchSetup, src: Sources) -> Origin:
         """Where argument ARG of its argv came from."""
         ...

@@ -86,6 +86,9 @@ class MpiLauncher:
     def rank_logs(self, setup: LaunchSetup) -> str | None:
         return None  # mpirun gathers every rank's output in the launcher pod's log
 
+    def rendezvous_env(self, setup: LaunchSetup) -> dict[str, str]:
+        return {}  # torch's env:// on the launcher pod, by the job's name: no id of its own
+
     def env(self, setup: LaunchSetup, src: Sources) -> dict[str, Entry]:
         """torch's env:// rendezvous on rank 0's pod: the launcher's (the hostfile's first host,
         which OpenMPI fills first), by the name the operator's DNS search path resolves; the
