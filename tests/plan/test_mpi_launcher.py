@@ -166,14 +166,6 @@ def test_mpi_transport_variables_in_the_profile_are_the_engineers(
     assert f"{name} is an MPI transport setting" in result.output
 
 
-def test_rehearse_says_it_does_not_run_an_mpijob_yet(presets: Path, tmp_path: Path) -> None:
-    batch = {"local": 4, "grad_accum": 8, "global": 512}
-    result = run("rehearse", str(mpi_profile(tmp_path, batch=batch)), "--logs", str(tmp_path / "logs"))
-    assert result.exit_code == 2, result.output
-    assert "this profile renders an MPIJob" in result.output and "docs/mpi.md" in result.output
-    assert not (tmp_path / "logs").exists()  # refused before anything is written
-
-
 def test_deepspeed_over_mpi_with_a_second_network_is_warned_of_mpi_discovery(
     presets: Path, tmp_path: Path
 ) -> None:

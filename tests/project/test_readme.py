@@ -248,8 +248,7 @@ def test_every_offline_command_runs(
     for command in commands(page):
         checkout = CHECKOUT in command.needs
         if command.argv[0] in PLAYED and checkout:  # `cp FILE... DIR/`
-            for source in command.argv[1:-1]:
-                shutil.copy(readme_folder / source, readme_folder / command.argv[-1])
+            play_cp(command, readme_folder)
         if command not in of_kind(OFFLINE, page):
             continue
         # the engineers' checkout (./presets) for its blocks, else the tool's own presets
@@ -329,9 +328,29 @@ def test_every_cluster_command_runs_against_the_fake_api(
     assert api.kube.sent("GET") or api.kube.writes(), "nothing reached the cluster"
 
 
+def play_cp(command: Command, folder: Path) -> None:
+    """`cp FILE... DIR` in FOLDER."""
+    for source in command.argv[1:-1]:
+        shutil.copy(folder / source, folder / command.argv[-1])
+
+
+def play_checkout(page: Path, folder: Path, key: Path) -> None:
+    """The page's `# needs: presets checkout` blocks' `cp` and `presets approve` commands, on
+    FOLDER/presets (a copy of the tool's presets whose allowed_signers lists KEY)."""
+    for command in commands(page):
+        if CHECKOUT in command.needs and command.argv[0] in PLAYED:
+            play_cp(command, folder)
+        elif CHECKOUT in command.needs and command.runai_spec and command.argv[1:3] == ("presets", "approve"):
+            assert invoke(command, key).exit_code == 0, str(command)
+
+
 @pytest.mark.parametrize("page", [p for p in PAGES if of_kind(REHEARSE, p)], ids=str)
 def test_every_rehearse_command_parses_and_reaches_the_rehearsal(
-    page: Path, readme_folder: Path, monkeypatch: pytest.MonkeyPatch
+    page: Path,
+    readme_folder: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    presets_dir: Path,
+    _engineer_key: Path,
 ) -> None:
     # arguments only (see the module's docstring): the rehearsal is the slow tests' subject
     calls: list[dict[str, Any]] = []
@@ -341,7 +360,12 @@ def test_every_rehearse_command_parses_and_reaches_the_rehearsal(
         return RehearseResult(True, (), (), readme_folder / "logs", 4, "gloo", False)
 
     monkeypatch.setattr(rehearse_module, "rehearse_manifests", rehearse_manifests)
+    shutil.copytree(presets_dir, readme_folder / "presets")
+    allow_signer(readme_folder / "presets", _engineer_key, ENGINEER)
+    play_checkout(page, readme_folder, _engineer_key)
     for command in of_kind(REHEARSE, page):
+        checkout = readme_folder / "presets" if CHECKOUT in command.needs else presets_dir
+        monkeypatch.setattr(registry_module, "default_presets_dir", lambda folder=checkout: folder)
         result = invoke(command)
         assert result.exit_code == 0, f"{command}: {result.output}"
         kw = calls.pop()

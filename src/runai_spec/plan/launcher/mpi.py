@@ -118,3 +118,12 @@ class MpiLauncher:
 
     def files(self, setup: LaunchSetup) -> tuple[LauncherFile, ...]:
         return ()
+
+
+def program_launcher(launcher: tuple[str, ...]) -> tuple[str, ...]:
+    """A rendered mpirun launcher (MpiLauncher.argv: the job's plan.launcher) that starts a
+    Python script: the same mpirun, flags and forwarded variables, then the interpreter, which
+    a job whose program runs itself (a wrapper) has not (the smoke test's and the rehearsal's
+    preflight.py)."""
+    tail = len(SINGLE_GPU_LAUNCHER)
+    return launcher if launcher[-tail:] == SINGLE_GPU_LAUNCHER else (*launcher, *SINGLE_GPU_LAUNCHER)
