@@ -29,8 +29,7 @@ from runai_spec.facts.kai import (
 from runai_spec.facts.operator import JobModel
 from runai_spec.load.registry import ApprovedSite, PresetRegistry
 from runai_spec.pipeline.workload import prepare_workload
-from runai_spec.rehearse.argv import plan_pods
-from runai_spec.rehearse.runner import FaultRun
+from runai_spec.rehearse.runner import job_model
 from runai_spec.rehearse.spec import RehearsalSpec
 
 pytest_plugins = ("kube_fixtures",)
@@ -108,14 +107,12 @@ def test_the_live_topology_check_reads_the_object_of_the_site_s_version(
 
 
 @pytest.mark.parametrize("version", KAI_VERSIONS)
-def test_the_fault_rehearsal_follows_the_site_s_kai_version(version: str, tmp_path: Path) -> None:
+def test_the_fault_rehearsal_follows_the_site_s_kai_version(version: str) -> None:
     """The rehearsal's eviction model used KAI v0.17.0's rules whatever the site declared."""
     job = copy.deepcopy(example_job("elastic"))
     job["metadata"].setdefault("annotations", {})[STALENESS_ANNOTATION] = "2m"
-    spec = RehearsalSpec(procs_per_pod=1, kai_version=version)
-    plans, world = plan_pods([job], spec, root=tmp_path)
-    fault = FaultRun(job, plans, world, spec, tmp_path / "hold", None)
-    assert fault.model.stale_grace_s == (120.0 if EXPECTED[version][1] else STALENESS_GRACE_DEFAULT_S)
+    model = job_model(job, RehearsalSpec(procs_per_pod=1, kai_version=version))
+    assert model.stale_grace_s == (120.0 if EXPECTED[version][1] else STALENESS_GRACE_DEFAULT_S)
 
 
 def test_rehearse_passes_the_site_s_kai_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
