@@ -15,6 +15,7 @@ import yaml
 from conftest import ALL_EXAMPLES, EXAMPLES, PROPOSED_EXAMPLES, ROOT, run
 from mpi_presets import EXAMPLE, PRESET, PROPOSAL, mpi_presets, mpijob_schema
 from runai_spec.facts import mpi
+from runai_spec.pipeline.smoke import PREFLIGHT
 
 PROFILE = str(EXAMPLE / "profile.yaml")
 
@@ -37,6 +38,41 @@ def test_the_example_renders_its_golden_and_the_crd_takes_it(signed: Path) -> No
         job["metadata"]["annotations"]["kai.scheduler/topology-required-placement"]
         == "scc.example.org/ib-leaf"
     )
+
+
+def test_the_smoke_test_is_the_jobs_mpirun_with_preflight_py_as_its_program(signed: Path) -> None:
+    """item 3: the smoke MPIJob keeps the job's mpirun line (the preset's flags, the -x list) and
+    starts preflight.py (which reads OMPI_COMM_WORLD_*), never restarted, its ranks meeting at
+    its own launcher."""
+    result = run("render", "--smoke", PROFILE)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == (EXAMPLE / "smoke.yaml").read_text(encoding="utf-8")
+    config_map, smoke = [d for d in yaml.safe_load_all(result.stdout) if d]
+    assert config_map["kind"] == "ConfigMap" and (smoke["apiVersion"], smoke["kind"]) == (
+        mpi.API_VERSION,
+        mpi.KIND,
+    )
+    assert [e.message for e in jsonschema.Draft7Validator(mpijob_schema()).iter_errors(smoke)] == []
+    assert mpi.operator_problems(smoke) == []
+    job = yaml.safe_load((EXAMPLE / "manifest.yaml").read_text(encoding="utf-8"))
+    launcher, worker = (smoke["spec"]["mpiReplicaSpecs"][r] for r in mpi.REPLICA_TYPES)
+    (command,) = (c["command"] for c in launcher["template"]["spec"]["containers"])
+    (real,) = (
+        c["command"] for c in job["spec"]["mpiReplicaSpecs"][mpi.LAUNCHER]["template"]["spec"]["containers"]
+    )
+    head = real[: real.index("train.py")]  # mpirun -np 16, the preset's flags, -x ..., python -u
+    assert command[: len(head)] == head and command[len(head)] == PREFLIGHT
+    assert command[command.index("--world-size") + 1] == "16"
+    (env,) = (
+        {e["name"]: e.get("value") for e in c["env"]} for c in launcher["template"]["spec"]["containers"]
+    )
+    assert env["MASTER_ADDR"] == mpi.launcher_name(smoke["metadata"]["name"]) == "llm-7b-mpi-smoke-launcher"
+    assert launcher["restartPolicy"] == "Never" and smoke["spec"]["runPolicy"]["backoffLimit"] == 0
+    # every pod has preflight.py: the ranks mpirun starts over SSH run it from their own pod
+    for role in (launcher, worker):
+        assert {"name": "runai-spec-preflight", "mountPath": "/opt/runai-spec", "readOnly": True} in role[
+            "template"
+        ]["spec"]["containers"][0]["volumeMounts"]
 
 
 def test_the_example_validates_clean_against_the_signed_proposal(signed: Path) -> None:

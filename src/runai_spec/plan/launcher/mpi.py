@@ -87,7 +87,8 @@ class MpiLauncher:
         return None  # mpirun gathers every rank's output in the launcher pod's log
 
     def rendezvous_env(self, setup: LaunchSetup) -> dict[str, str]:
-        return {}  # torch's env:// on the launcher pod, by the job's name: no id of its own
+        # torch's env:// store on the launcher pod, by the job's name (a smoke job's is its own)
+        return {MASTER_ADDR: mpi.launcher_name(setup.job)}
 
     def env(self, setup: LaunchSetup, src: Sources) -> dict[str, Entry]:
         """torch's env:// rendezvous on rank 0's pod: the launcher's (the hostfile's first host,
@@ -95,7 +96,7 @@ class MpiLauncher:
         operator itself injects OMPI_MCA_* in the launcher (facts/mpi.launcher_env)."""
         why = derived("rank 0 runs in the launcher pod (runLauncherAsWorker: the hostfile's first host)")
         return {
-            MASTER_ADDR: same(why, MASTER_ADDR, mpi.launcher_name(setup.job)),
+            MASTER_ADDR: same(why, MASTER_ADDR, self.rendezvous_env(setup)[MASTER_ADDR]),
             MASTER_PORT: (MASTER_PORT, str(setup.master_port), why, src.preset("master_port")),
         }
 
