@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cel_eval import Failure
+from cel_eval import Failure, api_object
 
 
 class PyEvaluator:
@@ -47,8 +47,8 @@ class PyEvaluator:
         to_cel = self.celpy.adapter.json_to_cel
         namespace = str(job.get("metadata", {}).get("namespace", ""))
         data: dict[str, Any] = {
-            "object": to_cel(job),
-            "oldObject": to_cel(old),
+            "object": to_cel(api_object(job)),
+            "oldObject": to_cel(api_object(old)),
             "params": to_cel(params),
             "request": to_cel(
                 {"operation": operation or ("UPDATE" if old else "CREATE"), "namespace": namespace}

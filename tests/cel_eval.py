@@ -13,6 +13,7 @@ gives a non-empty single-line string, else its message, else `failed expression:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 NAMES = ("object", "oldObject", "request", "params", "namespaceObject", "variables")
@@ -21,6 +22,41 @@ NAMES = ("object", "oldObject", "request", "params", "namespaceObject", "variabl
 # program; cel-cpp plans a program on its first evaluation, a second or so for the generated
 # policy, which each test's fake API server would otherwise pay again (issue 29)
 _PROGRAMS: dict[str, Any] = {}
+
+
+@lru_cache(maxsize=1)
+def _typed() -> frozenset[str]:
+    """The PyTorchJob schema's typed objects (with properties), by schema path."""
+    from runai_spec.outputs.admission.shape import shipped_fields
+
+    return frozenset(shipped_fields())
+
+
+def api_object(obj: Any) -> Any:
+    """OBJ as the API server hands it to CEL: in a PyTorchJob, a property of a typed object of
+    the schema named by a CEL keyword is selected by its escaped name `__name__` (Kubernetes'
+    property-name escaping: apiextensions-apiserver pkg/apis/apiextensions/v1/types.go,
+    ValidationRule; kubernetes.io's CRD validation rules, "Escaping": `self.__namespace__`).
+    Map keys (labels) are not escaped; nor is any object of other kinds here."""
+    from runai_spec.outputs.admission.cel import ESCAPED
+
+    if not isinstance(obj, dict) or obj.get("kind") != "PyTorchJob":
+        return obj
+    typed = _typed()
+
+    def walk(value: Any, path: str) -> Any:
+        if isinstance(value, list):
+            return [walk(v, f"{path}[]") for v in value]
+        if not isinstance(value, dict):
+            return value
+        if path not in typed:  # a map: its keys as they are
+            return {k: walk(v, f"{path}.*") for k, v in value.items()}
+        return {
+            (f"__{k}__" if k in ESCAPED else k): walk(v, f"{path}.{k}" if path else k)
+            for k, v in value.items()
+        }
+
+    return walk(obj, "")
 
 
 @dataclass(frozen=True)
@@ -85,8 +121,8 @@ class Evaluator:
         REQUEST: more fields of the request (userInfo, resource, kind)."""
         namespace = str(job.get("metadata", {}).get("namespace", ""))
         data: dict[str, Any] = {
-            "object": job,
-            "oldObject": old,
+            "object": api_object(job),
+            "oldObject": api_object(old),
             "params": params,
             "request": {
                 "operation": operation or ("UPDATE" if old else "CREATE"),

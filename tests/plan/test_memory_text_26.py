@@ -7,8 +7,9 @@ import re
 
 import pytest
 
-from conftest import EXAMPLES, ROOT, run
+from conftest import ROOT, run
 
+EXAMPLES = sorted(p.parent.name for p in (ROOT / "examples").glob("*/profile.yaml"))
 PARTS = r"weights ([\d.]+) \+ gradients ([\d.]+) \+ optimizer ([\d.]+)"
 
 

@@ -65,6 +65,11 @@ TAMPERS: dict[str, tuple[str, Callable[[Job], Job], str]] = {
         ),
         "spec.pytorchReplicaSpecs.",
     ),
+    "template-namespace": (
+        "multi-node",
+        lambda job: every_pod(job, lambda t: t["metadata"].__setitem__("namespace", "runai-vision-lab")),
+        "spec.pytorchReplicaSpecs.",
+    ),
     "grace-period": (
         "multi-node",
         in_pod_spec(set_key("terminationGracePeriodSeconds", 86400)),
@@ -398,6 +403,17 @@ def test_a_sample_of_tampers_is_denied_by_the_second_implementation_too(policy: 
     python = {k: ROLE.sub("Master", v) for k, v in policy.denials(job, python=True).items()}
     cpp = {k: ROLE.sub("Master", v) for k, v in policy.denials(job).items()}
     assert python == cpp and cpp, kind  # the same words; maps have no order: either role
+
+
+def test_the_pod_template_s_namespace_is_judged(policy: Policy) -> None:
+    """Issue 41 item 6: a pod template's metadata.namespace (selected as `__namespace__`, the
+    API server's escape of a CEL keyword) is denied where the render has none."""
+    job = TAMPERS["template-namespace"][1](example_job("multi-node"))
+    message = ROLE.sub("Master", policy.denials(job)["shape"])
+    assert message.startswith(
+        "spec.pytorchReplicaSpecs.Master.template.metadata.namespace: not allowed: "
+        "the preset's render has none"
+    ), message
 
 
 def test_a_derived_value_s_denial_is_words_not_cel(policy: Policy) -> None:

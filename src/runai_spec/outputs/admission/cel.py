@@ -14,15 +14,18 @@ from ...facts.kubeflow import CONTAINER
 from .rules import MAX_ARGS, RULES, Rule, RuleContext, balanced, container_relations, is_string, lit, text
 from .shape import ItemClass, KeyedListShape, ListShape, MapShape, Named, Pin, PresetShape, Same, Shape, Slot
 
-# CEL's reserved words: a schema property of that name is written `__name__` in Kubernetes'
-# CEL and cannot be named the same way in every implementation; the only one in the
-# PyTorchJob schema is the pod template's metadata.namespace, which the operator ignores
-# (pods are created in the job's namespace).
+# CEL's reserved words: a schema property of that name cannot be selected as itself. The API
+# server escapes a property named by one of CEL's keywords as `__name__` (Kubernetes'
+# property-name escaping, apiextensions-apiserver pkg/apis/apiextensions/v1/types.go,
+# ValidationRule: "true", "false", "null", "in", "as", "break", "const", "continue", "else",
+# "for", "function", "if", "import", "let", "loop", "package", "namespace", "return"); the
+# only one in the PyTorchJob schema is `namespace` (the pod template's metadata.namespace).
 _WORDS = (
     "as break const continue else for function if import let loop package namespace return var "
     "void while in true false null"
 )
 RESERVED = frozenset(_WORDS.split())
+ESCAPED = RESERVED - {"var", "void", "while"}
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Keys at the top of the job and of its metadata that the API server or the operator writes
 # (status; uid, resourceVersion, managedFields, finalizers, ...): not the render's to judge.
@@ -36,8 +39,9 @@ LET = "\0let\0"
 CHUNK_LIMIT = 60_000
 # The parts bound once (a named list entry, a role's pod template) before they are packed:
 # small enough that several fit one piece.
-GROUP_LIMIT = 5_000
-ROLE_GROUP_LIMIT = 5_000
+GROUP_LIMIT = 2_000
+ROLE_GROUP_LIMIT = 2_000
+GROUP_PARTS = 8
 # A pinned leaf's value is written as a placeholder (its index among the preset's pins), bound
 # later (gate.Family.bind) to the literal or, where the presets sharing these checks differ in
 # it, to the preset's parameter: PIN_VALUE in the condition, PIN_SHOWN inside the message's
@@ -48,6 +52,9 @@ PIN_SHOWN = "\0M{}\0"
 
 def check(cond: str, message: str) -> str:
     return f"({cond}) ? '' : {message}"
+
+
+MISSING = ": missing: the preset's render has it"
 
 
 def _msg(path: str, what: str) -> str:
@@ -65,6 +72,8 @@ def child(e: str, key: str, typed: bool) -> tuple[str, str]:
     selected like a field)."""
     if IDENT.match(key) and key not in RESERVED:
         return f"{e}.{key}", f"has({e}.{key})"
+    if typed and key in ESCAPED:  # a property of the schema: selected by its escaped name
+        return f"{e}.__{key}__", f"has({e}.__{key}__)"
     return f"{e}[{lit(key)}]", f"{lit(key)} in {e}"
 
 
@@ -80,27 +89,18 @@ def let(value: str, var: str, body: str) -> str:
     return f"[{value}].map({var}, {body})[0]"
 
 
-def let_all(value: str, var: str, body: str) -> str:
-    """BODY (a condition) with VAR bound to VALUE."""
-    return f"[{value}].all({var}, {body})"
-
-
 def groups(parts: list[str], limit: int) -> list[list[str]]:
     """PARTS (list expressions; `[]` left out) in runs of at most LIMIT characters (a part
-    longer than LIMIT alone)."""
+    longer than LIMIT alone) and of at most GROUP_PARTS parts (joined by `+`, a balanced
+    tree of them is two levels of a parser's recursion each time it halves)."""
     out: list[list[str]] = [[]]
     for part in parts:
         if part == "[]":
             continue
-        if out[-1] and sum(len(p) + 3 for p in out[-1]) + len(part) > limit:
+        if out[-1] and (sum(len(p) + 3 for p in out[-1]) + len(part) > limit or len(out[-1]) == GROUP_PARTS):
             out.append([])
         out[-1].append(part)
     return [g for g in out if g]
-
-
-def concat(parts: list[str]) -> str:
-    items = [p for p in parts if not p.startswith("[") or p != "[]"]
-    return balanced("+", items, "[]")
 
 
 class Emitter:
@@ -210,7 +210,7 @@ class Emitter:
                     depth,
                 )
             ]
-            return [f"[{self.listing(shape, e, where, guards)}]", *nested]
+            return [self.listing(shape, e, where, guards), *nested]
         return [f"[{self.guarded(guards, *self.leaf(shape, e, where))}]"]
 
     @staticmethod
@@ -225,48 +225,52 @@ class Emitter:
         # it does not take
         return check(f"({balanced('&&', list(guards), 'true')}) ? ({cond}) : true", message)
 
-    def _keys(self, shape: MapShape, e: str, where: str) -> list[tuple[str, str]]:
-        """(condition, message) of the keys E may and must have."""
-        out = []
+    def _required(self, shape: MapShape, e: str, where: str) -> list[tuple[str, str]]:
+        """(key, presence test) of the keys E must have."""
+        return [
+            (key, child(e, key, shape.typed)[1])
+            for key in shape.keys
+            if key not in shape.optional and not (where == "metadata" and key == "namespace")
+        ]
+
+    def _extra(self, shape: MapShape, e: str, where: str) -> list[tuple[str, str]]:
+        """(condition, message) that E has no key the render does not produce."""
         server = SERVER_KEYS.get(where, ())
-        if server is not None:
-            allowed = [*shape.keys, *server]
-            if shape.typed:
-                props = [p for p in shape.properties if p not in allowed and p not in RESERVED]
-                if props:
-                    # the names of the keys set, listed once: the condition is that none is
-                    named = ", ".join(f"has({e}.{p}) ? {lit(p)} : ''" for p in props)
-                    out.append(
-                        (
-                            f"[{named}].all(p, p == '')",
-                            LET
-                            + let(
-                                f"[{named}].filter(p, p != '')",
-                                "b",
-                                f"size(b) == 0 ? '' : {lit((where + '.') if where else '')} + b[0] + "
-                                + lit(": not allowed: the preset's render has none" + self.tag),
-                            ),
-                        )
-                    )
-            else:
-                names = ", ".join(lit(k) for k in allowed)
-                out.append(
-                    (
-                        f"{rng(e)}.all(k, k in [{names}])",
-                        f"{lit((where + '.') if where else '')} + "
-                        f"{rng(e)}.filter(k, !(k in [{names}]))[0] + "
-                        + lit(": not allowed: the preset renders only " + ", ".join(shape.keys) + self.tag),
-                    )
+        if server is None:
+            return []
+        allowed, at = [*shape.keys, *server], lit((where + ".") if where else "")
+        if not shape.typed:
+            names = ", ".join(lit(k) for k in allowed)
+            only = lit(": not allowed: the preset renders only " + ", ".join(shape.keys) + self.tag)
+            return [
+                (
+                    f"{rng(e)}.all(k, k in [{names}])",
+                    f"{at} + {rng(e)}.filter(k, !(k in [{names}]))[0] + {only}",
                 )
-        for key in shape.keys:
-            if key not in shape.optional and not (where == "metadata" and key == "namespace"):
-                _, present = child(e, key, shape.typed)
-                path = f"{where}.{key}" if where else key
-                out.append((present, _msg(path, "missing: the preset's render has it" + self.tag)))
-        return out
+            ]
+        props = [p for p in shape.properties if p not in allowed and p not in RESERVED - ESCAPED]
+        if not props:
+            return []
+        # the names of the keys set, listed once: the condition is that none is
+        named = ", ".join(f"{child(e, p, True)[1]} ? {lit(p)} : ''" for p in props)
+        none = lit(": not allowed: the preset's render has none" + self.tag)
+        said = let(f"[{named}].filter(p, p != '')", "b", f"size(b) == 0 ? '' : {at} + b[0] + {none}")
+        return [(f"[{named}].all(p, p == '')", LET + said)]
+
+    def missing(self, rows: list[tuple[str, str]], where: str, close: str = "") -> str:
+        """The messages `WHERE name CLOSE: missing...` of the ROWS (name, presence test) that are
+        absent: one table, not one check (and one message) each."""
+        table = ", ".join(f"[{lit(name)}, {present}]" for name, present in rows)
+        return f"[{table}].filter(t, !t[1]).map(t, {lit(where)} + t[0] + {lit(close + MISSING + self.tag)})"
+
+    @staticmethod
+    def under(guards: tuple[str, ...], body: str) -> str:
+        """BODY (a list), or [] where one of GUARDS does not hold: the guards written once."""
+        return f"(({balanced('&&', list(guards), 'true')}) ? {body} : [])" if guards else body
 
     def mapping(self, shape: MapShape, e: str, where: str, guards: tuple[str, ...], depth: int) -> list[str]:
-        own = [self.guarded(guards, c, m) for c, m in self._keys(shape, e, where)]
+        own = [self.guarded((), c, m) for c, m in self._extra(shape, e, where)]
+        required = self._required(shape, e, where)
         subs: list[str] = []
         pinned: list[str] = []
         for key, sub in shape.keys.items():
@@ -281,15 +285,12 @@ class Emitter:
             elif isinstance(sub, Pin):
                 pinned.append(f"[{lit(key)}, {present} ? [{ce}] : [], {PIN_VALUE.format(self.pin(sub))}]")
             else:
-                own.append(self.guarded((*guards, present), *self.leaf(sub, ce, path)))
-        head = f"[{', '.join(own)}]"
-        if pinned:
-            head = (
-                self.pinned(pinned, where, guards)
-                if not own
-                else f"{head} + {self.pinned(pinned, where, guards)}"
-            )
-        return [head, *subs]
+                own.append(self.guarded((present,), *self.leaf(sub, ce, path)))
+        prefix = where + "." if where else ""
+        heads = [f"[{', '.join(own)}]"] if own else []
+        heads += [self.missing(required, prefix)] if required else []
+        heads += [self.table(pinned, prefix, "", "")] if pinned else []
+        return [self.under(guards, balanced("+", heads, "[]")) if heads else "[]", *subs]
 
     def pin(self, leaf: Pin) -> int:
         """The index of LEAF's value among the pins (its placeholder's)."""
@@ -297,13 +298,6 @@ class Emitter:
         self.pins.append("true" if value is True else "false" if value is False else str(value))
         return len(self.pins) - 1
 
-    def pinned(self, rows: list[str], where: str, guards: tuple[str, ...]) -> str:
-        """The problems of a map's pinned keys, from ROWS `[key, [value] or [], wanted]`: one
-        table a map, not one check a key (a message is built only for a value that differs)."""
-        table = self.table(rows, where + "." if where else "", "", "")
-        return f"(({balanced('&&', list(guards), 'true')}) ? {table} : [])" if guards else table
-
-    @staticmethod
     @staticmethod
     def table(rows: list[str], where: str, open_: str, close: str) -> str:
         """The messages of the ROWS `[place, [value] or [], wanted]` whose value is not the
@@ -315,23 +309,36 @@ class Emitter:
         )
 
     def listing(self, shape: ListShape, e: str, where: str, guards: tuple[str, ...]) -> str:
+        """The problems of a list of scalars (a list expression): its length, its pinned items
+        as one table, its other items each."""
         if shape.tail:
-            return self.command(shape, e, where, guards)
+            return f"[{self.command(shape, e, where, guards)}]"
         n, k = len(shape.head), shape.optional_tail
-        sized = self.sized(shape, e)
-        items = [
-            self.guarded(
-                guards,
-                sized,
-                _msg(where, f"must have {n} items" + (f" (or {n - k})" if k else "") + self.tag),
-            )
-        ]
+        c = e  # read in place: a binding would be levels of a parser's recursion
+        rows: list[str] = []  # [position, the pinned text]
+        others: list[str] = []
         for i, leaf in enumerate(shape.head):
             if isinstance(leaf, MapShape | KeyedListShape | ListShape):
                 continue  # problems() checks it in place
-            cond, message = self.leaf(leaf, f"{e}[{i}]", f"{where}[{i}]")
-            items.append(self.guarded((*guards, sized, f"size({e}) > {i}"), cond, message))
-        return ", ".join(items)
+            if isinstance(leaf, Pin):
+                rows.append(f"[{i}, {PIN_VALUE.format(self.pin(leaf))}]")
+                continue
+            cond, message = self.leaf(leaf, f"{c}[{i}]", f"{where}[{i}]")
+            others.append(check(f"size({c}) > {i} ? ({cond}) : true", message))
+        body = [self.positions(rows, where, c, f"t[0] < size({c}) && ")] if rows else []
+        body += [f"[{', '.join(others)}]"] if others else []
+        size_msg = _msg(where, f"must have {n} items" + (f" (or {n - k})" if k else "") + self.tag)
+        listed = f"(({self.sized(shape, c)}) ? {balanced('+', body, '[]')} : [{size_msg}])"
+        return self.under(guards, listed)
+
+    @staticmethod
+    def positions(rows: list[str], where: str, c: str = "c", guard: str = "") -> str:
+        """The messages of the ROWS `[position, wanted]` of the list C whose item is not the
+        wanted text (GUARD: a condition on the row first)."""
+        return (
+            f"[{', '.join(rows)}].filter(t, {guard}{text(f'{c}[t[0]]')} != t[1])"
+            f'.map(t, {lit(where + "[")} + string(t[0]) + "]: must be \'" + t[1] + "\'")'
+        )
 
     @staticmethod
     def sized(shape: ListShape, e: str) -> str:
@@ -342,53 +349,54 @@ class Emitter:
     def command(self, shape: ListShape, e: str, where: str, guards: tuple[str, ...]) -> str:
         """The container command: one of the launcher heads, an entry point of that head's
         kind, then arguments. Each head's problems are listed once; the command passes when
-        one head has none, and a denial names the first problem of the closest head."""
+        one head has none, and a denial names the first problem of the closest head. The
+        positions of the items that are no argument are listed once (`b`), and every head
+        reads those after its own length."""
+        c = e  # a short selection (v1.command): read in place, not bound by one more level
         variants = []
         for head, entry in shape.variants:
             n, k = len(head), len(head) + len(entry)
-            sized = f"size({e}) >= {k} && size({e}) <= {k + MAX_ARGS}"
-            parts = [self.leaf(h, f"{e}[{i}]", f"{where}[{i}]") for i, h in enumerate(head)]
+            sized = f"size({c}) >= {k} && size({c}) <= {k + MAX_ARGS}"
+            rows: list[str] = []  # [position, the pinned text]
+            parts: list[tuple[str, str]] = []
+            for i, h in enumerate(head):
+                if isinstance(h, Pin):
+                    rows.append(f"[{i}, {PIN_VALUE.format(self.pin(h))}]")
+                else:
+                    parts.append(self.leaf(h, f"{c}[{i}]", f"{where}[{i}]"))
             for j, rule in enumerate(entry):
-                at = f"{e}[{n + j}]"
                 if rule.startswith("="):
-                    parts.append(
-                        (
-                            f"{at} == {lit(rule[1:])}",
-                            _msg(f"{where}[{n + j}]", f"must be {rule[1:]!r}" + self.tag),
-                        )
-                    )
+                    rows.append(f"[{n + j}, {lit(rule[1:])}]")
                 else:
                     parts.append(
                         (
-                            RULES[rule].cel(at, self.ctx),
+                            RULES[rule].cel(f"{c}[{n + j}]", self.ctx),
                             _msg(
                                 f"{where}[{n + j}]", f"the entry point must be {RULES[rule].what}" + self.tag
                             ),
                         )
                     )
-            arg = RULES["arg"].cel(f"{e}[i]", self.ctx)
-            bad = f"{ARG_INDEXES}.filter(i, i >= {k} && i < size({e}) && !({arg}))"
+            pinned = self.positions(rows, where, c) if rows else "[]"
             args = (
-                f"size({bad}) == 0 ? '' : {lit(where + '[')} + string({bad}[0]) + "
-                f"{lit(']: must be ' + RULES['arg'].what + self.tag)}"
+                f"b.exists(i, i >= {k}) ? {lit(where + '[')} + string(b.filter(i, i >= {k})[0]) + "
+                f"{lit(']: must be ' + RULES['arg'].what + self.tag)} : ''"
             )
             size_msg = _msg(
                 where,
                 f"must be the preset's launcher ({n} items), an entry point "
                 f"and at most {MAX_ARGS} arguments" + self.tag,
             )
-            listed = [
-                check(sized, size_msg),
-                *(check(f"({sized}) ? ({c}) : true", m) for c, m in parts),
-                f"!({sized}) ? '' : ({args})",
-            ]
-            variants.append(f"[{', '.join(listed)}]")
+            listed = [*(check(cond, m) for cond, m in parts), args]
+            body = balanced("+", [p for p in (pinned, f"[{', '.join(listed)}]") if p != "[]"], "[]")
+            variants.append(f"(({sized}) ? {body} : [{size_msg}])")
         closest = (
             "ls.exists(l, size(l) == 0) ? '' : (ls.filter(l, size(l) == 1) + "
             "ls.filter(l, size(l) == 2) + ls)[0][0]"
         )
         lists = f"[{', '.join(variants)}].map(l, l.filter(m, m != ''))"
-        body = f"[{lists}].map(ls, {closest})[0]"
+        arg = RULES["arg"].cel(f"{c}[i]", self.ctx)
+        bad = f"{ARG_INDEXES}.filter(i, i < size({c}) && !({arg}))"
+        body = let(bad, "b", f"[{lists}].map(ls, {closest})[0]")
         if not guards:
             return body
         return f"!{balanced('&&', list(guards), 'true')} ? '' : {body}"
@@ -409,27 +417,20 @@ class Emitter:
             + lit(f": not an entry the preset renders ({allowed}){extra}{self.tag}")
             + ")[0]"
         )
-        g = balanced("&&", list(guards), "true")
         own = [
-            bad if not guards else f"!{g} ? '' : {bad}",
-            self.guarded(
-                guards,
+            bad,
+            check(
                 f"{rng(e)}.all(x, has(x.name) ? {rng(e)}.filter(y, has(y.name) "
                 f"? y.name == x.name : false).size() == 1 : true)",
                 _msg(where, "each name at most once" + self.tag),
             ),
         ]
+        required: list[tuple[str, str]] = []
         subs: list[str] = []
         for name, sub in shape.fixed.items():
             ie, present = item(e, name)
             if name not in shape.optional:
-                own.append(
-                    self.guarded(
-                        guards,
-                        present,
-                        _msg(f"{where}[{name}]", "missing: the preset's render has it" + self.tag),
-                    )
-                )
+                required.append((name, present))
             var = f"v{depth}"
             cond = balanced("&&", [*guards, present], "true")
             parts = self.mapping(sub, var, f"{where}[{name}]", (), depth + 1)
@@ -442,7 +443,10 @@ class Emitter:
             # each group of parts binds the entry once; the groups can go to different variables
             for group in groups(parts, GROUP_LIMIT):
                 subs.append(f"({cond} ? {let(ie, var, balanced('+', group, '[]'))} : [])")
-        return [f"[{', '.join(own)}]", *subs]
+        heads = [f"[{', '.join(own)}]"]
+        if required:
+            heads.append(self.missing(required, where + "[", "]"))
+        return [self.under(guards, balanced("+", heads, "[]")), *subs]
 
     # -- conditions (for the entries a profile may repeat) -------------------------------
     def ok(self, shape: Shape, e: str, guards: tuple[str, ...] = ()) -> list[str]:
@@ -453,7 +457,10 @@ class Emitter:
             return f"(({g}) ? ({cond}) : true)" if guards else f"({cond})"
 
         if isinstance(shape, MapShape):
-            out = [under(c) for c, _ in self._keys(shape, e, "\0")]
+            keys = [c for c, _ in self._extra(shape, e, "\0")] + [
+                p for _, p in self._required(shape, e, "\0")
+            ]
+            out = [under(c) for c in keys]
             for key, sub in shape.keys.items():
                 ce, present = child(e, key, shape.typed)
                 out += self.ok(sub, ce, (*guards, present))
@@ -526,8 +533,8 @@ def _alike(x: Shape, y: Shape) -> bool:
 def preset_problems(
     shape: PresetShape, ctx: RuleContext, smoke: bool, prefix: str = "", pins: list[str] | None = None
 ) -> tuple[list[str], list[tuple[str, str]]]:
-    """The job's problems under SHAPE, as CEL lists of lists of messages ('' where none),
-    each below the parser's size limit, and the variables (name, expression) of the values
+    """The job's problems under SHAPE, as CEL lists of messages ('' where none), each below
+    the parser's size limit, and the variables (name, expression) of the values
     other values derive from. Where every role's pod
     template has the same shape, it is written once and checked for each role. The pinned
     values are placeholders numbered from len(PINS), whose values are appended to PINS."""
@@ -543,12 +550,12 @@ def preset_problems(
     templates = [r.keys["template"] for r in roles if isinstance(r, MapShape)]
     if not templates or not all(_alike(templates[0], t) for t in templates[1:]):
         return (
-            _pack(emitter.problems(root, "object", "", (), 0), lambda body: body),
+            _pieces(emitter.problems(root, "object", "", (), 0), lambda body: body),
             list(emitter.anchors.values()),
         )
     template = templates[0]
     emitter.skip = {id(role) for role in roles}
-    job = _pack(emitter.problems(root, "object", "", (), 0), lambda body: body)
+    job = _pieces(emitter.problems(root, "object", "", (), 0), lambda body: body)
     role = lit(ROLE)[1:-1]
     missing = _msg(
         f"spec.pytorchReplicaSpecs.{ROLE}.template", "missing: the preset's render has it"
@@ -568,25 +575,17 @@ def preset_problems(
 
     parts = emitter.problems(template, "t", where, (), 1)
     merged = [balanced("+", group, "[]") for group in groups(parts, ROLE_GROUP_LIMIT)]
-    chunks = job + _pack(merged, per_role)
-    return chunks, list(emitter.anchors.values())
+    return job + _pieces(merged, per_role), list(emitter.anchors.values())
 
 
-def _pack(parts: list[str], wrap: Callable[[str], str]) -> list[str]:
-    """PARTS (list expressions), each WRAP-ped, as lists of lists of at most CHUNK_LIMIT
-    characters: a list literal of lists adds one level for a parser, where a chain of `+`
-    adds one per operand."""
-    chunks: list[list[str]] = [[]]
-    for part in parts:
-        if part == "[]":
-            continue
-        part = wrap(part)
-        if len(part) > CHUNK_LIMIT:
-            raise ValueError(f"a check of {len(part)} characters cannot be split further")
-        if chunks[-1] and sum(len(p) + 2 for p in chunks[-1]) + len(part) > CHUNK_LIMIT:
-            chunks.append([])
-        chunks[-1].append(part)
-    return [f"[{', '.join(c)}]" for c in chunks if c]
+def _pieces(parts: list[str], wrap: Callable[[str], str]) -> list[str]:
+    """PARTS (list expressions), each WRAP-ped: the pieces the policy packs into variables
+    (gate.pack), each below CHUNK_LIMIT."""
+    out = [wrap(part) for part in parts if part != "[]"]
+    for piece in out:
+        if len(piece) > CHUNK_LIMIT:
+            raise ValueError(f"a check of {len(piece)} characters cannot be split further")
+    return out
 
 
 __all__ = ["ARG_INDEXES", "PIN_SHOWN", "PIN_VALUE", "Emitter", "preset_problems"]

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,7 +13,7 @@ from ...facts.kubeflow import PRESET_ANNOTATION, SMOKE_LABEL
 from ...load.registry import PresetRegistry
 from ...load.site import Site
 from ...plan.launcher import PROFILE_LAUNCHERS
-from .cel import ARG_INDEXES, PIN_SHOWN, PIN_VALUE, preset_problems
+from .cel import ARG_INDEXES, CHUNK_LIMIT, PIN_SHOWN, PIN_VALUE, preset_problems
 from .rules import MAX_ARGS, RuleContext, balanced, lit
 from .shape import LauncherRefused, preset_shape
 
@@ -56,9 +57,13 @@ _PLACEHOLDER = re.compile("\0P([0-9]+)\0|" + r"\\u0000M([0-9]+)\\u0000")
 assert PIN_VALUE.format(0) == "\0P0\0" and lit(PIN_SHOWN.format(0)) == '"\\u0000M0\\u0000"'
 
 
-def pin_key(launcher: str, n: int) -> str:
-    """The parameter (after `<preset>.`) of the N-th pinned value of a preset's LAUNCHER's jobs."""
-    return f"{launcher}.pin-{n}"
+def pin_key(values: Mapping[str, str]) -> str:
+    """The parameter (after `<preset>.`) of a pinned value whose VALUES (preset -> value) differ
+    within a family: named by them, so that the job and its smoke test, and the families of
+    a preset's launchers, read one parameter where they pin the same values (and share the
+    checks that read it)."""
+    text = json.dumps(sorted(values.items()))
+    return "pin-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
 
 
 @dataclass(frozen=True)
@@ -83,17 +88,18 @@ class PresetGate:
         return hashlib.sha256("\n".join(self.texts()).encode("utf-8")).hexdigest()
 
 
-def bind(text: str, gate: PresetGate, varying: frozenset[int], family: str) -> str:
-    """TEXT of GATE with its placeholders bound: a pinned value VARYING within its family is
-    read from the preset's parameters, any other is the literal; the variables' prefix FAMILY."""
+def bind(text: str, gate: PresetGate, keys: Mapping[int, str], family: str) -> str:
+    """TEXT of GATE with its placeholders bound: a pinned value that differs within its family
+    (KEYS: its index -> its parameter) is read from the preset's parameters, any other is the
+    literal; the variables' prefix FAMILY."""
 
     def one(m: re.Match[str]) -> str:
         if m.group(1) is not None:
             n = int(m.group(1))
-            return param(pin_key(gate.launcher, n)) if n in varying else lit(gate.pins[n])
+            return param(keys[n]) if n in keys else lit(gate.pins[n])
         n = int(m.group(2))
-        if n in varying:  # inside the message's string literal
-            return "'\" + " + param(pin_key(gate.launcher, n)) + " + \"'"
+        if n in keys:  # inside the message's string literal
+            return "'\" + " + param(keys[n]) + " + \"'"
         return lit(repr(gate.pins[n]))[1:-1]
 
     return _PLACEHOLDER.sub(one, text).replace(FAMILY, family)
@@ -112,19 +118,25 @@ class Family:
         pins = [g.pins for g in self.gates]
         return frozenset(n for n in range(len(pins[0])) if len({p[n] for p in pins}) > 1)
 
+    @property
+    def keys(self) -> dict[int, str]:
+        """The parameter of each pinned value that differs within the family."""
+        return {n: pin_key({g.name: g.pins[n] for g in self.gates}) for n in sorted(self.varying)}
+
     def bound(self, texts: Sequence[str]) -> list[str]:
-        return [bind(t, self.gates[0], self.varying, self.id) for t in texts]
+        return [bind(t, self.gates[0], self.keys, self.id) for t in texts]
 
     def digest(self, gate: PresetGate) -> str:
         """What the policy enforces for GATE: its checks with every value bound, and which of
         them the parameters give (a policy and parameters of two generations differ here)."""
-        concrete = [bind(t, gate, frozenset(), "") for t in gate.texts()]
-        text = "\n".join([gate.name, *concrete, "--parameters--", *map(str, sorted(self.varying))])
+        concrete = [bind(t, gate, {}, "") for t in gate.texts()]
+        read = [f"{n}={key}" for n, key in self.keys.items()]
+        text = "\n".join([gate.name, *concrete, "--parameters--", *read])
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
     def params(self, gate: PresetGate) -> dict[str, str]:
-        """GATE's pinned values that differ within the family: `<launcher>.pin-<n>` -> value."""
-        return {pin_key(gate.launcher, n): gate.pins[n] for n in sorted(self.varying)}
+        """GATE's pinned values that differ within the family: `pin-<digest>` -> value."""
+        return {key: gate.pins[n] for n, key in self.keys.items()}
 
 
 def families(gates: Sequence[PresetGate]) -> list[Family]:
@@ -166,25 +178,90 @@ def preset_gate(registry: PresetRegistry, name: str, launcher: str = PROFILE_LAU
     return PresetGate(name, launcher, tuple(job), tuple(smoke), anchors, tuple(pins))
 
 
+def pack(pieces: list[str]) -> list[str]:
+    """PIECES (list expressions) as lists of them of at most CHUNK_LIMIT characters: a list
+    literal of lists adds one level for a parser, where a chain of `+` adds one per operand."""
+    chunks: list[list[str]] = [[]]
+    for piece in pieces:
+        if chunks[-1] and sum(len(p) + 2 for p in chunks[-1]) + len(piece) > CHUNK_LIMIT:
+            chunks.append([])
+        chunks[-1].append(piece)
+    return [f"[{', '.join(c)}]" for c in chunks if c]
+
+
+KINDS = ("job", "smoke")
+
+
+def _users(users: Sequence[tuple[str, str]]) -> str:
+    """The condition that the job is one of USERS (family id, job or smoke): the families'
+    checks are evaluated only for a job of their presets, and of their kind."""
+    kinds: dict[str, set[str]] = {}
+    for fid, kind in users:
+        kinds.setdefault(fid, set()).add(kind)
+    terms = []
+    for fid, own in kinds.items():
+        mine = f"{lit(fid)} in variables.mine"
+        if own == set(KINDS):
+            terms.append(mine)
+        else:
+            terms.append(f"({mine} && {'' if 'smoke' in own else '!'}variables.smoke)")
+    return balanced("||", terms, "false")
+
+
+_VARIABLE = re.compile(r"\bvariables\.([A-Za-z_][A-Za-z0-9_]*)")
+
+
 def _shape_variables(fams: Sequence[Family]) -> list[tuple[str, str]]:
-    """One variable per piece of each family's checks (each below the CEL parser's size
-    limit; a list of lists of messages), evaluated only for a job of that family's presets;
-    one per family, `[problems]` for a job of its presets and `[]` for any other; and
-    `problems`: none where one of the preset's launcher families finds none, else those of
-    the family closest to the job (fewest pieces with problems; the default launcher's first)."""
-    items: list[tuple[str, str]] = []
+    """The families' checks, each piece written once however many families and kinds (job,
+    smoke test) have it, in variables of pieces with the same users (each below the CEL
+    parser's size limit; a list of lists of messages), evaluated only for a job of one of
+    those users; the derived values they read (`a<n>`), each written once too; one variable
+    per family, `[problems]` for a job of its presets and `[]` for any other; and `problems`:
+    none where one of the preset's launcher families finds none, else those of the family
+    closest to the job (fewest pieces with problems; the default launcher's first).
+
+    Variables are evaluated lazily and at most once per evaluation (the API server's
+    lazily evaluated, cached composition variables: k8s.io/apiserver
+    pkg/admission/plugin/cel/composition.go), so a piece shared by two families of a preset
+    costs once."""
+    anchors: dict[str, str] = {}  # expression -> its shared name
+    anchor_users: dict[str, list[str]] = {}  # shared name -> families
+    users: dict[str, list[tuple[str, str]]] = {}  # piece -> (family, kind), first use first
+    for fam in fams:
+        renamed: dict[str, str] = {}
+        for n, x in fam.gates[0].anchors:
+            name, expression = fam.bound([n, x])
+            renamed[name] = anchors.setdefault(expression, f"a{len(anchors)}")
+            anchor_users.setdefault(renamed[name], []).append(fam.id)
+
+        def rename(text: str, renamed: dict[str, str] = renamed) -> str:
+            return _VARIABLE.sub(lambda m: f"variables.{renamed.get(m.group(1), m.group(1))}", text)
+
+        for kind in KINDS:
+            gate = fam.gates[0]
+            for piece in fam.bound(gate.job if kind == "job" else gate.smoke):
+                users.setdefault(rename(piece), []).append((fam.id, kind))
+    items = [
+        (
+            name,
+            f"{_users([(f, k) for f in dict.fromkeys(anchor_users[name]) for k in KINDS])} "
+            f"? ({expression}) : ''",
+        )
+        for expression, name in anchors.items()
+    ]
+    shared: dict[tuple[tuple[str, str], ...], list[str]] = {}  # users -> their pieces
+    for piece, who in users.items():
+        shared.setdefault(tuple(dict.fromkeys(who)), []).append(piece)
+    read: dict[str, list[str]] = {fam.id: [] for fam in fams}  # family -> its variables
+    for readers, pieces in shared.items():
+        for chunk in pack(pieces):
+            name = f"s{len(items) - len(anchors)}"
+            items.append((name, f"{_users(readers)} ? {chunk} : []"))
+            for fid in dict.fromkeys(f for f, _ in readers):
+                read[fid].append(name)
     for fam in fams:
         mine = f"{lit(fam.id)} in variables.mine"
-        for n, x in fam.gates[0].anchors:
-            (name, expression) = fam.bound([n, x])
-            items.append((name, f"{mine} ? ({expression}) : ''"))
-        names = []
-        for kind, pieces in (("job", fam.gates[0].job), ("smoke", fam.gates[0].smoke)):
-            smoke = "variables.smoke" if kind == "smoke" else "!variables.smoke"
-            for j, piece in enumerate(fam.bound(pieces)):
-                names.append(f"{fam.id}{kind}{j}")
-                items.append((names[-1], f"{mine} && {smoke} ? {piece} : []"))
-        every = balanced("+", [f"variables.{name}" for name in names], "[]")
+        every = balanced("+", [f"variables.{name}" for name in read[fam.id]], "[]")
         kept = f"({every}).map(l, l.filter(m, m != '')).filter(l, size(l) > 0)"
         items.append((fam.id, f"{mine} ? [{kept}] : []"))
     candidates = balanced("+", [f"variables.{fam.id}" for fam in fams], "[]")

@@ -90,12 +90,16 @@ def text(value: str) -> str:
 
 
 def balanced(op: str, items: list[str], empty: str) -> str:
-    """ITEMS joined by the binary operator OP as a balanced tree: a parser counts a chain of
-    n operands as n levels of recursion (cel-cpp refuses more than 32)."""
+    """ITEMS joined by the binary operator OP. A parser counts a chain of `+` as one level of
+    recursion per operand (cel-cpp refuses more than 32): those are joined as a balanced
+    tree; a chain of `&&` or `||` is one level however long (the parsers balance it
+    themselves), where each pair of parentheses would be one more."""
     if not items:
         return empty
     if len(items) == 1:
         return items[0]
+    if op in ("&&", "||") or len(items) <= 3:  # `(a + b + c)`: no deeper than balanced
+        return "(" + f" {op} ".join(items) + ")"
     half = len(items) // 2
     return f"({balanced(op, items[:half], empty)} {op} {balanced(op, items[half:], empty)})"
 
@@ -108,14 +112,14 @@ def _regex(e: str, pattern: str) -> str:
     return f"{e}.matches({lit(pattern)})"
 
 
-def _under(e: str, folder: str) -> str:
-    """E is FOLDER or lies under it."""
-    return f"({e} == {lit(folder)} || {e}.startsWith({lit(folder.rstrip('/') + '/')}))"
+def _under(e: str, folder: str) -> list[str]:
+    """E is FOLDER or lies under it (either term)."""
+    return [f"{e} == {lit(folder)}", f"{e}.startsWith({lit(folder.rstrip('/') + '/')})"]
 
 
-def _nested(e: str, folder: str) -> str:
-    """E and FOLDER are the same, or one holds the other (storage._nested)."""
-    return f"({_under(e, folder)} || {lit(folder)}.startsWith({e} + '/'))"
+def _nested(e: str, folder: str) -> list[str]:
+    """E and FOLDER are the same, or one holds the other (storage._nested; any term)."""
+    return [*_under(e, folder), f"{lit(folder)}.startsWith({e} + '/')"]
 
 
 # storage._PATH_CONTROL, storage._path_problem: one clean absolute path
@@ -250,13 +254,14 @@ def _arg(e: str, c: RuleContext) -> str:
 
 
 def _working_dir(e: str, c: RuleContext) -> str:
-    refused = [_under(e, p) for p in WORKDIR_REFUSED] + [_under(e, m) for m in c.reserved_mounts]
-    return f"({clean_path(e)} && !({' || '.join(refused)}))"
+    # one chain of `||` (a parser's one level), not a chain of parenthesised ones
+    refused = [t for p in (*WORKDIR_REFUSED, *c.reserved_mounts) for t in _under(e, p)]
+    return f"({clean_path(e)} && !{balanced('||', refused, 'false')})"
 
 
 def _mount(e: str, c: RuleContext) -> str:
-    refused = [_nested(e, p) for p in (*SYSTEM_PATHS, *c.reserved_mounts)]
-    return f"({clean_path(e)} && {e} != '/' && !({' || '.join(refused)}))"
+    refused = [t for p in (*SYSTEM_PATHS, *c.reserved_mounts) for t in _nested(e, p)]
+    return f"({clean_path(e)} && {e} != '/' && !{balanced('||', refused, 'false')})"
 
 
 def reserved_env_pattern() -> str:
