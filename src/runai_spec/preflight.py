@@ -53,6 +53,9 @@ FORMATS = ("dcp", "torch", "safetensors", "deepspeed")
 GPU_BUSBW_BYTES = 256 * 1024 * 1024
 CPU_BUSBW_BYTES = 16 * 1024 * 1024  # gloo on CPU: 256 MiB would take most of a CI minute
 CKPT_NAME = "preflight-ckpt"
+# what OpenMPI's mpirun sets in each rank's env (OpenMPI 4.1 mpirun(1), "ENVIRONMENT")
+MPI_RANK, MPI_SIZE = "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"
+MPI_LOCAL_RANK, MPI_LOCAL_SIZE = "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -161,6 +164,8 @@ class Launch:
 
     @classmethod
     def from_env(cls) -> Launch:
+        if _env("RANK") is None and _env(MPI_RANK) is not None:
+            return cls.from_mpi_env()
         torchrun = _env("TORCHELASTIC_RUN_ID") is not None
         world = int(_env("WORLD_SIZE", "1") or 1)
         rank = int(_env("RANK", "0") or 0)
@@ -180,6 +185,32 @@ class Launch:
             restart_count=int(_env("TORCHELASTIC_RESTART_COUNT", "0") or 0),
             agent_store=_env("TORCHELASTIC_USE_AGENT_STORE") == "True",
             launcher="torchrun" if torchrun else "python",
+        )
+
+    @classmethod
+    def from_mpi_env(cls) -> Launch:
+        """A rank that OpenMPI's mpirun started (an MPIJob's launcher): rank, world and local
+        rank from OMPI_COMM_WORLD_* (OpenMPI 4.1's mpirun(1) ENVIRONMENT), the store at the
+        MASTER_ADDR and MASTER_PORT the render forwards with -x. The pod's index is the rank
+        over the ranks per pod: mpirun fills each host's slots in the hostfile's order
+        (OMPI_COMM_WORLD_NODE_RANK is not it: it counts across the jobs on a host). An MPI job
+        restarts only whole, as a new mpirun: no restart count reaches the ranks."""
+        local_world = int(_env(MPI_LOCAL_SIZE, "1") or 1)
+        rank = int(_env(MPI_RANK, "0") or 0)
+        port = _env("MASTER_PORT")
+        if port is None:
+            raise SystemExit("preflight: MASTER_PORT is not set (mpirun forwards it with -x)")
+        return cls(
+            rank=rank,
+            world_size=int(_env(MPI_SIZE, "1") or 1),
+            local_rank=int(_env(MPI_LOCAL_RANK, "0") or 0),
+            local_world_size=local_world,
+            node_rank=rank // local_world,
+            master_addr=_env("MASTER_ADDR", "127.0.0.1") or "127.0.0.1",
+            master_port=int(port),
+            restart_count=0,
+            agent_store=False,
+            launcher="mpirun",
         )
 
 
@@ -878,7 +909,7 @@ def watch_deadline(seconds: float | None, started: float) -> None:
         return
 
     def expire() -> None:
-        rank = int(_env("RANK", "0") or 0)
+        rank = int(_env("RANK", _env(MPI_RANK, "0")) or 0)
         rep = Reporter(rank)
         rep.failed("training", f"the preflight's own deadline of {seconds:g} s passed before it "
                    "finished (counted from its start in the pod, queue time aside)",

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from check.test_rules_cases import CASE_FILES, case_id, findings_of
+from conftest import EXAMPLES as SHIPPED_EXAMPLES
 from conftest import ROOT, run
 
-EXAMPLES = sorted((ROOT / "examples").glob("*/profile.yaml"))
+EXAMPLES = [ROOT / "examples" / e / "profile.yaml" for e in SHIPPED_EXAMPLES]
 
 
 @pytest.fixture(scope="module")

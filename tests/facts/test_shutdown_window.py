@@ -148,6 +148,7 @@ while True:
 """
 
 
+@pytest.mark.long  # a 45 s wait: the derivation's tests above run in CI (issue 37: CI near 5 minutes)
 @pytest.mark.slow
 @pytest.mark.torch
 def test_a_45_s_save_on_sigterm_completes_with_the_render_s_setting_and_is_killed_without(

@@ -73,11 +73,3 @@ def test_the_admission_policy_refuses_a_preset_that_allows_mpi_naming_why(profil
     result = run("presets", "policy")
     assert result.exit_code == 2, result.output
     assert f"preset {PRESET} allows launcher mpi (MPIJob)" in result.stderr
-
-
-def test_render_smoke_says_an_mpijob_has_no_smoke_test_yet(profile: Path) -> None:
-    """preflight.py reads torchrun's RANK and WORLD_SIZE, which mpirun does not set: a smoke job
-    would check nothing of the MPIJob (and would lose the preset's mpirun flags)."""
-    result = run("render", "--smoke", str(profile))
-    assert result.exit_code == 2, result.output
-    assert "job is MPIJob kubeflow.org/v2beta1 (launcher: mpi), which has no smoke test yet" in result.stderr

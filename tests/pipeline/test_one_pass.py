@@ -53,6 +53,21 @@ def test_a_bad_value_in_one_data_item_hides_neither_the_checkpoint_nor_other_ite
     assert _line_numbers(result.stderr) == sorted(_line_numbers(result.stderr))
 
 
+def test_a_bad_field_of_a_data_item_hides_none_of_that_items_other_findings(tmp_path: Path) -> None:
+    """Issue 40 item 6: the bad read_only replaced the whole item, hiding its bad source."""
+    data = copy.deepcopy(MULTI)
+    data["data"] = [{"source": "unapproved-src", "path": "/data", "read_only": "maybe"}]
+    result = run("validate", str(_write(tmp_path, data)))
+    assert result.exit_code == 2, result.output
+    said = _said(result.stderr)
+    assert any("data[0].read_only: must be true or false" in ln for ln in said), said
+    assert any("data[0].source: 'unapproved-src' is not an approved data source" in ln for ln in said), said
+    data["data"] = [{"source": "unapproved-src", "path": "relative/data"}]
+    said = _said(run("validate", str(_write(tmp_path, data))).stderr)
+    assert any("data[0].path: String should match pattern" in ln for ln in said), said
+    assert any("data[0].source: 'unapproved-src' is not an approved data source" in ln for ln in said), said
+
+
 def test_a_typo_is_checked_as_the_field_its_hint_names(tmp_path: Path) -> None:
     data = copy.deepcopy(MULTI)
     data["batch"] = {"local": 4, "grad_acum": 8, "global": 512}  # right, once spelt right

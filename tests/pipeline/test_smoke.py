@@ -19,6 +19,7 @@ from runai_spec.cluster import MANAGED_BY_LABEL
 from runai_spec.facts.kubeflow import SMOKE_MOUNT, operator_problems
 from runai_spec.pipeline.smoke import job_deadline_s, smoke_plan
 from runai_spec.pipeline.workload import prepare_workload
+from runai_spec.plan.launcher.accelerate import RDZV_ID_ENV
 from runai_spec.rehearse import free_port, operator_env, split_command
 from runai_spec.render import render_smoke
 from runai_spec.render.manifests import dump, parse
@@ -99,10 +100,14 @@ def test_render_smoke_is_the_same_job_running_preflight_from_a_mounted_config_ma
         ]
         assert container["image"] == real_container["image"]
         assert container["resources"] == real_container["resources"]
-        assert container.get("env") == real_container.get("env")
-        # the launcher is the real one, under the smoke job's own rendezvous id and without
-        # torchrun restarts (every rank runs once); the entry point is preflight.py
+        # the launcher is the real one, under the smoke job's own rendezvous id (accelerate's in
+        # its env: it has no flag) and without torchrun restarts (every rank runs once); the
+        # entry point is preflight.py
         real_name, name = real_job["metadata"]["name"], job["metadata"]["name"]
+        assert container.get("env") == [
+            {**e, "value": name} if (e["name"], e.get("value")) == (RDZV_ID_ENV, real_name) else e
+            for e in real_container.get("env", [])
+        ]
         head = [
             f"--rdzv-id={name}"
             if a == f"--rdzv-id={real_name}"

@@ -308,3 +308,62 @@ def test_strategy_deepspeed_launches_deepspeed_through_torchrun_on_every_pod(
     with monkeypatch.context() as m:
         torchrun = _torchrun_config(argv, env, tmp_path, m)
     assert torchrun.rdzv_backend == "c10d"
+
+
+@pytest.mark.parametrize("base", [MULTI, SINGLE], ids=["multi-node", "single-node"])
+@pytest.mark.parametrize("config", [{}, {"deepspeed_config": {"zero_stage": 3}}], ids=["no-config", "config"])
+def test_strategy_deepspeed_runs_the_profiles_zero_stage(
+    base: Path, config: Mapping[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The profile's zero_stage reaches the ranks as accelerate's --zero_stage: the tool's
+    config carries no stage of its own (only a researcher's deepspeed_config.zero_stage, which
+    validate holds equal), and with none DeepSpeedPlugin runs stage 2 (accelerate 1.16.0
+    utils/dataclasses.py) whatever the profile and its memory estimate say."""
+    from accelerate.utils.launch import prepare_deepspeed_cmd_env
+
+    path = _strategy_profile(tmp_path, base, "deepspeed", config)
+    path.write_text(path.read_text().replace("strategy: deepspeed\n", "strategy: deepspeed\nzero_stage: 3\n"))
+    workload = prepare_workload(path)
+    assert [f.message for f in workload.errors] == []
+    (job,) = workload.manifests
+    role, index, container = next(_pods(job))
+    argv, env = _pod_argv(job, role, index, container, tmp_path)
+    assert argv.count("--zero_stage=3") == 1
+    i = list(workload.plan.launcher).index("--zero_stage=3")
+    assert workload.plan.origins[f"launcher[{i}]"].field == "zero_stage"
+    with monkeypatch.context() as m:
+        args = _validated(argv, env, tmp_path, m)
+        args.deepspeed_fields_from_accelerate_config = ",".join(config.get("deepspeed_config", {}))
+        _, ranks = prepare_deepspeed_cmd_env(args)
+    assert ranks["ACCELERATE_DEEPSPEED_ZERO_STAGE"] == "3"
+    with monkeypatch.context() as m:  # the render before: the config's stage or none at all
+        old = _validated([a for a in argv if a != "--zero_stage=3"], env, tmp_path, m)
+        old.deepspeed_fields_from_accelerate_config = ""
+        stage = prepare_deepspeed_cmd_env(old)[1].get("ACCELERATE_DEEPSPEED_ZERO_STAGE")
+    assert stage == ("3" if config else None)
+
+
+def test_only_strategy_deepspeed_renders_a_zero_stage() -> None:
+    workload = prepare_workload(MULTI)
+    assert workload.loaded.profile.zero_stage is None
+    assert not [a for a in workload.plan.launcher if a.startswith("--zero_stage")]
+
+
+def test_the_smoke_job_meets_under_its_own_rendezvous_id(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """accelerate has no --rdzv_id: torchrun reads PET_RDZV_ID, which the smoke job sets to its
+    own name, as torchrun's smoke job passes its own --rdzv-id (a smoke test beside the real
+    job never joins the real job's rendezvous)."""
+    from runai_spec.pipeline.smoke import smoke_names, smoke_workload
+
+    workload = prepare_workload(MULTI)
+    _, job = smoke_workload(workload)
+    ids = set()
+    for role, index, container in _pods(job):
+        argv, env = _pod_argv(job, role, index, container, tmp_path)
+        with monkeypatch.context() as m:
+            config = _torchrun_config(argv, env, tmp_path, m)
+        ids.add(config.run_id)
+        assert (config.rdzv_backend, config.max_restarts) == ("c10d", 0)
+    assert ids == {smoke_names(workload.plan.name)[0]}

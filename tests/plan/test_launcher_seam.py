@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT
+from conftest import EXAMPLES, ROOT
 from runai_spec.check.launcher import LAUNCHER_FLAGS, LAUNCHERS
 from runai_spec.errors import InputError
 from runai_spec.facts.kubeflow import CONTAINER, pytorch_container
@@ -41,7 +41,6 @@ from runai_spec.render import render_plan, render_smoke
 from runai_spec.render.manifests import Manifest
 
 REGISTRY = PresetRegistry(ROOT / "presets")
-EXAMPLES = sorted(p.parent.name for p in (ROOT / "examples").glob("*/profile.yaml"))
 
 
 class FakeRun:
@@ -69,6 +68,9 @@ class FakeRun:
 
     def env(self, setup: LaunchSetup, src: Sources) -> dict[str, Entry]:
         return {"FAKERUN_PROCS": same(derived("fakerun's own"), "FAKERUN_PROCS", str(setup.procs_per_pod))}
+
+    def rendezvous_env(self, setup: LaunchSetup) -> dict[str, str]:
+        return {}
 
     def origin(self, arg: str, setup: LaunchSetup, src: Sources) -> Origin:
         return derived("fakerun")

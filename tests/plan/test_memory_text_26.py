@@ -7,9 +7,8 @@ import re
 
 import pytest
 
-from conftest import ROOT, run
+from conftest import EXAMPLES, ROOT, run
 
-EXAMPLES = sorted(p.parent.name for p in (ROOT / "examples").glob("*/profile.yaml"))
 PARTS = r"weights ([\d.]+) \+ gradients ([\d.]+) \+ optimizer ([\d.]+)"
 
 

@@ -5,30 +5,19 @@ only; a site without mpi-operator (or with training-operator's MPIJob v1) refuse
 from __future__ import annotations
 
 import shutil
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
-import yaml
 
-from conftest import ROOT, run
+from conftest import run
 from mpi_presets import MPI, mpi_presets, mpi_profile
+from mpi_presets import mpijob_schema as _crd_schema
 from runai_spec import render
 from runai_spec.facts import mpi
 from runai_spec.load.registry import PresetRegistry
 from runai_spec.pipeline.workload import prepare_workload
-
-CRD = ROOT.parent / "shared" / "schemas" / "kubeflow.org_mpijobs.yaml"
-
-
-@cache
-def _crd_schema() -> dict[str, Any]:
-    crd = yaml.safe_load(CRD.read_text(encoding="utf-8").split("\n---\n", 1)[1])
-    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v2beta1")
-    schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
-    return schema
 
 
 @pytest.fixture
@@ -175,14 +164,6 @@ def test_mpi_transport_variables_in_the_profile_are_the_engineers(
     result = run("validate", str(mpi_profile(tmp_path, env={name: "tcp"})))
     assert result.exit_code == 1, result.output
     assert f"{name} is an MPI transport setting" in result.output
-
-
-def test_rehearse_says_it_does_not_run_an_mpijob_yet(presets: Path, tmp_path: Path) -> None:
-    batch = {"local": 4, "grad_accum": 8, "global": 512}
-    result = run("rehearse", str(mpi_profile(tmp_path, batch=batch)), "--logs", str(tmp_path / "logs"))
-    assert result.exit_code == 2, result.output
-    assert "this profile renders an MPIJob" in result.output and "docs/mpi.md" in result.output
-    assert not (tmp_path / "logs").exists()  # refused before anything is written
 
 
 def test_deepspeed_over_mpi_with_a_second_network_is_warned_of_mpi_discovery(

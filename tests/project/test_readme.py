@@ -16,6 +16,9 @@ How each command is run:
   as written); the rehearsal itself is covered by tests/rehearse/test_rehearse_cpu.py and
   tests/rehearse/test_rehearse_cli.py, and would cost half a minute per line here. A block of
   commands that need a GPU says `# needs: gpu` in its first line.
+- a block whose first line says `# needs: presets checkout` runs in the engineers' presets
+  checkout: its commands read the presets from ./presets (where its `cp` copies a proposal and
+  `presets approve` signs it with a throwaway key), not from the tool's own presets;
 Commands that are not runai-spec's (venv, pip, ruff, mypy, pytest, kubectl, ...) are listed in
 NOT_RUN with the reason; a command of any other kind fails test_every_command_is_classified.
 """
@@ -37,6 +40,7 @@ from conftest import ENGINEER, ROOT, allow_signer, run
 from kubeapi import KubeAPI
 from outputs.test_init import IMAGE, interview
 from runai_spec import rehearse as rehearse_module
+from runai_spec.load import registry as registry_module
 from runai_spec.load.registry import PresetRegistry
 from runai_spec.rehearse import RehearseResult
 
@@ -67,6 +71,9 @@ NOT_RUN = {
     "ssh-keygen": "OpenSSH's; tests/load runs it on throwaway keys (tests/conftest.py)",
     "git": "the presets repository's own workflow",
 }
+# What the code blocks run besides runai-spec that this test plays (test_every_offline_command_runs).
+PLAYED = {"cp": "copies files in the reader's folder (an engineer's proposal into presets/)"}
+CHECKOUT = "presets checkout"  # a block's need: its commands read ./presets (the module's docstring)
 
 
 def blocks(lang: str, page: Path = README) -> list[str]:
@@ -183,7 +190,9 @@ def test_every_command_is_classified(page: Path) -> None:
                 f"{where}: {command}: a cluster command in a block without `# needs: cluster`"
             )
         else:
-            assert command.argv[0] in NOT_RUN, f"{where}: {command}: run it here or say why not"
+            assert command.argv[0] in NOT_RUN or (command.argv[0] in PLAYED and CHECKOUT in command.needs), (
+                f"{where}: {command}: run it here or say why not"
+            )
 
 
 @pytest.mark.parametrize(
@@ -229,14 +238,25 @@ def invoke(command: Command, key: Path | None = None) -> Any:
 
 @pytest.mark.parametrize("page", PAGES, ids=PAGE_IDS)
 def test_every_offline_command_runs(
-    page: Path, readme_folder: Path, presets_dir: Path, _engineer_key: Path
+    page: Path, readme_folder: Path, presets_dir: Path, _engineer_key: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # the engineer runs `presets approve ... --dir presets/` in the presets repository's
     # checkout: a copy here, whose allowed_signers lists the engineer's (throwaway) key
     shutil.copytree(presets_dir, readme_folder / "presets")
     allow_signer(readme_folder / "presets", _engineer_key, ENGINEER)
     ran = []
-    for command in of_kind(OFFLINE, page):
+    for command in commands(page):
+        checkout = CHECKOUT in command.needs
+        if command.argv[0] in PLAYED and checkout:  # `cp FILE... DIR/`
+            play_cp(command, readme_folder)
+        if command not in of_kind(OFFLINE, page):
+            continue
+        # the engineers' checkout (./presets) for its blocks, else the tool's own presets
+        monkeypatch.setattr(
+            registry_module,
+            "default_presets_dir",
+            (lambda: readme_folder / "presets") if checkout else (lambda: presets_dir),
+        )
         result = invoke(command, _engineer_key)
         assert result.exit_code == 0, f"{command}: {result.output}"
         ran.append(command.argv[1:3])
@@ -250,7 +270,10 @@ def test_every_offline_command_runs(
         if command.stdout_to and command.argv[1] == "plan":
             assert (readme_folder / command.stdout_to).read_text().startswith("# Review request")
         if command.argv[1:3] == ("presets", "approve"):
-            approved = PresetRegistry(readme_folder / "presets").get(command.argv[3]).approval
+            signed = PresetRegistry(readme_folder / "presets")
+            approved = (
+                signed.approved_site() if command.argv[3] == "site" else signed.get(command.argv[3])
+            ).approval
             assert approved.approved_by == ENGINEER and approved.signature
     if page == README:
         assert ("validate", "profile.yaml") in ran and ("plan", "profile.yaml") in ran
@@ -305,9 +328,29 @@ def test_every_cluster_command_runs_against_the_fake_api(
     assert api.kube.sent("GET") or api.kube.writes(), "nothing reached the cluster"
 
 
+def play_cp(command: Command, folder: Path) -> None:
+    """`cp FILE... DIR` in FOLDER."""
+    for source in command.argv[1:-1]:
+        shutil.copy(folder / source, folder / command.argv[-1])
+
+
+def play_checkout(page: Path, folder: Path, key: Path) -> None:
+    """The page's `# needs: presets checkout` blocks' `cp` and `presets approve` commands, on
+    FOLDER/presets (a copy of the tool's presets whose allowed_signers lists KEY)."""
+    for command in commands(page):
+        if CHECKOUT in command.needs and command.argv[0] in PLAYED:
+            play_cp(command, folder)
+        elif CHECKOUT in command.needs and command.runai_spec and command.argv[1:3] == ("presets", "approve"):
+            assert invoke(command, key).exit_code == 0, str(command)
+
+
 @pytest.mark.parametrize("page", [p for p in PAGES if of_kind(REHEARSE, p)], ids=str)
 def test_every_rehearse_command_parses_and_reaches_the_rehearsal(
-    page: Path, readme_folder: Path, monkeypatch: pytest.MonkeyPatch
+    page: Path,
+    readme_folder: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    presets_dir: Path,
+    _engineer_key: Path,
 ) -> None:
     # arguments only (see the module's docstring): the rehearsal is the slow tests' subject
     calls: list[dict[str, Any]] = []
@@ -317,7 +360,12 @@ def test_every_rehearse_command_parses_and_reaches_the_rehearsal(
         return RehearseResult(True, (), (), readme_folder / "logs", 4, "gloo", False)
 
     monkeypatch.setattr(rehearse_module, "rehearse_manifests", rehearse_manifests)
+    shutil.copytree(presets_dir, readme_folder / "presets")
+    allow_signer(readme_folder / "presets", _engineer_key, ENGINEER)
+    play_checkout(page, readme_folder, _engineer_key)
     for command in of_kind(REHEARSE, page):
+        checkout = readme_folder / "presets" if CHECKOUT in command.needs else presets_dir
+        monkeypatch.setattr(registry_module, "default_presets_dir", lambda folder=checkout: folder)
         result = invoke(command)
         assert result.exit_code == 0, f"{command}: {result.output}"
         kw = calls.pop()

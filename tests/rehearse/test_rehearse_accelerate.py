@@ -278,3 +278,65 @@ def test_the_audit_layer_does_not_count_accelerate_putting_the_env_back(tmp_path
     assert done.returncode == 0, done.stderr
     written = [r.get("name") for r in read_audit(audit, key) if r.get("event") == "env-set"]
     assert written == ["NCCL_ALGO"]
+
+
+# An Accelerate script that keeps its batch per process (8 x 4 accumulation, the one-pod
+# example's), with enough work per step to be measured; it prints its thread setting
+SCALING_SCRIPT = """\
+import os, torch
+from accelerate import Accelerator
+
+acc = Accelerator(cpu=True, gradient_accumulation_steps=4)
+print("threads", os.environ.get("OMP_NUM_THREADS"), torch.get_num_threads(), flush=True)
+data = torch.utils.data.TensorDataset(torch.randn(8 * 4 * 12 * acc.num_processes, 64))
+loader = torch.utils.data.DataLoader(data, batch_size=8)
+model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.Tanh(), torch.nn.Linear(256, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+model, opt, loader = acc.prepare(model, opt, loader)
+for (x,) in loader:
+    with acc.accumulate(model):
+        a = torch.randn(128, 128)
+        for _ in range(4):
+            a = torch.tanh(a @ a)
+        acc.backward(model(x).sum() + a.mean())
+        opt.step()
+        opt.zero_grad()
+acc.end_training()
+"""
+
+
+@pytest.mark.long  # two rehearsals of accelerate launch (~40 s): with the other --scaling reruns
+@pytest.mark.slow
+@pytest.mark.torch
+def test_scaling_an_accelerate_profile_reruns_accelerate_launch_at_each_k(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--scaling 1,2 of the one-pod accelerate example: K=1 is `accelerate launch
+    --num_processes=1` (no --multi_gpu: test_one_process_on_one_pod_... checks the argv), K=2 its
+    torchrun over two processes; both with one thread per process, the per-process batch
+    measured equal, so the row gives an efficiency."""
+    needs_torch()
+    example = ROOT / "examples" / "accelerate-single-node" / "profile.yaml"
+    profile = yaml.safe_load(example.read_text(encoding="utf-8"))
+    profile.update(command=["train_accelerate.py"])
+    for field in ("working_dir", "metrics"):
+        profile.pop(field)
+    (tmp_path / "profile.yaml").write_text(yaml.safe_dump(profile, sort_keys=False), encoding="utf-8")
+    (tmp_path / "train_accelerate.py").write_text(SCALING_SCRIPT, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    argv = ["rehearse", "profile.yaml", "--own-script", "--logs", "logs", "--timeout", "180"]
+    result = run(*argv, "--scaling", "1,2")
+    rows = {c["check"]: c for c in json.loads((tmp_path / "logs" / "result.json").read_text())["checks"]}
+    row = rows["scaling"]
+    assert row["status"] == "note", (row["message"], result.output)
+    runs = row["details"]["runs"]
+    assert [(r["procs_per_pod"], r["world"]) for r in runs] == [(1, 1), (2, 2)]
+    assert [r["samples_per_step_per_process"] for r in runs] == [32, 32], runs
+    assert runs[0]["efficiency"] == 1.0
+    assert runs[1]["efficiency"] is not None or "above 100 %" in runs[1]["refused"], runs[1]
+    assert runs[1]["logs_dir"] == str((tmp_path / "logs" / "scaling-2").resolve())
+    assert "OMP_NUM_THREADS=1 in every run" in row["message"]
+    assert rows["global-batch"]["status"] == "pass", rows["global-batch"]
+    logs = [p.read_text() for p in (tmp_path / "logs").rglob("stdout.log")]
+    threads = {line for text in logs for line in text.splitlines() if line.startswith("threads")}
+    assert threads == {"threads 1 1"}, threads

@@ -25,3 +25,13 @@ def test_a_first_step_that_read_one_batch_ahead_does_not_decide_the_batch() -> N
 def test_a_single_measured_step_still_counts_and_later_starts_are_not_mixed_in() -> None:
     records = [_batch(0, 1, 32), _batch(0, 1, 40, attempt=1), _batch(0, 2, 40, attempt=1)]
     assert samples_per_step(records) == {0: 32}
+
+
+def test_the_gpu_runs_killed_first_start_measures_the_steps_after_its_first() -> None:
+    """The device run of docs/gpu-runs/accelerate (8 local x 4 accumulation, a kill after the
+    step-2 checkpoint): the first start measured 40 (one batch drawn ahead) then 32 before the
+    kill, and the restarted start draws ahead again. The row read 40 at 7d1f14e (the tie); the
+    script is correct: 32."""
+    first = [_batch(0, 1, 40), _batch(0, 2, 32)]
+    restarted = [_batch(0, 1, 40, attempt=1)] + [_batch(0, n, 32, attempt=1) for n in (2, 3, 4)]
+    assert samples_per_step(first + restarted) == {0: 32}

@@ -274,7 +274,10 @@ def _rehearse(
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize(("script", "expected"), [(INPUT_BOUND, "input"), (COMPUTE_BOUND, "compute")])
+@pytest.mark.parametrize(  # CI: the input-bound case (issue 37: CI's time)
+    ("script", "expected"),
+    [(INPUT_BOUND, "input"), pytest.param(COMPUTE_BOUND, "compute", marks=pytest.mark.long)],
+)
 def test_an_input_bound_and_a_compute_bound_script_get_their_verdicts(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -345,6 +348,7 @@ dist.destroy_process_group()
 """
 
 
+@pytest.mark.long  # a --scaling rerun: with the other --scaling reruns (issue 37: CI's time)
 @pytest.mark.torch
 @pytest.mark.slow
 def test_a_script_that_divides_the_global_batch_gets_no_efficiency_above_100(

@@ -1,7 +1,8 @@
 """The MPI rehearsal (issue 39 item 3): the rendered MPIJob's launcher command under real OpenMPI
 mpirun, over the operator's hostfile (2 pods x 2 slots), a clean-env rsh agent standing for
 sshd; a worker rank killed after a checkpoint ends mpirun, and the launcher Job's back-off
-starts it again, resuming the saved step (that one in CI's representative set, the other long)."""
+starts it again, resuming the saved step (both long: CI runs the fault through the command,
+tests/rehearse/test_rehearse_mpi_cli.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from mpi_presets import mpi_presets, mpi_profile
 from runai_spec import render
 from runai_spec.load.registry import PresetRegistry
 from runai_spec.pipeline.workload import prepare_workload
-from runai_spec.rehearse.mpi import rehearse_mpi
+from runai_spec.rehearse.mpi import Kill, rehearse_mpi
 
 pytestmark = [
     pytest.mark.slow,
@@ -68,6 +69,8 @@ def test_mpirun_runs_every_rank_over_the_operators_hostfile(
     ]
 
 
+# long: CI runs the same fault through the command (test_rehearse_mpi_cli.py)
+@pytest.mark.long
 def test_a_worker_rank_killed_after_a_checkpoint_restarts_the_launcher_from_it(
     presets_dir: Path, _engineer_key: Path, tmp_path: Path
 ) -> None:
@@ -79,8 +82,7 @@ def test_a_worker_rank_killed_after_a_checkpoint_restarts_the_launcher_from_it(
         tmp_path / "rehearsal",
         cwd=tmp_path,
         volumes={"checkpoint": checkpoints},
-        kill_rank=2,  # the worker pod's first rank (the launcher holds ranks 0 and 1)
-        kill_when=saved.exists,
+        kill=Kill(2, saved.exists),  # the worker pod's first rank (the launcher holds ranks 0 and 1)
         timeout=300,
     )
     assert len(done.attempts) == 2, done.output

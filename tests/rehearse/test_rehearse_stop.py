@@ -64,7 +64,7 @@ def _profile(tmp_path: Path, example: str) -> Path:
 @pytest.mark.parametrize(
     ("sig", "example", "network"),
     [
-        (signal.SIGTERM, "single-node", "auto"),
+        pytest.param(signal.SIGTERM, "single-node", "auto", marks=pytest.mark.long),  # CI: SIGKILL's case
         pytest.param(signal.SIGINT, "single-node", "auto", marks=pytest.mark.long),
         # two pods on loopback: no PID namespace, torchrun's workers end through the audit layer
         (signal.SIGKILL, "multi-node", "loopback"),

@@ -301,7 +301,11 @@ dist.destroy_process_group()
 @pytest.mark.parametrize(
     ("script", "expected"),
     [
-        (HANGS_AFTER_TEARDOWN, "after its own destroy_process_group, waiting in threading.py:"),
+        pytest.param(  # CI stops at the other stuck rank (issue 37: CI's time)
+            HANGS_AFTER_TEARDOWN,
+            "after its own destroy_process_group, waiting in threading.py:",
+            marks=pytest.mark.long,
+        ),
         (OUTLIVES_ITS_PEERS, "after every other rank exited, waiting in train.py:4 in <module>"),
     ],
     ids=["after-its-destroy", "after-its-peers"],

@@ -124,8 +124,7 @@ def test_every_template_renders_the_same_both_ways_for_every_example(
     ]:
         plan = prepare_workload(profile, registry).plan
         render.render_plan(plan)
-        if registry is None:  # an MPIJob has no smoke test yet (pipeline/smoke.py)
-            render.render_smoke(smoke_plan(plan))
+        render.render_smoke(smoke_plan(plan))
     assert compared == {path.name for path in (ROOT / "templates").glob("*.j2")}
 
 

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cluster.test_cluster_ops import running_job
+from conftest import examples
 from kube_helpers import NAME, NS, PROFILE, Render, run
 from kubeapi import KubeAPI
 from runai_spec.cluster.objects import replica_index
@@ -165,7 +166,7 @@ log_lines = st.lists(
 
 
 @settings(
-    max_examples=40,
+    max_examples=examples(40),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

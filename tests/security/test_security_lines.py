@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import ROOT, run
+from conftest import ROOT, examples, run
 from runai_spec.check.storage import PATH_CONTROL
 from runai_spec.errors import UNSAFE_CHARS, InputError, Location, unsafe_text, visible
 from runai_spec.findings import Finding
@@ -94,7 +94,7 @@ def test_each_break_and_bidi_character_is_shown_escaped() -> None:
     assert visible(visible("a\nb")) == "a\\nb"  # applying it twice changes nothing
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(HOSTILE, HOSTILE, HOSTILE, HOSTILE, st.integers(1, 99))
 def test_a_finding_is_exactly_its_lines(message: str, hint: str, file: str, field: str, line: int) -> None:
     finding = Finding("nccl-transport-env", Location(file, line, field), message, hint or None, "warning")
@@ -105,7 +105,7 @@ def test_a_finding_is_exactly_its_lines(message: str, hint: str, file: str, fiel
     assert lines[0].endswith(" [nccl-transport-env]")
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(HOSTILE, HOSTILE, HOSTILE, HOSTILE, st.lists(HOSTILE, max_size=3))
 def test_an_error_is_exactly_its_lines(
     message: str, hint: str, file: str, field: str, also: list[str]

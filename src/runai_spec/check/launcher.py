@@ -6,18 +6,22 @@ import re
 from collections.abc import Iterator
 
 from ..errors import InputError
+from ..facts import accelerate as acc
 from ..facts import mpi
-from ..facts.kubeflow import GPU_RESOURCE, KIND, nproc_flags, pytorch_container, torchrun_procs
+from ..facts.kubeflow import GPU_RESOURCE, KIND, nproc_flags, pytorch_container, replica_specs, torchrun_procs
 from ..facts.torchrun import (
+    ACCELERATE,
     EXECUTABLE_ENTRY,
     SHELLS,
     entry_point_kind,
+    flag_uses,
     launcher_entry,
     split_command,
     without_launcher,
 )
 from ..findings import Finding
 from ..plan.launcher import PROFILE_LAUNCHERS, MpiLauncher, registered_launchers
+from ..render.manifests import Manifest
 from .rules import Context, finding, rule
 
 # Launchers runai-spec does not render (yet), refused as a command's first word like the ones
@@ -267,18 +271,23 @@ def _entry_point_findings(ctx: Context, command: list[str], kind: str | None) ->
         )
 
 
-def _launcher_head(command: list[str]) -> tuple[str, ...]:
-    """The launcher and its flags before the entry point (torchrun passes everything after
-    the script to the script); the whole argv where it starts with no known launcher."""
+def _launcher_head(command: list[str]) -> tuple[str | None, tuple[str, ...]]:
+    """The launcher's kind (split_command's; None: none it knows) and the launcher and its
+    flags before the entry point (torchrun passes everything after the script to the script);
+    the whole argv where it starts with no known launcher."""
     try:
-        return split_command(command).head
+        launcher = split_command(command)
     except InputError:
-        return tuple(command)
+        return None, tuple(command)
+    return launcher.kind, launcher.head
 
 
 @rule("nproc-gpus", "error", "Processes per pod equal the GPUs visible in the pod")
 def check_nproc(ctx: Context) -> Iterator[Finding]:
-    """The guide: the process count must match the GPUs visible inside the pod."""
+    """The guide: the process count must match the GPUs visible inside the pod. torchrun's
+    processes per pod are its `--nproc-per-node` (else the operator's); accelerate's
+    `--num_processes` counts every pod's together and `--num_machines` the pods, so they must
+    be the GPUs per pod times the pods, and the pods."""
     for manifest in ctx.manifests:
         if manifest.get("kind") != KIND:
             continue
@@ -287,9 +296,11 @@ def check_nproc(ctx: Context) -> Iterator[Finding]:
             container = pytorch_container(spec, role)
             gpus = container["resources"]["limits"][GPU_RESOURCE]
             command = container["command"]
-            head = _launcher_head(command)  # after the entry point, the flags are the script's
+            kind, head = _launcher_head(command)  # after the entry point, the flags are the script's
             flags = nproc_flags(head)
             started = torchrun_procs(manifest, head, ctx.site.operator_version)
+            if kind == ACCELERATE:
+                yield from _accelerate_nproc(ctx, manifest, role, head, gpus)
             if command[:1] == ["torchrun"] and str(started) != str(gpus):
                 yield finding(
                     ctx,
@@ -306,3 +317,28 @@ def check_nproc(ctx: Context) -> Iterator[Finding]:
                     f"{gpus} GPUs per pod but nprocPerNode {nproc} / flags {flags}",
                     "this is a runai-spec or preset bug; tell the AI Engineers",
                 )
+
+
+def _accelerate_nproc(
+    ctx: Context, job: Manifest, role: str, head: tuple[str, ...], gpus: object
+) -> Iterator[Finding]:
+    """accelerate launch starts --num_processes in all (the last one given: argparse) over
+    --num_machines, num_processes // num_machines per machine (accelerate 1.16.0 utils/launch.py
+    prepare_multi_gpu_env): the pods' GPUs, one machine per pod."""
+    pods = sum(replicas for _, replicas, _ in replica_specs(job))
+    given = {
+        name: [use.value for use in flag_uses(head, *acc.spellings(name))][-1:]
+        for name in (acc.NUM_PROCESSES_FLAG, acc.NUM_MACHINES_FLAG)
+    }
+    total = int(str(gpus)) * pods if str(gpus).isdigit() else f"{gpus} x {pods}"
+    want = {acc.NUM_PROCESSES_FLAG: str(total), acc.NUM_MACHINES_FLAG: str(pods)}
+    if any(given[name] != [value] for name, value in want.items()):
+        told = ", ".join(f"{name}={v[0] if v else '(none)'}" for name, v in given.items())
+        yield finding(
+            ctx,
+            "nproc-gpus",
+            f"spec.pytorchReplicaSpecs.{role}",
+            f"accelerate launch {told} on {pods} pod(s) of {gpus} GPUs "
+            f"(expected {', '.join(f'{k}={v}' for k, v in want.items())})",
+            "this is a runai-spec or preset bug; tell the AI Engineers",
+        )

@@ -244,6 +244,7 @@ def run_with_status_line(workload: Workload, spec: RehearsalSpec) -> RehearseRes
             settings=preflight_settings(workload),
             progress=show,
             operator_version=workload.plan.operator_version,
+            kai_version=workload.site.kai_version,
             plan=workload.plan,
         )
         if spec.scaling:

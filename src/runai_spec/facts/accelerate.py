@@ -26,6 +26,20 @@ MAX_RESTARTS_FLAG = "--max_restarts"
 LOG_DIR_FLAG = "--log_dir"
 TEE_FLAG = "--tee"
 NO_PYTHON_FLAG = "--no_python"
+# DeepSpeed's ZeRO stage: the flag sets ACCELERATE_DEEPSPEED_ZERO_STAGE for the ranks
+# (utils/launch.py prepare_deepspeed_cmd_env), which DeepSpeedPlugin reads, defaulting to 2
+# where it is unset (utils/dataclasses.py __post_init__). A given flag wins over the config's
+# deepspeed_config.zero_stage (_validate_launch_command copies a config key only where the flag
+# was not given: args.nondefault, commands/utils.py _StoreAction).
+ZERO_STAGE_FLAG = "--zero_stage"
+
+
+def spellings(name: str) -> tuple[str, str]:
+    """Flag NAME as accelerate's parser takes it: registered with `_`, and its own _StoreAction
+    adds the `-` form (commands/utils.py)."""
+    return name, name[:2] + name[2:].replace("_", "-")
+
+
 # Its flags that take no value (store_true in launch_command_parser), as split_command reads an
 # argv; -m ends the flags (the module is the entry point).
 BOOLEAN_FLAGS = frozenset(

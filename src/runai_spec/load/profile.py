@@ -374,6 +374,23 @@ _ITEM_PLACEHOLDER: dict[str, Any] = {
 }
 
 
+def _repair_item(items: list[Any], top: str, loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Item loc[1] of items made valid where loc points: the one field that did not parse back
+    to its default (the placeholder's value where it has no default), else the whole item the
+    placeholder; the path of what was replaced."""
+    index = loc[1]
+    placeholder = _ITEM_PLACEHOLDER[top](index)
+    item = items[index]
+    if len(loc) >= 3 and isinstance(loc[2], str) and isinstance(item, dict) and loc[2] in item:
+        if loc[2] in placeholder:
+            item[loc[2]] = placeholder[loc[2]]
+        else:
+            item.pop(loc[2])
+        return loc[:3]
+    items[index] = placeholder
+    return loc[:2]
+
+
 def _loc(error: Any) -> tuple[Any, ...]:
     return tuple(p for p in error["loc"] if not str(p).startswith("function-"))
 
@@ -418,9 +435,10 @@ def _repair(data: dict[str, Any], exc: ValidationError) -> tuple[Profile, set[st
                 and loc[1] < len(data[top])
             ):
                 # one bad item of a list stands in for itself only: the other items, and the
-                # rules that read the list, are still checked (issue 26 item 2)
-                data[top][loc[1]] = _ITEM_PLACEHOLDER[top](loc[1])
-                invalid.add(field_path(loc[:2]))
+                # rules that read the list, are still checked (issue 26 item 2); one bad field
+                # of an item stands in for that field only, so the item's other fields are
+                # checked too (issue 40 item 6)
+                invalid.add(field_path(_repair_item(data[top], top, loc)))
                 continue
             invalid.add(top)
             replaced.add(top)

@@ -403,6 +403,14 @@ def print_rehearsal(result: RehearseResult, name: str) -> list[str]:
         if restarted or any(o.attempt for o in result.pods)
         else ""
     )
+    if result.mpirun_log is not None:
+        from ..rehearse.mpi import ATTEMPT_MARK as MPI_ATTEMPT_MARK
+
+        return [
+            f"logs: {result.logs_dir}",
+            f"  mpirun (the launcher pod; every rank's lines, each launcher attempt after a line "
+            f"'{MPI_ATTEMPT_MARK}'): {result.mpirun_log}",
+        ]
     lines = [
         f"logs: {result.logs_dir}",
         f"  each pod: {result.logs_dir}/<pod>/pod.log"

@@ -21,6 +21,7 @@ from ..facts.kubeflow import (
 )
 from ..facts.kubeflow import SMOKE_SUFFIX as SMOKE_SUFFIX
 from ..plan.launcher import PYTORCHJOB, LaunchSetup, RendezvousPlan, launcher_named
+from ..plan.launcher.mpi import MPIJOB, program_launcher
 from ..plan.plan import Plan
 from ..plan.volumes import CHECKPOINT
 from ..render import render_smoke
@@ -92,12 +93,12 @@ def smoke_names(name: str) -> tuple[str, str]:
 
 
 def refuse_other_kinds(plan: Plan, file: str | None) -> None:
-    """A job that is no PyTorchJob (an MPIJob: issue 39) has no smoke test yet: preflight.py
-    reads torchrun's env (RANK, WORLD_SIZE), which mpirun does not set."""
-    if plan.workload != PYTORCHJOB:
+    """A job of a kind whose ranks preflight.py cannot find its rank in (torchrun's RANK and
+    WORLD_SIZE, or mpirun's OMPI_COMM_WORLD_*) has no smoke test."""
+    if plan.workload not in (PYTORCHJOB, MPIJOB):
         raise InputError(
-            f"the smoke test runs preflight.py with torchrun's env; this profile's job is "
-            f"{plan.workload.kind} {plan.workload.api_version} (launcher: {plan.launcher_name}), "
+            f"the smoke test runs preflight.py with torchrun's or mpirun's env; this profile's job "
+            f"is {plan.workload.kind} {plan.workload.api_version} (launcher: {plan.launcher_name}), "
             "which has no smoke test yet",
             file=file,
             field="launcher",
@@ -168,7 +169,10 @@ def smoke_plan(
         rendezvous=rendezvous,
         elastic=None if plan.elastic is None else plan.elastic._replace(max_restarts=0),
         launcher=smoke_launcher(plan, rendezvous),
+        env=smoke_env(plan, rendezvous, name),
         entrypoint=(PREFLIGHT, *args),
+        # an MPIJob's launcher is a Job of its own: never restarted either (backoffLimit 0)
+        mpi=None if plan.mpi is None else plan.mpi._replace(launcher_restart_policy="Never"),
     )
     # the job's labels carry runai-spec's managed-by label: submit and delete treat the
     # ConfigMap as runai-spec's own, like the job
@@ -182,12 +186,8 @@ def smoke_plan(
     return SmokePlan(job, config_map, after)
 
 
-def smoke_launcher(plan: Plan, rendezvous: RendezvousPlan | None) -> tuple[str, ...]:
-    """The smoke job's launcher, built by the job's own launcher (plan.launcher_name) as the
-    planner builds the job's: the smoke test's RENDEZVOUS, the job's per-rank logs on its
-    checkpoint volume. Never torchrun's --no-python, and `python -u` on one GPU: preflight.py
-    is a Python script whatever the job's entry point."""
-    setup = LaunchSetup(
+def _smoke_setup(plan: Plan, rendezvous: RendezvousPlan | None, name: str = "") -> LaunchSetup:
+    return LaunchSetup(
         plan.layout,
         plan.procs_per_pod,
         plan.elastic is not None,
@@ -196,8 +196,32 @@ def smoke_launcher(plan: Plan, rendezvous: RendezvousPlan | None) -> tuple[str, 
         plan.mount_of(CHECKPOINT) or "",
         plan.termination_grace_period_seconds,
         plan.pods,
+        job=name,
     )
-    return launcher_named(plan.launcher_name).argv(setup)
+
+
+def smoke_launcher(plan: Plan, rendezvous: RendezvousPlan | None) -> tuple[str, ...]:
+    """The smoke job's launcher, built by the job's own launcher (plan.launcher_name) as the
+    planner builds the job's: the smoke test's RENDEZVOUS, the job's per-rank logs on its
+    checkpoint volume. Never torchrun's --no-python, and `python -u` on one GPU: preflight.py
+    is a Python script whatever the job's entry point. An MPIJob's mpirun line is the job's
+    own (the preset's flags and the -x list: no rendezvous in it; the launcher's name travels
+    in MASTER_ADDR's value, smoke_env), with `python -u` before preflight.py."""
+    if plan.workload == MPIJOB:
+        return program_launcher(plan.launcher)
+    return launcher_named(plan.launcher_name).argv(_smoke_setup(plan, rendezvous))
+
+
+def smoke_env(plan: Plan, rendezvous: RendezvousPlan | None, name: str) -> tuple[tuple[str, str], ...]:
+    """The job's env with the smoke test's RENDEZVOUS where the launcher carries it in a
+    variable (accelerate's PET_RDZV_ID: it has no flag; an MPIJob's MASTER_ADDR: the smoke job
+    NAME's launcher), each in its place."""
+    own = launcher_named(plan.launcher_name).rendezvous_env(_smoke_setup(plan, rendezvous, name))
+    names = {name for name, _ in plan.env}
+    return (
+        *((name, own.get(name, value)) for name, value in plan.env),
+        *((name, value) for name, value in own.items() if name not in names),
+    )
 
 
 def smoke_workload(workload: Workload, *, deadline_s: int = DEFAULT_DEADLINE_S) -> list[Manifest]:

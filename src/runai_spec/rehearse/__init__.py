@@ -20,6 +20,7 @@ from ..pipeline.checklist import (
     preflight_settings,
     preflight_source,
 )
+from ..plan.launcher.mpi import MPIJOB
 from .argv import CHECKPOINTS_HERE, MULTICAST_OFF, PodPlan, free_port, plan_pods, probe_gpus, write_plan
 from .bottleneck import bottleneck_row
 from .checks import (
@@ -28,6 +29,7 @@ from .checks import (
     RehearseResult,
     aggregate,
     command_note,
+    cpu_bandwidth,
     netns_note,
     network_note,
     pid1_note,
@@ -47,7 +49,7 @@ from .job import (
     replicas_of,
 )
 from .logs_folder import check_logs_dir, make_logs_dir
-from .mpi import refuse_mpijob
+from .mpi_run import rehearse_mpijob
 from .network import NETWORK_DIR, NetPlan, auto_on_gpu, plan_network, pod_network, resolve_mode
 from .processes import PodOutcome, run_attempt
 from .restarts import operator_verdict, restart_settings
@@ -83,6 +85,7 @@ __all__ = [
     "operator_verdict",
     "aggregate",
     "check_timeout",
+    "cpu_bandwidth",
     "find_job",
     "operator_env",
     "parse_lines",
@@ -126,7 +129,6 @@ def set_up(manifests: Sequence[Mapping[str, Any]], spec: RehearsalSpec) -> Setup
     if spec.procs_per_pod is not None and spec.procs_per_pod < 1:  # before the logs' folder is made
         raise InputError("--procs-per-pod must be at least 1", field="--procs-per-pod")
     job = find_job(manifests, spec.plan.workload if spec.plan is not None else None)
-    refuse_mpijob(job)  # issue 39: its rehearsal is rehearse/mpi.py's, not this command's yet
     faults = faults_of(job, spec.kills, spec.preempt, spec.restart_after_checkpoint, spec.scheduler_faults)
     mode = resolve_mode(spec.network)  # netns where it cannot be: bad input, nothing started
     check_backoff_scale(spec.backoff_scale)
@@ -288,27 +290,11 @@ def notes(setup: Setup, plans: Sequence[PodPlan]) -> list[CheckResult]:
     return out + [n for n in [command_note(plans, launcher)] if n is not None] + [pid1_note(plans)]
 
 
-def cpu_bandwidth(checks: Sequence[CheckResult], minimum: float | None, gpus: int) -> list[CheckResult]:
-    """On CPU the preset's bus-bandwidth minimum is not applied (gloo over loopback says nothing
-    of the cluster's fabric): the row is a note that says so, not a pass against it."""
-    if gpus or minimum is None:
-        return list(checks)
-    return [
-        dataclasses.replace(
-            c,
-            status="note",
-            message=f"{c.message}; the preset's minimum of {minimum:g} GB/s is not applied on CPU "
-            "(gloo over loopback says nothing of the cluster's fabric): measure on the GPU machine",
-        )
-        if c.check == "bus-bandwidth" and c.status == "pass"
-        else c
-        for c in checks
-    ]
-
-
 def rehearse_manifests(manifests: Sequence[Mapping[str, Any]], spec: RehearsalSpec) -> RehearseResult:
     """Run the job's topology here and collect the preflight's checks (RehearsalSpec says
-    what is asked)."""
+    what is asked); an MPIJob's plan: its mpirun here (mpi_run.py)."""
+    if spec.plan is not None and spec.plan.workload == MPIJOB:
+        return rehearse_mpijob(find_job(manifests, MPIJOB), spec)
     setup = set_up(manifests, spec)
     root = setup.root
     # removed again on the way out, also on error; network.log: when each name resolved. First:

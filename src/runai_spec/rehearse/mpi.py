@@ -39,6 +39,7 @@ host=$1; shift
 echo "$host $$" >> "$(dirname "$0")/agents"
 exec env -i PATH="$PATH" HOME="$HOME" sh -c "$*"
 """
+ATTEMPT_MARK = "--- launcher attempt:"  # launcher.log's line before each mpirun (the Job's pod)
 # Loopback for the out-of-band channel and the byte transfer layer (no pod network here);
 # OpenMPI refuses root without these two (the rehearsal machine's user may be root).
 LOCAL_MCA = {
@@ -56,6 +57,17 @@ class Attempt:
 
     exit_code: int
     killed_rank: int | None = None
+    timed_out: bool = False  # stopped at the rehearsal's deadline (no back-off follows)
+
+
+@dataclass(frozen=True)
+class Kill:
+    """The MPI rank to SIGKILL, as soon as WHEN() is true (at once without it); AFTER runs once
+    it is dead (before the launcher's back-off)."""
+
+    rank: int
+    when: Callable[[], bool] | None = None
+    after: Callable[[], None] | None = None
 
 
 @dataclass
@@ -145,31 +157,22 @@ def _ranks_of(root: int) -> dict[int, int]:
     return ranks
 
 
-def refuse_mpijob(job: Mapping[str, Any]) -> None:
-    """`runai-spec rehearse` runs a PyTorchJob's pods; an MPIJob is bad input there, saying so."""
-    if job.get("kind") == mpi.KIND:
-        raise InputError(
-            f"rehearse runs a PyTorchJob's pods; this profile renders an MPIJob ({mpi.API_VERSION}, "
-            "launcher: mpi), which the command does not rehearse yet",
-            field="launcher",
-            hint="docs/mpi.md says what is rehearsed of an MPIJob and how",
-        )
-
-
 def rehearse_mpi(
     job: Mapping[str, Any],
     workdir: Path,
     *,
     volumes: Mapping[str, Path] | None = None,
-    kill_rank: int | None = None,
-    kill_when: Callable[[], bool] | None = None,
+    kill: Kill | None = None,
     cwd: Path | None = None,
     timeout: float = 300,
+    extra_env: Mapping[str, str] | None = None,
 ) -> MpiRehearsal:
     """Run JOB's launcher command with real mpirun over the operator's hostfile; on failure run
-    it again, as the launcher Job's back-off does, at most backoffLimit times. KILL_RANK: the
-    MPI rank to SIGKILL (once, in the first attempt) as soon as KILL_WHEN() is true. VOLUMES:
-    a folder for a volume by name (else one under WORKDIR)."""
+    it again, as the launcher Job's back-off does, at most backoffLimit times. KILL: the MPI
+    rank to SIGKILL once, in the first attempt (Kill). VOLUMES: a folder for a volume by name
+    (else one under WORKDIR).
+    EXTRA_ENV: the rehearsal's own variables in mpirun's env (what the command forwards with
+    -x reaches the ranks). At TIMEOUT the attempt is stopped (timed_out) and none follows."""
     parts = job_parts(job)
     etc = workdir / "etc-mpi"
     etc.mkdir(parents=True, exist_ok=True)
@@ -187,15 +190,17 @@ def rehearse_mpi(
     env |= {MASTER_ADDR: "127.0.0.1", MASTER_PORT: str(free_port()), **LOCAL_MCA}
     env["OMPI_MCA_plm_rsh_agent"] = str(agent)
     env |= {k: os.environ[k] for k in ("PATH", "HOME") if k in os.environ}
+    env |= dict(extra_env or {})
     argv = _python([_local(a, mounts) for a in parts.command])
     result = MpiRehearsal(hostfile, argv, parts.backoff_limit)
     deadline = time.monotonic() + timeout
     with (workdir / "launcher.log").open("w+", encoding="utf-8") as log:
         for _ in range(parts.backoff_limit + 1):
-            kill = kill_rank if not result.attempts else None
-            attempt = _attempt(argv, env, cwd or workdir, log, (kill, kill_when), deadline)
+            attempt = _attempt(argv, env, cwd or workdir, log, None if result.attempts else kill, deadline)
             result.attempts.append(attempt)
-            if attempt.exit_code == 0:
+            if attempt.killed_rank is not None and kill is not None and kill.after is not None:
+                kill.after()
+            if attempt.exit_code == 0 or attempt.timed_out:
                 break
         log.seek(0)
         result.output = log.read()
@@ -207,13 +212,12 @@ def _attempt(
     env: dict[str, str],
     cwd: Path,
     log: Any,
-    kill: tuple[int | None, Callable[[], bool] | None],
+    kill: Kill | None,
     deadline: float,
 ) -> Attempt:
-    """One launcher pod: mpirun until it exits (killed at DEADLINE); KILL: (the rank to kill,
-    when)."""
-    kill_rank, kill_when = kill
-    log.write(f"--- launcher attempt: {' '.join(argv)}\n")
+    """One launcher pod: mpirun until it exits (killed at DEADLINE); KILL: the rank to kill."""
+    kill_rank, kill_when = (kill.rank, kill.when) if kill is not None else (None, None)
+    log.write(f"{ATTEMPT_MARK} {' '.join(argv)}\n")
     log.flush()
     proc = subprocess.Popen(
         argv, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
@@ -224,7 +228,8 @@ def _attempt(
             if time.monotonic() > deadline:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-                raise TimeoutError("the MPI rehearsal ran past its timeout")
+                log.write("--- rehearsal: stopped at the timeout\n")
+                return Attempt(proc.returncode, killed, timed_out=True)
             if kill_rank is not None and killed is None and (kill_when is None or kill_when()):
                 pid = _ranks_of(proc.pid).get(kill_rank)
                 if pid is not None:

@@ -63,6 +63,14 @@ class Fired:
     ended: dict[str, str] = field(default_factory=dict)  # how each deleted pod ended
 
 
+def job_model(job: Mapping[str, Any], spec: RehearsalSpec) -> JobModel:
+    """The kubelet/operator/KAI model of JOB for the site the spec names: its training-operator
+    release's restarts, its KAI release's gang rules, the back-off at the spec's scale."""
+    return JobModel.of(
+        job, backoff_scale=spec.backoff_scale, version=spec.operator_version, kai_version=spec.kai_version
+    )
+
+
 class FaultRun:
     """The pods of one fault rehearsal, as the kubelet/operator model drives them.
 
@@ -83,7 +91,7 @@ class FaultRun:
     ) -> None:
         self.job, self.plans, self.world, self.spec = job, plans, world, spec
         self.hold_dir, self.audit_dir = hold_dir, audit_dir
-        self.model = JobModel.of(job, backoff_scale=spec.backoff_scale, version=spec.operator_version)
+        self.model = job_model(job, spec)
         self.by_name = {p.name: p for p in plans}
         self.attempts = {p.name: 0 for p in plans}
         self.pods: dict[str, Pod] = {p.name: Pod(p, 0) for p in plans}

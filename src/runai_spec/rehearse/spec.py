@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import InputError
+from ..facts.kai import KAI_VERSION
 from ..facts.kubeflow import OPERATOR_VERSION
 from ..facts.operator import BACKOFF_BASE_S
 from ..pipeline.checklist import PreflightSettings
@@ -38,7 +39,9 @@ class RehearsalSpec:
     `loopback` (every pod on 127.0.0.1, the default here), or `auto` (netns where this
     machine allows it, the CLI's default).
     `operator_version`: the training-operator release the site declares (site.yaml), whose
-    env each pod gets (kubeflow.operator_env) and whose restarts the fault model follows.
+    env each pod gets (kubeflow.operator_env) and whose restarts the fault model follows;
+    `kai_version`: the KAI-Scheduler release the site declares, whose gang rules (minMember,
+    the staleness grace period) the eviction model follows (facts/kai.py).
     `plan`: the workload's plan, where the manifests are its render: its workload kind and its
     volumes' roles (without it they are read back from the manifest by the planner's names)."""
 
@@ -62,6 +65,7 @@ class RehearsalSpec:
     progress: Progress | None = None
     network: str = "loopback"
     operator_version: str = OPERATOR_VERSION
+    kai_version: str = KAI_VERSION
     scaling: tuple[int, ...] = ()  # --scaling: the run again with each of these --procs-per-pod
     script_args: tuple[str, ...] = ()  # --args: appended to the own script's arguments in every pod
     plan: Plan | None = None

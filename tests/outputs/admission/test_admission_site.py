@@ -22,6 +22,9 @@ from runai_spec.load.registry import PresetRegistry
 from runai_spec.outputs.admission import documents as admission
 
 pytest.importorskip("cel_expr_python.cel")
+# one worker builds the fifty presets' policy once for the module (xdist ran its three tests on
+# three workers, each building it: about 17 s of CPU each; issue 37, CI's time)
+pytestmark = pytest.mark.xdist_group("fifty-presets")
 
 COUNT = 50
 # issue 41's must-hold: fifty presets' policy under 1 MiB, each preset adding at most 10 kB

@@ -68,7 +68,10 @@ UNPROBED = {
     "strategy": "the preset's first strategy: torchrun's render does not carry it; accelerate's "
     "does (--use_fsdp, --use_deepspeed), and a job of another strategy is denied, not judged, "
     "until the gate has checks per strategy (test_admission_accelerate's xfail)",
-    "zero_stage": "DeepSpeed's stage: the render does not carry it",
+    "zero_stage": "DeepSpeed's stage: torchrun's render does not carry it; accelerate's carries "
+    "it (--zero_stage) with strategy deepspeed only, which the probes render only where it is "
+    "the preset's first strategy (no shipped preset), pinned at the probes' 0 until the gate "
+    "has checks per strategy (test_admission_accelerate's xfail)",
     "model.parameters": "the memory estimate's: the render does not carry it",
     "model.precision": "the memory estimate's: the render does not carry it",
     "model.sequence_length": "the memory estimate's: the render does not carry it",

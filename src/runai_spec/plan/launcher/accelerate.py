@@ -64,9 +64,15 @@ def _config(setup: LaunchSetup) -> LauncherFile:
 def _distributed(setup: LaunchSetup) -> tuple[str, ...]:
     """How accelerate launches: the profile's strategy's flag (FSDP, DeepSpeed), else --multi_gpu."""
     chosen = _STRATEGY_FLAGS.get(setup.strategy, acc.MULTI_GPU_FLAG)
-    if chosen == USE_DEEPSPEED_FLAG and setup.pods > 1:
-        return (chosen, flag(DEEPSPEED_MULTINODE_FLAG, DEEPSPEED_STANDARD))
-    return (chosen,)
+    if chosen != USE_DEEPSPEED_FLAG:
+        return (chosen,)
+    # the profile's ZeRO stage, explicit: accelerate's config carries no stage of the profile's,
+    # and without one DeepSpeedPlugin runs stage 2 whatever the profile (and its memory
+    # estimate) says (facts.accelerate.ZERO_STAGE_FLAG)
+    stage = () if setup.zero_stage is None else (flag(acc.ZERO_STAGE_FLAG, setup.zero_stage),)
+    if setup.pods > 1:
+        return (chosen, *stage, flag(DEEPSPEED_MULTINODE_FLAG, DEEPSPEED_STANDARD))
+    return (chosen, *stage)
 
 
 def _rdzv_conf(r: RendezvousPlan) -> str:
@@ -125,19 +131,29 @@ class AccelerateLauncher:
     def rank_logs(self, setup: LaunchSetup) -> str | None:
         return rank_log_dir(setup.checkpoint_dir)
 
+    def rendezvous_env(self, setup: LaunchSetup) -> dict[str, str]:
+        # torchrun reads these as its flags' defaults; accelerate has no flag for them
+        r = setup.rendezvous
+        if setup.layout != "multi-node" or r is None:
+            return {RDZV_ENDPOINT_ENV: LOCAL_ENDPOINT}
+        if r.backend == RDZV_BACKEND and r.rdzv_id is not None:
+            return {RDZV_ID_ENV: r.rdzv_id}
+        return {}
+
     def env(self, setup: LaunchSetup, src: Sources) -> dict[str, Entry]:
         env: dict[str, Entry] = {}
         r = setup.rendezvous
-        if setup.layout != "multi-node" or r is None:
-            why = "one node: c10d on a free local port, as torchrun --standalone (accelerate has no flag)"
-            env[RDZV_ENDPOINT_ENV] = same(derived(why), RDZV_ENDPOINT_ENV, LOCAL_ENDPOINT)
-        elif r.backend == RDZV_BACKEND:
+        if setup.layout == "multi-node" and r is not None and r.backend == RDZV_BACKEND:
             key, value = DISABLE_SHARED_STORE
             why = "c10d: a pod restarted in place must be able to rejoin (torch's shared store deadlocks it)"
             env[key] = same(derived(why), key, value)
-            if r.rdzv_id is not None:
-                why = "rendezvous id: the job name (accelerate has no flag; torchrun reads PET_RDZV_ID)"
-                env[RDZV_ID_ENV] = same(derived(why), RDZV_ID_ENV, r.rdzv_id)
+        whys = {
+            RDZV_ENDPOINT_ENV: "one node: c10d on a free local port, as torchrun --standalone "
+            "(accelerate has no flag)",
+            RDZV_ID_ENV: "rendezvous id: the job name (accelerate has no flag; torchrun reads PET_RDZV_ID)",
+        }
+        for key, value in self.rendezvous_env(setup).items():
+            env[key] = same(derived(whys[key]), key, value)
         return env | agent_env(setup, src)
 
     def origin(self, arg: str, setup: LaunchSetup, src: Sources) -> Origin:
@@ -157,6 +173,8 @@ class AccelerateLauncher:
             )
         if arg in _STRATEGY_FLAGS.values():
             return src.profile("strategy")
+        if name == acc.ZERO_STAGE_FLAG:
+            return src.profile("zero_stage")
         if name == DEEPSPEED_MULTINODE_FLAG:
             return derived(
                 "DeepSpeed on several pods: torchrun in accelerate's process on each, as the "

@@ -49,6 +49,7 @@ class LaunchSetup(Record):
     job: str = ""  # the job's name (the profile's)
     master_port: int = 0  # the preset's master_port
     strategy: str = "ddp"  # the profile's strategy (accelerate: which of its launchers)
+    zero_stage: int | None = None  # the profile's DeepSpeed ZeRO stage (accelerate's --zero_stage)
 
 
 class LauncherFile(Record):
@@ -104,6 +105,11 @@ class Launcher(Protocol):
 
     def env(self, setup: LaunchSetup, src: Sources) -> dict[str, Entry]:
         """The variables it owns, with where each came from."""
+        ...
+
+    def rendezvous_env(self, setup: LaunchSetup) -> dict[str, str]:
+        """The variables of env() that carry SETUP's rendezvous (its id, its endpoint), values
+        only: the smoke job, which has a rendezvous of its own, sets them from its own setup."""
         ...
 
     def origin(self, arg: str, setup: LaunchSetup, src: Sources) -> Origin:
@@ -209,6 +215,7 @@ def launch_setup(
         job=profile.name,
         master_port=preset.master_port,
         strategy=profile.strategy,
+        zero_stage=profile.zero_stage,
     )
 
 

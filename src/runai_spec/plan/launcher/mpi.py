@@ -86,13 +86,17 @@ class MpiLauncher:
     def rank_logs(self, setup: LaunchSetup) -> str | None:
         return None  # mpirun gathers every rank's output in the launcher pod's log
 
+    def rendezvous_env(self, setup: LaunchSetup) -> dict[str, str]:
+        # torch's env:// store on the launcher pod, by the job's name (a smoke job's is its own)
+        return {MASTER_ADDR: mpi.launcher_name(setup.job)}
+
     def env(self, setup: LaunchSetup, src: Sources) -> dict[str, Entry]:
         """torch's env:// rendezvous on rank 0's pod: the launcher's (the hostfile's first host,
         which OpenMPI fills first), by the name the operator's DNS search path resolves; the
         operator itself injects OMPI_MCA_* in the launcher (facts/mpi.launcher_env)."""
         why = derived("rank 0 runs in the launcher pod (runLauncherAsWorker: the hostfile's first host)")
         return {
-            MASTER_ADDR: same(why, MASTER_ADDR, mpi.launcher_name(setup.job)),
+            MASTER_ADDR: same(why, MASTER_ADDR, self.rendezvous_env(setup)[MASTER_ADDR]),
             MASTER_PORT: (MASTER_PORT, str(setup.master_port), why, src.preset("master_port")),
         }
 
@@ -115,3 +119,12 @@ class MpiLauncher:
 
     def files(self, setup: LaunchSetup) -> tuple[LauncherFile, ...]:
         return ()
+
+
+def program_launcher(launcher: tuple[str, ...]) -> tuple[str, ...]:
+    """A rendered mpirun launcher (MpiLauncher.argv: the job's plan.launcher) that starts a
+    Python script: the same mpirun, flags and forwarded variables, then the interpreter, which
+    a job whose program runs itself (a wrapper) has not (the smoke test's and the rehearsal's
+    preflight.py)."""
+    tail = len(SINGLE_GPU_LAUNCHER)
+    return launcher if launcher[-tail:] == SINGLE_GPU_LAUNCHER else (*launcher, *SINGLE_GPU_LAUNCHER)

@@ -33,6 +33,9 @@ class PythonLauncher:
     def rank_logs(self, setup: LaunchSetup) -> str | None:
         return None
 
+    def rendezvous_env(self, setup: LaunchSetup) -> dict[str, str]:
+        return {}  # one process: no rendezvous
+
     def env(self, setup: LaunchSetup, src: Sources) -> dict[str, Entry]:
         # Scripts written for torchrun read LOCAL_RANK; nothing else sets it for bare python.
         key, value = LOCAL_RANK

@@ -117,6 +117,9 @@ class TorchrunLauncher:
     def rank_logs(self, setup: LaunchSetup) -> str | None:
         return rank_log_dir(setup.checkpoint_dir)
 
+    def rendezvous_env(self, setup: LaunchSetup) -> dict[str, str]:
+        return {}  # its rendezvous is its flags (rendezvous_flags), its backend's switch aside
+
     def env(self, setup: LaunchSetup, src: Sources) -> dict[str, Entry]:
         env: dict[str, Entry] = {}
         r = setup.rendezvous
