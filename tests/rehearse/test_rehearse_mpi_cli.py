@@ -13,12 +13,13 @@ from typing import Any
 
 import pytest
 
-from conftest import needs_torch, run
-from mpi_presets import PROFILE, mpi_presets
+from conftest import ROOT, needs_torch, run
+from mpi_presets import PROFILE, mpi_presets, mpi_profile
 from runai_spec.rehearse.mpi import ATTEMPT_MARK
 
 NO_MPIRUN = shutil.which("mpirun") is None
 REASON = "no OpenMPI mpirun here (.ci/run installs it)"
+SCRIPT = ROOT / "tests" / "rehearse_fixtures" / "mpi_train.py"
 
 
 @pytest.fixture
@@ -109,3 +110,36 @@ def test_the_table_says_where_mpiruns_log_is(tmp_path: Path) -> None:
     lines = print_rehearsal(RehearseResult(True, (), (), tmp_path, 4, "gloo", False, log), "llm-7b-mpi")
     assert lines[0] == f"logs: {tmp_path}"
     assert str(log) in lines[1] and ATTEMPT_MARK in lines[1] and "<pod>" not in "".join(lines)
+
+
+@pytest.mark.long
+@pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.skipif(NO_MPIRUN, reason=REASON)
+def test_a_plain_mpi_torch_script_passes_the_own_script_audit_through_a_restart(
+    signed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """item 4: the audit layer runs in ranks mpirun started (their rank from OMPI_COMM_WORLD_*,
+    its folder and key forwarded with -x); the script's saves, loads, batches and shutdown are
+    judged as a PyTorchJob's, its checkpoint after the launcher's back-off included."""
+    needs_torch()
+    shutil.copy(SCRIPT, tmp_path / "train.py")
+    torch_checkpoint = {
+        "dir": "/checkpoints",
+        "pvc": "nlp-lab-checkpoints",
+        "format": "torch",
+        "resume": "latest",
+    }
+    profile = mpi_profile(
+        tmp_path, command=["train.py", "--checkpoint-dir", "/checkpoints"], checkpoint=torch_checkpoint
+    )
+    monkeypatch.chdir(tmp_path)
+    logs = tmp_path / "logs"
+    options = ("--procs-per-pod", "2", "--own-script", "--restart-after-checkpoint", "--format", "json")
+    result = run("rehearse", str(profile), "--logs", str(logs), *options)
+    report = json.loads(result.stdout or "{}")
+    assert result.exit_code == 0, (result.stderr, report)
+    statuses = {c["check"]: c["status"] for c in report["checks"] if c["attempt"] is None}
+    for check in ("ranks", "world-size", "global-batch", "checkpoint", "resume", "shutdown", "restart"):
+        assert statuses[check] == "pass", (check, report)
+    assert "rank(s) 0, 1, 2, 3 loaded the previous" in _row(report, "resume")["message"]

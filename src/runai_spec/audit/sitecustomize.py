@@ -48,7 +48,10 @@ ENV_DIR = "RUNAI_SPEC_AUDIT_DIR"
 ENV_KEY = "RUNAI_SPEC_AUDIT_KEY"
 # A rank takes the key out of its environment (the script's os.environ and the processes it
 # starts never see it); torchrun's agent keeps it for the ranks it starts and restarts.
-_KEY = (os.environ.pop(ENV_KEY, "") if "LOCAL_RANK" in os.environ else os.environ.get(ENV_KEY, "")).encode()
+_W = "OMPI_COMM_WORLD_"  # a rank of OpenMPI's mpirun (4.1 mpirun(1)): its names where torchrun's are unset
+MPI_NAMES = {"RANK": f"{_W}RANK", "LOCAL_RANK": f"{_W}LOCAL_RANK", "WORLD_SIZE": f"{_W}SIZE"}
+_IS_RANK = "LOCAL_RANK" in os.environ or MPI_NAMES["LOCAL_RANK"] in os.environ
+_KEY = (os.environ.pop(ENV_KEY, "") if _IS_RANK else os.environ.get(ENV_KEY, "")).encode()
 # the step a checkpoint holds, by the keys scripts use (lower-cased): Lightning's `global_step`,
 # pytorch/examples' `EPOCHS_RUN` (ddp-tutorial-series), fairseq's `num_updates`
 STEP_KEYS = ("step", "global_step", "iteration", "iter", "epoch", "epochs_run", "num_updates")
@@ -173,7 +176,7 @@ def record(event: str, **fields: Any) -> None:
 
 def _int_env(name: str) -> int | None:
     try:
-        return int(os.environ[name])
+        return int(os.environ.get(name) or os.environ[MPI_NAMES.get(name, name)])
     except (KeyError, ValueError):
         return None
 
@@ -569,7 +572,7 @@ def _chain_next_sitecustomize() -> None:
 
 
 def _install() -> None:
-    if os.environ.get(ENV_DIR) and "LOCAL_RANK" in os.environ:
+    if os.environ.get(ENV_DIR) and _IS_RANK:
         try:
             os.makedirs(os.environ[ENV_DIR], exist_ok=True)
             sys.meta_path.insert(0, _Finder())

@@ -166,13 +166,15 @@ def rehearse_mpi(
     cwd: Path | None = None,
     timeout: float = 300,
     extra_env: Mapping[str, str] | None = None,
+    attempt_env: str | None = None,
 ) -> MpiRehearsal:
     """Run JOB's launcher command with real mpirun over the operator's hostfile; on failure run
     it again, as the launcher Job's back-off does, at most backoffLimit times. KILL: the MPI
     rank to SIGKILL once, in the first attempt (Kill). VOLUMES: a folder for a volume by name
     (else one under WORKDIR).
     EXTRA_ENV: the rehearsal's own variables in mpirun's env (what the command forwards with
-    -x reaches the ranks). At TIMEOUT the attempt is stopped (timed_out) and none follows."""
+    -x reaches the ranks); ATTEMPT_ENV, where given, is set to each attempt's index (0, 1...).
+    At TIMEOUT the attempt is stopped (timed_out) and none follows."""
     parts = job_parts(job)
     etc = workdir / "etc-mpi"
     etc.mkdir(parents=True, exist_ok=True)
@@ -196,6 +198,8 @@ def rehearse_mpi(
     deadline = time.monotonic() + timeout
     with (workdir / "launcher.log").open("w+", encoding="utf-8") as log:
         for _ in range(parts.backoff_limit + 1):
+            if attempt_env is not None:
+                env[attempt_env] = str(len(result.attempts))
             attempt = _attempt(argv, env, cwd or workdir, log, None if result.attempts else kill, deadline)
             result.attempts.append(attempt)
             if attempt.killed_rank is not None and kill is not None and kill.after is not None:

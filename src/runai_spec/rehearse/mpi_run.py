@@ -7,26 +7,35 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import os
+import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
 from ..facts import mpi
-from ..pipeline.checklist import parse_lines, preflight_source
+from ..pipeline.checklist import PreflightSettings, parse_lines, preflight_source
 from ..pipeline.smoke import CHECKPOINT_SUBDIR
-from ..plan.launcher.mpi import program_launcher
+from ..plan.launcher.mpi import FORWARD_FLAG, program_launcher
 from ..plan.volumes import CHECKPOINT
-from .argv import CHECKPOINTS_HERE
+from .argv import CHECKPOINTS_HERE, install_audit_layer
+from .bottleneck import bottleneck_row
 from .checks import CheckResult, RehearseResult, aggregate, cpu_bandwidth, result_dict
 from .faults import AT_CHECKPOINT
+from .filesystem import AUDIT_ENV, AUDIT_KEY_ENV
 from .logs_folder import check_logs_dir, make_logs_dir
 from .mpi import ATTEMPT_MARK, JobParts, Kill, MpiRehearsal, job_parts, rehearse_mpi
 from .processes import PodOutcome
 from .restarts import restart_settings
+from .runner import first_saves
+from .script_checks import foreign_records, foreign_row, read_audit, script_checks
+from .script_records import ScriptRun
 from .spec import RehearsalSpec, check_timeout
 
+ATTEMPT_ENV = "RUNAI_SPEC_ATTEMPT"  # which start of the script a record is from (the audit layer)
 HOLD_DIR = "restart"  # where the preflight's ranks wait after the first checkpoint (a fault run)
 
 
@@ -121,8 +130,9 @@ def rehearse_mpijob(job: Mapping[str, Any], spec: RehearsalSpec) -> RehearseResu
     settings = dataclasses.replace(settings, min_busbw_gbps=None)
     hold = root / HOLD_DIR
     plan = spec.plan
-    if spec.own_script:
-        argv = [*plan.launcher, *plan.entrypoint, *spec.script_args]
+    audit = AuditSetup.make(root) if spec.own_script else None
+    if audit is not None:
+        argv = audit.forwarded([*plan.launcher, *plan.entrypoint, *spec.script_args])
     else:
         script = root / "preflight" / "preflight.py"
         script.parent.mkdir(parents=True, exist_ok=True)
@@ -143,13 +153,15 @@ def rehearse_mpijob(job: Mapping[str, Any], spec: RehearsalSpec) -> RehearseResu
     done = rehearse_mpi(
         runnable,
         root,
-        kill=Kill(target[0], _when(target, hold, time.monotonic()), lambda: _release(hold))
-        if target
-        else None,
+        kill=_kill(target, hold, audit, world),
         cwd=spec.workdir or Path.cwd(),
         timeout=spec.timeout_s,
+        extra_env=audit.env if audit is not None else None,
+        attempt_env=ATTEMPT_ENV if audit is not None else None,
     )
     rows = _attempt_rows(done, world, spec, root, target)
+    if audit is not None:
+        rows = [*audit.rows(done, world, spec, settings, _checkpoint_here(parts, plan, root)), *rows]
     checks = [_setup_row(parts, slots, world, done), *cpu_bandwidth(rows, spec.settings.min_busbw_gbps, 0)]
     ok = all(c.ok for c in checks if c.status != "not run")
     outcomes = tuple(_outcome(a, i, root) for i, a in enumerate(done.attempts))
@@ -160,14 +172,22 @@ def rehearse_mpijob(job: Mapping[str, Any], spec: RehearsalSpec) -> RehearseResu
     return result
 
 
-def _when(target: tuple[int, str] | None, hold: Path, started: float) -> Callable[[], bool] | None:
-    """When to kill: the target rank holding after the first checkpoint, or SECONDS in."""
+def _kill(target: tuple[int, str] | None, hold: Path, audit: AuditSetup | None, world: int) -> Kill | None:
+    """The kill TARGET asks for, and when: SECONDS in; after the first checkpoint, the
+    preflight's rank holding there, or (--own-script) the first whole checkpoint in the audit
+    layer's records, as for a PyTorchJob (runner.first_saves)."""
     if target is None:
         return None
     rank, when = target
-    if when == AT_CHECKPOINT:
-        return (hold / f"holding.{rank}").exists
-    return lambda: time.monotonic() - started >= float(when)
+    started = time.monotonic()
+    moment: Callable[[], bool]
+    if when != AT_CHECKPOINT:
+        moment = lambda: time.monotonic() - started >= float(when)  # noqa: E731
+    elif audit is not None:
+        moment = lambda: bool(first_saves(audit.root / "audit", audit.key, world))  # noqa: E731
+    else:
+        moment = (hold / f"holding.{rank}").exists
+    return Kill(rank, moment, lambda: _release(hold))
 
 
 def _outcome(attempt: Any, index: int, root: Path) -> PodOutcome:
@@ -260,3 +280,61 @@ def _release(hold: Path) -> None:
     """The preflight's ranks wait no more after the first checkpoint (the launcher's next pod)."""
     if hold.is_dir():
         (hold / "release").write_text("", encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class AuditSetup:
+    """--own-script: the audit layer on the ranks' path, its folder and this rehearsal's key,
+    forwarded by mpirun with -x (a rank started through the agent sees only those)."""
+
+    root: Path
+    key: str
+
+    @classmethod
+    def make(cls, root: Path) -> AuditSetup:
+        install_audit_layer(root)
+        return cls(root, secrets.token_hex(32))
+
+    @property
+    def env(self) -> dict[str, str]:
+        path = [str(self.root / "audit-layer"), *filter(None, [os.environ.get("PYTHONPATH")])]
+        return {
+            AUDIT_ENV: str(self.root / "audit"),
+            AUDIT_KEY_ENV: self.key,
+            "PYTHONPATH": os.pathsep.join(path),
+        }
+
+    def forwarded(self, argv: Sequence[str]) -> list[str]:
+        """ARGV (mpirun -np N ...) with `-x NAME` for the audit layer's variables after -np N."""
+        at = list(argv).index(mpi.NP_FLAG) + 2
+        extra = [a for name in (*self.env, ATTEMPT_ENV) for a in (FORWARD_FLAG, name)]
+        return [*argv[:at], *extra, *argv[at:]]
+
+    def rows(
+        self, done: MpiRehearsal, world: int, spec: RehearsalSpec, settings: PreflightSettings, here: str
+    ) -> list[CheckResult]:
+        """The guide's checklist on the script from every rank's records (as for a PyTorchJob)."""
+        assert spec.plan is not None
+        run = ScriptRun(
+            world=world,
+            plan_world=spec.plan.world_size,
+            checkpoint_dir=here,
+            gpus=0,
+            restarted=len(done.attempts) > 1 or any(a.killed_rank is not None for a in done.attempts),
+            timed_out=any(a.timed_out for a in done.attempts),
+            checkpoint_format=settings.checkpoint_format,
+        )
+        records = read_audit(self.root / "audit", self.key)
+        forged = foreign_row(foreign_records(self.root / "audit", self.key))
+        return [
+            *script_checks(records, run, settings),
+            bottleneck_row(records, 0),
+            *([forged] if forged else []),
+        ]
+
+
+def _checkpoint_here(parts: JobParts, plan: Any, root: Path) -> str:
+    """The checkpoint volume's folder here, as the script sees it (rehearse_mpi's mount mapping)."""
+    mount = plan.mount_of(CHECKPOINT)
+    volume = parts.mounts.get(mount) if mount else None
+    return str(root / "volumes" / volume) if volume else str(root / CHECKPOINTS_HERE)
