@@ -1,6 +1,7 @@
-"""`runai-spec rehearse` of an MPIJob: its launcher's mpirun run here (rehearse/mpi.py), with the
-preflight checklist (or, --own-script, the profile's program) as the ranks' program, and the
-launcher Job's back-off after a lost rank; the same table of checks as a PyTorchJob's."""
+"""`runai-spec rehearse` of an MPIJob: its launcher's mpirun run here, with a PyTorchJob's checks.
+
+mpirun over rehearse/mpi.py's hostfile, with the preflight checklist (or, --own-script, the
+profile's program) as the ranks' program, and the launcher Job's back-off after a lost rank."""
 
 from __future__ import annotations
 
