@@ -301,6 +301,7 @@ def checks(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["check"]: c for c in report["checks"]}
 
 
+@pytest.mark.long  # CI passes an own script through the accelerate one (issue 37: CI's time)
 def test_own_script_that_all_reduces_and_exits_0_passes(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,

@@ -76,6 +76,7 @@ def _rehearse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: str) -> t
     return result, {c["check"]: c for c in json.loads(report.read_text())["checks"]}
 
 
+@pytest.mark.long  # CI resumes the accelerate script after its kill (issue 37: CI's time)
 @pytest.mark.torch
 @pytest.mark.slow
 def test_a_checkpoint_renamed_into_place_resumes_on_the_multi_node_example(
