@@ -66,10 +66,11 @@ def test_validate_crd_checks_the_mpijob_against_mpi_operators_crd(profile: Path)
     assert "does not serve version 'v2beta1'" in other.output
 
 
-def test_the_admission_policy_refuses_a_preset_that_allows_mpi_naming_why(profile: Path) -> None:
-    """The gate derives its checks from PyTorchJob renders (outputs/admission/shape.py): a preset
-    allowing mpi is bad input with the reason, never an internal error (it was ValueError, exit
-    70) nor a policy that leaves MPIJobs unchecked."""
-    result = run("presets", "policy")
-    assert result.exit_code == 2, result.output
-    assert f"preset {PRESET} allows launcher mpi (MPIJob)" in result.stderr
+def test_presets_policy_writes_checks_of_the_mpijob(profile: Path, presets_dir: Path, tmp_path: Path) -> None:
+    """A preset allowing mpi gets a family of MPIJob checks (it was refused, exit 2: the gate
+    was derived from PyTorchJob renders only); tests/outputs/admission/test_admission_mpi.py
+    judges MPIJobs with it."""
+    result = run("presets", "policy", "--out", str(tmp_path / "deploy"))
+    assert result.exit_code == 0, result.output
+    policy = next(yaml.safe_load_all((tmp_path / "deploy" / "policy.yaml").read_text(encoding="utf-8")))
+    assert "mpijobs" in str(policy["spec"]["matchConstraints"]) and "mpiReplicaSpecs" in str(policy)

@@ -31,6 +31,10 @@ CRD_NAME = f"{PLURAL}.kubeflow.org"
 LAUNCHER = "Launcher"  # MPIReplicaTypeLauncher
 WORKER = "Worker"  # MPIReplicaTypeWorker
 REPLICA_TYPES = (LAUNCHER, WORKER)  # the hostfile's order when the launcher is a worker
+# manifests/base/kubeflow.org_mpijobs.yaml: the CRD serves a status subresource and no scale
+# (`kubectl scale mpijob` is refused by the API server; the Workers' replicas change only
+# through an update of the MPIJob, which the admission policy judges)
+SCALE_SUBRESOURCE = False
 # pkg/apis/kubeflow/v2beta1/default.go: the values the operator fills when a field is unset
 DEFAULT_SLOTS_PER_WORKER = 1
 DEFAULT_SSH_AUTH_MOUNT_PATH = "/root/.ssh"

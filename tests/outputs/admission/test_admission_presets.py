@@ -29,7 +29,7 @@ from outputs.admission.admission_policy import (
 from runai_spec.errors import InputError
 from runai_spec.load.registry import PresetRegistry
 from runai_spec.outputs.admission import documents as admission
-from runai_spec.outputs.admission import shape as admission_shape
+from runai_spec.outputs.admission import fields as admission_fields
 from runai_spec.pipeline.workload import prepare_workload
 
 pytest.importorskip("cel_expr_python.cel")
@@ -295,7 +295,13 @@ def test_policy_documents_are_two_policies_their_bindings_and_the_parameters() -
             "apiVersions": ["v1"],
             "operations": ["CREATE", "UPDATE"],
             "resources": ["pytorchjobs"],
-        }
+        },
+        {  # mpi-operator's (issue 39): judged whether or not a preset allows MPI
+            "apiGroups": ["kubeflow.org"],
+            "apiVersions": ["v2beta1"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": ["mpijobs"],
+        },
     ]
     assert binding["spec"]["paramRef"] == {
         "name": params["metadata"]["name"],
@@ -332,7 +338,7 @@ def test_every_expression_fits_the_cel_parsers_limits() -> None:
 def test_the_shipped_field_list_is_the_upstream_crd_s() -> None:
     from conftest import upstream_crd
 
-    assert admission_shape.crd_fields(upstream_crd()) == admission_shape.shipped_fields()
+    assert admission_fields.crd_fields(upstream_crd()) == admission_fields.shipped_fields()
 
 
 def test_write_policy_writes_both_files_that_round_trip(tmp_path: Path) -> None:
@@ -424,18 +430,19 @@ def test_the_workload_guard_keeps_gpu_pods_to_the_training_operator(
         "spec": {},
     }
     assert denied(tfjob, "alice", "kubeflow.org", "tfjobs")
-    # issue 39: mpi-operator's MPIJob (v2beta1, the version its CRD serves) is matched and kept to
-    # the creators: the preset policy does not judge MPIJobs yet
+    # issue 39: mpi-operator's MPIJobs (v2beta1, the version its CRD serves) are judged by the
+    # preset policy, never by the guard; training-operator's v1 MPIJobs stay the creators'
     rules = docs[4]["spec"]["matchConstraints"]["resourceRules"]
-    assert {
-        "apiGroups": ["kubeflow.org"],
-        "apiVersions": ["v2beta1"],
-        "operations": ["CREATE", "UPDATE"],
-        "resources": ["mpijobs"],
-    } in rules
-    mpijob = {**tfjob, "apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob"}
-    assert denied(mpijob, "alice", "kubeflow.org", "mpijobs")
+    judged = docs[0]["spec"]["matchConstraints"]["resourceRules"]
+    guarded = {(v, r) for rule in rules for v in rule["apiVersions"] for r in rule["resources"]}
+    assert ("v2beta1", "mpijobs") in {
+        (v, r) for rule in judged for v in rule["apiVersions"] for r in rule["resources"]
+    }
+    assert ("v2beta1", "mpijobs") not in guarded and ("v1", "pytorchjobs") not in guarded
+    mpijob = {**tfjob, "kind": "MPIJob"}
+    assert ("v1", "mpijobs") in guarded and denied(mpijob, "alice", "kubeflow.org", "mpijobs")
     assert not denied(mpijob, OPERATOR, "kubeflow.org", "mpijobs")
+    assert "MPIJobs the preset policy admits" in docs[4]["spec"]["validations"][0]["messageExpression"]
     # issue 41 item 3: the GPU signals that are no extended resource
     for annotation in ("gpu-fraction", "gpu-memory", "gpu-fraction-num-devices"):
         shared = copy.deepcopy(plain)

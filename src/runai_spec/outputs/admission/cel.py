@@ -10,7 +10,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from ...facts.kubeflow import CONTAINER
+from ...facts.kubeflow import CONTAINER, SMOKE_LABEL
+from . import repeat
+from .fields import roles_variable
+from .repeat import NO_SMOKE
 from .rules import MAX_ARGS, RULES, Rule, RuleContext, balanced, container_relations, is_string, lit, text
 from .shape import ItemClass, KeyedListShape, ListShape, MapShape, Named, Pin, PresetShape, Same, Shape, Slot
 
@@ -355,6 +358,9 @@ class Emitter:
         c = e  # a short selection (v1.command): read in place, not bound by one more level
         variants = []
         for head, entry in shape.variants:
+            if repeat.has_run(head):  # mpirun's -x NAME, one a variable of the profile
+                variants.append(repeat.variant(self, head, entry, e, where, ARG_INDEXES))
+                continue
             n, k = len(head), len(head) + len(entry)
             sized = f"size({c}) >= {k} && size({c}) <= {k + MAX_ARGS}"
             rows: list[str] = []  # [position, the pinned text]
@@ -493,7 +499,6 @@ class Emitter:
 
 
 ROLE = "\0ROLE\0"  # a role's name in a message, filled in by the loop over the roles
-ROLES = "variables.roles"
 
 
 def _alike(x: Shape, y: Shape) -> bool:
@@ -539,12 +544,14 @@ def preset_problems(
     template has the same shape, it is written once and checked for each role. The pinned
     values are placeholders numbered from len(PINS), whose values are appended to PINS."""
     root = shape.smoke if smoke else shape.job
+    if root is None:  # a kind with no smoke test (an MPIJob): no smoke job of it is admitted
+        return [f"[[{lit(f'metadata.labels.{SMOKE_LABEL}: {NO_SMOKE}')}]]"], []
     emitter = Emitter(shape, ctx, root, prefix)
     pins = [] if pins is None else pins
     emitter.pins = pins
     spec = root.keys["spec"]
     assert isinstance(spec, MapShape)
-    replicas = spec.keys["pytorchReplicaSpecs"]
+    replicas = spec.keys[shape.replicas]
     assert isinstance(replicas, MapShape)
     roles = list(replicas.keys.values())
     templates = [r.keys["template"] for r in roles if isinstance(r, MapShape)]
@@ -557,18 +564,17 @@ def preset_problems(
     emitter.skip = {id(role) for role in roles}
     job = _pieces(emitter.problems(root, "object", "", (), 0), lambda body: body)
     role = lit(ROLE)[1:-1]
-    missing = _msg(
-        f"spec.pytorchReplicaSpecs.{ROLE}.template", "missing: the preset's render has it"
-    ).replace(role, '" + r + "')
-    specs = "object.spec.pytorchReplicaSpecs"
-
-    where = f"spec.pytorchReplicaSpecs.{ROLE}.template"
+    missing = _msg(f"spec.{shape.replicas}.{ROLE}.template", "missing: the preset's render has it").replace(
+        role, '" + r + "'
+    )
+    specs = f"object.spec.{shape.replicas}"
+    where = f"spec.{shape.replicas}.{ROLE}.template"
 
     def per_role(body: str) -> str:
         # a message's start, the role's template, is the variable w
         body = body.replace(role, '" + r + "')
         loop = (
-            f"{ROLES}.map(r, has({specs}[r].template) ? "
+            f"variables.{roles_variable(shape.replicas)}.map(r, has({specs}[r].template) ? "
             f"[{specs}[r].template].map(t, {body})[0] : [{missing}])"
         ).replace(role, '" + r + "')
         return f"({loop}.filter(l, l.exists(m, m != '')) + [[]])[0]"

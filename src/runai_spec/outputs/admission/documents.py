@@ -18,14 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import InputError, PresetError
-from ...facts import mpi
+from ...facts import kubeflow, mpi
 from ...facts.kai import GPU_SHARING_ANNOTATIONS
-from ...facts.kubeflow import (
-    ANNOTATION_PREFIX,
-    MANAGED_BY,
-    MANAGED_BY_LABEL,
-    PLURAL,
-)
+from ...facts.kubeflow import ANNOTATION_PREFIX, MANAGED_BY, MANAGED_BY_LABEL
 from ...facts.torchrun import DEVICE_ENV_NAMES
 from ...files import ReplacedFiles
 from ...load.registry import PresetRegistry
@@ -177,14 +172,19 @@ NETWORK_ANNOTATION_PREFIXES = ("k8s.v1.cni.cncf.io/", "v1.multus-cni.io/")  # Mu
 # kinds (training-operator v1.9 serves these CRDs beside pytorchjobs), and mpi-operator's MPIJob
 # (v0.6.0's CRD serves kubeflow.org/v2beta1 only, under the name training-operator's v1 MPIJob
 # has: a rule names each version, as matchPolicy Equivalent converts only between versions one
-# CRD serves). The preset policy does not judge MPIJobs yet: the guard keeps them to the creators.
-_MPI_GROUP, _MPI_VERSION = mpi.API_VERSION.split("/")
+# CRD serves): the preset policy judges mpi-operator's v2beta1 MPIJobs (JUDGED), the guard
+# keeps training-operator's v1 ones to the creators.
 GUARDED = (
     ("", "v1", ("pods",)),
     ("batch", "v1", ("jobs", "cronjobs")),
     ("apps", "v1", ("deployments", "statefulsets", "daemonsets", "replicasets")),
     ("kubeflow.org", "v1", ("tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs")),
-    (_MPI_GROUP, _MPI_VERSION, (mpi.PLURAL,)),
+)
+# What the preset policy judges: (apiVersion, plural, whether the CRD serves a scale
+# subresource, which the scale policy then matches).
+JUDGED = (
+    (kubeflow.API_VERSION, kubeflow.PLURAL, True),
+    (mpi.API_VERSION, mpi.PLURAL, mpi.SCALE_SUBRESOURCE),
 )
 
 
@@ -256,7 +256,7 @@ def guard_documents(registry: PresetRegistry) -> list[dict[str, Any]]:
     """The optional workload guard (site `workload_guard`): in the project namespaces, a Pod,
     Job, CronJob, Deployment, StatefulSet, DaemonSet or ReplicaSet that requests GPUs, RDMA
     devices or a network attachment, and any other training-operator job, is admitted only
-    from the listed creators (the training operator, whose PyTorchJobs the preset policy
+    from the listed creators (the operators, whose PyTorchJobs and MPIJobs the preset policy
     judged). [] where the site does not enable it."""
     site = registry.site()
     guard = site.workload_guard
@@ -293,12 +293,12 @@ def guard_documents(registry: PresetRegistry) -> list[dict[str, Any]]:
                 Validation(
                     "creator",
                     f"!variables.claims || request.userInfo.username in [{creators}]",
-                    "only PyTorchJobs admitted by the preset policy may run GPU, RDMA or "
+                    f"only {_judged_kinds()} admitted by the preset policy may run GPU, RDMA or "
                     "network-attachment pods in a project namespace",
                     "request.resource.resource + ' ' + (has(object.metadata.name) ? "
                     "object.metadata.name : '') + ': requests GPUs, RDMA devices or a network "
                     "attachment (or is a training job); in a project namespace only the "
-                    "PyTorchJobs the preset policy admits may, run by the training operator'",
+                    f"{_judged_kinds()} the preset policy admits may, run by their operators'",
                 ).document()
             ],
         },
@@ -306,17 +306,25 @@ def guard_documents(registry: PresetRegistry) -> list[dict[str, Any]]:
     return [policy, _binding(GUARD_POLICY_NAME)]
 
 
-def _match(site: Site, resource: str) -> dict[str, Any]:
+def _judged_kinds() -> str:
+    return " and ".join(f"{kind}s" for kind in (kubeflow.KIND, mpi.KIND))
+
+
+def _match(site: Site, *, scale: bool) -> dict[str, Any]:
+    """The project namespaces' JUDGED kinds (SCALE: their scale subresources, where served)."""
+    rules = [
+        {
+            "apiGroups": [api_version.split("/")[0]],
+            "apiVersions": [api_version.split("/")[1]],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": [f"{plural}/scale" if scale else plural],
+        }
+        for api_version, plural, scaled in JUDGED
+        if scaled or not scale
+    ]
     return {
         "namespaceSelector": {"matchExpressions": [{"key": site.queue_label, "operator": "Exists"}]},
-        "resourceRules": [
-            {
-                "apiGroups": ["kubeflow.org"],
-                "apiVersions": ["v1"],
-                "operations": ["CREATE", "UPDATE"],
-                "resources": [resource],
-            }
-        ],
+        "resourceRules": rules,
     }
 
 
@@ -340,7 +348,7 @@ def policy_documents(
         {
             "failurePolicy": "Fail",
             "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
-            "matchConstraints": _match(site, PLURAL),
+            "matchConstraints": _match(site, scale=False),
             # an update that leaves spec, labels and annotations alone (the operator's own
             # writes) is not judged again, so a job admitted before an approval expired can
             # still be cleaned up
@@ -358,7 +366,7 @@ def policy_documents(
         SCALE_POLICY_NAME,
         {
             "failurePolicy": "Fail",
-            "matchConstraints": _match(site, f"{PLURAL}/scale"),
+            "matchConstraints": _match(site, scale=True),
             "validations": [
                 Validation(
                     "scale",

@@ -14,8 +14,10 @@ from ...load.registry import PresetRegistry
 from ...load.site import Site
 from ...plan.launcher import PROFILE_LAUNCHERS
 from .cel import ARG_INDEXES, CHUNK_LIMIT, PIN_SHOWN, PIN_VALUE, preset_problems
+from .fields import replica_keys, roles_variable
+from .preset import preset_shape
 from .rules import MAX_ARGS, RuleContext, balanced, lit
-from .shape import LauncherRefused, preset_shape
+from .shape import LauncherRefused
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,7 @@ class PresetGate:
     smoke: tuple[str, ...]  # the same for its smoke test
     anchors: tuple[tuple[str, str], ...] = ()  # variables (name, expression) they read
     pins: tuple[str, ...] = ()  # the pinned values, by placeholder
+    kind: str = ""  # the job's kind (PyTorchJob, MPIJob): its checks are the closest for that kind
 
     def texts(self) -> list[str]:
         return [self.launcher, *self.job, "--smoke--", *self.smoke, *(f"{n}={x}" for n, x in self.anchors)]
@@ -175,7 +178,7 @@ def preset_gate(registry: PresetRegistry, name: str, launcher: str = PROFILE_LAU
     job, job_anchors = preset_problems(shape, ctx, smoke=False, prefix=f"{FAMILY}job", pins=pins)
     smoke, smoke_anchors = preset_problems(shape, ctx, smoke=True, prefix=f"{FAMILY}smoke", pins=pins)
     anchors = tuple(job_anchors + smoke_anchors)
-    return PresetGate(name, launcher, tuple(job), tuple(smoke), anchors, tuple(pins))
+    return PresetGate(name, launcher, tuple(job), tuple(smoke), anchors, tuple(pins), shape.kind)
 
 
 def pack(pieces: list[str]) -> list[str]:
@@ -265,6 +268,13 @@ def _shape_variables(fams: Sequence[Family]) -> list[tuple[str, str]]:
         kept = f"({every}).map(l, l.filter(m, m != '')).filter(l, size(l) > 0)"
         items.append((fam.id, f"{mine} ? [{kept}] : []"))
     candidates = balanced("+", [f"variables.{fam.id}" for fam in fams], "[]")
+    kinds = sorted({fam.gates[0].kind for fam in fams})
+    if len(kinds) > 1:  # a job's closest checks are those of its own kind, where the preset has any
+        same = "[]"
+        for kind in kinds:
+            own = balanced("+", [f"variables.{fam.id}" for fam in fams if fam.gates[0].kind == kind], "[]")
+            same = f"has(object.kind) && object.kind == {lit(kind)} ? {own} : {same}"
+        candidates = f"[{same}].map(s, size(s) > 0 ? s : {candidates})[0]"
     closest = (
         "size(c) == 0 ? [[" + lit("the policy has no checks for this preset") + "]] : "
         "c.exists(p, size(p) == 0) ? [] : "
@@ -329,10 +339,12 @@ def variables(site: Site, fams: Sequence[Family]) -> list[dict[str, str]]:
             "smoke",
             f"{lit(SMOKE_LABEL)} in variables.labels && variables.labels[{lit(SMOKE_LABEL)}] == 'true'",
         ),
-        (
-            "roles",
-            "has(object.spec) && has(object.spec.pytorchReplicaSpecs) ? "
-            "object.spec.pytorchReplicaSpecs.filter(r, true) : []",
+        *(
+            (
+                roles_variable(k),
+                f"has(object.spec) && has(object.spec.{k}) ? object.spec.{k}.filter(r, true) : []",
+            )
+            for k in replica_keys()
         ),
         ("argIndexes", "[" + ", ".join(str(i) for i in range(MAX_ARGS + 32)) + "]"),
         *_shape_variables(fams),
