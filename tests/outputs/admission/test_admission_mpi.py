@@ -24,6 +24,7 @@ from runai_spec.facts import mpi
 from runai_spec.load.registry import PresetRegistry
 from runai_spec.outputs.admission import documents as admission
 from runai_spec.outputs.admission.fields import crd_fields, shipped_fields
+from runai_spec.pipeline.smoke import smoke_workload
 from runai_spec.pipeline.workload import prepare_workload
 
 pytest.importorskip("cel_expr_python.cel")
@@ -101,6 +102,30 @@ def test_the_rendered_mpijob_is_admitted(policy: Policy) -> None:
     assert policy.denials(j) == {}
 
 
+def smoke(tmp: Path, **fields: Any) -> Job:
+    """The MPI profile's smoke MPIJob (FIELDS over the profile)."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    workload = prepare_workload(mpi_profile(tmp, **fields), _registry())
+    (found,) = [m for m in smoke_workload(workload) if m.get("kind") == mpi.KIND]
+    return copy.deepcopy(dict(found))
+
+
+@pytest.mark.parametrize(
+    "env", [{}, pytest.param({"HF_HOME": "/data/hf", "OMP_NUM_THREADS": "4"}, marks=pytest.mark.long)]
+)
+def test_the_smoke_mpijob_is_admitted_and_its_mpirun_line_judged(
+    policy: Policy, tmp_path: Path, env: dict[str, str]
+) -> None:
+    """The smoke test's launcher runs the job's own mpirun line (the preset's flags, the -x run)
+    with preflight.py: admitted whatever its profile forwards; a flag added is denied."""
+    j = smoke(tmp_path, env=env)
+    assert j["metadata"]["labels"]["runai-spec/smoke"] == "true"
+    assert launcher(j)["command"][-1] != launcher(job())["command"][-1]
+    assert policy.denials(j) == {}
+    _insert(lambda j: 3, "--mca", "btl_tcp_if_include", "eth0", "--mca", "oob_tcp_if_include", "eth0")(j)
+    assert policy.denials(j) == {"shape": f"{WHERE}[4]: must be 'pml' (preset {PRESET}; and more)"}
+
+
 @pytest.mark.parametrize(
     "fields",
     [
@@ -154,6 +179,7 @@ def _add_env(name: str, value: str, forward: bool) -> Callable[[Job], None]:
 
 
 WHERE = f"spec.mpiReplicaSpecs.{LAUNCHER}.template.spec.containers[pytorch].command"
+ENV = f"spec.mpiReplicaSpecs.{LAUNCHER}.template.spec.containers[pytorch].env"
 # tamper: (change, the start of the denial)
 TAMPERS: dict[str, tuple[Callable[[Job], None], str]] = {
     "slots": (_set(("spec", "slotsPerWorker"), 16), "spec.slotsPerWorker: must be '8'"),
@@ -188,8 +214,8 @@ TAMPERS: dict[str, tuple[Callable[[Job], None], str]] = {
         lambda j: launcher(j)["command"].append("--mca"),
         f"{WHERE}[",
     ),
-    "ompi-mca-forwarded": (_add_env("OMPI_MCA_btl_tcp_if_include", "eth0", True), f"{WHERE}["),
-    "ompi-mca-env": (_add_env("OMPI_MCA_pml", "ucx", False), f"{WHERE}: must forward (-x)"),
+    "ompi-mca-forwarded": (_add_env("OMPI_MCA_btl_tcp_if_include", "eth0", True), f"{ENV}: OMPI_MCA_btl_tcp"),
+    "ompi-mca-env": (_add_env("OMPI_MCA_pml", "ucx", False), f"{ENV}: OMPI_MCA_pml: not an entry"),
     "forward-set-a-value": (_insert(_forwarded, "-x", "UCX_TLS=tcp"), f"{WHERE}["),
     "forward-an-unlisted-variable": (
         _insert(_forwarded, "-x", "HOME"),
@@ -209,7 +235,7 @@ TAMPERS: dict[str, tuple[Callable[[Job], None], str]] = {
     ),
     "smoke-label": (
         lambda j: j["metadata"]["labels"].__setitem__("runai-spec/smoke", "true"),
-        "metadata.labels.runai-spec/smoke: runai-spec renders no smoke test",
+        "metadata.name: must be the value of metadata.labels.app.kubernetes.io/name before '-smoke'",
     ),
 }
 CI = ("slots", "worker-replicas", "mpirun-flag-added", "ompi-mca-forwarded", "ssh-auth-mount-path")

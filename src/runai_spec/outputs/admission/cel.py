@@ -15,7 +15,19 @@ from . import repeat
 from .fields import roles_variable
 from .repeat import NO_SMOKE
 from .rules import MAX_ARGS, RULES, Rule, RuleContext, balanced, container_relations, is_string, lit, text
-from .shape import ItemClass, KeyedListShape, ListShape, MapShape, Named, Pin, PresetShape, Same, Shape, Slot
+from .shape import (
+    ItemClass,
+    KeyedListShape,
+    ListShape,
+    MapShape,
+    Named,
+    Pin,
+    PresetShape,
+    Same,
+    Shape,
+    Slot,
+    alike,
+)
 
 # CEL's reserved words: a schema property of that name cannot be selected as itself. The API
 # server escapes a property named by one of CEL's keywords as `__name__` (Kubernetes'
@@ -316,6 +328,10 @@ class Emitter:
         as one table, its other items each."""
         if shape.tail:
             return f"[{self.command(shape, e, where, guards)}]"
+        if repeat.has_run(shape.head):  # a smoke job's mpirun line: the run, then fixed items
+            return self.under(
+                guards, repeat.variant(self, shape.head, [], e, where, ARG_INDEXES, shape.optional_tail)
+            )
         n, k = len(shape.head), shape.optional_tail
         c = e  # read in place: a binding would be levels of a parser's recursion
         rows: list[str] = []  # [position, the pinned text]
@@ -501,40 +517,6 @@ class Emitter:
 ROLE = "\0ROLE\0"  # a role's name in a message, filled in by the loop over the roles
 
 
-def _alike(x: Shape, y: Shape) -> bool:
-    """Equal shapes, but that a derived value (Same) may stand where the other has the
-    value's own rule (Slot): the second role's copy of the first's value."""
-    if isinstance(x, MapShape) and isinstance(y, MapShape):
-        return (
-            list(x.keys) == list(y.keys)
-            and x.optional == y.optional
-            and x.typed == y.typed
-            and all(_alike(x.keys[k], y.keys[k]) for k in x.keys)
-        )
-    if isinstance(x, KeyedListShape) and isinstance(y, KeyedListShape):
-        return (
-            list(x.fixed) == list(y.fixed)
-            and x.optional == y.optional
-            and all(_alike(x.fixed[k], y.fixed[k]) for k in x.fixed)
-            and len(x.classes) == len(y.classes)
-            and all(_alike(a.shape, b.shape) for a, b in zip(x.classes, y.classes, strict=True))
-        )
-    if isinstance(x, ListShape) and isinstance(y, ListShape):
-        return (
-            x.tail == y.tail
-            and len(x.variants) == len(y.variants)
-            and all(
-                len(a) == len(b) and all(_alike(p, q) for p, q in zip(a, b, strict=True)) and r == t
-                for (a, r), (b, t) in zip(x.variants, y.variants, strict=True)
-            )
-            and len(x.head) == len(y.head)
-            and all(_alike(p, q) for p, q in zip(x.head, y.head, strict=True))
-        )
-    if isinstance(x, Slot | Same) and isinstance(y, Slot | Same):
-        return True
-    return x == y
-
-
 def preset_problems(
     shape: PresetShape, ctx: RuleContext, smoke: bool, prefix: str = "", pins: list[str] | None = None
 ) -> tuple[list[str], list[tuple[str, str]]]:
@@ -555,7 +537,7 @@ def preset_problems(
     assert isinstance(replicas, MapShape)
     roles = list(replicas.keys.values())
     templates = [r.keys["template"] for r in roles if isinstance(r, MapShape)]
-    if not templates or not all(_alike(templates[0], t) for t in templates[1:]):
+    if not templates or not all(alike(templates[0], t) for t in templates[1:]):
         return (
             _pieces(emitter.problems(root, "object", "", (), 0), lambda body: body),
             list(emitter.anchors.values()),

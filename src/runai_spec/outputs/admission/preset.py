@@ -198,12 +198,14 @@ def _kind_shape(
         if smoke:
             command = derive(ca, cb, None, where, "", ctx)
             assert isinstance(command, ListShape)
+            folded = repeat.fold(command.head, ctx, where, None)  # mpirun's -x run, if any
+            run = len(command.head) - len(folded) + 1 if len(folded) < len(command.head) else 0
             # flags that only some profiles give (--checkpoint-on-sigterm) end the list
-            extra = len(ca) - len(cm)
+            extra = len(ca) - run - len(cm)
             if extra < 0 or ca[: len(cm)][:1] != cm[:1]:
                 raise ShapeError(f"{where}: the minimal probe's command is not a head of the full one's")
-            command.optional_tail = extra
-            _container(spec).keys["command"] = command
+            command.head, command.optional_tail = folded, extra
+            _container(spec).keys["command"] = repeat.forwarded(command, _container(spec), ca, a, role, where)
             continue
         renders = {k: (_command(doc(w[0]), role), _command(doc(w[1]), role)) for k, w in full.items()}
         if all(x == ca and y == ca for x, y in renders.values()) and cm == ca:

@@ -125,25 +125,65 @@ def _entry(em: Leaves, rule: str, at: str) -> tuple[str, str]:
     return RULES[rule].cel(at, em.ctx), lit(what)
 
 
-def variant(em: Leaves, head: list[Shape], entry: list[str], e: str, where: str, indexes: str) -> str:
+def variant(
+    em: Leaves,
+    head: list[Shape],
+    entry: list[str],
+    e: str,
+    where: str,
+    indexes: str,
+    optional: int | None = None,
+) -> str:
     """The problems (a CEL list of messages, '' where none) of the command E as the launcher
     HEAD (with one Repeat), an entry point of rules ENTRY and arguments; INDEXES a CEL list of
-    the positions 0, 1, ... (longer than any command)."""
+    the positions 0, 1, ... (longer than any command). With OPTIONAL (a smoke job's fixed
+    command) no entry point and no argument, and the last OPTIONAL items may be absent."""
     r = next(i for i, h in enumerate(head) if isinstance(h, Repeat))
     run = head[r]
     assert isinstance(run, Repeat)
     w, after = len(run.items), head[r + 1 :]
     k = len(after) + len(entry)
+    always = k - (optional or 0)  # the items after the run that every such command has
     # the fixed items after the run, at o
     fixed = [em.leaf(h, f"{e}[o + {j}]", MARK) for j, h in enumerate(after)]
     fixed += [_entry(em, rule, f"{e}[o + {len(after) + j}]") for j, rule in enumerate(entry)]
-    follows = balanced("&&", [f"({c})" for c, _ in fixed[: len(after)]], "true")
-    found = f"{indexes}.filter(m, [{r} + {w} * m].all(o, size({e}) >= o + {k} ? ({follows}) : false))"
+    follows = balanced("&&", [f"({c})" for c, _ in fixed[: min(len(after), always)]], "true")
+    found = f"{indexes}.filter(m, [{r} + {w} * m].all(o, size({e}) >= o + {always} ? ({follows}) : false))"
     start = f"[{found}].map(f, size(f) > 0 ? {r} + {w} * f[0] : -1)[0]"
     checks = [em.leaf(h, f"{e}[{i}]", f"{where}[{i}]") for i, h in enumerate(head[:r])]
     listed = [f"({c}) ? '' : {m}" for c, m in checks]
-    listed += [f"({c}) ? '' : {placed(m, where, f'o + {j}')}" for j, (c, m) in enumerate(fixed)]
+    listed += [
+        f"({c}) ? '' : {placed(m, where, f'o + {j}')}"
+        if j < always
+        else f"size({e}) <= o + {j} || ({c}) ? '' : {placed(m, where, f'o + {j}')}"
+        for j, (c, m) in enumerate(fixed)
+    ]
+    listed += _run(em, run, r, e, where, indexes)
+    if optional is not None:
+        tail = f"{k} (or {always})" if optional else f"{k}"
+        size_msg = f"must have {r} items, a run of {w} for each variable it forwards, then {tail}"
+        sized = f"o >= 0 && (size({e}) == o + {k} || size({e}) == o + {always})"
+        size_msg = lit(f"{where}: {size_msg}{em.tag}")
+        return f"[{start}].map(o, ({sized}) ? [{', '.join(listed)}] : [{size_msg}])[0]"
+    arg = RULES["arg"].cel(f"{e}[i]", em.ctx)
+    args = f"{indexes}.filter(i, i >= o + {k} && i < size({e}) ? !({arg}) : false)"
+    listed.append(
+        f"[{args}].map(b, size(b) == 0 ? '' : {lit(where + '[')} + string(b[0]) + "
+        f"{lit(']: must be ' + RULES['arg'].what + em.tag)})[0]"
+    )
+    size_msg = lit(
+        f"{where}: must be the preset's launcher ({r} items, a run of {w} for each variable it "
+        f"forwards, {len(after)} items), an entry point and at most {MAX_ARGS} arguments{em.tag}"
+    )
+    sized = f"o >= 0 && size({e}) >= o + {k} && size({e}) <= o + {k + MAX_ARGS}"
+    return f"[{start}].map(o, ({sized}) ? [{', '.join(listed)}] : [{size_msg}])[0]"
+
+
+def _run(em: Leaves, run: Repeat, r: int, e: str, where: str, indexes: str) -> list[str]:
+    """The problems of the windows of RUN (from R to o, the first fixed item after them)."""
+    w = len(run.items)
     windows = [(*em.leaf(item, f"{e}[{r} + {w} * i + {j}]", MARK), j) for j, item in enumerate(run.items)]
+    listed = []
     if run.others is not None:  # each window names one of the container's other variables
         c, others = e.removesuffix(".command"), ", ".join(lit(n) for n in run.others)
         own = f"has({c}.env) ? {c}.env.filter(v, has(v.name) && !(v.name in [{others}])) : []"
@@ -163,15 +203,4 @@ def variant(em: Leaves, head: list[Shape], entry: list[str], e: str, where: str,
         listed.append(f"[{bad}].map(b, size(b) == 0 ? '' : {shown})[0]")
     if run.others is not None:  # as many windows as such variables
         listed.append(f"size({own}) == (o - {r}) / {w} ? '' : {lit(f'{where}: {FORWARD}{em.tag}')}")
-    arg = RULES["arg"].cel(f"{e}[i]", em.ctx)
-    args = f"{indexes}.filter(i, i >= o + {k} && i < size({e}) ? !({arg}) : false)"
-    listed.append(
-        f"[{args}].map(b, size(b) == 0 ? '' : {lit(where + '[')} + string(b[0]) + "
-        f"{lit(']: must be ' + RULES['arg'].what + em.tag)})[0]"
-    )
-    size_msg = lit(
-        f"{where}: must be the preset's launcher ({r} items, a run of {w} for each variable it "
-        f"forwards, {len(after)} items), an entry point and at most {MAX_ARGS} arguments{em.tag}"
-    )
-    sized = f"o >= 0 && size({e}) >= o + {k} && size({e}) <= o + {k + MAX_ARGS}"
-    return f"[{start}].map(o, ({sized}) ? [{', '.join(listed)}] : [{size_msg}])[0]"
+    return listed

@@ -262,6 +262,40 @@ def same_shape(x: Shape, y: Shape) -> bool:
     return x == y
 
 
+def alike(x: Shape, y: Shape) -> bool:
+    """Equal shapes, but that a derived value (Same) may stand where the other has the
+    value's own rule (Slot): the second role's copy of the first's value."""
+    if isinstance(x, MapShape) and isinstance(y, MapShape):
+        return (
+            list(x.keys) == list(y.keys)
+            and x.optional == y.optional
+            and x.typed == y.typed
+            and all(alike(x.keys[k], y.keys[k]) for k in x.keys)
+        )
+    if isinstance(x, KeyedListShape) and isinstance(y, KeyedListShape):
+        return (
+            list(x.fixed) == list(y.fixed)
+            and x.optional == y.optional
+            and all(alike(x.fixed[k], y.fixed[k]) for k in x.fixed)
+            and len(x.classes) == len(y.classes)
+            and all(alike(a.shape, b.shape) for a, b in zip(x.classes, y.classes, strict=True))
+        )
+    if isinstance(x, ListShape) and isinstance(y, ListShape):
+        return (
+            x.tail == y.tail
+            and len(x.variants) == len(y.variants)
+            and all(
+                len(a) == len(b) and all(alike(p, q) for p, q in zip(a, b, strict=True)) and r == t
+                for (a, r), (b, t) in zip(x.variants, y.variants, strict=True)
+            )
+            and len(x.head) == len(y.head)
+            and all(alike(p, q) for p, q in zip(x.head, y.head, strict=True))
+        )
+    if isinstance(x, Slot | Same) and isinstance(y, Slot | Same):
+        return True
+    return x == y
+
+
 # -- one preset ---------------------------------------------------------------------------
 
 
