@@ -24,25 +24,26 @@ NAMES = ("object", "oldObject", "request", "params", "namespaceObject", "variabl
 _PROGRAMS: dict[str, Any] = {}
 
 
-@lru_cache(maxsize=1)
-def _typed() -> frozenset[str]:
-    """The PyTorchJob schema's typed objects (with properties), by schema path."""
-    from runai_spec.outputs.admission.shape import shipped_fields
+@lru_cache(maxsize=4)
+def _typed(kind: tuple[str, str]) -> frozenset[str]:
+    """The typed objects (with properties) of the schema of KIND (apiVersion, kind) that the
+    policy judges (a PyTorchJob, an MPIJob), by schema path; empty for any other kind."""
+    from runai_spec.outputs.admission.fields import FIELDS_FILES, shipped_fields
 
-    return frozenset(shipped_fields())
+    return frozenset(shipped_fields(kind)) if kind in FIELDS_FILES else frozenset()
 
 
 def api_object(obj: Any) -> Any:
-    """OBJ as the API server hands it to CEL: in a PyTorchJob, a property of a typed object of
+    """OBJ as the API server hands it to CEL: in a judged job, a property of a typed object of
     the schema named by a CEL keyword is selected by its escaped name `__name__` (Kubernetes'
     property-name escaping: apiextensions-apiserver pkg/apis/apiextensions/v1/types.go,
     ValidationRule; kubernetes.io's CRD validation rules, "Escaping": `self.__namespace__`).
     Map keys (labels) are not escaped; nor is any object of other kinds here."""
     from runai_spec.outputs.admission.cel import ESCAPED
 
-    if not isinstance(obj, dict) or obj.get("kind") != "PyTorchJob":
+    typed = _typed((obj.get("apiVersion"), obj.get("kind"))) if isinstance(obj, dict) else frozenset()
+    if not typed:
         return obj
-    typed = _typed()
 
     def walk(value: Any, path: str) -> Any:
         if isinstance(value, list):

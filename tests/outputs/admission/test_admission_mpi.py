@@ -233,6 +233,10 @@ TAMPERS: dict[str, tuple[Callable[[Job], None], str]] = {
         lambda j: pod(j, WORKER)["containers"][0].__setitem__("command", launcher(j)["command"]),
         f"spec.mpiReplicaSpecs.{WORKER}.template.spec.containers[pytorch].command",
     ),
+    "pod-namespace": (
+        _set(("spec", "mpiReplicaSpecs", WORKER, "template", "metadata", "namespace"), "kube-system"),
+        f"spec.mpiReplicaSpecs.{WORKER}.template.metadata.namespace:",
+    ),
     "smoke-label": (
         lambda j: j["metadata"]["labels"].__setitem__("runai-spec/smoke", "true"),
         "metadata.name: must be the value of metadata.labels.app.kubernetes.io/name before '-smoke'",
