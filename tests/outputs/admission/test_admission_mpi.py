@@ -170,8 +170,7 @@ def _set(path: tuple[Any, ...], value: Any) -> Callable[[Job], None]:
 
 def _add_env(name: str, value: str, forward: bool) -> Callable[[Job], None]:
     def change(j: Job) -> None:
-        for role in (LAUNCHER, WORKER):
-            pod(j, role)["containers"][0]["env"].append({"name": name, "value": value})
+        launcher(j)["env"].append({"name": name, "value": value})
         if forward:
             _insert(_forwarded, "-x", name)(j)
 
@@ -295,3 +294,14 @@ def _crd() -> dict[str, Any]:
         CRD.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     )
     return crd
+
+
+def test_the_roles_pod_templates_are_written_once_their_commands_each() -> None:
+    """The Launcher's and Workers' pod templates are alike but for their container's command:
+    the template's checks are written once and run for each role (a message names the role
+    from the loop), each role's command is checked on its own."""
+    policy = str(_documents()[0])
+    container = "template.spec.containers[pytorch]"
+    for role in (LAUNCHER, WORKER):
+        assert f"spec.mpiReplicaSpecs.{role}.{container}.command" in policy
+        assert f"spec.mpiReplicaSpecs.{role}.{container}.image" not in policy

@@ -27,6 +27,7 @@ from .shape import (
     Shape,
     Slot,
     alike,
+    role_commands,
 )
 
 # CEL's reserved words: a schema property of that name cannot be selected as itself. The API
@@ -291,7 +292,7 @@ class Emitter:
         for key, sub in shape.keys.items():
             if where == "metadata" and key == "namespace":
                 continue  # the request's own: the project is the namespace's (variables.project)
-            if key == "template" and id(shape) in self.skip:
+            if key in ("template", "command") and id(shape) in self.skip:
                 continue
             ce, present = child(e, key, shape.typed)
             path = f"{where}.{key}" if where else key
@@ -537,14 +538,21 @@ def preset_problems(
     assert isinstance(replicas, MapShape)
     roles = list(replicas.keys.values())
     templates = [r.keys["template"] for r in roles if isinstance(r, MapShape)]
-    if not templates or not all(alike(templates[0], t) for t in templates[1:]):
+    commands = role_commands(templates, CONTAINER)  # alike but for them: each checked on its own
+    if not templates or not (commands or all(alike(templates[0], t) for t in templates[1:])):
         return (
             _pieces(emitter.problems(root, "object", "", (), 0), lambda body: body),
             list(emitter.anchors.values()),
         )
     template = templates[0]
-    emitter.skip = {id(role) for role in roles}
+    emitter.skip = {id(role) for role in roles} | ({id(commands[0][0])} if commands else set())
     job = _pieces(emitter.problems(root, "object", "", (), 0), lambda body: body)
+    place = ("template", "spec", "containers", ("name", CONTAINER))
+    for name, (_, command) in zip(replicas.keys, commands, strict=True) if commands else ():
+        c, guards, at = emitter.locate(("spec", shape.replicas, name, *place))
+        body = emitter.problems(command, "w.command", f"{at}.command", ("has(w.command)",), 1)
+        listed = f"({balanced('&&', guards, 'true')}) ? {let(c, 'w', balanced('+', body, '[]'))} : []"
+        job += _pieces([listed], lambda body: body)
     role = lit(ROLE)[1:-1]
     missing = _msg(f"spec.{shape.replicas}.{ROLE}.template", "missing: the preset's render has it").replace(
         role, '" + r + "'

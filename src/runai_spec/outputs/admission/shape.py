@@ -296,6 +296,30 @@ def alike(x: Shape, y: Shape) -> bool:
     return x == y
 
 
+def role_commands(templates: list[Shape], container: str) -> list[tuple[MapShape, Shape]] | None:
+    """Each pod template's CONTAINER and its command, where the templates are alike but for
+    those commands (an MPIJob's Launcher runs mpirun, its Workers the SSH daemon); else None."""
+    pairs = []
+    for t in templates:
+        spec = t.keys.get("spec") if isinstance(t, MapShape) else None
+        listed = spec.keys.get("containers") if isinstance(spec, MapShape) else None
+        found = listed.fixed.get(container) if isinstance(listed, KeyedListShape) else None
+        if found is None or "command" not in found.keys:
+            return None
+        pairs.append((found, found.keys["command"]))
+    commands = [command for _, command in pairs]
+    if len(pairs) < 2 or all(alike(commands[0], c) for c in commands[1:]):
+        return None
+    for found, _ in pairs:  # compared with one command in every template
+        found.keys["command"] = commands[0]
+    try:
+        same = all(alike(templates[0], t) for t in templates[1:])
+    finally:
+        for found, command in pairs:
+            found.keys["command"] = command
+    return pairs if same else None
+
+
 # -- one preset ---------------------------------------------------------------------------
 
 
