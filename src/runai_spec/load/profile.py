@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
-from pydantic import BaseModel, BeforeValidator, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, ValidationError
 from pydantic_core import PydanticCustomError
 
 from ..errors import InputError, RunaiSpecError
@@ -25,6 +25,31 @@ from .yaml import literal_text, load_mapping_lines, load_mapping_text, read_text
 read_once(literal_text)  # the validator of every text field below (model.read_once)
 
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+# The most a profile's command, env and data may hold (issue 41 item 8): the admission policy
+# reads each argument and value with regular expressions, which the API server charges by the
+# text's length times the pattern's (cel-go: ceil((1 + len) / 10) * ceil(len(regex) / 4)) within
+# a limit per expression; validate refuses more, and the policy (admission/rules.py) denies more.
+MAX_ARGS = 128  # arguments after the entry point
+MAX_TEXT = 1024  # characters of one argument, or of one variable's value
+MAX_ENTRIES = 16  # variables in env, in secret_env; data volumes
+MAX_NAME = 64  # characters of a variable's name
+# Validate's alone (the policy's CEL cannot add lengths up): every job validate accepts stays
+# within the API server's cost limits, which deny (fail closed) beyond them.
+MAX_COMMAND_TEXT = 8192  # characters of the command, all its items
+MAX_ENV_TEXT = 4096  # characters of env's values, all of them
+EnvName = Annotated[str, Field(pattern=ENV_NAME, max_length=MAX_NAME)]
+
+
+def _total(most: int, what: str) -> AfterValidator:
+    """At most MOST characters in all the texts of a list or a map's values together."""
+
+    def check(value: Any) -> Any:
+        if sum(map(len, value.values() if isinstance(value, dict) else value)) > most:
+            raise ValueError(f"{what} hold more than {most:,} characters together")
+        return value
+
+    return AfterValidator(check)
+
 
 # DESIGN section 5: a plain scalar in a string field is exactly the text written (`1.10`
 # stays "1.10", `--epochs, 90` gives "90"); Arg also says so in the JSON Schema, for editors.
@@ -157,8 +182,14 @@ class Profile(FileModel):
     project: Text = Field(pattern=DNS1123_PATTERN, max_length=NAME_MAX, description="Run:ai project.")
     preset: Text = Field(pattern=DNS1123_PATTERN, max_length=NAME_MAX, description="Approved preset name.")
     image: Text = Field(min_length=1, description="Immutable image: registry/repo[:tag]@sha256:<64 hex>.")
-    command: list[Annotated[str, Field(min_length=1), _AS_WRITTEN]] = Field(
-        min_length=1, description="Training entry point and arguments, e.g. [train.py, --cfg, c.yaml]."
+    command: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=MAX_TEXT), _AS_WRITTEN]],
+        _total(MAX_COMMAND_TEXT, "the command's items"),
+    ] = Field(
+        min_length=1,
+        max_length=1 + MAX_ARGS,
+        description="Training entry point and arguments, e.g. [train.py, --cfg, c.yaml]; items of "
+        f"at most {MAX_TEXT:,} characters, {MAX_COMMAND_TEXT:,} in all.",
     )
     working_dir: PathText | None = Field(None, description="Container working directory.")
     launcher: LauncherName = Field(
@@ -179,11 +210,18 @@ class Profile(FileModel):
         description="The image's PyTorch version, e.g. 2.13.0: how long torchrun lets "
         "the ranks save on SIGTERM (30 s before torch 2.12, the preset's grace period since).",
     )
-    env: dict[Annotated[str, Field(pattern=ENV_NAME)], Arg] = Field(
-        default_factory=lambda: {}, description="Plain environment variables."
-    )
-    secret_env: dict[Annotated[str, Field(pattern=ENV_NAME)], SecretRef] = Field(
+    env: Annotated[
+        dict[EnvName, Annotated[str, Field(max_length=MAX_TEXT), _AS_WRITTEN]],
+        _total(MAX_ENV_TEXT, "the variables' values"),
+    ] = Field(
         default_factory=lambda: {},
+        max_length=MAX_ENTRIES,
+        description=f"Plain environment variables: names of at most {MAX_NAME} characters, values of "
+        f"at most {MAX_TEXT:,}, {MAX_ENV_TEXT:,} in all.",
+    )
+    secret_env: dict[EnvName, SecretRef] = Field(
+        default_factory=lambda: {},
+        max_length=MAX_ENTRIES,
         description="Credentials as variables read from a Secret (never written in the profile).",
     )
     batch: Batch = Field(description="Batch arithmetic.")
@@ -191,7 +229,9 @@ class Profile(FileModel):
     zero_stage: ZeroStage | None = Field(None, description="DeepSpeed ZeRO stage.")
     model: Model | None = Field(None, description="Model size, precision, sequence length.")
     checkpoint: Checkpoint = Field(description="Checkpoint location and format.")
-    data: list[DataVolume] = Field(default_factory=lambda: [], description="Data volumes to mount.")
+    data: list[DataVolume] = Field(
+        default_factory=lambda: [], max_length=MAX_ENTRIES, description="Data volumes to mount."
+    )
     metrics: Metrics | None = Field(None, description="Who writes shared metrics (rank 0 only).")
     diagnostics: Diagnostics = Field(
         default_factory=lambda: Diagnostics(), description="Temporary diagnostic switches."

@@ -176,3 +176,23 @@ def set_key(key: str, value: Any) -> Callable[[dict[str, Any]], None]:
 
 def insert_argument(arg: str) -> Callable[[dict[str, Any]], None]:
     return lambda c: c["command"].insert(1, arg)
+
+
+def _filled(prefixes: list[str], total: int, fill: str) -> list[str]:
+    """Each of PREFIXES padded with FILL so that together they hold exactly TOTAL characters."""
+    room = total - sum(map(len, prefixes))
+    return [p + fill * (room // len(prefixes) + (i < room % len(prefixes))) for i, p in enumerate(prefixes)]
+
+
+def at_the_bounds(profile: dict[str, Any]) -> None:
+    """PROFILE's command, env and secret_env as long as validate allows (load/profile.py): the
+    costliest shape the policy must admit (issue 41 item 8): the most arguments, every one a
+    flag, the most variables, with names and values as long as the totals allow."""
+    from runai_spec.load.profile import MAX_ARGS, MAX_COMMAND_TEXT, MAX_ENTRIES, MAX_ENV_TEXT, MAX_NAME
+
+    entry = profile["command"][0]
+    args = _filled([f"--opt{i:03d}=" for i in range(MAX_ARGS)], MAX_COMMAND_TEXT - len(entry), "x")
+    profile["command"] = [entry, *args]
+    names = [f"V{i:02d}_" + "N" * (MAX_NAME - 4) for i in range(MAX_ENTRIES)]
+    profile["env"] = dict(zip(names, _filled([""] * MAX_ENTRIES, MAX_ENV_TEXT, "y"), strict=True))
+    profile["secret_env"] = {f"S{i:02d}": {"secret": "s", "key": "k"} for i in range(MAX_ENTRIES)}

@@ -21,6 +21,7 @@ from outputs.admission.admission_policy import (
     REGISTRY,
     Job,
     Policy,
+    at_the_bounds,
     shared_policy,
 )
 from runai_spec.check.catalogue import RULES as SITE_RULES
@@ -250,3 +251,55 @@ def test_random_profile_values_are_admitted_iff_validate_accepts_them(
         assert bool(denied) == bool(errors), (errors, denied, env, args, workdir, ckpt)
 
     check()
+
+
+def test_validate_s_bounds_on_the_command_and_env_are_the_policy_s(policy: Policy, tmp_path: Path) -> None:
+    """Issue 41 item 8: the longest command and env validate accepts are admitted; one more
+    argument, character or variable is refused by validate (its schema); the policy
+    denies the counts and lengths it can see (one item's, before any regular expression)."""
+    from pydantic import ValidationError
+
+    from runai_spec.load.profile import MAX_ENTRIES, MAX_NAME, MAX_TEXT, Profile
+
+    profile = yaml.safe_load((ROOT / "examples" / "multi-node" / "profile.yaml").read_text())
+    at_the_bounds(profile)
+    job, errors = _job_of(profile, tmp_path)
+    assert job is not None and not errors, errors
+    assert policy.denials(job) == {}
+    over: dict[str, Callable[[dict[str, Any]], None]] = {
+        "args": lambda p: p["command"].append("-x"),
+        "command-text": lambda p: p["command"].__setitem__(1, p["command"][1] + "x"),
+        "arg-chars": lambda p: p.update(command=[p["command"][0], "x" * (MAX_TEXT + 1)]),
+        "env-text": lambda p: p["env"].__setitem__(
+            next(iter(p["env"])), p["env"][next(iter(p["env"]))] + "y"
+        ),
+        "value-chars": lambda p: p.update(
+            env={k: "y" * (MAX_TEXT + 1) if i == 0 else "" for i, k in enumerate(p["env"])}
+        ),
+        "name-chars": lambda p: p["env"].__setitem__("N" * (MAX_NAME + 1), "y"),
+        "entries": lambda p: p["env"].__setitem__("ONE_MORE", ""),
+    }
+    for what, change in over.items():
+        bigger = copy.deepcopy(profile)
+        change(bigger)
+        with pytest.raises(ValidationError):  # validate refuses it (the profile's schema)
+            Profile.model_validate(bigger)
+        assert Profile.model_validate(profile), what
+    container = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    tampers: dict[str, Callable[[], None]] = {
+        "args": lambda: container["command"].append("-x"),
+        "arg-chars": lambda: container["command"].__setitem__(-1, "x" * (MAX_TEXT + 1)),
+        "value-chars": lambda: next(v for v in container["env"] if v.get("value", "").startswith("y")).update(
+            value="y" * (MAX_TEXT + 1)
+        ),
+        # beyond the preset's own entries (some optional) and twice MAX_ENTRIES (env, secret_env)
+        "entries": lambda: container["env"].extend(
+            {"name": f"MORE{i}", "value": "y"} for i in range(2 * MAX_ENTRIES)
+        ),
+    }
+    for what, tamper in tampers.items():
+        saved = copy.deepcopy(container)
+        tamper()
+        assert "shape" in policy.denials(job), what
+        container.clear()
+        container.update(saved)

@@ -11,10 +11,11 @@ import re
 from collections.abc import Callable
 
 from ...facts.kubeflow import CONTAINER, SMOKE_LABEL
+from ...load.profile import MAX_ARGS
 from . import repeat
 from .fields import roles_variable
 from .repeat import NO_SMOKE
-from .rules import MAX_ARGS, RULES, Rule, RuleContext, balanced, container_relations, is_string, lit, text
+from .rules import MAX_LISTED, RULES, Rule, RuleContext, balanced, container_relations, is_string, lit, text
 from .shape import (
     ItemClass,
     KeyedListShape,
@@ -467,6 +468,12 @@ class Emitter:
             for group in groups(parts, GROUP_LIMIT):
                 subs.append(f"({cond} ? {let(ie, var, balanced('+', group, '[]'))} : [])")
         heads = [f"[{', '.join(own)}]"]
+        if shape.classes:  # the profile's entries too: counted before each is read
+            most = len(shape.fixed) + MAX_LISTED
+            many = _msg(
+                where, f"must have at most {most} entries (the preset's and the profile's)" + self.tag
+            )
+            heads = [f"(size({rng(e)}) <= {most} ? {heads[0]} : [{many}])"]
         if required:
             heads.append(self.missing(required, where + "[", "]"))
         return [self.under(guards, balanced("+", heads, "[]")), *subs]

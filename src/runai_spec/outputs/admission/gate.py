@@ -10,13 +10,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...facts.kubeflow import PRESET_ANNOTATION, SMOKE_LABEL
+from ...load.profile import MAX_ARGS
 from ...load.registry import PresetRegistry
 from ...load.site import Site
 from ...plan.launcher import PROFILE_LAUNCHERS
 from .cel import ARG_INDEXES, CHUNK_LIMIT, PIN_SHOWN, PIN_VALUE, preset_problems
 from .fields import replica_keys, roles_variable
 from .preset import preset_shape
-from .rules import MAX_ARGS, RuleContext, balanced, lit
+from .rules import RuleContext, balanced, lit
 from .shape import LauncherRefused
 
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from .rules import MAX_ARGS, RULES, RuleContext, balanced, lit
+from ...load.profile import MAX_ARGS
+from .rules import RULES, RuleContext, balanced, lit
 from .shape import (
     Ctx,
     KeyedListShape,

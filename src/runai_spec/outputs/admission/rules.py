@@ -59,16 +59,16 @@ from ...check.training import (
 from ...facts import torchrun
 from ...facts.accelerate import ENGINEER_DEEPSPEED_KEYS, ENGINEER_KEYS, ENGINEER_PREFIXES
 from ...facts.kubeflow import DNS1035_PATTERN, DNS1123_PATTERN, INJECTED_ENV, SMOKE_SUFFIX
-from ...load.profile import ENV_NAME, CheckpointFormat
+from ...load.profile import ENV_NAME, MAX_ENTRIES, MAX_NAME, MAX_TEXT, CheckpointFormat
 from ...secrets import SECRET_VALUE
 
 CHECKPOINT_FORMATS: tuple[str, ...] = typing.get_args(CheckpointFormat)
 
 SPACE = r"\s"
 DOT_PART = r"(^|/)\.\.?(/|$)"
-# The longest argv a profile may give after its entry point (the policy checks each
-# argument by position, up to this many).
-MAX_ARGS = 256
+# A profile's entries in one list of a pod (env: its env and secret_env; volumes, mounts: its
+# data): at most this many beside the render's own (validate's bounds, load/profile.py).
+MAX_LISTED = 2 * MAX_ENTRIES
 SUBDOMAIN_MAX = 253  # a PVC, Secret or key name (profile.py: max_length=253)
 
 
@@ -247,9 +247,13 @@ def _module(e: str, c: RuleContext) -> str:
 
 
 def _arg(e: str, c: RuleContext) -> str:
+    # cheap tests first (a match costs by the text's length times the pattern's): the length
+    # validate allows, and the flag patterns (each alternative a `-` flag, `^--?`) only for a
+    # text that starts with `-`
     return (
-        f"({is_string(e)} && !{_regex(e, LAUNCHER_FLAGS.pattern)} && "
-        f"!{_regex(e, SECRET_FLAG.pattern)} && !{_regex(e, SECRET_VALUE)})"
+        f"({is_string(e)} && size({e}) <= {MAX_TEXT} && (!{e}.startsWith('-') || "
+        f"(!{_regex(e, LAUNCHER_FLAGS.pattern)} && !{_regex(e, SECRET_FLAG.pattern)})) && "
+        f"!{_regex(e, SECRET_VALUE)})"
     )
 
 
@@ -283,11 +287,11 @@ def env_name_reserved(e: str) -> str:
 
 
 def _env_name(e: str, c: RuleContext) -> str:
-    return f"({is_string(e)} && {_regex(e, ENV_NAME)} && !{env_name_reserved(e)})"
+    return f"({is_string(e)} && size({e}) <= {MAX_NAME} && {_regex(e, ENV_NAME)} && !{env_name_reserved(e)})"
 
 
 def _env_value(e: str, c: RuleContext) -> str:
-    return f"({is_string(e)} && !{_regex(e, SECRET_VALUE)})"
+    return f"({is_string(e)} && size({e}) <= {MAX_TEXT} && !{_regex(e, SECRET_VALUE)})"
 
 
 def _subdomain(pattern: str) -> Callable[[str, RuleContext], str]:
@@ -378,7 +382,7 @@ RULES = {
         Rule("module", "a module that is not a launcher", _module, True, _ENTRY),
         Rule(
             "arg",
-            "an argument that is no launcher flag and no credential",
+            f"an argument of at most {MAX_TEXT} characters that is no launcher flag and no credential",
             _arg,
             True,
             (check_launcher, check_secret_env),
@@ -397,10 +401,16 @@ RULES = {
             True,
             (check_mount_paths,),
         ),
-        Rule("env-name", "a variable name that is not reserved", _env_name, True, _ENV_NAME),
+        Rule(
+            "env-name",
+            f"a variable name of at most {MAX_NAME} characters, not reserved",
+            _env_name,
+            True,
+            _ENV_NAME,
+        ),
         Rule(
             "env-value",
-            "a plain value (credentials come from a Secret)",
+            f"a plain value of at most {MAX_TEXT} characters (credentials come from a Secret)",
             _env_value,
             True,
             (check_secret_env,),
