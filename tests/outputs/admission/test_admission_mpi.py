@@ -305,3 +305,30 @@ def test_the_roles_pod_templates_are_written_once_their_commands_each() -> None:
     for role in (LAUNCHER, WORKER):
         assert f"spec.mpiReplicaSpecs.{role}.{container}.command" in policy
         assert f"spec.mpiReplicaSpecs.{role}.{container}.image" not in policy
+
+
+@pytest.mark.long
+def test_a_preset_s_own_variables_are_forwarded_after_the_run(tmp_path: Path) -> None:
+    """A preset with network.env forwards its variables (pinned `-x NCCL_...`) after the
+    profile's run: the run's length is found where they follow, with any number of the
+    profile's variables, in the job and its smoke test."""
+    shutil.copytree(ROOT / "presets", tmp_path / "presets")
+    network = yaml.safe_load((ROOT / "presets" / "h200-2x8-ib.yaml").read_text(encoding="utf-8"))["network"]
+    network["env"] = {"NCCL_IB_HCA": "mlx5", "NCCL_SOCKET_IFNAME": "eth0"}
+    presets = mpi_presets(tmp_path / "presets", make_key(tmp_path, "engineer"), network=network)
+    for other in presets.glob("h200-*.yaml"):
+        if other.stem != PRESET:
+            other.unlink()
+    registry = PresetRegistry(presets, today=TODAY)
+    policy = Policy(admission.policy_documents(registry), PROJECTS)
+    for env in ({}, {"HF_HOME": "/data/hf", "OMP_NUM_THREADS": "4"}):
+        workload = prepare_workload(mpi_profile(tmp_path, env=env), registry)
+        assert [f.rule for f in workload.errors] == []
+        (j,) = [dict(m) for m in workload.manifests if m.get("kind") == mpi.KIND]
+        (s,) = [dict(m) for m in smoke_workload(workload) if m.get("kind") == mpi.KIND]
+        command = launcher(j)["command"]
+        assert command[command.index("NCCL_IB_HCA") - 2 - 2 * len(env)] == "none"  # the run first
+        assert policy.denials(copy.deepcopy(j)) == {} and policy.denials(copy.deepcopy(s)) == {}
+        tampered = copy.deepcopy(j)
+        launcher(tampered)["command"][command.index("NCCL_IB_HCA")] = "NCCL_IB_GID_INDEX"
+        assert list(policy.denials(tampered)) == ["shape"]
