@@ -22,7 +22,10 @@ Records:
 - `stuck`: the process still alive STUCK_S seconds after its own `destroy_process_group`
   returned, with where its main thread waits and the non-daemon threads it would join (in
   the cluster such a pod never completes and holds its GPUs);
-- DeepSpeed's engine `save_checkpoint`/`load_checkpoint` as `save`/`load` records."""
+- DeepSpeed's engine `save_checkpoint`/`load_checkpoint` as `save`/`load` records;
+- `master-address`: MASTER_ADDR chosen from `hostname -I` (DeepSpeed's `mpi_discovery`, or a
+  `hostname -I` the rank ran); `transport-flags`: a command started with DeepSpeed's OpenMPI
+  runner's transport flags; `deepspeed-env`: a `.deepspeed_env` opened."""
 
 from __future__ import annotations
 
@@ -38,7 +41,21 @@ from types import ModuleType
 from typing import Any
 
 # variables the transports read once at start-up: the job's env (profile, preset) is their place
-TRANSPORT_PREFIXES = ("NCCL_", "TORCH_NCCL_", "UCX_", "FI_", "GLOO_", "TP_SOCKET_IFNAME", "NVSHMEM_")
+TRANSPORT_PREFIXES = (
+    "NCCL_",
+    "TORCH_NCCL_",
+    "UCX_",
+    "FI_",
+    "GLOO_",
+    "TP_SOCKET_IFNAME",
+    "NVSHMEM_",
+    "OMPI_MCA_",
+)
+# DeepSpeed 0.19.8's OpenMPI runner (deepspeed/launcher/multinode_runner.py OpenMPIRunner): the
+# transport its mpirun line forces, and the file whose lines its runner exports to every rank
+# (deepspeed/launcher/runner.py DEEPSPEED_ENVIRONMENT_NAME, read in ~ and .)
+RUNNER_TRANSPORT = ("UCX_TLS=tcp", "^openib", "btl_tcp_if_include")
+DEEPSPEED_ENV_FILE = ".deepspeed_env"
 MEASURE_STEPS = 4
 # seconds a rank may live on after its own destroy_process_group: a flush, a last log line
 STUCK_S = 10.0
@@ -63,8 +80,59 @@ def install(site: ModuleType) -> None:
         ("torch.utils.data.dataloader", _patch_dataloader),
         ("torch.nn.modules.module", _patch_modules),
         ("deepspeed.runtime.engine", _patch_deepspeed),
+        ("deepspeed.comm.comm", _patch_mpi_discovery),
     ):
         site.add_patch(name, patch)
+    sys.addaudithook(_transport_hook)
+
+
+def _outside_libraries() -> str | None:
+    """file:line of the innermost caller outside site-packages (the script's own line)."""
+    frame: Any = sys._getframe(2)
+    stdlib = os.path.dirname(os.__file__)
+    while frame is not None and (
+        "-packages" in frame.f_code.co_filename or frame.f_code.co_filename.startswith(stdlib)
+    ):
+        frame = frame.f_back
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else None
+
+
+def _patch_mpi_discovery(comm: ModuleType) -> None:
+    """DeepSpeed 0.19.8 deepspeed/comm/comm.py: init_distributed runs mpi_discovery where any of
+    RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK is unset; it sets MASTER_ADDR to
+    rank 0's first `hostname -I` address."""
+    original = getattr(comm, "mpi_discovery", None)
+    if original is None or getattr(original, "__runai_spec_audit__", False):
+        return
+
+    def mpi_discovery(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        _site.record(
+            "master-address",
+            how="mpi_discovery",
+            addr=os.environ.get("MASTER_ADDR"),
+            where=_outside_libraries(),
+        )
+        return result
+
+    mpi_discovery.__runai_spec_audit__ = True  # type: ignore[attr-defined]
+    setattr(comm, "mpi_discovery", mpi_discovery)  # noqa: B010 - a module of DeepSpeed
+
+
+def _transport_hook(event: str, args: tuple[Any, ...]) -> None:
+    """PEP 578 audit events: `hostname -I` started, DeepSpeed's OpenMPI runner's transport
+    flags on a command line, a `.deepspeed_env` opened. Fails open."""
+    try:
+        if event == "open" and os.path.basename(os.fsdecode(args[0])) == DEEPSPEED_ENV_FILE:
+            _site.record("deepspeed-env", path=os.fsdecode(args[0]), where=_outside_libraries())
+        elif event == "subprocess.Popen":
+            argv = [os.fsdecode(a) for a in (args[1] if isinstance(args[1], (list, tuple)) else [args[1]])]
+            if argv and os.path.basename(argv[0]) == "hostname" and "-I" in argv:
+                _site.record("master-address", how="hostname -I", where=_outside_libraries())
+            elif any(a in RUNNER_TRANSPORT for a in argv):
+                _site.record("transport-flags", argv=argv[:16], where=_outside_libraries())
+    except Exception:  # noqa: BLE001 - never in the script's way
+        pass
 
 
 def _samples(obj: Any, depth: int = 0) -> int:

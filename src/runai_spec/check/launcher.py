@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 from ..errors import InputError
 from ..facts import accelerate as acc
@@ -158,6 +159,7 @@ def _chosen_launcher_findings(ctx: Context) -> Iterator[Finding]:
     """The profile's `launcher`: one the site and the preset allow, and one the layout can
     express (accelerate has no MIN:MAX node count and no rendezvous id: not elastic)."""
     yield from mpi_transport_findings(ctx)
+    yield from deepspeed_runner_findings(ctx)
     asked = ctx.loaded.profile.launcher
     preset = ctx.approved.preset
     if asked == PROFILE_LAUNCHERS[0] or preset.layout == "single-gpu":
@@ -209,6 +211,57 @@ def _no_mpi_operator(ctx: Context) -> Finding:
         "use `launcher: torchrun`, or ask the AI Engineers to install mpi-operator v0.6.0 or "
         "later and name it in site.yaml (mpi_operator)",
     )
+
+
+def deepspeed_runner_findings(ctx: Context) -> Iterator[Finding]:
+    """DeepSpeed's OpenMPI runner and its `.deepspeed_env` (DeepSpeed 0.19.8 launcher/runner.py,
+    launcher/multinode_runner.py: facts/mpi.py): the transport they set is the engineers'
+    (DESIGN 4.8), whatever the profile's launcher."""
+    profile = ctx.loaded.profile
+    command = profile.command
+    runner = command[0].rsplit("/", 1)[-1] in mpi.DEEPSPEED_RUNNERS or (
+        command[:1] in (["-m"], ["--module"]) and command[1:2] == [mpi.DEEPSPEED_RUNNERS[1]]
+    )
+    pairs = zip(command, [*command[1:], ""], strict=True)
+    openmpi = any(
+        a == f"--launcher={mpi.DEEPSPEED_OPENMPI}" or (a, b) == ("--launcher", mpi.DEEPSPEED_OPENMPI)
+        for a, b in pairs
+    )
+    transport = (
+        f"its mpirun line forces {', '.join(mpi.DEEPSPEED_OPENMPI_TRANSPORT)} and it exports every "
+        f"line of {mpi.DEEPSPEED_ENV_FILE} (in ~ and the working directory) to the ranks: transport "
+        "settings the AI Engineers own (the preset's mpi.mpirun_args and network.env)"
+    )
+    if runner and openmpi:
+        yield finding(
+            ctx,
+            "launcher",
+            "command[0]",
+            f"DeepSpeed's OpenMPI runner (--launcher {mpi.DEEPSPEED_OPENMPI}): {transport}",
+            "write `launcher: mpi` and start the command with the script: the preset's mpirun "
+            "starts it with the engineers' transport",
+        )
+    if mpi.DEEPSPEED_ENV_FILE_VAR in profile.env:
+        yield finding(
+            ctx,
+            "launcher",
+            f"env.{mpi.DEEPSPEED_ENV_FILE_VAR}",
+            f"{mpi.DEEPSPEED_ENV_FILE_VAR} names the file whose lines DeepSpeed's runner exports to "
+            "every rank (in place of .deepspeed_env): the transport's variables are the AI Engineers'",
+            "remove it; variables of the job belong in the profile's env, transport ones in the preset",
+        )
+    beside = Path(ctx.loaded.path).parent / mpi.DEEPSPEED_ENV_FILE
+    if Path(ctx.loaded.path).is_file() and beside.is_file():
+        yield finding(
+            ctx,
+            "launcher",
+            "command",
+            f"{beside} is DeepSpeed's runner's env file, whose lines it exports to every rank "
+            "(NCCL_*, UCX_*: transport settings the AI Engineers own); runai-spec runs no "
+            "DeepSpeed runner, so none of them reaches a rank",
+            "move the job's variables into the profile's env; ask for a preset for transport ones",
+            severity="warning",
+        )
 
 
 def mpi_transport_findings(ctx: Context) -> Iterator[Finding]:

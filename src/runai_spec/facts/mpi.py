@@ -91,10 +91,17 @@ RESERVED_FLAGS = (
     r"allow-run-as-root|tune|display-map|report-bindings)"
 )
 
-# DeepSpeed 0.19.8 deepspeed/launcher/multinode_runner.py OpenMPIRunner: the transport it forces
-# (the engineers' settings under DESIGN 4.8), and the file whose variables it exports to ranks.
+# DeepSpeed 0.19.8 (PyPI's sdist) deepspeed/launcher/multinode_runner.py OpenMPIRunner: the
+# transport it forces (UCX_TLS=tcp in its exports, btl ^openib, btl_tcp_if_include eth0 unless
+# its launcher args name that MCA parameter): the engineers' settings under DESIGN 4.8; and the
+# file whose lines deepspeed/launcher/runner.py exports to every rank (DEEPSPEED_ENVIRONMENT_NAME,
+# $DS_ENV_FILE or .deepspeed_env, read in ~ and in the working directory). The audit layer
+# (audit/runai_spec_script.py, stdlib only) spells the same facts for the ranks.
 DEEPSPEED_OPENMPI_TRANSPORT = ("-x UCX_TLS=tcp", "--mca btl ^openib", "--mca btl_tcp_if_include eth0")
 DEEPSPEED_ENV_FILE = ".deepspeed_env"
+DEEPSPEED_ENV_FILE_VAR = "DS_ENV_FILE"  # names another file in its place
+DEEPSPEED_RUNNERS = ("deepspeed", "deepspeed.launcher.runner")  # its command, its module
+DEEPSPEED_OPENMPI = "openmpi"  # the runner's --launcher that runs OpenMPIRunner
 
 
 def launcher_name(job: str) -> str:

@@ -111,6 +111,13 @@ class Plan(Record):
         """Processes in an elastic job at its fewest pods (None: not elastic)."""
         return None if self.elastic is None else self.elastic.min_pods * self.procs_per_pod
 
+    @property
+    def attaches_network(self) -> bool:
+        """Whether the pods get a network beside the pod network (the preset's network
+        annotations: Multus's): an address found by `hostname -I` may be that one's."""
+        files = {f.annotation for f in self.launcher_files}
+        return any(key not in files for key, _ in self.pod_annotations)
+
     def mount_of(self, role: str) -> str | None:
         """Where the container mounts the volume of ROLE (volumes.CHECKPOINT, DATA, SHM)."""
         return mount_of(self.volumes, role)

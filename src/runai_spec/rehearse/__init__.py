@@ -200,6 +200,7 @@ def own_script_checks(
         volumes=_pvc_paths(setup.job),
         crash=crash_named([o.log for o in outcomes]),
         checkpoint_format=settings.checkpoint_format,
+        second_network=setup.spec.plan is not None and setup.spec.plan.attaches_network,
     )
     key = audit_key(plans)
     records = read_audit(root / "audit", key)

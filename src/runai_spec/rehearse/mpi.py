@@ -127,6 +127,23 @@ def _local(text: str, mounts: Mapping[str, Path]) -> str:
     return text
 
 
+MCA_FLAGS = ("--mca", "-mca")
+MCA_PREFIX = "OMPI_MCA_"
+
+
+def _local_transport(argv: Sequence[str]) -> list[str]:
+    """ARGV with the value of each `--mca NAME VALUE` that LOCAL_MCA sets made the loopback
+    one: mpirun's command line wins over its env, and a preset's `--mca btl ^openib` would
+    keep the shared-memory transport on between the "pods" of this one host (MPI's own
+    collectives, mpi4py's bcast, crashed in it)."""
+    out = list(argv)
+    for i in range(len(out) - 2):
+        local = LOCAL_MCA.get(f"{MCA_PREFIX}{out[i + 1]}")
+        if out[i] in MCA_FLAGS and local is not None:
+            out[i + 2] = local
+    return out
+
+
 def _python(argv: Sequence[str]) -> list[str]:
     """The program's `python` is this interpreter (the image's, in the pod)."""
     return [sys.executable if a in ("python", "python3") else a for a in argv]
@@ -193,7 +210,7 @@ def rehearse_mpi(
     env["OMPI_MCA_plm_rsh_agent"] = str(agent)
     env |= {k: os.environ[k] for k in ("PATH", "HOME") if k in os.environ}
     env |= dict(extra_env or {})
-    argv = _python([_local(a, mounts) for a in parts.command])
+    argv = _local_transport(_python([_local(a, mounts) for a in parts.command]))
     result = MpiRehearsal(hostfile, argv, parts.backoff_limit)
     deadline = time.monotonic() + timeout
     with (workdir / "launcher.log").open("w+", encoding="utf-8") as log:

@@ -324,6 +324,7 @@ class AuditSetup:
             restarted=len(done.attempts) > 1 or any(a.killed_rank is not None for a in done.attempts),
             timed_out=any(a.timed_out for a in done.attempts),
             checkpoint_format=settings.checkpoint_format,
+            second_network=spec.plan.attaches_network,
         )
         records = read_audit(self.root / "audit", self.key)
         forged = foreign_row(foreign_records(self.root / "audit", self.key))

@@ -17,7 +17,7 @@ from typing import Any
 from ..pipeline.checklist import GUIDE_CHECKS, PreflightSettings
 from .checks import CheckResult
 from .script_records import ScriptRun, crashed_after_end, generation, ranks_text, stuck, stuck_text
-from .script_rows import batch_row, metrics_row, transport_env_row
+from .script_rows import batch_row, master_address_row, metrics_row, transport_env_row
 from .script_saves import checkpoint_row, resume_row
 
 GPU_ONLY_HINTS = ("nccl", "cuda", "nvidia driver", "no nvidia", "gpu")
@@ -99,8 +99,7 @@ def script_checks(
         resume_row(records, run),
         _shutdown_row(records, run),
     ]
-    env = transport_env_row(records)
-    rows += [env] if env is not None else []
+    rows += [r for r in (transport_env_row(records), master_address_row(records, run)) if r is not None]
     if gpu_only is not None:
         rows = [
             r if r.status == "pass" else CheckResult(r.check, "skip", f"not checked here: {gpu_only}")
@@ -127,7 +126,7 @@ _START_UP = ("start", "end", "exit", "audit-error", "env-set")
 # what a script records once it trains: a step's batch, a step or save behind it, a save
 _STEPPED = ("batch", "moved-on", "save-start", "save", "save-complete")
 # rows that stand on their own when the script died early: the cause's row and what it did set
-_OWN_ROWS = ("ranks", "shutdown", "transport-env")
+_OWN_ROWS = ("ranks", "shutdown", "transport-env", "master-address")
 
 
 def _stopped(records: Sequence[Mapping[str, Any]]) -> str | None:

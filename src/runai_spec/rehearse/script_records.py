@@ -37,6 +37,7 @@ class ScriptRun:
     volumes: tuple[str, ...] = ()  # every PVC's mount path (the checkpoint volume's too)
     checkpoint_format: str | None = None  # the profile's checkpoint.format
     crash: str | None = None  # how torchrun's agent saw the first worker fail ("exit code -6 (SIGABRT)")
+    second_network: bool = False  # the preset attaches a network beside the pod's (Plan.attaches_network)
 
 
 def generation(rec: Mapping[str, Any]) -> tuple[int, int]:

@@ -6,6 +6,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..facts import mpi
 from ..pipeline.checklist import PreflightSettings
 from .checks import CheckResult
 from .script_records import LOST, ScriptRun, generation, ranks_text, under
@@ -135,16 +136,64 @@ def transport_env_row(records: Sequence[Mapping[str, Any]]) -> CheckResult | Non
         if r.get("event") == "env-set"
         and not any(part in str(r.get("where") or "") for part in LIBRARY_PARTS)
     ]
-    if not sets:
+    # DeepSpeed's OpenMPI runner's transport (its mpirun flags, .deepspeed_env): the engineers'
+    runner = [r for r in records if r.get("event") in ("transport-flags", "deepspeed-env")]
+    if not sets and not runner:
         return None
     shown = sorted({f"{r.get('name')}={r.get('value')} ({r.get('where')})" for r in sets})
+    said = (
+        [
+            f"rank(s) {ranks_text(int(r['rank']) for r in sets if r.get('rank') is not None)} set "
+            f"{'; '.join(shown[:3])} at run time: the transport reads these once, and a value set in "
+            "the script overrides the preset's for this site; declare them in the profile's env, where "
+            "the preset's admission checks them"
+        ]
+        if sets
+        else []
+    )
+    found = sorted({f"{r.get('path') or ' '.join(r.get('argv') or [])} ({r.get('where')})" for r in runner})
+    if runner:
+        said.append(
+            f"the script used DeepSpeed's OpenMPI runner's transport ({'; '.join(found[:2])}): "
+            f"its mpirun line forces {', '.join(mpi.DEEPSPEED_OPENMPI_TRANSPORT)} and exports "
+            f"every line of {mpi.DEEPSPEED_ENV_FILE} to the ranks (DeepSpeed 0.19.8 "
+            "launcher/multinode_runner.py, launcher/runner.py): transport settings the AI "
+            "Engineers own (the preset's mpi.mpirun_args and network.env)"
+        )
+    bad = [r for r in [*sets, *runner] if r.get("rank") is not None]
     return CheckResult(
         "transport-env",
         "fail",
-        f"rank(s) {ranks_text(int(r['rank']) for r in sets if r.get('rank') is not None)} set "
-        f"{'; '.join(shown[:3])} at run time: the transport reads these once, and a value set in "
-        "the script overrides the preset's for this site; declare them in the profile's env, where "
-        "the preset's admission checks them",
-        failed_ranks=tuple(sorted({int(r["rank"]) for r in sets if r.get("rank") is not None})),
-        details={"set": shown},
+        "; ".join(said),
+        failed_ranks=tuple(sorted({int(r["rank"]) for r in bad})),
+        details={"set": shown, "runner": found},
+    )
+
+
+def master_address_row(records: Sequence[Mapping[str, Any]], run: ScriptRun) -> CheckResult | None:
+    """The master address chosen by `hostname -I` (DeepSpeed's mpi_discovery): a failing row
+    where the preset attaches a second network (its first address need not be the pod
+    network's), a note elsewhere; None where no rank chose it so."""
+    chose = [r for r in records if r.get("event") == "master-address"]
+    if not chose:
+        return None
+    how = sorted({f"{r.get('how')} ({r.get('where')})" for r in chose})
+    ranks = ranks_text(int(r["rank"]) for r in chose if r.get("rank") is not None)
+    said = (
+        f"rank(s) {ranks} took MASTER_ADDR from `hostname -I` ({'; '.join(how[:2])}; DeepSpeed "
+        "0.19.8 comm/comm.py mpi_discovery takes rank 0's first address) over the rendered one"
+    )
+    if not run.second_network:
+        return CheckResult(
+            "master-address", "note", f"{said}: one network here, so the pod's", details={"how": how}
+        )
+    return CheckResult(
+        "master-address",
+        "fail",
+        f"{said}, and the preset attaches a second network: the first address need not be the "
+        "pod network's; set RANK, WORLD_SIZE and LOCAL_RANK from OMPI_COMM_WORLD_* before "
+        "deepspeed.init_distributed (with those and the rendered MASTER_ADDR and MASTER_PORT it "
+        "skips mpi_discovery)",
+        failed_ranks=tuple(sorted({int(r["rank"]) for r in chose if r.get("rank") is not None})),
+        details={"how": how},
     )
