@@ -155,3 +155,15 @@ def test_by_name_the_errors_name_the_mpijob_it_was_found_as(
     result = run("logs", NAME, "-p", "nlp-lab", "--out", str(tmp_path / "logs"))
     assert result.exit_code == 3, result.output
     assert f"error: cluster: {REF}: no pod had a log to save" in result.stderr
+
+
+def test_submit_smoke_applies_the_preflight_configmap_and_the_smoke_mpijob(
+    api: KubeAPI, profile: str
+) -> None:
+    """issue 39 item 3: the MPI smoke test goes to the cluster as the PyTorchJob's does."""
+    result = run("submit", profile, "--smoke")
+    assert result.exit_code == 0, result.output
+    smoke = api.kube.get("mpijobs", NS, f"{NAME}-smoke")
+    assert smoke is not None and smoke["kind"] == "MPIJob"
+    assert api.kube.get("configmaps", NS, f"{NAME}-smoke-preflight") is not None
+    assert api.kube.get("mpijobs", NS, NAME) is None  # the real job is not touched
