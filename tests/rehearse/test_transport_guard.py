@@ -5,6 +5,7 @@ deepspeed/launcher/runner.py, launcher/multinode_runner.py, comm/comm.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -145,3 +146,39 @@ def test_deepspeeds_mpi_discovery_under_the_mpijobs_mpirun(
     else:
         assert rows["master-address"]["status"] == "fail" and result.exit_code == 1
         assert "train.py:" in rows["master-address"]["message"], rows["master-address"]
+
+
+def _constants(path: Path) -> dict[str, Any]:
+    """A self-contained file's top-level literal constants (preflight.py imports torch; the
+    audit layer must not be imported here)."""
+    import ast
+
+    found: dict[str, Any] = {}
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], (ast.Name, ast.Tuple)):
+            with contextlib.suppress(ValueError):
+                value = ast.literal_eval(node.value)
+                names = node.targets[0].elts if isinstance(node.targets[0], ast.Tuple) else [node.targets[0]]
+                values = value if isinstance(node.targets[0], ast.Tuple) else [value]
+                found |= {n.id: v for n, v in zip(names, values, strict=True) if isinstance(n, ast.Name)}
+    return found
+
+
+def test_the_self_contained_files_spell_the_facts_as_facts_mpi_does() -> None:
+    """preflight.py and the audit layer import nothing of runai-spec: their copies of OpenMPI's
+    rank variables and DeepSpeed's runner facts agree with each other and with facts/mpi.py."""
+    from runai_spec.facts import mpi
+
+    src = ROOT / "src" / "runai_spec"
+    preflight = _constants(src / "preflight.py")
+    script = _constants(src / "audit" / "runai_spec_script.py")
+    site = (src / "audit" / "sitecustomize.py").read_text(encoding="utf-8")
+    names = (preflight["MPI_RANK"], preflight["MPI_SIZE"], preflight["MPI_LOCAL_RANK"])
+    assert names == ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK")
+    prefix = _constants(src / "audit" / "sitecustomize.py")["_W"]  # sitecustomize builds them from it
+    line = site.split("MPI_NAMES = ", 1)[1].split("\n", 1)[0]
+    for name in names:
+        assert name.startswith(prefix) and f'{{_W}}{name.removeprefix(prefix)}"' in line, (name, line)
+    assert script["DEEPSPEED_ENV_FILE"] == mpi.DEEPSPEED_ENV_FILE
+    flags = " ".join(mpi.DEEPSPEED_OPENMPI_TRANSPORT).split()
+    assert all(token in flags for token in script["RUNNER_TRANSPORT"])
