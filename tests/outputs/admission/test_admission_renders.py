@@ -52,7 +52,8 @@ def test_each_launcher_a_preset_allows_has_its_own_checks(policy: Policy) -> Non
     """Issue 41 (with issue 38's `launcher: accelerate`): the gate derives a shape for each
     launcher a preset allows, from that launcher's render; an accelerate job tampered into a
     torchrun one's command is denied, and a preset that does not allow accelerate (elastic)
-    has only torchrun's checks."""
+    has only torchrun's checks. accelerate's render carries the strategy: a family for each
+    the preset allows (ddp, fsdp, deepspeed), torchrun's one for all."""
     accelerate = [
         (name, job) for name, job in renders() if container(pods(job)[0])["command"][0] == "accelerate"
     ]
@@ -62,8 +63,8 @@ def test_each_launcher_a_preset_allows_has_its_own_checks(policy: Policy) -> Non
     families = json.loads(variables["families"])  # a CEL map literal of JSON's strings
     assert {name: len(ids) for name, ids in families.items()} == {
         "h200-1gpu": 1,  # one GPU runs python, whichever launcher
-        "h200-2x8-ib": 2,
-        "h200-8gpu": 2,
+        "h200-2x8-ib": 1 + 3,
+        "h200-8gpu": 1 + 3,
         "h200-elastic-2to4x8-ib": 1,  # validate refuses accelerate on an elastic preset
     }
     job = dict(accelerate)["accelerate-multi-node-job"]

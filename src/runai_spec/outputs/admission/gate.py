@@ -144,34 +144,44 @@ class Family:
 
 
 def families(gates: Sequence[PresetGate]) -> list[Family]:
-    """GATES grouped by their checks, in the order of their first preset."""
-    groups: dict[str, list[PresetGate]] = {}
+    """GATES grouped by their checks, in the order of their first preset. A family reads one
+    value per preset for each pinned value that differs within it, so two gates of one preset
+    with equal checks (accelerate's strategies: `--multi_gpu` or `--use_fsdp` in one place)
+    are in two families: a preset's N-th gate of those checks in the N-th."""
+    groups: dict[tuple[str, int], list[PresetGate]] = {}
+    seen: dict[tuple[str, str], int] = {}
     for gate in gates:
-        groups.setdefault(gate.checks, []).append(gate)
+        n = seen[gate.checks, gate.name] = seen.get((gate.checks, gate.name), -1) + 1
+        groups.setdefault((gate.checks, n), []).append(gate)
     return [Family(f"f{i}", tuple(members)) for i, members in enumerate(groups.values())]
 
 
 def preset_gates(registry: PresetRegistry, name: str) -> list[PresetGate]:
     """Preset NAME's checks, derived from its renders: one gate for each launcher a profile
     may choose with it (validate's verdict on the probe profile decides which; the first is
-    the profile's default), but one where the launchers render alike (one GPU: python)."""
+    the profile's default) and each strategy the preset allows (its first first), but one
+    where they render alike (torchrun's renders do not carry the strategy; one GPU: python)."""
     out: list[PresetGate] = []
     for launcher in PROFILE_LAUNCHERS:
-        try:
-            gate = preset_gate(registry, name, launcher)
-        except LauncherRefused:
-            if launcher == PROFILE_LAUNCHERS[0]:
-                raise
-            continue
-        if not any((g.texts()[1:], g.pins) == (gate.texts()[1:], gate.pins) for g in out):
-            out.append(gate)
+        for strategy in registry.get(name).preset.strategies:
+            try:
+                gate = preset_gate(registry, name, launcher, strategy)
+            except LauncherRefused:
+                if launcher == PROFILE_LAUNCHERS[0]:
+                    raise
+                break
+            if not any((g.texts()[1:], g.pins) == (gate.texts()[1:], gate.pins) for g in out):
+                out.append(gate)
     return out
 
 
-def preset_gate(registry: PresetRegistry, name: str, launcher: str = PROFILE_LAUNCHERS[0]) -> PresetGate:
-    """Preset NAME's checks for jobs of LAUNCHER, derived from its renders."""
+def preset_gate(
+    registry: PresetRegistry, name: str, launcher: str = PROFILE_LAUNCHERS[0], strategy: str | None = None
+) -> PresetGate:
+    """Preset NAME's checks for jobs of LAUNCHER and STRATEGY (else the preset's first),
+    derived from its renders."""
     site = registry.site()
-    shape = preset_shape(registry, name, launcher)
+    shape = preset_shape(registry, name, launcher, strategy)
     ctx = RuleContext(
         tuple(site.registries), shape.name_max, shape.reserved_mounts, site.allow_module_entrypoint
     )

@@ -100,17 +100,25 @@ def _renders(
     minimal: bool,
     entry: str = "python",
     launcher: str | None = None,
+    strategy: str | None = None,
 ) -> tuple[Any, Any]:
+
+    def probe(side: str, world: int = 1) -> dict[str, Any]:
+        return probe_profile(
+            approved,
+            site,
+            side,
+            minimal=minimal,
+            entry=entry,
+            world=world,
+            launcher=launcher,
+            strategy=strategy,
+        )
 
     out = []
     for side in ("a", "b"):
-        probe = probe_profile(approved, site, side, minimal=minimal, entry=entry, launcher=launcher)
-        first = _prepare(registry, probe, side)
-        world = first.plan.world_size
-        probe = probe_profile(
-            approved, site, side, minimal=minimal, entry=entry, world=world, launcher=launcher
-        )
-        workload = _prepare(registry, probe, side)
+        world = _prepare(registry, probe(side), side).plan.world_size
+        workload = _prepare(registry, probe(side, world), side)
         errors = [f for f in workload.errors if f.rule != "preset-not-granted"]
         if launcher is not None and any(f.path == "launcher" for f in errors):
             raise LauncherRefused(f"preset {approved.name}: launcher {launcher} is not allowed")
@@ -130,16 +138,22 @@ def _renders(
     return out[0], out[1]
 
 
-def preset_shape(registry: PresetRegistry, name: str, launcher: str | None = None) -> PresetShape:
-    """Render preset NAME's probes (with LAUNCHER, or the profile's default) and derive the
-    shape of its job and smoke test; LauncherRefused where validate refuses LAUNCHER for it."""
+def preset_shape(
+    registry: PresetRegistry, name: str, launcher: str | None = None, strategy: str | None = None
+) -> PresetShape:
+    """Render preset NAME's probes (with LAUNCHER, or the profile's default, and STRATEGY, or
+    the preset's first) and derive the shape of its job and smoke test; LauncherRefused where
+    validate refuses LAUNCHER for it."""
     from ...pipeline.smoke import refuse_other_kinds
 
     approved = registry.get(name)
     site = registry.site()
     kinds = ["python", "executable", "shell"] + (["module"] if site.allow_module_entrypoint else [])
-    full = {k: _renders(registry, approved, site, minimal=False, entry=k, launcher=launcher) for k in kinds}
-    small = _renders(registry, approved, site, minimal=True, launcher=launcher)
+    full = {
+        k: _renders(registry, approved, site, minimal=False, entry=k, launcher=launcher, strategy=strategy)
+        for k in kinds
+    }
+    small = _renders(registry, approved, site, minimal=True, launcher=launcher, strategy=strategy)
     plan = full["python"][0].plan
     fields = shipped_fields((plan.workload.api_version, plan.workload.kind))
     try:  # a kind with no smoke test (an MPIJob, for now): every smoke job of it is denied

@@ -65,13 +65,9 @@ UNPROBED = {
     "launcher": "a choice, not a value: each launcher the preset allows is rendered on its own "
     "probes and gets its own checks (gate.preset_gates)",
     "batch.global": "derived: the probes set local x grad_accum x world",
-    "strategy": "the preset's first strategy: torchrun's render does not carry it; accelerate's "
-    "does (--use_fsdp, --use_deepspeed), and a job of another strategy is denied, not judged, "
-    "until the gate has checks per strategy (test_admission_accelerate's xfail)",
-    "zero_stage": "DeepSpeed's stage: torchrun's render does not carry it; accelerate's carries "
-    "it (--zero_stage) with strategy deepspeed only, which the probes render only where it is "
-    "the preset's first strategy (no shipped preset), pinned at the probes' 0 until the gate "
-    "has checks per strategy (test_admission_accelerate's xfail)",
+    "strategy": "a choice, not a value: each strategy the preset allows is rendered on its own "
+    "probes (torchrun's renders do not carry it and are one gate; accelerate's carry it: "
+    "--use_fsdp, --use_deepspeed), each with its own checks (gate.preset_gates)",
     "model.parameters": "the memory estimate's: the render does not carry it",
     "model.precision": "the memory estimate's: the render does not carry it",
     "model.sequence_length": "the memory estimate's: the render does not carry it",
@@ -101,6 +97,8 @@ def probe_tokens(minimal: bool) -> dict[str, Token]:
         "checkpoint.format": Token("dcp", "safetensors", "checkpoint-format", "checkpoint.format"),
         "batch.local": Token("3", "5", "count", "batch.local"),
         "batch.grad_accum": Token("2", "7", "count", "batch.grad_accum"),
+        # a deepspeed probe's stage (validate requires one): accelerate renders --zero_stage
+        "zero_stage": Token("0", "1", "zero-stage", "zero_stage"),
     }
     if minimal:
         return t
@@ -151,7 +149,11 @@ def probe_profile(
     entry: str = "python",
     world: int = 1,
     launcher: str | None = None,
+    strategy: str | None = None,
 ) -> dict[str, Any]:
+    """Probe SIDE (a or b) of APPROVED: the full or MINIMAL profile, with the ENTRY kind, the
+    global batch of WORLD processes, LAUNCHER (else the profile's default) and STRATEGY (else
+    the preset's first)."""
     tokens = probe_tokens(minimal)
 
     def v(key: str) -> Any:
@@ -171,7 +173,7 @@ def probe_profile(
             "grad_accum": int(v("batch.grad_accum")),
             "global": world * int(v("batch.local")) * int(v("batch.grad_accum")),
         },
-        "strategy": preset.strategies[0],
+        "strategy": strategy or preset.strategies[0],
         "checkpoint": {
             "dir": v("checkpoint.dir"),
             "pvc": v("checkpoint.pvc"),
@@ -182,8 +184,8 @@ def probe_profile(
     }
     if launcher is not None:
         profile["launcher"] = launcher
-    if preset.strategies[0] == "deepspeed":
-        profile["zero_stage"] = 0
+    if profile["strategy"] == "deepspeed":
+        profile["zero_stage"] = int(v("zero_stage"))
     if minimal:
         return profile
     profile["command"] += [v("arg1"), v("arg2")]

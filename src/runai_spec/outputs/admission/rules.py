@@ -59,10 +59,25 @@ from ...check.training import (
 from ...facts import torchrun
 from ...facts.accelerate import ENGINEER_DEEPSPEED_KEYS, ENGINEER_KEYS, ENGINEER_PREFIXES
 from ...facts.kubeflow import DNS1035_PATTERN, DNS1123_PATTERN, INJECTED_ENV, SMOKE_SUFFIX
-from ...load.profile import ENV_NAME, MAX_ENTRIES, MAX_NAME, MAX_TEXT, CheckpointFormat
+from ...load.profile import ENV_NAME, MAX_ENTRIES, MAX_NAME, MAX_TEXT, CheckpointFormat, ZeroStage
 from ...secrets import SECRET_VALUE
 
 CHECKPOINT_FORMATS: tuple[str, ...] = typing.get_args(CheckpointFormat)
+
+
+def _bounds(annotated: object) -> tuple[int, int]:
+    """The ge and le bounds of an Annotated int of the profile model (its Field)."""
+    found = {
+        name: getattr(m, name)
+        for info in typing.get_args(annotated)[1:]
+        for m in getattr(info, "metadata", ())
+        for name in ("ge", "le")
+        if hasattr(m, name)
+    }
+    return int(found["ge"]), int(found["le"])
+
+
+ZERO_STAGES = tuple(range(_bounds(ZeroStage)[0], _bounds(ZeroStage)[1] + 1))  # the profile's 0..3
 
 SPACE = r"\s"
 DOT_PART = r"(^|/)\.\.?(/|$)"
@@ -345,6 +360,11 @@ def _checkpoint_format(e: str, c: RuleContext) -> str:
     return f"({e} in [{formats}])"
 
 
+def _zero_stage(e: str, c: RuleContext) -> str:
+    stages = "|".join(str(n) for n in ZERO_STAGES)
+    return f"({is_string(e)} && {_regex(e, c.pattern(f'({stages})'))})"
+
+
 def _accelerate_config(e: str, c: RuleContext) -> str:
     """The researcher's part of the rendered accelerate config (facts.accelerate.config_text:
     `{` + it + the engineers' part, pinned as the frame): no engineers' key
@@ -423,6 +443,7 @@ RULES = {
         Rule("digest", "a sha256 (64 hex digits)", _digest),
         Rule("count", "a positive whole number", _count),
         Rule("checkpoint-format", "a checkpoint format", _checkpoint_format, True),
+        Rule("zero-stage", "a DeepSpeed ZeRO stage (the profile's zero_stage)", _zero_stage),
         Rule(
             "accelerate-config",
             "an accelerate config with training keys only, none of the engineers' ("
@@ -446,7 +467,8 @@ LEFT_TO_VALIDATE: dict[RuleFn, str] = {
     check_nccl_debug: "NCCL_DEBUG=INFO is a value the diagnostics switch renders too",
     check_reserved: "a reserved field is dropped with its finding; the render has the preset's value",
     check_global_batch: "batch arithmetic: the global batch is not in the render",
-    check_strategy: "the strategy is not in the render",
+    check_strategy: "torchrun's render does not carry the strategy (accelerate's does: each "
+    "strategy the preset allows is a family of checks of its own, its ZeRO stage checked)",
     check_checkpoint: "where checkpoints go is a claim name the cluster resolves (the live checks)",
     check_data_sources: "which claims and data sources the site approved: a claim name is all the render has",
     check_nproc: "the processes per pod are the preset's, pinned by the shape",
