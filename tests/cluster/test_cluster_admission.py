@@ -3,7 +3,9 @@ answering as the API server does; `submit` turns a denial into one line (issue 1
 
 from __future__ import annotations
 
+import copy
 import json
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +28,18 @@ DENIED = (
 )
 
 
+@lru_cache(maxsize=1)
+def _shipped_documents() -> list[dict[str, Any]]:
+    """The shipped presets' policy documents, generated once a process (about a CPU second each
+    time: issue 37, CI's time)."""
+    return admission.policy_documents(PresetRegistry(ROOT / "presets"))
+
+
 @pytest.fixture
 def policed(api: KubeAPI) -> KubeAPI:
     """The policy, binding and parameters of the shipped presets, as the AI Engineers apply them."""
     crd_validator()  # loaded here (seconds, once), not while the client's read timeout runs
-    api.kube.store_policy(admission.policy_documents(PresetRegistry(ROOT / "presets")))
+    api.kube.store_policy(copy.deepcopy(_shipped_documents()))
     # the API server plans a policy's programs before it serves (cel-cpp plans one on its first
     # evaluation, a second or so for the generated policy): not inside the client's timeout
     for name in EXAMPLES:
