@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from conftest import ROOT, example_job, run
+from conftest import ROOT, example_job
 from kubeapi import KubeAPI
-from runai_spec import rehearse as rehearse_module
 from runai_spec.cluster import Target
 from runai_spec.cluster.checks import live_findings
 from runai_spec.cluster.session import session_for
@@ -27,7 +25,7 @@ from runai_spec.facts.kai import (
     topology_api,
 )
 from runai_spec.facts.operator import JobModel
-from runai_spec.load.registry import ApprovedSite, PresetRegistry
+from runai_spec.load.registry import PresetRegistry
 from runai_spec.pipeline.workload import prepare_workload
 from runai_spec.rehearse.runner import job_model
 from runai_spec.rehearse.spec import RehearsalSpec
@@ -113,25 +111,3 @@ def test_the_fault_rehearsal_follows_the_site_s_kai_version(version: str) -> Non
     job["metadata"].setdefault("annotations", {})[STALENESS_ANNOTATION] = "2m"
     model = job_model(job, RehearsalSpec(procs_per_pod=1, kai_version=version))
     assert model.stale_grace_s == (120.0 if EXPECTED[version][1] else STALENESS_GRACE_DEFAULT_S)
-
-
-def test_rehearse_passes_the_site_s_kai_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    seen: dict[str, Any] = {}
-
-    class Stop(Exception):
-        pass
-
-    def fake(manifests: Any, spec: Any) -> Any:
-        seen.update(vars(spec))
-        raise Stop
-
-    old = PresetRegistry.approved_site
-
-    def approved_site(self: PresetRegistry) -> ApprovedSite:
-        approved = old(self)
-        return approved._replace(site=approved.site.model_copy(update={"kai_version": "v0.9.9"}))
-
-    monkeypatch.setattr(PresetRegistry, "approved_site", approved_site)
-    monkeypatch.setattr(rehearse_module, "rehearse_manifests", fake)
-    run("rehearse", str(ROOT / "examples" / "elastic" / "profile.yaml"), "--logs", str(tmp_path / "logs"))
-    assert seen.get("kai_version") == "v0.9.9"

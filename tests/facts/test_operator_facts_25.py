@@ -130,7 +130,12 @@ def test_on_a_1_7_site_the_rehearsed_elastic_pod_gets_no_pet_nproc_per_node(tmp_
     assert _pod_env(tmp_path, "1.9")["PET_NPROC_PER_NODE"] == "1"
 
 
-def test_rehearse_passes_the_site_s_operator_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("field", "value"), [("operator_version", "1.7"), ("kai_version", "v0.9.9")])
+def test_rehearse_passes_the_site_s_releases(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, field: str, value: str
+) -> None:
+    """The rehearsal follows the training-operator and KAI releases site.yaml declares (issue 40
+    item 5: the KAI release was not passed, the fault model used v0.17.0's)."""
     seen: dict[str, Any] = {}
 
     class Stop(Exception):
@@ -144,9 +149,9 @@ def test_rehearse_passes_the_site_s_operator_version(tmp_path: Path, monkeypatch
 
     def approved_site(self: PresetRegistry) -> ApprovedSite:
         approved = old(self)
-        return approved._replace(site=approved.site.model_copy(update={"operator_version": "1.7"}))
+        return approved._replace(site=approved.site.model_copy(update={field: value}))
 
     monkeypatch.setattr(PresetRegistry, "approved_site", approved_site)
     monkeypatch.setattr(rehearse_module, "rehearse_manifests", fake)
     run("rehearse", str(ROOT / "examples" / "elastic" / "profile.yaml"), "--logs", str(tmp_path / "logs"))
-    assert seen.get("operator_version") == "1.7"
+    assert seen.get(field) == value

@@ -306,7 +306,11 @@ dist.destroy_process_group()
             "after its own destroy_process_group, waiting in threading.py:",
             marks=pytest.mark.long,
         ),
-        (OUTLIVES_ITS_PEERS, "after every other rank exited, waiting in train.py:4 in <module>"),
+        pytest.param(  # a rank stuck after teardown: with the long tests (issue 37: CI's time)
+            OUTLIVES_ITS_PEERS,
+            "after every other rank exited, waiting in train.py:4 in <module>",
+            marks=pytest.mark.long,
+        ),
     ],
     ids=["after-its-destroy", "after-its-peers"],
 )
@@ -381,7 +385,11 @@ dist.destroy_process_group()
 @pytest.mark.torch
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "handler", [pytest.param("1", marks=pytest.mark.long, id="saves"), pytest.param("", id="no-handler")]
+    "handler",  # both with the long tests (issue 37: CI's time)
+    [
+        pytest.param("1", marks=pytest.mark.long, id="saves"),
+        pytest.param("", marks=pytest.mark.long, id="no-handler"),
+    ],
 )
 def test_checkpoint_on_sigterm_is_checked_on_the_own_script(
     tmp_path: Path,
