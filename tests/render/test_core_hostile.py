@@ -550,17 +550,25 @@ NAME_TEXT = TEXT | st.sampled_from(
 )
 
 
-@settings(deadline=None)
-@given(st.sampled_from([*PATTERN_FIELDS, *CHOICE_FIELDS]), NAME_TEXT)
-def test_hostile_text_in_a_pattern_field_is_bad_input_or_a_plain_name(field: str, value: str) -> None:
+def _parsed_or_bad_input(field: str, value: str) -> Any:
+    """The every-field profile with FIELD set to VALUE, parsed; None where it is bad input, which
+    must then be one `error: hostile.yaml:` line."""
     from runai_spec.errors import InputError
 
     data = every_field_profile({})
     _set(data, field, value)
     try:
-        loaded = parse_profile(dump([data]), "hostile.yaml")
+        return parse_profile(dump([data]), "hostile.yaml")
     except InputError as exc:
         assert exc.lines()[0].startswith("error: hostile.yaml:")
+        return None
+
+
+@settings(deadline=None)
+@given(st.sampled_from([*PATTERN_FIELDS, *CHOICE_FIELDS]), NAME_TEXT)
+def test_hostile_text_in_a_pattern_field_is_bad_input_or_a_plain_name(field: str, value: str) -> None:
+    loaded = _parsed_or_bad_input(field, value)
+    if loaded is None:
         return
     # accepted: then it was a plain name (or one of the field's choices), and it reads back
     # exactly
@@ -573,14 +581,8 @@ def test_hostile_text_in_a_pattern_field_is_bad_input_or_a_plain_name(field: str
 @settings(deadline=None)
 @given(st.sampled_from(FILE_FIELDS), TEXT)
 def test_hostile_text_in_a_file_field_is_bad_input_or_read_back_exactly(field: str, value: str) -> None:
-    from runai_spec.errors import InputError
-
-    data = every_field_profile({})
-    _set(data, field, value)
-    try:
-        loaded = parse_profile(dump([data]), "hostile.yaml")
-    except InputError as exc:
-        assert exc.lines()[0].startswith("error: hostile.yaml:")
+    loaded = _parsed_or_bad_input(field, value)
+    if loaded is None:
         return
     assert value and not value.startswith("/")
     assert _get(loaded.profile.model_dump(by_alias=True), field) == value
