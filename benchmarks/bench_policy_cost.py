@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-PER_CALL_LIMIT = 1_000_000
+sys.path[:0] = [str(ROOT / "src")]
+from runai_spec.outputs.admission.rules import PER_CALL_LIMIT  # noqa: E402  (the policy's own figure)
+
 BUDGET = 10_000_000
 STRING_FUNCTIONS = {"matches", "contains", "startsWith", "endsWith"}
 
@@ -67,10 +69,15 @@ def string_cost(name: str, text: str, args: list[Any]) -> int:
     return math.ceil(len(text) / 10)
 
 
-def heavy() -> tuple[str, dict[str, Any]]:
-    """The multi-node example's job made as costly as validate lets a profile make it (the
-    admission tests' at_the_bounds: the most arguments and variables, each as long as allowed,
-    every argument a flag), rendered."""
+def heavy(
+    profile_file: Path = ROOT / "examples" / "multi-node" / "profile.yaml",
+    registry: Any = None,
+    kind: str = "PyTorchJob",
+) -> tuple[str, dict[str, Any]]:
+    """The job of PROFILE_FILE (the multi-node example's) made as costly as validate lets a
+    profile make it (the admission tests' at_the_bounds: the most arguments and variables,
+    each as long as allowed, every argument a flag), rendered with REGISTRY (the shipped
+    presets')."""
     import json
     import tempfile
 
@@ -79,59 +86,81 @@ def heavy() -> tuple[str, dict[str, Any]]:
     from outputs.admission.admission_policy import REGISTRY, at_the_bounds
     from runai_spec.pipeline.workload import prepare_workload
 
-    profile = yaml.safe_load((ROOT / "examples" / "multi-node" / "profile.yaml").read_text())
+    profile = yaml.safe_load(profile_file.read_text(encoding="utf-8"))
     at_the_bounds(profile)
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "profile.yaml"
         path.write_text(json.dumps(profile), encoding="utf-8")
-        workload = prepare_workload(path, REGISTRY)
-    job = next(m for m in workload.manifests if m.get("kind") == "PyTorchJob")
-    return "multi-node-job with the most and longest arguments and variables validate allows", dict(job)
+        workload = prepare_workload(path, registry or REGISTRY)
+    assert not workload.errors, [f.rule for f in workload.errors]
+    job = next(m for m in workload.manifests if m.get("kind") == kind)
+    name = f"{profile_file.parent.name}-job with the most and longest arguments and variables validate allows"
+    return name, dict(job)
+
+
+class Costs:
+    """The estimated cost of each of a policy's expressions on one job (Counter, cel-python)."""
+
+    def __init__(self, policy: dict[str, Any], params: dict[str, Any]) -> None:
+        import celpy
+
+        self.counter = Counter()
+        self.spec, self.params = policy["spec"], params
+        self.items = [
+            *self.spec.get("matchConditions", []),
+            *self.spec["variables"],
+            *self.spec["validations"],
+        ]
+        env = celpy.Environment()
+        self.programs = {
+            item["expression"]: env.program(env.compile(item["expression"])) for item in self.items
+        }
+
+    def of(self, job: dict[str, Any], projects: dict[str, str]) -> dict[str, int]:
+        """Each expression's cost (by variable or validation name) on JOB."""
+        import celpy
+
+        from cel_eval import api_object
+
+        namespace = job["metadata"]["namespace"]
+        to_cel = celpy.adapter.json_to_cel
+        data: dict[str, Any] = {
+            "object": to_cel(api_object(job)),
+            "oldObject": to_cel(None),
+            "params": to_cel(self.params),
+            "request": to_cel({"operation": "CREATE", "namespace": namespace}),
+            "namespaceObject": to_cel(
+                {"metadata": {"name": namespace, "labels": {"runai/queue": projects.get(namespace, "")}}}
+            ),
+        }
+        costs: dict[str, int] = {}
+        variables: dict[Any, Any] = {}
+        for item in self.items:
+            self.counter.units = 0
+            value = self.programs[item["expression"]].evaluate(
+                {**data, "variables": celpy.celtypes.MapType(variables)}
+            )
+            costs[item.get("name", item["expression"][:30])] = self.counter.units
+            if item in self.spec["variables"]:
+                variables[celpy.celtypes.StringType(item["name"])] = value
+        return costs
 
 
 def measure(limit: int) -> int:
     sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
-    import celpy
-
-    from cel_eval import api_object
     from outputs.admission.admission_policy import PROJECTS, documents, renders
 
-    counter = Counter()
     policy, params = documents()[0], documents()[-1]
-    env = celpy.Environment()
-    to_cel = celpy.adapter.json_to_cel
-    spec = policy["spec"]
-    programs = {}
-    for item in [*spec.get("matchConditions", []), *spec["variables"], *spec["validations"]]:
-        programs[item["expression"]] = env.program(env.compile(item["expression"]))
+    costs = Costs(policy, params)
     worst_call, worst_total = 0, 0
     for name, job in [
         *renders()[:limit],
         *([heavy()] if limit >= 1000 else []),
     ]:
-        namespace = job["metadata"]["namespace"]
-        data: dict[str, Any] = {
-            "object": to_cel(api_object(job)),
-            "oldObject": to_cel(None),
-            "params": to_cel(params),
-            "request": to_cel({"operation": "CREATE", "namespace": namespace}),
-            "namespaceObject": to_cel(
-                {"metadata": {"name": namespace, "labels": {"runai/queue": PROJECTS.get(namespace, "")}}}
-            ),
-        }
-        costs: dict[str, int] = {}
-        variables: dict[Any, Any] = {}
-        for item in [*spec.get("matchConditions", []), *spec["variables"], *spec["validations"]]:
-            counter.units = 0
-            value = programs[item["expression"]].evaluate(
-                {**data, "variables": celpy.celtypes.MapType(variables)}
-            )
-            costs[item.get("name", item["expression"][:30])] = counter.units
-            if item in spec["variables"]:
-                variables[celpy.celtypes.StringType(item["name"])] = value
-        call, total = max(costs.values()), sum(costs.values())
+        each = costs.of(job, PROJECTS)
+        call, total = max(each.values()), sum(each.values())
         worst_call, worst_total = max(worst_call, call), max(worst_total, total)
-        top = max(costs, key=lambda k: costs[k])
+        top = max(each, key=lambda k: each[k])
         print(f"{name}: costliest expression {call:,} units ({top}), all {total:,}")
     print(
         f"ratio per-expression limit / costliest: {PER_CALL_LIMIT / max(worst_call, 1):.1f} x "

@@ -38,13 +38,17 @@ _RESERVED = {
 }
 _ANY = "|".join(_RESERVED.values())
 LAUNCHER_FLAGS = re.compile(f"^{_ANY if len(_RESERVED) == 1 else f'(?:{_ANY})'}(=|$)")
+# The same flags, one pattern per launcher (launcher name -> pattern): ARG is one of
+# LAUNCHER_FLAGS exactly when it matches one of them (the admission policy reads each apart,
+# since a regular expression costs the API server by its own length: outputs/admission/rules.py).
+LAUNCHER_FLAG_PATTERNS = {name: f"^(?:{flags})(=|$)" for name, flags in _RESERVED.items()}
 
 
 def launcher_flag(arg: str) -> str | None:
     """The name of the registered launcher whose topology flag ARG is, else None."""
     if not LAUNCHER_FLAGS.match(arg):
         return None
-    return next(name for name, flags in _RESERVED.items() if re.match(f"^(?:{flags})(=|$)", arg))
+    return next(name for name, pattern in LAUNCHER_FLAG_PATTERNS.items() if re.match(pattern, arg))
 
 
 @rule("launcher", "error", "The tool adds the launcher; the command is the entry point only")

@@ -8,14 +8,22 @@ check is `cond ? '' : message`, and the policy keeps the non-empty messages.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 
-from ...facts.kubeflow import CONTAINER, SMOKE_LABEL
+from ...facts.kubeflow import CONTAINER
 from ...load.profile import MAX_ARGS
 from . import repeat
-from .fields import roles_variable
-from .repeat import NO_SMOKE
-from .rules import MAX_LISTED, RULES, Rule, RuleContext, balanced, container_relations, is_string, lit, text
+from .role_lists import ARG_INDEXES, RoleLists
+from .rules import (
+    MAX_LISTED,
+    RULES,
+    Rule,
+    RuleContext,
+    balanced,
+    container_relations,
+    is_string,
+    lit,
+    text,
+)
 from .shape import (
     ItemClass,
     KeyedListShape,
@@ -27,8 +35,6 @@ from .shape import (
     Same,
     Shape,
     Slot,
-    alike,
-    role_commands,
 )
 
 # CEL's reserved words: a schema property of that name cannot be selected as itself. The API
@@ -47,7 +53,6 @@ IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Keys at the top of the job and of its metadata that the API server or the operator writes
 # (status; uid, resourceVersion, managedFields, finalizers, ...): not the render's to judge.
 SERVER_KEYS: dict[str, tuple[str, ...] | None] = {"": ("status",), "metadata": None}
-ARG_INDEXES = "variables.argIndexes"
 # A message that starts with LET is a whole check that yields '' or its message itself.
 LET = "\0let\0"
 # The longest list expression written as one piece: cel-go and cel-cpp refuse an expression
@@ -120,7 +125,7 @@ def groups(parts: list[str], limit: int) -> list[list[str]]:
     return [g for g in out if g]
 
 
-class Emitter:
+class Emitter(RoleLists):
     """The problems of one preset's shape, with its rules' context."""
 
     def __init__(self, shape: PresetShape, ctx: RuleContext, root: MapShape, prefix: str = "") -> None:
@@ -131,6 +136,9 @@ class Emitter:
         self.tag = ""  # the validation's message names the preset once
         self.skip: set[int] = set()  # role shapes whose template is checked in a loop
         self.pins: list[str] = []  # the pinned values, by their placeholders' index
+        self.replicas = ""  # the job's key of its roles, and their names
+        self.roles: list[str] = []
+        self.lists: dict[tuple[str, str], str] = {}  # (field, role) -> its variable (per_role)
 
     # -- the anchors of derived values (absolute places) -----------------------------------
     def locate(self, path: tuple[object, ...]) -> tuple[str, list[str], str]:
@@ -418,9 +426,7 @@ class Emitter:
             "ls.filter(l, size(l) == 2) + ls)[0][0]"
         )
         lists = f"[{', '.join(variants)}].map(l, l.filter(m, m != ''))"
-        arg = RULES["arg"].cel(f"{c}[i]", self.ctx)
-        bad = f"{ARG_INDEXES}.filter(i, i < size({c}) && !({arg}))"
-        body = let(bad, "b", f"[{lists}].map(ls, {closest})[0]")
+        body = let(self.bad_args(c, where), "b", f"[{lists}].map(ls, {closest})[0]")
         if not guards:
             return body
         return f"!{balanced('&&', list(guards), 'true')} ? '' : {body}"
@@ -435,8 +441,17 @@ class Emitter:
         allowed = ", ".join(shape.fixed) or "none"
         classes = "; ".join(self.class_what(c) for c in shape.classes)
         extra = f" or the profile may add ({classes})" if classes else ""
+        most = len(shape.fixed) + MAX_LISTED
+        # the entries of no class: a role's variables, where the profile may add some
+        unknown = self.per_role(
+            "env" if shape.classes else "\0",
+            where,
+            f"{rng(e)}.filter(x, !({every}))",
+            rng(e),
+            lambda listed: [f"[{rng(listed)}].map(l, size(l) <= {most} ? l.filter(x, !({every})) : [])[0]"],
+        )
         bad = (
-            f"[{rng(e)}.filter(x, !({every}))].map(bad, size(bad) == 0 ? '' : "
+            f"[{unknown}].map(bad, size(bad) == 0 ? '' : "
             f"{lit(where + ': ')} + (has(bad[0].name) ? {text('bad[0].name')} : '(no name)') + "
             + lit(f": not an entry the preset renders ({allowed}){extra}{self.tag}")
             + ")[0]"
@@ -469,7 +484,6 @@ class Emitter:
                 subs.append(f"({cond} ? {let(ie, var, balanced('+', group, '[]'))} : [])")
         heads = [f"[{', '.join(own)}]"]
         if shape.classes:  # the profile's entries too: counted before each is read
-            most = len(shape.fixed) + MAX_LISTED
             many = _msg(
                 where, f"must have at most {most} entries (the preset's and the profile's)" + self.tag
             )
@@ -522,73 +536,4 @@ class Emitter:
         return f"a variable of your own ({keys})" if keys else "an entry of your own"
 
 
-ROLE = "\0ROLE\0"  # a role's name in a message, filled in by the loop over the roles
-
-
-def preset_problems(
-    shape: PresetShape, ctx: RuleContext, smoke: bool, prefix: str = "", pins: list[str] | None = None
-) -> tuple[list[str], list[tuple[str, str]]]:
-    """The job's problems under SHAPE, as CEL lists of messages ('' where none), each below
-    the parser's size limit, and the variables (name, expression) of the values
-    other values derive from. Where every role's pod
-    template has the same shape, it is written once and checked for each role. The pinned
-    values are placeholders numbered from len(PINS), whose values are appended to PINS."""
-    root = shape.smoke if smoke else shape.job
-    if root is None:  # a kind with no smoke test (an MPIJob): no smoke job of it is admitted
-        return [f"[[{lit(f'metadata.labels.{SMOKE_LABEL}: {NO_SMOKE}')}]]"], []
-    emitter = Emitter(shape, ctx, root, prefix)
-    pins = [] if pins is None else pins
-    emitter.pins = pins
-    spec = root.keys["spec"]
-    assert isinstance(spec, MapShape)
-    replicas = spec.keys[shape.replicas]
-    assert isinstance(replicas, MapShape)
-    roles = list(replicas.keys.values())
-    templates = [r.keys["template"] for r in roles if isinstance(r, MapShape)]
-    commands = role_commands(templates, CONTAINER)  # alike but for them: each checked on its own
-    if not templates or not (commands or all(alike(templates[0], t) for t in templates[1:])):
-        return (
-            _pieces(emitter.problems(root, "object", "", (), 0), lambda body: body),
-            list(emitter.anchors.values()),
-        )
-    template = templates[0]
-    emitter.skip = {id(role) for role in roles} | ({id(commands[0][0])} if commands else set())
-    job = _pieces(emitter.problems(root, "object", "", (), 0), lambda body: body)
-    place = ("template", "spec", "containers", ("name", CONTAINER))
-    for name, (_, command) in zip(replicas.keys, commands, strict=True) if commands else ():
-        c, guards, at = emitter.locate(("spec", shape.replicas, name, *place))
-        body = emitter.problems(command, "w.command", f"{at}.command", ("has(w.command)",), 1)
-        listed = f"({balanced('&&', guards, 'true')}) ? {let(c, 'w', balanced('+', body, '[]'))} : []"
-        job += _pieces([listed], lambda body: body)
-    role = lit(ROLE)[1:-1]
-    missing = _msg(f"spec.{shape.replicas}.{ROLE}.template", "missing: the preset's render has it").replace(
-        role, '" + r + "'
-    )
-    specs = f"object.spec.{shape.replicas}"
-    where = f"spec.{shape.replicas}.{ROLE}.template"
-
-    def per_role(body: str) -> str:
-        # a message's start, the role's template, is the variable w
-        body = body.replace(role, '" + r + "')
-        loop = (
-            f"variables.{roles_variable(shape.replicas)}.map(r, has({specs}[r].template) ? "
-            f"[{specs}[r].template].map(t, {body})[0] : [{missing}])"
-        ).replace(role, '" + r + "')
-        return f"({loop}.filter(l, l.exists(m, m != '')) + [[]])[0]"
-
-    parts = emitter.problems(template, "t", where, (), 1)
-    merged = [balanced("+", group, "[]") for group in groups(parts, ROLE_GROUP_LIMIT)]
-    return job + _pieces(merged, per_role), list(emitter.anchors.values())
-
-
-def _pieces(parts: list[str], wrap: Callable[[str], str]) -> list[str]:
-    """PARTS (list expressions), each WRAP-ped: the pieces the policy packs into variables
-    (gate.pack), each below CHUNK_LIMIT."""
-    out = [wrap(part) for part in parts if part != "[]"]
-    for piece in out:
-        if len(piece) > CHUNK_LIMIT:
-            raise ValueError(f"a check of {len(piece)} characters cannot be split further")
-    return out
-
-
-__all__ = ["ARG_INDEXES", "PIN_SHOWN", "PIN_VALUE", "Emitter", "preset_problems"]
+__all__ = ["ARG_INDEXES", "PIN_SHOWN", "PIN_VALUE", "Emitter"]

@@ -14,9 +14,11 @@ from ...load.profile import MAX_ARGS
 from ...load.registry import PresetRegistry
 from ...load.site import Site
 from ...plan.launcher import PROFILE_LAUNCHERS
-from .cel import ARG_INDEXES, CHUNK_LIMIT, PIN_SHOWN, PIN_VALUE, preset_problems
+from .cel import ARG_INDEXES, CHUNK_LIMIT, PIN_SHOWN, PIN_VALUE
 from .fields import replica_keys, roles_variable
 from .preset import preset_shape
+from .problems import preset_problems
+from .role_lists import ROLE_LIST, ROLE_LIST_DEFAULT
 from .rules import RuleContext, balanced, lit
 from .shape import LauncherRefused
 
@@ -240,16 +242,20 @@ def _shape_variables(fams: Sequence[Family]) -> list[tuple[str, str]]:
     costs once."""
     anchors: dict[str, str] = {}  # expression -> its shared name
     anchor_users: dict[str, list[str]] = {}  # shared name -> families
+    defaults: dict[str, str] = {}  # shared name -> its value where it is not evaluated
     users: dict[str, list[tuple[str, str]]] = {}  # piece -> (family, kind), first use first
     for fam in fams:
         renamed: dict[str, str] = {}
-        for n, x in fam.gates[0].anchors:
-            name, expression = fam.bound([n, x])
-            renamed[name] = anchors.setdefault(expression, f"a{len(anchors)}")
-            anchor_users.setdefault(renamed[name], []).append(fam.id)
 
         def rename(text: str, renamed: dict[str, str] = renamed) -> str:
             return _VARIABLE.sub(lambda m: f"variables.{renamed.get(m.group(1), m.group(1))}", text)
+
+        for n, x in fam.gates[0].anchors:
+            name, expression = fam.bound([n, x])
+            # an anchor may read the ones before it (a role's arguments, their parts)
+            renamed[name] = anchors.setdefault(rename(expression), f"a{len(anchors)}")
+            defaults[renamed[name]] = ROLE_LIST_DEFAULT if ROLE_LIST.search(n) else "''"
+            anchor_users.setdefault(renamed[name], []).append(fam.id)
 
         for kind in KINDS:
             gate = fam.gates[0]
@@ -259,7 +265,7 @@ def _shape_variables(fams: Sequence[Family]) -> list[tuple[str, str]]:
         (
             name,
             f"{_users([(f, k) for f in dict.fromkeys(anchor_users[name]) for k in KINDS])} "
-            f"? ({expression}) : ''",
+            f"? ({expression}) : {defaults[name]}",
         )
         for expression, name in anchors.items()
     ]

@@ -108,6 +108,8 @@ class Leaves(Protocol):
 
     def leaf(self, leaf: Shape, e: str, where: str) -> tuple[str, str]: ...
 
+    def bad_args(self, c: str, where: str) -> str: ...
+
 
 def has_run(head: list[Shape]) -> bool:
     return any(isinstance(h, Repeat) for h in head)
@@ -166,8 +168,7 @@ def variant(
         sized = f"o >= 0 && (size({e}) == o + {k} || size({e}) == o + {always})"
         size_msg = lit(f"{where}: {size_msg}{em.tag}")
         return f"[{start}].map(o, ({sized}) ? [{', '.join(listed)}] : [{size_msg}])[0]"
-    arg = RULES["arg"].cel(f"{e}[i]", em.ctx)
-    args = f"{indexes}.filter(i, i >= o + {k} && i < size({e}) ? !({arg}) : false)"
+    args = f"{em.bad_args(e, where)}.filter(i, i >= o + {k})"
     listed.append(
         f"[{args}].map(b, size(b) == 0 ? '' : {lit(where + '[')} + string(b[0]) + "
         f"{lit(']: must be ' + RULES['arg'].what + em.tag)})[0]"

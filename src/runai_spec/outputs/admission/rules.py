@@ -35,7 +35,7 @@ from ...check.identity import (
     check_reserved,
     check_smoke_name,
 )
-from ...check.launcher import LAUNCHER_FLAGS, LAUNCHERS, check_launcher, check_nproc
+from ...check.launcher import LAUNCHER_FLAG_PATTERNS, LAUNCHERS, check_launcher, check_nproc
 from ...check.rules import RuleFn
 from ...check.storage import (
     PATH_NAME_MAX,
@@ -59,7 +59,16 @@ from ...check.training import (
 from ...facts import torchrun
 from ...facts.accelerate import ENGINEER_DEEPSPEED_KEYS, ENGINEER_KEYS, ENGINEER_PREFIXES
 from ...facts.kubeflow import DNS1035_PATTERN, DNS1123_PATTERN, INJECTED_ENV, SMOKE_SUFFIX
-from ...load.profile import ENV_NAME, MAX_ENTRIES, MAX_NAME, MAX_TEXT, CheckpointFormat, ZeroStage
+from ...load.profile import (
+    ENV_NAME,
+    MAX_ARGS,
+    MAX_COMMAND_TEXT,
+    MAX_ENTRIES,
+    MAX_NAME,
+    MAX_TEXT,
+    CheckpointFormat,
+    ZeroStage,
+)
 from ...secrets import SECRET_VALUE
 
 CHECKPOINT_FORMATS: tuple[str, ...] = typing.get_args(CheckpointFormat)
@@ -261,15 +270,56 @@ def _module(e: str, c: RuleContext) -> str:
     return f"({is_string(e)} && !{e}.startsWith('-') && !{_regex(e, SPACE)} && !({refused}))"
 
 
+# The API server's limit on the runtime cost of one expression (a variable is one):
+# PerCallLimit, kubernetes/kubernetes staging/src/k8s.io/apiserver/pkg/apis/cel/config.go;
+# the policy keeps ten times under it for any command validate accepts (issue 41 item 8).
+PER_CALL_LIMIT = 1_000_000
+HEADROOM = 10
+# cel-go charges a match ceil((1 + len(text)) / 10) * ceil(len(pattern) / 4) units
+# (interpreter/runtimecost.go; common/cost.go RegexStringLengthCostFactor): a command validate
+# accepts is at most this many tenths of characters, each argument rounded up once.
+COMMAND_TENTHS = (MAX_COMMAND_TEXT + 10 * MAX_ARGS) // 10 + 1
+# The units per tenth that one expression's patterns may cost on each argument, less five for
+# the rest of its loop (the `-` test, the bounds, the positions it filters).
+ARG_UNITS = PER_CALL_LIMIT // HEADROOM // COMMAND_TENTHS - 5
+
+
+def regex_units(pattern: str) -> int:
+    """What PATTERN costs a match per tenth of the text's characters (cel-go)."""
+    return -(-len(pattern) // 4)
+
+
+def _packed(patterns: Sequence[str]) -> list[list[str]]:
+    """PATTERNS in runs of at most ARG_UNITS together, in order (first fit)."""
+    runs: list[list[str]] = []
+    for pattern in patterns:
+        if regex_units(pattern) > ARG_UNITS:
+            raise ValueError(f"a pattern of {len(pattern)} characters costs more than one check may")
+        if not runs or sum(map(regex_units, runs[-1])) + regex_units(pattern) > ARG_UNITS:
+            runs.append([])
+        runs[-1].append(pattern)
+    return runs
+
+
+def arg_parts(e: str) -> list[str]:
+    """The argument rule (launcher.check_launcher's flags, env.check_secret_env's credentials)
+    as conditions that each hold on their own, whose patterns cost at most ARG_UNITS a tenth:
+    the policy evaluates each in a variable of its own, all of a command's arguments in one
+    (rules: the text and its length validate allows, no credential-shaped part; and, for a
+    text that starts with `-`, no launcher's topology flag (each launcher's pattern apart) and
+    no credential flag). Cheap tests first: a match costs by the text's length times the
+    pattern's."""
+    bounded = f"{is_string(e)} && size({e}) <= {MAX_TEXT}"
+    parts = [f"({bounded} && !{_regex(e, p)})" for p in _packed([SECRET_VALUE])[0]]
+    flags = [*LAUNCHER_FLAG_PATTERNS.values(), SECRET_FLAG.pattern]
+    for run in _packed(flags):
+        none = " && ".join(f"!{_regex(e, p)}" for p in run)
+        parts.append(f"(!({bounded}) || !{e}.startsWith('-') || ({none}))")
+    return parts
+
+
 def _arg(e: str, c: RuleContext) -> str:
-    # cheap tests first (a match costs by the text's length times the pattern's): the length
-    # validate allows, and the flag patterns (each alternative a `-` flag, `^--?`) only for a
-    # text that starts with `-`
-    return (
-        f"({is_string(e)} && size({e}) <= {MAX_TEXT} && (!{e}.startsWith('-') || "
-        f"(!{_regex(e, LAUNCHER_FLAGS.pattern)} && !{_regex(e, SECRET_FLAG.pattern)})) && "
-        f"!{_regex(e, SECRET_VALUE)})"
-    )
+    return balanced("&&", arg_parts(e), "true")
 
 
 def _working_dir(e: str, c: RuleContext) -> str:
