@@ -17,7 +17,10 @@ from .rules import Context, finding, rule
 IMAGE_REPO = r"[a-z0-9._/-]+"
 
 
-IMAGE_TAG = r":[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
+IMAGE_TAG_MAX = 128  # characters of a tag (the distribution spec's)
+_TAG_FIRST, _TAG_REST = ":[A-Za-z0-9_]", "[A-Za-z0-9_.-]"
+IMAGE_TAG = rf"{_TAG_FIRST}{_TAG_REST}{{0,{IMAGE_TAG_MAX - 1}}}"
+IMAGE_TAG_ANY_LENGTH = rf"{_TAG_FIRST}{_TAG_REST}*"  # the policy's first reading (rules._image)
 
 
 IMAGE = re.compile(

@@ -12,10 +12,10 @@ import re
 import sys
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import ROOT
+from conftest import ROOT, examples
 from outputs.admission.admission_policy import PROJECTS, documents
 from runai_spec.check.launcher import LAUNCHER_FLAG_PATTERNS, LAUNCHER_FLAGS, launcher_flag
 from runai_spec.outputs.admission.rules import (
@@ -26,10 +26,11 @@ from runai_spec.outputs.admission.rules import (
     RULES,
     RuleContext,
     arg_parts,
+    arg_refusals,
     lit,
-    regex_units,
+    packed,
 )
-from runai_spec.secrets import SECRET_VALUE
+from runai_spec.secrets import JWT, SECRET_VALUE_SHAPES
 
 MATCHED = re.compile(r'\.matches\(("(?:[^"\\]|\\.)*")\)')
 # each registered launcher's topology flags, in the spellings its own parser takes, and texts
@@ -82,25 +83,41 @@ def test_any_text_is_a_launcher_flag_by_one_pattern_exactly_when_by_all_of_them(
 
 
 def test_each_part_of_the_argument_rule_costs_a_tenth_of_the_limit_on_the_longest_command() -> None:
+    runs = packed(arg_refusals())
     parts = arg_parts("x")
-    units = [sum(regex_units(json.loads(p)) for p in MATCHED.findall(part)) for part in parts]
-    assert len(parts) > 1 and all(0 < u <= ARG_UNITS for u in units), units
-    # the five units a tenth besides the patterns: the `-` test, the bounds, the loop
+    assert len(parts) == len(runs) > 1
+    assert all(0 < sum(r.units for r in run) <= ARG_UNITS for run in runs), runs
+    # the five units a tenth besides the patterns: the bounds, the loop, the positions
     assert (ARG_UNITS + 5) * COMMAND_TENTHS <= PER_CALL_LIMIT // HEADROOM
-    # the rule is the parts together, whichever way it is read
+    # the rule is the parts together, and each part reads its run of refusals
     ctx = RuleContext(("r.io",), 40, (), False)
     assert RULES["arg"].cel("x", ctx) == "(" + " && ".join(parts) + ")"
-    # every pattern of the rule is read by one part or another
+    for part, run in zip(parts, runs, strict=True):
+        assert all(r.cel("x") in part for r in run)
+    # every pattern validate refuses an argument by is read by one part or another
     together = [json.loads(p) for part in parts for p in MATCHED.findall(part)]
-    assert set(together) >= {SECRET_VALUE, *LAUNCHER_FLAG_PATTERNS.values()}
+    assert together == [r.pattern for r in arg_refusals()]
+    assert set(together) >= {*(shape for _, shape in SECRET_VALUE_SHAPES), *LAUNCHER_FLAG_PATTERNS.values()}
+
+
+@pytest.mark.parametrize(("part", "shape"), SECRET_VALUE_SHAPES)
+@settings(max_examples=examples(40), suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_every_text_a_credential_shape_finds_holds_its_literal_part(
+    part: str, shape: str, data: st.DataObject
+) -> None:
+    """The policy reads a shape only where its part is there (rules.Refusal): a text without
+    the part is one the shape never finds, so the gate refuses nothing validate admits."""
+    text = data.draw(st.from_regex(shape))
+    assert re.search(shape, text) and part in text
 
 
 def test_a_profile_s_arguments_and_variables_are_read_by_a_role_s_variables_not_by_each_family() -> None:
-    """The credential pattern runs on a role's command and variables in variables of their own
+    """The credential patterns run on a role's command and variables in variables of their own
     (`a<n>`, evaluated once however many families of the preset read them), never in a
-    family's pieces (`s<n>`), where it ran once per family: four times for h200-2x8-ib."""
+    family's pieces (`s<n>`), where they ran once per family: four times for h200-2x8-ib."""
     variables = documents()[0]["spec"]["variables"]
-    credential = f".matches({lit(SECRET_VALUE)})"
+    credential = f".matches({lit(JWT)})"
     readers = [v["name"] for v in variables if credential in v["expression"]]
     assert readers and all(re.fullmatch(r"a[0-9]+", n) for n in readers), readers
     # one per role and per field (command, env) of each kind of job: not one per family

@@ -6,6 +6,7 @@ admission_shape refuses any other key of a typed object.
 from __future__ import annotations
 
 import json
+from functools import cache
 from importlib import resources
 from typing import Any
 
@@ -49,9 +50,13 @@ def shipped_fields(kind: tuple[str, str] = (kubeflow.API_VERSION, kubeflow.KIND)
     return loaded
 
 
-def replica_keys() -> list[str]:
-    """Each kind's spec property of its replica specs (pytorchReplicaSpecs, mpiReplicaSpecs)."""
-    return [k for kind in FIELDS_FILES for k in shipped_fields(kind)["spec"] if k.endswith("ReplicaSpecs")]
+@cache
+def replica_keys() -> tuple[str, ...]:
+    """Each kind's spec property of its replica specs (pytorchReplicaSpecs, mpiReplicaSpecs);
+    read once (the policy's checks ask for it at every role loop)."""
+    return tuple(
+        k for kind in FIELDS_FILES for k in shipped_fields(kind)["spec"] if k.endswith("ReplicaSpecs")
+    )
 
 
 def roles_variable(key: str) -> str:

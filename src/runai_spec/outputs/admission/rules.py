@@ -27,6 +27,8 @@ from ...check.env import (
 from ...check.identity import (
     IMAGE_REPO,
     IMAGE_TAG,
+    IMAGE_TAG_ANY_LENGTH,
+    IMAGE_TAG_MAX,
     check_image_digest,
     check_name_length,
     check_preset_expiry,
@@ -69,7 +71,7 @@ from ...load.profile import (
     CheckpointFormat,
     ZeroStage,
 )
-from ...secrets import SECRET_VALUE
+from ...secrets import SECRET_VALUE_SHAPES
 
 CHECKPOINT_FORMATS: tuple[str, ...] = typing.get_args(CheckpointFormat)
 
@@ -158,7 +160,7 @@ def clean_path(e: str) -> str:
     return (
         f"({is_string(e)} && {e}.startsWith('/') && !{_regex(e, _CONTROL)} && "
         f"!{e}.contains('//') && !{_regex(e, DOT_PART)} && "
-        f"({e} == '/' || !{e}.endsWith('/')) && !{_regex(e, LONG_NAME)})"
+        f"({e} == '/' || !{e}.endsWith('/')) && (size({e}) <= {PATH_NAME_MAX} || !{_regex(e, LONG_NAME)}))"
     )
 
 
@@ -220,14 +222,26 @@ def _project(e: str, c: RuleContext) -> str:
     return f"({e} == {lit(c.prefix)} + variables.project + {lit(c.suffix)})"
 
 
-def image_pattern(registries: Sequence[str]) -> str:
-    """identity.IMAGE with the digest required and the registry one of the site's."""
+def image_pattern(registries: Sequence[str], tag: str = IMAGE_TAG) -> str:
+    """identity.IMAGE with the digest required and the registry one of the site's (TAG: the
+    tag's pattern)."""
     names = "|".join(re.escape(r) for r in registries)
-    return f"^({names})/{IMAGE_REPO}({IMAGE_TAG})?@sha256:[0-9a-f]{{64}}$"
+    return f"^({names})/{IMAGE_REPO}({tag})?@sha256:[0-9a-f]{{64}}$"
+
+
+DIGESTED = len("@sha256:") + 64
+# The shortest image whose tag is longer than identity.IMAGE_TAG allows: `r/x:` and the tag.
+LONG_TAGGED = len("r/x:") + IMAGE_TAG_MAX + DIGESTED
 
 
 def _image(e: str, c: RuleContext) -> str:
-    return f"({is_string(e)} && {_regex(e, c.pattern(image_pattern(c.registries)))})"
+    # the tag's bound is a counted repetition, slow to compile (cel-cpp compiles a pattern
+    # at every match): read only where the text is long enough to hold a longer tag
+    loose, strict = image_pattern(c.registries, IMAGE_TAG_ANY_LENGTH), image_pattern(c.registries)
+    return (
+        f"({is_string(e)} && {_regex(e, c.pattern(loose))} && "
+        f"(size({e}) < {LONG_TAGGED} || {_regex(e, c.pattern(strict))}))"
+    )
 
 
 def _launcher_name(e: str) -> str:
@@ -289,32 +303,66 @@ def regex_units(pattern: str) -> int:
     return -(-len(pattern) // 4)
 
 
-def _packed(patterns: Sequence[str]) -> list[list[str]]:
-    """PATTERNS in runs of at most ARG_UNITS together, in order (first fit)."""
-    runs: list[list[str]] = []
-    for pattern in patterns:
-        if regex_units(pattern) > ARG_UNITS:
-            raise ValueError(f"a pattern of {len(pattern)} characters costs more than one check may")
-        if not runs or sum(map(regex_units, runs[-1])) + regex_units(pattern) > ARG_UNITS:
+@dataclass(frozen=True)
+class Refusal:
+    """One pattern validate refuses a text by, read where a cheap test (a literal part that
+    every match holds, or a first character) lets it match: the API server charges a match by
+    the pattern's length, and the tests' cel-cpp compiles a pattern at every match."""
+
+    pattern: str
+    part: str = ""  # every match holds it
+    start: str = ""  # every match starts with it
+
+    @property
+    def units(self) -> int:
+        """Its cost a tenth of the text's characters (contains: the part's tenths too)."""
+        return regex_units(self.pattern) + (-(-len(self.part) // 10) if self.part else 0) + bool(self.start)
+
+    def cel(self, e: str) -> str:
+        gate = f"{e}.contains({lit(self.part)})" if self.part else f"{e}.startsWith({lit(self.start)})"
+        return f"({gate} && {_regex(e, self.pattern)})"
+
+
+def secret_value_refusals() -> list[Refusal]:
+    """secrets.SECRET_VALUE, each shape by its literal part (secrets.SECRET_VALUE_SHAPES)."""
+    return [Refusal(shape, part=part) for part, shape in SECRET_VALUE_SHAPES]
+
+
+def no_secret_value(e: str) -> str:
+    """E holds no credential-shaped part (secrets.secret_value)."""
+    return f"!({' || '.join(r.cel(e) for r in secret_value_refusals())})"
+
+
+def packed(refusals: Sequence[Refusal]) -> list[list[Refusal]]:
+    """REFUSALS in runs of at most ARG_UNITS together, in order (first fit)."""
+    runs: list[list[Refusal]] = []
+    for refusal in refusals:
+        if refusal.units > ARG_UNITS:
+            raise ValueError(f"a pattern of {len(refusal.pattern)} characters costs more than one check may")
+        if not runs or sum(r.units for r in runs[-1]) + refusal.units > ARG_UNITS:
             runs.append([])
-        runs[-1].append(pattern)
+        runs[-1].append(refusal)
     return runs
 
 
-def arg_parts(e: str) -> list[str]:
-    """The argument rule (launcher.check_launcher's flags, env.check_secret_env's credentials)
-    as conditions that each hold on their own, whose patterns cost at most ARG_UNITS a tenth:
-    the policy evaluates each in a variable of its own, all of a command's arguments in one
-    (rules: the text and its length validate allows, no credential-shaped part; and, for a
-    text that starts with `-`, no launcher's topology flag (each launcher's pattern apart) and
-    no credential flag). Cheap tests first: a match costs by the text's length times the
-    pattern's."""
-    bounded = f"{is_string(e)} && size({e}) <= {MAX_TEXT}"
-    parts = [f"({bounded} && !{_regex(e, p)})" for p in _packed([SECRET_VALUE])[0]]
+def arg_refusals() -> list[Refusal]:
+    """What validate refuses an argument by: a credential-shaped part (env.check_secret_env),
+    each launcher's topology flags (launcher.check_launcher; each launcher's pattern apart)
+    and a credential flag, these two for a text that starts with `-`."""
     flags = [*LAUNCHER_FLAG_PATTERNS.values(), SECRET_FLAG.pattern]
-    for run in _packed(flags):
-        none = " && ".join(f"!{_regex(e, p)}" for p in run)
-        parts.append(f"(!({bounded}) || !{e}.startsWith('-') || ({none}))")
+    return [*secret_value_refusals(), *(Refusal(p, start="-") for p in flags)]
+
+
+def arg_parts(e: str) -> list[str]:
+    """The argument rule as conditions that each hold on their own, each of refusals that cost
+    at most ARG_UNITS a tenth together: the policy evaluates each in a variable of its own, all
+    of a command's arguments in one. The first also holds the text and its length validate
+    allows (before any pattern is read)."""
+    bounded = f"{is_string(e)} && size({e}) <= {MAX_TEXT}"
+    parts = []
+    for n, run in enumerate(packed(arg_refusals())):
+        none = f"!({' || '.join(r.cel(e) for r in run)})"
+        parts.append(f"({bounded} && {none})" if n == 0 else f"(!({bounded}) || {none})")
     return parts
 
 
@@ -356,7 +404,7 @@ def _env_name(e: str, c: RuleContext) -> str:
 
 
 def _env_value(e: str, c: RuleContext) -> str:
-    return f"({is_string(e)} && size({e}) <= {MAX_TEXT} && !{_regex(e, SECRET_VALUE)})"
+    return f"({is_string(e)} && size({e}) <= {MAX_TEXT} && {no_secret_value(e)})"
 
 
 def _subdomain(pattern: str) -> Callable[[str, RuleContext], str]:
