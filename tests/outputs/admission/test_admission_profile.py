@@ -119,8 +119,20 @@ PROFILE_CHANGES: list[tuple[str, Callable[[dict[str, Any]], None]]] = [
     ("image-nvcr", lambda p: p.update(image="nvcr.io/nvidia/pytorch:24.05-py3@sha256:" + "c" * 64)),
     ("image-no-digest", lambda p: p.update(image=p["image"].split("@")[0])),
     ("image-registry", lambda p: p.update(image="docker.io/evil/x@sha256:" + "c" * 64)),
+    # the tag's bound, which the policy reads only on an image long enough to break it
+    ("image-tag-128", lambda p: p.update(image=p["image"].replace(":1.8.0@", ":" + "t" * 128 + "@"))),
+    ("image-tag-129", lambda p: p.update(image=p["image"].replace(":1.8.0@", ":" + "t" * 129 + "@"))),
+    # each credential shape, which the policy reads only where its literal part is there
+    ("args-jwt", lambda p: p.update(command=[*p["command"], "--x=eyJ" + "a" * 9 + ".eyJ" + "b" * 9 + ".c"])),
+    ("args-url", lambda p: p.update(command=[*p["command"], "--data=s3://user:pw@bucket/x"])),
+    ("args-url-plain", lambda p: p.update(command=[*p["command"], "--data=s3://bucket/x"])),
+    ("env-key", lambda p: p.setdefault("env", {}).update({"K": "x -----BEGIN RSA PRIVATE KEY----- y"})),
+    ("env-gh-short", lambda p: p.setdefault("env", {}).update({"G": "ghp_" + "a" * 35})),
     ("workdir", lambda p: p.update(working_dir="/opt/code")),
     ("workdir-proc", lambda p: p.update(working_dir="/proc/self")),
+    # a folder name's bound, which the policy reads only on a path long enough to break it
+    ("workdir-name-255", lambda p: p.update(working_dir="/opt/" + "w" * 255)),
+    ("workdir-name-256", lambda p: p.update(working_dir="/opt/" + "w" * 256)),
     ("no-workdir", lambda p: p.pop("working_dir", None)),
     ("ckpt-dir", lambda p: _checkpoint_dir(p, "/ckpt/run1")),
     ("ckpt-etc", lambda p: _checkpoint_dir(p, "/etc/ckpt")),
