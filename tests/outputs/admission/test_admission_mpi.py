@@ -34,14 +34,23 @@ CRD = ROOT.parent / "shared" / "schemas" / "kubeflow.org_mpijobs.yaml"
 LAUNCHER, WORKER = mpi.LAUNCHER, mpi.WORKER
 
 
+def _scratch(prefix: str) -> Path:
+    """A folder of the process's cached registry and job, removed when the process ends."""
+    import atexit
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
+
+
 @lru_cache(maxsize=1)
 def _registry() -> PresetRegistry:
     """presets/ with the MPI preset alone approved beside the site (the shipped presets' four
     families are the other suites'; with them the policy is over the size `presets policy`
     allows: docs/admission.md)."""
-    import tempfile
 
-    folder = Path(tempfile.mkdtemp(prefix="runai-spec-mpi-gate-"))
+    folder = _scratch("runai-spec-mpi-gate-")
     shutil.copytree(ROOT / "presets", folder / "presets")
     presets = mpi_presets(folder / "presets", make_key(folder, "engineer"))
     for other in presets.glob("h200-*.yaml"):
@@ -71,9 +80,8 @@ def render(tmp: Path, **fields: Any) -> Job:
 
 @lru_cache(maxsize=1)
 def _job() -> str:
-    import tempfile
 
-    return yaml.safe_dump(render(Path(tempfile.mkdtemp(prefix="runai-spec-mpi-job-"))))
+    return yaml.safe_dump(render(_scratch("runai-spec-mpi-job-")))
 
 
 def job() -> Job:

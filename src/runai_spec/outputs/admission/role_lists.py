@@ -79,11 +79,13 @@ class RoleLists:
     def bad_args(self, c: str, where: str) -> str:
         """The positions of the command C (at WHERE) whose item is no argument validate allows,
         in order (a role's main container's: its role's variables, per_role)."""
-        inline = f"{ARG_INDEXES}.filter(i, i < size({c}) && !({RULES['arg'].cel(f'{c}[i]', self.ctx)}))"
+        # the command's own positions first: a rule is read on each item, not on each index
+        arg = RULES["arg"].cel(f"{c}[i]", self.ctx)
+        inline = f"{ARG_INDEXES}.filter(i, i < size({c})).filter(i, !({arg}))"
 
         def parts(command: str) -> list[str]:
             return [
-                f"[{command}].map(x, {ARG_INDEXES}.filter(i, i < size(x) && !({part})))[0]"
+                f"[{command}].map(x, {ARG_INDEXES}.filter(i, i < size(x)).filter(i, !({part})))[0]"
                 for part in arg_parts("x[i]")
             ]
 
