@@ -340,3 +340,23 @@ def test_a_preset_s_own_variables_are_forwarded_after_the_run(tmp_path: Path) ->
         tampered = copy.deepcopy(j)
         launcher(tampered)["command"][command.index("NCCL_IB_HCA")] = "NCCL_IB_GID_INDEX"
         assert list(policy.denials(tampered)) == ["shape"]
+
+
+@pytest.mark.long
+def test_the_costliest_mpijob_validate_accepts_costs_a_tenth_of_each_limit() -> None:
+    """Issue 41 item 8 for the MPIJob family: the MPI example's profile at validate's bounds
+    (the mpirun line reads the arguments by the launcher role's variables), estimated as
+    benchmarks/bench_policy_cost.py does."""
+    import importlib
+    import sys
+
+    from mpi_presets import PROFILE
+    from runai_spec.outputs.admission.rules import HEADROOM, PER_CALL_LIMIT
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    bench = importlib.import_module("bench_policy_cost")
+    name, job = bench.heavy(PROFILE, _registry(), mpi.KIND)
+    costs: dict[str, int] = bench.Costs(_documents()[0], _documents()[-1]).of(job, PROJECTS)
+    top = max(costs, key=lambda k: costs[k])
+    assert costs[top] * HEADROOM <= PER_CALL_LIMIT, (name, top, costs[top])
+    assert sum(costs.values()) * HEADROOM <= bench.BUDGET, (name, sum(costs.values()))
