@@ -73,8 +73,12 @@ def test_each_launcher_a_preset_allows_has_its_own_checks(policy: Policy) -> Non
     assert list(policy.denials(job)) == ["shape"]
 
 
+# cel-python compiles the policy in ~4 CPU s and evaluates a job in ~2: CI admits the multi-node
+# job with it, `long` the smoke job too (and every render in the test below)
 @CEL_PYTHON
-@pytest.mark.parametrize("which", ["multi-node-job", "llm-7b-fsdp-smoke-smoke"])
+@pytest.mark.parametrize(
+    "which", ["multi-node-job", pytest.param("llm-7b-fsdp-smoke-smoke", marks=pytest.mark.long)]
+)
 def test_the_second_implementation_admits_them_too(policy: Policy, which: str) -> None:
     job = dict(renders())[which]
     assert policy.denials(job, python=True) == {}
