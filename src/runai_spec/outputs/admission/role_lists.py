@@ -2,9 +2,11 @@
 
 A profile's arguments and variables are the only values of a job whose length a researcher
 chooses, and a regular expression costs the API server by the text's length times its own:
-so each is checked in variables of its role (`<prefix>g<n>`), one per part of its rule
-(rules.arg_parts), each a tenth of the per-expression limit on the longest profile validate
-accepts, which every family of a preset reads (a variable is evaluated once, when first read).
+so they are checked in variables of their role (`<prefix>g<n>`), which every family of a
+preset reads (a variable is evaluated once, when first read): the arguments in one variable
+per part of their rule (rules.arg_parts: each part's patterns cost a tenth of the
+per-expression limit on the longest command validate accepts), the variables in one
+(benchmarks/bench_policy_cost.py measures it on the longest `env` validate accepts).
 """
 
 from __future__ import annotations
