@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from conftest import EXAMPLES, ROOT, crd_validator, needs_torch, schema_errors
 from kube_helpers import NAME, NS, run
@@ -160,6 +161,37 @@ def test_committed_smoke_manifest_validates_against_the_crd_and_operator_rules(e
     assert (configmap["apiVersion"], configmap["kind"]) == ("v1", "ConfigMap")
     assert list(configmap["data"]) == ["preflight.py"]
     assert all(isinstance(v, str) for v in configmap["metadata"]["labels"].values())
+
+
+@pytest.mark.parametrize("example", ["accelerate-multi-node", "accelerate-single-node"])
+@pytest.mark.parametrize(("strategy", "stage"), [("ddp", None), ("fsdp", None), ("deepspeed", 3)])
+def test_the_smoke_job_launches_as_the_job_does_whatever_its_strategy(
+    tmp_path: Path, example: str, strategy: str, stage: int | None
+) -> None:
+    """The smoke job's launcher is planned from the job's own setup: accelerate launches a
+    DeepSpeed job with --use_deepspeed and its --zero_stage (which need DeepSpeed in the image)
+    and an FSDP job with --use_fsdp, where a smoke job with --multi_gpu would pass on an image
+    the job fails on. Only the restarts (a smoke job runs every rank once) and what follows the
+    launcher differ."""
+    profile = yaml.safe_load(profile_of(example).read_text(encoding="utf-8"))
+    profile.update(strategy=strategy, **({"zero_stage": stage} if stage is not None else {}))
+    for extra in profile_of(example).parent.glob("*.json"):  # an accelerate config beside it
+        (tmp_path / extra.name).write_text(extra.read_text(encoding="utf-8"), encoding="utf-8")
+    path = tmp_path / "profile.yaml"
+    path.write_text(yaml.safe_dump(profile), encoding="utf-8")
+    (job,) = [m for m in parse(run("render", str(path)).stdout, "job") if m["kind"] == "PyTorchJob"]
+    (smoke,) = [m for m in smoke_render(path) if m["kind"] == "PyTorchJob"]
+    for role, rspec in replica_specs(job).items():
+        ours = pytorch_container(rspec)["command"]
+        theirs = pytorch_container(replica_specs(smoke)[role])["command"]
+        head = ours[: ours.index(profile["command"][0])]
+        assert theirs[: len(head)] == [
+            a if not a.startswith("--max_restarts=") else "--max_restarts=0" for a in head
+        ]
+        flags = {"ddp": "--multi_gpu", "fsdp": "--use_fsdp", "deepspeed": "--use_deepspeed"}
+        assert flags[strategy] in theirs[: len(head)], theirs
+        if stage is not None:
+            assert f"--zero_stage={stage}" in theirs[: len(head)], theirs
 
 
 def test_the_smoke_deadline_replaces_the_real_jobs_own_in_place() -> None:

@@ -170,6 +170,7 @@ def smoke_plan(
         elastic=None if plan.elastic is None else plan.elastic._replace(max_restarts=0),
         launcher=smoke_launcher(plan, rendezvous),
         env=smoke_env(plan, rendezvous, name),
+        launcher_setup=_smoke_setup(plan, rendezvous, name),
         entrypoint=(PREFLIGHT, *args),
         # an MPIJob's launcher is a Job of its own: never restarted either (backoffLimit 0)
         mpi=None if plan.mpi is None else plan.mpi._replace(launcher_restart_policy="Never"),
@@ -187,15 +188,21 @@ def smoke_plan(
 
 
 def _smoke_setup(plan: Plan, rendezvous: RendezvousPlan | None, name: str = "") -> LaunchSetup:
-    return LaunchSetup(
+    """What the smoke job's launcher is planned from: the job's own (its strategy, ZeRO stage,
+    accelerate config, forwarded variables: accelerate launches a DeepSpeed job with
+    --use_deepspeed, which needs DeepSpeed in the image, where --multi_gpu does not), with the
+    smoke test's entry point, rendezvous and name."""
+    own = plan.launcher_setup or LaunchSetup(
         plan.layout,
         plan.procs_per_pod,
         plan.elastic is not None,
-        rendezvous,
-        (PREFLIGHT,),
-        plan.mount_of(CHECKPOINT) or "",
-        plan.termination_grace_period_seconds,
-        plan.pods,
+        grace_s=plan.termination_grace_period_seconds,
+        pods=plan.pods,
+    )
+    return own._replace(
+        rendezvous=rendezvous,
+        entrypoint=(PREFLIGHT,),
+        checkpoint_dir=plan.mount_of(CHECKPOINT) or "",
         job=name,
     )
 

@@ -13,6 +13,7 @@ from .container import plan_env, plan_limits
 from .launcher import (
     PYTORCHJOB,
     LauncherFile,
+    LaunchSetup,
     RendezvousPlan,
     WorkloadKind,
     choose_launcher,
@@ -88,6 +89,9 @@ class Plan(Record):
     launcher_files: tuple[LauncherFile, ...] = ()
     # the preset's MPIJob settings, for a job of the mpi launcher (an MPIJob) only
     mpi: MpiPlan | None = None
+    # what the launcher was planned from (its strategy, ZeRO stage, config...): the smoke
+    # test's launcher is planned from the same, with its own entry point and rendezvous
+    launcher_setup: LaunchSetup | None = None
     # Where each leaf came from, by its path in the plan (`env[3][1]`, `volumes[0].claim`),
     # recorded by plan_workload() as it derives the value; `render --explain` reads it.
     origins: Mapping[str, Origin] = MappingProxyType({})
@@ -267,5 +271,6 @@ def plan_workload(
         workload=launcher.workload,
         launcher_files=files,
         mpi=plan_mpi(launcher.workload, setup, src, o),
+        launcher_setup=setup,
         origins=o,
     )
