@@ -164,6 +164,10 @@ def test_mpi_transport_variables_in_the_profile_are_the_engineers(
     result = run("validate", str(mpi_profile(tmp_path, env={name: "tcp"})))
     assert result.exit_code == 1, result.output
     assert f"{name} is an MPI transport setting" in result.output
+    # from a Secret too: mpirun forwards the variable to every rank whichever way it is set
+    secret = run("validate", str(mpi_profile(tmp_path, secret_env={name: {"secret": "s", "key": "k"}})))
+    assert secret.exit_code == 1, secret.output
+    assert f"secret_env.{name}" in secret.output and f"{name} is an MPI transport setting" in secret.output
 
 
 def test_deepspeed_over_mpi_with_a_second_network_is_warned_of_mpi_discovery(

@@ -23,6 +23,7 @@ from ..facts.torchrun import (
 from ..findings import Finding
 from ..plan.launcher import PROFILE_LAUNCHERS, MpiLauncher, registered_launchers
 from ..render.manifests import Manifest
+from .env import env_fields
 from .rules import Context, finding, rule
 
 # Launchers runai-spec does not render (yet), refused as a command's first word like the ones
@@ -287,12 +288,13 @@ def mpi_transport_findings(ctx: Context) -> Iterator[Finding]:
             "deepspeed.init_distributed: with all five set it skips mpi_discovery",
             severity="warning",
         )
-    for name in profile.env:
+    # in `secret_env` as in `env`: mpirun forwards both to every rank (-x)
+    for name, field in env_fields(profile):
         if mpi.operator_env_name(name) or name.startswith("UCX_"):
             yield finding(
                 ctx,
                 "launcher",
-                f"env.{name}",
+                field,
                 f"{name} is an MPI transport setting, which the operator and the AI Engineers own",
                 "remove it; ask for a preset whose mpi.mpirun_args or network.env sets it",
             )
