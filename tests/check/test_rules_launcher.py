@@ -28,6 +28,9 @@ from runai_spec.pipeline.workload import prepare_workload
         (["python", "train.py", "--out", "/ckpt"], ["train.py", "--out", "/ckpt"]),
         (["python3", "-u", "-X", "dev", "train.py", "--lr", "0.1"], ["train.py", "--lr", "0.1"]),
         (["/usr/bin/python", "train.py"], ["train.py"]),
+        # DeepSpeed's runner: its flags take a value but for its store_true ones (0.19.8)
+        (["deepspeed", "--launcher", "openmpi", "train.py", "--lr", "3"], ["train.py", "--lr", "3"]),
+        (["deepspeed", "--num_gpus", "8", "--no_local_rank", "-q", "train.py"], ["train.py"]),
     ],
 )
 def test_the_launcher_and_its_flags_come_off_the_suggested_command(

@@ -12,6 +12,7 @@ from ..facts import mpi
 from ..facts.kubeflow import GPU_RESOURCE, KIND, nproc_flags, pytorch_container, replica_specs, torchrun_procs
 from ..facts.torchrun import (
     ACCELERATE,
+    DEEPSPEED,
     EXECUTABLE_ENTRY,
     SHELLS,
     entry_point_kind,
@@ -28,7 +29,7 @@ from .rules import Context, finding, rule
 
 # Launchers runai-spec does not render (yet), refused as a command's first word like the ones
 # it does (each registered launcher's `programs`) and the shells.
-OTHER_LAUNCHERS = ("deepspeed", "srun")
+OTHER_LAUNCHERS = (DEEPSPEED, "srun")
 LAUNCHERS = frozenset(
     {*(p for launcher in registered_launchers() for p in launcher.programs), *OTHER_LAUNCHERS, *SHELLS}
 )

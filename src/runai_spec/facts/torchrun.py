@@ -24,6 +24,22 @@ _TORCHRUN_BOOLEAN = {
     "--module",
 }
 _PYTHON_WITH_VALUE = {"-X", "-W", "-c"}
+# DeepSpeed's own launcher (a command's first word validate refuses, whose flags its hint takes
+# off): its flags that take no value (DeepSpeed 0.19.8 deepspeed/launcher/runner.py
+# parse_args, the store_true ones); every other flag of it takes one (`--launcher openmpi`).
+DEEPSPEED = "deepspeed"
+_DEEPSPEED_BOOLEAN = {
+    "--module",
+    "--no_python",
+    "--no_local_rank",
+    "--no_ssh",
+    "--no_ssh_check",
+    "--force_multi",
+    "--save_pid",
+    "--bind_cores_to_rank",
+    "-q",
+    "--quiet",
+}
 
 # torchrun's flag for an entry point that is an executable, not a Python script
 NO_PYTHON = "--no-python"
@@ -296,14 +312,17 @@ def split_flag(arg: str) -> tuple[str, str | None]:
 
 
 def _flag_width(arg: str, kind: str) -> int:
-    """How many items of argv flag ARG of launcher KIND takes: torchrun's flags take a value
-    unless boolean or written `--x=v`; python's -X, -W and -c take one."""
+    """How many items of argv flag ARG of launcher KIND takes: torchrun's, accelerate's and
+    DeepSpeed's flags take a value unless boolean or written `--x=v`; python's -X, -W and -c
+    take one."""
     if kind == "torchrun":
         return 1 if arg in _TORCHRUN_BOOLEAN or "=" in arg else 2
     if kind == "python":
         return 2 if arg in _PYTHON_WITH_VALUE else 1
     if kind == ACCELERATE:
         return 1 if arg in ACCELERATE_BOOLEAN or "=" in arg else 2
+    if kind == DEEPSPEED:
+        return 1 if arg in _DEEPSPEED_BOOLEAN or "=" in arg else 2
     return 1
 
 
