@@ -87,6 +87,20 @@ def test_deepspeed_batch_arithmetic_and_stage_must_agree_with_the_profile(tmp_pa
     assert "train_micro_batch_size_per_gpu" not in result.output  # auto: DeepSpeed fills it
 
 
+def test_a_deepspeed_config_file_is_warned_of_as_overriding_the_rendered_stage(tmp_path: Path) -> None:
+    """accelerate 1.16.0's DeepSpeedPlugin takes the stage from the named DeepSpeed file
+    wherever it is not `auto`, over --zero_stage (utils/dataclasses.py)."""
+    ds = {"deepspeed_config_file": "/workspace/ds.json"}
+    path = _profile(
+        tmp_path, {"deepspeed_config": ds}, **{"strategy: ddp": "strategy: deepspeed\nzero_stage: 2"}
+    )
+    result = run("validate", str(path))
+    assert result.exit_code == 0, result.output
+    warned = [line for line in result.output.splitlines() if "deepspeed_config.deepspeed_config_file" in line]
+    assert len(warned) == 1 and warned[0].startswith("warning:"), result.output
+    assert "over the rendered --zero_stage=2" in warned[0]
+
+
 def test_a_missing_config_file_is_bad_input_naming_the_field(tmp_path: Path) -> None:
     path = _profile(tmp_path, {})
     (tmp_path / "accelerate.json").unlink()

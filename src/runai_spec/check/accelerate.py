@@ -74,7 +74,9 @@ def check_accelerate_config(ctx: Context) -> Iterator[Finding]:
     `deepspeed_hostfile`, `deepspeed_inclusion_filter`, `deepspeed_exclusion_filter`: each is
     refused with a line, wherever it stands in the config. A config that contradicts the
     profile is refused too: a plugin block of another strategy, `mixed_precision` other than
-    `model.precision`, DeepSpeed's ZeRO stage or batch arithmetic other than the profile's."""
+    `model.precision`, DeepSpeed's ZeRO stage or batch arithmetic other than the profile's. A
+    DeepSpeed config file it names is warned of: accelerate takes the stage and the batch from
+    the file over the rendered flags, and the file is in the image."""
     loaded = ctx.loaded
     config = loaded.accelerate_config
     if config is None:
@@ -127,6 +129,7 @@ def _contradictions(ctx: Context, config: Mapping[str, Any]) -> Iterator[Finding
     ds = config.get("deepspeed_config")
     if not isinstance(ds, Mapping):
         return
+    yield from _deepspeed_file(ctx, ds)
     stage = ds.get("zero_stage")
     if stage is not None and profile.zero_stage is not None and stage != profile.zero_stage:
         yield finding(
@@ -146,3 +149,27 @@ def _contradictions(ctx: Context, config: Mapping[str, Any]) -> Iterator[Finding
                 f"deepspeed_config.{key} {value} contradicts batch.{field.rstrip('_')} {ours}",
                 "make them say the same, or write `auto` (DeepSpeed asserts the batch arithmetic)",
             )
+
+
+def _deepspeed_file(ctx: Context, ds: Mapping[str, Any]) -> Iterator[Finding]:
+    """A DeepSpeed config file named in the accelerate config: accelerate 1.16.0's
+    DeepSpeedPlugin reads it and takes the ZeRO stage, the batch arithmetic and the offload
+    from it wherever it holds a value other than `auto` (utils/dataclasses.py,
+    DeepSpeedPlugin.__post_init__'s plugin_to_config_mapping), over the rendered --zero_stage;
+    the file is in the image, where validate cannot read it."""
+    path = ds.get("deepspeed_config_file")
+    if not isinstance(path, str) or path in ("", "none"):
+        return
+    stage = ctx.loaded.profile.zero_stage
+    yield finding(
+        ctx,
+        "accelerate-config",
+        FIELD,
+        f"deepspeed_config.deepspeed_config_file {path!r}: accelerate takes the ZeRO stage and the "
+        "batch arithmetic from that file wherever it has a value other than `auto`, over "
+        f"the rendered --zero_stage{'' if stage is None else f'={stage}'} and the profile's batch, "
+        "and validate cannot read it (it is in the image)",
+        "write `auto` for zero_optimization.stage, gradient_accumulation_steps and "
+        "train_micro_batch_size_per_gpu in the file, or say them in the profile and drop the file",
+        severity="warning",
+    )
