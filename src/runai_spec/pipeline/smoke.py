@@ -192,13 +192,9 @@ def _smoke_setup(plan: Plan, rendezvous: RendezvousPlan | None, name: str = "") 
     accelerate config, forwarded variables: accelerate launches a DeepSpeed job with
     --use_deepspeed, which needs DeepSpeed in the image, where --multi_gpu does not), with the
     smoke test's entry point, rendezvous and name."""
-    own = plan.launcher_setup or LaunchSetup(
-        plan.layout,
-        plan.procs_per_pod,
-        plan.elastic is not None,
-        grace_s=plan.termination_grace_period_seconds,
-        pods=plan.pods,
-    )
+    own = plan.launcher_setup
+    if own is None:  # plan_workload records it for every job it plans
+        raise ValueError(f"the plan of {plan.name} records no launcher setup")
     return own._replace(
         rendezvous=rendezvous,
         entrypoint=(PREFLIGHT,),

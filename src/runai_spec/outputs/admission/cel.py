@@ -79,7 +79,7 @@ def check(cond: str, message: str) -> str:
 MISSING = ": missing: the preset's render has it"
 
 
-def _msg(path: str, what: str) -> str:
+def msg(path: str, what: str) -> str:
     return lit(f"{path}: {what}")
 
 
@@ -171,16 +171,16 @@ class Emitter(RoleLists):
         if isinstance(leaf, Named):
             return (
                 f"{is_string(e)} && {self.named(leaf.stem, e)}",
-                _msg(where, f"must be {leaf.stem}<n>" + self.tag),
+                msg(where, f"must be {leaf.stem}<n>" + self.tag),
             )
         if isinstance(leaf, Pin):
             n = self.pin(leaf)
-            return f"{text(e)} == {PIN_VALUE.format(n)}", _msg(where, f"must be {PIN_SHOWN.format(n)}")
+            return f"{text(e)} == {PIN_VALUE.format(n)}", msg(where, f"must be {PIN_SHOWN.format(n)}")
         if isinstance(leaf, Slot):
             rule = RULES[leaf.rule]
             return (
                 rule.cel(e, self.ctx, leaf.prefix, leaf.suffix),
-                _msg(where, self._what(rule, leaf.prefix, leaf.suffix)),
+                msg(where, self._what(rule, leaf.prefix, leaf.suffix)),
             )
         assert isinstance(leaf, Same)
         anchor, guards, anchor_where = self.locate(leaf.anchor)
@@ -192,7 +192,7 @@ class Emitter(RoleLists):
         var = f"variables.{self.anchors[leaf.anchor][0]}"
         return (
             f"{e} == {lit(leaf.prefix)} + {var} + {lit(leaf.suffix)}",
-            _msg(where, self._same(leaf, anchor_where)),
+            msg(where, self._same(leaf, anchor_where)),
         )
 
     def _same(self, leaf: Same, anchor_where: str) -> str:
@@ -356,7 +356,7 @@ class Emitter(RoleLists):
             others.append(check(f"size({c}) > {i} ? ({cond}) : true", message))
         body = [self.positions(rows, where, c, f"t[0] < size({c}) && ")] if rows else []
         body += [f"[{', '.join(others)}]"] if others else []
-        size_msg = _msg(where, f"must have {n} items" + (f" (or {n - k})" if k else "") + self.tag)
+        size_msg = msg(where, f"must have {n} items" + (f" (or {n - k})" if k else "") + self.tag)
         listed = f"(({self.sized(shape, c)}) ? {balanced('+', body, '[]')} : [{size_msg}])"
         return self.under(guards, listed)
 
@@ -403,7 +403,7 @@ class Emitter(RoleLists):
                     parts.append(
                         (
                             RULES[rule].cel(f"{c}[{n + j}]", self.ctx),
-                            _msg(
+                            msg(
                                 f"{where}[{n + j}]", f"the entry point must be {RULES[rule].what}" + self.tag
                             ),
                         )
@@ -413,7 +413,7 @@ class Emitter(RoleLists):
                 f"b.exists(i, i >= {k}) ? {lit(where + '[')} + string(b.filter(i, i >= {k})[0]) + "
                 f"{lit(']: must be ' + RULES['arg'].what + self.tag)} : ''"
             )
-            size_msg = _msg(
+            size_msg = msg(
                 where,
                 f"must be the preset's launcher ({n} items), an entry point "
                 f"and at most {MAX_ARGS} arguments" + self.tag,
@@ -443,13 +443,17 @@ class Emitter(RoleLists):
         extra = f" or the profile may add ({classes})" if classes else ""
         most = len(shape.fixed) + MAX_LISTED
         # the entries of no class: a role's variables, where the profile may add some
-        unknown = self.per_role(
-            "env" if shape.classes else "\0",
-            where,
-            f"{rng(e)}.filter(x, !({every}))",
-            rng(e),
-            lambda listed: [f"[{rng(listed)}].map(l, size(l) <= {most} ? l.filter(x, !({every})) : [])[0]"],
-        )
+        unknown = f"{rng(e)}.filter(x, !({every}))"
+        if shape.classes:
+            unknown = self.per_role(
+                "env",
+                where,
+                unknown,
+                rng(e),
+                lambda listed: [
+                    f"[{rng(listed)}].map(l, size(l) <= {most} ? l.filter(x, !({every})) : [])[0]"
+                ],
+            )
         bad = (
             f"[{unknown}].map(bad, size(bad) == 0 ? '' : "
             f"{lit(where + ': ')} + (has(bad[0].name) ? {text('bad[0].name')} : '(no name)') + "
@@ -461,7 +465,7 @@ class Emitter(RoleLists):
             check(
                 f"{rng(e)}.all(x, has(x.name) ? {rng(e)}.filter(y, has(y.name) "
                 f"? y.name == x.name : false).size() == 1 : true)",
-                _msg(where, "each name at most once" + self.tag),
+                msg(where, "each name at most once" + self.tag),
             ),
         ]
         required: list[tuple[str, str]] = []
@@ -475,8 +479,7 @@ class Emitter(RoleLists):
             parts = self.mapping(sub, var, f"{where}[{name}]", (), depth + 1)
             if name == CONTAINER:
                 relations = [
-                    check(c, _msg(f"{where}[{name}]", what + self.tag))
-                    for c, what in container_relations(var)
+                    check(c, msg(f"{where}[{name}]", what + self.tag)) for c, what in container_relations(var)
                 ]
                 parts.insert(0, "[" + ", ".join(relations) + "]")
             # each group of parts binds the entry once; the groups can go to different variables
@@ -484,9 +487,7 @@ class Emitter(RoleLists):
                 subs.append(f"({cond} ? {let(ie, var, balanced('+', group, '[]'))} : [])")
         heads = [f"[{', '.join(own)}]"]
         if shape.classes:  # the profile's entries too: counted before each is read
-            many = _msg(
-                where, f"must have at most {most} entries (the preset's and the profile's)" + self.tag
-            )
+            many = msg(where, f"must have at most {most} entries (the preset's and the profile's)" + self.tag)
             heads = [f"(size({rng(e)}) <= {most} ? {heads[0]} : [{many}])"]
         if required:
             heads.append(self.missing(required, where + "[", "]"))

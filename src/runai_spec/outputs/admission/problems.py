@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ...facts.kubeflow import CONTAINER, SMOKE_LABEL
-from .cel import CHUNK_LIMIT, ROLE_GROUP_LIMIT, Emitter, _msg, groups, let
+from .cel import CHUNK_LIMIT, ROLE_GROUP_LIMIT, Emitter, groups, let, msg
 from .fields import roles_variable
 from .repeat import NO_SMOKE
 from .role_lists import MAIN_PLACE, ROLE
@@ -53,7 +53,7 @@ def preset_problems(
         listed = f"({balanced('&&', guards, 'true')}) ? {let(c, 'w', balanced('+', body, '[]'))} : []"
         job += _pieces([listed], lambda body: body)
     role = lit(ROLE)[1:-1]
-    missing = _msg(f"spec.{shape.replicas}.{ROLE}.template", "missing: the preset's render has it").replace(
+    missing = msg(f"spec.{shape.replicas}.{ROLE}.template", "missing: the preset's render has it").replace(
         role, '" + r + "'
     )
     specs = f"object.spec.{shape.replicas}"
